@@ -1,0 +1,90 @@
+/**
+ * The one error type of the toolkit. A refusal carries a stable `code` and
+ * `kind` (CONTRACT.md section 6) from the library to the CLI's exit code and
+ * JSON envelope unchanged, so callers never parse filesystem messages.
+ */
+
+export const ERROR_KINDS = {
+  missing: 3,
+  invalid: 4,
+  mismatch: 5,
+  refused: 6,
+  busy: 7,
+  usage: 2,
+  internal: 1,
+} as const;
+
+export type ErrorKind = keyof typeof ERROR_KINDS;
+
+export const ERROR_CODES = {
+  "artifact-not-found": "missing",
+  "resolution-not-found": "missing",
+  "blob-not-found": "missing",
+  "job-not-found": "missing",
+  "invalid-artifact-reference": "invalid",
+  "invalid-artifact-store": "invalid",
+  "invalid-artifact": "invalid",
+  "artifact-not-contained": "invalid",
+  "invalid-lock": "invalid",
+  "invalid-resolution": "invalid",
+  "invalid-input": "invalid",
+  "integrity-mismatch": "mismatch",
+  "provenance-mismatch": "mismatch",
+  "resolution-incomplete": "refused",
+  "approval-required": "refused",
+  "classification-refused": "refused",
+  "audit-unavailable": "refused",
+  "secret-in-record": "refused",
+  busy: "busy",
+  usage: "usage",
+  "internal-error": "internal",
+} as const satisfies Record<string, ErrorKind>;
+
+export type ErrorCode = keyof typeof ERROR_CODES;
+
+export type ErrorDetails = Record<string, unknown>;
+
+export class OatsError extends Error {
+  readonly code: ErrorCode;
+  readonly kind: ErrorKind;
+  readonly details: ErrorDetails;
+
+  constructor(code: ErrorCode, message: string, details: ErrorDetails = {}, options?: { cause?: unknown }) {
+    super(message, options);
+    this.name = "OatsError";
+    this.code = code;
+    this.kind = ERROR_CODES[code];
+    this.details = details;
+  }
+
+  get exitCode(): number {
+    return ERROR_KINDS[this.kind];
+  }
+
+  toJSON(): { code: ErrorCode; kind: ErrorKind; message: string; details: ErrorDetails } {
+    return { code: this.code, kind: this.kind, message: this.message, details: this.details };
+  }
+}
+
+export function isOatsError(error: unknown): error is OatsError {
+  return error instanceof OatsError;
+}
+
+/** Node's errno code of a system error, or undefined. */
+export function errnoCode(error: unknown): string | undefined {
+  const code = (error as { code?: unknown } | null)?.code;
+  return typeof code === "string" ? code : undefined;
+}
+
+/**
+ * Wrap an unexpected failure of a named step. Refusals pass through untouched;
+ * anything else becomes `internal-error` naming the step, so an injected or
+ * real I/O fault says where it happened without leaking a raw fs message as
+ * the only explanation.
+ */
+export function asStepError(step: string, error: unknown, details: ErrorDetails = {}): OatsError {
+  if (isOatsError(error)) return error;
+  const cause = errnoCode(error);
+  const reason = error instanceof Error ? error.message : String(error);
+  return new OatsError("internal-error", `${step} failed: ${reason}`, { step, ...(cause ? { errno: cause } : {}), ...details }, { cause: error });
+}
