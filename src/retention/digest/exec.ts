@@ -12,26 +12,39 @@ import type { TreeFraming } from "./framing.js";
  * exec-byte is 1 when the owner-execute bit (mode & 0o100) is set, else 0.
  * Empty directories and all other mode bits are outside identity.
  */
-function u64be(value: number): Buffer {
-  const out = Buffer.alloc(8);
-  out.writeBigUInt64BE(BigInt(value));
-  return out;
+/** Concatenate record fields; numbers are written as u64be. */
+function record(...fields: (Buffer | number)[]): Buffer[] {
+  const size = fields.reduce<number>((sum, field) => sum + (typeof field === "number" ? 8 : field.length), 0);
+  const out = Buffer.allocUnsafe(size);
+  let at = 0;
+  for (const field of fields) {
+    if (typeof field === "number") at = out.writeBigUInt64BE(BigInt(field), at);
+    else at += field.copy(out, at);
+  }
+  return [out];
 }
 
-function lengthPrefixed(text: string): Buffer[] {
-  const bytes = Buffer.from(text);
-  return [u64be(bytes.length), bytes];
-}
+const F = Buffer.from("F");
+const S = Buffer.from("S");
+const EXEC = Buffer.from([1]);
+const NO_EXEC = Buffer.from([0]);
 
-function execRecords(format: string, includes: (path: string) => boolean): TreeFraming {
+function execRecords(format: "oats.tree-exec.v1" | "oats.package-payload-exec.v1", includes: (path: string) => boolean): TreeFraming {
   return {
     format,
     order: "bytes",
     header: () => [Buffer.from(`${format}\0`)],
     includes,
-    fileHead: (path, mode, size) => [Buffer.from("F"), ...lengthPrefixed(path), Buffer.from([mode & 0o100 ? 1 : 0]), u64be(size)],
+    fileHead: (path, mode, size) => {
+      const name = Buffer.from(path);
+      return record(F, name.length, name, mode & 0o100 ? EXEC : NO_EXEC, size);
+    },
     fileTail: () => [],
-    symlink: (path, target) => [Buffer.from("S"), ...lengthPrefixed(path), ...lengthPrefixed(target)],
+    symlink: (path, target) => {
+      const name = Buffer.from(path);
+      const text = Buffer.from(target);
+      return record(S, name.length, name, text.length, text);
+    },
   };
 }
 

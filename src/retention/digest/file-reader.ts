@@ -1,20 +1,32 @@
-import { constants, fstat, open, read, close, type BigIntStats } from "node:fs";
+import { closeSync, constants, fstat, fstatSync, open, openSync, read, readSync, close, type Stats } from "node:fs";
 import { OatsError } from "../../errors.js";
 import { changedOrUnreadable, type FileEntry, type LeafEntry, type SymlinkEntry } from "./walk.js";
 
 /**
- * Streams regular files in a fixed order, reading ahead of the consumer so
- * the next files' I/O overlaps hashing of the current one. Memory stays
- * bounded: at most READ_AHEAD_FILES heads of at most CHUNK_SIZE bytes, plus
- * two chunk buffers for the file being consumed, whatever the file sizes.
+ * Streams the leaves of a tree to a consumer in a fixed order.
  *
- * Each file is opened without following symlinks and fstat'd before and after
- * it is read; a change of size, mtime, ctime or inode, or a short read, is a
+ * Large files are read asynchronously in CHUNK_SIZE pieces with double
+ * buffering, and the head of the file after a large one is fetched while the
+ * large one is consumed: the read of what comes next overlaps the hashing of
+ * what is here. Small files (the common case in a package tree) are read
+ * with synchronous calls: for a 2 KiB file the thread-pool round trips of
+ * five async calls cost some 50 us against 2 us of hashing, so overlapping
+ * them loses (docs/design/performance.md has the figures). The event loop
+ * is yielded to every few milliseconds so a library caller stays responsive.
+ *
+ * Memory stays bounded whatever the file sizes: two chunk buffers, one
+ * prefetched head, and one small file at a time.
+ *
+ * Each file is opened without following symlinks (and non-blocking, so a FIFO
+ * swapped in after the walk cannot hang us) and fstat'd before and after it
+ * is read; a change of inode, size, mtime or ctime, or a short read, is a
  * refusal. Bytes are never reported half-old, half-new.
  */
 
 export const CHUNK_SIZE = 1 << 20;
-const READ_AHEAD_FILES = 16;
+/** Files up to this size are read whole, synchronously. */
+export const SMALL_FILE_SIZE = 256 << 10;
+const YIELD_EVERY_MS = 8;
 
 export interface FileInfo {
   /** Permission bits (mode & 0o7777). */
@@ -34,31 +46,35 @@ export interface FileConsumer {
 interface OpenedFile {
   readonly entry: FileEntry;
   readonly fd: number;
-  readonly before: BigIntStats;
+  readonly before: Stats;
+  /** The whole file when it is small, else its first chunk. */
   readonly head: Buffer;
   closed: boolean;
 }
 
-const OPEN_FLAGS = constants.O_RDONLY | constants.O_NOFOLLOW | (constants.O_NONBLOCK ?? 0);
+const OPEN_FLAGS = constants.O_RDONLY | constants.O_NOFOLLOW | constants.O_NONBLOCK;
 
-function openFd(path: string): Promise<number> {
-  return new Promise((resolve, reject) => open(path, OPEN_FLAGS, (error, fd) => (error ? reject(error) : resolve(fd))));
-}
-function fstatBig(fd: number): Promise<BigIntStats> {
-  return new Promise((resolve, reject) => fstat(fd, { bigint: true }, (error, stats) => (error ? reject(error) : resolve(stats))));
-}
-function readInto(fd: number, buffer: Buffer, length: number, position: number): Promise<number> {
-  return new Promise((resolve, reject) => read(fd, buffer, 0, length, position, (error, bytes) => (error ? reject(error) : resolve(bytes))));
-}
-function closeFd(fd: number): Promise<void> {
-  return new Promise((resolve, reject) => close(fd, (error) => (error ? reject(error) : resolve())));
-}
+const openAsync = (path: string) => new Promise<number>((resolve, reject) => open(path, OPEN_FLAGS, (error, fd) => (error ? reject(error) : resolve(fd))));
+const fstatAsync = (fd: number) => new Promise<Stats>((resolve, reject) => fstat(fd, (error, stats) => (error ? reject(error) : resolve(stats))));
+const closeAsync = (fd: number) => new Promise<void>((resolve, reject) => close(fd, (error) => (error ? reject(error) : resolve())));
+const readAsync = (fd: number, buffer: Buffer, length: number, position: number) =>
+  new Promise<number>((resolve, reject) => read(fd, buffer, 0, length, position, (error, bytes) => (error ? reject(error) : resolve(bytes))));
 
 /** Fill `buffer` from `position` until `length` bytes or end of file. */
 async function readFully(fd: number, buffer: Buffer, length: number, position: number): Promise<number> {
   let done = 0;
   while (done < length) {
-    const got = await readInto(fd, buffer.subarray(done), length - done, position + done);
+    const got = await readAsync(fd, buffer.subarray(done), length - done, position + done);
+    if (got === 0) break;
+    done += got;
+  }
+  return done;
+}
+
+function readFullySync(fd: number, buffer: Buffer, length: number): number {
+  let done = 0;
+  while (done < length) {
+    const got = readSync(fd, buffer, done, length - done, done);
     if (got === 0) break;
     done += got;
   }
@@ -66,63 +82,97 @@ async function readFully(fd: number, buffer: Buffer, length: number, position: n
 }
 
 function changed(path: string, what: string): OatsError {
-  return new OatsError("invalid-artifact", `file changed while it was read (${what}): ${path}`, { path, reason: "changed-while-reading" });
+  return new OatsError("invalid-artifact", `file changed while it was read (${what}): ${path}`, { path, reason: "changed-while-reading", changed: what });
 }
 
-function sameVersion(a: BigIntStats, b: BigIntStats): string | null {
+function difference(a: Stats, b: Stats): string | null {
   if (a.ino !== b.ino || a.dev !== b.dev) return "inode";
   if (a.size !== b.size) return "size";
-  if (a.mtimeNs !== b.mtimeNs) return "mtime";
-  if (a.ctimeNs !== b.ctimeNs) return "ctime";
+  // Millisecond doubles keep a resolution well under a microsecond today.
+  if (a.mtimeMs !== b.mtimeMs) return "mtime";
+  if (a.ctimeMs !== b.ctimeMs) return "ctime";
   return null;
 }
 
-async function openWithHead(entry: FileEntry): Promise<OpenedFile> {
+function headLength(stats: Stats): number {
+  return stats.size <= SMALL_FILE_SIZE ? stats.size : CHUNK_SIZE;
+}
+
+function checkUnchanged(file: OpenedFile, after: Stats): void {
+  const what = difference(file.before, after);
+  if (what) throw changed(file.entry.path, what);
+}
+
+function openSmallOrHeadSync(entry: FileEntry): OpenedFile {
   let fd: number;
   try {
-    fd = await openFd(entry.absolute);
+    fd = openSync(entry.absolute, OPEN_FLAGS);
   } catch (error) {
-    // ELOOP: the name became a symlink after the walk saw a file.
     throw changedOrUnreadable(error, entry.path);
   }
+  let file: OpenedFile | undefined;
   try {
-    const before = await fstatBig(fd);
+    const before = fstatSync(fd);
     if (!before.isFile()) throw changed(entry.path, "no longer a regular file");
-    const headLength = Number(before.size < BigInt(CHUNK_SIZE) ? before.size : BigInt(CHUNK_SIZE));
-    const head = Buffer.allocUnsafe(headLength);
-    const got = await readFully(fd, head, headLength, 0);
-    if (got !== headLength) throw changed(entry.path, "short read");
-    return { entry, fd, before, head, closed: false };
+    const length = headLength(before);
+    const head = Buffer.allocUnsafe(length);
+    if (readFullySync(fd, head, length) !== length) throw changed(entry.path, "short read");
+    file = { entry, fd, before, head, closed: false };
+    if (length === before.size) {
+      const after = fstatSync(fd);
+      file.closed = true;
+      closeSync(fd);
+      checkUnchanged(file, after);
+    }
+    return file;
   } catch (error) {
-    await closeFd(fd).catch(() => undefined);
-    throw isKnown(error) ? error : changedOrUnreadable(error, entry.path);
+    if (!file?.closed) closeSync(fd);
+    throw error instanceof OatsError ? error : changedOrUnreadable(error, entry.path);
   }
 }
 
-function isKnown(error: unknown): boolean {
-  return error instanceof OatsError;
+async function openHeadAsync(entry: FileEntry): Promise<OpenedFile> {
+  let fd: number;
+  try {
+    fd = await openAsync(entry.absolute);
+  } catch (error) {
+    throw changedOrUnreadable(error, entry.path);
+  }
+  let file: OpenedFile | undefined;
+  try {
+    const before = await fstatAsync(fd);
+    if (!before.isFile()) throw changed(entry.path, "no longer a regular file");
+    const length = headLength(before);
+    const head = Buffer.allocUnsafe(length);
+    if ((await readFully(fd, head, length, 0)) !== length) throw changed(entry.path, "short read");
+    file = { entry, fd, before, head, closed: false };
+    if (length === before.size) await finishAsync(file);
+    return file;
+  } catch (error) {
+    if (!file?.closed) await closeAsync(fd).catch(() => undefined);
+    throw error instanceof OatsError ? error : changedOrUnreadable(error, entry.path);
+  }
 }
 
-async function finish(file: OpenedFile): Promise<void> {
-  let after: BigIntStats;
+async function finishAsync(file: OpenedFile): Promise<void> {
+  let after: Stats;
   try {
-    after = await fstatBig(file.fd);
+    after = await fstatAsync(file.fd);
     file.closed = true;
-    await closeFd(file.fd);
+    await closeAsync(file.fd);
   } catch (error) {
     throw changedOrUnreadable(error, file.entry.path);
   }
-  const difference = sameVersion(file.before, after);
-  if (difference) throw changed(file.entry.path, difference);
+  checkUnchanged(file, after);
 }
 
+/** The rest of a large file, chunk n+1 in flight while chunk n is consumed. */
 async function consumeRest(file: OpenedFile, size: number, consumer: FileConsumer): Promise<void> {
-  // Double buffering: the read of chunk n+1 is in flight while chunk n is consumed.
   const buffers = [Buffer.allocUnsafe(CHUNK_SIZE), Buffer.allocUnsafe(CHUNK_SIZE)];
   let position = file.head.length;
   let turn = 0;
-  const next = (at: number, buffer: Buffer): Promise<number> => readFully(file.fd, buffer, Math.min(CHUNK_SIZE, size - at), at);
-  let pending: Promise<number> | null = position < size ? next(position, buffers[turn]!) : null;
+  const next = (at: number): Promise<number> => readFully(file.fd, buffers[turn]!, Math.min(CHUNK_SIZE, size - at), at);
+  let pending: Promise<number> | null = position < size ? next(position) : null;
   while (pending) {
     let got: number;
     try {
@@ -131,11 +181,10 @@ async function consumeRest(file: OpenedFile, size: number, consumer: FileConsume
       throw changedOrUnreadable(error, file.entry.path);
     }
     const current = buffers[turn]!;
-    const expected = Math.min(CHUNK_SIZE, size - position);
-    if (got !== expected) throw changed(file.entry.path, "short read");
+    if (got !== Math.min(CHUNK_SIZE, size - position)) throw changed(file.entry.path, "short read");
     position += got;
     turn ^= 1;
-    pending = position < size ? next(position, buffers[turn]!) : null;
+    pending = position < size ? next(position) : null;
     try {
       await consumer.chunk(current.subarray(0, got));
     } catch (error) {
@@ -143,57 +192,74 @@ async function consumeRest(file: OpenedFile, size: number, consumer: FileConsume
       throw error;
     }
   }
-  // A file that grew past its first fstat is caught by finish() comparing size and mtime.
+  // Growth past the first fstat shows up as a size or mtime change in finishAsync.
 }
 
 /**
- * Feed `leaves` to `consumer` in order. Reads of the following files are
- * started before the current one is consumed.
+ * Feed `leaves` to `consumer` in order; what the consumer throws (a failed
+ * write into staging, say) propagates unchanged, and a failure of the reads
+ * themselves is a refusal naming the path.
  */
 export async function readLeavesInOrder(leaves: readonly LeafEntry[], consumer: FileConsumer): Promise<void> {
-  const files = leaves.filter((leaf): leaf is FileEntry => leaf.type === "file");
-  const inFlight: Promise<OpenedFile>[] = [];
-  let nextToOpen = 0;
-  const topUp = (): void => {
-    while (inFlight.length < READ_AHEAD_FILES && nextToOpen < files.length) {
-      const opened = openWithHead(files[nextToOpen++]!);
-      opened.catch(() => undefined); // observed when its turn comes
-      inFlight.push(opened);
-    }
+  let prefetched: { index: number; file: Promise<OpenedFile> } | null = null;
+  let lastYield = performance.now();
+  const nextFileIndex = (from: number): number => {
+    for (let index = from; index < leaves.length; index++) if (leaves[index]!.type === "file") return index;
+    return -1;
   };
   try {
-    topUp();
-    for (const leaf of leaves) {
+    for (let index = 0; index < leaves.length; index++) {
+      const leaf = leaves[index]!;
       if (leaf.type === "symlink") {
-        await consumer.symlink(leaf);
+        const pending = consumer.symlink(leaf);
+        if (pending) await pending;
         continue;
       }
-      const file = await inFlight.shift()!;
-      topUp();
+      let file: OpenedFile;
+      if (prefetched?.index === index) {
+        const pending = prefetched.file;
+        prefetched = null;
+        file = await pending;
+      } else {
+        file = openSmallOrHeadSync(leaf);
+      }
       try {
-        const size = Number(file.before.size);
-        const info: FileInfo = { mode: Number(file.before.mode) & 0o7777, size };
-        await consumer.start(file.entry, info);
-        if (file.head.length > 0) await consumer.chunk(file.head);
+        const size = file.before.size;
+        const info: FileInfo = { mode: file.before.mode & 0o7777, size };
+        if (file.head.length < size) {
+          const following = nextFileIndex(index + 1);
+          if (following !== -1) {
+            prefetched = { index: following, file: openHeadAsync(leaves[following] as FileEntry) };
+            prefetched.file.catch(() => undefined); // observed when its turn comes
+          }
+        }
+        // Consumers that answer synchronously (hashing) are not awaited: a
+        // microtask per call is measurable over twenty thousand small files.
+        let pending = consumer.start(file.entry, info);
+        if (pending) await pending;
+        if (file.head.length > 0) {
+          pending = consumer.chunk(file.head);
+          if (pending) await pending;
+        }
         if (file.head.length < size) await consumeRest(file, size, consumer);
-        await finish(file);
-        await consumer.end(file.entry, info);
+        if (!file.closed) await finishAsync(file);
+        pending = consumer.end(file.entry, info);
+        if (pending) await pending;
       } finally {
-        if (!file.closed) await closeFd(file.fd).catch(() => undefined);
+        if (!file.closed) await closeAsync(file.fd).catch(() => undefined);
+      }
+      if (performance.now() - lastYield > YIELD_EVERY_MS) {
+        await new Promise((resolve) => setImmediate(resolve));
+        lastYield = performance.now();
       }
     }
-  } catch (error) {
-    // Close whatever was opened ahead; their errors no longer matter.
-    await Promise.all(
-      inFlight.map((pending) =>
-        pending.then(
-          (file) => closeFd(file.fd).catch(() => undefined),
-          () => undefined,
-        ),
-      ),
-    );
-    // Reader failures are already refusals naming the path; a consumer's own
-    // failure (a write into staging, say) is its to describe.
-    throw error;
+  } finally {
+    if (prefetched) {
+      const pending: Promise<OpenedFile> = prefetched.file;
+      await pending.then(
+        (file) => (file.closed ? undefined : closeAsync(file.fd).catch(() => undefined)),
+        () => undefined,
+      );
+    }
   }
 }

@@ -18,7 +18,7 @@ export const treeLegacyFraming: TreeFraming = {
   order: "legacy",
   header: () => [],
   includes: () => true,
-  fileHead: (path) => [Buffer.from(path), Buffer.from("\0file\0")],
+  fileHead: (path) => [Buffer.from(`${path}\0file\0`)],
   fileTail: () => [NUL],
-  symlink: (path, target) => [Buffer.from(path), Buffer.from("\0symlink\0"), Buffer.from(target), NUL],
+  symlink: (path, target) => [Buffer.from(`${path}\0symlink\0${target}\0`)],
 };

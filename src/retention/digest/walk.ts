@@ -1,5 +1,5 @@
-import { promises as fsp, type Dirent } from "node:fs";
-import { join } from "node:path";
+import { promises as fsp, readdirSync, type Dirent } from "node:fs";
+import { basename } from "node:path";
 import { OatsError, errnoCode } from "../../errors.js";
 
 /**
@@ -10,6 +10,7 @@ import { OatsError, errnoCode } from "../../errors.js";
 
 export interface FileEntry {
   readonly type: "file";
+  readonly name: string;
   /** Relative POSIX path inside the tree. */
   readonly path: string;
   readonly absolute: string;
@@ -17,6 +18,7 @@ export interface FileEntry {
 
 export interface SymlinkEntry {
   readonly type: "symlink";
+  readonly name: string;
   readonly path: string;
   readonly absolute: string;
   /** The link text, verbatim. */
@@ -25,9 +27,10 @@ export interface SymlinkEntry {
 
 export interface DirectoryEntry {
   readonly type: "directory";
+  readonly name: string;
   readonly path: string;
   readonly absolute: string;
-  /** Children in legacy order (en-US collation of names). */
+  /** Children in the order the directory listed them; legacyOrder() collates. */
   readonly children: TreeEntry[];
 }
 
@@ -38,22 +41,34 @@ export interface TreeListing {
   readonly root: DirectoryEntry;
   /** Every file and symlink, sorted by the UTF-8 bytes of the path (tree-exec order). */
   readonly leaves: LeafEntry[];
-  /** Every directory below the root, parents before children. */
+  /** Every directory below the root, children before their parents. */
   readonly directories: DirectoryEntry[];
 }
 
 const utf8 = new TextDecoder("utf-8", { fatal: true });
 const collator = new Intl.Collator("en-US");
 
-function decodeName(raw: Buffer, parentPath: string, what: string): string {
-  try {
-    return utf8.decode(raw);
-  } catch {
-    const shown = raw.toString("latin1");
-    throw new OatsError("invalid-artifact", `${what} is not valid UTF-8: ${parentPath ? `${parentPath}/` : ""}${JSON.stringify(shown)}`, {
-      path: parentPath ? `${parentPath}/${shown}` : shown,
-      reason: "non-utf8-name",
-    });
+function notUtf8(raw: Buffer, parentPath: string, what: string): OatsError {
+  const shown = raw.toString("latin1");
+  return new OatsError("invalid-artifact", `${what} is not valid UTF-8: ${parentPath ? `${parentPath}/` : ""}${JSON.stringify(shown)}`, {
+    path: parentPath ? `${parentPath}/${shown}` : shown,
+    reason: "non-utf8-name",
+  });
+}
+
+/**
+ * Names are listed as strings, which Node decodes lossily. Only a listing
+ * that shows U+FFFD can hide an invalid name, and only then is the directory
+ * listed again as raw bytes to tell a real U+FFFD from an invalid sequence.
+ */
+async function checkNamesAreUtf8(absolute: string, path: string): Promise<void> {
+  const raw = await fsp.readdir(absolute, { encoding: "buffer" });
+  for (const name of raw) {
+    try {
+      utf8.decode(name);
+    } catch {
+      throw notUtf8(name, path, "file name");
+    }
   }
 }
 
@@ -67,8 +82,11 @@ export function compareLegacyNames(a: string, b: string): number {
   return collator.compare(a, b) || Buffer.compare(Buffer.from(a), Buffer.from(b));
 }
 
-export function compareExecPaths(a: LeafEntry, b: LeafEntry): number {
-  return Buffer.compare(Buffer.from(a.path), Buffer.from(b.path));
+/** Sort leaves by the UTF-8 bytes of their paths, encoding each path once. */
+export function sortByPathBytes(leaves: LeafEntry[]): LeafEntry[] {
+  const keyed = leaves.map((leaf) => ({ leaf, key: Buffer.from(leaf.path) }));
+  keyed.sort((a, b) => Buffer.compare(a.key, b.key));
+  return keyed.map(({ leaf }) => leaf);
 }
 
 export async function walkTree(rootAbsolute: string): Promise<TreeListing> {
@@ -76,23 +94,25 @@ export async function walkTree(rootAbsolute: string): Promise<TreeListing> {
   const directories: DirectoryEntry[] = [];
 
   async function walkDirectory(absolute: string, path: string): Promise<DirectoryEntry> {
-    let raw: Dirent<Buffer>[];
+    let listed: Dirent[];
     try {
-      raw = (await fsp.readdir(absolute, { withFileTypes: true, encoding: "buffer" })) as unknown as Dirent<Buffer>[];
+      // Synchronous, like the small-file reads: one readdir is cheaper than
+      // the thread-pool round trip that would carry it.
+      listed = readdirSync(absolute, { withFileTypes: true });
+      if (listed.some((entry) => entry.name.includes("\uFFFD"))) await checkNamesAreUtf8(absolute, path);
     } catch (error) {
-      throw changedOrUnreadable(error, path || ".");
+      throw error instanceof OatsError ? error : changedOrUnreadable(error, path || ".");
     }
-    const named = raw.map((entry) => ({ entry, name: decodeName(entry.name as unknown as Buffer, path, "file name") }));
-    named.sort((x, y) => compareLegacyNames(x.name, y.name));
     const children: TreeEntry[] = [];
-    for (const { entry, name } of named) {
+    for (const entry of listed) {
+      const name = entry.name;
       const childPath = path ? `${path}/${name}` : name;
-      const childAbsolute = join(absolute, name);
+      const childAbsolute = `${absolute}/${name}`;
       if (entry.isDirectory()) {
         const directory = await walkDirectory(childAbsolute, childPath);
         children.push(directory);
       } else if (entry.isFile()) {
-        const file: FileEntry = { type: "file", path: childPath, absolute: childAbsolute };
+        const file: FileEntry = { type: "file", name, path: childPath, absolute: childAbsolute };
         children.push(file);
         leaves.push(file);
       } else if (entry.isSymbolicLink()) {
@@ -102,29 +122,34 @@ export async function walkTree(rootAbsolute: string): Promise<TreeListing> {
         } catch (error) {
           throw changedOrUnreadable(error, childPath);
         }
-        const link: SymlinkEntry = { type: "symlink", path: childPath, absolute: childAbsolute, target: decodeName(targetRaw, childPath, "symlink target of") };
+        let target: string;
+        try {
+          target = utf8.decode(targetRaw);
+        } catch {
+          throw notUtf8(targetRaw, childPath, "symlink target of");
+        }
+        const link: SymlinkEntry = { type: "symlink", name, path: childPath, absolute: childAbsolute, target };
         children.push(link);
         leaves.push(link);
       } else {
         refuseSpecial(entry, childPath);
       }
     }
-    const directory: DirectoryEntry = { type: "directory", path, absolute, children };
+    const directory: DirectoryEntry = { type: "directory", name: basename(path), path, absolute, children };
     if (path) directories.push(directory);
     return directory;
   }
 
   const root = await walkDirectory(rootAbsolute, "");
-  leaves.sort(compareExecPaths);
-  directories.sort((a, b) => a.path.split("/").length - b.path.split("/").length);
-  return { root, leaves, directories };
+  return { root, leaves: sortByPathBytes(leaves), directories };
 }
 
 /** Legacy order: depth-first pre-order over the collated children. */
 export function legacyOrder(root: DirectoryEntry): LeafEntry[] {
   const out: LeafEntry[] = [];
   const visit = (directory: DirectoryEntry): void => {
-    for (const child of directory.children) {
+    const collated = [...directory.children].sort((a, b) => compareLegacyNames(a.name, b.name));
+    for (const child of collated) {
       if (child.type === "directory") visit(child);
       else out.push(child);
     }
