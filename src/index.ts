@@ -1,0 +1,2 @@
+export * from "./retention/index.js";
+export { OatsError, ERROR_CODES, ERROR_KINDS, isOatsError, type ErrorCode, type ErrorKind, type ErrorDetails } from "./errors.js";

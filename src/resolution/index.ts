@@ -1,0 +1,2 @@
+/** Resolution records arrive with the resolution issue; this module is its home. */
+export {};

@@ -1,0 +1,25 @@
+export { retainCapabilityArtifact, retainTree, type RetainOptions, type RetainTreeRequest } from "./retain.js";
+export { verifyRetainedCapability, verifyTree, type VerifyOptions } from "./verify.js";
+export { cleanupStaging, fsck, listRetained, listStore, type CleanupReport, type FsckOutcome, type FsckReport, type RetainedEntry, type StoreListing } from "./inventory.js";
+export { retainedCapabilityDir, retainedTreeDir, storeRoot, parseArtifactRef, type ArtifactRef } from "./store/layout.js";
+export type { ArtifactReceipt } from "./receipt.js";
+export { digestTree, type TreeDigests } from "./digest/tree.js";
+export { canonicalJson, canonicalJsonBytes, jsonDigest, bytesDigest } from "./digest/json.js";
+export {
+  BYTES_V1,
+  DIGEST_FORMATS,
+  JSON_V1,
+  PACKAGE_PAYLOAD_EXEC,
+  TREE_EXEC,
+  TREE_FORMATS,
+  TREE_LEGACY,
+  integrityText,
+  parseIntegrity,
+  type DigestFormat,
+  type Integrity,
+  type TreeFormat,
+} from "./integrity.js";
+export { ARTIFACT_KINDS, IDENTIFIER_PATTERN, type ArtifactKind } from "./ids.js";
+export { parseLock, readLockFile, type OatsLock, type CapabilityRow, type PackageRow } from "./oats-lock.js";
+export { PROVENANCE_FILE } from "./provenance.js";
+export { sourceIdentityKey } from "./source-identity.js";

@@ -1,0 +1,164 @@
+import { lstatSync, readdirSync, statSync } from "node:fs";
+import { join } from "node:path";
+import { OatsError, errnoCode } from "../errors.js";
+import { ARTIFACT_KINDS, IDENTIFIER_PATTERN, SOURCE_KEY_PATTERN, type ArtifactKind } from "./ids.js";
+import { TREE_EXEC, TREE_LEGACY, type Integrity } from "./integrity.js";
+import { inspectStore, resolveScope } from "./store/components.js";
+import { EXEC_REVISIONS_DIR, STAGING_PREFIX, hostTag, parseStagingName, storeRoot } from "./store/layout.js";
+import { removeTree } from "./store/staging-writer.js";
+import { verifyTree } from "./verify.js";
+
+/** What the store holds: retained revisions, and anything else found where revisions live. */
+
+export interface RetainedEntry {
+  readonly kind: ArtifactKind;
+  readonly key: string;
+  readonly integrity: Integrity;
+  readonly dir: string;
+}
+
+export interface StoreListing {
+  readonly revisions: RetainedEntry[];
+  /** Dot-prefixed staging left in revision directories. */
+  readonly staging: string[];
+  /** Entries that are neither revisions, staging, locks nor the managed .gitignore. */
+  readonly unexpected: string[];
+}
+
+const REVISION_NAME = /^sha256-[0-9a-f]{64}$/;
+
+function namesIn(dir: string): string[] {
+  try {
+    return readdirSync(dir).sort();
+  } catch (error) {
+    if (errnoCode(error) === "ENOENT") return [];
+    throw error;
+  }
+}
+
+function isRealDirectory(path: string): boolean {
+  return lstatSync(path).isDirectory();
+}
+
+function scanRevisions(parent: string, kind: ArtifactKind, key: string, format: Integrity["format"], out: StoreListing, allowExecDir: boolean): void {
+  for (const name of namesIn(parent)) {
+    const path = join(parent, name);
+    if (name.startsWith(STAGING_PREFIX)) {
+      if (!name.endsWith(".lock")) out.staging.push(path);
+    } else if (name.startsWith(".lock-")) {
+      continue;
+    } else if (allowExecDir && name === EXEC_REVISIONS_DIR && isRealDirectory(path)) {
+      scanRevisions(path, kind, key, TREE_EXEC, out, false);
+    } else if (REVISION_NAME.test(name) && isRealDirectory(path)) {
+      out.revisions.push({ kind, key, integrity: { format, value: name }, dir: path });
+    } else {
+      out.unexpected.push(path);
+    }
+  }
+}
+
+export function listStore(scope: string): StoreListing {
+  const realScope = resolveScope(scope);
+  const out: StoreListing = { revisions: [], staging: [], unexpected: [] };
+  for (const kind of ARTIFACT_KINDS) {
+    const { root, complete } = inspectStore(realScope, kind);
+    if (!complete) continue;
+    for (const key of namesIn(root)) {
+      const path = join(root, key);
+      if (key === ".gitignore") continue;
+      if (key.startsWith(STAGING_PREFIX)) {
+        out.staging.push(path);
+        continue;
+      }
+      const validKey = kind === "source" ? SOURCE_KEY_PATTERN.test(key) : IDENTIFIER_PATTERN.test(key);
+      if (!validKey || !isRealDirectory(path)) {
+        out.unexpected.push(path);
+        continue;
+      }
+      // Only capabilities have lock-named (legacy) revisions directly under the key.
+      if (kind === "capability") scanRevisions(path, kind, key, TREE_LEGACY, out, true);
+      else scanRevisions(path, kind, key, TREE_EXEC, out, true);
+    }
+  }
+  return out;
+}
+
+/** Every retained revision, in store order. */
+export function listRetained(scope: string): RetainedEntry[] {
+  return listStore(scope).revisions;
+}
+
+export interface FsckOutcome extends RetainedEntry {
+  readonly ok: boolean;
+  readonly error?: { code: string; kind: string; message: string; details: Record<string, unknown> };
+}
+
+export interface FsckReport {
+  readonly checked: number;
+  readonly ok: number;
+  readonly damaged: number;
+  readonly outcomes: FsckOutcome[];
+  readonly staging: string[];
+  readonly unexpected: string[];
+}
+
+/** Verify every revision; report, never repair. */
+export async function fsck(scope: string, options: { onArtifact?: (done: number, total: number) => void } = {}): Promise<FsckReport> {
+  const listing = listStore(scope);
+  const outcomes: FsckOutcome[] = [];
+  for (const [index, entry] of listing.revisions.entries()) {
+    try {
+      await verifyTree(scope, entry);
+      outcomes.push({ ...entry, ok: true });
+    } catch (error) {
+      if (!(error instanceof OatsError) || error.kind === "internal") throw error;
+      outcomes.push({ ...entry, ok: false, error: error.toJSON() });
+    }
+    options.onArtifact?.(index + 1, listing.revisions.length);
+  }
+  const ok = outcomes.filter((outcome) => outcome.ok).length;
+  return { checked: outcomes.length, ok, damaged: outcomes.length - ok, outcomes, staging: listing.staging, unexpected: listing.unexpected };
+}
+
+export interface CleanupReport {
+  readonly removed: string[];
+  /** Staging that belongs to a publisher still running, left alone. */
+  readonly active: string[];
+}
+
+const FOREIGN_HOST_GRACE_MS = 24 * 60 * 60 * 1000;
+
+function publisherAlive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (error) {
+    return errnoCode(error) === "EPERM";
+  }
+}
+
+/**
+ * Remove staging left by crashed publishers, and nothing else. A staging
+ * entry names its publisher's host and pid: one of this host whose process
+ * is gone is removed; one whose process lives is in use and kept; one from
+ * another host (a shared filesystem) is removed only when a day old. Names
+ * that do not parse as ours are reported by fsck, not removed.
+ */
+export async function cleanupStaging(scope: string): Promise<CleanupReport> {
+  const listing = listStore(scope);
+  const here = hostTag();
+  const removed: string[] = [];
+  const active: string[] = [];
+  for (const path of listing.staging) {
+    const owner = parseStagingName(path.slice(path.lastIndexOf("/") + 1));
+    if (!owner) continue;
+    const abandoned = owner.host === here ? !publisherAlive(owner.pid) : Date.now() - statSync(path).mtimeMs > FOREIGN_HOST_GRACE_MS;
+    if (!abandoned) {
+      active.push(path);
+      continue;
+    }
+    await removeTree(path);
+    removed.push(path);
+  }
+  return { removed, active };
+}

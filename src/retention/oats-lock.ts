@@ -1,0 +1,136 @@
+import { readFileSync } from "node:fs";
+import { z } from "zod";
+import { OatsError, errnoCode } from "../errors.js";
+import { IDENTIFIER_MAX_LENGTH, IDENTIFIER_PATTERN } from "./ids.js";
+
+/**
+ * oats lock v2, read strictly: unknown keys, a bad source grammar, a
+ * malformed integrity or a capability whose package row is missing are all
+ * `invalid-lock`. Rows are returned in Maps, so an id such as `constructor`
+ * or `x.__proto__` is an ordinary key and never reaches Object.prototype.
+ */
+
+const identifier = z.string().max(IDENTIFIER_MAX_LENGTH).regex(IDENTIFIER_PATTERN, "must match ^[a-z0-9][a-z0-9._-]*$");
+const legacyIntegrity = z.string().regex(/^sha256-[0-9a-f]{64}$/, "must be a full sha256-<64 lowercase hex>");
+const commit = z.string().regex(/^[0-9a-f]{40}$/, "must be a full 40-hex commit");
+const relativePath = z
+  .string()
+  .min(1)
+  .refine((path) => !path.startsWith("/") && !path.split("/").some((segment) => segment === ".." || segment === ""), "must be a relative path without '..' or empty segments");
+
+/**
+ * Package sources: `git:<url>` (optionally `@<ref>`), `catalog:<package-id>`,
+ * `path:<absolute directory>` or `npm:<name>@<version>`.
+ */
+export const packageSourceSchema = z.union([
+  z.string().regex(/^git:(https|ssh|git|file):\/\/[^\s@]+(@[^\s@]+)?$|^git:[a-z0-9._-]+@[^\s:]+:[^\s@]+(@[^\s@]+)?$/i, "git source must be git:<url>[@<ref>]"),
+  z.string().regex(/^catalog:[a-z0-9][a-z0-9._-]*$/, "catalog source must be catalog:<package-id>"),
+  z.string().regex(/^path:\/[^\0]*$/, "path source must be path:<absolute directory>"),
+  z.string().regex(/^npm:(@[a-z0-9._-]+\/)?[a-z0-9._-]+@[^\s@]+$/, "npm source must be npm:<name>@<version>"),
+]);
+
+export const packageRowSchema = z
+  .object({
+    source: packageSourceSchema,
+    path: relativePath.optional(),
+    version: z.string().min(1),
+    commit: commit.nullable().optional(),
+    integrity: legacyIntegrity.optional(),
+    dependencies: z.array(identifier).optional(),
+  })
+  .strict();
+
+export const capabilityRowSchema = z
+  .object({
+    version: z.string().min(1),
+    package: identifier,
+    path: relativePath.optional(),
+    integrity: legacyIntegrity,
+    trusted: z.boolean().optional(),
+  })
+  .strict();
+
+export type PackageRow = z.infer<typeof packageRowSchema>;
+export type CapabilityRow = z.infer<typeof capabilityRowSchema>;
+
+/** A plain object's own entries as a validated Map (zod's record would drop a `__proto__` key). */
+function rowsOf<T extends z.ZodType>(row: T) {
+  return z
+    .custom<Record<string, unknown>>((value) => typeof value === "object" && value !== null && !Array.isArray(value), "must be an object")
+    .transform((object, context) => {
+      const rows = new Map<string, z.infer<T>>();
+      for (const key of Object.keys(object)) {
+        const id = identifier.safeParse(key);
+        if (!id.success) {
+          context.addIssue({ code: "custom", path: [key], message: `invalid id ${JSON.stringify(key)}: ${id.error.issues[0]?.message}` });
+          continue;
+        }
+        const parsed = row.safeParse(object[key]);
+        if (!parsed.success) {
+          for (const issue of parsed.error.issues) context.addIssue({ ...issue, path: [key, ...issue.path] } as never);
+          continue;
+        }
+        rows.set(key, parsed.data);
+      }
+      return rows;
+    });
+}
+
+const lockSchema = z
+  .object({
+    lockfileVersion: z.literal(2),
+    packages: rowsOf(packageRowSchema),
+    capabilities: rowsOf(capabilityRowSchema),
+  })
+  .strict();
+
+export interface OatsLock {
+  readonly lockfileVersion: 2;
+  readonly packages: ReadonlyMap<string, PackageRow>;
+  readonly capabilities: ReadonlyMap<string, CapabilityRow>;
+}
+
+/** Accepts a parsed lock object (or one already read as an OatsLock) and returns the strict form. */
+export function parseLock(input: unknown, origin = "lock"): OatsLock {
+  if (isParsedLock(input)) return input;
+  const parsed = lockSchema.safeParse(input);
+  if (!parsed.success) {
+    const issue = parsed.error.issues[0];
+    const where = issue?.path.length ? issue.path.join(".") : "(root)";
+    throw new OatsError("invalid-lock", `${origin}: ${where}: ${issue?.message ?? "malformed"}`, { lock: origin, path: issue?.path ?? [], issues: parsed.error.issues.length });
+  }
+  const lock = parsed.data;
+  for (const [id, row] of lock.capabilities) {
+    if (!lock.packages.has(row.package)) {
+      throw new OatsError("invalid-lock", `${origin}: capabilities.${id}: package row ${JSON.stringify(row.package)} is missing`, { lock: origin, capability: id, package: row.package });
+    }
+  }
+  return lock;
+}
+
+function isParsedLock(input: unknown): input is OatsLock {
+  return typeof input === "object" && input !== null && (input as { packages?: unknown }).packages instanceof Map;
+}
+
+export function readLockFile(path: string): OatsLock {
+  let text: string;
+  try {
+    text = readFileSync(path, "utf8");
+  } catch (error) {
+    throw new OatsError("invalid-lock", `cannot read lock file ${path}: ${errnoCode(error) ?? String(error)}`, { lock: path, errno: errnoCode(error) });
+  }
+  let json: unknown;
+  try {
+    json = JSON.parse(text);
+  } catch (error) {
+    throw new OatsError("invalid-lock", `lock file ${path} is not JSON: ${(error as Error).message}`, { lock: path });
+  }
+  return parseLock(json, path);
+}
+
+export function capabilityRows(lock: OatsLock, capabilityId: string): { capability: CapabilityRow; packageId: string; package: PackageRow } {
+  const capability = lock.capabilities.get(capabilityId);
+  if (!capability) throw new OatsError("invalid-lock", `lock has no capability row for ${capabilityId}`, { capability: capabilityId });
+  // parseLock guarantees the package row exists.
+  return { capability, packageId: capability.package, package: lock.packages.get(capability.package)! };
+}

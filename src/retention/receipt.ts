@@ -1,0 +1,26 @@
+import type { TreeDigests } from "./digest/tree.js";
+import type { ArtifactKind } from "./ids.js";
+import { TREE_EXEC, type Integrity, type TreeFormat } from "./integrity.js";
+
+/** What every retention and verification call returns. */
+export interface ArtifactReceipt {
+  readonly kind: ArtifactKind;
+  readonly key: string;
+  /** The integrity that names the revision (tree-legacy for lock-named capabilities, else tree-exec). */
+  readonly integrity: Integrity;
+  /** The oats.tree-exec.v1 digest of the same tree, measured in the same operation. */
+  readonly execIntegrity: Integrity;
+  readonly dir: string;
+  readonly status: "retained" | "kept" | "verified";
+}
+
+export function receipt(kind: ArtifactKind, key: string, nameFormat: TreeFormat, digests: TreeDigests, dir: string, status: ArtifactReceipt["status"]): ArtifactReceipt {
+  return {
+    kind,
+    key,
+    integrity: { format: nameFormat, value: digests[nameFormat]! },
+    execIntegrity: { format: TREE_EXEC, value: digests[TREE_EXEC]! },
+    dir,
+    status,
+  };
+}

@@ -1,0 +1,103 @@
+import { lstat, realpath } from "node:fs/promises";
+import { join } from "node:path";
+import { OatsError, errnoCode } from "../errors.js";
+import type { ProgressListener } from "./digest/tree.js";
+import { walkTree } from "./digest/walk.js";
+import { assertArtifactKey, assertArtifactKind, assertIdentifier, type ArtifactKind } from "./ids.js";
+import { TREE_EXEC, TREE_LEGACY, parseTreeIntegrity } from "./integrity.js";
+import { capabilityRows, parseLock } from "./oats-lock.js";
+import { checkProvenance, expectedProvenance } from "./provenance.js";
+import { receipt, type ArtifactReceipt } from "./receipt.js";
+import { checkSourceOutsideStore, checkSymlinks } from "./source-check.js";
+import { inspectStore, resolveScope } from "./store/components.js";
+import { storeRoot } from "./store/layout.js";
+import { DEFAULT_LOCK_WAIT_MS } from "./store/publish-lock.js";
+import { publishTree, revisionParentSegments } from "./store/publish.js";
+
+export interface RetainOptions {
+  /** How long to wait for another publisher's lock before refusing with `busy`. */
+  readonly lockWaitMs?: number;
+  readonly onProgress?: ProgressListener;
+}
+
+async function sourceRoot(dir: string): Promise<string> {
+  let resolved: string;
+  try {
+    resolved = await realpath(dir);
+  } catch (error) {
+    throw new OatsError("invalid-input", `source does not exist: ${dir}`, { source: dir, errno: errnoCode(error) });
+  }
+  if (!(await lstat(resolved)).isDirectory()) throw new OatsError("invalid-input", `source is not a directory: ${dir}`, { source: dir });
+  return resolved;
+}
+
+/** Everything a source must pass before the store is touched. */
+async function checkedSource(scope: string, kind: ArtifactKind, key: string, source: string, segments: string[]) {
+  inspectStore(scope, kind, segments);
+  const root = await sourceRoot(source);
+  await checkSourceOutsideStore(root, [storeRoot(scope, kind), join(storeRoot(scope, kind), ...segments)]);
+  const listing = await walkTree(root);
+  await checkSymlinks(root, listing);
+  return listing;
+}
+
+/**
+ * Retain a materialized capability under the revision its lock row names
+ * (`<id>/sha256-<hex>/`, oats.tree-legacy.v0), after checking the tree
+ * against that integrity and its `.oats-installation.json` against the
+ * lock's package and capability rows.
+ */
+export async function retainCapabilityArtifact(scope: string, sourceDir: string, capabilityId: string, lock: unknown, options: RetainOptions = {}): Promise<ArtifactReceipt> {
+  const id = assertIdentifier(capabilityId, "capability id");
+  const parsedLock = parseLock(lock);
+  const rows = capabilityRows(parsedLock, id);
+  const expected = parseTreeIntegrity(rows.capability.integrity, [TREE_LEGACY]);
+  const provenance = expectedProvenance(id, rows);
+  const realScope = resolveScope(scope);
+  const listing = await checkedSource(realScope, "capability", id, sourceDir, revisionParentSegments(id, TREE_LEGACY));
+  const checkStaged = (dir: string) => checkProvenance(dir, provenance);
+  const published = await publishTree({
+    scope: realScope,
+    kind: "capability",
+    key: id,
+    listing,
+    nameFormat: TREE_LEGACY,
+    expected: expected.value,
+    formats: [TREE_LEGACY, TREE_EXEC],
+    checkStaged,
+    checkExisting: checkStaged,
+    lockWaitMs: options.lockWaitMs ?? DEFAULT_LOCK_WAIT_MS,
+    ...(options.onProgress ? { onProgress: options.onProgress } : {}),
+  });
+  return receipt("capability", id, TREE_LEGACY, published.digests, published.dir, published.status);
+}
+
+export interface RetainTreeRequest {
+  readonly kind: ArtifactKind;
+  /** A capability id or capture name, or for a source the 64-hex identity key. */
+  readonly key: string;
+  readonly source: string;
+  /** The oats.tree-exec.v1 integrity the tree must have; without it, what is measured is the identity. */
+  readonly expect?: unknown;
+}
+
+/** Retain any tree under `<key>/tree-exec-v1/sha256-<hex>/`. */
+export async function retainTree(scope: string, request: RetainTreeRequest, options: RetainOptions = {}): Promise<ArtifactReceipt> {
+  const kind = assertArtifactKind(request.kind);
+  const key = assertArtifactKey(kind, request.key);
+  const expected = request.expect === undefined ? undefined : parseTreeIntegrity(request.expect, [TREE_EXEC]);
+  const realScope = resolveScope(scope);
+  const listing = await checkedSource(realScope, kind, key, request.source, revisionParentSegments(key, TREE_EXEC));
+  const published = await publishTree({
+    scope: realScope,
+    kind,
+    key,
+    listing,
+    nameFormat: TREE_EXEC,
+    ...(expected ? { expected: expected.value } : {}),
+    formats: [TREE_EXEC],
+    lockWaitMs: options.lockWaitMs ?? DEFAULT_LOCK_WAIT_MS,
+    ...(options.onProgress ? { onProgress: options.onProgress } : {}),
+  });
+  return receipt(kind, key, TREE_EXEC, published.digests, published.dir, published.status);
+}

@@ -1,0 +1,137 @@
+import { closeSync, fsyncSync, linkSync, lstatSync, mkdirSync, openSync, readFileSync, realpathSync, unlinkSync, writeSync, constants } from "node:fs";
+import { join, resolve } from "node:path";
+import { OatsError, errnoCode } from "../../errors.js";
+import type { ArtifactKind } from "../ids.js";
+import { MANAGED_GITIGNORE, stagingName, storeComponents } from "./layout.js";
+
+/**
+ * The store's directories. Each component must be a real directory, never a
+ * symlink or a file, and each store root carries a managed `.gitignore` of
+ * exactly "*\n". Inspection is read-only, so a request can be refused before
+ * anything is created; `ensure*` creates what is missing, never following a
+ * symlink.
+ */
+
+type ComponentState = "directory" | "missing";
+
+function componentState(path: string): ComponentState {
+  let stats;
+  try {
+    stats = lstatSync(path);
+  } catch (error) {
+    if (errnoCode(error) === "ENOENT") return "missing";
+    throw new OatsError("invalid-artifact-store", `cannot inspect store component ${path}: ${errnoCode(error) ?? String(error)}`, { path });
+  }
+  if (stats.isSymbolicLink()) throw new OatsError("invalid-artifact-store", `store component is a symlink, refusing to follow it: ${path}`, { path, reason: "symlink" });
+  if (!stats.isDirectory()) throw new OatsError("invalid-artifact-store", `store component is not a directory: ${path}`, { path, reason: "not-a-directory" });
+  return "directory";
+}
+
+/** The scope must exist as a directory; it is resolved once, so a scope reached through a symlink is fine. */
+export function resolveScope(scope: string): string {
+  let resolved: string;
+  try {
+    resolved = realpathSync(scope);
+  } catch (error) {
+    throw new OatsError("invalid-artifact-store", `scope does not exist: ${scope}`, { scope, errno: errnoCode(error) });
+  }
+  if (!lstatSync(resolved).isDirectory()) throw new OatsError("invalid-artifact-store", `scope is not a directory: ${scope}`, { scope });
+  return resolved;
+}
+
+function checkGitignore(root: string): "ok" | "missing" {
+  const path = join(root, ".gitignore");
+  let stats;
+  try {
+    stats = lstatSync(path);
+  } catch (error) {
+    if (errnoCode(error) === "ENOENT") return "missing";
+    throw error;
+  }
+  if (!stats.isFile()) throw new OatsError("invalid-artifact-store", `managed .gitignore is not a regular file: ${path}`, { path, reason: "gitignore-not-a-file" });
+  const bytes = readFileSync(path);
+  if (bytes.toString("latin1") !== MANAGED_GITIGNORE) {
+    throw new OatsError("invalid-artifact-store", `managed .gitignore has other bytes than "*\\n": ${path}`, { path, reason: "gitignore-bytes", actual: bytes.toString("utf8").slice(0, 200) });
+  }
+  return "ok";
+}
+
+/**
+ * Read-only check of the path from the scope to `<store>/<extra...>`. Returns
+ * whether everything exists. Refuses a symlinked or non-directory component
+ * and a foreign `.gitignore` wherever they are met.
+ */
+export function inspectStore(scope: string, kind: ArtifactKind, extra: readonly string[] = []): { root: string; complete: boolean } {
+  const rootComponents = storeComponents(kind);
+  const root = resolve(scope, ...rootComponents);
+  let path = scope;
+  for (const [index, component] of [...rootComponents, ...extra].entries()) {
+    path = join(path, component);
+    if (componentState(path) === "missing") return { root, complete: false };
+    // A root without its .gitignore is completed by ensureStore; one with other bytes is refused here.
+    if (index === rootComponents.length - 1) checkGitignore(path);
+  }
+  return { root, complete: true };
+}
+
+function ensureDirectory(path: string): void {
+  if (componentState(path) === "directory") return;
+  try {
+    mkdirSync(path, { mode: 0o755 });
+  } catch (error) {
+    if (errnoCode(error) !== "EEXIST") throw error;
+  }
+  // A concurrent creator may have won, or swapped in something else: look again.
+  componentState(path);
+}
+
+/**
+ * Atomically create the managed .gitignore: write a staged file, fsync it,
+ * then link() it into place, which never replaces. Readers therefore see no
+ * file or the whole file, never a half-written one, and no lock is needed.
+ */
+function ensureGitignore(root: string): void {
+  if (checkGitignore(root) === "ok") return;
+  const staged = join(root, `${stagingName()}.gitignore`);
+  const fd = openSync(staged, constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL | constants.O_NOFOLLOW, 0o644);
+  try {
+    writeSync(fd, MANAGED_GITIGNORE);
+    fsyncSync(fd);
+  } finally {
+    closeSync(fd);
+  }
+  try {
+    linkSync(staged, join(root, ".gitignore"));
+  } catch (error) {
+    if (errnoCode(error) !== "EEXIST") throw error;
+  } finally {
+    unlinkSync(staged);
+  }
+  checkGitignore(root);
+  fsyncDirectory(root);
+}
+
+export function fsyncDirectory(path: string): void {
+  const fd = openSync(path, constants.O_RDONLY | constants.O_DIRECTORY);
+  try {
+    fsyncSync(fd);
+  } finally {
+    closeSync(fd);
+  }
+}
+
+/** Create the store down to `<store>/<extra...>`: the .gitignore comes before any payload directory. */
+export function ensureStore(scope: string, kind: ArtifactKind, extra: readonly string[] = []): string {
+  let path = scope;
+  for (const component of storeComponents(kind)) {
+    path = join(path, component);
+    ensureDirectory(path);
+  }
+  const root = path;
+  ensureGitignore(root);
+  for (const component of extra) {
+    path = join(path, component);
+    ensureDirectory(path);
+  }
+  return root;
+}

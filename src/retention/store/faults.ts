@@ -1,0 +1,19 @@
+/**
+ * Fault injection for the publication steps. Production code calls
+ * `faultPoint(step)` at each step whose failure cannot be produced on demand
+ * (a full disk during copy, an fsync error, a failed rename); tests install a
+ * hook that throws there. With no hook installed this is a no-op.
+ */
+export type PublishStep = "copy" | "fsync" | "verify-staged" | "rename" | "cleanup";
+
+type FaultHook = (step: PublishStep, detail: string) => void;
+
+let hook: FaultHook | null = null;
+
+export function setFaultHook(next: FaultHook | null): void {
+  hook = next;
+}
+
+export function faultPoint(step: PublishStep, detail = ""): void {
+  hook?.(step, detail);
+}

@@ -1,0 +1,175 @@
+import { lstat, mkdir, rename } from "node:fs/promises";
+import { join } from "node:path";
+import { OatsError, asStepError, errnoCode } from "../../errors.js";
+import { FRAMINGS, digestListing, type ProgressListener, type TreeDigests } from "../digest/tree.js";
+import { walkTree, type TreeListing } from "../digest/walk.js";
+import type { ArtifactKind } from "../ids.js";
+import { TREE_LEGACY, type TreeFormat } from "../integrity.js";
+import { ensureStore, fsyncDirectory } from "./components.js";
+import { faultPoint } from "./faults.js";
+import { EXEC_REVISIONS_DIR, stagingName, storeRoot } from "./layout.js";
+import { withRevisionLock } from "./publish-lock.js";
+import { StagingWriter, removeTree } from "./staging-writer.js";
+
+/**
+ * Stage, verify, rename (CONTRACT.md section 5). The tree is copied into a
+ * dot-prefixed staging directory beside its destination while it is hashed;
+ * the digest is compared with what was expected; the staged copy is checked
+ * (provenance), made durable, read back and verified again; only then is it
+ * renamed into place, under a lock, and the parent fsync'd. A destination
+ * that already exists is verified and reused, never replaced or repaired.
+ * Any failure removes the staging directory; a crash leaves only staging,
+ * which no reader selects.
+ */
+
+export interface PublishPlan {
+  readonly scope: string;
+  readonly kind: ArtifactKind;
+  readonly key: string;
+  readonly listing: TreeListing;
+  /** The format whose digest names the revision directory. */
+  readonly nameFormat: TreeFormat;
+  /** Expected value of nameFormat, when the caller knows it. */
+  readonly expected?: string;
+  /** All formats to measure (nameFormat first). */
+  readonly formats: readonly TreeFormat[];
+  /** Checks on the staged copy before it becomes durable (provenance). */
+  readonly checkStaged?: (stagedDir: string) => void;
+  /** Checks on an existing revision before it is reported kept. */
+  readonly checkExisting?: (dir: string) => void;
+  readonly lockWaitMs: number;
+  readonly onProgress?: ProgressListener;
+}
+
+export interface PublishResult {
+  readonly dir: string;
+  readonly digests: TreeDigests;
+  readonly status: "retained" | "kept";
+}
+
+export function revisionParentSegments(key: string, format: TreeFormat): string[] {
+  return format === TREE_LEGACY ? [key] : [key, EXEC_REVISIONS_DIR];
+}
+
+function mismatch(plan: Pick<PublishPlan, "kind" | "key" | "nameFormat">, expected: string, actual: string, details: Record<string, unknown>): OatsError {
+  return new OatsError("integrity-mismatch", `${plan.kind} ${plan.key}: expected ${plan.nameFormat}:${expected}, found ${actual}`, {
+    kind: plan.kind,
+    key: plan.key,
+    format: plan.nameFormat,
+    expected,
+    actual,
+    ...details,
+  });
+}
+
+/** Verify a revision directory that already exists; refuse, never repair, a damaged one. */
+export async function verifyRevision(
+  plan: Pick<PublishPlan, "kind" | "key" | "nameFormat" | "formats" | "onProgress">,
+  dir: string,
+  expected: string,
+): Promise<TreeDigests> {
+  let stats;
+  try {
+    stats = await lstat(dir);
+  } catch (error) {
+    if (errnoCode(error) === "ENOENT") throw new OatsError("artifact-not-found", `${plan.kind} ${plan.key} has no retained revision ${plan.nameFormat}:${expected}`, { kind: plan.kind, key: plan.key, format: plan.nameFormat, expected, dir });
+    throw asStepError("verify", error, { dir });
+  }
+  if (!stats.isDirectory()) {
+    throw new OatsError("invalid-artifact", `retained revision is not a real directory (${stats.isSymbolicLink() ? "a symlink" : "a file"}): ${dir}`, { kind: plan.kind, key: plan.key, dir });
+  }
+  const digests = await digestListing(await walkTree(dir), plan.formats, plan.onProgress ? { onProgress: plan.onProgress } : {});
+  const actual = digests[plan.nameFormat]!;
+  if (actual !== expected) throw mismatch(plan, expected, actual, { dir, reason: "damaged-revision" });
+  return digests;
+}
+
+export async function publishTree(plan: PublishPlan): Promise<PublishResult> {
+  const segments = revisionParentSegments(plan.key, plan.nameFormat);
+  const parent = join(storeRoot(plan.scope, plan.kind), ...segments);
+  const destination = (value: string) => join(parent, `sha256-${value.slice("sha256-".length)}`);
+
+  if (plan.expected) {
+    const existing = await kept(plan, destination(plan.expected), plan.expected);
+    if (existing) return existing;
+  }
+
+  ensureStore(plan.scope, plan.kind, segments);
+  const staging = join(parent, stagingName());
+  await mkdir(staging, { mode: 0o700 });
+  const writer = new StagingWriter(staging, plan.listing);
+  try {
+    writer.prepareDirectories();
+    let copied: TreeDigests;
+    try {
+      copied = await digestListing(plan.listing, [plan.nameFormat], {
+        sink: writer,
+        sinkOrder: FRAMINGS[plan.nameFormat].order,
+        ...(plan.onProgress ? { onProgress: plan.onProgress } : {}),
+      });
+    } finally {
+      writer.abort();
+    }
+    const measured = copied[plan.nameFormat]!;
+    if (plan.expected && measured !== plan.expected) throw mismatch(plan, plan.expected, measured, { source: plan.listing.root.absolute, reason: "source-differs" });
+    plan.checkStaged?.(staging);
+    await writer.flush();
+
+    faultPoint("verify-staged", staging);
+    const staged = await digestListing(await walkTree(staging), plan.formats);
+    if (staged[plan.nameFormat] !== measured) {
+      throw mismatch(plan, measured, staged[plan.nameFormat]!, { step: "verify-staged", reason: "staged-copy-differs" });
+    }
+
+    const dir = destination(measured);
+    const outcome = await withRevisionLock(parent, `sha256-${measured.slice(7)}`, plan.lockWaitMs, async () => {
+      if (await exists(dir)) return "lost-race" as const;
+      try {
+        faultPoint("rename", dir);
+        await rename(staging, dir);
+        fsyncDirectory(parent);
+      } catch (error) {
+        throw asStepError("rename", error, { from: staging, to: dir });
+      }
+      return "renamed" as const;
+    });
+    if (outcome === "renamed") return { dir, digests: staged, status: "retained" };
+    await discardStaging(staging);
+    return (await kept(plan, dir, measured))!;
+  } catch (error) {
+    await discardStaging(staging, error);
+    throw error;
+  }
+}
+
+async function exists(path: string): Promise<boolean> {
+  try {
+    await lstat(path);
+    return true;
+  } catch (error) {
+    if (errnoCode(error) === "ENOENT") return false;
+    throw error;
+  }
+}
+
+async function kept(plan: PublishPlan, dir: string, expected: string): Promise<PublishResult | null> {
+  if (!(await exists(dir))) return null;
+  const digests = await verifyRevision(plan, dir, expected);
+  plan.checkExisting?.(dir);
+  return { dir, digests, status: "kept" };
+}
+
+/** Remove staging; if that fails too, say so on the error that caused it. */
+async function discardStaging(staging: string, cause?: unknown): Promise<void> {
+  try {
+    faultPoint("cleanup", staging);
+    await removeTree(staging);
+  } catch (cleanupError) {
+    const failure = asStepError("cleanup", cleanupError, { staging });
+    if (cause instanceof OatsError) {
+      (cause.details as Record<string, unknown>).cleanup = { staging, error: failure.message, remedy: "run `oats cleanup`" };
+      return;
+    }
+    if (cause === undefined) throw failure;
+  }
+}

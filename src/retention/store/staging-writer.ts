@@ -1,0 +1,187 @@
+import { execFile } from "node:child_process";
+import { chmodSync, closeSync, constants, fchmodSync, fsync, close, lstatSync, mkdirSync, openSync, symlinkSync, writeSync } from "node:fs";
+import { chmod, readdir, rm } from "node:fs/promises";
+import { join } from "node:path";
+import { asStepError, errnoCode } from "../../errors.js";
+import type { FileConsumer, FileInfo } from "../digest/file-reader.js";
+import type { FileEntry, SymlinkEntry, TreeListing } from "../digest/walk.js";
+import { faultPoint } from "./faults.js";
+import { fsyncDirectory } from "./components.js";
+
+/**
+ * Writes the leaves of a tree into a staging directory as they are read and
+ * hashed, so the bytes that were hashed are the bytes that were written.
+ * Files are created exclusively and never through a symlink; permission
+ * bits (mode & 0o777) and verbatim link text are kept; setuid, setgid and
+ * sticky bits are dropped. Directory modes are applied last, deepest first.
+ *
+ * Durability: up to PER_FILE_FSYNC_LIMIT files, each file and directory is
+ * fsync'd (in parallel, as they are written). Beyond that, one syncfs of the
+ * staging filesystem (`sync -f`, run without a shell) makes every file and
+ * directory durable at once; per-file fsync of 20,000 small files costs
+ * seconds of journal commits (docs/design/performance.md). If `sync -f` is
+ * unavailable, it falls back to fsync of every file and directory.
+ */
+
+export const PER_FILE_FSYNC_LIMIT = 512;
+const MAX_PENDING_FSYNCS = 32;
+const WRITE_FLAGS = constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL | constants.O_NOFOLLOW;
+
+const fsyncAndClose = (fd: number) =>
+  new Promise<void>((resolve, reject) =>
+    fsync(fd, (syncError) => close(fd, (closeError) => (syncError || closeError ? reject(syncError ?? closeError) : resolve()))),
+  );
+
+export class StagingWriter implements FileConsumer {
+  private fd: number | null = null;
+  private current = "";
+  private readonly pending = new Set<Promise<void>>();
+  private pendingError: unknown = null;
+  private readonly perFile: boolean;
+
+  constructor(
+    private readonly staging: string,
+    private readonly listing: TreeListing,
+  ) {
+    const files = listing.leaves.filter((leaf) => leaf.type === "file").length;
+    this.perFile = files <= PER_FILE_FSYNC_LIMIT;
+  }
+
+  /** Create the directory skeleton, parents first, writable until flush() applies the real modes. */
+  prepareDirectories(): void {
+    try {
+      for (const directory of [...this.listing.directories].reverse()) mkdirSync(join(this.staging, directory.path), { mode: 0o700 });
+    } catch (error) {
+      throw asStepError("copy", error, { path: this.current });
+    }
+  }
+
+  start(entry: FileEntry): void {
+    this.current = entry.path;
+    try {
+      faultPoint("copy", entry.path);
+      this.fd = openSync(join(this.staging, entry.path), WRITE_FLAGS, 0o600);
+    } catch (error) {
+      throw asStepError("copy", error, { path: entry.path });
+    }
+  }
+
+  chunk(data: Buffer): void {
+    try {
+      let written = 0;
+      while (written < data.length) written += writeSync(this.fd!, data, written, data.length - written);
+    } catch (error) {
+      throw asStepError("copy", error, { path: this.current });
+    }
+  }
+
+  end(_entry: FileEntry, info: FileInfo): void | Promise<void> {
+    const fd = this.fd!;
+    this.fd = null;
+    try {
+      fchmodSync(fd, info.mode & 0o777);
+    } catch (error) {
+      closeSync(fd);
+      throw asStepError("copy", error, { path: this.current });
+    }
+    if (!this.perFile) {
+      closeSync(fd);
+      return;
+    }
+    const path = this.current;
+    const done = fsyncAndClose(fd).then(
+      () => {
+        this.pending.delete(done);
+      },
+      (error) => {
+        this.pending.delete(done);
+        this.pendingError ??= asStepError("fsync", error, { path });
+      },
+    );
+    this.pending.add(done);
+    if (this.pending.size >= MAX_PENDING_FSYNCS) return Promise.race(this.pending);
+  }
+
+  symlink(entry: SymlinkEntry): void {
+    try {
+      faultPoint("copy", entry.path);
+      symlinkSync(entry.target, join(this.staging, entry.path));
+    } catch (error) {
+      throw asStepError("copy", error, { path: entry.path });
+    }
+  }
+
+  /** Close a file left open by a failed pass. */
+  abort(): void {
+    if (this.fd !== null) closeSync(this.fd);
+    this.fd = null;
+  }
+
+  /** Apply directory modes and make everything durable. */
+  async flush(): Promise<void> {
+    await Promise.all(this.pending);
+    if (this.pendingError) throw this.pendingError;
+    try {
+      for (const directory of this.listing.directories) {
+        chmodSync(join(this.staging, directory.path), lstatSync(directory.absolute).mode & 0o777);
+      }
+      chmodSync(this.staging, lstatSync(this.listing.root.absolute).mode & 0o777);
+    } catch (error) {
+      throw asStepError("copy", error, { path: "(directory modes)" });
+    }
+    try {
+      faultPoint("fsync", this.staging);
+      // Small trees: files were fsync'd as they were written; the directories remain.
+      if (this.perFile) this.fsyncDirectories();
+      else if (!(await syncFilesystem(this.staging))) await this.fsyncEverything();
+    } catch (error) {
+      throw asStepError("fsync", error);
+    }
+  }
+
+  private fsyncDirectories(): void {
+    for (const directory of this.listing.directories) fsyncDirectory(join(this.staging, directory.path));
+    fsyncDirectory(this.staging);
+  }
+
+  private async fsyncEverything(): Promise<void> {
+    const files = this.listing.leaves.filter((leaf) => leaf.type === "file").map((leaf) => join(this.staging, leaf.path));
+    let next = 0;
+    const worker = async () => {
+      while (next < files.length) await fsyncAndClose(openSync(files[next++]!, constants.O_RDONLY | constants.O_NOFOLLOW));
+    };
+    await Promise.all(Array.from({ length: 16 }, worker));
+    this.fsyncDirectories();
+  }
+}
+
+/** syncfs(2) through coreutils' `sync -f`; false when it is not available here. */
+function syncFilesystem(dir: string): Promise<boolean> {
+  if (process.platform !== "linux") return Promise.resolve(false);
+  return new Promise((resolve) => {
+    execFile("sync", ["-f", dir], { timeout: 120_000 }, (error) => resolve(!error));
+  });
+}
+
+/**
+ * Remove a staging tree, even one whose directories were made read-only to
+ * match their source: write permission is restored, never followed through
+ * a symlink, before removal.
+ */
+export async function removeTree(path: string): Promise<void> {
+  try {
+    await rm(path, { recursive: true, force: true });
+    return;
+  } catch (error) {
+    if (errnoCode(error) !== "EACCES" && errnoCode(error) !== "EPERM") throw error;
+  }
+  await restoreWrite(path);
+  await rm(path, { recursive: true, force: true });
+}
+
+async function restoreWrite(dir: string): Promise<void> {
+  await chmod(dir, 0o700);
+  for (const entry of await readdir(dir, { withFileTypes: true })) {
+    if (entry.isDirectory()) await restoreWrite(join(dir, entry.name));
+  }
+}

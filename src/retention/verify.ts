@@ -1,0 +1,50 @@
+import { OatsError } from "../errors.js";
+import type { ProgressListener } from "./digest/tree.js";
+import { assertIdentifier } from "./ids.js";
+import { TREE_EXEC, TREE_LEGACY, parseTreeIntegrity } from "./integrity.js";
+import { capabilityRows, parseLock } from "./oats-lock.js";
+import { checkProvenance, expectedProvenance } from "./provenance.js";
+import { receipt, type ArtifactReceipt } from "./receipt.js";
+import { inspectStore, resolveScope } from "./store/components.js";
+import { parseArtifactRef, retainedTreeDir } from "./store/layout.js";
+import { revisionParentSegments, verifyRevision } from "./store/publish.js";
+
+/**
+ * Verification reads the stored revision only. It consults no source, no
+ * network and no approval, and repairs nothing: a damaged revision is a
+ * refusal with the expected and actual digests.
+ */
+
+export interface VerifyOptions {
+  readonly onProgress?: ProgressListener;
+}
+
+/** Verify any retained tree named by `{kind, key, integrity}`. */
+export async function verifyTree(scope: string, ref: { kind?: unknown; key: unknown; integrity: unknown }, options: VerifyOptions = {}): Promise<ArtifactReceipt> {
+  const parsed = parseArtifactRef(ref);
+  const realScope = resolveScope(scope);
+  const segments = revisionParentSegments(parsed.key, parsed.integrity.format as typeof TREE_LEGACY | typeof TREE_EXEC);
+  const dir = retainedTreeDir(realScope, parsed);
+  if (!inspectStore(realScope, parsed.kind, segments).complete) {
+    throw new OatsError("artifact-not-found", `${parsed.kind} ${parsed.key} has no retained revision ${parsed.integrity.format}:${parsed.integrity.value}`, {
+      kind: parsed.kind,
+      key: parsed.key,
+      expected: parsed.integrity.value,
+      dir,
+    });
+  }
+  const nameFormat = parsed.integrity.format === TREE_LEGACY ? TREE_LEGACY : TREE_EXEC;
+  const formats = nameFormat === TREE_LEGACY ? [TREE_LEGACY, TREE_EXEC] as const : [TREE_EXEC] as const;
+  const digests = await verifyRevision({ kind: parsed.kind, key: parsed.key, nameFormat, formats, ...(options.onProgress ? { onProgress: options.onProgress } : {}) }, dir, parsed.integrity.value);
+  return receipt(parsed.kind, parsed.key, nameFormat, digests, dir, "verified");
+}
+
+/** Verify the capability revision a lock names, and its provenance against the lock's rows. */
+export async function verifyRetainedCapability(scope: string, capabilityId: string, lock: unknown, options: VerifyOptions = {}): Promise<ArtifactReceipt> {
+  const id = assertIdentifier(capabilityId, "capability id");
+  const rows = capabilityRows(parseLock(lock), id);
+  const integrity = parseTreeIntegrity(rows.capability.integrity, [TREE_LEGACY]);
+  const verified = await verifyTree(scope, { kind: "capability", key: id, integrity }, options);
+  checkProvenance(verified.dir, expectedProvenance(id, rows));
+  return verified;
+}

@@ -1,0 +1,81 @@
+import { execFileSync, spawnSync } from "node:child_process";
+import { createHash } from "node:crypto";
+import { cpSync, lstatSync, mkdtempSync, readFileSync, readdirSync, readlinkSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join, resolve } from "node:path";
+import { after } from "node:test";
+
+export const REPO = resolve(import.meta.dirname, "..");
+export const FIXTURE = join(REPO, "fixtures/packages/hello");
+export const FIXTURE_PAYLOAD = join(FIXTURE, "payload");
+export const FIXTURE_LOCK = join(FIXTURE, "oats-lock.json");
+export const VECTORS = resolve(REPO, "../shared/spec/vectors");
+
+const made: string[] = [];
+after(() => {
+  for (const dir of made) rmSync(dir, { recursive: true, force: true });
+});
+
+/** A fresh temporary directory, removed when the test file ends. */
+export function tempDir(prefix = "oats-test-"): string {
+  const dir = mkdtempSync(join(tmpdir(), prefix));
+  made.push(dir);
+  return dir;
+}
+
+/** A copy of the fixture capability's payload that a test may change. */
+export function fixtureCopy(): string {
+  const dir = join(tempDir("oats-src-"), "payload");
+  cpSync(FIXTURE_PAYLOAD, dir, { recursive: true, verbatimSymlinks: true });
+  return dir;
+}
+
+export function fixtureLock(): unknown {
+  return JSON.parse(readFileSync(FIXTURE_LOCK, "utf8"));
+}
+
+/**
+ * Every entry under `root` with its type, mode, size, content hash or link
+ * text: two equal snapshots mean the tree is byte-for-byte as it was.
+ */
+export function snapshotTree(root: string): string[] {
+  const rows: string[] = [];
+  const walk = (dir: string, rel: string): void => {
+    let names: string[];
+    try {
+      names = readdirSync(dir).sort();
+    } catch {
+      return;
+    }
+    for (const name of names) {
+      const path = join(dir, name);
+      const relPath = rel ? `${rel}/${name}` : name;
+      const stats = lstatSync(path);
+      const mode = (stats.mode & 0o7777).toString(8);
+      if (stats.isSymbolicLink()) rows.push(`L ${relPath} ${readlinkSync(path)}`);
+      else if (stats.isDirectory()) {
+        rows.push(`D ${relPath} ${mode}`);
+        walk(path, relPath);
+      } else if (stats.isFile()) rows.push(`F ${relPath} ${mode} ${createHash("sha256").update(readFileSync(path)).digest("hex")}`);
+      else rows.push(`? ${relPath}`);
+    }
+  };
+  walk(root, "");
+  return rows;
+}
+
+/** Run the built CLI (dist/) as a real child process. */
+export function runOats(args: string[], options: { cwd?: string; env?: NodeJS.ProcessEnv; input?: string } = {}) {
+  const result = spawnSync(process.execPath, [join(REPO, "dist/cli/bin.js"), ...args], {
+    cwd: options.cwd ?? REPO,
+    env: { ...process.env, ...options.env },
+    encoding: "utf8",
+    input: options.input ?? "",
+  });
+  return { status: result.status, stdout: result.stdout, stderr: result.stderr };
+}
+
+export function makeVectorTree(dir: string, exec = false): string {
+  execFileSync("sh", [join(VECTORS, "make-tree-t.sh"), dir, ...(exec ? ["exec"] : [])]);
+  return dir;
+}
