@@ -7,7 +7,7 @@ import type { ArtifactKind } from "../ids.js";
 import { TREE_LEGACY, type TreeFormat } from "../integrity.js";
 import { ensureStore, fsyncDirectory } from "./components.js";
 import { faultPoint } from "./faults.js";
-import { EXEC_REVISIONS_DIR, stagingName, storeRoot } from "./layout.js";
+import { EXEC_REVISIONS_DIR, assertContained, stagingName, storeRoot } from "./layout.js";
 import { withRevisionLock } from "./publish-lock.js";
 import { StagingWriter, removeTree } from "./staging-writer.js";
 
@@ -86,8 +86,9 @@ export async function verifyRevision(
 
 export async function publishTree(plan: PublishPlan): Promise<PublishResult> {
   const segments = revisionParentSegments(plan.key, plan.nameFormat);
-  const parent = join(storeRoot(plan.scope, plan.kind), ...segments);
-  const destination = (value: string) => join(parent, `sha256-${value.slice("sha256-".length)}`);
+  const root = storeRoot(plan.scope, plan.kind);
+  const parent = assertContained(root, join(root, ...segments), `artifact ${plan.key}`);
+  const destination = (value: string) => assertContained(root, join(parent, `sha256-${value.slice("sha256-".length)}`), `artifact ${plan.key}`);
 
   if (plan.expected) {
     const existing = await kept(plan, destination(plan.expected), plan.expected);
