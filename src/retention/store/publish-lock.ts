@@ -17,8 +17,10 @@ export async function withRevisionLock<T>(parent: string, revisionName: string, 
   const lockfilePath = join(parent, `${LOCK_PREFIX}${revisionName}`);
   let compromised: Error | null = null;
   let release: () => Promise<void>;
-  // Exponential backoff from 20 ms capped at 250 ms; enough retries to cover waitMs.
-  const retries = Math.max(1, Math.ceil(waitMs / 200));
+  // Exponential backoff from 20 ms capped at 250 ms. Every retry waits at least
+  // minTimeout (20 ms), so waitMs / 20 retries always outlast waitMs and
+  // maxRetryTime is what ends the wait.
+  const retries = Math.max(1, Math.ceil(waitMs / 20));
   try {
     release = await lockfile.lock(join(parent, revisionName), {
       realpath: false,

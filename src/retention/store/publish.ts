@@ -116,8 +116,13 @@ export async function publishTree(plan: PublishPlan): Promise<PublishResult> {
     plan.checkStaged?.(staging);
     await writer.flush();
 
-    faultPoint("verify-staged", staging);
-    const staged = await digestListing(await walkTree(staging), plan.formats);
+    let staged: TreeDigests;
+    try {
+      faultPoint("verify-staged", staging);
+      staged = await digestListing(await walkTree(staging), plan.formats);
+    } catch (error) {
+      throw asStepError("verify-staged", error, { staging });
+    }
     if (staged[plan.nameFormat] !== measured) {
       throw mismatch(plan, measured, staged[plan.nameFormat]!, { step: "verify-staged", reason: "staged-copy-differs" });
     }
