@@ -1,0 +1,96 @@
+// `npm start`: a short demo of oats on temporary scopes, driving the built CLI
+// (dist/cli/bin.js) as child processes, never through a shell. It retains the
+// fixture capability, verifies it, copies the retained revision into a second
+// scope, changes one byte there and shows the typed refusal. Exits 0 when
+// every step behaved as expected.
+import { spawnSync } from "node:child_process";
+import { chmodSync, cpSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { dirname, join, relative, resolve } from "node:path";
+import { fileURLToPath } from "node:url";
+
+const repo = resolve(dirname(fileURLToPath(import.meta.url)), "..");
+const bin = join(repo, "dist/cli/bin.js");
+const payload = "fixtures/packages/hello/payload";
+const lock = "fixtures/packages/hello/oats-lock.json";
+
+if (!existsSync(bin)) {
+  console.error("dist/cli/bin.js is missing: run `npm install` (or `npm run build`) first.");
+  process.exit(1);
+}
+
+const scopeA = mkdtempSync(join(tmpdir(), "oats-demo-a-"));
+const scopeB = mkdtempSync(join(tmpdir(), "oats-demo-b-"));
+const shown = (arg) => arg.replaceAll(scopeA, "$A").replaceAll(scopeB, "$B");
+const indent = (text) => text.trimEnd().split("\n").map((line) => `    ${line}`).join("\n");
+
+let failures = 0;
+function say(text) {
+  console.log(`\n${text}`);
+}
+
+function oats(args, expectStatus, check = () => true) {
+  console.log(`\n  $ oats ${args.map(shown).join(" ")}`);
+  const run = spawnSync(process.execPath, [bin, ...args], { cwd: repo, encoding: "utf8" });
+  if (run.stdout) console.log(indent(shown(run.stdout)));
+  if (run.stderr) console.log(indent(shown(run.stderr)).replace(/^ {4}/gm, "    (stderr) "));
+  console.log(`    (exit ${run.status})`);
+  if (run.status !== expectStatus || !check(run)) {
+    failures += 1;
+    console.log(`  !! expected exit ${expectStatus}${run.status === expectStatus ? " and a different output" : ""}`);
+  }
+  return run;
+}
+
+try {
+  console.log("oats demo: retain a capability, verify it, and watch a tampered copy be refused.");
+  console.log(`  scope A = ${scopeA}`);
+  console.log(`  scope B = ${scopeB}`);
+
+  say("1. Retain the fixture capability 'demo.hello' into scope A. The lock row names its\n   oats.tree-legacy.v0 integrity; oats copies the tree into staging, hashes it while\n   copying, checks it against the lock and its .oats-installation.json provenance,\n   re-verifies the copy and only then renames it into place under its full digest.");
+  oats(["--scope", scopeA, "retain", payload, "--id", "demo.hello", "--lock", lock], 0, (run) => run.stdout.startsWith("retained capability demo.hello"));
+
+  say("2. Verify it: oats re-reads the stored revision (not the source, not the network)\n   and compares the digest with the lock's integrity.");
+  oats(["--scope", scopeA, "verify", "demo.hello", "--lock", lock], 0, (run) => run.stdout.startsWith("verified capability demo.hello"));
+
+  say("3. Where does it live? `oats path` only computes the path; it does not verify.");
+  const integrity = JSON.parse(readFileSync(join(repo, lock), "utf8")).capabilities["demo.hello"].integrity;
+  const pathRun = oats(["--scope", scopeA, "path", "demo.hello", integrity], 0);
+  const revisionA = pathRun.stdout.trim();
+
+  say("4. Copy that revision into scope B at the same path, then change one byte of one\n   file in the copy (what a package update, a stray editor or a bad disk would do).");
+  const revisionB = join(scopeB, relative(scopeA, revisionA));
+  mkdirSync(dirname(revisionB), { recursive: true });
+  cpSync(revisionA, revisionB, { recursive: true, verbatimSymlinks: true, preserveTimestamps: true });
+  const victim = join(revisionB, "oats.json");
+  const bytes = readFileSync(victim);
+  bytes[0] ^= 0x01;
+  chmodSync(victim, statSync(victim).mode | 0o200);
+  writeFileSync(victim, bytes);
+  console.log(`    flipped one bit of the first byte of ${shown(victim)}`);
+
+  say("5. Verify the tampered copy. oats refuses with a typed error: code integrity-mismatch,\n   exit 5, naming the expected and actual digests. It repairs nothing.");
+  oats(["--scope", scopeB, "verify", "demo.hello", "--lock", lock], 5, (run) => run.stderr.startsWith("oats: integrity-mismatch: "));
+
+  say("6. The same refusal for programs: --json prints exactly one envelope line on stdout.");
+  oats(["--scope", scopeB, "--json", "verify", "demo.hello", "--lock", lock], 5, (run) => {
+    const lines = run.stdout.trim().split("\n");
+    const envelope = lines.length === 1 ? JSON.parse(lines[0]) : {};
+    return envelope.ok === false && envelope.error?.code === "integrity-mismatch" && envelope.error?.kind === "mismatch";
+  });
+
+  say("7. Scope A is untouched and still verifies.");
+  oats(["--scope", scopeA, "verify", "demo.hello", "--lock", lock], 0);
+} catch (error) {
+  failures += 1;
+  console.error(`demo failed: ${error instanceof Error ? error.message : String(error)}`);
+} finally {
+  rmSync(scopeA, { recursive: true, force: true });
+  rmSync(scopeB, { recursive: true, force: true });
+}
+
+if (failures) {
+  console.log(`\n${failures} step(s) did not behave as expected.`);
+  process.exit(1);
+}
+console.log("\nEverything behaved as expected: the retained copy verifies, the tampered one is refused (exit 5).");

@@ -1,0 +1,47 @@
+#!/usr/bin/env node
+/**
+ * The `oats` entry point. It stays tiny so a cold `oats --version` costs
+ * about as much as starting node: a lone `--version`/`-V` (with or without
+ * `--json`) is answered from package.json without loading commander, zod or
+ * the library. Everything else loads ./main.js.
+ *
+ * In JSON mode stdout carries exactly one envelope line. `--json` is detected
+ * here, before any module is loaded, and stdout is pointed at stderr for
+ * everyone but the envelope writer, so nothing a module prints while loading
+ * or running (a stray console.log, a warning) can corrupt it.
+ */
+import { packageVersion } from "./version.js";
+
+const argv = process.argv.slice(2);
+const terminator = argv.indexOf("--");
+const optionArgs = terminator === -1 ? argv : argv.slice(0, terminator);
+const json = optionArgs.includes("--json");
+const rest = argv.filter((arg) => arg !== "--json");
+const writeOut: (text: string) => void = process.stdout.write.bind(process.stdout);
+
+function internalFailure(error: unknown): number {
+  const message = error instanceof Error ? error.message : String(error);
+  if (json) {
+    writeOut(`${JSON.stringify({ schemaVersion: 1, ok: false, command: null, error: { code: "internal-error", kind: "internal", message, details: {} } })}\n`);
+  } else {
+    process.stderr.write(`oats: internal-error: ${message}\nthis is a bug in oats or its installation; reinstall it, and report the message above if it persists.\n`);
+  }
+  return 1;
+}
+
+if (rest.length === 1 && (rest[0] === "--version" || rest[0] === "-V")) {
+  try {
+    const version = packageVersion();
+    writeOut(json ? `${JSON.stringify({ schemaVersion: 1, ok: true, command: "version", result: { version } })}\n` : `${version}\n`);
+  } catch (error) {
+    process.exitCode = internalFailure(error);
+  }
+} else {
+  if (json) process.stdout.write = process.stderr.write.bind(process.stderr) as typeof process.stdout.write;
+  try {
+    const { main } = await import("./main.js");
+    process.exitCode = await main(argv, { json, writeOut });
+  } catch (error) {
+    process.exitCode = internalFailure(error);
+  }
+}

@@ -1,0 +1,47 @@
+import { Option } from "commander";
+import type { ArtifactReceipt } from "../../retention/index.js";
+import { KIND_CHOICES } from "../constants.js";
+import type { CommandOutcome } from "../context.js";
+import { integrityText } from "../render.js";
+
+export function kindOption(what: string): Option {
+  return new Option("--kind <kind>", what).choices(KIND_CHOICES).default("capability");
+}
+
+/** The library, loaded only when a command runs (help and parse errors never need it). */
+export function loadLibrary() {
+  return import("../../retention/index.js");
+}
+
+export type Library = Awaited<ReturnType<typeof loadLibrary>>;
+
+/**
+ * The store key for an id. A source is keyed by the 64 hex of its qualified
+ * identity's oats.json.v1 digest; a qualified identity (anything with a ':',
+ * e.g. `git:https://host/org/repo#souls/a`) is converted, a 64-hex key is
+ * used as given. Other kinds use the id itself.
+ */
+export function artifactKey(library: Library, kind: string, id: string): { key: string; identity?: string } {
+  if (kind === "source" && id.includes(":")) return { key: library.sourceIdentityKey(id), identity: id };
+  return { key: id };
+}
+
+const STATUS_WORDS: Record<ArtifactReceipt["status"], string> = {
+  retained: "retained",
+  kept: "kept (already retained; verified)",
+  verified: "verified",
+};
+
+export function receiptOutcome(receipt: ArtifactReceipt, identity?: string): CommandOutcome {
+  const result = identity === undefined ? receipt : { ...receipt, identity };
+  const lines = [
+    `${STATUS_WORDS[receipt.status]} ${receipt.kind} ${receipt.key}`,
+    ...(identity === undefined ? [] : [`  identity  ${identity}`]),
+    `  integrity ${integrityText(receipt.integrity)}`,
+    ...(receipt.execIntegrity.value === receipt.integrity.value && receipt.execIntegrity.format === receipt.integrity.format
+      ? []
+      : [`  exec      ${integrityText(receipt.execIntegrity)}`]),
+    `  dir       ${receipt.dir}`,
+  ];
+  return { result, lines, quietLines: [integrityText(receipt.integrity)] };
+}

@@ -1,0 +1,30 @@
+import type { Command } from "commander";
+import type { OatsError } from "../errors.js";
+import type { Progress } from "./progress.js";
+
+/** What every command gets: the scope and output mode, decided once by main. */
+export interface CliContext {
+  readonly scope: string;
+  readonly json: boolean;
+  readonly quiet: boolean;
+  /** A progress line for long work (a silent one unless stderr is a TTY and neither --json nor --quiet). */
+  progress(label: string): Progress;
+}
+
+/** What a command hands back to be rendered: the JSON result and its human lines. */
+export interface CommandOutcome {
+  readonly result: unknown;
+  /** stdout lines in human mode. */
+  readonly lines: readonly string[];
+  /** stdout lines under --quiet (none unless given). */
+  readonly quietLines?: readonly string[];
+  /** A refusal to report after the result lines (fsck finding damage). */
+  readonly failure?: OatsError;
+}
+
+export interface CommandSpec {
+  readonly name: string;
+  /** Declare arguments and options on the (already named) subcommand. */
+  define(command: Command): void;
+  run(context: CliContext, operands: readonly string[], options: Record<string, unknown>): Promise<CommandOutcome>;
+}

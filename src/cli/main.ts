@@ -1,0 +1,131 @@
+import { Command, CommanderError } from "commander";
+import { resolve } from "node:path";
+import type { OatsError } from "../errors.js";
+import { cleanup } from "./commands/cleanup.js";
+import { digest } from "./commands/digest.js";
+import { fsck } from "./commands/fsck.js";
+import { ls } from "./commands/ls.js";
+import { path } from "./commands/path.js";
+import { retain } from "./commands/retain.js";
+import { verify } from "./commands/verify.js";
+import type { CliContext, CommandOutcome, CommandSpec } from "./context.js";
+import { asOatsError, failureEnvelope, successEnvelope, usageError } from "./envelope.js";
+import { createProgress, progressEnabled } from "./progress.js";
+import { humanError } from "./render.js";
+import { packageVersion } from "./version.js";
+
+/**
+ * The CLI program: parse with commander, call the library, render. Commander
+ * never writes or exits on its own here (exitOverride + configureOutput): its
+ * help, version and parse errors are captured and rendered like every other
+ * result, so in --json mode even `oats --json --bogus` is one envelope line.
+ */
+
+const COMMANDS: readonly CommandSpec[] = [retain, verify, path, digest, ls, fsck, cleanup];
+
+export interface MainIo {
+  /** --json was on the command line (detected by bin.ts before anything was loaded). */
+  readonly json: boolean;
+  /** The real stdout: in JSON mode the only writer allowed on it. */
+  readonly writeOut: (text: string) => void;
+  readonly writeErr?: (text: string) => void;
+  readonly env?: NodeJS.ProcessEnv;
+}
+
+/** Options of the program itself that take a value, so their value is not mistaken for the command. */
+const GLOBAL_VALUE_OPTIONS = new Set(["--scope"]);
+
+/** The subcommand the arguments name, if any (for the envelope's `command` when parsing failed). */
+export function commandNamed(argv: readonly string[]): string | null {
+  for (let index = 0; index < argv.length; index += 1) {
+    const arg = argv[index]!;
+    if (arg === "--") return null;
+    if (GLOBAL_VALUE_OPTIONS.has(arg)) {
+      index += 1;
+      continue;
+    }
+    if (arg.startsWith("-")) continue;
+    return COMMANDS.some((spec) => spec.name === arg) ? arg : null;
+  }
+  return null;
+}
+
+const SUCCESSFUL_EXITS = new Set(["commander.helpDisplayed", "commander.help", "commander.version"]);
+
+export async function main(argv: readonly string[], io: MainIo): Promise<number> {
+  const { json, writeOut } = io;
+  const writeErr = io.writeErr ?? ((text: string) => void process.stderr.write(text));
+  const env = io.env ?? process.env;
+  let captured = "";
+  let outcome: CommandOutcome | undefined;
+  let ran: string | null = null;
+  let quiet = false;
+
+  const program = new Command("oats")
+    .description("content-addressed artifact retention: keep verified, immutable copies of what an agent will run")
+    .version(packageVersion(), "-V, --version", "print the version")
+    .option("--scope <dir>", "deployment directory holding .agents/ (default: $OATS_SCOPE, else the working directory)")
+    .option("--json", "print exactly one JSON envelope line on stdout")
+    .option("--quiet", "no progress and only the essential result line")
+    .exitOverride()
+    .configureOutput({
+      writeOut: (text) => void (captured += text),
+      writeErr: (text) => void (captured += text),
+      outputError: () => {},
+    })
+    .showSuggestionAfterError(true);
+
+  for (const spec of COMMANDS) {
+    const command = program.command(spec.name);
+    spec.define(command);
+    command.action(async (...args: unknown[]) => {
+      const self = args[args.length - 1] as Command;
+      const globals = self.optsWithGlobals<{ scope?: string; quiet?: boolean }>();
+      ran = spec.name;
+      quiet = globals.quiet === true;
+      const context: CliContext = {
+        scope: resolve(globals.scope ?? (env["OATS_SCOPE"] || process.cwd())),
+        json,
+        quiet,
+        progress: (label) => createProgress(label, progressEnabled({ json, quiet })),
+      };
+      outcome = await spec.run(context, self.processedArgs as string[], self.opts());
+    });
+  }
+
+  const fail = (error: OatsError, name: string | null): number => {
+    if (json) writeOut(`${failureEnvelope(name, error.toJSON())}\n`);
+    else writeErr(humanError(error, name));
+    return error.exitCode;
+  };
+
+  try {
+    await program.parseAsync([...argv], { from: "user" });
+  } catch (error) {
+    const name = ran ?? commandNamed(argv);
+    if (!(error instanceof CommanderError)) return fail(asOatsError(error), name);
+    if (SUCCESSFUL_EXITS.has(error.code) && error.exitCode === 0) {
+      if (json) {
+        const result = error.code === "commander.version" ? { version: packageVersion() } : { help: captured };
+        writeOut(`${successEnvelope(name ?? (error.code === "commander.version" ? "version" : "help"), result)}\n`);
+      } else {
+        writeOut(captured);
+      }
+      return 0;
+    }
+    const message = error.code === "commander.help" ? "a command is required" : error.message.replace(/^error:\s*/, "");
+    return fail(usageError(message, { reason: error.code }), name);
+  }
+
+  const name = ran ?? commandNamed(argv);
+  if (!outcome) return fail(usageError("a command is required"), name);
+  const done: CommandOutcome = outcome;
+  if (json) {
+    if (done.failure) return fail(done.failure, name);
+    writeOut(`${successEnvelope(name, done.result)}\n`);
+    return 0;
+  }
+  const lines = quiet ? (done.quietLines ?? []) : done.lines;
+  if (lines.length) writeOut(`${lines.join("\n")}\n`);
+  return done.failure ? fail(done.failure, name) : 0;
+}

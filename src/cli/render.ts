@@ -1,0 +1,69 @@
+import type { OatsError } from "../errors.js";
+
+/** Human-mode rendering: short result lines on stdout, `oats: <code>: <message>` and one remedy line on stderr. */
+
+export interface IntegrityLike {
+  readonly format: string;
+  readonly value: string;
+}
+
+export function integrityText(integrity: IntegrityLike): string {
+  return `${integrity.format}:${integrity.value}`;
+}
+
+const REMEDIES: Record<string, string> = {
+  "artifact-not-found":
+    "nothing is retained under that id and integrity in this scope; check --scope, --kind and the integrity, or retain the artifact first.",
+  "resolution-not-found": "no such resolution record in this scope; check --scope and the id.",
+  "blob-not-found": "no such pinned blob in this scope; check --scope and the digest.",
+  "job-not-found": "no such queued job in this scope; check --scope and the job id.",
+  "invalid-artifact-reference":
+    "ids match ^[a-z0-9][a-z0-9._-]*$ (at most 214 characters), source keys are 64 lowercase hex, and integrities are full F:sha256-<64 lowercase hex>; correct the argument and retry.",
+  "invalid-artifact-store":
+    "a store directory under <scope>/.agents is missing, not a directory, a symlink, or has a foreign .gitignore; inspect it by hand, oats will not write through it.",
+  "invalid-artifact": "the path named above is not a tree oats can retain or verify; inspect it by hand.",
+  "artifact-not-contained": "a computed path would leave its store; use a plain identifier.",
+  "invalid-lock": "fix the lock file (oats lock v2: lockfileVersion 2, packages, capabilities) or point --lock at the lock the capability was installed from.",
+  "invalid-resolution": "the resolution record is malformed or not canonical; it was not used.",
+  "invalid-input":
+    "check the source: it must be an existing real directory outside the store, with only relative symlinks that stay inside it, and no special files.",
+  "integrity-mismatch":
+    "the stored revision is damaged or the expected digest is wrong; it was not repaired. Re-retain from a trusted source into a fresh scope or remove the revision by hand after inspecting it.",
+  "provenance-mismatch":
+    "the tree's .oats-installation.json does not match the lock's rows; reinstall the capability from its locked source, or use the lock it was installed from.",
+  busy: "another oats process holds the store lock; wait for it to finish and retry.",
+  "internal-error": "an unexpected failure; nothing was published. Retry, and report the message above if it persists.",
+};
+
+const REFUSED =
+  "the request was refused by policy; the details say what is required before it can proceed.";
+
+/** One line telling the user what to do about a refusal. */
+export function remedy(error: Pick<OatsError, "code" | "kind" | "details">, command: string | null): string {
+  if (error.code === "usage") return command ? `run \`oats ${command} --help\` for its usage.` : "run `oats --help` for the commands and options.";
+  if (error.code === "integrity-mismatch") {
+    const reason = error.details["reason"];
+    if (reason === "source-differs") {
+      return "the source tree is not the one the lock or --expect names; nothing was retained. Check the integrity, or re-materialize the source from a trusted origin.";
+    }
+    if (reason === "staged-copy-differs") {
+      return "the staged copy changed after it was written; nothing was published. Check the disk and retry.";
+    }
+  }
+  if (error.code === "artifact-not-found" && error.details["key"] === undefined && error.details["path"] !== undefined) {
+    return "the directory named above does not exist; check the path.";
+  }
+  if (error.code === "invalid-artifact-store" && error.details["scope"] !== undefined) {
+    return "pass --scope (or set OATS_SCOPE to) an existing deployment directory; oats never creates the scope itself.";
+  }
+  if (error.details["reason"] === "changed-while-reading") {
+    return "a file changed while it was read; nothing was hashed half-old. Retry once nothing is writing to the tree.";
+  }
+  return REMEDIES[error.code] ?? (error.kind === "refused" ? REFUSED : REMEDIES["internal-error"]!);
+}
+
+/** The two stderr lines of a human-mode error. */
+export function humanError(error: Pick<OatsError, "code" | "kind" | "message" | "details">, command: string | null): string {
+  const message = error.message.replace(/\s*\n\s*/g, " ").trim();
+  return `oats: ${error.code}: ${message}\n${remedy(error, command)}\n`;
+}
