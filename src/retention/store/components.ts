@@ -1,4 +1,4 @@
-import { closeSync, fsyncSync, linkSync, lstatSync, mkdirSync, openSync, readFileSync, realpathSync, unlinkSync, writeSync, constants } from "node:fs";
+import { closeSync, fsyncSync, linkSync, lstatSync, mkdirSync, openSync, readFileSync, readdirSync, realpathSync, rmdirSync, unlinkSync, writeSync, constants } from "node:fs";
 import { join, resolve } from "node:path";
 import { OatsError, errnoCode } from "../../errors.js";
 import type { ArtifactKind } from "../ids.js";
@@ -74,15 +74,19 @@ export function inspectStore(scope: string, kind: ArtifactKind, extra: readonly 
   return { root, complete: true };
 }
 
-function ensureDirectory(path: string): void {
-  if (componentState(path) === "directory") return;
+/** Create a directory unless it exists; true when this call created it. */
+function ensureDirectory(path: string): boolean {
+  if (componentState(path) === "directory") return false;
+  let created = true;
   try {
     mkdirSync(path, { mode: 0o755 });
   } catch (error) {
     if (errnoCode(error) !== "EEXIST") throw error;
+    created = false;
   }
   // A concurrent creator may have won, or swapped in something else: look again.
   componentState(path);
+  return created;
 }
 
 /**
@@ -90,7 +94,7 @@ function ensureDirectory(path: string): void {
  * then link() it into place, which never replaces. Readers therefore see no
  * file or the whole file, never a half-written one, and no lock is needed.
  */
-function ensureGitignore(root: string): void {
+export function ensureGitignore(root: string): void {
   if (checkGitignore(root) === "ok") return;
   const staged = join(root, `${stagingName()}.gitignore`);
   const fd = openSync(staged, constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL | constants.O_NOFOLLOW, 0o644);
@@ -120,18 +124,51 @@ export function fsyncDirectory(path: string): void {
   }
 }
 
-/** Create the store down to `<store>/<extra...>`: the .gitignore comes before any payload directory. */
-export function ensureStore(scope: string, kind: ArtifactKind, extra: readonly string[] = []): string {
+/**
+ * Create the store down to `<store>/<extra...>`; the .gitignore comes before
+ * any payload directory. Returns the directories this call created, parents
+ * first, so a publication that fails can take back exactly what it added.
+ */
+export function ensureStore(scope: string, kind: ArtifactKind, extra: readonly string[] = []): string[] {
+  const created: string[] = [];
   let path = scope;
   for (const component of storeComponents(kind)) {
     path = join(path, component);
-    ensureDirectory(path);
+    if (ensureDirectory(path)) created.push(path);
   }
-  const root = path;
-  ensureGitignore(root);
+  ensureGitignore(path);
   for (const component of extra) {
     path = join(path, component);
-    ensureDirectory(path);
+    if (ensureDirectory(path)) created.push(path);
   }
-  return root;
+  return created;
+}
+
+/**
+ * Take back the directories a failed publication created, deepest first,
+ * stopping at the first that is no longer empty (another publisher is using
+ * it). A store root goes only when its managed .gitignore is all it holds; if
+ * a concurrent publisher slips a key in after the .gitignore was removed, the
+ * .gitignore is put back before we stop.
+ */
+export function removeCreatedStore(created: readonly string[], storeRootPath: string): void {
+  for (const dir of [...created].reverse()) {
+    try {
+      if (dir === storeRootPath) {
+        const names = readdirSync(dir);
+        if (names.length !== 1 || names[0] !== ".gitignore") return;
+        unlinkSync(join(dir, ".gitignore"));
+        try {
+          rmdirSync(dir);
+        } catch (error) {
+          ensureGitignore(dir);
+          throw error;
+        }
+      } else {
+        rmdirSync(dir);
+      }
+    } catch {
+      return;
+    }
+  }
 }

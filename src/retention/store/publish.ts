@@ -5,7 +5,7 @@ import { FRAMINGS, digestListing, type ProgressListener, type TreeDigests } from
 import { walkTree, type TreeListing } from "../digest/walk.js";
 import type { ArtifactKind } from "../ids.js";
 import { TREE_LEGACY, type TreeFormat } from "../integrity.js";
-import { ensureStore, fsyncDirectory } from "./components.js";
+import { ensureStore, fsyncDirectory, removeCreatedStore } from "./components.js";
 import { faultPoint } from "./faults.js";
 import { EXEC_REVISIONS_DIR, assertContained, stagingName, storeRoot } from "./layout.js";
 import { withRevisionLock } from "./publish-lock.js";
@@ -95,9 +95,7 @@ export async function publishTree(plan: PublishPlan): Promise<PublishResult> {
     if (existing) return existing;
   }
 
-  ensureStore(plan.scope, plan.kind, segments);
-  const staging = join(parent, stagingName());
-  await mkdir(staging, { mode: 0o700 });
+  const { created, staging } = await createStaging(plan, parent, segments);
   const writer = new StagingWriter(staging, plan.listing);
   try {
     writer.prepareDirectories();
@@ -144,7 +142,27 @@ export async function publishTree(plan: PublishPlan): Promise<PublishResult> {
     return (await kept(plan, dir, measured))!;
   } catch (error) {
     await discardStaging(staging, error);
+    removeCreatedStore(created, root);
     throw error;
+  }
+}
+
+/**
+ * Create the store directories and a staging directory in them. A concurrent
+ * failed publication may take back an empty directory between the two steps
+ * (removeCreatedStore); then the parent is simply made again.
+ */
+async function createStaging(plan: PublishPlan, parent: string, segments: string[]): Promise<{ created: string[]; staging: string }> {
+  const created: string[] = [];
+  for (let attempt = 1; ; attempt++) {
+    created.push(...ensureStore(plan.scope, plan.kind, segments));
+    const staging = join(parent, stagingName());
+    try {
+      await mkdir(staging, { mode: 0o700 });
+      return { created, staging };
+    } catch (error) {
+      if (errnoCode(error) !== "ENOENT" || attempt >= 5) throw asStepError("copy", error, { staging });
+    }
   }
 }
 
