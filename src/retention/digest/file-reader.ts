@@ -95,7 +95,7 @@ function difference(a: Stats, b: Stats): string | null {
 }
 
 function headLength(stats: Stats): number {
-  return stats.size <= SMALL_FILE_SIZE ? stats.size : CHUNK_SIZE;
+  return stats.size <= SMALL_FILE_SIZE ? stats.size : Math.min(stats.size, CHUNK_SIZE);
 }
 
 function checkUnchanged(file: OpenedFile, after: Stats): void {

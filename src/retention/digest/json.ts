@@ -50,7 +50,8 @@ function encode(value: unknown, path: string, ancestors: Set<object>): string {
   ancestors.add(object);
   let out: string;
   if (Array.isArray(object)) {
-    out = `[${object.map((item, index) => encode(item, `${path}/${index}`, ancestors)).join(",")}]`;
+    // Array.from visits holes as undefined, so a sparse array is refused rather than written `[1,,3]`.
+    out = `[${Array.from(object, (item, index) => encode(item, `${path}/${index}`, ancestors)).join(",")}]`;
   } else {
     if (!isPlainObject(object)) refuse("not a plain object", path);
     const keys = Object.keys(object).sort((a, b) => Buffer.compare(Buffer.from(a), Buffer.from(b)));
