@@ -808,15 +808,11 @@ describe("integrity-mismatch between the lock and the tree", () => {
     await refusedUnchanged(scope, () => retainTree(scope, { kind: "capture", key: "other", source: modes, expect: `${TREE_EXEC}:${expect}` }), "integrity-mismatch", details);
   });
 
-  test("a lock naming a revision already retained keeps it without reading the source", async () => {
+  test("a lock naming a revision already retained still refuses a source that differs from it", async () => {
     const { scope, legacy } = await populatedScope();
     const tampered = fixtureCopy();
     writeFileSync(join(tampered, "skills/greeting.md"), "tampered\n");
-    const before = snapshotTree(scope);
-    const receipt = await retainCapabilityArtifact(scope, tampered, ID, lock());
-    assert.equal(receipt.status, "kept");
-    assert.equal(receipt.dir, legacy.dir);
-    assert.deepEqual(snapshotTree(scope), before);
+    await refusedUnchanged(scope, () => retainCapabilityArtifact(scope, tampered, ID, lock()), "integrity-mismatch", { expected: legacy.integrity.value, reason: "source-differs" });
   });
 });
 

@@ -90,9 +90,13 @@ export async function publishTree(plan: PublishPlan): Promise<PublishResult> {
   const parent = assertContained(root, join(root, ...segments), `artifact ${plan.key}`);
   const destination = (value: string) => assertContained(root, join(parent, `sha256-${value.slice("sha256-".length)}`), `artifact ${plan.key}`);
 
-  if (plan.expected) {
-    const existing = await kept(plan, destination(plan.expected), plan.expected);
-    if (existing) return existing;
+  if (plan.expected && (await exists(destination(plan.expected)))) {
+    // The revision is already here, but the request was to retain *this*
+    // source: a source that drifted from what it claims is still refused,
+    // so "kept" never vouches for a tree that was not read.
+    const measured = (await digestListing(plan.listing, [plan.nameFormat], plan.onProgress ? { onProgress: plan.onProgress } : {}))[plan.nameFormat]!;
+    if (measured !== plan.expected) throw mismatch(plan, plan.expected, measured, { source: plan.listing.root.absolute, reason: "source-differs" });
+    return (await kept(plan, destination(plan.expected), plan.expected))!;
   }
 
   const { created, staging } = await createStaging(plan, parent, segments);
