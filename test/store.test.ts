@@ -83,7 +83,8 @@ test("a capability is retained at .agents/capabilities/artifacts/<id>/sha256-<he
   assert.ok(lstatSync(receipt.dir).isDirectory());
   assert.equal(readFileSync(join(root, ".gitignore"), "utf8"), "*\n");
   assert.deepEqual(readdirSync(root).sort(), [".gitignore", CAPABILITY]);
-  assert.deepEqual(readdirSync(join(root, CAPABILITY)), [LOCK_INTEGRITY]);
+  // The revision and its diagnostic manifest (never selectable: dot-prefixed).
+  assert.deepEqual(readdirSync(join(root, CAPABILITY)).sort(), [`.manifest-${LOCK_INTEGRITY}.json`, LOCK_INTEGRITY]);
   // Nothing else is created in the scope.
   assert.deepEqual(readdirSync(scope), [".agents"]);
   assert.deepEqual(readdirSync(join(scope, ".agents")), ["capabilities"]);
@@ -107,7 +108,7 @@ test("tree-exec revisions live at <kind dir>/artifacts/<key>/tree-exec-v1/sha256
     assert.equal(readFileSync(join(root, ".gitignore"), "utf8"), "*\n");
     assert.deepEqual(readdirSync(root).sort(), [".gitignore", key]);
     assert.deepEqual(readdirSync(join(root, key)), ["tree-exec-v1"]);
-    assert.deepEqual(readdirSync(join(root, key, "tree-exec-v1")), [value]);
+    assert.deepEqual(readdirSync(join(root, key, "tree-exec-v1")).sort(), [`.manifest-${value}.json`, value]);
   }
   assert.deepEqual(readdirSync(join(scope, ".agents")).sort(), ["capabilities", "captures", "sources"]);
 });

@@ -5,6 +5,7 @@ import { ARTIFACT_KINDS, IDENTIFIER_PATTERN, SOURCE_KEY_PATTERN, type ArtifactKi
 import { TREE_EXEC, TREE_LEGACY, type Integrity } from "./integrity.js";
 import { inspectStore, resolveScope } from "./store/components.js";
 import { EXEC_REVISIONS_DIR, STAGING_PREFIX, hostTag, parseStagingName, storeRoot } from "./store/layout.js";
+import { isManifestName } from "./store/manifest.js";
 import { removeTree } from "./store/staging-writer.js";
 import { verifyTree } from "./verify.js";
 
@@ -45,7 +46,7 @@ function scanRevisions(parent: string, kind: ArtifactKind, key: string, format: 
     const path = join(parent, name);
     if (name.startsWith(STAGING_PREFIX)) {
       if (!name.endsWith(".lock")) out.staging.push(path);
-    } else if (name.startsWith(".lock-")) {
+    } else if (name.startsWith(".lock-") || isManifestName(name)) {
       continue;
     } else if (allowExecDir && name === EXEC_REVISIONS_DIR && isRealDirectory(path)) {
       scanRevisions(path, kind, key, TREE_EXEC, out, false);

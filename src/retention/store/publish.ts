@@ -7,6 +7,7 @@ import type { ArtifactKind } from "../ids.js";
 import { TREE_LEGACY, type TreeFormat } from "../integrity.js";
 import { ensureStore, fsyncDirectory, removeCreatedStore } from "./components.js";
 import { faultPoint } from "./faults.js";
+import { ManifestBuilder, firstDifference, writeManifest } from "./manifest.js";
 import { EXEC_REVISIONS_DIR, assertContained, stagingName, storeRoot } from "./layout.js";
 import { withRevisionLock } from "./publish-lock.js";
 import { StagingWriter, removeTree } from "./staging-writer.js";
@@ -51,8 +52,8 @@ export function revisionParentSegments(key: string, format: TreeFormat): string[
   return format === TREE_LEGACY ? [key] : [key, EXEC_REVISIONS_DIR];
 }
 
-function mismatch(plan: Pick<PublishPlan, "kind" | "key" | "nameFormat">, expected: string, actual: string, details: Record<string, unknown>): OatsError {
-  return new OatsError("integrity-mismatch", `${plan.kind} ${plan.key}: expected ${plan.nameFormat}:${expected}, found ${actual}`, {
+function mismatch(plan: Pick<PublishPlan, "kind" | "key" | "nameFormat">, expected: string, actual: string, details: Record<string, unknown>, note = ""): OatsError {
+  return new OatsError("integrity-mismatch", `${plan.kind} ${plan.key}: expected ${plan.nameFormat}:${expected}, found ${plan.nameFormat}:${actual}${note}`, {
     kind: plan.kind,
     key: plan.key,
     format: plan.nameFormat,
@@ -80,7 +81,11 @@ export async function verifyRevision(
   }
   const digests = await digestListing(await walkTree(dir), plan.formats, plan.onProgress ? { onProgress: plan.onProgress } : {});
   const actual = digests[plan.nameFormat]!;
-  if (actual !== expected) throw mismatch(plan, expected, actual, { dir, reason: "damaged-revision" });
+  if (actual !== expected) {
+    const difference = await firstDifference(dir);
+    if (!difference) throw mismatch(plan, expected, actual, { dir, reason: "damaged-revision" });
+    throw mismatch(plan, expected, actual, { dir, reason: "damaged-revision", firstDifference: difference }, ` (first difference: ${difference.path}, ${difference.change})`);
+  }
   return digests;
 }
 
@@ -119,9 +124,10 @@ export async function publishTree(plan: PublishPlan): Promise<PublishResult> {
     await writer.flush();
 
     let staged: TreeDigests;
+    const manifest = new ManifestBuilder();
     try {
       faultPoint("verify-staged", staging);
-      staged = await digestListing(await walkTree(staging), plan.formats);
+      staged = await digestListing(await walkTree(staging), plan.formats, { sink: manifest, sinkOrder: "bytes" });
     } catch (error) {
       throw asStepError("verify-staged", error, { staging });
     }
@@ -135,6 +141,7 @@ export async function publishTree(plan: PublishPlan): Promise<PublishResult> {
       try {
         faultPoint("rename", dir);
         await rename(staging, dir);
+        writeManifest(dir, manifest.rows);
         fsyncDirectory(parent);
       } catch (error) {
         throw asStepError("rename", error, { from: staging, to: dir });

@@ -1,0 +1,141 @@
+import { createHash, type Hash } from "node:crypto";
+import { closeSync, fsyncSync, openSync, readFileSync, renameSync, unlinkSync, writeSync, constants } from "node:fs";
+import { basename, dirname, join } from "node:path";
+import { z } from "zod";
+import { canonicalJsonBytes } from "../digest/json.js";
+import type { FileConsumer, FileInfo } from "../digest/file-reader.js";
+import { digestListing } from "../digest/tree.js";
+import { walkTree, type FileEntry, type SymlinkEntry } from "../digest/walk.js";
+import { stagingName } from "./layout.js";
+
+/**
+ * A per-revision manifest, `.manifest-sha256-<hex>.json` beside the revision:
+ * one row per file (path, exec bit, size, SHA-256 of the content) or symlink
+ * (path, link text), in tree-exec order. It is measured from the staged copy
+ * in the same read that re-verifies it.
+ *
+ * It is diagnostic only. Verification never consults it for its verdict; when
+ * a revision fails verification, the manifest lets the refusal name the
+ * first path that differs. A missing or malformed manifest only means that
+ * path is not known.
+ */
+
+export type ManifestRow =
+  | { readonly path: string; readonly type: "file"; readonly exec: boolean; readonly size: number; readonly sha256: string }
+  | { readonly path: string; readonly type: "symlink"; readonly target: string };
+
+const manifestSchema = z
+  .object({
+    schemaVersion: z.literal(1),
+    rows: z.array(
+      z.union([
+        z.object({ path: z.string(), type: z.literal("file"), exec: z.boolean(), size: z.number().int().nonnegative(), sha256: z.string() }).strict(),
+        z.object({ path: z.string(), type: z.literal("symlink"), target: z.string() }).strict(),
+      ]),
+    ),
+  })
+  .strict();
+
+/** A leaf consumer that builds manifest rows while another pass hashes the tree. */
+export class ManifestBuilder implements FileConsumer {
+  readonly rows: ManifestRow[] = [];
+  private hash: Hash | null = null;
+
+  start(): void {
+    this.hash = createHash("sha256");
+  }
+  chunk(data: Buffer): void {
+    this.hash!.update(data);
+  }
+  end(entry: FileEntry, info: FileInfo): void {
+    this.rows.push({ path: entry.path, type: "file", exec: (info.mode & 0o100) !== 0, size: info.size, sha256: this.hash!.digest("hex") });
+    this.hash = null;
+  }
+  symlink(entry: SymlinkEntry): void {
+    this.rows.push({ path: entry.path, type: "symlink", target: entry.target });
+  }
+}
+
+export function manifestPath(revisionDir: string): string {
+  return join(dirname(revisionDir), `.manifest-${basename(revisionDir)}.json`);
+}
+
+export function isManifestName(name: string): boolean {
+  return name.startsWith(".manifest-");
+}
+
+/** Write the manifest beside its revision: staged, fsync'd, renamed. Best effort: a failure loses only diagnostics. */
+export function writeManifest(revisionDir: string, rows: readonly ManifestRow[]): void {
+  const target = manifestPath(revisionDir);
+  const staged = join(dirname(revisionDir), `${stagingName()}.manifest`);
+  try {
+    const fd = openSync(staged, constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL | constants.O_NOFOLLOW, 0o644);
+    try {
+      writeSync(fd, canonicalJsonBytes({ schemaVersion: 1, rows }));
+      fsyncSync(fd);
+    } finally {
+      closeSync(fd);
+    }
+    renameSync(staged, target);
+  } catch {
+    try {
+      unlinkSync(staged);
+    } catch {
+      // nothing staged, or already gone
+    }
+  }
+}
+
+function readManifest(revisionDir: string): ManifestRow[] | null {
+  try {
+    const parsed = manifestSchema.safeParse(JSON.parse(readFileSync(manifestPath(revisionDir), "utf8")));
+    return parsed.success ? parsed.data.rows : null;
+  } catch {
+    return null;
+  }
+}
+
+export interface Difference {
+  readonly path: string;
+  readonly change: "added" | "removed" | "content" | "exec-bit" | "symlink-target" | "type";
+}
+
+function compareRow(recorded: ManifestRow, found: ManifestRow): Difference["change"] | null {
+  if (recorded.type !== found.type) return "type";
+  if (recorded.type === "symlink") return recorded.target === (found as typeof recorded).target ? null : "symlink-target";
+  const file = found as typeof recorded;
+  if (recorded.size !== file.size || recorded.sha256 !== file.sha256) return "content";
+  if (recorded.exec !== file.exec) return "exec-bit";
+  return null;
+}
+
+/**
+ * The first path (in tree-exec order) where a revision differs from its
+ * manifest, or null when there is no usable manifest or no row differs
+ * (a difference the rows cannot see, such as a legacy-only one).
+ */
+export async function firstDifference(revisionDir: string): Promise<Difference | null> {
+  const recorded = readManifest(revisionDir);
+  if (!recorded) return null;
+  const builder = new ManifestBuilder();
+  try {
+    await digestListing(await walkTree(revisionDir), [], { sink: builder, sinkOrder: "bytes" });
+  } catch {
+    return null;
+  }
+  const found = builder.rows;
+  let i = 0;
+  let j = 0;
+  while (i < recorded.length || j < found.length) {
+    const a = recorded[i];
+    const b = found[j];
+    const order = a && b ? Buffer.compare(Buffer.from(a.path), Buffer.from(b.path)) : a ? -1 : 1;
+    if (order < 0) return { path: a!.path, change: "removed" };
+    if (order > 0) return { path: b!.path, change: "added" };
+    const change = compareRow(a!, b!);
+    if (change) return { path: a!.path, change };
+    i++;
+    j++;
+  }
+  return null;
+}
