@@ -12,47 +12,66 @@ import type { TreeFraming } from "./framing.js";
  * exec-byte is 1 when the owner-execute bit (mode & 0o100) is set, else 0.
  * Empty directories and all other mode bits are outside identity.
  */
-/** Concatenate record fields; numbers are written as u64be. */
-function record(...fields: (Buffer | number)[]): Buffer[] {
-  const size = fields.reduce<number>((sum, field) => sum + (typeof field === "number" ? 8 : field.length), 0);
-  const out = Buffer.allocUnsafe(size);
-  let at = 0;
-  for (const field of fields) {
-    if (typeof field === "number") at = out.writeBigUInt64BE(BigInt(field), at);
-    else at += field.copy(out, at);
-  }
+/** u64be of a safe integer (sizes and lengths): plain byte stores, no BigInt, no bounds-checking helpers. */
+function writeU64(out: Buffer, value: number, at: number): number {
+  const high = Math.floor(value / 0x1_0000_0000);
+  const low = value >>> 0;
+  out[at] = high >>> 24;
+  out[at + 1] = (high >>> 16) & 0xff;
+  out[at + 2] = (high >>> 8) & 0xff;
+  out[at + 3] = high & 0xff;
+  out[at + 4] = low >>> 24;
+  out[at + 5] = (low >>> 16) & 0xff;
+  out[at + 6] = (low >>> 8) & 0xff;
+  out[at + 7] = low & 0xff;
+  return at + 8;
+}
+
+const F = 0x46; // "F"
+const S = 0x53; // "S"
+
+/** One buffer per record: small ones come from Node's shared pool, so a file costs no allocation of its own. */
+function fileRecord(path: string, mode: number, size: number): Buffer[] {
+  const length = Buffer.byteLength(path);
+  const out = Buffer.allocUnsafe(1 + 8 + length + 1 + 8);
+  out[0] = F;
+  let at = writeU64(out, length, 1);
+  at += out.write(path, at, "utf8");
+  out[at++] = mode & 0o100 ? 1 : 0;
+  writeU64(out, size, at);
   return [out];
 }
 
-const F = Buffer.from("F");
-const S = Buffer.from("S");
-const EXEC = Buffer.from([1]);
-const NO_EXEC = Buffer.from([0]);
+function symlinkRecord(path: string, target: string): Buffer[] {
+  const length = Buffer.byteLength(path);
+  const targetLength = Buffer.byteLength(target);
+  const out = Buffer.allocUnsafe(1 + 8 + length + 8 + targetLength);
+  out[0] = S;
+  let at = writeU64(out, length, 1);
+  at += out.write(path, at, "utf8");
+  at = writeU64(out, targetLength, at);
+  out.write(target, at, "utf8");
+  return [out];
+}
 
-function execRecords(format: "oats.tree-exec.v1" | "oats.package-payload-exec.v1", includes: (path: string) => boolean): TreeFraming {
+function execRecords(format: "oats.tree-exec.v1" | "oats.package-payload-exec.v1", includes: (path: string) => boolean, includesAll: boolean): TreeFraming {
   return {
     format,
     order: "bytes",
     header: () => [Buffer.from(`${format}\0`)],
     includes,
-    fileHead: (path, mode, size) => {
-      const name = Buffer.from(path);
-      return record(F, name.length, name, mode & 0o100 ? EXEC : NO_EXEC, size);
-    },
+    includesAll,
+    fileHead: fileRecord,
     fileTail: () => [],
-    symlink: (path, target) => {
-      const name = Buffer.from(path);
-      const text = Buffer.from(target);
-      return record(S, name.length, name, text.length, text);
-    },
+    symlink: symlinkRecord,
   };
 }
 
-export const treeExecFraming = execRecords("oats.tree-exec.v1", () => true);
+export const treeExecFraming = execRecords("oats.tree-exec.v1", () => true, true);
 
 /** Skips every entry named node_modules at any depth, and a root-level oats-lock.json. */
 export function isPackagePayload(path: string): boolean {
   return path !== "oats-lock.json" && !path.split("/").includes("node_modules");
 }
 
-export const packagePayloadExecFraming = execRecords("oats.package-payload-exec.v1", isPackagePayload);
+export const packagePayloadExecFraming = execRecords("oats.package-payload-exec.v1", isPackagePayload, false);

@@ -12,6 +12,8 @@ export interface TreeFraming {
   header(): Buffer[];
   /** Whether a file or symlink at this path is part of the digest. */
   includes(path: string): boolean;
+  /** True when includes() is true for every path, so it need not be asked per file. */
+  readonly includesAll: boolean;
   fileHead(path: string, mode: number, size: number): Buffer[];
   fileTail(): Buffer[];
   symlink(path: string, target: string): Buffer[];

@@ -18,6 +18,7 @@ export const treeLegacyFraming: TreeFraming = {
   order: "legacy",
   header: () => [],
   includes: () => true,
+  includesAll: true,
   fileHead: (path) => [Buffer.from(`${path}\0file\0`)],
   fileTail: () => [NUL],
   symlink: (path, target) => [Buffer.from(`${path}\0symlink\0${target}\0`)],

@@ -39,14 +39,15 @@ export type TreeEntry = LeafEntry | DirectoryEntry;
 
 export interface TreeListing {
   readonly root: DirectoryEntry;
-  /** Every file and symlink, sorted by the UTF-8 bytes of the path (tree-exec order). */
+  /** Every file and symlink, sorted by the UTF-8 bytes of the path (tree-exec order; see compareSiblings). */
   readonly leaves: LeafEntry[];
   /** Every directory below the root, children before their parents. */
   readonly directories: DirectoryEntry[];
 }
 
 const utf8 = new TextDecoder("utf-8", { fatal: true });
-const collator = new Intl.Collator("en-US");
+/** Built on first use: constructing it loads ICU collation data (~10 ms), which only legacy digests need. */
+let collator: Intl.Collator | undefined;
 
 function notUtf8(raw: Buffer, parentPath: string, what: string): OatsError {
   const shown = raw.toString("latin1");
@@ -79,14 +80,38 @@ function refuseSpecial(entry: Dirent<Buffer> | Dirent, path: string): never {
 
 /** Legacy collation, with a byte-order tie-break so that names the collator deems equal still sort one way. */
 export function compareLegacyNames(a: string, b: string): number {
+  collator ??= new Intl.Collator("en-US");
   return collator.compare(a, b) || Buffer.compare(Buffer.from(a), Buffer.from(b));
 }
 
-/** Sort leaves by the UTF-8 bytes of their paths, encoding each path once. */
-export function sortByPathBytes(leaves: LeafEntry[]): LeafEntry[] {
-  const keyed = leaves.map((leaf) => ({ leaf, key: Buffer.from(leaf.path) }));
-  keyed.sort((a, b) => Buffer.compare(a.key, b.key));
-  return keyed.map(({ leaf }) => leaf);
+/**
+ * UTF-16 code units from U+D800 up: where comparing JS strings stops agreeing
+ * with comparing their UTF-8 bytes (a surrogate pair sorts below U+E000..U+FFFF
+ * as UTF-16, above it as UTF-8). U+FFFD, the mark of a name Node could not
+ * decode, is among them.
+ */
+const BEYOND_UTF16_ORDER = /[\uD800-\uFFFF]/;
+
+/**
+ * Siblings in tree-exec order: by the UTF-8 bytes of their names, a directory
+ * taken as its name followed by "/" (which every path below it starts with).
+ * Visiting sorted siblings depth first then yields every leaf in the order of
+ * the UTF-8 bytes of its full path, with no sort of the whole tree. Names are
+ * distinct and hold no "/", so only a name that is a prefix of its sibling's
+ * needs the "/" looked at. For names below U+D800, UTF-16 order is UTF-8 order.
+ */
+function compareSiblings(a: Dirent, b: Dirent): number {
+  const x = a.name;
+  const y = b.name;
+  if (x.length < y.length && a.isDirectory() && y.startsWith(x)) return "/" < y[x.length]! ? -1 : 1;
+  if (y.length < x.length && b.isDirectory() && x.startsWith(y)) return x[y.length]! < "/" ? -1 : 1;
+  return x < y ? -1 : x > y ? 1 : 0;
+}
+
+const siblingKey = (entry: Dirent): Buffer => Buffer.from(entry.isDirectory() ? `${entry.name}/` : entry.name);
+
+function compareSiblingBytes(a: Dirent, b: Dirent): number {
+  return Buffer.compare(siblingKey(a), siblingKey(b));
 }
 
 export async function walkTree(rootAbsolute: string): Promise<TreeListing> {
@@ -99,7 +124,10 @@ export async function walkTree(rootAbsolute: string): Promise<TreeListing> {
       // Synchronous, like the small-file reads: one readdir is cheaper than
       // the thread-pool round trip that would carry it.
       listed = readdirSync(absolute, { withFileTypes: true });
-      if (listed.some((entry) => entry.name.includes("\uFFFD"))) await checkNamesAreUtf8(absolute, path);
+      let beyond = false;
+      for (const entry of listed) if (BEYOND_UTF16_ORDER.test(entry.name)) beyond = true;
+      if (beyond && listed.some((entry) => entry.name.includes("\uFFFD"))) await checkNamesAreUtf8(absolute, path);
+      listed.sort(beyond ? compareSiblingBytes : compareSiblings);
     } catch (error) {
       throw error instanceof OatsError ? error : changedOrUnreadable(error, path || ".");
     }
@@ -141,7 +169,7 @@ export async function walkTree(rootAbsolute: string): Promise<TreeListing> {
   }
 
   const root = await walkDirectory(rootAbsolute, "");
-  return { root, leaves: sortByPathBytes(leaves), directories };
+  return { root, leaves, directories };
 }
 
 /** Legacy order: depth-first pre-order over the collated children. */

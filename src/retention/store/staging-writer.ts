@@ -1,5 +1,5 @@
 import { execFile } from "node:child_process";
-import { chmodSync, closeSync, constants, fchmodSync, fsync, close, lstatSync, mkdirSync, openSync, symlinkSync, writeSync } from "node:fs";
+import { chmodSync, closeSync, constants, fchmodSync, fsync, close, lstatSync, mkdirSync, openSync, symlinkSync, write, writeSync } from "node:fs";
 import { chmod, readdir, rm } from "node:fs/promises";
 import { join } from "node:path";
 import { asStepError, errnoCode } from "../../errors.js";
@@ -24,8 +24,35 @@ import { fsyncDirectory } from "./components.js";
  */
 
 export const PER_FILE_FSYNC_LIMIT = 512;
+
+/**
+ * "auto" (the default) chooses by file count as above; "per-file" and
+ * "syncfs" force one strategy (the benchmark measures both on the same tree).
+ */
+export type Durability = "auto" | "per-file" | "syncfs";
 const MAX_PENDING_FSYNCS = 32;
 const WRITE_FLAGS = constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL | constants.O_NOFOLLOW;
+
+/**
+ * Chunks at least this long (the 1 MiB pieces of a large file) are written
+ * through the thread pool, so the write of one chunk overlaps the hashing of
+ * the same chunk and the read of the next; smaller ones (whole small files)
+ * are written synchronously, where a thread-pool round trip would cost more
+ * than the copy.
+ */
+const ASYNC_WRITE_MIN = 256 << 10;
+
+function writeAll(fd: number, data: Buffer): Promise<void> {
+  return new Promise((resolve, reject) => {
+    const from = (offset: number): void =>
+      write(fd, data, offset, data.length - offset, null, (error, written) => {
+        if (error) reject(error);
+        else if (offset + written < data.length) from(offset + written);
+        else resolve();
+      });
+    from(0);
+  });
+}
 
 const fsyncAndClose = (fd: number) =>
   new Promise<void>((resolve, reject) =>
@@ -42,9 +69,11 @@ export class StagingWriter implements FileConsumer {
   constructor(
     private readonly staging: string,
     private readonly listing: TreeListing,
+    options: { durability?: Durability } = {},
   ) {
+    const durability = options.durability ?? "auto";
     const files = listing.leaves.filter((leaf) => leaf.type === "file").length;
-    this.perFile = files <= PER_FILE_FSYNC_LIMIT;
+    this.perFile = durability === "auto" ? files <= PER_FILE_FSYNC_LIMIT : durability === "per-file";
   }
 
   /** Create the directory skeleton, parents first, writable until flush() applies the real modes. */
@@ -66,7 +95,13 @@ export class StagingWriter implements FileConsumer {
     }
   }
 
-  chunk(data: Buffer): void {
+  chunk(data: Buffer): void | Promise<void> {
+    if (data.length >= ASYNC_WRITE_MIN) {
+      const path = this.current;
+      return writeAll(this.fd!, data).catch((error: unknown) => {
+        throw asStepError("copy", error, { path });
+      });
+    }
     try {
       let written = 0;
       while (written < data.length) written += writeSync(this.fd!, data, written, data.length - written);
