@@ -1,5 +1,6 @@
 import { closeSync, constants, fstat, fstatSync, open, openSync, read, readSync, close, type Stats } from "node:fs";
 import { OatsError } from "../../errors.js";
+import { afterRead } from "./read-hook.js";
 import { changedOrUnreadable, type FileEntry, type LeafEntry, type SymlinkEntry } from "./walk.js";
 
 /**
@@ -136,6 +137,7 @@ function openSmallOrHeadSync(entry: FileEntry, scratch: Buffer): OpenedFile {
     if (readFullySync(fd, head, length) !== length) throw changed(entry.path, "short read");
     file = { entry, fd, before, head, closed: false };
     if (length === before.size) {
+      afterRead(entry.path);
       const after = fstatSync(fd);
       file.closed = true;
       closeSync(fd);
@@ -174,6 +176,7 @@ async function openHeadAsync(entry: FileEntry): Promise<OpenedFile> {
 async function finishAsync(file: OpenedFile): Promise<void> {
   let after: Stats;
   try {
+    afterRead(file.entry.path);
     after = await fstatAsync(file.fd);
     file.closed = true;
     await closeAsync(file.fd);
@@ -248,6 +251,7 @@ function consumeSmallRun(
       before = fstatSync(fd);
       if (before.isFile() && before.size <= scratch.length) {
         got = readFullySync(fd, scratch, before.size);
+        afterRead(leaf.path);
         after = fstatSync(fd);
       }
     } catch (error) {
