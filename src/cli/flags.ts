@@ -38,7 +38,6 @@ export const verifyFlags = z
 
 export const pathFlags = z.object({ kind });
 
-export const digestFlags = z.object({ format: z.enum(TREE_FORMAT_CHOICES).default(DEFAULT_TREE_FORMAT) });
 
 export function parseFlags<T extends z.ZodType>(schema: T, options: Record<string, unknown>): z.infer<T> {
   const parsed = schema.safeParse(options);

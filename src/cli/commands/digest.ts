@@ -3,7 +3,7 @@ import { resolve } from "node:path";
 import { DEFAULT_TREE_FORMAT, TREE_FORMAT_CHOICES } from "../constants.js";
 import type { CommandSpec } from "../context.js";
 import { integrityText } from "../render.js";
-import { loadLibrary } from "./shared.js";
+import type { TreeFormat } from "../../retention/integrity.js";
 
 export const digest: CommandSpec = {
   name: "digest",
@@ -14,18 +14,20 @@ export const digest: CommandSpec = {
       .addOption(new Option("--format <format>", "tree digest format").choices(TREE_FORMAT_CHOICES).default(DEFAULT_TREE_FORMAT));
   },
   async run(context, [dir], options) {
-    const { digestFlags, parseFlags } = await import("../flags.js");
-    const flags = parseFlags(digestFlags, options);
-    const library = await loadLibrary();
+    // commander's .choices() already checked --format. The digest module is
+    // loaded alone: `oats digest` needs neither zod nor the store, and their
+    // load time is most of what a digest of a small tree costs.
+    const format = options["format"] as TreeFormat;
+    const { digestTree } = await import("../../retention/digest/tree.js");
     const progress = context.progress(`digest ${dir}`);
     let value: string;
     try {
-      const digests = await library.digestTree(dir!, [flags.format], { onProgress: progress.bytes });
-      value = digests[flags.format]!;
+      const digests = await digestTree(dir!, [format], { onProgress: progress.bytes });
+      value = digests[format]!;
     } finally {
       progress.end();
     }
-    const integrity = { format: flags.format, value };
+    const integrity = { format, value };
     const text = integrityText(integrity);
     return { result: { dir: resolve(dir!), integrity, text }, lines: [text], quietLines: [text] };
   },
