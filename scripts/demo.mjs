@@ -6,7 +6,7 @@
 import { spawnSync } from "node:child_process";
 import { chmodSync, cpSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
-import { dirname, join, relative, resolve } from "node:path";
+import { basename, dirname, join, relative, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 
 const repo = resolve(dirname(fileURLToPath(import.meta.url)), "..");
@@ -62,6 +62,9 @@ try {
   const revisionB = join(scopeB, relative(scopeA, revisionA));
   mkdirSync(dirname(revisionB), { recursive: true });
   cpSync(revisionA, revisionB, { recursive: true, verbatimSymlinks: true, preserveTimestamps: true });
+  // The revision's manifest (diagnostic only) comes along, so the refusal can name the damaged file.
+  const manifest = (dir) => join(dirname(dir), `.manifest-${basename(dir)}.json`);
+  if (existsSync(manifest(revisionA))) cpSync(manifest(revisionA), manifest(revisionB));
   const victim = join(revisionB, "oats.json");
   const bytes = readFileSync(victim);
   bytes[0] ^= 0x01;
@@ -69,8 +72,8 @@ try {
   writeFileSync(victim, bytes);
   console.log(`    flipped one bit of the first byte of ${shown(victim)}`);
 
-  say("5. Verify the tampered copy. oats refuses with a typed error: code integrity-mismatch,\n   exit 5, naming the expected and actual digests. It repairs nothing.");
-  oats(["--scope", scopeB, "verify", "demo.hello", "--lock", lock], 5, (run) => run.stderr.startsWith("oats: integrity-mismatch: "));
+  say("5. Verify the tampered copy. oats refuses with a typed error: code integrity-mismatch,\n   exit 5, naming the expected and actual digests and the first file that differs.\n   It repairs nothing.");
+  oats(["--scope", scopeB, "verify", "demo.hello", "--lock", lock], 5, (run) => run.stderr.startsWith("oats: integrity-mismatch: ") && run.stderr.includes("first difference: oats.json, content"));
 
   say("6. The same refusal for programs: --json prints exactly one envelope line on stdout.");
   oats(["--scope", scopeB, "--json", "verify", "demo.hello", "--lock", lock], 5, (run) => {
