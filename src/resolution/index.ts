@@ -1,2 +1,16 @@
-/** Resolution records arrive with the resolution issue; this module is its home. */
-export {};
+export { resolutionRecordSchema, RESOLUTION_STATUSES, ENTRYPOINT_ROLES, ORIGIN_KINDS, type ResolutionRecord, type ArtifactRefRecord, type CredentialRef } from "./record.js";
+export { readCanonicalJson } from "./canonical-read.js";
+export {
+  writeResolution,
+  readRecordBytes,
+  listResolutionIds,
+  parseResolutionId,
+  resolutionPath,
+  encodeRecord,
+  writeInstanceRef,
+  readInstanceRef,
+  instanceRefPath,
+  type WrittenRecord,
+  type InstanceRef,
+} from "./store.js";
+export { readResolution, checkReadiness, resolveEntrypoint, referencedArtifacts, type ReadResolution, type ReadResolutionOptions } from "./read.js";

@@ -62,7 +62,11 @@ function checkGitignore(root: string): "ok" | "missing" {
  * and a foreign `.gitignore` wherever they are met.
  */
 export function inspectStore(scope: string, kind: ArtifactKind, extra: readonly string[] = []): { root: string; complete: boolean } {
-  const rootComponents = storeComponents(kind);
+  return inspectStoreAt(scope, storeComponents(kind), extra);
+}
+
+/** inspectStore for any store root below the scope (`.agents/resolutions`, say). */
+export function inspectStoreAt(scope: string, rootComponents: readonly string[], extra: readonly string[] = []): { root: string; complete: boolean } {
   const root = resolve(scope, ...rootComponents);
   let path = scope;
   for (const [index, component] of [...rootComponents, ...extra].entries()) {
@@ -130,9 +134,14 @@ export function fsyncDirectory(path: string): void {
  * first, so a publication that fails can take back exactly what it added.
  */
 export function ensureStore(scope: string, kind: ArtifactKind, extra: readonly string[] = []): string[] {
+  return ensureStoreAt(scope, storeComponents(kind), extra);
+}
+
+/** ensureStore for any store root below the scope. */
+export function ensureStoreAt(scope: string, rootComponents: readonly string[], extra: readonly string[] = []): string[] {
   const created: string[] = [];
   let path = scope;
-  for (const component of storeComponents(kind)) {
+  for (const component of rootComponents) {
     path = join(path, component);
     if (ensureDirectory(path)) created.push(path);
   }

@@ -1,0 +1,52 @@
+import { OatsError } from "../errors.js";
+import { canonicalJsonBytes } from "../retention/digest/json.js";
+
+/**
+ * The strict reader of canonical JSON (oats.json.v1). Bytes are accepted only
+ * when they are exactly what the canonical writer would produce for the value
+ * they decode to. That one comparison refuses, without a parser of our own:
+ * invalid UTF-8, a BOM, whitespace, trailing bytes, keys out of order,
+ * duplicate keys (JSON.parse keeps the last; the writer then writes one),
+ * integers beyond 2^53 (they decode rounded and re-encode differently), lone
+ * surrogates (the writer refuses them), and any other spelling of a number or
+ * string than the canonical one. A `__proto__` key is refused outright, and
+ * objects come back without a prototype, so a record can never reach
+ * Object.prototype.
+ */
+
+const utf8 = new TextDecoder("utf-8", { fatal: true, ignoreBOM: false });
+
+export function readCanonicalJson(bytes: Uint8Array, what: string): unknown {
+  const refuse = (reason: string) => new OatsError("invalid-resolution", `${what} is not canonical JSON: ${reason}`, { reason });
+  let text: string;
+  try {
+    text = utf8.decode(bytes);
+  } catch {
+    throw refuse("invalid UTF-8");
+  }
+  let value: unknown;
+  try {
+    value = JSON.parse(text);
+  } catch (error) {
+    throw refuse((error as Error).message);
+  }
+  let canonical: Buffer;
+  try {
+    canonical = canonicalJsonBytes(value);
+  } catch (error) {
+    throw refuse((error as Error).message);
+  }
+  if (!canonical.equals(bytes)) throw refuse("the bytes differ from the canonical form of the value they hold");
+  return withoutPrototypes(value, "");
+}
+
+export function withoutPrototypes(value: unknown, pointer: string): unknown {
+  if (Array.isArray(value)) return value.map((item, index) => withoutPrototypes(item, `${pointer}/${index}`));
+  if (typeof value !== "object" || value === null) return value;
+  const out = Object.create(null) as Record<string, unknown>;
+  for (const key of Object.keys(value)) {
+    if (key === "__proto__") throw new OatsError("invalid-resolution", `key __proto__ refused at ${pointer || "/"}`, { pointer: pointer || "/", reason: "proto-key" });
+    out[key] = withoutPrototypes((value as Record<string, unknown>)[key], `${pointer}/${key.replace(/~/g, "~0").replace(/\//g, "~1")}`);
+  }
+  return out;
+}

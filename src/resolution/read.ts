@@ -1,0 +1,92 @@
+import { realpath } from "node:fs/promises";
+import { join, sep } from "node:path";
+import { OatsError, errnoCode } from "../errors.js";
+import { retainedTreeDir } from "../retention/store/layout.js";
+import { resolveScope } from "../retention/store/components.js";
+import { verifyTree } from "../retention/verify.js";
+import type { ArtifactRefRecord, ResolutionRecord } from "./record.js";
+import { readRecordBytes } from "./store.js";
+
+/**
+ * Reading a resolution never consults today's lock, source or installed
+ * store: the record says exactly which retained artifacts it uses, and with
+ * `verify` every one of them is re-hashed.
+ */
+
+export interface ReadResolutionOptions {
+  /** Re-verify every referenced artifact (full digest, no shortcuts). */
+  readonly verify?: boolean;
+}
+
+export interface ReadResolution {
+  readonly id: string;
+  readonly path: string;
+  readonly record: ResolutionRecord;
+  /** Absolute path of every entry point, inside its retained artifact. */
+  readonly entrypoints: Record<string, string>;
+  readonly verified: boolean;
+}
+
+/** Every artifact a record references, each once. */
+export function referencedArtifacts(record: ResolutionRecord): ArtifactRefRecord[] {
+  const seen = new Map<string, ArtifactRefRecord>();
+  const add = (ref: ArtifactRefRecord) => seen.set(`${ref.kind}\0${ref.key}\0${ref.integrity.value}`, ref);
+  if (record.source) add(record.source.artifact);
+  for (const entry of Object.values(record.artifacts)) add(entry.artifact);
+  for (const entrypoint of Object.values(record.entrypoints)) add(entrypoint.artifact);
+  return [...seen.values()];
+}
+
+/**
+ * Resolve an entry point inside its retained artifact, following symlinks
+ * inside the tree: the target must exist and stay inside the artifact.
+ */
+export async function resolveEntrypoint(scope: string, name: string, entrypoint: { artifact: ArtifactRefRecord; path: string }): Promise<string> {
+  const dir = retainedTreeDir(scope, entrypoint.artifact);
+  let root: string;
+  let target: string;
+  try {
+    root = await realpath(dir);
+  } catch {
+    throw new OatsError("artifact-not-found", `entry point ${name}: artifact ${entrypoint.artifact.key} is not retained in this scope`, { entrypoint: name, dir });
+  }
+  try {
+    target = await realpath(join(root, entrypoint.path));
+  } catch (error) {
+    const code = errnoCode(error);
+    throw new OatsError(code === "ELOOP" ? "artifact-not-contained" : "artifact-not-found", `entry point ${name}: ${entrypoint.path} does not resolve inside ${entrypoint.artifact.key}`, {
+      entrypoint: name,
+      path: entrypoint.path,
+      errno: code,
+    });
+  }
+  if (!target.startsWith(root + sep)) {
+    throw new OatsError("artifact-not-contained", `entry point ${name}: ${entrypoint.path} resolves outside its artifact ${entrypoint.artifact.key}`, {
+      entrypoint: name,
+      path: entrypoint.path,
+      resolved: target,
+    });
+  }
+  return target;
+}
+
+export async function readResolution(scope: string, id: string, options: ReadResolutionOptions = {}): Promise<ReadResolution> {
+  const realScope = resolveScope(scope);
+  const { id: canonicalId, path, record } = readRecordBytes(realScope, id);
+  if (options.verify) {
+    for (const ref of referencedArtifacts(record)) await verifyTree(realScope, ref);
+  }
+  const entrypoints: Record<string, string> = Object.create(null);
+  for (const [name, entrypoint] of Object.entries(record.entrypoints)) entrypoints[name] = await resolveEntrypoint(realScope, name, entrypoint);
+  return { id: canonicalId, path, record, entrypoints, verified: options.verify === true };
+}
+
+/** Only complete and reconstructed records can be dispatched; partial and unknown refuse with what is unresolved. */
+export function checkReadiness(record: Pick<ResolutionRecord, "status" | "unresolved" | "evidence">): void {
+  if (record.status === "complete") return;
+  if (record.status === "reconstructed" && record.evidence.length > 0 && record.unresolved.length === 0) return;
+  throw new OatsError("resolution-incomplete", `resolution is ${record.status}: ${record.unresolved.length} input(s) unresolved`, {
+    status: record.status,
+    unresolved: record.unresolved,
+  });
+}

@@ -1,0 +1,217 @@
+import { closeSync, constants, fstatSync, fsyncSync, linkSync, lstatSync, openSync, readSync, readdirSync, renameSync, unlinkSync, writeSync } from "node:fs";
+import { join } from "node:path";
+import { OatsError, asStepError, errnoCode } from "../errors.js";
+import { bytesDigest, canonicalJsonBytes } from "../retention/digest/json.js";
+import { identifierSchema } from "../retention/ids.js";
+import { ensureStoreAt, fsyncDirectory, inspectStoreAt, resolveScope } from "../retention/store/components.js";
+import { assertContained, stagingName } from "../retention/store/layout.js";
+import { readCanonicalJson, withoutPrototypes } from "./canonical-read.js";
+import { resolutionRecordSchema, type ResolutionRecord } from "./record.js";
+
+/**
+ * `.agents/resolutions/<id>.json`, where `<id>` is the oats.json.v1 digest of
+ * the record's canonical bytes, and `.agents/refs/instances/<name>.json`, the
+ * one mutable pointer from an instance to the record it runs.
+ *
+ * A record is published by writing a staged file, fsyncing it and link()ing
+ * it to its name, which never replaces: a record already there is compared
+ * byte for byte and reused, a damaged one is refused and left alone. An
+ * instance reference is replaced atomically by rename, only after the record
+ * it names is durable.
+ */
+
+export const RESOLUTIONS_DIR = [".agents", "resolutions"] as const;
+export const INSTANCE_REFS_DIR = [".agents", "refs", "instances"] as const;
+/** Records are read whole; anything larger is not a record. */
+export const MAX_RECORD_BYTES = 16 << 20;
+
+const ID_PATTERN = /^(?:oats\.json\.v1:)?(sha256-[0-9a-f]{64})$/;
+
+export function parseResolutionId(input: unknown): string {
+  const match = typeof input === "string" ? ID_PATTERN.exec(input) : null;
+  if (!match) throw new OatsError("invalid-input", `invalid resolution id ${JSON.stringify(input)}: expected sha256-<64 lowercase hex>`, { id: input });
+  return match[1]!;
+}
+
+export function resolutionPath(scope: string, id: string): string {
+  const root = join(scope, ...RESOLUTIONS_DIR);
+  return assertContained(root, join(root, `${parseResolutionId(id)}.json`), `resolution ${id}`);
+}
+
+export function encodeRecord(record: ResolutionRecord): { id: string; bytes: Buffer } {
+  const bytes = canonicalJsonBytes(record);
+  return { id: bytesDigest(bytes), bytes };
+}
+
+function writeStaged(dir: string, suffix: string, bytes: Buffer): string {
+  const staged = join(dir, `${stagingName()}${suffix}`);
+  const fd = openSync(staged, constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL | constants.O_NOFOLLOW, 0o644);
+  try {
+    writeSync(fd, bytes);
+    fsyncSync(fd);
+  } finally {
+    closeSync(fd);
+  }
+  return staged;
+}
+
+/** Read a regular file (never through a symlink) of at most `limit` bytes. */
+function readBounded(path: string, limit: number, notFound: () => OatsError, what: string): Buffer {
+  let fd: number;
+  try {
+    fd = openSync(path, constants.O_RDONLY | constants.O_NOFOLLOW | constants.O_NONBLOCK);
+  } catch (error) {
+    const code = errnoCode(error);
+    if (code === "ENOENT") throw notFound();
+    if (code === "ELOOP") throw new OatsError("invalid-resolution", `${what} is a symlink, refusing to follow it: ${path}`, { path, reason: "symlink" });
+    throw asStepError("read", error, { path });
+  }
+  try {
+    const stats = fstatSync(fd);
+    if (!stats.isFile()) throw new OatsError("invalid-resolution", `${what} is not a regular file: ${path}`, { path, reason: "not-a-file" });
+    if (stats.size > limit) throw new OatsError("invalid-resolution", `${what} is larger than ${limit} bytes: ${path}`, { path, reason: "too-large", size: stats.size });
+    const bytes = Buffer.alloc(stats.size);
+    let done = 0;
+    while (done < bytes.length) {
+      const got = readSync(fd, bytes, done, bytes.length - done, done);
+      if (got === 0) break;
+      done += got;
+    }
+    if (done !== bytes.length) throw new OatsError("invalid-resolution", `${what} changed while it was read: ${path}`, { path, reason: "changed-while-reading" });
+    return bytes;
+  } finally {
+    closeSync(fd);
+  }
+}
+
+export interface WrittenRecord {
+  readonly id: string;
+  readonly path: string;
+  readonly status: "written" | "kept";
+}
+
+/** Publish a record; the schema is checked first, so nothing invalid is ever written. */
+export function writeResolution(scope: string, input: unknown): WrittenRecord {
+  const realScope = resolveScope(scope);
+  const record = parseRecord(input, "resolution record");
+  const { id, bytes } = encodeRecord(record);
+  inspectStoreAt(realScope, RESOLUTIONS_DIR);
+  ensureStoreAt(realScope, RESOLUTIONS_DIR);
+  const dir = join(realScope, ...RESOLUTIONS_DIR);
+  const path = resolutionPath(realScope, id);
+  const staged = writeStaged(dir, ".record", bytes);
+  try {
+    linkSync(staged, path);
+  } catch (error) {
+    if (errnoCode(error) !== "EEXIST") throw asStepError("publish", error, { path });
+    // Already there: reuse it only when it is exactly these bytes.
+    const existing = readBounded(path, MAX_RECORD_BYTES, () => new OatsError("resolution-not-found", `resolution ${id} vanished`, { id }), `resolution ${id}`);
+    if (!existing.equals(bytes)) {
+      throw new OatsError("integrity-mismatch", `resolution ${id} exists with other bytes; it was left alone`, { id, path, expected: id, actual: bytesDigest(existing) });
+    }
+    return { id, path, status: "kept" };
+  } finally {
+    unlinkSync(staged);
+  }
+  fsyncDirectory(dir);
+  return { id, path, status: "written" };
+}
+
+function parseRecord(input: unknown, what: string): ResolutionRecord {
+  const parsed = resolutionRecordSchema.safeParse(input);
+  if (!parsed.success) {
+    const issue = parsed.error.issues[0];
+    throw new OatsError("invalid-resolution", `${what}: ${issue?.path.join("/") || "(root)"}: ${issue?.message ?? "malformed"}`, {
+      pointer: `/${(issue?.path ?? []).join("/")}`,
+      issues: parsed.error.issues.slice(0, 20).map((each) => ({ pointer: `/${each.path.join("/")}`, message: each.message })),
+    });
+  }
+  return parsed.data;
+}
+
+/**
+ * Read a record: bounded read, then its digest against the id and its
+ * canonical form, before anything in it is parsed or followed; then the
+ * schema. Objects come back without a prototype.
+ */
+export function readRecordBytes(scope: string, id: string): { id: string; path: string; record: ResolutionRecord } {
+  const realScope = resolveScope(scope);
+  const canonicalId = parseResolutionId(id);
+  const path = resolutionPath(realScope, canonicalId);
+  const notFound = () => new OatsError("resolution-not-found", `no resolution ${canonicalId} in this scope`, { id: canonicalId, path });
+  if (!inspectStoreAt(realScope, RESOLUTIONS_DIR).complete) throw notFound();
+  const bytes = readBounded(path, MAX_RECORD_BYTES, notFound, `resolution ${canonicalId}`);
+  const actual = bytesDigest(bytes);
+  if (actual !== canonicalId) {
+    throw new OatsError("integrity-mismatch", `resolution ${canonicalId}: the record's bytes hash to ${actual}`, { id: canonicalId, path, expected: canonicalId, actual });
+  }
+  const json = readCanonicalJson(bytes, `resolution ${canonicalId}`);
+  const record = withoutPrototypes(parseRecord(json, `resolution ${canonicalId}`), "") as ResolutionRecord;
+  return { id: canonicalId, path, record };
+}
+
+/** Every record id in the scope (names only; reading one checks it). */
+export function listResolutionIds(scope: string): string[] {
+  const realScope = resolveScope(scope);
+  if (!inspectStoreAt(realScope, RESOLUTIONS_DIR).complete) return [];
+  return readdirSync(join(realScope, ...RESOLUTIONS_DIR))
+    .filter((name) => /^sha256-[0-9a-f]{64}\.json$/.test(name))
+    .map((name) => name.slice(0, -".json".length))
+    .sort();
+}
+
+// ------------------------------------------------------------ instance refs
+
+export interface InstanceRef {
+  readonly schemaVersion: 1;
+  readonly instance: string;
+  readonly resolution: string;
+}
+
+export function instanceRefPath(scope: string, instance: string): string {
+  const name = identifierSchema.safeParse(instance);
+  if (!name.success) throw new OatsError("invalid-input", `invalid instance name ${JSON.stringify(instance)}`, { instance });
+  const root = join(scope, ...INSTANCE_REFS_DIR);
+  return assertContained(root, join(root, `${instance}.json`), `instance ${instance}`);
+}
+
+/** Point an instance at a record: staged, fsync'd, renamed over the old reference, parent fsync'd. */
+export function writeInstanceRef(scope: string, instance: string, resolution: string): InstanceRef {
+  const realScope = resolveScope(scope);
+  const path = instanceRefPath(realScope, instance);
+  const ref: InstanceRef = { schemaVersion: 1, instance, resolution: parseResolutionId(resolution) };
+  inspectStoreAt(realScope, INSTANCE_REFS_DIR);
+  ensureStoreAt(realScope, INSTANCE_REFS_DIR);
+  const dir = join(realScope, ...INSTANCE_REFS_DIR);
+  const existing = lstatOrNull(path);
+  if (existing && !existing.isFile()) throw new OatsError("invalid-input", `instance reference is not a regular file: ${path}`, { path });
+  const staged = writeStaged(dir, ".ref", canonicalJsonBytes(ref));
+  try {
+    renameSync(staged, path);
+  } catch (error) {
+    unlinkSync(staged);
+    throw asStepError("publish", error, { path });
+  }
+  fsyncDirectory(dir);
+  return ref;
+}
+
+export function readInstanceRef(scope: string, instance: string): InstanceRef {
+  const realScope = resolveScope(scope);
+  const path = instanceRefPath(realScope, instance);
+  const bytes = readBounded(path, 4096, () => new OatsError("resolution-not-found", `instance ${instance} has no resolution in this scope`, { instance, path }), `instance reference ${instance}`);
+  const json = readCanonicalJson(bytes, `instance reference ${instance}`) as Record<string, unknown>;
+  if (json["schemaVersion"] !== 1 || json["instance"] !== instance || typeof json["resolution"] !== "string" || Object.keys(json).length !== 3) {
+    throw new OatsError("invalid-resolution", `instance reference ${instance} is malformed`, { instance, path });
+  }
+  return { schemaVersion: 1, instance, resolution: parseResolutionId(json["resolution"]) };
+}
+
+function lstatOrNull(path: string) {
+  try {
+    return lstatSync(path);
+  } catch (error) {
+    if (errnoCode(error) === "ENOENT") return null;
+    throw error;
+  }
+}
