@@ -14,3 +14,4 @@ export {
   type InstanceRef,
 } from "./store.js";
 export { readResolution, checkReadiness, resolveEntrypoint, referencedArtifacts, type ReadResolution, type ReadResolutionOptions } from "./read.js";
+export { reconstruct, splitCommand, parseLegacyCommand, legacyInstanceSchema, INSTALLED_DIR, LOCK_FILE, INSTANCE_FILE, LEGACY_LAUNCHERS, type LegacyInstance, type ReconstructResult } from "./reconstruct.js";

@@ -1,0 +1,545 @@
+import { closeSync, constants, fstatSync, lstatSync, openSync, readFileSync, readSync } from "node:fs";
+import { isAbsolute, join, resolve } from "node:path";
+import { z } from "zod";
+import { OatsError, errnoCode } from "../errors.js";
+import { bytesDigest } from "../retention/digest/json.js";
+import { IDENTIFIER_MAX_LENGTH, IDENTIFIER_PATTERN } from "../retention/ids.js";
+import { TREE_EXEC, TREE_LEGACY, integrityText } from "../retention/integrity.js";
+import { capabilityRows, parseLock, type OatsLock } from "../retention/oats-lock.js";
+import { retainCapabilityArtifact, retainTree } from "../retention/retain.js";
+import { resolveScope } from "../retention/store/components.js";
+import { checkReadiness, resolveEntrypoint } from "./read.js";
+import { entrypointPathSchema, type ArtifactRefRecord, type ResolutionRecord } from "./record.js";
+import { readRecordBytes, readInstanceRef, writeInstanceRef, writeResolution, type InstanceRef } from "./store.js";
+
+/**
+ * reconstruct(scope, instanceHome): migrate an instance that predates
+ * resolution records. Its `<instanceHome>/instance.json` records command and
+ * hook strings that point into the installed store
+ * `<scope>/.agents/capabilities/installed/<id>/`; the lock that installed
+ * them is `<scope>/oats-lock.json` (lock v2).
+ *
+ * The legacy instance.json accepted (strict: any other key is invalid-input,
+ * and nothing is retained or written):
+ *
+ *   {
+ *     "name":     "<instance>",            ^[a-z0-9][a-z0-9._-]*$ (the instance reference's name)
+ *     "scope":    "/abs/scope",            optional; when present it must be this scope
+ *     "commands": {"<name>": "<command>"}, optional
+ *     "hooks":    {"<name>": "<command>"}, optional; at least one command or hook overall,
+ *                                          and no name used in both
+ *     "config":   {"<capability>": {"<setting>": <JSON>}}   optional
+ *   }
+ *
+ * Names of commands and hooks match ^[A-Za-z0-9][A-Za-z0-9._:-]*$. A command
+ * string is split WITHOUT a shell: on spaces and tabs, with '...' (literal)
+ * and "..." (\" and \\ escapes) quoting and \x escapes outside quotes.
+ * Unquoted shell syntax (| & ; < > ( ) $ ` * ? [ ] { } ~ # !, or any
+ * expansion inside double quotes, or a newline) cannot be represented as an
+ * argv and makes that entry point unresolved. The entry point is the first
+ * token that is `.agents/capabilities/installed/<id>/<path>` (relative to the
+ * scope, optionally `./`-prefixed) or `<scope>/.agents/capabilities/installed/
+ * <id>/<path>`; the tokens after it are its args. Before it only the launcher
+ * `node` (or nothing) may appear, since a record entry point has no launcher
+ * field; the launcher is kept in the evidence.
+ *
+ * Each referenced capability is established only EXACTLY: the installed
+ * directory must hash to the `oats.tree-legacy.v0` integrity of the lock row
+ * that recorded it and carry that row's provenance (retainCapabilityArtifact),
+ * and the exec revision is then retained from the verified legacy revision
+ * with `expect` = the exec digest measured from those same bytes. Nothing is
+ * ever fetched, and today's bytes are never taken for the historical revision
+ * unless they verify against the lock row.
+ *
+ * Whatever cannot be established becomes an unresolved entry `{pointer,
+ * reason}`; `reason` is a stable code, then ": " and a human detail. Codes:
+ * installed-missing, lock-missing, invalid-lock, lock-row-missing,
+ * integrity-mismatch, provenance-mismatch, invalid-artifact,
+ * artifact-not-contained, artifact-not-found (entry point target absent),
+ * invalid-capability-id, not-in-installed-store, installed-store-of-another-scope,
+ * path-outside-artifact, launcher-not-representable, shell-syntax,
+ * unparseable-command, argument-references-installed-store,
+ * capability-unresolved, secret-in-record.
+ *
+ * Status: `reconstructed` (evidence for every input, nothing unresolved),
+ * `partial` (at least one capability retained, something unresolved) or
+ * `unknown` (no capability could be retained).
+ *
+ * Legacy config values are carried as `/settings/<capability>/<setting>` with
+ * origin `import-adoption` (ref: the instance.json pointer); a value that
+ * looks like a secret is not carried and becomes unresolved (secret-in-record).
+ */
+
+export const INSTALLED_DIR = [".agents", "capabilities", "installed"] as const;
+export const LOCK_FILE = "oats-lock.json";
+export const INSTANCE_FILE = "instance.json";
+const INSTALLED_PREFIX = `${INSTALLED_DIR.join("/")}/`;
+const MAX_INSTANCE_BYTES = 1 << 20;
+/** Launchers a record entry point can stand for (the record has no launcher field). */
+export const LEGACY_LAUNCHERS = ["node"] as const;
+
+const identifier = z.string().max(IDENTIFIER_MAX_LENGTH).regex(IDENTIFIER_PATTERN, "must match ^[a-z0-9][a-z0-9._-]*$");
+const entryName = z.string().max(128).regex(/^[A-Za-z0-9][A-Za-z0-9._:-]*$/, "must match ^[A-Za-z0-9][A-Za-z0-9._:-]*$");
+const commandString = z.string().max(8192);
+const jsonValue: z.ZodType<unknown> = z.json();
+
+export const legacyInstanceSchema = z
+  .object({
+    name: identifier,
+    scope: z.string().min(1).refine(isAbsolute, "must be an absolute path").optional(),
+    commands: z.record(entryName, commandString).optional(),
+    hooks: z.record(entryName, commandString).optional(),
+    config: z.record(identifier, z.record(z.string().min(1).max(256), jsonValue)).optional(),
+  })
+  .strict()
+  .superRefine((instance, context) => {
+    const commands = Object.keys(instance.commands ?? {});
+    const hooks = Object.keys(instance.hooks ?? {});
+    if (commands.length + hooks.length === 0) context.addIssue({ code: "custom", path: [], message: "records no command and no hook: nothing to reconstruct" });
+    for (const name of hooks) {
+      if (commands.includes(name)) context.addIssue({ code: "custom", path: ["hooks", name], message: `${name} is both a command and a hook` });
+    }
+  });
+
+export type LegacyInstance = z.infer<typeof legacyInstanceSchema>;
+
+export interface ReconstructResult {
+  readonly id: string;
+  readonly record: ResolutionRecord;
+  readonly status: ResolutionRecord["status"];
+  readonly path: string;
+  /** The instance reference now in force. */
+  readonly ref: InstanceRef;
+  /** False when an existing reference to a ready record was kept rather than replaced by a record that is not ready. */
+  readonly refMoved: boolean;
+}
+
+type Unresolved = { pointer: string; reason: string };
+type Evidence = { pointer: string; kind: string; detail: string };
+
+// ----------------------------------------------------------------- parsing
+
+function invalid(message: string, details: Record<string, unknown>): OatsError {
+  return new OatsError("invalid-input", message, details);
+}
+
+function readInstanceFile(instanceHome: string): { path: string; bytes: Buffer; instance: LegacyInstance } {
+  const path = join(resolve(instanceHome), INSTANCE_FILE);
+  let fd: number;
+  try {
+    fd = openSync(path, constants.O_RDONLY | constants.O_NOFOLLOW | constants.O_NONBLOCK);
+  } catch (error) {
+    throw invalid(`cannot read ${path}: ${errnoCode(error) ?? String(error)}`, { path, errno: errnoCode(error) });
+  }
+  let bytes: Buffer;
+  try {
+    const stats = fstatSync(fd);
+    if (!stats.isFile()) throw invalid(`${path} is not a regular file`, { path });
+    if (stats.size > MAX_INSTANCE_BYTES) throw invalid(`${path} is larger than ${MAX_INSTANCE_BYTES} bytes`, { path, size: stats.size });
+    bytes = Buffer.alloc(stats.size);
+    let done = 0;
+    while (done < bytes.length) {
+      const got = readSync(fd, bytes, done, bytes.length - done, done);
+      if (got === 0) break;
+      done += got;
+    }
+    if (done !== bytes.length) throw invalid(`${path} changed while it was read`, { path });
+  } finally {
+    closeSync(fd);
+  }
+  let json: unknown;
+  try {
+    json = JSON.parse(new TextDecoder("utf-8", { fatal: true }).decode(bytes), (key, value: unknown) => {
+      if (key === "__proto__") throw new Error("a __proto__ key is refused");
+      return value;
+    });
+  } catch (error) {
+    throw invalid(`${path} is not JSON: ${(error as Error).message}`, { path });
+  }
+  const parsed = legacyInstanceSchema.safeParse(json);
+  if (!parsed.success) {
+    const issue = parsed.error.issues[0];
+    const pointer = `/${(issue?.path ?? []).join("/")}`;
+    throw invalid(`${path}: ${pointer}: ${issue?.message ?? "malformed"}`, {
+      path,
+      pointer,
+      issues: parsed.error.issues.slice(0, 20).map((each) => ({ pointer: `/${each.path.join("/")}`, message: each.message })),
+    });
+  }
+  return { path, bytes, instance: parsed.data };
+}
+
+const UNQUOTED_SHELL = new Set([..."|&;<>()$`*?[]{}~#!"]);
+
+/** Split a command string into argv without a shell; a string a shell would treat specially is refused. */
+export function splitCommand(text: string): { ok: true; tokens: string[] } | { ok: false; reason: string } {
+  const tokens: string[] = [];
+  let current: string | null = null;
+  let i = 0;
+  const fail = (code: string, detail: string) => ({ ok: false as const, reason: `${code}: ${detail}` });
+  while (i < text.length) {
+    const char = text[i]!;
+    if (char === " " || char === "\t") {
+      if (current !== null) tokens.push(current);
+      current = null;
+      i++;
+      continue;
+    }
+    if (char === "\n" || char === "\r") return fail("shell-syntax", "a newline separates shell commands");
+    current ??= "";
+    if (char === "'") {
+      const end = text.indexOf("'", i + 1);
+      if (end === -1) return fail("unparseable-command", "unterminated single quote");
+      current += text.slice(i + 1, end);
+      i = end + 1;
+      continue;
+    }
+    if (char === '"') {
+      i++;
+      for (;;) {
+        if (i >= text.length) return fail("unparseable-command", "unterminated double quote");
+        const inner = text[i]!;
+        if (inner === '"') break;
+        if (inner === "$" || inner === "`") return fail("shell-syntax", `${inner} expands inside double quotes`);
+        if (inner === "\\" && i + 1 < text.length && '"\\'.includes(text[i + 1]!)) {
+          current += text[i + 1];
+          i += 2;
+          continue;
+        }
+        current += inner;
+        i++;
+      }
+      i++;
+      continue;
+    }
+    if (char === "\\") {
+      if (i + 1 >= text.length) return fail("unparseable-command", "trailing backslash");
+      const next = text[i + 1]!;
+      if (next === "\n") return fail("shell-syntax", "line continuation");
+      current += next;
+      i += 2;
+      continue;
+    }
+    if (UNQUOTED_SHELL.has(char)) return fail("shell-syntax", `unquoted ${JSON.stringify(char)} needs a shell`);
+    current += char;
+    i++;
+  }
+  if (current !== null) tokens.push(current);
+  if (tokens.length === 0) return fail("unparseable-command", "empty command");
+  return { ok: true, tokens };
+}
+
+type Target = { at: "installed"; rest: string } | { at: "foreign" } | null;
+
+/** Where a token points: into this scope's installed store, into some other installed store, or neither. */
+function classifyToken(token: string, scopeForms: readonly string[]): Target {
+  if (isAbsolute(token)) {
+    for (const scope of scopeForms) {
+      const prefix = `${scope}/${INSTALLED_PREFIX}`;
+      if (token.startsWith(prefix)) return { at: "installed", rest: token.slice(prefix.length) };
+    }
+  } else {
+    const relative = token.startsWith("./") ? token.slice(2) : token;
+    if (relative.startsWith(INSTALLED_PREFIX)) return { at: "installed", rest: relative.slice(INSTALLED_PREFIX.length) };
+  }
+  return token.includes(INSTALLED_PREFIX.slice(0, -1)) ? { at: "foreign" } : null;
+}
+
+interface ParsedEntrypoint {
+  readonly name: string;
+  readonly role: "command" | "hook";
+  readonly source: string;
+  readonly launcher: string | null;
+  readonly capability: string;
+  readonly path: string;
+  readonly args: string[];
+}
+
+/** A legacy command string as an entry point of one capability, or why it is not one. */
+export function parseLegacyCommand(
+  name: string,
+  role: "command" | "hook",
+  source: string,
+  text: string,
+  scopeForms: readonly string[],
+): { ok: true; entrypoint: ParsedEntrypoint } | { ok: false; reason: string } {
+  const split = splitCommand(text);
+  if (!split.ok) return split;
+  const targets = split.tokens.map((token) => classifyToken(token, scopeForms));
+  const at = targets.findIndex((target) => target?.at === "installed");
+  if (at === -1) {
+    const foreign = targets.some((target) => target?.at === "foreign");
+    return foreign
+      ? { ok: false, reason: "installed-store-of-another-scope: the command points into an installed store outside this scope" }
+      : { ok: false, reason: `not-in-installed-store: no token points into ${INSTALLED_PREFIX}<id>/` };
+  }
+  if (targets.some((target, index) => index !== at && target !== null)) {
+    return { ok: false, reason: "argument-references-installed-store: another token names the installed store, which will not outlive the migration" };
+  }
+  const prefix = split.tokens.slice(0, at);
+  if (prefix.length > 1 || (prefix.length === 1 && !(LEGACY_LAUNCHERS as readonly string[]).includes(prefix[0]!))) {
+    return { ok: false, reason: `launcher-not-representable: ${JSON.stringify(prefix.join(" "))} before the entry point cannot be recorded` };
+  }
+  const rest = (targets[at] as { rest: string }).rest;
+  const slash = rest.indexOf("/");
+  const capability = slash === -1 ? rest : rest.slice(0, slash);
+  if (!identifier.safeParse(capability).success) return { ok: false, reason: `invalid-capability-id: ${JSON.stringify(capability)}` };
+  const segments = (slash === -1 ? "" : rest.slice(slash + 1)).split("/");
+  if (segments.includes("..")) return { ok: false, reason: `path-outside-artifact: ${JSON.stringify(rest)} climbs out of ${capability}` };
+  const path = segments.filter((segment) => segment !== "" && segment !== ".").join("/");
+  if (!entrypointPathSchema.safeParse(path).success) return { ok: false, reason: `path-outside-artifact: ${JSON.stringify(rest)} names no file inside ${capability}` };
+  return {
+    ok: true,
+    entrypoint: { name, role, source, launcher: prefix[0] ?? null, capability, path, args: split.tokens.slice(at + 1) },
+  };
+}
+
+// ----------------------------------------------------------------- secrets
+
+const SECRET_KEY = /pass(?:word|wd|phrase)?|secret|token|api[-_]?key|private[-_]?key|credential/i;
+const SECRET_SHAPES = [
+  /-----BEGIN [A-Z ]*PRIVATE KEY-----/,
+  /\bgh[pousr]_[A-Za-z0-9]{30,}/,
+  /\bgithub_pat_[A-Za-z0-9_]{20,}/,
+  /\bxox[abprs]-[A-Za-z0-9-]{10,}/,
+  /\bAKIA[0-9A-Z]{16}\b/,
+  /\bsk-[A-Za-z0-9_-]{20,}/,
+  /\bglpat-[A-Za-z0-9_-]{20,}/,
+];
+
+/**
+ * A conservative guard so that no legacy value that looks like a credential
+ * lands in a record. (prepare has its own scanner; this one only has to err
+ * on the side of leaving a value out.)
+ */
+function looksSecret(value: unknown, key = ""): boolean {
+  if (typeof value === "string") return SECRET_SHAPES.some((shape) => shape.test(value)) || (value !== "" && SECRET_KEY.test(key));
+  if (Array.isArray(value)) return value.some((each) => looksSecret(each, key));
+  if (value !== null && typeof value === "object") return Object.entries(value).some(([name, each]) => looksSecret(each, name));
+  return false;
+}
+
+function argsLookSecret(args: readonly string[]): boolean {
+  return args.some((arg, index) => {
+    if (SECRET_SHAPES.some((shape) => shape.test(arg))) return true;
+    const option = /^--?([A-Za-z0-9._-]+)(?:=(.*))?$/s.exec(arg);
+    if (!option || !SECRET_KEY.test(option[1]!)) return false;
+    return option[2] !== undefined ? option[2] !== "" : index + 1 < args.length;
+  });
+}
+
+// ----------------------------------------------------------------- reconstruct
+
+const escapePointer = (segment: string) => segment.replaceAll("~", "~0").replaceAll("/", "~1");
+
+/** Refusals that say this input cannot be established (recorded as unresolved); anything else propagates. */
+const UNESTABLISHED = new Set(["integrity-mismatch", "provenance-mismatch", "invalid-artifact", "artifact-not-contained", "invalid-input", "invalid-lock", "artifact-not-found"]);
+
+function unestablished(error: unknown): string {
+  if (error instanceof OatsError && UNESTABLISHED.has(error.code)) return `${error.code}: ${error.message}`;
+  throw error;
+}
+
+function readLock(scope: string): { lock: OatsLock; path: string; digest: string } | { reason: string } {
+  const path = join(scope, LOCK_FILE);
+  let bytes: Buffer;
+  try {
+    if (!lstatSync(path).isFile()) return { reason: `invalid-lock: ${path} is not a regular file` };
+    bytes = readFileSync(path);
+  } catch (error) {
+    if (errnoCode(error) === "ENOENT") return { reason: `lock-missing: ${path} does not exist; nothing says which revision was installed` };
+    return { reason: `invalid-lock: cannot read ${path}: ${errnoCode(error) ?? String(error)}` };
+  }
+  try {
+    return { lock: parseLock(JSON.parse(bytes.toString("utf8")), path), path, digest: bytesDigest(bytes) };
+  } catch (error) {
+    if (error instanceof SyntaxError) return { reason: `invalid-lock: ${path} is not JSON` };
+    return { reason: unestablished(error) };
+  }
+}
+
+export async function reconstruct(scope: string, instanceHome: string): Promise<ReconstructResult> {
+  const realScope = resolveScope(scope);
+  const { path: instancePath, bytes: instanceBytes, instance } = readInstanceFile(instanceHome);
+  if (instance.scope !== undefined) {
+    let declared: string;
+    try {
+      declared = resolveScope(instance.scope);
+    } catch {
+      declared = instance.scope;
+    }
+    if (declared !== realScope) throw invalid(`${instancePath} belongs to scope ${instance.scope}, not ${realScope}`, { path: instancePath, scope: instance.scope, expected: realScope });
+  }
+  const scopeForms = [...new Set([resolve(scope), realScope])];
+
+  const evidence: Evidence[] = [];
+  const unresolved: Unresolved[] = [];
+  evidence.push({ pointer: "/subject", kind: "legacy-instance", detail: `${instancePath} (${instanceBytes.length} bytes, oats.bytes.v1:${bytesDigest(instanceBytes)})` });
+
+  // 1. Entry points, parsed without a shell.
+  const parsed: ParsedEntrypoint[] = [];
+  const legacy: Array<[string, "command" | "hook", string]> = [
+    ...Object.entries(instance.commands ?? {}).map(([name, text]) => [name, "command", text] as [string, "command", string]),
+    ...Object.entries(instance.hooks ?? {}).map(([name, text]) => [name, "hook", text] as [string, "hook", string]),
+  ];
+  for (const [name, role, text] of legacy) {
+    const source = `${instancePath}#/${role === "command" ? "commands" : "hooks"}/${escapePointer(name)}`;
+    const result = parseLegacyCommand(name, role, source, text, scopeForms);
+    if (!result.ok) unresolved.push({ pointer: `/entrypoints/${escapePointer(name)}`, reason: result.reason });
+    else if (argsLookSecret(result.entrypoint.args)) {
+      unresolved.push({ pointer: `/entrypoints/${escapePointer(name)}`, reason: "secret-in-record: an argument looks like a credential and is not carried" });
+    } else parsed.push(result.entrypoint);
+  }
+
+  // 2. Each referenced capability, verified against the lock row that recorded it.
+  const artifacts: ResolutionRecord["artifacts"] = {};
+  const failed = new Map<string, string>();
+  const capabilities = [...new Set(parsed.map((entry) => entry.capability))].sort();
+  const lock = capabilities.length > 0 ? readLock(realScope) : null;
+  for (const id of capabilities) {
+    const pointer = `/artifacts/${id}`;
+    const fail = (reason: string) => {
+      failed.set(id, reason);
+      unresolved.push({ pointer, reason });
+    };
+    const installed = join(realScope, ...INSTALLED_DIR, id);
+    if (!exists(installed)) {
+      fail(`installed-missing: ${installed} does not exist; it is never re-fetched`);
+      continue;
+    }
+    if (!lock || "reason" in lock) {
+      fail(lock?.reason ?? "lock-missing");
+      continue;
+    }
+    if (!lock.lock.capabilities.has(id)) {
+      fail(`lock-row-missing: ${lock.path} has no capability row for ${id}`);
+      continue;
+    }
+    const rows = capabilityRows(lock.lock, id);
+    let execIntegrity;
+    try {
+      const legacyReceipt = await retainCapabilityArtifact(realScope, installed, id, lock.lock);
+      // The exec revision, from the verified legacy revision, pinned to the digest of those same bytes.
+      const execReceipt = await retainTree(realScope, { kind: "capability", key: id, source: legacyReceipt.dir, expect: legacyReceipt.execIntegrity });
+      execIntegrity = execReceipt.integrity;
+    } catch (error) {
+      fail(unestablished(error));
+      continue;
+    }
+    const artifact: ArtifactRefRecord = { kind: "capability", key: id, integrity: { format: TREE_EXEC, value: execIntegrity.value } };
+    artifacts[id] = {
+      artifact,
+      package: {
+        id: rows.packageId,
+        source: rows.package.source,
+        version: rows.package.version,
+        commit: rows.package.commit ?? null,
+        integrity: rows.package.integrity ?? null,
+      },
+      legacyIntegrity: { format: TREE_LEGACY, value: rows.capability.integrity },
+    };
+    evidence.push(
+      {
+        pointer,
+        kind: "lock-row-integrity",
+        detail: `${installed} hashes to ${TREE_LEGACY}:${rows.capability.integrity}, the integrity of capabilities.${id} in ${lock.path} (oats.bytes.v1:${lock.digest})`,
+      },
+      {
+        pointer,
+        kind: "lock-row-provenance",
+        detail: `.oats-installation.json matches capabilities.${id} (version ${rows.capability.version}) and packages.${rows.packageId} (${rows.package.source}, commit ${rows.package.commit ?? "none"})`,
+      },
+      { pointer: `${pointer}/artifact`, kind: "exec-revision", detail: `${integrityText(execIntegrity)} measured from the same verified bytes` },
+    );
+  }
+
+  // 3. Entry points inside the retained artifacts.
+  const entrypoints: ResolutionRecord["entrypoints"] = {};
+  for (const entry of parsed) {
+    const pointer = `/entrypoints/${escapePointer(entry.name)}`;
+    const selected = artifacts[entry.capability];
+    if (!selected) {
+      unresolved.push({ pointer, reason: `capability-unresolved: ${entry.capability} (${(failed.get(entry.capability) ?? "").split(":")[0]})` });
+      continue;
+    }
+    const entrypoint = { artifact: selected.artifact, path: entry.path, args: entry.args, role: entry.role };
+    try {
+      await resolveEntrypoint(realScope, entry.name, entrypoint);
+    } catch (error) {
+      unresolved.push({ pointer, reason: unestablished(error) });
+      continue;
+    }
+    entrypoints[entry.name] = entrypoint;
+    evidence.push({
+      pointer,
+      kind: entry.role === "command" ? "legacy-command" : "legacy-hook",
+      detail: `${entry.source}: ${entry.launcher ? `launcher ${entry.launcher}, ` : ""}${entry.capability}/${entry.path} with ${entry.args.length} argument(s), inside the retained artifact`,
+    });
+  }
+
+  // 4. Legacy configuration, adopted with its origin.
+  const config: ResolutionRecord["config"] = {};
+  for (const [capability, settings] of Object.entries(instance.config ?? {})) {
+    for (const [setting, value] of Object.entries(settings)) {
+      const key = `/settings/${escapePointer(capability)}/${escapePointer(setting)}`;
+      const pointer = `/config/${escapePointer(key)}`;
+      if (looksSecret(value, setting)) {
+        unresolved.push({ pointer, reason: "secret-in-record: the value looks like a credential and is not carried" });
+        continue;
+      }
+      const ref = `${instancePath}#/config/${escapePointer(capability)}/${escapePointer(setting)}`;
+      config[key] = { value, origin: { kind: "import-adoption", ref }, constraints: [], considered: [] };
+      evidence.push({ pointer, kind: "legacy-config", detail: ref });
+    }
+  }
+
+  const status: ResolutionRecord["status"] = unresolved.length === 0 ? "reconstructed" : Object.keys(artifacts).length > 0 ? "partial" : "unknown";
+  const record: ResolutionRecord = {
+    schemaVersion: 1,
+    kind: "instance",
+    status,
+    subject: { instance: instance.name },
+    source: null,
+    artifacts,
+    config,
+    bindings: {},
+    messaging: null,
+    entrypoints,
+    capture: null,
+    evidence,
+    unresolved,
+  };
+  // writeResolution checks the schema (status, evidence and unresolved agree) before writing anything.
+  const written = writeResolution(realScope, record);
+
+  // 5. The instance reference: never replace one naming a ready record with one that is not ready.
+  let previous: InstanceRef | null = null;
+  try {
+    previous = readInstanceRef(realScope, instance.name);
+  } catch {
+    previous = null;
+  }
+  if (previous && previous.resolution !== written.id && status !== "reconstructed" && recordIsReady(realScope, previous.resolution)) {
+    return { id: written.id, record, status, path: written.path, ref: previous, refMoved: false };
+  }
+  const ref = writeInstanceRef(realScope, instance.name, written.id);
+  return { id: written.id, record, status, path: written.path, ref, refMoved: true };
+}
+
+function exists(path: string): boolean {
+  try {
+    lstatSync(path);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+function recordIsReady(scope: string, id: string): boolean {
+  try {
+    checkReadiness(readRecordBytes(scope, id).record);
+    return true;
+  } catch {
+    return false;
+  }
+}
