@@ -265,6 +265,26 @@ describe("reconstruct: what cannot be established", () => {
   });
 });
 
+describe("reconstruct: legacy configuration", () => {
+  it("Given legacy config values, When reconstructed, Then each is adopted with its origin, and one that looks like a secret is left out and unresolved", async () => {
+    const { scope, home } = legacyScope({
+      name: "frank",
+      commands: { hello: `node ${INSTALLED}/bin/hello.mjs` },
+      config: { [ID]: { greeting: "hi", retries: 3, apiToken: "hunter2-not-for-records" } },
+    });
+    const result = await reconstruct(scope, home);
+    const entry = result.record.config[`/settings/${ID}/greeting`]!;
+    assert.equal(entry.value, "hi");
+    assert.equal(entry.origin.kind, "import-adoption");
+    assert.match(entry.origin.ref, /instance\.json#\/config\/demo\.hello\/greeting$/);
+    assert.equal(result.record.config[`/settings/${ID}/retries`]!.value, 3);
+    assert.equal(result.record.config[`/settings/${ID}/apiToken`], undefined);
+    assert.equal(result.status, "partial");
+    assert.deepEqual(result.record.unresolved.map((each) => each.reason.split(":")[0]), ["secret-in-record"]);
+    assert.ok(!readFileSync(result.path, "utf8").includes("hunter2"));
+  });
+});
+
 describe("reconstruct: bad input", () => {
   const malformed: Array<[string, unknown]> = [
     ["not JSON", "{name: alice"],
