@@ -15,3 +15,6 @@ export {
 } from "./store.js";
 export { readResolution, checkReadiness, resolveEntrypoint, referencedArtifacts, type ReadResolution, type ReadResolutionOptions } from "./read.js";
 export { reconstruct, splitCommand, parseLegacyCommand, legacyInstanceSchema, INSTALLED_DIR, LOCK_FILE, INSTANCE_FILE, LEGACY_LAUNCHERS, type LegacyInstance, type ReconstructResult } from "./reconstruct.js";
+export { findSecrets, assertNoSecrets, isSecretKeyName, secretShapeOf, type SecretFinding, type FindSecretsOptions } from "./secrets.js";
+export { parsePlan, readPlanFile, parsePlanText, type Plan, type PlanCapability } from "./plan.js";
+export { prepare, type PrepareOptions, type PrepareResult, type PrepareStep } from "./prepare.js";

@@ -1,5 +1,5 @@
-import { realpath } from "node:fs/promises";
-import { join, sep } from "node:path";
+import { realpath, stat } from "node:fs/promises";
+import { join, resolve, sep } from "node:path";
 import { OatsError, errnoCode } from "../errors.js";
 import { retainedTreeDir } from "../retention/store/layout.js";
 import { resolveScope } from "../retention/store/components.js";
@@ -50,6 +50,13 @@ export async function resolveEntrypoint(scope: string, name: string, entrypoint:
   } catch {
     throw new OatsError("artifact-not-found", `entry point ${name}: artifact ${entrypoint.artifact.key} is not retained in this scope`, { entrypoint: name, dir });
   }
+  // Lexically first: a path that climbs out is not contained, whether or not something exists there.
+  if (!resolve(root, entrypoint.path).startsWith(root + sep)) {
+    throw new OatsError("artifact-not-contained", `entry point ${name}: ${entrypoint.path} climbs out of its artifact ${entrypoint.artifact.key}`, {
+      entrypoint: name,
+      path: entrypoint.path,
+    });
+  }
   try {
     target = await realpath(join(root, entrypoint.path));
   } catch (error) {
@@ -65,6 +72,14 @@ export async function resolveEntrypoint(scope: string, name: string, entrypoint:
       entrypoint: name,
       path: entrypoint.path,
       resolved: target,
+    });
+  }
+  // An entry point is something to run: a directory (or anything but a regular file) is not one.
+  if (!(await stat(target)).isFile()) {
+    throw new OatsError("artifact-not-found", `entry point ${name}: ${entrypoint.path} in ${entrypoint.artifact.key} is not a regular file`, {
+      entrypoint: name,
+      path: entrypoint.path,
+      reason: "not-a-file",
     });
   }
   return target;

@@ -1,0 +1,59 @@
+/**
+ * A preparer in its own OS process, for the reliability tests.
+ *
+ *   node --import tsx test/support/prepare-child.ts '<json request>'
+ *
+ * Request: { scope, plan, baseDir?, waitForGo?, blockAt? }
+ *
+ * With waitForGo, the child loads everything, writes "ready" on stderr and
+ * waits for a line on stdin before it starts, so a test can release several
+ * children at once. With blockAt (a prepare step), the child writes
+ * "blocked <step>" on stderr when prepare reaches that step and then waits
+ * forever, so a test can SIGKILL it exactly there. The outcome is one JSON
+ * line on stdout: {"ok":true,"id":...,"status":...} (exit 0) or
+ * {"ok":false,"error":{...}} (exit 1).
+ */
+import { OatsError, prepare } from "../../src/index.js";
+import { setPrepareHook, type PrepareStep } from "../../src/resolution/prepare.js";
+
+interface Request {
+  scope: string;
+  plan: unknown;
+  baseDir?: string;
+  waitForGo?: boolean;
+  blockAt?: PrepareStep;
+}
+
+const request = JSON.parse(process.argv[2] ?? "{}") as Request;
+
+function waitForGo(): Promise<void> {
+  return new Promise((resolve) => {
+    process.stdin.once("data", () => {
+      process.stdin.pause();
+      resolve();
+    });
+    process.stderr.write("ready\n");
+  });
+}
+
+async function main(): Promise<void> {
+  if (request.blockAt) {
+    setPrepareHook((step) => {
+      if (step !== request.blockAt) return;
+      process.stderr.write(`blocked ${step}\n`);
+      setInterval(() => {}, 1 << 30);
+      return new Promise<void>(() => {});
+    });
+  }
+  if (request.waitForGo) await waitForGo();
+  try {
+    const result = await prepare(request.scope, request.plan, request.baseDir ? { baseDir: request.baseDir } : {});
+    process.stdout.write(`${JSON.stringify({ ok: true, id: result.id, status: result.status })}\n`);
+  } catch (error) {
+    const payload = error instanceof OatsError ? error.toJSON() : { code: "not-an-oats-error", message: String((error as Error)?.stack ?? error) };
+    process.stdout.write(`${JSON.stringify({ ok: false, error: payload })}\n`);
+    process.exitCode = 1;
+  }
+}
+
+await main();
