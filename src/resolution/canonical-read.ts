@@ -9,7 +9,9 @@ import { canonicalJsonBytes } from "../retention/digest/json.js";
  * duplicate keys (JSON.parse keeps the last; the writer then writes one),
  * integers beyond 2^53 (they decode rounded and re-encode differently), lone
  * surrogates (the writer refuses them), and any other spelling of a number or
- * string than the canonical one. A `__proto__` key is refused outright, and
+ * string than the canonical one. Integers beyond 2^53 that happen to survive
+ * the round trip (9007199254740994, 1e+21) are refused too: another reader
+ * may not decode them to the same value. A `__proto__` key is refused outright, and
  * objects come back without a prototype, so a record can never reach
  * Object.prototype.
  */
@@ -42,6 +44,9 @@ export function readCanonicalJson(bytes: Uint8Array, what: string): unknown {
 
 export function withoutPrototypes(value: unknown, pointer: string): unknown {
   if (Array.isArray(value)) return value.map((item, index) => withoutPrototypes(item, `${pointer}/${index}`));
+  if (typeof value === "number" && Number.isInteger(value) && !Number.isSafeInteger(value)) {
+    throw new OatsError("invalid-resolution", `integer beyond 2^53 at ${pointer || "/"}`, { pointer: pointer || "/", reason: "unsafe-integer" });
+  }
   if (typeof value !== "object" || value === null) return value;
   const out = Object.create(null) as Record<string, unknown>;
   for (const key of Object.keys(value)) {

@@ -42,13 +42,17 @@ export function referencedArtifacts(record: ResolutionRecord): ArtifactRefRecord
  * inside the tree: the target must exist and stay inside the artifact.
  */
 export async function resolveEntrypoint(scope: string, name: string, entrypoint: { artifact: ArtifactRefRecord; path: string }): Promise<string> {
-  const dir = retainedTreeDir(scope, entrypoint.artifact);
+  const dir = retainedTreeDir(resolveScope(scope), entrypoint.artifact);
   let root: string;
   let target: string;
   try {
     root = await realpath(dir);
   } catch {
     throw new OatsError("artifact-not-found", `entry point ${name}: artifact ${entrypoint.artifact.key} is not retained in this scope`, { entrypoint: name, dir });
+  }
+  // Every store component down to the revision is a real directory, never a symlink (CONTRACT.md section 3).
+  if (root !== dir) {
+    throw new OatsError("invalid-artifact-store", `entry point ${name}: the revision of ${entrypoint.artifact.key} is reached through a symlink: ${dir}`, { entrypoint: name, dir, resolved: root, reason: "symlink" });
   }
   // Lexically first: a path that climbs out is not contained, whether or not something exists there.
   if (!resolve(root, entrypoint.path).startsWith(root + sep)) {
@@ -98,7 +102,7 @@ export async function readResolution(scope: string, id: string, options: ReadRes
 
 /** Only complete and reconstructed records can be dispatched; partial and unknown refuse with what is unresolved. */
 export function checkReadiness(record: Pick<ResolutionRecord, "status" | "unresolved" | "evidence">): void {
-  if (record.status === "complete") return;
+  if (record.status === "complete" && record.unresolved.length === 0) return;
   if (record.status === "reconstructed" && record.evidence.length > 0 && record.unresolved.length === 0) return;
   throw new OatsError("resolution-incomplete", `resolution is ${record.status}: ${record.unresolved.length} input(s) unresolved`, {
     status: record.status,

@@ -2,6 +2,7 @@ import { posix } from "node:path";
 import { z } from "zod";
 import { IDENTIFIER_MAX_LENGTH, IDENTIFIER_PATTERN, SOURCE_KEY_PATTERN } from "../retention/ids.js";
 import { DIGEST_VALUE_PATTERN, TREE_EXEC, TREE_LEGACY } from "../retention/integrity.js";
+import { sourceIdentityKey } from "../retention/source-identity.js";
 
 /**
  * A resolution record (schemaVersion 1): exactly what an instance or a queued
@@ -42,7 +43,8 @@ const sourceSchema = z
     artifact: artifactRefSchema,
   })
   .strict()
-  .refine((source) => source.artifact.kind === "source", { message: "the source artifact must be of kind source", path: ["artifact", "kind"] });
+  .refine((source) => source.artifact.kind === "source", { message: "the source artifact must be of kind source", path: ["artifact", "kind"] })
+  .refine((source) => source.artifact.key === sourceIdentityKey(source.identity), { message: "the source artifact must be retained under the key of the source identity", path: ["artifact", "key"] });
 
 const packageSchema = z
   .object({

@@ -93,8 +93,12 @@ export interface WrittenRecord {
 /** Publish a record; the schema is checked first, so nothing invalid is ever written. */
 export function writeResolution(scope: string, input: unknown): WrittenRecord {
   const realScope = resolveScope(scope);
+  // zod drops a `__proto__` key silently (an entry point or binding would vanish): refuse it instead.
+  refuseProtoKeys(input, "", new Set());
   const record = parseRecord(input, "resolution record");
   const { id, bytes } = encodeRecord(record);
+  // Never write what the strict reader would refuse (an integer beyond 2^53, say).
+  readCanonicalJson(bytes, "resolution record");
   inspectStoreAt(realScope, RESOLUTIONS_DIR);
   ensureStoreAt(realScope, RESOLUTIONS_DIR);
   const dir = join(realScope, ...RESOLUTIONS_DIR);
@@ -115,6 +119,16 @@ export function writeResolution(scope: string, input: unknown): WrittenRecord {
   }
   fsyncDirectory(dir);
   return { id, path, status: "written" };
+}
+
+function refuseProtoKeys(value: unknown, pointer: string, ancestors: Set<object>): void {
+  if (typeof value !== "object" || value === null || ancestors.has(value)) return;
+  ancestors.add(value);
+  for (const key of Object.keys(value)) {
+    if (key === "__proto__") throw new OatsError("invalid-resolution", `resolution record: key __proto__ refused at ${pointer || "/"}`, { pointer: pointer || "/", reason: "proto-key" });
+    refuseProtoKeys((value as Record<string, unknown>)[key], `${pointer}/${key.replace(/~/g, "~0").replace(/\//g, "~1")}`, ancestors);
+  }
+  ancestors.delete(value);
 }
 
 function parseRecord(input: unknown, what: string): ResolutionRecord {
@@ -199,12 +213,16 @@ export function writeInstanceRef(scope: string, instance: string, resolution: st
 export function readInstanceRef(scope: string, instance: string): InstanceRef {
   const realScope = resolveScope(scope);
   const path = instanceRefPath(realScope, instance);
-  const bytes = readBounded(path, 4096, () => new OatsError("resolution-not-found", `instance ${instance} has no resolution in this scope`, { instance, path }), `instance reference ${instance}`);
-  const json = readCanonicalJson(bytes, `instance reference ${instance}`) as Record<string, unknown>;
-  if (json["schemaVersion"] !== 1 || json["instance"] !== instance || typeof json["resolution"] !== "string" || Object.keys(json).length !== 3) {
-    throw new OatsError("invalid-resolution", `instance reference ${instance} is malformed`, { instance, path });
-  }
-  return { schemaVersion: 1, instance, resolution: parseResolutionId(json["resolution"]) };
+  const notFound = () => new OatsError("resolution-not-found", `instance ${instance} has no resolution in this scope`, { instance, path });
+  if (!inspectStoreAt(realScope, INSTANCE_REFS_DIR).complete) throw notFound();
+  const bytes = readBounded(path, 4096, notFound, `instance reference ${instance}`);
+  const json = readCanonicalJson(bytes, `instance reference ${instance}`) as Record<string, unknown> | null;
+  const malformed = () => new OatsError("invalid-resolution", `instance reference ${instance} is malformed`, { instance, path });
+  if (typeof json !== "object" || json === null || Array.isArray(json)) throw malformed();
+  if (json["schemaVersion"] !== 1 || json["instance"] !== instance || typeof json["resolution"] !== "string" || Object.keys(json).length !== 3) throw malformed();
+  // The file is what is damaged, not the caller's input.
+  if (!/^sha256-[0-9a-f]{64}$/.test(json["resolution"])) throw malformed();
+  return { schemaVersion: 1, instance, resolution: json["resolution"] };
 }
 
 function lstatOrNull(path: string) {
