@@ -358,6 +358,15 @@ describe("prepare: secrets are refused before anything is retained", () => {
     await assertRefused(plan, secret, "/config/~1settings~1demo.hello~1password/considered/0/value");
   });
 
+  test("Given a lock whose package source carries a token in its URL, When preparing, Then secret-in-record names the record's package source before anything is retained", async () => {
+    const secret = SHAPES.find(([name]) => name.includes("ghs_"))![1];
+    const lock = fixtureLock() as any;
+    lock.packages["demo.hello-pkg"].source = `git:https://x-access-token:${secret}@github.com/demo/hello.git`;
+    const lockPath = join(tempDir("oats-lock-"), "oats-lock.json");
+    writeFileSync(lockPath, JSON.stringify(lock));
+    await assertRefused(basePlan({ capabilities: [{ id: HELLO, dir: FIXTURE_PAYLOAD, lock: lockPath }] }), secret, "/artifacts/demo.hello/package/source");
+  });
+
   test("Given a secret-shaped key in a payload, When preparing, Then the finding names the enclosing object and never the key", async () => {
     const secret = SHAPES.find(([name]) => name.includes("AWS"))![1];
     const plan = basePlan({ bindings: { aws: { capability: HELLO, payload: { keys: { [secret]: "enabled" } }, credentialRefs: [] } } });
