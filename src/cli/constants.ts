@@ -7,4 +7,16 @@ import type { ArtifactKind, TreeFormat } from "../retention/index.js";
 export const KIND_CHOICES = ["capability", "source", "capture"] as const satisfies readonly ArtifactKind[];
 export const TREE_FORMAT_CHOICES = ["oats.tree-exec.v1", "oats.tree-legacy.v0", "oats.package-payload-exec.v1"] as const satisfies readonly TreeFormat[];
 export const DEFAULT_TREE_FORMAT = "oats.tree-exec.v1" satisfies TreeFormat;
-export const COMMAND_NAMES = ["retain", "verify", "path", "digest", "ls", "fsck", "cleanup"] as const;
+export const COMMAND_NAMES = [
+  "retain",
+  "verify",
+  "path",
+  "digest",
+  "ls",
+  "fsck",
+  "cleanup",
+  "resolution show",
+  "resolution verify",
+  "resolution ls",
+  "instance show",
+] as const;

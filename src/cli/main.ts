@@ -4,8 +4,12 @@ import type { OatsError } from "../errors.js";
 import { cleanup } from "./commands/cleanup.js";
 import { digest } from "./commands/digest.js";
 import { fsck } from "./commands/fsck.js";
+import { instanceShow } from "./commands/instance-show.js";
 import { ls } from "./commands/ls.js";
 import { path } from "./commands/path.js";
+import { resolutionLs } from "./commands/resolution-ls.js";
+import { resolutionShow } from "./commands/resolution-show.js";
+import { resolutionVerify } from "./commands/resolution-verify.js";
 import { retain } from "./commands/retain.js";
 import { verify } from "./commands/verify.js";
 import type { CliContext, CommandOutcome, CommandSpec } from "./context.js";
@@ -21,7 +25,17 @@ import { packageVersion } from "./version.js";
  * result, so in --json mode even `oats --json --bogus` is one envelope line.
  */
 
-const COMMANDS: readonly CommandSpec[] = [retain, verify, path, digest, ls, fsck, cleanup];
+/**
+ * A spec named "group sub" (e.g. "resolution verify") is the subcommand `sub`
+ * of the command group `group`; the envelope's `command` is the whole name.
+ */
+export const COMMANDS: readonly CommandSpec[] = [retain, verify, path, digest, ls, fsck, cleanup, resolutionShow, resolutionVerify, resolutionLs, instanceShow];
+
+/** Descriptions of the command groups (`oats resolution --help`). */
+const GROUPS: Record<string, string> = {
+  resolution: "resolution records: what an instance or a queued capture will run (show, verify, ls)",
+  instance: "instances and the resolution each one runs (show)",
+};
 
 export interface MainIo {
   /** --json was on the command line (detected by bin.ts before anything was loaded). */
@@ -35,19 +49,32 @@ export interface MainIo {
 /** Options of the program itself that take a value, so their value is not mistaken for the command. */
 const GLOBAL_VALUE_OPTIONS = new Set(["--scope"]);
 
-/** The subcommand the arguments name, if any (for the envelope's `command` when parsing failed). */
+/**
+ * The command the arguments name, if any (for the envelope's `command` when
+ * parsing failed): "verify", "resolution verify", or the bare group
+ * ("resolution") when its subcommand is missing or unknown.
+ */
 export function commandNamed(argv: readonly string[]): string | null {
+  let group: string | null = null;
   for (let index = 0; index < argv.length; index += 1) {
     const arg = argv[index]!;
-    if (arg === "--") return null;
+    if (arg === "--") return group;
     if (GLOBAL_VALUE_OPTIONS.has(arg)) {
       index += 1;
       continue;
     }
     if (arg.startsWith("-")) continue;
+    if (group !== null) {
+      const name = `${group} ${arg}`;
+      return COMMANDS.some((spec) => spec.name === name) ? name : group;
+    }
+    if (Object.hasOwn(GROUPS, arg)) {
+      group = arg;
+      continue;
+    }
     return COMMANDS.some((spec) => spec.name === arg) ? arg : null;
   }
-  return null;
+  return group;
 }
 
 const SUCCESSFUL_EXITS = new Set(["commander.helpDisplayed", "commander.help", "commander.version"]);
@@ -75,8 +102,20 @@ export async function main(argv: readonly string[], io: MainIo): Promise<number>
     })
     .showSuggestionAfterError(true);
 
+  const groups = new Map<string, Command>();
+  const commandFor = (name: string): Command => {
+    const [group, sub] = name.split(" ");
+    if (sub === undefined) return program.command(name);
+    let parent = groups.get(group!);
+    if (!parent) {
+      parent = program.command(group!).description(GROUPS[group!] ?? "");
+      groups.set(group!, parent);
+    }
+    return parent.command(sub);
+  };
+
   for (const spec of COMMANDS) {
-    const command = program.command(spec.name);
+    const command = commandFor(spec.name);
     spec.define(command);
     command.action(async (...args: unknown[]) => {
       const self = args[args.length - 1] as Command;

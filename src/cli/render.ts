@@ -14,7 +14,8 @@ export function integrityText(integrity: IntegrityLike): string {
 const REMEDIES: Record<string, string> = {
   "artifact-not-found":
     "nothing is retained under that id and integrity in this scope; check --scope, --kind and the integrity, or retain the artifact first.",
-  "resolution-not-found": "no such resolution record in this scope; check --scope and the id.",
+  "resolution-not-found":
+    "no such resolution record (or instance reference) in this scope; check --scope and the id or instance name (`oats resolution ls` lists the records).",
   "blob-not-found": "no such pinned blob in this scope; check --scope and the digest.",
   "job-not-found": "no such queued job in this scope; check --scope and the job id.",
   "invalid-artifact-reference":
@@ -24,7 +25,12 @@ const REMEDIES: Record<string, string> = {
   "invalid-artifact": "the path named above is not a tree oats can retain or verify; inspect it by hand.",
   "artifact-not-contained": "a computed path would leave its store; use a plain identifier.",
   "invalid-lock": "fix the lock file (oats lock v2: lockfileVersion 2, packages, capabilities) or point --lock at the lock the capability was installed from.",
-  "invalid-resolution": "the resolution record is malformed or not canonical; it was not used.",
+  "invalid-resolution":
+    "the resolution record (or plan) is malformed, not canonical, or not a regular file; it was not used and was left as it is. Prepare the instance again from its plan rather than editing a record by hand.",
+  "resolution-incomplete":
+    "the record is partial or unknown: the inputs listed in details.unresolved could not be established. Settle them and run `oats prepare` with a complete plan; a partial record is never run.",
+  "secret-in-record":
+    "a secret literal was found at the pointer named above; nothing was written. Replace it with a credential reference ({kind: env, name} or {kind: provider, provider, key}) in the plan.",
   "invalid-input":
     "check the source: it must be an existing real directory outside the store, with only relative symlinks that stay inside it, and no special files.",
   "integrity-mismatch":
@@ -49,6 +55,15 @@ export function remedy(error: Pick<OatsError, "code" | "kind" | "details">, comm
     if (reason === "staged-copy-differs") {
       return "the staged copy changed after it was written; nothing was published. Check the disk and retry.";
     }
+  }
+  if (error.code === "integrity-mismatch" && error.details["id"] !== undefined && error.details["expected"] === error.details["id"]) {
+    return "the resolution record's bytes no longer hash to its id: it is damaged and was not used or repaired. Prepare the instance again from its plan; inspect the file by hand before removing it.";
+  }
+  if (error.code === "invalid-input" && error.details["id"] !== undefined && error.details["path"] === undefined) {
+    return "a resolution id is sha256-<64 lowercase hex> (as `oats prepare` and `oats resolution ls` print it); correct the argument and retry.";
+  }
+  if (error.code === "invalid-input" && error.details["instance"] !== undefined && error.details["path"] === undefined) {
+    return "an instance name matches ^[a-z0-9][a-z0-9._-]*$ (at most 214 characters); correct the argument and retry.";
   }
   if (error.code === "artifact-not-found" && error.details["key"] === undefined && error.details["path"] !== undefined) {
     return "the directory named above does not exist; check the path.";
