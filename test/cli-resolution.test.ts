@@ -1,18 +1,19 @@
 /**
  * The resolution commands through real child processes (dist/cli/bin.js;
  * `npm run build` first): `oats resolution show|verify|ls`, `oats instance
- * show`, on records written through the library; their JSON envelopes
+ * show`, on records written through the library, and `oats prepare` (a YAML
+ * plan) and `oats reconstruct` (a legacy instance home); their JSON envelopes
  * (`command` names the whole subcommand) and exit codes.
  */
 import assert from "node:assert/strict";
-import { chmodSync, mkdirSync, readFileSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
+import { chmodSync, cpSync, existsSync, mkdirSync, readFileSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { describe, test } from "node:test";
 import { COMMAND_NAMES } from "../src/cli/constants.js";
 import { COMMANDS, commandNamed } from "../src/cli/main.js";
 import { retainTree } from "../src/retention/index.js";
-import { resolutionPath, writeInstanceRef, writeResolution, type ResolutionRecord } from "../src/resolution/index.js";
-import { fixtureCopy, runOats, tempDir } from "./helpers.js";
+import { listResolutionIds, readInstanceRef, resolutionPath, writeInstanceRef, writeResolution, type ResolutionRecord } from "../src/resolution/index.js";
+import { FIXTURE_LOCK, FIXTURE_PAYLOAD, fixtureCopy, runOats, snapshotTree, tempDir } from "./helpers.js";
 
 type Envelope = {
   schemaVersion: number;
@@ -279,5 +280,152 @@ describe("oats resolution show / verify / ls, oats instance show", () => {
     assert.equal(runJson([...scope, "resolution", "show", written.id]).status, 0);
     const verify = expectRefusal([...scope, "resolution", "verify", written.id], "integrity-mismatch", 5, "resolution verify");
     assert.equal(verify.envelope.error!.details["key"], "demo.hello");
+  });
+});
+
+/** A YAML plan for the fixture capability, written beside a copy of it (relative paths resolve against the plan's directory). */
+function writePlan(options: { instance?: string; greeting?: string; extra?: string; entry?: string } = {}): string {
+  const dir = tempDir("oats-plan-");
+  cpSync(FIXTURE_PAYLOAD, join(dir, "hello"), { recursive: true, verbatimSymlinks: true });
+  cpSync(FIXTURE_LOCK, join(dir, "oats-lock.json"));
+  const path = join(dir, "plan.yaml");
+  writeFileSync(
+    path,
+    [
+      "schemaVersion: 1",
+      `instance: ${options.instance ?? "alpha"}`,
+      "capabilities:",
+      "  - id: demo.hello",
+      "    dir: hello",
+      "    lock: oats-lock.json",
+      "config:",
+      "  - pointer: /settings/demo.hello/greeting",
+      `    value: ${JSON.stringify(options.greeting ?? "hello")}`,
+      "    origin: {kind: operator, ref: plan.yaml}",
+      ...(options.extra ? [options.extra] : []),
+      "entrypoints:",
+      "  hello:",
+      "    capability: demo.hello",
+      `    path: ${options.entry ?? "bin/hello.mjs"}`,
+      "    args: [--quiet]",
+      "    role: command",
+      "",
+    ].join("\n"),
+  );
+  return path;
+}
+
+describe("oats prepare <plan>", () => {
+  test("prepares a YAML plan: prints id, status and instance; the record then shows, verifies and is what the instance runs; again is kept", () => {
+    const scope = tempDir("oats-cli-prep-");
+    const plan = writePlan();
+    const run = runJson(["--scope", scope, "prepare", plan]);
+    assert.equal(run.status, 0, run.stdout + run.stderr);
+    assert.equal(run.envelope.command, "prepare");
+    const id = run.envelope.result!["id"] as string;
+    assert.match(id, /^sha256-[0-9a-f]{64}$/);
+    assert.equal(run.envelope.result!["status"], "written");
+    assert.equal(run.envelope.result!["instance"], "alpha");
+    assert.equal(run.envelope.result!["record"].status, "complete");
+    assert.deepEqual(listResolutionIds(scope), [id]);
+    assert.equal(readInstanceRef(scope, "alpha").resolution, id);
+
+    const verify = runJson(["--scope", scope, "resolution", "verify", id]);
+    assert.equal(verify.status, 0, verify.stdout);
+    assert.deepEqual(Object.keys(verify.envelope.result!["entrypoints"]), ["hello"]);
+    assert.equal(runJson(["--scope", scope, "instance", "show", "alpha"]).envelope.result!["resolution"], id);
+
+    const again = runOats(["--scope", scope, "prepare", plan]);
+    assert.equal(again.status, 0, again.stderr);
+    assert.match(again.stdout, new RegExp(`^kept \\(already recorded\\) resolution ${id}\n  instance alpha -> ${id}\n`));
+    assert.equal(runOats(["--scope", scope, "--quiet", "prepare", plan]).stdout, `${id}\n`);
+  });
+
+  test("a secret literal in the plan: secret-in-record, exit 6, naming the pointer; nothing written and the old reference stays", () => {
+    const scope = tempDir("oats-cli-prep-");
+    const first = runJson(["--scope", scope, "prepare", writePlan()]);
+    assert.equal(first.status, 0, first.stdout);
+    const before = snapshotTree(join(scope, ".agents/resolutions"));
+    const plan = writePlan({ extra: "  - pointer: /settings/demo.hello/api_token\n    value: hunter2hunter2\n    origin: {kind: operator, ref: plan.yaml}" });
+    const run = expectRefusal(["--scope", scope, "prepare", plan], "secret-in-record", 6, "prepare");
+    assert.equal(run.envelope.error!.details["pointer"], "/config/~1settings~1demo.hello~1api_token/value");
+    assert.doesNotMatch(run.stdout, /hunter2hunter2/, "the secret itself is not echoed");
+    const human = runOats(["--scope", scope, "prepare", plan]);
+    assert.equal(human.status, 6);
+    assert.match(human.stderr, /^oats: secret-in-record: .*\n.*credential reference/);
+    assert.deepEqual(snapshotTree(join(scope, ".agents/resolutions")), before);
+    assert.equal(readInstanceRef(scope, "alpha").resolution, first.envelope.result!["id"]);
+  });
+
+  test("bad plans: invalid-input, exit 4 (an extra field, an entry point climbing out of its artifact, a missing file, the same capability twice); usage for no operand", () => {
+    const scope = tempDir("oats-cli-prep-");
+    const extra = expectRefusal(["--scope", scope, "prepare", writePlan({ extra: "frobnicate: true" })], "invalid-input", 4, "prepare");
+    assert.match(extra.envelope.error!.message, /^plan/);
+    assert.match(runOats(["--scope", scope, "prepare", writePlan({ extra: "frobnicate: true" })]).stderr, /\nthe plan file is not a valid plan/);
+    expectRefusal(["--scope", scope, "prepare", writePlan({ entry: "../../bin/sh" })], "invalid-input", 4, "prepare");
+    expectRefusal(["--scope", scope, "prepare", join(tempDir(), "absent.yaml")], "invalid-input", 4, "prepare");
+    const twice = writePlan();
+    writeFileSync(twice, readFileSync(twice, "utf8").replace("config:", "  - id: demo.hello\n    dir: hello\n    lock: oats-lock.json\nconfig:"));
+    const run = expectRefusal(["--scope", scope, "prepare", twice], "invalid-input", 4, "prepare");
+    assert.match(run.envelope.error!.message, /more than once/);
+    expectRefusal(["--scope", scope, "prepare"], "usage", 2, "prepare");
+    assert.deepEqual(listResolutionIds(scope), []);
+  });
+});
+
+describe("oats reconstruct <instance-home>", () => {
+  const INSTALLED = ".agents/capabilities/installed/demo.hello";
+
+  function legacy(commands: Record<string, string>): { scope: string; home: string } {
+    const root = tempDir("oats-cli-recon-");
+    const scope = join(root, "scope");
+    const home = join(root, "home");
+    mkdirSync(home, { recursive: true });
+    cpSync(FIXTURE_PAYLOAD, join(scope, INSTALLED), { recursive: true, verbatimSymlinks: true });
+    cpSync(FIXTURE_LOCK, join(scope, "oats-lock.json"));
+    writeFileSync(join(home, "instance.json"), JSON.stringify({ name: "alice", commands }));
+    return { scope, home };
+  }
+
+  test("a faithful installation: reconstructed, with evidence; the record verifies after the installed store and the lock are gone", () => {
+    const { scope, home } = legacy({ hello: `node ${INSTALLED}/bin/hello.mjs --greeting "good morning"` });
+    const run = runJson(["--scope", scope, "reconstruct", home]);
+    assert.equal(run.status, 0, run.stdout + run.stderr);
+    assert.equal(run.envelope.command, "reconstruct");
+    assert.equal(run.envelope.result!["status"], "reconstructed");
+    assert.equal(run.envelope.result!["instance"], "alice");
+    assert.equal(run.envelope.result!["refMoved"], true);
+    assert.ok((run.envelope.result!["evidence"] as unknown[]).length > 0);
+    const id = run.envelope.result!["id"] as string;
+    rmSync(join(scope, ".agents/capabilities/installed"), { recursive: true });
+    rmSync(join(scope, "oats-lock.json"));
+    rmSync(home, { recursive: true });
+    const verify = runJson(["--scope", scope, "resolution", "verify", id]);
+    assert.equal(verify.status, 0, verify.stdout);
+    assert.equal(verify.envelope.result!["status"], "reconstructed");
+    assert.deepEqual(verify.envelope.result!["entrypoints"]["hello"].args, ["--greeting", "good morning"]);
+  });
+
+  test("what cannot be established: the record is written but reported as resolution-incomplete, exit 6, with the unresolved list", () => {
+    const { scope, home } = legacy({ hello: `node ${INSTALLED}/bin/hello.mjs`, piped: `node ${INSTALLED}/bin/hello.mjs | tee log` });
+    const run = expectRefusal(["--scope", scope, "reconstruct", home], "resolution-incomplete", 6, "reconstruct");
+    const details = run.envelope.error!.details;
+    assert.equal(details["status"], "partial");
+    assert.ok((details["unresolved"] as { pointer: string }[]).some((entry) => entry.pointer.includes("piped")), JSON.stringify(details["unresolved"]));
+    assert.ok(existsSync(resolutionPath(scope, details["id"])), "the partial record is kept for inspection");
+    expectRefusal(["--scope", scope, "resolution", "verify", details["id"]], "resolution-incomplete", 6, "resolution verify");
+    const human = runOats(["--scope", scope, "reconstruct", home]);
+    assert.equal(human.status, 6);
+    assert.match(human.stdout, /^partial resolution sha256-[0-9a-f]{64}\n/);
+    assert.match(human.stdout, /\n  unresolved \/entrypoints\/piped: /);
+    assert.match(human.stderr, /^oats: resolution-incomplete: /);
+  });
+
+  test("no instance.json: a refusal, not a record", () => {
+    const { scope } = legacy({ hello: `node ${INSTALLED}/bin/hello.mjs` });
+    const run = runJson(["--scope", scope, "reconstruct", tempDir()]);
+    assert.notEqual(run.status, 0);
+    assert.equal(run.envelope.command, "reconstruct");
+    assert.deepEqual(listResolutionIds(scope), []);
   });
 });

@@ -15,8 +15,10 @@ export const COMMAND_NAMES = [
   "ls",
   "fsck",
   "cleanup",
+  "prepare",
   "resolution show",
   "resolution verify",
   "resolution ls",
   "instance show",
+  "reconstruct",
 ] as const;

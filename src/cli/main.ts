@@ -7,6 +7,8 @@ import { fsck } from "./commands/fsck.js";
 import { instanceShow } from "./commands/instance-show.js";
 import { ls } from "./commands/ls.js";
 import { path } from "./commands/path.js";
+import { prepare } from "./commands/prepare.js";
+import { reconstruct } from "./commands/reconstruct.js";
 import { resolutionLs } from "./commands/resolution-ls.js";
 import { resolutionShow } from "./commands/resolution-show.js";
 import { resolutionVerify } from "./commands/resolution-verify.js";
@@ -29,7 +31,7 @@ import { packageVersion } from "./version.js";
  * A spec named "group sub" (e.g. "resolution verify") is the subcommand `sub`
  * of the command group `group`; the envelope's `command` is the whole name.
  */
-export const COMMANDS: readonly CommandSpec[] = [retain, verify, path, digest, ls, fsck, cleanup, resolutionShow, resolutionVerify, resolutionLs, instanceShow];
+export const COMMANDS: readonly CommandSpec[] = [retain, verify, path, digest, ls, fsck, cleanup, prepare, resolutionShow, resolutionVerify, resolutionLs, instanceShow, reconstruct];
 
 /** Descriptions of the command groups (`oats resolution --help`). */
 const GROUPS: Record<string, string> = {

@@ -45,7 +45,7 @@ const REFUSED =
   "the request was refused by policy; the details say what is required before it can proceed.";
 
 /** One line telling the user what to do about a refusal. */
-export function remedy(error: Pick<OatsError, "code" | "kind" | "details">, command: string | null): string {
+export function remedy(error: Pick<OatsError, "code" | "kind" | "details"> & { readonly message?: string }, command: string | null): string {
   if (error.code === "usage") return command ? `run \`oats ${command} --help\` for its usage.` : "run `oats --help` for the commands and options.";
   if (error.code === "integrity-mismatch") {
     const reason = error.details["reason"];
@@ -58,6 +58,9 @@ export function remedy(error: Pick<OatsError, "code" | "kind" | "details">, comm
   }
   if (error.code === "integrity-mismatch" && error.details["id"] !== undefined && error.details["expected"] === error.details["id"]) {
     return "the resolution record's bytes no longer hash to its id: it is damaged and was not used or repaired. Prepare the instance again from its plan; inspect the file by hand before removing it.";
+  }
+  if (error.code === "invalid-input" && (error.details["plan"] !== undefined || /^plan\b/.test(error.message ?? ""))) {
+    return "the plan file is not a valid plan (schemaVersion 1, instance, capabilities, entrypoints, ...; YAML or JSON); fix the field named above and retry. Nothing was retained or written.";
   }
   if (error.code === "invalid-input" && error.details["id"] !== undefined && error.details["path"] === undefined) {
     return "a resolution id is sha256-<64 lowercase hex> (as `oats prepare` and `oats resolution ls` print it); correct the argument and retry.";
