@@ -11,7 +11,7 @@
  *                  $OATS_BENCH_DIR or /tmp/oats-bench). Data sets are generated
  *                  deterministically the first time and reused afterwards.
  *   --runs N       timed runs per side for the digest comparisons (default 7)
- *   --only LIST    comma-separated subset: big,small,retain,fsync,fsync-big,rss,start,alt
+ *   --only LIST    comma-separated subset: big,small,retain,fsync,fsync-big,rss,start,alt,resolution
  *   --json FILE    also write the results as JSON
  *
  * Every figure is a ratio against a baseline measured in the same run, on the
@@ -23,6 +23,8 @@
  *   big    8 files x 128 MiB (AES-CTR keystream, so incompressible)
  *   small  20,000 files of 100..4096 bytes in 350 directories, 1 in 10 mode 0755
  *   huge   one 2 GiB file
+ *   caps   50 capability trees of 200 files (100..4096 bytes) each, for the
+ *          resolution rows
  * The CLI figures use dist/cli/bin.js; when it does not exist yet those rows
  * say so and the rest still runs.
  */
@@ -239,6 +241,7 @@ function writeBigFile(path, size, label) {
 }
 
 const SMALL = { files: 20_000, top: 10, perTop: 34, minSize: 100, maxSize: 4096 }; // 10 + 10*34 = 350 directories
+const CAPS = { capabilities: 50, files: 200, dirs: 8, minSize: 100, maxSize: 4096 };
 
 const DATASETS = {
   big: {
@@ -272,6 +275,25 @@ const DATASETS = {
       }
     },
   },
+  caps: {
+    describe: `${CAPS.capabilities} capability trees of ${CAPS.files} files each`,
+    generate(dir) {
+      for (let c = 0; c < CAPS.capabilities; c++) {
+        const name = `cap-${String(c).padStart(2, "0")}`;
+        const random = prng(1000 + c);
+        const next = keystream(`caps-${c}`);
+        const root = join(dir, name);
+        const dirs = ["bin", ...Array.from({ length: CAPS.dirs - 1 }, (_, d) => `lib/mod-${d}`)].map((sub) => join(root, sub));
+        for (const sub of dirs) mkdirSync(sub, { recursive: true });
+        writeFileSync(join(root, "bin", "run.mjs"), `#!/usr/bin/env node\nconsole.log(${JSON.stringify(name)});\n`);
+        chmodSync(join(root, "bin", "run.mjs"), 0o755);
+        for (let i = 1; i < CAPS.files; i++) {
+          const size = CAPS.minSize + Math.floor(random() * (CAPS.maxSize - CAPS.minSize + 1));
+          writeFileSync(join(dirs[i % dirs.length], `file-${String(i).padStart(3, "0")}.js`), next(size));
+        }
+      }
+    },
+  },
   huge: {
     describe: "one 2 GiB file",
     generate(dir) {
@@ -284,7 +306,7 @@ const DATASETS = {
 function dataset(name) {
   const dir = join(DATA, name);
   const stamp = join(DATA, `${name}.stamp.json`);
-  const want = JSON.stringify({ version: DATA_VERSION, name, small: name === "small" ? SMALL : undefined });
+  const want = JSON.stringify({ version: DATA_VERSION, name, small: name === "small" ? SMALL : undefined, caps: name === "caps" ? CAPS : undefined });
   if (existsSync(stamp) && readFileSync(stamp, "utf8") === want && existsSync(dir)) return dir;
   log(`generating ${name} (${DATASETS[name].describe}) in ${dir}`);
   const started = performance.now();
@@ -304,10 +326,11 @@ if (!existsSync(join(DIST, "index.js"))) {
   process.exit(0);
 }
 const oats = await import(join(DIST, "index.js"));
-const { digestTree, retainTree } = oats;
+const { digestTree, retainTree, verifyTree, readResolution, writeResolution } = oats;
 const { StagingWriter } = await import(join(DIST, "retention", "store", "staging-writer.js"));
 const { digestListing } = await import(join(DIST, "retention", "digest", "tree.js"));
 const { walkTree } = await import(join(DIST, "retention", "digest", "walk.js"));
+const { readRecordBytes } = await import(join(DIST, "resolution", "store.js"));
 const cliExists = () => existsSync(CLI);
 const oneLine = (text) => text.trim().split("\n")[0].slice(0, 160);
 
@@ -649,6 +672,134 @@ async function benchAlternatives() {
   rowTotal("6d", "same, 2 worker threads (info)", workers2);
 }
 
+// ---------------------------------------------------------------- 7. resolution records
+
+/**
+ * A complete instance record selecting every capability of `caps`, one entry
+ * point into each, and `configEntries` config choices (their size is what
+ * makes a record large; they reference no artifact).
+ */
+function benchRecord(refs, configEntries) {
+  const artifacts = {};
+  const entrypoints = {};
+  for (const ref of refs) {
+    artifacts[ref.key] = {
+      artifact: ref,
+      package: { id: ref.key, source: `path:/bench/${ref.key}`, version: "1.0.0", commit: null, integrity: null },
+      legacyIntegrity: null,
+    };
+    entrypoints[`${ref.key}.run`] = { artifact: ref, path: "bin/run.mjs", args: ["--bench"], role: "command" };
+  }
+  const config = {};
+  for (let i = 0; i < configEntries; i++) {
+    const capability = refs[i % refs.length].key;
+    config[`/settings/${capability}/option-${String(i).padStart(4, "0")}`] = {
+      value: { enabled: i % 2 === 0, level: i % 7, label: `setting number ${i} of ${capability}` },
+      origin: { kind: i % 3 === 0 ? "soul-default" : "operator", ref: "bench/plan.yaml" },
+      constraints: i % 5 === 0 ? [{ kind: "maximum", value: 10, origin: { kind: "soul-requirement", ref: "bench/soul.yaml" } }] : [],
+      considered: [],
+    };
+  }
+  return {
+    schemaVersion: 1,
+    kind: "instance",
+    status: "complete",
+    subject: { instance: "bench" },
+    source: null,
+    artifacts,
+    config,
+    bindings: {},
+    messaging: null,
+    entrypoints,
+    capture: null,
+    evidence: [],
+    unresolved: [],
+  };
+}
+
+async function benchResolution() {
+  console.error(`\n[7] resolution records: verify ${CAPS.capabilities} capabilities of ${CAPS.files} files through the record vs directly; read a ~100 KB record`);
+  const dir = dataset("caps");
+  const scope = join(WORK, "resolution-scope");
+  removeTree(scope);
+  mkdirSync(scope, { recursive: true });
+  const started = performance.now();
+  const refs = [];
+  for (const name of readdirSync(dir).sort()) {
+    const receipt = await retainTree(scope, { kind: "capability", key: `bench.${name}`, source: join(dir, name) });
+    refs.push({ kind: "capability", key: receipt.key, integrity: { format: receipt.execIntegrity.format, value: receipt.execIntegrity.value } });
+  }
+  log(`retained ${refs.length} capabilities in ${fmtMs(performance.now() - started)}`);
+  warm(join(scope, ".agents"));
+
+  // (a) verification through the record vs the same artifacts verified directly.
+  const { id } = writeResolution(scope, benchRecord(refs, 0));
+  const sides = [
+    { name: "direct", inProcess: true, run: async () => { for (const ref of refs) await verifyTree(scope, ref); } },
+    {
+      name: "record",
+      inProcess: true,
+      run: async () => {
+        const read = await readResolution(scope, id, { verify: true });
+        if (!read.verified || Object.keys(read.entrypoints).length !== refs.length) throw new Error("the record did not verify every artifact");
+      },
+    },
+  ];
+  const times = await interleave(sides, options.runs);
+  timeRow({
+    id: "7a",
+    what: `readResolution(verify) of a record naming ${CAPS.capabilities} x ${CAPS.files}-file capabilities vs verifyTree on each`,
+    oursMs: median(times.record),
+    baseMs: median(times.direct),
+    goal: 1.1,
+    baseExtra: " direct",
+  });
+
+  // (b) a ~100 KB record read and checked without artifact verification.
+  let entries = 300;
+  let record = benchRecord(refs, entries);
+  const size = (value) => Buffer.byteLength(JSON.stringify(value));
+  while (size(record) < 100 * 1024) record = benchRecord(refs, (entries += 25));
+  const big = writeResolution(scope, record);
+  const bytes = statSync(big.path).size;
+  const reads = 50;
+  const sample = async (fn) => {
+    for (let i = 0; i < 5; i++) await fn(); // warm-up
+    gc();
+    const samples = [];
+    for (let i = 0; i < reads; i++) {
+      const t0 = performance.now();
+      await fn();
+      samples.push(performance.now() - t0);
+    }
+    return samples;
+  };
+  const samples = await sample(() => readResolution(scope, big.id));
+  // Where the time goes: the record alone (bounded read, digest, canonical check, schema), without resolving the entry points.
+  const recordOnly = await sample(() => readRecordBytes(scope, big.id));
+  const ms = median(samples);
+  addRow({
+    id: "7b",
+    what: `read + check a ${(bytes / 1024).toFixed(0)} KB record (${entries} config entries, ${refs.length} entry points), no artifact verification; median of ${reads}`,
+    headline: true,
+    ours: `${ms.toFixed(2)} ms (min ${Math.min(...samples).toFixed(2)}, max ${Math.max(...samples).toFixed(2)})`,
+    baseline: "-",
+    ratio: "-",
+    goal: "<= 5 ms",
+    pass: ms <= 5,
+  });
+  addRow({
+    id: "7c",
+    what: `same record, its bytes only (read, digest, canonical check, schema; entry points not resolved) (info)`,
+    headline: false,
+    ours: `${median(recordOnly).toFixed(2)} ms`,
+    baseline: "-",
+    ratio: "-",
+    goal: "-",
+  });
+  removeTree(scope);
+}
+
 // ---------------------------------------------------------------- main
 
 function machine() {
@@ -700,6 +851,7 @@ const sections = [
   ["rss", benchRss],
   ["start", benchStart],
   ["alt", benchAlternatives],
+  ["resolution", benchResolution],
 ];
 for (const [part, fn] of sections) {
   if (!wants(part)) continue;
