@@ -1,4 +1,4 @@
-import { realpath, stat } from "node:fs/promises";
+import { realpathSync, statSync } from "node:fs";
 import { join, resolve, sep } from "node:path";
 import { OatsError, errnoCode } from "../errors.js";
 import { retainedTreeDir } from "../retention/store/layout.js";
@@ -46,10 +46,12 @@ export async function resolveEntrypoint(scope: string, name: string, entrypoint:
   let root: string;
   let target: string;
   try {
-    root = await realpath(dir);
+    root = realpathSync.native(dir);
   } catch {
     throw new OatsError("artifact-not-found", `entry point ${name}: artifact ${entrypoint.artifact.key} is not retained in this scope`, { entrypoint: name, dir });
   }
+  // Synchronous calls: three thread-pool round trips per entry point cost ten
+  // times more than the calls themselves (docs/design/performance.md, 7b).
   // Every store component down to the revision is a real directory, never a symlink (CONTRACT.md section 3).
   if (root !== dir) {
     throw new OatsError("invalid-artifact-store", `entry point ${name}: the revision of ${entrypoint.artifact.key} is reached through a symlink: ${dir}`, { entrypoint: name, dir, resolved: root, reason: "symlink" });
@@ -62,7 +64,7 @@ export async function resolveEntrypoint(scope: string, name: string, entrypoint:
     });
   }
   try {
-    target = await realpath(join(root, entrypoint.path));
+    target = realpathSync.native(join(root, entrypoint.path));
   } catch (error) {
     const code = errnoCode(error);
     throw new OatsError(code === "ELOOP" ? "artifact-not-contained" : "artifact-not-found", `entry point ${name}: ${entrypoint.path} does not resolve inside ${entrypoint.artifact.key}`, {
@@ -79,7 +81,7 @@ export async function resolveEntrypoint(scope: string, name: string, entrypoint:
     });
   }
   // An entry point is something to run: a directory (or anything but a regular file) is not one.
-  if (!(await stat(target)).isFile()) {
+  if (!statSync(target).isFile()) {
     throw new OatsError("artifact-not-found", `entry point ${name}: ${entrypoint.path} in ${entrypoint.artifact.key} is not a regular file`, {
       entrypoint: name,
       path: entrypoint.path,

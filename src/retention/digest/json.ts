@@ -9,8 +9,12 @@ import { OatsError } from "../../errors.js";
  *   non-finite numbers, lone surrogates, cycles and non-plain objects refused.
  */
 
-function refuse(message: string, path: string): never {
-  throw new OatsError("invalid-input", `cannot canonicalise JSON at ${path || "/"}: ${message}`, { pointer: path || "/" });
+/** The keys and indexes from the root to the value being encoded; a pointer is only spelled out for a refusal. */
+type Trail = (string | number)[];
+
+function refuse(message: string, trail: Trail): never {
+  const pointer = trail.map((step) => `/${String(step).replace(/~/g, "~0").replace(/\//g, "~1")}`).join("") || "/";
+  throw new OatsError("invalid-input", `cannot canonicalise JSON at ${pointer}: ${message}`, { pointer });
 }
 
 const LONE_SURROGATE = /\p{Surrogate}/u;
@@ -20,42 +24,69 @@ function isPlainObject(value: object): boolean {
   return prototype === Object.prototype || prototype === null;
 }
 
-function encodeString(text: string, path: string): string {
+function encodeString(text: string, trail: Trail): string {
   // A lone surrogate survives as \p{Surrogate} under the u flag; a proper pair does not.
-  if (LONE_SURROGATE.test(text)) refuse("lone surrogate in string", path);
+  if (LONE_SURROGATE.test(text)) refuse("lone surrogate in string", trail);
   return JSON.stringify(text);
 }
 
-function escapePointer(key: string): string {
-  return key.replace(/~/g, "~0").replace(/\//g, "~1");
+/**
+ * Order by UTF-8 bytes without encoding: UTF-16 code units order the same
+ * way except where a surrogate (a code point above U+FFFF) meets a unit
+ * from U+E000 up, and only then are the strings compared as bytes.
+ */
+export function compareUtf8(a: string, b: string): number {
+  const length = Math.min(a.length, b.length);
+  for (let i = 0; i < length; i++) {
+    const x = a.charCodeAt(i);
+    const y = b.charCodeAt(i);
+    if (x === y) continue;
+    if (x >= 0xd800 || y >= 0xd800) {
+      // Start at the pair's high half when the strings first differ in a low half.
+      const from = (x >= 0xdc00 && x <= 0xdfff) || (y >= 0xdc00 && y <= 0xdfff) ? i - 1 : i;
+      return Buffer.compare(Buffer.from(a.slice(from)), Buffer.from(b.slice(from)));
+    }
+    return x - y;
+  }
+  return a.length - b.length;
 }
 
-function encode(value: unknown, path: string, ancestors: Set<object>): string {
+function encode(value: unknown, trail: Trail, ancestors: Set<object>): string {
   if (value === null) return "null";
   switch (typeof value) {
     case "boolean":
       return value ? "true" : "false";
     case "number":
-      if (!Number.isFinite(value)) refuse("non-finite number", path);
+      if (!Number.isFinite(value)) refuse("non-finite number", trail);
       return Object.is(value, -0) ? "0" : JSON.stringify(value);
     case "string":
-      return encodeString(value, path);
+      return encodeString(value, trail);
     case "object":
       break;
     default:
-      refuse(`unsupported ${typeof value}`, path);
+      refuse(`unsupported ${typeof value}`, trail);
   }
   const object = value as object;
-  if (ancestors.has(object)) refuse("cycle", path);
+  if (ancestors.has(object)) refuse("cycle", trail);
   ancestors.add(object);
   let out: string;
   if (Array.isArray(object)) {
     // Array.from visits holes as undefined, so a sparse array is refused rather than written `[1,,3]`.
-    out = `[${Array.from(object, (item, index) => encode(item, `${path}/${index}`, ancestors)).join(",")}]`;
+    out = `[${Array.from(object, (item, index) => {
+      trail.push(index);
+      const encoded = encode(item, trail, ancestors);
+      trail.pop();
+      return encoded;
+    }).join(",")}]`;
   } else {
-    if (!isPlainObject(object)) refuse("not a plain object", path);
-    const keys = Object.keys(object).sort((a, b) => Buffer.compare(Buffer.from(a), Buffer.from(b)));
-    const members = keys.map((key) => `${encodeString(key, path)}:${encode((object as Record<string, unknown>)[key], `${path}/${escapePointer(key)}`, ancestors)}`);
+    if (!isPlainObject(object)) refuse("not a plain object", trail);
+    const keys = Object.keys(object).sort(compareUtf8);
+    const members = keys.map((key) => {
+      trail.push(key);
+      const member = `${encodeString(key, trail)}:${encode((object as Record<string, unknown>)[key], trail, ancestors)}`;
+      trail.pop();
+      return member;
+    });
     out = `{${members.join(",")}}`;
   }
   ancestors.delete(object);
@@ -64,7 +95,7 @@ function encode(value: unknown, path: string, ancestors: Set<object>): string {
 
 /** Canonical JSON text, with its one trailing LF. */
 export function canonicalJson(value: unknown): string {
-  return `${encode(value, "", new Set())}\n`;
+  return `${encode(value, [], new Set())}\n`;
 }
 
 export function canonicalJsonBytes(value: unknown): Buffer {
