@@ -43,15 +43,30 @@ export function readCanonicalJson(bytes: Uint8Array, what: string): unknown {
 }
 
 export function withoutPrototypes(value: unknown, pointer: string): unknown {
-  if (Array.isArray(value)) return value.map((item, index) => withoutPrototypes(item, `${pointer}/${index}`));
+  return copyWithoutPrototypes(value, pointer ? pointer.split("/").slice(1) : []);
+}
+
+/** `trail` holds the keys down to `value`; a pointer is spelled out only for a refusal. */
+function copyWithoutPrototypes(value: unknown, trail: (string | number)[]): unknown {
+  const at = () => trail.map((step) => `/${String(step).replace(/~/g, "~0").replace(/\//g, "~1")}`).join("") || "/";
+  if (Array.isArray(value)) {
+    return value.map((item, index) => {
+      trail.push(index);
+      const copy = copyWithoutPrototypes(item, trail);
+      trail.pop();
+      return copy;
+    });
+  }
   if (typeof value === "number" && Number.isInteger(value) && !Number.isSafeInteger(value)) {
-    throw new OatsError("invalid-resolution", `integer beyond 2^53 at ${pointer || "/"}`, { pointer: pointer || "/", reason: "unsafe-integer" });
+    throw new OatsError("invalid-resolution", `integer beyond 2^53 at ${at()}`, { pointer: at(), reason: "unsafe-integer" });
   }
   if (typeof value !== "object" || value === null) return value;
   const out = Object.create(null) as Record<string, unknown>;
   for (const key of Object.keys(value)) {
-    if (key === "__proto__") throw new OatsError("invalid-resolution", `key __proto__ refused at ${pointer || "/"}`, { pointer: pointer || "/", reason: "proto-key" });
-    out[key] = withoutPrototypes((value as Record<string, unknown>)[key], `${pointer}/${key.replace(/~/g, "~0").replace(/\//g, "~1")}`);
+    if (key === "__proto__") throw new OatsError("invalid-resolution", `key __proto__ refused at ${at()}`, { pointer: at(), reason: "proto-key" });
+    trail.push(key);
+    out[key] = copyWithoutPrototypes((value as Record<string, unknown>)[key], trail);
+    trail.pop();
   }
   return out;
 }
