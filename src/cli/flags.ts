@@ -1,6 +1,6 @@
 import { z } from "zod";
 import { usageError } from "./envelope.js";
-import { DEFAULT_TREE_FORMAT, KIND_CHOICES, TREE_FORMAT_CHOICES } from "./constants.js";
+import { KIND_CHOICES } from "./constants.js";
 
 /**
  * Flag combinations, checked with zod after commander has parsed them. A bad

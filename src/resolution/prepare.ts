@@ -1,7 +1,7 @@
 import { stat } from "node:fs/promises";
+import { capabilityArtifactEntry } from "./artifact-entry.js";
 import { OatsError, errnoCode } from "../errors.js";
 import { canonicalJsonBytes } from "../retention/digest/json.js";
-import { TREE_LEGACY } from "../retention/integrity.js";
 import { capabilityRows, readLockFile, type OatsLock } from "../retention/oats-lock.js";
 import { retainCapabilityArtifact, retainTree, type RetainOptions } from "../retention/retain.js";
 import { sourceIdentityKey } from "../retention/source-identity.js";
@@ -201,17 +201,7 @@ export async function prepare(scope: string, planInput: unknown, options: Prepar
     const legacy = await retainCapabilityArtifact(realScope, dir, id, lock, retainOptions);
     // The record names the exec revision; it must be the very tree the lock row vouched for.
     const exec = await retainTree(realScope, { kind: "capability", key: id, source: dir, expect: legacy.execIntegrity }, retainOptions);
-    artifacts[id] = {
-      artifact: { kind: "capability", key: id, integrity: { format: "oats.tree-exec.v1", value: exec.execIntegrity.value } },
-      package: {
-        id: rows.packageId,
-        source: rows.package.source,
-        version: rows.package.version,
-        commit: rows.package.commit ?? null,
-        integrity: rows.package.integrity ?? null,
-      },
-      legacyIntegrity: { format: TREE_LEGACY, value: rows.capability.integrity },
-    };
+    artifacts[id] = capabilityArtifactEntry(id, rows, exec.execIntegrity.value);
   }
   let source: ResolutionRecord["source"] = null;
   if (plan.source) {

@@ -1,15 +1,17 @@
 import { closeSync, constants, fstatSync, lstatSync, openSync, readFileSync, readSync } from "node:fs";
+import { capabilityArtifactEntry } from "./artifact-entry.js";
+import { escapePointerSegment, findSecrets, isSecretKeyName, secretShapeOf } from "./secrets.js";
 import { isAbsolute, join, resolve } from "node:path";
 import { z } from "zod";
 import { OatsError, errnoCode } from "../errors.js";
 import { bytesDigest } from "../retention/digest/json.js";
 import { IDENTIFIER_MAX_LENGTH, IDENTIFIER_PATTERN } from "../retention/ids.js";
-import { TREE_EXEC, TREE_LEGACY, integrityText } from "../retention/integrity.js";
+import { TREE_LEGACY, integrityText } from "../retention/integrity.js";
 import { capabilityRows, parseLock, type OatsLock } from "../retention/oats-lock.js";
 import { retainCapabilityArtifact, retainTree } from "../retention/retain.js";
 import { resolveScope } from "../retention/store/components.js";
 import { checkReadiness, resolveEntrypoint } from "./read.js";
-import { entrypointPathSchema, type ArtifactRefRecord, type ResolutionRecord } from "./record.js";
+import { entrypointPathSchema, type ResolutionRecord } from "./record.js";
 import { readRecordBytes, readInstanceRef, writeInstanceRef, writeResolution, type InstanceRef } from "./store.js";
 
 /**
@@ -296,41 +298,27 @@ export function parseLegacyCommand(
 
 // ----------------------------------------------------------------- secrets
 
-const SECRET_KEY = /pass(?:word|wd|phrase)?|secret|token|api[-_]?key|private[-_]?key|credential/i;
-const SECRET_SHAPES = [
-  /-----BEGIN [A-Z ]*PRIVATE KEY-----/,
-  /\bgh[pousr]_[A-Za-z0-9]{30,}/,
-  /\bgithub_pat_[A-Za-z0-9_]{20,}/,
-  /\bxox[abprs]-[A-Za-z0-9-]{10,}/,
-  /\bAKIA[0-9A-Z]{16}\b/,
-  /\bsk-[A-Za-z0-9_-]{20,}/,
-  /\bglpat-[A-Za-z0-9_-]{20,}/,
-];
-
 /**
- * A conservative guard so that no legacy value that looks like a credential
- * lands in a record. (prepare has its own scanner; this one only has to err
- * on the side of leaving a value out.)
+ * No legacy value that looks like a credential lands in a record: the same
+ * scanner as prepare's (secrets.ts), which here leaves the value out and
+ * records it as unresolved instead of refusing the whole migration.
  */
 function looksSecret(value: unknown, key = ""): boolean {
-  if (typeof value === "string") return SECRET_SHAPES.some((shape) => shape.test(value)) || (value !== "" && SECRET_KEY.test(key));
-  if (Array.isArray(value)) return value.some((each) => looksSecret(each, key));
-  if (value !== null && typeof value === "object") return Object.entries(value).some(([name, each]) => looksSecret(each, name));
-  return false;
+  return findSecrets(value, "", { key }).length > 0;
 }
 
 function argsLookSecret(args: readonly string[]): boolean {
   return args.some((arg, index) => {
-    if (SECRET_SHAPES.some((shape) => shape.test(arg))) return true;
+    if (secretShapeOf(arg) !== undefined) return true;
     const option = /^--?([A-Za-z0-9._-]+)(?:=(.*))?$/s.exec(arg);
-    if (!option || !SECRET_KEY.test(option[1]!)) return false;
+    if (!option || !isSecretKeyName(option[1]!)) return false;
     return option[2] !== undefined ? option[2] !== "" : index + 1 < args.length;
   });
 }
 
 // ----------------------------------------------------------------- reconstruct
 
-const escapePointer = (segment: string) => segment.replaceAll("~", "~0").replaceAll("/", "~1");
+const escapePointer = escapePointerSegment;
 
 /** Refusals that say this input cannot be established (recorded as unresolved); anything else propagates. */
 const UNESTABLISHED = new Set(["integrity-mismatch", "provenance-mismatch", "invalid-artifact", "artifact-not-contained", "invalid-input", "invalid-lock", "artifact-not-found"]);
@@ -426,18 +414,7 @@ export async function reconstruct(scope: string, instanceHome: string): Promise<
       fail(unestablished(error));
       continue;
     }
-    const artifact: ArtifactRefRecord = { kind: "capability", key: id, integrity: { format: TREE_EXEC, value: execIntegrity.value } };
-    artifacts[id] = {
-      artifact,
-      package: {
-        id: rows.packageId,
-        source: rows.package.source,
-        version: rows.package.version,
-        commit: rows.package.commit ?? null,
-        integrity: rows.package.integrity ?? null,
-      },
-      legacyIntegrity: { format: TREE_LEGACY, value: rows.capability.integrity },
-    };
+    artifacts[id] = capabilityArtifactEntry(id, rows, execIntegrity.value);
     evidence.push(
       {
         pointer,

@@ -4,7 +4,7 @@ import { OatsError, errnoCode } from "../errors.js";
 import { ARTIFACT_KINDS, IDENTIFIER_PATTERN, SOURCE_KEY_PATTERN, type ArtifactKind } from "./ids.js";
 import { TREE_EXEC, TREE_LEGACY, type Integrity } from "./integrity.js";
 import { inspectStore, resolveScope } from "./store/components.js";
-import { EXEC_REVISIONS_DIR, STAGING_PREFIX, hostTag, parseStagingName, storeRoot } from "./store/layout.js";
+import { EXEC_REVISIONS_DIR, STAGING_PREFIX, hostTag, parseStagingName } from "./store/layout.js";
 import { isManifestName } from "./store/manifest.js";
 import { removeTree } from "./store/staging-writer.js";
 import { verifyTree } from "./verify.js";
