@@ -1,8 +1,8 @@
-import { closeSync, constants, fstatSync, openSync, readSync } from "node:fs";
 import { extname, isAbsolute, resolve } from "node:path";
+import { readRegularFile } from "../retention/store/files.js";
 import { parseDocument } from "yaml";
 import { z } from "zod";
-import { OatsError, errnoCode } from "../errors.js";
+import { OatsError } from "../errors.js";
 import { identifierSchema } from "../retention/ids.js";
 import { ENTRYPOINT_ROLES, entrypointPathSchema, resolutionRecordSchema, sourceIdentitySchema } from "./record.js";
 
@@ -158,27 +158,18 @@ export function parsePlan(value: unknown, baseDir: string): Plan {
 }
 
 function readPlanBytes(path: string): Buffer {
-  let fd: number;
-  try {
-    fd = openSync(path, constants.O_RDONLY | constants.O_NONBLOCK);
-  } catch (error) {
-    throw invalid(`cannot read plan ${path}: ${errnoCode(error) ?? String(error)}`, { plan: path, errno: errnoCode(error) });
-  }
-  try {
-    const stats = fstatSync(fd);
-    if (!stats.isFile()) throw invalid(`plan ${path} is not a regular file`, { plan: path });
-    if (stats.size > MAX_PLAN_BYTES) throw invalid(`plan ${path} is larger than ${MAX_PLAN_BYTES} bytes`, { plan: path, size: stats.size });
-    const bytes = Buffer.alloc(stats.size);
-    let done = 0;
-    while (done < bytes.length) {
-      const got = readSync(fd, bytes, done, bytes.length - done, done);
-      if (got === 0) break;
-      done += got;
-    }
-    return bytes.subarray(0, done);
-  } finally {
-    closeSync(fd);
-  }
+  // A plan is the operator's own file: it may be reached through a symlink.
+  return readRegularFile(path, {
+    limit: MAX_PLAN_BYTES,
+    followSymlinks: true,
+    refuse: (failure, details) => {
+      const plan = { plan: path, ...details };
+      if (failure === "not-a-file") return invalid(`plan ${path} is not a regular file`, plan);
+      if (failure === "too-large") return invalid(`plan ${path} is larger than ${MAX_PLAN_BYTES} bytes`, plan);
+      if (failure === "changed") return invalid(`plan ${path} changed while it was read`, plan);
+      return invalid(`cannot read plan ${path}: ${String(details["errno"] ?? failure)}`, plan);
+    },
+  });
 }
 
 /** Parse the text of a plan file by its extension: `.json` as JSON, `.yaml`/`.yml` as YAML (one document, unique keys, core schema). */

@@ -1,4 +1,5 @@
-import { closeSync, constants, fstatSync, lstatSync, openSync, readFileSync, readSync } from "node:fs";
+import { lstatSync, readFileSync } from "node:fs";
+import { readRegularFile } from "../retention/store/files.js";
 import { capabilityArtifactEntry } from "./artifact-entry.js";
 import { escapePointerSegment, findSecrets, isSecretKeyName, secretShapeOf } from "./secrets.js";
 import { isAbsolute, join, resolve } from "node:path";
@@ -127,28 +128,15 @@ function invalid(message: string, details: Record<string, unknown>): OatsError {
 
 function readInstanceFile(instanceHome: string): { path: string; bytes: Buffer; instance: LegacyInstance } {
   const path = join(resolve(instanceHome), INSTANCE_FILE);
-  let fd: number;
-  try {
-    fd = openSync(path, constants.O_RDONLY | constants.O_NOFOLLOW | constants.O_NONBLOCK);
-  } catch (error) {
-    throw invalid(`cannot read ${path}: ${errnoCode(error) ?? String(error)}`, { path, errno: errnoCode(error) });
-  }
-  let bytes: Buffer;
-  try {
-    const stats = fstatSync(fd);
-    if (!stats.isFile()) throw invalid(`${path} is not a regular file`, { path });
-    if (stats.size > MAX_INSTANCE_BYTES) throw invalid(`${path} is larger than ${MAX_INSTANCE_BYTES} bytes`, { path, size: stats.size });
-    bytes = Buffer.alloc(stats.size);
-    let done = 0;
-    while (done < bytes.length) {
-      const got = readSync(fd, bytes, done, bytes.length - done, done);
-      if (got === 0) break;
-      done += got;
-    }
-    if (done !== bytes.length) throw invalid(`${path} changed while it was read`, { path });
-  } finally {
-    closeSync(fd);
-  }
+  const bytes = readRegularFile(path, {
+    limit: MAX_INSTANCE_BYTES,
+    refuse: (failure, details) => {
+      if (failure === "not-a-file") return invalid(`${path} is not a regular file`, details);
+      if (failure === "too-large") return invalid(`${path} is larger than ${MAX_INSTANCE_BYTES} bytes`, details);
+      if (failure === "changed") return invalid(`${path} changed while it was read`, details);
+      return invalid(`cannot read ${path}: ${String(details["errno"] ?? failure)}`, details);
+    },
+  });
   let json: unknown;
   try {
     json = JSON.parse(new TextDecoder("utf-8", { fatal: true }).decode(bytes), (key, value: unknown) => {

@@ -1,10 +1,11 @@
-import { closeSync, constants, fstatSync, fsyncSync, linkSync, lstatSync, openSync, readSync, readdirSync, renameSync, unlinkSync, writeSync } from "node:fs";
+import { linkSync, lstatSync, readdirSync, renameSync, unlinkSync } from "node:fs";
 import { join } from "node:path";
 import { OatsError, asStepError, errnoCode } from "../errors.js";
 import { bytesDigest, canonicalJsonBytes } from "../retention/digest/json.js";
 import { identifierSchema } from "../retention/ids.js";
 import { ensureStoreAt, fsyncDirectory, inspectStoreAt, resolveScope } from "../retention/store/components.js";
-import { assertContained, stagingName } from "../retention/store/layout.js";
+import { readRegularFile, writeStagedFile } from "../retention/store/files.js";
+import { assertContained } from "../retention/store/layout.js";
 import { readCanonicalJson, withoutPrototypes } from "./canonical-read.js";
 import { resolutionRecordSchema, type ResolutionRecord } from "./record.js";
 
@@ -43,45 +44,27 @@ export function encodeRecord(record: ResolutionRecord): { id: string; bytes: Buf
   return { id: bytesDigest(bytes), bytes };
 }
 
-function writeStaged(dir: string, suffix: string, bytes: Buffer): string {
-  const staged = join(dir, `${stagingName()}${suffix}`);
-  const fd = openSync(staged, constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL | constants.O_NOFOLLOW, 0o644);
-  try {
-    writeSync(fd, bytes);
-    fsyncSync(fd);
-  } finally {
-    closeSync(fd);
-  }
-  return staged;
-}
-
 /** Read a regular file (never through a symlink) of at most `limit` bytes. */
 function readBounded(path: string, limit: number, notFound: () => OatsError, what: string): Buffer {
-  let fd: number;
-  try {
-    fd = openSync(path, constants.O_RDONLY | constants.O_NOFOLLOW | constants.O_NONBLOCK);
-  } catch (error) {
-    const code = errnoCode(error);
-    if (code === "ENOENT") throw notFound();
-    if (code === "ELOOP") throw new OatsError("invalid-resolution", `${what} is a symlink, refusing to follow it: ${path}`, { path, reason: "symlink" });
-    throw asStepError("read", error, { path });
-  }
-  try {
-    const stats = fstatSync(fd);
-    if (!stats.isFile()) throw new OatsError("invalid-resolution", `${what} is not a regular file: ${path}`, { path, reason: "not-a-file" });
-    if (stats.size > limit) throw new OatsError("invalid-resolution", `${what} is larger than ${limit} bytes: ${path}`, { path, reason: "too-large", size: stats.size });
-    const bytes = Buffer.alloc(stats.size);
-    let done = 0;
-    while (done < bytes.length) {
-      const got = readSync(fd, bytes, done, bytes.length - done, done);
-      if (got === 0) break;
-      done += got;
-    }
-    if (done !== bytes.length) throw new OatsError("invalid-resolution", `${what} changed while it was read: ${path}`, { path, reason: "changed-while-reading" });
-    return bytes;
-  } finally {
-    closeSync(fd);
-  }
+  return readRegularFile(path, {
+    limit,
+    refuse: (failure, details) => {
+      switch (failure) {
+        case "missing":
+          return notFound();
+        case "symlink":
+          return new OatsError("invalid-resolution", `${what} is a symlink, refusing to follow it: ${path}`, { ...details, reason: "symlink" });
+        case "not-a-file":
+          return new OatsError("invalid-resolution", `${what} is not a regular file: ${path}`, { ...details, reason: "not-a-file" });
+        case "too-large":
+          return new OatsError("invalid-resolution", `${what} is larger than ${limit} bytes: ${path}`, { ...details, reason: "too-large" });
+        case "changed":
+          return new OatsError("invalid-resolution", `${what} changed while it was read: ${path}`, { ...details, reason: "changed-while-reading" });
+        default:
+          return asStepError("read", new Error(`cannot open ${path}: ${String(details["errno"])}`), details);
+      }
+    },
+  });
 }
 
 export interface WrittenRecord {
@@ -103,7 +86,7 @@ export function writeResolution(scope: string, input: unknown): WrittenRecord {
   ensureStoreAt(realScope, RESOLUTIONS_DIR);
   const dir = join(realScope, ...RESOLUTIONS_DIR);
   const path = resolutionPath(realScope, id);
-  const staged = writeStaged(dir, ".record", bytes);
+  const staged = writeStagedFile(dir, ".record", bytes);
   try {
     linkSync(staged, path);
   } catch (error) {
@@ -199,7 +182,7 @@ export function writeInstanceRef(scope: string, instance: string, resolution: st
   const dir = join(realScope, ...INSTANCE_REFS_DIR);
   const existing = lstatOrNull(path);
   if (existing && !existing.isFile()) throw new OatsError("invalid-input", `instance reference is not a regular file: ${path}`, { path });
-  const staged = writeStaged(dir, ".ref", canonicalJsonBytes(ref));
+  const staged = writeStagedFile(dir, ".ref", canonicalJsonBytes(ref));
   try {
     renameSync(staged, path);
   } catch (error) {

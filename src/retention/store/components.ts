@@ -1,8 +1,9 @@
-import { closeSync, fsyncSync, linkSync, lstatSync, mkdirSync, openSync, readFileSync, readdirSync, realpathSync, rmdirSync, unlinkSync, writeSync, constants } from "node:fs";
+import { closeSync, fsyncSync, linkSync, lstatSync, mkdirSync, openSync, readFileSync, readdirSync, realpathSync, rmdirSync, unlinkSync, constants } from "node:fs";
 import { join, resolve } from "node:path";
 import { OatsError, errnoCode } from "../../errors.js";
 import type { ArtifactKind } from "../ids.js";
-import { MANAGED_GITIGNORE, stagingName, storeComponents } from "./layout.js";
+import { writeStagedFile } from "./files.js";
+import { MANAGED_GITIGNORE, storeComponents } from "./layout.js";
 
 /**
  * The store's directories. Each component must be a real directory, never a
@@ -100,14 +101,7 @@ function ensureDirectory(path: string): boolean {
  */
 export function ensureGitignore(root: string): void {
   if (checkGitignore(root) === "ok") return;
-  const staged = join(root, `${stagingName()}.gitignore`);
-  const fd = openSync(staged, constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL | constants.O_NOFOLLOW, 0o644);
-  try {
-    writeSync(fd, MANAGED_GITIGNORE);
-    fsyncSync(fd);
-  } finally {
-    closeSync(fd);
-  }
+  const staged = writeStagedFile(root, ".gitignore", MANAGED_GITIGNORE);
   try {
     linkSync(staged, join(root, ".gitignore"));
   } catch (error) {

@@ -1,12 +1,12 @@
 import { createHash, type Hash } from "node:crypto";
-import { closeSync, fsyncSync, openSync, readFileSync, renameSync, unlinkSync, writeSync, constants } from "node:fs";
+import { readFileSync, renameSync, unlinkSync } from "node:fs";
 import { basename, dirname, join } from "node:path";
 import { z } from "zod";
 import { canonicalJsonBytes } from "../digest/json.js";
 import type { FileConsumer, FileInfo } from "../digest/file-reader.js";
 import { digestListing } from "../digest/tree.js";
 import { walkTree, type FileEntry, type SymlinkEntry } from "../digest/walk.js";
-import { stagingName } from "./layout.js";
+import { writeStagedFile } from "./files.js";
 
 /**
  * A per-revision manifest, `.manifest-sha256-<hex>.json` beside the revision:
@@ -66,22 +66,15 @@ export function isManifestName(name: string): boolean {
 
 /** Write the manifest beside its revision: staged, fsync'd, renamed. Best effort: a failure loses only diagnostics. */
 export function writeManifest(revisionDir: string, rows: readonly ManifestRow[]): void {
-  const target = manifestPath(revisionDir);
-  const staged = join(dirname(revisionDir), `${stagingName()}.manifest`);
+  let staged: string | null = null;
   try {
-    const fd = openSync(staged, constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL | constants.O_NOFOLLOW, 0o644);
-    try {
-      writeSync(fd, canonicalJsonBytes({ schemaVersion: 1, rows }));
-      fsyncSync(fd);
-    } finally {
-      closeSync(fd);
-    }
-    renameSync(staged, target);
+    staged = writeStagedFile(dirname(revisionDir), ".manifest", canonicalJsonBytes({ schemaVersion: 1, rows }));
+    renameSync(staged, manifestPath(revisionDir));
   } catch {
     try {
-      unlinkSync(staged);
+      if (staged) unlinkSync(staged);
     } catch {
-      // nothing staged, or already gone
+      // already gone
     }
   }
 }
