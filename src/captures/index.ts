@@ -1,2 +1,1 @@
 export * from "./classification.js";
-export * from "./chain-log.js";
