@@ -1,1 +1,2 @@
 export * from "./classification.js";
+export * from "./chain-log.js";

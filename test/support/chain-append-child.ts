@@ -1,0 +1,44 @@
+/**
+ * An appender in its own OS process, for the chain-log concurrency test.
+ *
+ *   node --import tsx test/support/chain-append-child.ts '<json request>'
+ *
+ * Request: { scope, dir, file, writer, count }. The child loads everything,
+ * writes "ready" on stderr and waits for a line on stdin, so a test can release
+ * many children at once; then it appends `count` entries {writer, n}. The
+ * outcome is one JSON line on stdout: {"ok":true,"seqs":[...]} (exit 0) or
+ * {"ok":false,"error":{...}} (exit 1).
+ */
+import { OatsError } from "../../src/errors.js";
+import { appendEntry } from "../../src/captures/chain-log.js";
+
+interface Request {
+  scope: string;
+  dir: string[];
+  file: string;
+  writer: number;
+  count: number;
+}
+
+const request = JSON.parse(process.argv[2] ?? "{}") as Request;
+
+await new Promise<void>((resolve) => {
+  process.stdin.once("data", () => {
+    process.stdin.pause();
+    resolve();
+  });
+  process.stderr.write("ready\n");
+});
+
+const seqs: number[] = [];
+try {
+  for (let n = 0; n < request.count; n++) {
+    const entry = await appendEntry(request.scope, { dir: request.dir, file: request.file }, { writer: request.writer, n }, { lockWaitMs: 60_000 });
+    seqs.push(entry.seq);
+  }
+  process.stdout.write(`${JSON.stringify({ ok: true, seqs })}\n`);
+} catch (error) {
+  const payload = error instanceof OatsError ? error.toJSON() : { code: "not-an-oats-error", message: String((error as Error)?.stack ?? error) };
+  process.stdout.write(`${JSON.stringify({ ok: false, error: payload, seqs })}\n`);
+  process.exitCode = 1;
+}
