@@ -1,2 +1,3 @@
 export * from "./classification.js";
 export * from "./chain-log.js";
+export * from "./blobs.js";
