@@ -1,0 +1,174 @@
+import { OatsError } from "../errors.js";
+import { assertArtifactKey, assertArtifactKind, type ArtifactKind } from "../retention/ids.js";
+import { PACKAGE_PAYLOAD_EXEC, TREE_EXEC, TREE_LEGACY, integrityText, parseIntegrity } from "../retention/integrity.js";
+import { CHAIN_LOGS, appendEntry, readEntries, type AppendOptions, type ChainEntry } from "./chain-log.js";
+import { currentPrincipal } from "./classification.js";
+
+/**
+ * The approvals ledger (`.agents/approvals/ledger.jsonl`, CHAIN_LOGS.approvals):
+ * append-only, hash-chained entries
+ * `{seq, at, action: "approve" | "revoke", subject: {kind, key, integrity}, operator, reason, prev, hash}`.
+ *
+ * - An approval binds to one exact oats.tree-exec.v1 digest of one artifact
+ *   (kind + key). Legacy (oats.tree-legacy.v0, bare `sha256-…`) digests do not
+ *   cover exec bits and package-payload digests do not cover the whole tree:
+ *   both are refused, as is every other format.
+ * - The operator is the process's own OS account@host (currentPrincipal), never
+ *   a parameter, a flag or an environment variable.
+ * - The state of a subject is its latest decision: a revoke after an approve
+ *   takes effect for work already queued, because dispatch asks again.
+ * - State is computed from readEntries, which verifies the whole chain; a broken
+ *   chain is refused (`integrity-mismatch`), never read as "approved".
+ * - Nothing else approves: retention, presence in the store and a lock's
+ *   `trusted` flag are never read here.
+ */
+
+export type ApprovalAction = "approve" | "revoke";
+
+export interface ApprovalSubject {
+  kind: ArtifactKind;
+  key: string;
+  /** Text form `oats.tree-exec.v1:sha256-<64 hex>`. */
+  integrity: string;
+}
+
+export interface ApprovalEntry extends ChainEntry {
+  action: ApprovalAction;
+  subject: ApprovalSubject;
+  operator: string;
+  reason: string;
+}
+
+export interface ApprovalState {
+  approved: boolean;
+  /** The latest approve/revoke entry for exactly this subject, or null. */
+  entry: ApprovalEntry | null;
+}
+
+export interface ApprovalListing extends ApprovalState {
+  subject: ApprovalSubject;
+  entry: ApprovalEntry;
+}
+
+export interface DecisionOptions extends AppendOptions {
+  reason: string;
+}
+
+function isRecord(value: unknown): value is Record<string, unknown> {
+  return typeof value === "object" && value !== null && !Array.isArray(value);
+}
+
+/**
+ * Check and normalise a subject `{kind, key, integrity}`; integrity may be the
+ * text form or `{format, value}`. Refusals are `invalid-artifact-reference`.
+ */
+export function parseApprovalSubject(input: unknown): ApprovalSubject {
+  if (!isRecord(input)) {
+    throw new OatsError("invalid-artifact-reference", `invalid approval subject ${JSON.stringify(input) ?? String(input)}: expected {kind, key, integrity}`, { subject: input });
+  }
+  const kind = assertArtifactKind(input.kind);
+  const key = assertArtifactKey(kind, input.key);
+  const integrity = parseIntegrity(input.integrity);
+  if (integrity.format !== TREE_EXEC) {
+    const text = integrityText(integrity);
+    const why =
+      integrity.format === TREE_LEGACY
+        ? `${TREE_LEGACY} digests (including bare sha256-… values) do not cover exec bits`
+        : integrity.format === PACKAGE_PAYLOAD_EXEC
+          ? `${PACKAGE_PAYLOAD_EXEC} digests skip node_modules and oats-lock.json, so they do not cover the exec bits and contents of the whole executable tree`
+          : `${integrity.format} does not name a tree`;
+    throw new OatsError("invalid-artifact-reference", `cannot approve ${kind} ${key} at ${text}: ${why}; an approval binds to one exact ${TREE_EXEC} digest`, {
+      kind,
+      key,
+      integrity: text,
+      format: integrity.format,
+      expectedFormat: TREE_EXEC,
+    });
+  }
+  return { kind, key, integrity: integrityText(integrity) };
+}
+
+function sameSubject(a: ApprovalSubject, b: ApprovalSubject): boolean {
+  return a.kind === b.kind && a.key === b.key && a.integrity === b.integrity;
+}
+
+function subjectId(subject: ApprovalSubject): string {
+  return `${subject.kind}\0${subject.key}\0${subject.integrity}`;
+}
+
+function checkReason(options: unknown): string {
+  const reason = isRecord(options) ? options.reason : undefined;
+  if (typeof reason !== "string" || reason.trim() === "") {
+    throw new OatsError("invalid-input", "an approval or revocation needs a non-empty reason", { reason: reason ?? null });
+  }
+  return reason;
+}
+
+async function decide(action: ApprovalAction, scope: string, subjectInput: unknown, options: DecisionOptions): Promise<ApprovalEntry> {
+  const subject = parseApprovalSubject(subjectInput);
+  const reason = checkReason(options);
+  const body = { action, subject: { ...subject }, operator: currentPrincipal(), reason };
+  const entry = await appendEntry(scope, CHAIN_LOGS.approvals, body, options.lockWaitMs === undefined ? {} : { lockWaitMs: options.lockWaitMs });
+  return entry as ApprovalEntry;
+}
+
+/** Approve one exact oats.tree-exec.v1 digest of one artifact; returns the entry as written. */
+export function approve(scope: string, subject: ApprovalSubject | { kind: unknown; key: unknown; integrity: unknown }, options: DecisionOptions): Promise<ApprovalEntry> {
+  return decide("approve", scope, subject, options);
+}
+
+/** Revoke (the latest decision wins, so queued work is refused from now on); returns the entry as written. */
+export function revoke(scope: string, subject: ApprovalSubject | { kind: unknown; key: unknown; integrity: unknown }, options: DecisionOptions): Promise<ApprovalEntry> {
+  return decide("revoke", scope, subject, options);
+}
+
+/** A ledger entry read back: its shape is checked; a malformed one is refused, never skipped. */
+function checkEntry(entry: ChainEntry): ApprovalEntry {
+  const ok =
+    (entry.action === "approve" || entry.action === "revoke") &&
+    typeof entry.operator === "string" &&
+    typeof entry.reason === "string" &&
+    isRecord(entry.subject) &&
+    typeof entry.subject.kind === "string" &&
+    typeof entry.subject.key === "string" &&
+    typeof entry.subject.integrity === "string";
+  if (!ok) {
+    throw new OatsError("invalid-artifact-store", `approvals ledger entry seq ${entry.seq} is not an approve/revoke decision`, { log: [...CHAIN_LOGS.approvals.dir, CHAIN_LOGS.approvals.file].join("/"), seq: entry.seq });
+  }
+  return entry as ApprovalEntry;
+}
+
+function decisions(scope: string): ApprovalEntry[] {
+  return readEntries(scope, CHAIN_LOGS.approvals).entries.map(checkEntry);
+}
+
+/**
+ * The current state of exactly this subject: its latest decision. Throws
+ * `integrity-mismatch` when the ledger's chain is broken.
+ */
+export function approvalState(scope: string, subjectInput: ApprovalSubject | { kind: unknown; key: unknown; integrity: unknown }): ApprovalState {
+  const subject = parseApprovalSubject(subjectInput);
+  let last: ApprovalEntry | null = null;
+  for (const entry of decisions(scope)) {
+    if (sameSubject(entry.subject, subject)) last = entry;
+  }
+  return { approved: last !== null && last.action === "approve", entry: last };
+}
+
+/** The approving entry, or `approval-required` with the subject and its last decision (or null). */
+export function requireApproval(scope: string, subjectInput: ApprovalSubject | { kind: unknown; key: unknown; integrity: unknown }): ApprovalEntry {
+  const subject = parseApprovalSubject(subjectInput);
+  const state = approvalState(scope, subject);
+  if (!state.approved || state.entry === null) {
+    const why = state.entry === null ? "it was never approved" : `it was revoked by ${state.entry.operator} at ${state.entry.at} (seq ${state.entry.seq}): ${state.entry.reason}`;
+    throw new OatsError("approval-required", `${subject.kind} ${subject.key} at ${subject.integrity} is not approved: ${why}`, { subject, lastDecision: state.entry });
+  }
+  return state.entry;
+}
+
+/** Every subject the ledger has decided on, with its latest decision, in order of first decision. */
+export function listApprovals(scope: string): ApprovalListing[] {
+  const latest = new Map<string, ApprovalEntry>();
+  for (const entry of decisions(scope)) latest.set(subjectId(entry.subject), entry);
+  return [...latest.values()].map((entry) => ({ subject: { kind: entry.subject.kind, key: entry.subject.key, integrity: entry.subject.integrity }, approved: entry.action === "approve", entry }));
+}
