@@ -3,8 +3,8 @@ import { join } from "node:path";
 import { OatsError, errnoCode } from "../errors.js";
 import { ARTIFACT_KINDS, IDENTIFIER_PATTERN, SOURCE_KEY_PATTERN, type ArtifactKind } from "./ids.js";
 import { TREE_EXEC, TREE_LEGACY, type Integrity } from "./integrity.js";
-import { inspectStore, resolveScope } from "./store/components.js";
-import { EXEC_REVISIONS_DIR, STAGING_PREFIX, hostTag, parseStagingName } from "./store/layout.js";
+import { inspectStore, inspectStoreAt, resolveScope } from "./store/components.js";
+import { EXEC_REVISIONS_DIR, FILE_STORES, STAGING_PREFIX, hostTag, parseStagingName } from "./store/layout.js";
 import { isManifestName } from "./store/manifest.js";
 import { removeTree } from "./store/staging-writer.js";
 import { verifyTree } from "./verify.js";
@@ -80,6 +80,12 @@ export function listStore(scope: string): StoreListing {
       if (kind === "capability") scanRevisions(path, kind, key, TREE_LEGACY, out, true);
       else scanRevisions(path, kind, key, TREE_EXEC, out, true);
     }
+  }
+  // Records, instance refs and blobs are published from staged files beside them.
+  for (const components of FILE_STORES) {
+    if (!inspectStoreAt(realScope, components).complete) continue;
+    const dir = join(realScope, ...components);
+    for (const name of namesIn(dir)) if (name.startsWith(STAGING_PREFIX)) out.staging.push(join(dir, name));
   }
   return out;
 }

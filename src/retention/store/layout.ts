@@ -22,6 +22,17 @@ const KIND_DIRS: Record<ArtifactKind, string> = {
   capture: "captures",
 };
 
+/**
+ * Stores of single files (resolution records, instance refs, pinned blobs)
+ * whose publication stages a file beside its destination; cleanup looks
+ * there too.
+ */
+export const FILE_STORES: readonly (readonly string[])[] = [
+  [AGENTS_DIR, "resolutions"],
+  [AGENTS_DIR, "refs", "instances"],
+  [AGENTS_DIR, "blobs"],
+];
+
 /** The store components from the scope down to a kind's store root. */
 export function storeComponents(kind: ArtifactKind): string[] {
   return [AGENTS_DIR, KIND_DIRS[kind], "artifacts"];
