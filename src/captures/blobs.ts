@@ -1,4 +1,5 @@
 import { linkSync, unlinkSync } from "node:fs";
+import { BYTES_V1, parseDigestName } from "../retention/integrity.js";
 import { join, resolve } from "node:path";
 import { OatsError, asStepError, errnoCode } from "../errors.js";
 import { bytesDigest } from "../retention/digest/json.js";
@@ -34,13 +35,9 @@ export const BLOBS_DIR = [".agents", "blobs"] as const;
 /** Pinned configuration is small; a blob is read whole and refused beyond this. */
 export const MAX_BLOB_BYTES = 16 << 20;
 
-const DIGEST_PATTERN = /^(?:oats\.bytes\.v1:)?(sha256-[0-9a-f]{64})$/;
-
 /** `sha256-<64 lowercase hex>` (an `oats.bytes.v1:` prefix is accepted and dropped). */
 export function parseBlobDigest(input: unknown): string {
-  const match = typeof input === "string" ? DIGEST_PATTERN.exec(input) : null;
-  if (!match) throw new OatsError("invalid-input", `invalid blob digest ${JSON.stringify(input)}: expected sha256-<64 lowercase hex>`, { digest: input });
-  return match[1]!;
+  return parseDigestName(input, BYTES_V1, "blob digest", "digest");
 }
 
 /** Lexical: where a blob lives; nothing is read or checked on disk. */

@@ -1,5 +1,5 @@
-import lockfile from "proper-lockfile";
 import { closeSync, constants, fstatSync, fsyncSync, ftruncateSync, openSync, readSync, writeSync } from "node:fs";
+import { withFileLock } from "../retention/store/publish-lock.js";
 import { join } from "node:path";
 import { OatsError, errnoCode, isOatsError } from "../errors.js";
 import { canonicalJson, jsonDigest } from "../retention/digest/json.js";
@@ -32,7 +32,6 @@ import { ensureStoreAt, fsyncDirectory, inspectStoreAt, resolveScope } from "../
 export const GENESIS_PREV = `sha256-${"0".repeat(64)}`;
 export const DEFAULT_CHAIN_LOCK_WAIT_MS = 15_000;
 
-const STALE_MS = 10_000;
 const TAIL_CHUNK = 64 * 1024;
 /** A longer last line is treated as damage rather than read without bound. */
 const MAX_LINE_BYTES = 16 * 1024 * 1024;
@@ -189,34 +188,13 @@ function readLastLine(fd: number, size: number): { text: string } | { reason: "t
   return { text: Buffer.concat(chunks).toString("utf8") };
 }
 
-async function withLogLock<T>(root: string, file: string, waitMs: number, body: (stillHeld: () => void) => T): Promise<T> {
+function withLogLock<T>(root: string, file: string, waitMs: number, body: (stillHeld: () => void) => T): Promise<T> {
   const lockfilePath = join(root, `${file}.lock`);
-  let compromised: Error | null = null;
-  let release: () => Promise<void>;
-  const retries = Math.max(1, Math.ceil(waitMs / 10));
-  try {
-    release = await lockfile.lock(join(root, file), {
-      realpath: false,
-      lockfilePath,
-      stale: STALE_MS,
-      retries: { retries, factor: 1.3, minTimeout: 10, maxTimeout: 100, maxRetryTime: waitMs, randomize: true },
-      onCompromised: (error) => {
-        compromised = error;
-      },
-    });
-  } catch (error) {
-    if (errnoCode(error) === "ELOCKED") {
-      throw new OatsError("busy", `another process holds the lock on ${join(root, file)}; gave up after ${waitMs} ms`, { lock: lockfilePath, waitedMs: waitMs });
-    }
-    throw unavailable("lock", join(root, file), error, { lock: lockfilePath });
-  }
-  try {
-    return body(() => {
-      if (compromised) throw unavailable("lock", join(root, file), compromised, { lock: lockfilePath });
-    });
-  } finally {
-    await release().catch(() => undefined);
-  }
+  // Appends are short: retry often, so eight writers interleave without long idle gaps.
+  return withFileLock(
+    { target: join(root, file), lockfilePath, waitMs, minTimeout: 10, maxTimeout: 100, factor: 1.3, failure: (error) => unavailable("lock", join(root, file), error, { lock: lockfilePath }) },
+    body,
+  );
 }
 
 function checkBody(body: Record<string, unknown>): void {

@@ -1,4 +1,5 @@
 import { linkSync, lstatSync, readdirSync, renameSync, unlinkSync } from "node:fs";
+import { JSON_V1, parseDigestName } from "../retention/integrity.js";
 import { join } from "node:path";
 import { OatsError, asStepError, errnoCode } from "../errors.js";
 import { bytesDigest, canonicalJsonBytes } from "../retention/digest/json.js";
@@ -26,12 +27,8 @@ export const INSTANCE_REFS_DIR = [".agents", "refs", "instances"] as const;
 /** Records are read whole; anything larger is not a record. */
 export const MAX_RECORD_BYTES = 16 << 20;
 
-const ID_PATTERN = /^(?:oats\.json\.v1:)?(sha256-[0-9a-f]{64})$/;
-
 export function parseResolutionId(input: unknown): string {
-  const match = typeof input === "string" ? ID_PATTERN.exec(input) : null;
-  if (!match) throw new OatsError("invalid-input", `invalid resolution id ${JSON.stringify(input)}: expected sha256-<64 lowercase hex>`, { id: input });
-  return match[1]!;
+  return parseDigestName(input, JSON_V1, "resolution id", "id");
 }
 
 export function resolutionPath(scope: string, id: string): string {

@@ -24,6 +24,19 @@ export const integritySchema = z
 
 export type Integrity = z.infer<typeof integritySchema>;
 
+/**
+ * A content-addressed name (a record id, a blob digest): exactly
+ * `sha256-<64 lowercase hex>`, optionally written with its format prefix
+ * (`F:sha256-...`), which is dropped. Anything else is `invalid-input`.
+ */
+export function parseDigestName(input: unknown, format: DigestFormat, what: string, detailKey: string): string {
+  const text = typeof input === "string" && input.startsWith(`${format}:`) ? input.slice(format.length + 1) : input;
+  if (typeof text !== "string" || !DIGEST_VALUE_PATTERN.test(text)) {
+    throw new OatsError("invalid-input", `invalid ${what} ${JSON.stringify(input)}: expected sha256-<64 lowercase hex>`, { [detailKey]: input });
+  }
+  return text;
+}
+
 export function integrityText(integrity: Integrity): string {
   return `${integrity.format}:${integrity.value}`;
 }

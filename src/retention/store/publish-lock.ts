@@ -4,44 +4,76 @@ import { OatsError, asStepError, errnoCode } from "../../errors.js";
 import { LOCK_PREFIX } from "./layout.js";
 
 /**
- * A cross-process lock on one revision name, held only around the final
- * check-and-rename. proper-lockfile keeps it fresh while held and treats a
- * lock abandoned by a killed process as stale after STALE_MS, so a crash
- * never wedges the store. A bounded wait ends in `busy`.
+ * Cross-process locks, through proper-lockfile. It keeps a held lock fresh
+ * and treats one abandoned by a killed process as stale after STALE_MS, so a
+ * crash never wedges a store. A bounded wait ends in `busy`; any other
+ * failure to take or keep the lock becomes the caller's own refusal.
  */
 
 const STALE_MS = 10_000;
 export const DEFAULT_LOCK_WAIT_MS = 15_000;
 
-export async function withRevisionLock<T>(parent: string, revisionName: string, waitMs: number, body: () => Promise<T>): Promise<T> {
-  const lockfilePath = join(parent, `${LOCK_PREFIX}${revisionName}`);
+export interface FileLockOptions {
+  /** The path the lock is about (it need not exist). */
+  readonly target: string;
+  /** The lock directory proper-lockfile creates. */
+  readonly lockfilePath: string;
+  readonly waitMs: number;
+  /** First retry delay; retries back off from it by `factor` up to `maxTimeout`. */
+  readonly minTimeout: number;
+  readonly maxTimeout: number;
+  readonly factor: number;
+  /** What a failure to take or keep the lock (other than a wait that ran out) becomes. */
+  readonly failure: (error: unknown) => OatsError;
+}
+
+/**
+ * Run `body` holding the lock. `stillHeld()` throws the caller's failure if
+ * the lock was compromised meanwhile (its refresh failed or it was taken over).
+ */
+export async function withFileLock<T>(options: FileLockOptions, body: (stillHeld: () => void) => T | Promise<T>): Promise<T> {
   let compromised: Error | null = null;
   let release: () => Promise<void>;
-  // Exponential backoff from 20 ms capped at 250 ms. Every retry waits at least
-  // minTimeout (20 ms), so waitMs / 20 retries always outlast waitMs and
-  // maxRetryTime is what ends the wait.
-  const retries = Math.max(1, Math.ceil(waitMs / 20));
+  // Every retry waits at least minTimeout, so waitMs / minTimeout retries
+  // always outlast waitMs and maxRetryTime is what ends the wait.
+  const retries = Math.max(1, Math.ceil(options.waitMs / options.minTimeout));
   try {
-    release = await lockfile.lock(join(parent, revisionName), {
+    release = await lockfile.lock(options.target, {
       realpath: false,
-      lockfilePath,
+      lockfilePath: options.lockfilePath,
       stale: STALE_MS,
-      retries: { retries, factor: 1.5, minTimeout: 20, maxTimeout: 250, maxRetryTime: waitMs },
+      retries: { retries, factor: options.factor, minTimeout: options.minTimeout, maxTimeout: options.maxTimeout, maxRetryTime: options.waitMs, randomize: true },
       onCompromised: (error) => {
         compromised = error;
       },
     });
   } catch (error) {
     if (errnoCode(error) === "ELOCKED") {
-      throw new OatsError("busy", `another process holds the publication lock for ${join(parent, revisionName)}; gave up after ${waitMs} ms`, { lock: lockfilePath, waitedMs: waitMs });
+      throw new OatsError("busy", `another process holds the lock on ${options.target}; gave up after ${options.waitMs} ms`, {
+        lock: options.lockfilePath,
+        waitedMs: options.waitMs,
+      });
     }
-    throw asStepError("lock", error, { lock: lockfilePath });
+    throw options.failure(error);
   }
   try {
-    const result = await body();
-    if (compromised) throw asStepError("lock", compromised, { lock: lockfilePath });
-    return result;
+    return await body(() => {
+      if (compromised) throw options.failure(compromised);
+    });
   } finally {
     await release().catch(() => undefined);
   }
+}
+
+/** The lock on one revision name, held only around the final check-and-rename. */
+export function withRevisionLock<T>(parent: string, revisionName: string, waitMs: number, body: () => Promise<T>): Promise<T> {
+  const lockfilePath = join(parent, `${LOCK_PREFIX}${revisionName}`);
+  return withFileLock(
+    { target: join(parent, revisionName), lockfilePath, waitMs, minTimeout: 20, maxTimeout: 250, factor: 1.5, failure: (error) => asStepError("lock", error, { lock: lockfilePath }) },
+    async (stillHeld) => {
+      const result = await body();
+      stillHeld();
+      return result;
+    },
+  );
 }
