@@ -14,6 +14,7 @@
  * {"ok":false,"error":{...}} (exit 1).
  */
 import { OatsError, prepare } from "../../src/index.js";
+import { waitForGo } from "./go.js";
 import { setPrepareHook, type PrepareStep } from "../../src/resolution/prepare.js";
 
 interface Request {
@@ -25,16 +26,6 @@ interface Request {
 }
 
 const request = JSON.parse(process.argv[2] ?? "{}") as Request;
-
-function waitForGo(): Promise<void> {
-  return new Promise((resolve) => {
-    process.stdin.once("data", () => {
-      process.stdin.pause();
-      resolve();
-    });
-    process.stderr.write("ready\n");
-  });
-}
 
 async function main(): Promise<void> {
   if (request.blockAt) {

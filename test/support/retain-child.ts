@@ -13,6 +13,7 @@
  * {"ok":true,"receipt":{...}} (exit 0) or {"ok":false,"error":{...}} (exit 1).
  */
 import { readFileSync } from "node:fs";
+import { waitForGo } from "./go.js";
 import { OatsError, retainCapabilityArtifact, retainTree, type ArtifactKind } from "../../src/index.js";
 import { setFaultHook, type PublishStep } from "../../src/retention/store/faults.js";
 
@@ -29,16 +30,6 @@ interface Request {
 }
 
 const request = JSON.parse(process.argv[2] ?? "{}") as Request;
-
-function waitForGo(): Promise<void> {
-  return new Promise((resolve) => {
-    process.stdin.once("data", () => {
-      process.stdin.pause();
-      resolve();
-    });
-    process.stderr.write("ready\n");
-  });
-}
 
 async function main(): Promise<void> {
   const lock = request.lockFile ? JSON.parse(readFileSync(request.lockFile, "utf8")) : undefined;
