@@ -97,6 +97,20 @@ function validRecord(fixture: Fixture): Json {
   });
 }
 
+/** A valid capture field for a capture record built from validRecord (its entry point `hello`). */
+function validCapture(): Json {
+  return {
+    name: "nightly",
+    entrypoint: "hello",
+    target: { wing: "finance" },
+    classification: { declared: "internal", derived: "public", effective: "internal", config: `sha256-${"c".repeat(64)}` },
+    profile: null,
+    env: { LOG_LEVEL: "info" },
+    credentials: [{ kind: "env", name: "API_TOKEN" }],
+    spec: { path: "/srv/captures/nightly.yaml", blob: `sha256-${"d".repeat(64)}` },
+  };
+}
+
 function checkRefusal(error: unknown, code: string, details: Record<string, unknown> = {}): void {
   assert.ok(error instanceof OatsError, `expected an OatsError ${code}, got ${error instanceof Error ? error.stack : String(error)}`);
   assert.equal(error.code, code, `code (message: ${error.message})`);
@@ -233,6 +247,7 @@ describe("Given a valid record naming a retained artifact", () => {
       (r) => {
         r.kind = "capture";
         r.subject = { capture: "nightly" };
+        r.capture = validCapture();
       },
       (r) => {
         r.artifacts[KEY].legacyIntegrity = { format: TREE_LEGACY, value: `sha256-${"a".repeat(64)}` };
@@ -303,6 +318,15 @@ describe("Given a record that breaks the schema", () => {
     ["complete with unresolved inputs", (r) => (r.unresolved = [{ pointer: "/config", reason: "unknown" }])],
     ["an unresolved entry without a reason", (r) => ((r.status = "partial"), (r.unresolved = [{ pointer: "/config", reason: "" }]))],
     ["kind capture with an instance subject", (r) => (r.kind = "capture")],
+    ["a capture record without its capture field", (r) => ((r.kind = "capture"), (r.subject = { capture: "nightly" }))],
+    ["a capture whose name is not the subject", (r) => ((r.kind = "capture"), (r.subject = { capture: "nightly" }), (r.capture = { ...validCapture(), name: "other" }))],
+    ["a capture whose entry point the record lacks", (r) => ((r.kind = "capture"), (r.subject = { capture: "nightly" }), (r.capture = { ...validCapture(), entrypoint: "absent" }))],
+    [
+      "a capture whose effective level is looser than declared",
+      (r) => ((r.kind = "capture"), (r.subject = { capture: "nightly" }), (r.capture = { ...validCapture(), classification: { ...validCapture().classification, declared: "confidential" } })),
+    ],
+    ["a capture with an unknown level", (r) => ((r.kind = "capture"), (r.subject = { capture: "nightly" }), (r.capture = { ...validCapture(), classification: { ...validCapture().classification, derived: "secret" } }))],
+    ["a capture env naming a non-variable", (r) => ((r.kind = "capture"), (r.subject = { capture: "nightly" }), (r.capture = { ...validCapture(), env: { "A=B": "x" } }))],
     ["kind instance with a capture subject", (r) => (r.subject = { capture: "alpha" })],
     // references
     ["an artifact reference in the legacy format", (r) => (r.artifacts[KEY].artifact.integrity.format = TREE_LEGACY)],

@@ -1,8 +1,7 @@
 import { hostname, userInfo } from "node:os";
-import { parseDocument } from "yaml";
 import { z } from "zod";
 import { OatsError } from "../errors.js";
-import { readRegularFile } from "../retention/store/files.js";
+import { decodeUtf8, escapePointerSegment, parseYamlText, readOperatorFile, refuseProtoKeys } from "../operator-input.js";
 
 /**
  * Classification of captures (CONTRACT.md section 9). Pure functions over a
@@ -82,23 +81,7 @@ function invalid(message: string, details: Record<string, unknown> = {}): OatsEr
   return new OatsError("invalid-input", message, details);
 }
 
-function escapePointer(key: string): string {
-  return key.replace(/~/g, "~0").replace(/\//g, "~1");
-}
 
-/** Refuse `__proto__` keys anywhere (zod's record would drop or mis-assign one); `constructor` is an ordinary name. */
-function refuseProtoKeys(value: unknown, pointer: string, origin: string): void {
-  if (Array.isArray(value)) {
-    value.forEach((item, index) => refuseProtoKeys(item, `${pointer}/${index}`, origin));
-    return;
-  }
-  if (typeof value !== "object" || value === null) return;
-  for (const key of Object.keys(value)) {
-    const at = `${pointer}/${escapePointer(key)}`;
-    if (key === "__proto__") throw invalid(`${origin}: key __proto__ refused at ${at}`, { pointer: at, reason: "proto-key" });
-    refuseProtoKeys((value as Record<string, unknown>)[key], at, origin);
-  }
-}
 
 function mapOf<V>(record: Record<string, V> | undefined): Map<string, V> {
   const map = new Map<string, V>();
@@ -113,26 +96,13 @@ function mapOf<V>(record: Record<string, V> | undefined): Map<string, V> {
  * happens on invalid input.
  */
 export function parseClassificationConfig(bytes: Buffer, origin = "classification config"): ClassificationConfig {
-  let text: string;
-  try {
-    text = new TextDecoder("utf-8", { fatal: true }).decode(bytes);
-  } catch {
-    throw invalid(`${origin} is not UTF-8`, { config: origin });
-  }
-  const document = parseDocument(text, { schema: "core", merge: false, uniqueKeys: true, prettyErrors: true, strict: true });
-  const error = document.errors[0];
-  if (error) throw invalid(`${origin} is not valid YAML: ${error.message}`, { config: origin, reason: error.code });
-  let value: unknown;
-  try {
-    value = document.toJS({ maxAliasCount: 100 });
-  } catch (cause) {
-    throw invalid(`${origin} is not valid YAML: ${(cause as Error).message}`, { config: origin });
-  }
-  refuseProtoKeys(value, "", origin);
+  const text = decodeUtf8(bytes, origin, { config: origin });
+  const value = parseYamlText(text, origin, { config: origin });
+  refuseProtoKeys(value, origin);
   const parsed = configSchema.safeParse(value);
   if (!parsed.success) {
     const issue = parsed.error.issues[0];
-    const pointer = `/${(issue?.path ?? []).map((part) => escapePointer(String(part))).join("/")}`;
+    const pointer = `/${(issue?.path ?? []).map((part) => escapePointerSegment(String(part))).join("/")}`;
     throw invalid(`${origin}: ${pointer}: ${issue?.message ?? "malformed"}`, { config: origin, pointer, issues: parsed.error.issues.length });
   }
   const data = parsed.data;
@@ -149,17 +119,7 @@ export function parseClassificationConfig(bytes: Buffer, origin = "classificatio
 /** Read a classification config file (the operator's own file: a symlink is followed) and parse it; returns the exact bytes to pin. */
 export function readClassificationConfigFile(path: string): { bytes: Buffer; config: ClassificationConfig } {
   const origin = `classification config ${path}`;
-  const bytes = readRegularFile(path, {
-    limit: MAX_CLASSIFICATION_CONFIG_BYTES,
-    followSymlinks: true,
-    refuse: (failure, details) => {
-      const info = { config: path, ...details };
-      if (failure === "not-a-file") return invalid(`${origin} is not a regular file`, info);
-      if (failure === "too-large") return invalid(`${origin} is larger than ${MAX_CLASSIFICATION_CONFIG_BYTES} bytes`, info);
-      if (failure === "changed") return invalid(`${origin} changed while it was read`, info);
-      return invalid(`cannot read ${origin}: ${String(details["errno"] ?? failure)}`, info);
-    },
-  });
+  const bytes = readOperatorFile(path, MAX_CLASSIFICATION_CONFIG_BYTES, origin, { config: path });
   return { bytes, config: parseClassificationConfig(bytes, origin) };
 }
 

@@ -1,6 +1,5 @@
 import { extname, isAbsolute, resolve } from "node:path";
-import { readRegularFile } from "../retention/store/files.js";
-import { parseDocument } from "yaml";
+import { parseYamlText, readOperatorFile, refuseProtoKeys } from "../operator-input.js";
 import { z } from "zod";
 import { OatsError } from "../errors.js";
 import { identifierSchema } from "../retention/ids.js";
@@ -83,25 +82,13 @@ function invalid(message: string, details: Record<string, unknown> = {}): OatsEr
   return new OatsError("invalid-input", message, details);
 }
 
-/** Refuse `__proto__` keys anywhere: a plan can never reach Object.prototype. */
-function refuseProtoKeys(value: unknown, pointer: string): void {
-  if (Array.isArray(value)) {
-    value.forEach((item, index) => refuseProtoKeys(item, `${pointer}/${index}`));
-    return;
-  }
-  if (typeof value !== "object" || value === null) return;
-  for (const key of Object.keys(value)) {
-    if (key === "__proto__") throw invalid(`plan: key __proto__ refused at ${pointer || "/"}`, { pointer: pointer || "/" });
-    refuseProtoKeys((value as Record<string, unknown>)[key], `${pointer}/${key.replace(/~/g, "~0").replace(/\//g, "~1")}`);
-  }
-}
 
 /**
  * Validate a plan value and resolve its paths against `baseDir`. Idempotent:
  * a parsed plan (absolute paths) parses to itself.
  */
 export function parsePlan(value: unknown, baseDir: string): Plan {
-  refuseProtoKeys(value, "");
+  refuseProtoKeys(value, "plan");
   const parsed = planSchema.safeParse(value);
   if (!parsed.success) {
     const issue = parsed.error.issues[0];
@@ -159,17 +146,7 @@ export function parsePlan(value: unknown, baseDir: string): Plan {
 
 function readPlanBytes(path: string): Buffer {
   // A plan is the operator's own file: it may be reached through a symlink.
-  return readRegularFile(path, {
-    limit: MAX_PLAN_BYTES,
-    followSymlinks: true,
-    refuse: (failure, details) => {
-      const plan = { plan: path, ...details };
-      if (failure === "not-a-file") return invalid(`plan ${path} is not a regular file`, plan);
-      if (failure === "too-large") return invalid(`plan ${path} is larger than ${MAX_PLAN_BYTES} bytes`, plan);
-      if (failure === "changed") return invalid(`plan ${path} changed while it was read`, plan);
-      return invalid(`cannot read plan ${path}: ${String(details["errno"] ?? failure)}`, plan);
-    },
-  });
+  return readOperatorFile(path, MAX_PLAN_BYTES, `plan ${path}`, { plan: path });
 }
 
 /** Parse the text of a plan file by its extension: `.json` as JSON, `.yaml`/`.yml` as YAML (one document, unique keys, core schema). */
@@ -183,14 +160,7 @@ export function parsePlanText(text: string, extension: string, origin = "plan"):
     }
   }
   if (ext === ".yaml" || ext === ".yml") {
-    const document = parseDocument(text, { schema: "core", merge: false, uniqueKeys: true, prettyErrors: true, strict: true });
-    const error = document.errors[0];
-    if (error) throw invalid(`${origin} is not valid YAML: ${error.message}`, { plan: origin });
-    try {
-      return document.toJS({ maxAliasCount: 100 });
-    } catch (cause) {
-      throw invalid(`${origin} is not valid YAML: ${(cause as Error).message}`, { plan: origin });
-    }
+    return parseYamlText(text, origin, { plan: origin });
   }
   throw invalid(`${origin}: a plan file ends in .json, .yaml or .yml`, { plan: origin, extension });
 }

@@ -126,19 +126,57 @@ const entrypointSchema = z
 const evidenceSchema = z.object({ pointer: z.string(), kind: z.string().min(1), detail: z.string() }).strict();
 const unresolvedSchema = z.object({ pointer: z.string(), reason: z.string().min(1) }).strict();
 
+const LEVEL_ORDER = ["public", "internal", "confidential"] as const;
+const levelSchema = z.enum(LEVEL_ORDER);
+const envNameSchema = z.string().regex(/^[A-Za-z_][A-Za-z0-9_]*$/, "must be an environment variable name");
+
+/**
+ * What a capture record pins beyond its entry point (CONTRACT.md section 9):
+ * the exact classification config and profile bytes (as oats.bytes.v1 blob
+ * digests), the levels at prepare time, the non-secret environment, the names
+ * of the credential variables it may receive, and the spec it came from.
+ */
+export const captureSchema = z
+  .object({
+    name: identifier,
+    /** The name of the record's entry point that the capture runs. */
+    entrypoint: z.string().min(1),
+    target: z.object({ wing: z.string().min(1).optional(), repo: z.string().min(1).optional() }).strict(),
+    classification: z
+      .object({
+        declared: levelSchema,
+        derived: levelSchema,
+        effective: levelSchema,
+        config: digestValue,
+      })
+      .strict(),
+    profile: digestValue.nullable(),
+    env: z.record(envNameSchema, z.string()),
+    credentials: z.array(credentialRefSchema),
+    spec: z.object({ path: z.string().regex(/^\//, "must be absolute"), blob: digestValue }).strict(),
+  })
+  .strict()
+  .superRefine((capture, context) => {
+    const rank = (level: (typeof LEVEL_ORDER)[number]) => LEVEL_ORDER.indexOf(level);
+    const { declared, derived, effective } = capture.classification;
+    if (rank(effective) !== Math.max(rank(declared), rank(derived))) {
+      context.addIssue({ code: "custom", path: ["classification", "effective"], message: "effective must be the stricter of declared and derived" });
+    }
+  });
+
 export const RESOLUTION_STATUSES = ["complete", "reconstructed", "partial", "unknown"] as const;
 
 type ArtifactRefShape = z.infer<typeof artifactRefSchema>;
 
 /** The artifact of the record that an entry point's reference must equal. */
 function selectedArtifact(
-  record: { kind: string; artifacts: Record<string, { artifact: ArtifactRefShape }>; source: { artifact: ArtifactRefShape } | null },
+  record: { kind: string; artifacts: Record<string, { artifact: ArtifactRefShape }>; source: { artifact: ArtifactRefShape } | null; capture: { name: string } | null },
   ref: ArtifactRefShape,
 ): ArtifactRefShape | undefined {
   if (ref.kind === "capability") return Object.hasOwn(record.artifacts, ref.key) ? record.artifacts[ref.key]!.artifact : undefined;
   if (ref.kind === "source") return record.source?.artifact;
-  // Capture trees are pinned by capture records (the capture issue).
-  return record.kind === "capture" ? ref : undefined;
+  // A capture record runs its own capture tree, retained under the capture's name.
+  return record.kind === "capture" && record.capture?.name === ref.key ? ref : undefined;
 }
 
 export const resolutionRecordSchema = z
@@ -153,7 +191,7 @@ export const resolutionRecordSchema = z
     bindings: z.record(z.string().min(1), bindingSchema),
     messaging: messagingSchema.nullable(),
     entrypoints: z.record(z.string().min(1), entrypointSchema),
-    capture: z.null(),
+    capture: captureSchema.nullable(),
     evidence: z.array(evidenceSchema),
     unresolved: z.array(unresolvedSchema),
   })
@@ -169,6 +207,17 @@ export const resolutionRecordSchema = z
     }
     if ((record.status === "partial" || record.status === "unknown") && record.unresolved.length === 0) {
       context.addIssue({ code: "custom", path: ["unresolved"], message: `a ${record.status} record lists what is unresolved` });
+    }
+    if ((record.kind === "capture") !== (record.capture !== null)) {
+      context.addIssue({ code: "custom", path: ["capture"], message: record.kind === "capture" ? "a capture record pins its capture" : "only a capture record has a capture field" });
+    }
+    if (record.capture) {
+      if (!("capture" in record.subject) || record.subject.capture !== record.capture.name) {
+        context.addIssue({ code: "custom", path: ["capture", "name"], message: "the capture name must equal the subject" });
+      }
+      if (!Object.hasOwn(record.entrypoints, record.capture.entrypoint)) {
+        context.addIssue({ code: "custom", path: ["capture", "entrypoint"], message: `entry point ${record.capture.entrypoint} is not in the record` });
+      }
     }
     for (const [id, entry] of Object.entries(record.artifacts)) {
       if (entry.artifact.kind !== "capability" || entry.artifact.key !== id) {

@@ -7,6 +7,7 @@ import { identifierSchema } from "../retention/ids.js";
 import { ensureStoreAt, fsyncDirectory, inspectStoreAt, resolveScope } from "../retention/store/components.js";
 import { readRegularFile, writeStagedFile } from "../retention/store/files.js";
 import { assertContained } from "../retention/store/layout.js";
+import { refuseProtoKeys } from "../operator-input.js";
 import { readCanonicalJson, withoutPrototypes } from "./canonical-read.js";
 import { resolutionRecordSchema, type ResolutionRecord } from "./record.js";
 
@@ -74,7 +75,7 @@ export interface WrittenRecord {
 export function writeResolution(scope: string, input: unknown): WrittenRecord {
   const realScope = resolveScope(scope);
   // zod drops a `__proto__` key silently (an entry point or binding would vanish): refuse it instead.
-  refuseProtoKeys(input, "", new Set());
+  refuseProtoKeys(input, "resolution record", "invalid-resolution");
   const record = parseRecord(input, "resolution record");
   const { id, bytes } = encodeRecord(record);
   // Never write what the strict reader would refuse (an integer beyond 2^53, say).
@@ -101,15 +102,6 @@ export function writeResolution(scope: string, input: unknown): WrittenRecord {
   return { id, path, status: "written" };
 }
 
-function refuseProtoKeys(value: unknown, pointer: string, ancestors: Set<object>): void {
-  if (typeof value !== "object" || value === null || ancestors.has(value)) return;
-  ancestors.add(value);
-  for (const key of Object.keys(value)) {
-    if (key === "__proto__") throw new OatsError("invalid-resolution", `resolution record: key __proto__ refused at ${pointer || "/"}`, { pointer: pointer || "/", reason: "proto-key" });
-    refuseProtoKeys((value as Record<string, unknown>)[key], `${pointer}/${key.replace(/~/g, "~0").replace(/\//g, "~1")}`, ancestors);
-  }
-  ancestors.delete(value);
-}
 
 function parseRecord(input: unknown, what: string): ResolutionRecord {
   const parsed = resolutionRecordSchema.safeParse(input);

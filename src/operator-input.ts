@@ -1,0 +1,88 @@
+import { parseDocument } from "yaml";
+import type { z } from "zod";
+import { OatsError, type ErrorCode } from "./errors.js";
+import { readRegularFile } from "./retention/store/files.js";
+
+/**
+ * Files an operator hands the toolkit (plans, capture specs, classification
+ * configs, profiles): read whole with a bound, decoded as strict UTF-8, parsed
+ * as one YAML document (core schema, duplicate keys refused) or JSON, and
+ * checked for `__proto__` keys before any schema sees them (zod's records
+ * would silently drop or mis-assign one). Every refusal is typed.
+ */
+
+export function escapePointerSegment(key: string): string {
+  return key.replace(/~/g, "~0").replace(/\//g, "~1");
+}
+
+/** The JSON pointer of the first `__proto__` key anywhere in a value, or null. Cycles are skipped. */
+export function findProtoKey(value: unknown, pointer = "", ancestors = new Set<object>()): string | null {
+  if (typeof value !== "object" || value === null || ancestors.has(value)) return null;
+  ancestors.add(value);
+  try {
+    for (const key of Object.keys(value)) {
+      const at = `${pointer}/${escapePointerSegment(key)}`;
+      if (key === "__proto__") return at;
+      const found = findProtoKey((value as Record<string, unknown>)[key], at, ancestors);
+      if (found !== null) return found;
+    }
+    return null;
+  } finally {
+    ancestors.delete(value);
+  }
+}
+
+/** Throw `code` naming the first `__proto__` key, if there is one. */
+export function refuseProtoKeys(value: unknown, origin: string, code: ErrorCode = "invalid-input"): void {
+  const at = findProtoKey(value);
+  if (at !== null) throw new OatsError(code, `${origin}: key __proto__ refused at ${at}`, { pointer: at, reason: "proto-key" });
+}
+
+/** The text of one YAML document (core schema, unique keys, no merge keys, bounded aliases). */
+export function parseYamlText(text: string, origin: string, details: Record<string, unknown> = {}): unknown {
+  const document = parseDocument(text, { schema: "core", merge: false, uniqueKeys: true, prettyErrors: true, strict: true });
+  const error = document.errors[0];
+  if (error) throw new OatsError("invalid-input", `${origin} is not valid YAML: ${error.message}`, { ...details, reason: error.code });
+  try {
+    return document.toJS({ maxAliasCount: 100 });
+  } catch (cause) {
+    throw new OatsError("invalid-input", `${origin} is not valid YAML: ${(cause as Error).message}`, details);
+  }
+}
+
+export function decodeUtf8(bytes: Uint8Array, origin: string, details: Record<string, unknown> = {}): string {
+  try {
+    return new TextDecoder("utf-8", { fatal: true }).decode(bytes);
+  } catch {
+    throw new OatsError("invalid-input", `${origin} is not UTF-8`, details);
+  }
+}
+
+/** Read the operator's own file (a symlink to it is followed) of at most `limit` bytes; every failure is `invalid-input`. */
+export function readOperatorFile(path: string, limit: number, origin: string, details: Record<string, unknown> = {}): Buffer {
+  return readRegularFile(path, {
+    limit,
+    followSymlinks: true,
+    refuse: (failure, more) => {
+      const info = { ...details, ...more };
+      if (failure === "not-a-file") return new OatsError("invalid-input", `${origin} is not a regular file`, info);
+      if (failure === "too-large") return new OatsError("invalid-input", `${origin} is larger than ${limit} bytes`, info);
+      if (failure === "changed") return new OatsError("invalid-input", `${origin} changed while it was read`, info);
+      return new OatsError("invalid-input", `cannot read ${origin}: ${String(more["errno"] ?? failure)}`, info);
+    },
+  });
+}
+
+/** Validate with a strict zod schema; the first issue becomes an `invalid-input` naming its pointer. */
+export function parseWith<T extends z.ZodType>(schema: T, value: unknown, origin: string, details: Record<string, unknown> = {}): z.infer<T> {
+  refuseProtoKeys(value, origin);
+  const parsed = schema.safeParse(value);
+  if (parsed.success) return parsed.data;
+  const issue = parsed.error.issues[0];
+  const pointer = `/${(issue?.path ?? []).map((part) => escapePointerSegment(String(part))).join("/")}`;
+  throw new OatsError("invalid-input", `${origin}: ${pointer}: ${issue?.message ?? "malformed"}`, {
+    ...details,
+    pointer,
+    issues: parsed.error.issues.slice(0, 20).map((each) => ({ pointer: `/${each.path.map((part) => escapePointerSegment(String(part))).join("/")}`, message: each.message })),
+  });
+}
