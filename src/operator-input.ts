@@ -50,6 +50,20 @@ export function parseYamlText(text: string, origin: string, details: Record<stri
   }
 }
 
+/** `.json` as JSON, `.yaml`/`.yml` as one YAML document; any other extension is refused. */
+export function parseByExtension(text: string, extension: string, origin: string, details: Record<string, unknown> = {}): unknown {
+  const ext = extension.toLowerCase();
+  if (ext === ".json") {
+    try {
+      return JSON.parse(text);
+    } catch (error) {
+      throw new OatsError("invalid-input", `${origin} is not JSON: ${(error as Error).message}`, details);
+    }
+  }
+  if (ext === ".yaml" || ext === ".yml") return parseYamlText(text, origin, details);
+  throw new OatsError("invalid-input", `${origin}: the file must end in .json, .yaml or .yml`, { ...details, extension });
+}
+
 export function decodeUtf8(bytes: Uint8Array, origin: string, details: Record<string, unknown> = {}): string {
   try {
     return new TextDecoder("utf-8", { fatal: true }).decode(bytes);

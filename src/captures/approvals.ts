@@ -1,4 +1,5 @@
-import { OatsError } from "../errors.js";
+import { OatsError, isOatsError } from "../errors.js";
+import { audit, audited } from "./audit.js";
 import { assertArtifactKey, assertArtifactKind, type ArtifactKind } from "../retention/ids.js";
 import { PACKAGE_PAYLOAD_EXEC, TREE_EXEC, TREE_LEGACY, integrityText, parseIntegrity } from "../retention/integrity.js";
 import { CHAIN_LOGS, appendEntry, readEntries, type AppendOptions, type ChainEntry } from "./chain-log.js";
@@ -104,12 +105,27 @@ function checkReason(options: unknown): string {
   return reason;
 }
 
+/**
+ * Append the decision to the ledger, then audit it. A refusal is audited too.
+ * When the audit log cannot be written after the ledger entry was, the
+ * decision stands (the ledger is the authority) and the caller gets
+ * `audit-unavailable` naming the ledger entry, so nothing is silently lost.
+ */
 async function decide(action: ApprovalAction, scope: string, subjectInput: unknown, options: DecisionOptions): Promise<ApprovalEntry> {
-  const subject = parseApprovalSubject(subjectInput);
-  const reason = checkReason(options);
-  const body = { action, subject: { ...subject }, operator: currentPrincipal(), reason };
-  const entry = await appendEntry(scope, CHAIN_LOGS.approvals, body, options.lockWaitMs === undefined ? {} : { lockWaitMs: options.lockWaitMs });
-  return entry as ApprovalEntry;
+  const auditSubject = isRecord(subjectInput) ? { kind: String(subjectInput.kind), key: String(subjectInput.key), integrity: String(subjectInput.integrity) } : null;
+  const entry = await audited(scope, action, auditSubject, async () => {
+    const subject = parseApprovalSubject(subjectInput);
+    const reason = checkReason(options);
+    const body = { action, subject: { ...subject }, operator: currentPrincipal(), reason };
+    return (await appendEntry(scope, CHAIN_LOGS.approvals, body, options.lockWaitMs === undefined ? {} : { lockWaitMs: options.lockWaitMs })) as ApprovalEntry;
+  });
+  try {
+    await audit(scope, { action, subject: { ...entry.subject }, outcome: "ok", details: { ledger: { seq: entry.seq, hash: entry.hash }, reason: entry.reason } });
+  } catch (error) {
+    if (isOatsError(error)) error.details["ledger"] = { seq: entry.seq, hash: entry.hash, recorded: true };
+    throw error;
+  }
+  return entry;
 }
 
 /** Approve one exact oats.tree-exec.v1 digest of one artifact; returns the entry as written. */

@@ -2,3 +2,8 @@ export * from "./classification.js";
 export * from "./chain-log.js";
 export * from "./approvals.js";
 export * from "./blobs.js";
+export * from "./audit.js";
+export * from "./spec.js";
+export * from "./queue.js";
+export * from "./prepare-capture.js";
+export * from "./dispatch.js";

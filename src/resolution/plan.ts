@@ -1,5 +1,5 @@
 import { extname, isAbsolute, resolve } from "node:path";
-import { parseYamlText, readOperatorFile, refuseProtoKeys } from "../operator-input.js";
+import { parseByExtension, readOperatorFile, refuseProtoKeys } from "../operator-input.js";
 import { z } from "zod";
 import { OatsError } from "../errors.js";
 import { identifierSchema } from "../retention/ids.js";
@@ -151,18 +151,7 @@ function readPlanBytes(path: string): Buffer {
 
 /** Parse the text of a plan file by its extension: `.json` as JSON, `.yaml`/`.yml` as YAML (one document, unique keys, core schema). */
 export function parsePlanText(text: string, extension: string, origin = "plan"): unknown {
-  const ext = extension.toLowerCase();
-  if (ext === ".json") {
-    try {
-      return JSON.parse(text);
-    } catch (error) {
-      throw invalid(`${origin} is not JSON: ${(error as Error).message}`, { plan: origin });
-    }
-  }
-  if (ext === ".yaml" || ext === ".yml") {
-    return parseYamlText(text, origin, { plan: origin });
-  }
-  throw invalid(`${origin}: a plan file ends in .json, .yaml or .yml`, { plan: origin, extension });
+  return parseByExtension(text, extension, origin, { plan: origin });
 }
 
 /** Read and validate a plan file; relative paths in it resolve against its directory. */

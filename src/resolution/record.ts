@@ -148,6 +148,8 @@ export const captureSchema = z
         derived: levelSchema,
         effective: levelSchema,
         config: digestValue,
+        /** Where the config lived at prepare time: dispatch also honours a later tightening of that file. */
+        configPath: z.string().regex(/^\//, "must be absolute"),
       })
       .strict(),
     profile: digestValue.nullable(),

@@ -23,7 +23,7 @@ const KIND_DIRS: Record<ArtifactKind, string> = {
 };
 
 /**
- * Stores of single files (resolution records, instance refs, pinned blobs)
+ * Stores of single files (resolution records, instance refs, pinned blobs, queued jobs)
  * whose publication stages a file beside its destination; cleanup looks
  * there too.
  */
@@ -31,6 +31,7 @@ export const FILE_STORES: readonly (readonly string[])[] = [
   [AGENTS_DIR, "resolutions"],
   [AGENTS_DIR, "refs", "instances"],
   [AGENTS_DIR, "blobs"],
+  [AGENTS_DIR, "queue"],
 ];
 
 /** The store components from the scope down to a kind's store root. */
@@ -105,6 +106,6 @@ export interface StagingOwner {
 
 /** The owner encoded in a staging name, or null for a name that is not ours. */
 export function parseStagingName(name: string): StagingOwner | null {
-  const match = /^\.staging-([0-9a-f]{8})-([0-9]+)-[0-9a-f]{12}(?:\.gitignore|\.manifest|\.record|\.ref)?$/.exec(name);
+  const match = /^\.staging-([0-9a-f]{8})-([0-9]+)-[0-9a-f]{12}(?:\.gitignore|\.manifest|\.record|\.ref|\.job)?$/.exec(name);
   return match ? { host: match[1]!, pid: Number(match[2]) } : null;
 }

@@ -1,0 +1,237 @@
+import { spawn } from "node:child_process";
+import { statSync } from "node:fs";
+import { constants } from "node:os";
+import { extname } from "node:path";
+import { OatsError, isOatsError } from "../errors.js";
+import { integrityText } from "../retention/integrity.js";
+import { resolveScope } from "../retention/store/components.js";
+import { verifyTree } from "../retention/verify.js";
+import { checkReadiness, referencedArtifacts, resolveEntrypoint } from "../resolution/read.js";
+import type { ResolutionRecord } from "../resolution/record.js";
+import { readRecordBytes } from "../resolution/store.js";
+import { requireApproval, type ApprovalSubject } from "./approvals.js";
+import { audit, audited } from "./audit.js";
+import { readBlob } from "./blobs.js";
+import {
+  classificationGate,
+  currentPrincipal,
+  deriveLevel,
+  effectiveClassification,
+  parseClassificationConfig,
+  readClassificationConfigFile,
+  type ClassificationConfig,
+  type Level,
+} from "./classification.js";
+import { captureSubject, prepareCapture } from "./prepare-capture.js";
+import { readJob } from "./queue.js";
+
+/**
+ * resolveQueuedCapture(scope, job): the dispatch plan of a queued capture,
+ * or a typed refusal before anything runs. The checks run in this order and
+ * every refusal is audited:
+ *
+ * 1. read the job and its record (bytes canonical, hashing to the id; a
+ *    capture); a `prepare-on-tick` job first re-prepares from its pinned
+ *    spec, audited, and goes on with the new record;
+ * 2. readiness: only complete or reconstructed records (`resolution-incomplete`);
+ * 3. full re-verification of every artifact the record references and of
+ *    every blob it pins (no mtime shortcut), then the entry point resolved
+ *    inside its retained tree;
+ * 4. approval of the exact oats.tree-exec.v1 digest of the executable, read
+ *    from the ledger now, so a revocation reaches work already queued;
+ * 5. classification: effective = strictest of declared, derived from the
+ *    pinned config and derived from the current config (if present); a
+ *    confidential capture needs a principal that both configs name sovereign;
+ * 6. an audit entry for the dispatch, fsync'd; `audit-unavailable` otherwise.
+ *
+ * The environment of the plan holds the pinned non-secret env and only the
+ * credential variables the record names, taken from `options.env` (default:
+ * this process's environment) now. Nothing else from the caller leaks in.
+ */
+
+export interface DispatchOptions {
+  /** A label the harness gives itself, recorded as telemetry; a label other than the principal is a security event. */
+  readonly harness?: string;
+  /** Where credential values come from (default: process.env). Only names the record references are read. */
+  readonly env?: Readonly<Record<string, string | undefined>>;
+  /** Recorded in the audit entry: the caller will run the plan. */
+  readonly exec?: boolean;
+  readonly lockWaitMs?: number;
+}
+
+export interface DispatchPlan {
+  readonly job: string;
+  readonly resolution: string;
+  readonly executable: {
+    /** Absolute, inside the retained tree. */
+    readonly path: string;
+    readonly args: readonly string[];
+    /** What actually starts: the entry itself, or the current Node for a non-executable .js/.mjs/.cjs. */
+    readonly command: string;
+    readonly argv: readonly string[];
+    readonly subject: ApprovalSubject;
+  };
+  readonly env: Record<string, string>;
+  readonly credentials: { readonly provided: readonly string[]; readonly missing: readonly string[] };
+  readonly classification: { readonly declared: Level; readonly pinned: Level; readonly current: Level | null; readonly effective: Level };
+  readonly approval: { readonly seq: number; readonly hash: string; readonly operator: string; readonly at: string; readonly reason: string };
+  readonly verified: readonly ApprovalSubject[];
+  readonly principal: string;
+  readonly harness: string | null;
+  /** Set when a prepare-on-tick job re-prepared: the resolution the job names. */
+  readonly preparedFrom: string | null;
+  readonly audit: { readonly seq: number; readonly hash: string };
+}
+
+const NODE_EXTENSIONS = new Set([".js", ".mjs", ".cjs"]);
+
+function readCaptureRecord(scope: string, id: string): { id: string; record: ResolutionRecord & { capture: NonNullable<ResolutionRecord["capture"]> } } {
+  const read = readRecordBytes(scope, id);
+  if (read.record.kind !== "capture" || read.record.capture === null) {
+    throw new OatsError("invalid-resolution", `resolution ${read.id} is an ${read.record.kind} record, not a capture`, { resolution: read.id, kind: read.record.kind });
+  }
+  return { id: read.id, record: read.record as ResolutionRecord & { capture: NonNullable<ResolutionRecord["capture"]> } };
+}
+
+/** The current config at the path the capture was prepared with: null when it is gone, refused when it is present but unusable. */
+function currentConfig(path: string): ClassificationConfig | null {
+  try {
+    return readClassificationConfigFile(path).config;
+  } catch (error) {
+    if (isOatsError(error) && error.details["errno"] === "ENOENT") return null;
+    throw new OatsError("classification-refused", `the current classification config ${path} is present but unusable, so a tightening cannot be ruled out: ${(error as Error).message}`, {
+      configPath: path,
+      reason: "current-config-unusable",
+    });
+  }
+}
+
+/** How the entry point starts: directly when owner-executable, under this Node when a non-executable script; refused otherwise. */
+function launcher(path: string, args: readonly string[], entrypoint: string): { command: string; argv: string[] } {
+  const mode = statSync(path).mode;
+  if ((mode & 0o100) !== 0) return { command: path, argv: [...args] };
+  if (NODE_EXTENSIONS.has(extname(path))) return { command: process.execPath, argv: [path, ...args] };
+  throw new OatsError("invalid-artifact", `entry point ${entrypoint} (${path}) is neither owner-executable nor a .js/.mjs/.cjs script`, { entrypoint, path, reason: "not-runnable" });
+}
+
+export async function resolveQueuedCapture(scope: string, jobId: string, options: DispatchOptions = {}): Promise<DispatchPlan> {
+  const realScope = resolveScope(scope);
+  const principal = currentPrincipal();
+  const harness = options.harness ?? null;
+  return audited(realScope, "dispatch", { job: String(jobId) }, async () => {
+    // 1. The job and its record.
+    const job = readJob(realScope, jobId);
+    let { id, record } = readCaptureRecord(realScope, job.resolution);
+    let preparedFrom: string | null = null;
+    if (job.recurrence.policy === "prepare-on-tick") {
+      const prepared = await prepareCapture(realScope, record.capture.spec.path, { auditDetails: { tick: job.job, from: id }, ...(options.lockWaitMs === undefined ? {} : { lockWaitMs: options.lockWaitMs }) });
+      preparedFrom = id;
+      ({ id, record } = readCaptureRecord(realScope, prepared.id));
+    }
+    const capture = record.capture;
+
+    // 2. Readiness.
+    checkReadiness(record);
+
+    // 3. Everything re-verified, every time.
+    const verified: ApprovalSubject[] = [];
+    for (const ref of referencedArtifacts(record)) {
+      await verifyTree(realScope, ref);
+      verified.push({ kind: ref.kind, key: ref.key, integrity: integrityText(ref.integrity) });
+    }
+    const pinnedConfig = parseClassificationConfig(readBlob(realScope, capture.classification.config), `pinned classification config ${capture.classification.config}`);
+    if (capture.profile !== null) readBlob(realScope, capture.profile);
+    readBlob(realScope, capture.spec.blob);
+    const entrypoint = record.entrypoints[capture.entrypoint]!;
+    const path = await resolveEntrypoint(realScope, capture.entrypoint, entrypoint);
+    const launch = launcher(path, entrypoint.args, capture.entrypoint);
+
+    // 4. Approval of exactly this executable.
+    const subject = captureSubject(record);
+    const approval = requireApproval(realScope, subject);
+
+    // 5. Classification.
+    const current = currentConfig(capture.classification.configPath);
+    const classification = effectiveClassification({
+      declared: capture.classification.declared,
+      pinned: deriveLevel(pinnedConfig, capture.target).level,
+      current: current === null ? null : deriveLevel(current, capture.target).level,
+    });
+    classificationGate({ effective: classification.effective, principal, config: pinnedConfig });
+    if (current !== null) classificationGate({ effective: classification.effective, principal, config: current });
+    if (harness !== null && harness !== principal) {
+      await audit(realScope, { action: "security-event", subject: { job: job.job, resolution: id }, outcome: "event", details: { event: "harness-label-mismatch", harness, principal } });
+    }
+
+    // The environment: pinned values and the named credentials, nothing else.
+    const source = options.env ?? process.env;
+    const env: Record<string, string> = {};
+    for (const [name, value] of Object.entries(capture.env)) env[name] = value;
+    const provided: string[] = [];
+    const missing: string[] = [];
+    for (const ref of capture.credentials) {
+      if (ref.kind !== "env") continue;
+      const value = Object.hasOwn(source, ref.name) ? source[ref.name] : undefined;
+      if (typeof value === "string") {
+        env[ref.name] = value;
+        provided.push(ref.name);
+      } else {
+        missing.push(ref.name);
+      }
+    }
+
+    // 6. The audit record, before anything runs.
+    const entry = await audit(
+      realScope,
+      {
+        action: "dispatch",
+        subject: { job: job.job, resolution: id },
+        outcome: "ok",
+        details: {
+          executable: { ...subject },
+          approval: { seq: approval.seq, hash: approval.hash },
+          classification: { declared: classification.declared, pinned: classification.pinned, current: classification.current, effective: classification.effective },
+          credentials: { provided, missing },
+          verified: verified.length,
+          harness,
+          exec: options.exec === true,
+          ...(preparedFrom === null ? {} : { preparedFrom }),
+        },
+      },
+      options.lockWaitMs === undefined ? {} : { lockWaitMs: options.lockWaitMs },
+    );
+    return {
+      job: job.job,
+      resolution: id,
+      executable: { path, args: [...entrypoint.args], command: launch.command, argv: launch.argv, subject },
+      env,
+      credentials: { provided, missing },
+      classification: { declared: classification.declared, pinned: classification.pinned, current: classification.current, effective: classification.effective },
+      approval: { seq: approval.seq, hash: approval.hash, operator: approval.operator, at: approval.at, reason: approval.reason },
+      verified,
+      principal,
+      harness,
+      preparedFrom,
+      audit: { seq: entry.seq, hash: entry.hash },
+    };
+  });
+}
+
+/**
+ * Run a plan: exactly its command, argv and env, with stdio passed through,
+ * never through a shell. Resolves with the child's exit code (128 + signal
+ * number when it was killed by a signal).
+ */
+export function runDispatchPlan(plan: DispatchPlan, options: { stdio?: "inherit" | "pipe"; cwd?: string } = {}): Promise<{ code: number; stdout: string; stderr: string }> {
+  return new Promise((resolvePromise, reject) => {
+    const child = spawn(plan.executable.command, [...plan.executable.argv], { env: { ...plan.env }, stdio: options.stdio ?? "inherit", shell: false, ...(options.cwd ? { cwd: options.cwd } : {}) });
+    let stdout = "";
+    let stderr = "";
+    child.stdout?.setEncoding("utf8").on("data", (chunk: string) => (stdout += chunk));
+    child.stderr?.setEncoding("utf8").on("data", (chunk: string) => (stderr += chunk));
+    child.on("error", (error) => reject(new OatsError("invalid-artifact", `cannot start ${plan.executable.command}: ${error.message}`, { command: plan.executable.command, errno: (error as NodeJS.ErrnoException).code }, { cause: error })));
+    child.on("close", (code, signal) => {
+      resolvePromise({ code: code ?? 128 + (signal ? constants.signals[signal] : 0), stdout, stderr });
+    });
+  });
+}

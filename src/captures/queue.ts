@@ -1,0 +1,172 @@
+import { linkSync, readdirSync, renameSync, unlinkSync } from "node:fs";
+import { join } from "node:path";
+import { z } from "zod";
+import { OatsError, asStepError, errnoCode } from "../errors.js";
+import { parseWith } from "../operator-input.js";
+import { canonicalJsonBytes } from "../retention/digest/json.js";
+import { identifierSchema } from "../retention/ids.js";
+import { ensureStoreAt, fsyncDirectory, inspectStoreAt, removeCreatedStore, resolveScope } from "../retention/store/components.js";
+import { readRegularFile, writeStagedFile } from "../retention/store/files.js";
+import { AGENTS_DIR, assertContained } from "../retention/store/layout.js";
+import { readCanonicalJson } from "../resolution/canonical-read.js";
+import { parseResolutionId, readRecordBytes } from "../resolution/store.js";
+import { audit, audited } from "./audit.js";
+
+/**
+ * Queued work: `.agents/queue/<job>.json`, canonical JSON
+ * `{schemaVersion: 1, job, resolution, recurrence: {policy, every?}, createdAt}`.
+ *
+ * A job names a capture resolution by id, never a command string, a lock or
+ * an instance home: it keeps working after all of those are deleted.
+ * `recurrence.policy` is `capture` (the default: every dispatch runs the
+ * stored resolution) or `prepare-on-tick` (every dispatch re-prepares from
+ * the spec the record pinned, explicitly, and audits it); `every` is a label
+ * for the scheduler (e.g. `1h`), not interpreted here.
+ *
+ * A job is published like a record (staged, fsync'd, link()ed, never
+ * replaced); re-queueing the same job id with other content is refused
+ * unless `replace` is asked for, which renames over it atomically.
+ */
+
+export const QUEUE_DIR = [AGENTS_DIR, "queue"] as const;
+const MAX_JOB_BYTES = 64 * 1024;
+
+export const RECURRENCE_POLICIES = ["capture", "prepare-on-tick"] as const;
+export type RecurrencePolicy = (typeof RECURRENCE_POLICIES)[number];
+
+const jobSchema = z
+  .object({
+    schemaVersion: z.literal(1),
+    job: identifierSchema,
+    resolution: z.string().regex(/^sha256-[0-9a-f]{64}$/, "must be a resolution id sha256-<64 hex>"),
+    recurrence: z
+      .object({
+        policy: z.enum(RECURRENCE_POLICIES),
+        every: z.string().min(1).max(64).optional(),
+      })
+      .strict(),
+    createdAt: z.string().datetime({ offset: false }),
+  })
+  .strict();
+
+export type QueuedJob = z.infer<typeof jobSchema>;
+
+export interface AddJobRequest {
+  readonly job: string;
+  readonly resolution: string;
+  readonly recurrence?: { readonly policy?: RecurrencePolicy; readonly every?: string };
+}
+
+export interface AddJobOptions {
+  /** Replace an existing job of the same id (atomically). Default: refuse. */
+  readonly replace?: boolean;
+}
+
+export function jobPath(scope: string, job: unknown): string {
+  const name = identifierSchema.safeParse(job);
+  if (!name.success) throw new OatsError("invalid-input", `invalid job id ${JSON.stringify(job) ?? String(job)}: must match ^[a-z0-9][a-z0-9._-]*$`, { job });
+  const root = join(scope, ...QUEUE_DIR);
+  return assertContained(root, join(root, `${name.data}.json`), `job ${name.data}`);
+}
+
+/** Queue a capture resolution under a job id; the record must exist, check and be a capture. */
+export async function addJob(scope: string, request: AddJobRequest, options: AddJobOptions = {}): Promise<{ job: QueuedJob; path: string; status: "written" | "kept" | "replaced" }> {
+  const realScope = resolveScope(scope);
+  return audited(realScope, "queue", { job: String(request?.job) }, async () => {
+    const job = parseWith(
+      jobSchema,
+      {
+        schemaVersion: 1,
+        job: request.job,
+        resolution: parseResolutionId(request.resolution),
+        recurrence: { policy: request.recurrence?.policy ?? "capture", ...(request.recurrence?.every === undefined ? {} : { every: request.recurrence.every }) },
+        createdAt: new Date().toISOString(),
+      },
+      "job",
+    );
+    const path = jobPath(realScope, job.job);
+    const { record } = readRecordBytes(realScope, job.resolution);
+    if (record.kind !== "capture") {
+      throw new OatsError("invalid-input", `resolution ${job.resolution} is an ${record.kind} record; only a capture can be queued`, { resolution: job.resolution, kind: record.kind });
+    }
+    inspectStoreAt(realScope, QUEUE_DIR);
+    const existing = readJobIfPresent(realScope, job.job);
+    if (existing && !options.replace) {
+      if (existing.resolution === job.resolution && existing.recurrence.policy === job.recurrence.policy && existing.recurrence.every === job.recurrence.every) {
+        return { job: existing, path, status: "kept" as const };
+      }
+      throw new OatsError("invalid-input", `job ${job.job} is already queued for resolution ${existing.resolution}; pass replace to re-point it`, { job: job.job, queued: existing.resolution, requested: job.resolution, reason: "job-exists" });
+    }
+    const created = ensureStoreAt(realScope, QUEUE_DIR);
+    const dir = join(realScope, ...QUEUE_DIR);
+    let staged: string;
+    try {
+      staged = writeStagedFile(dir, ".job", canonicalJsonBytes(job));
+    } catch (error) {
+      removeCreatedStore(created, dir);
+      throw asStepError("stage", error, { path });
+    }
+    try {
+      if (existing) renameSync(staged, path);
+      else linkSync(staged, path);
+    } catch (error) {
+      unlinkSync(staged);
+      if (errnoCode(error) === "EEXIST") throw new OatsError("busy", `job ${job.job} was queued by another process at the same moment`, { job: job.job, path });
+      removeCreatedStore(created, dir);
+      throw asStepError("publish", error, { path });
+    }
+    if (!existing) unlinkSync(staged);
+    fsyncDirectory(dir);
+    await audit(realScope, { action: "queue", subject: { job: job.job, resolution: job.resolution }, outcome: "ok", details: { recurrence: { ...job.recurrence }, ...(existing ? { replaced: existing.resolution } : {}) } });
+    return { job, path, status: existing ? ("replaced" as const) : ("written" as const) };
+  });
+}
+
+function readJobIfPresent(realScope: string, job: string): QueuedJob | null {
+  try {
+    return readJob(realScope, job);
+  } catch (error) {
+    if (error instanceof OatsError && error.code === "job-not-found") return null;
+    throw error;
+  }
+}
+
+/** Read a queued job: `job-not-found`, or `invalid-artifact-store` when the file is damaged. */
+export function readJob(scope: string, job: string): QueuedJob {
+  const realScope = resolveScope(scope);
+  const path = jobPath(realScope, job);
+  const notFound = () => new OatsError("job-not-found", `no job ${job} is queued in this scope`, { job, path });
+  if (!inspectStoreAt(realScope, QUEUE_DIR).complete) throw notFound();
+  const damaged = (why: string, details: Record<string, unknown> = {}) => new OatsError("invalid-artifact-store", `queued job ${job} is damaged: ${why}`, { job, path, ...details });
+  const bytes = readRegularFile(path, {
+    limit: MAX_JOB_BYTES,
+    refuse: (failure, details) => (failure === "missing" ? notFound() : damaged(failure, details)),
+  });
+  let value: unknown;
+  try {
+    value = readCanonicalJson(bytes, `job ${job}`);
+  } catch (error) {
+    throw damaged(error instanceof Error ? error.message : String(error));
+  }
+  const parsed = jobSchema.safeParse(value);
+  if (!parsed.success || parsed.data.job !== job) throw damaged(parsed.success ? "its job id is not its file name" : (parsed.error.issues[0]?.message ?? "malformed"));
+  return parsed.data;
+}
+
+/** Every queued job, by id; damaged ones are reported, not skipped. */
+export function listJobs(scope: string): Array<{ job: string; queued: QueuedJob | null; error: OatsError | null }> {
+  const realScope = resolveScope(scope);
+  if (!inspectStoreAt(realScope, QUEUE_DIR).complete) return [];
+  return readdirSync(join(realScope, ...QUEUE_DIR))
+    .filter((name) => name.endsWith(".json") && !name.startsWith("."))
+    .map((name) => name.slice(0, -".json".length))
+    .sort()
+    .map((job) => {
+      try {
+        return { job, queued: readJob(realScope, job), error: null };
+      } catch (error) {
+        if (error instanceof OatsError) return { job, queued: null, error };
+        throw error;
+      }
+    });
+}

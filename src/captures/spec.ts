@@ -1,0 +1,142 @@
+import { extname, isAbsolute, resolve } from "node:path";
+import { z } from "zod";
+import { OatsError } from "../errors.js";
+import { decodeUtf8, parseByExtension, parseWith, parseYamlText, readOperatorFile } from "../operator-input.js";
+import { identifierSchema } from "../retention/ids.js";
+import { entrypointPathSchema } from "../resolution/record.js";
+import { LEVELS } from "./classification.js";
+
+/**
+ * A capture spec: what an operator asks `oats capture prepare` to pin.
+ * YAML (or JSON), strict:
+ *
+ *   schemaVersion: 1                      (optional)
+ *   name: nightly-report                  the capture's name (an identifier)
+ *   executable:                           exactly one of tree / capability
+ *     tree: ./tool                        a directory, retained as capture <name>
+ *     capability: demo.hello              or an installed capability (dir and lock
+ *     dir: ...                            default to the scope's installed tree
+ *     lock: ...                           and <scope>/oats-lock.json)
+ *     path: bin/run                       entry point inside that tree
+ *     args: [--fast]
+ *   target: {wing?, repo?}
+ *   classification: internal              declared level
+ *   classificationConfig: ./classification.yaml
+ *   profile: ./profile.yaml               optional capture profile, pinned
+ *   env: {LOG_LEVEL: info}                optional non-secret environment
+ *   credentials: [API_TOKEN]              optional names of credential variables
+ *
+ * Relative paths resolve against the spec file's directory. The capture
+ * profile (also YAML) is `{schemaVersion: 1, requiredArtifactClasses?: [...],
+ * retention?: {keepLast?, maxAgeDays?}}`; its exact bytes are pinned.
+ */
+
+export const MAX_SPEC_BYTES = 1 << 20;
+export const MAX_PROFILE_BYTES = 1 << 20;
+
+const localPath = z.string().min(1).refine((path) => !path.includes("\0"), "must not contain NUL");
+const envName = z.string().regex(/^[A-Za-z_][A-Za-z0-9_]*$/, "must be an environment variable name");
+const level = z.enum(LEVELS);
+
+const executableSchema = z
+  .object({
+    tree: localPath.optional(),
+    capability: identifierSchema.optional(),
+    dir: localPath.optional(),
+    lock: localPath.optional(),
+    path: entrypointPathSchema,
+    args: z.array(z.string()).default([]),
+  })
+  .strict()
+  .superRefine((executable, context) => {
+    if ((executable.tree === undefined) === (executable.capability === undefined)) {
+      context.addIssue({ code: "custom", path: [], message: "give exactly one of tree (a directory) or capability (an id)" });
+    }
+    if (executable.tree !== undefined && (executable.dir !== undefined || executable.lock !== undefined)) {
+      context.addIssue({ code: "custom", path: ["dir"], message: "dir and lock belong to a capability executable" });
+    }
+  });
+
+const specSchema = z
+  .object({
+    schemaVersion: z.literal(1).optional(),
+    name: identifierSchema,
+    executable: executableSchema,
+    target: z.object({ wing: z.string().min(1).optional(), repo: z.string().min(1).optional() }).strict().default({}),
+    classification: level,
+    classificationConfig: localPath,
+    profile: localPath.optional(),
+    env: z.record(envName, z.string()).default({}),
+    credentials: z.array(envName).default([]),
+  })
+  .strict()
+  .superRefine((spec, context) => {
+    const seen = new Set<string>();
+    spec.credentials.forEach((name, index) => {
+      if (seen.has(name)) context.addIssue({ code: "custom", path: ["credentials", index], message: `credential ${name} is listed twice` });
+      if (Object.hasOwn(spec.env, name)) context.addIssue({ code: "custom", path: ["credentials", index], message: `${name} is both a pinned env value and a credential` });
+      seen.add(name);
+    });
+  });
+
+export type CaptureSpec = z.infer<typeof specSchema>;
+
+/** A spec whose paths are absolute, plus where it came from and its exact bytes (pinned as a blob). */
+export interface LoadedCaptureSpec {
+  readonly spec: CaptureSpec;
+  readonly path: string;
+  readonly bytes: Buffer;
+}
+
+const profileSchema = z
+  .object({
+    schemaVersion: z.literal(1),
+    requiredArtifactClasses: z.array(identifierSchema).optional(),
+    retention: z
+      .object({ keepLast: z.number().int().min(1).optional(), maxAgeDays: z.number().int().min(1).optional() })
+      .strict()
+      .optional(),
+  })
+  .strict();
+
+export type CaptureProfile = z.infer<typeof profileSchema>;
+
+
+/** Validate a spec value; relative paths resolve against `baseDir`. */
+export function parseCaptureSpec(value: unknown, baseDir: string, origin = "capture spec"): CaptureSpec {
+  const spec = parseWith(specSchema, value, origin, { spec: origin });
+  const at = (path: string) => (isAbsolute(path) ? resolve(path) : resolve(baseDir, path));
+  const { tree, dir, lock } = spec.executable;
+  return {
+    ...spec,
+    executable: {
+      ...spec.executable,
+      ...(tree === undefined ? {} : { tree: at(tree) }),
+      ...(dir === undefined ? {} : { dir: at(dir) }),
+      ...(lock === undefined ? {} : { lock: at(lock) }),
+    },
+    classificationConfig: at(spec.classificationConfig),
+    ...(spec.profile === undefined ? {} : { profile: at(spec.profile) }),
+  };
+}
+
+/** Read and validate a capture spec file. */
+export function readCaptureSpecFile(path: string): LoadedCaptureSpec {
+  const absolute = resolve(path);
+  const origin = `capture spec ${path}`;
+  const extension = extname(absolute);
+  if (![".json", ".yaml", ".yml"].includes(extension.toLowerCase())) {
+    throw new OatsError("invalid-input", `${origin}: a capture spec ends in .json, .yaml or .yml`, { spec: path, extension });
+  }
+  const bytes = readOperatorFile(absolute, MAX_SPEC_BYTES, origin, { spec: path });
+  const value = parseByExtension(decodeUtf8(bytes, origin, { spec: path }), extension, origin, { spec: path });
+  return { spec: parseCaptureSpec(value, resolve(absolute, ".."), origin), path: absolute, bytes };
+}
+
+/** Read and validate a capture profile; returns the exact bytes to pin. */
+export function readCaptureProfileFile(path: string): { bytes: Buffer; profile: CaptureProfile } {
+  const origin = `capture profile ${path}`;
+  const bytes = readOperatorFile(path, MAX_PROFILE_BYTES, origin, { profile: path });
+  const value = parseYamlText(decodeUtf8(bytes, origin, { profile: path }), origin, { profile: path });
+  return { bytes, profile: parseWith(profileSchema, value, origin, { profile: path }) };
+}
