@@ -11,7 +11,7 @@
  *                  $OATS_BENCH_DIR or /tmp/oats-bench). Data sets are generated
  *                  deterministically the first time and reused afterwards.
  *   --runs N       timed runs per side for the digest comparisons (default 7)
- *   --only LIST    comma-separated subset: big,small,retain,fsync,fsync-big,rss,start,alt,resolution
+ *   --only LIST    comma-separated subset: big,small,retain,fsync,fsync-big,rss,start,alt,resolution,dispatch
  *   --json FILE    also write the results as JSON
  *
  * Every figure is a ratio against a baseline measured in the same run, on the
@@ -242,6 +242,7 @@ function writeBigFile(path, size, label) {
 
 const SMALL = { files: 20_000, top: 10, perTop: 34, minSize: 100, maxSize: 4096 }; // 10 + 10*34 = 350 directories
 const CAPS = { capabilities: 50, files: 200, dirs: 8, minSize: 100, maxSize: 4096 };
+const CAPTURE = { files: 2000, dirs: 20, minSize: 100, maxSize: 4096 };
 
 const DATASETS = {
   big: {
@@ -294,6 +295,21 @@ const DATASETS = {
       }
     },
   },
+  capture: {
+    describe: `one capture tree of ${CAPTURE.files} files`,
+    generate(dir) {
+      const random = prng(2000);
+      const next = keystream("capture");
+      const dirs = ["bin", ...Array.from({ length: CAPTURE.dirs - 1 }, (_, d) => `lib/mod-${String(d).padStart(2, "0")}`)].map((sub) => join(dir, sub));
+      for (const sub of dirs) mkdirSync(sub, { recursive: true });
+      writeFileSync(join(dir, "bin", "run"), "#!/bin/sh\necho captured\n");
+      chmodSync(join(dir, "bin", "run"), 0o755);
+      for (let i = 1; i < CAPTURE.files; i++) {
+        const size = CAPTURE.minSize + Math.floor(random() * (CAPTURE.maxSize - CAPTURE.minSize + 1));
+        writeFileSync(join(dirs[i % dirs.length], `file-${String(i).padStart(4, "0")}.js`), next(size));
+      }
+    },
+  },
   huge: {
     describe: "one 2 GiB file",
     generate(dir) {
@@ -306,7 +322,7 @@ const DATASETS = {
 function dataset(name) {
   const dir = join(DATA, name);
   const stamp = join(DATA, `${name}.stamp.json`);
-  const want = JSON.stringify({ version: DATA_VERSION, name, small: name === "small" ? SMALL : undefined, caps: name === "caps" ? CAPS : undefined });
+  const want = JSON.stringify({ version: DATA_VERSION, name, small: name === "small" ? SMALL : undefined, caps: name === "caps" ? CAPS : undefined, capture: name === "capture" ? CAPTURE : undefined });
   if (existsSync(stamp) && readFileSync(stamp, "utf8") === want && existsSync(dir)) return dir;
   log(`generating ${name} (${DATASETS[name].describe}) in ${dir}`);
   const started = performance.now();
@@ -800,6 +816,59 @@ async function benchResolution() {
   removeTree(scope);
 }
 
+// ---------------------------------------------------------------- 8. capture dispatch
+
+/**
+ * resolveQueuedCapture (without --exec) of a capture whose executable tree has
+ * CAPTURE.files files, against verifyTree of that tree alone. Dispatch adds
+ * reading the job and record, the ledger, the pinned blobs, the current
+ * config, the entry point, and one fsync'd audit append.
+ */
+async function benchDispatch() {
+  console.error(`\n[8] dispatch of a queued capture (${CAPTURE.files}-file executable tree) vs verifying that tree alone`);
+  const tree = dataset("capture");
+  const scope = join(WORK, "dispatch-scope");
+  const inputs = join(WORK, "dispatch-inputs");
+  removeTree(scope);
+  removeTree(inputs);
+  mkdirSync(scope, { recursive: true });
+  mkdirSync(inputs, { recursive: true });
+  writeFileSync(join(inputs, "class.yaml"), "schemaVersion: 1\nwings: {bench: internal}\nrepos: {}\ndefaults: []\nfallback: confidential\nprincipals: {}\n");
+  writeFileSync(
+    join(inputs, "spec.yaml"),
+    `name: bench-capture\nexecutable: {tree: ${JSON.stringify(tree)}, path: bin/run, args: [--bench]}\ntarget: {wing: bench}\nclassification: internal\nclassificationConfig: ./class.yaml\nenv: {PATH: /usr/bin:/bin}\ncredentials: [BENCH_TOKEN]\n`,
+  );
+  const prepared = await oats.prepareCapture(scope, join(inputs, "spec.yaml"));
+  await oats.approve(scope, prepared.subject, { reason: "bench" });
+  await oats.addJob(scope, { job: "bench-job", resolution: prepared.id });
+  const ref = { kind: prepared.subject.kind, key: prepared.subject.key, integrity: prepared.subject.integrity };
+  warm(join(scope, ".agents"));
+  const sides = [
+    { name: "verify", inProcess: true, run: async () => void (await verifyTree(scope, ref)) },
+    {
+      name: "dispatch",
+      inProcess: true,
+      run: async () => {
+        const plan = await oats.resolveQueuedCapture(scope, "bench-job", { env: { BENCH_TOKEN: "x" } });
+        if (plan.verified.length !== 1 || plan.executable.subject.integrity !== prepared.subject.integrity) throw new Error("dispatch did not verify the executable tree");
+      },
+    },
+  ];
+  const times = await interleave(sides, Math.max(options.runs, 9));
+  timeRow({
+    id: "8",
+    what: `resolveQueuedCapture (no --exec) of a ${CAPTURE.files}-file capture vs verifyTree of that tree alone`,
+    oursMs: median(times.dispatch),
+    baseMs: median(times.verify),
+    goal: 1.2,
+    baseExtra: " verify",
+  });
+  const verdict = oats.verifyAudit(scope);
+  if (!verdict.ok) throw new Error(`audit chain broken after the dispatch bench: ${JSON.stringify(verdict.brokenAt)}`);
+  removeTree(scope);
+  removeTree(inputs);
+}
+
 // ---------------------------------------------------------------- main
 
 function machine() {
@@ -852,6 +921,7 @@ const sections = [
   ["start", benchStart],
   ["alt", benchAlternatives],
   ["resolution", benchResolution],
+  ["dispatch", benchDispatch],
 ];
 for (const [part, fn] of sections) {
   if (!wants(part)) continue;

@@ -103,7 +103,7 @@ function validCapture(): Json {
     name: "nightly",
     entrypoint: "hello",
     target: { wing: "finance" },
-    classification: { declared: "internal", derived: "public", effective: "internal", config: `sha256-${"c".repeat(64)}` },
+    classification: { declared: "internal", derived: "public", effective: "internal", config: `sha256-${"c".repeat(64)}`, configPath: "/srv/captures/classification.yaml" },
     profile: null,
     env: { LOG_LEVEL: "info" },
     credentials: [{ kind: "env", name: "API_TOKEN" }],

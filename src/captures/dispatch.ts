@@ -1,8 +1,10 @@
-import { spawn } from "node:child_process";
+import { spawn, type StdioOptions } from "node:child_process";
 import { statSync } from "node:fs";
 import { constants } from "node:os";
 import { extname } from "node:path";
 import { OatsError, isOatsError } from "../errors.js";
+import { readOperatorFile } from "../operator-input.js";
+import { bytesDigest } from "../retention/digest/json.js";
 import { integrityText } from "../retention/integrity.js";
 import { resolveScope } from "../retention/store/components.js";
 import { verifyTree } from "../retention/verify.js";
@@ -17,8 +19,8 @@ import {
   currentPrincipal,
   deriveLevel,
   effectiveClassification,
+  MAX_CLASSIFICATION_CONFIG_BYTES,
   parseClassificationConfig,
-  readClassificationConfigFile,
   type ClassificationConfig,
   type Level,
 } from "./classification.js";
@@ -93,10 +95,30 @@ function readCaptureRecord(scope: string, id: string): { id: string; record: Res
   return { id: read.id, record: read.record as ResolutionRecord & { capture: NonNullable<ResolutionRecord["capture"]> } };
 }
 
+/**
+ * Parsed configs by the digest of their exact bytes. Parsing is a pure
+ * function of the bytes, and the bytes are still read and hashed on every
+ * dispatch, so a scheduler that dispatches repeatedly skips only the YAML
+ * parse. Nothing outside this module sees these objects.
+ */
+const parsedConfigs = new Map<string, ClassificationConfig>();
+const MAX_PARSED_CONFIGS = 64;
+
+function parseConfigOnce(bytes: Buffer, origin: string): ClassificationConfig {
+  const digest = bytesDigest(bytes);
+  const cached = parsedConfigs.get(digest);
+  if (cached) return cached;
+  const config = parseClassificationConfig(bytes, origin);
+  if (parsedConfigs.size >= MAX_PARSED_CONFIGS) parsedConfigs.delete(parsedConfigs.keys().next().value!);
+  parsedConfigs.set(digest, config);
+  return config;
+}
+
 /** The current config at the path the capture was prepared with: null when it is gone, refused when it is present but unusable. */
 function currentConfig(path: string): ClassificationConfig | null {
   try {
-    return readClassificationConfigFile(path).config;
+    const origin = `classification config ${path}`;
+    return parseConfigOnce(readOperatorFile(path, MAX_CLASSIFICATION_CONFIG_BYTES, origin, { config: path }), origin);
   } catch (error) {
     if (isOatsError(error) && error.details["errno"] === "ENOENT") return null;
     throw new OatsError("classification-refused", `the current classification config ${path} is present but unusable, so a tightening cannot be ruled out: ${(error as Error).message}`, {
@@ -139,7 +161,7 @@ export async function resolveQueuedCapture(scope: string, jobId: string, options
       await verifyTree(realScope, ref);
       verified.push({ kind: ref.kind, key: ref.key, integrity: integrityText(ref.integrity) });
     }
-    const pinnedConfig = parseClassificationConfig(readBlob(realScope, capture.classification.config), `pinned classification config ${capture.classification.config}`);
+    const pinnedConfig = parseConfigOnce(readBlob(realScope, capture.classification.config), `pinned classification config ${capture.classification.config}`);
     if (capture.profile !== null) readBlob(realScope, capture.profile);
     readBlob(realScope, capture.spec.blob);
     const entrypoint = record.entrypoints[capture.entrypoint]!;
@@ -220,9 +242,11 @@ export async function resolveQueuedCapture(scope: string, jobId: string, options
 /**
  * Run a plan: exactly its command, argv and env, with stdio passed through,
  * never through a shell. Resolves with the child's exit code (128 + signal
- * number when it was killed by a signal).
+ * number when it was killed by a signal). `stdio` may also be spawn's array
+ * form, e.g. `["inherit", 2, "inherit"]` to send the child's stdout to this
+ * process's stderr (the CLI's --json mode keeps stdout for its envelope).
  */
-export function runDispatchPlan(plan: DispatchPlan, options: { stdio?: "inherit" | "pipe"; cwd?: string } = {}): Promise<{ code: number; stdout: string; stderr: string }> {
+export function runDispatchPlan(plan: DispatchPlan, options: { stdio?: "inherit" | "pipe" | StdioOptions; cwd?: string } = {}): Promise<{ code: number; stdout: string; stderr: string }> {
   return new Promise((resolvePromise, reject) => {
     const child = spawn(plan.executable.command, [...plan.executable.argv], { env: { ...plan.env }, stdio: options.stdio ?? "inherit", shell: false, ...(options.cwd ? { cwd: options.cwd } : {}) });
     let stdout = "";
