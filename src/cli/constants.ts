@@ -1,3 +1,4 @@
+import type { RecurrencePolicy } from "../captures/queue.js";
 import type { ArtifactKind, TreeFormat } from "../retention/index.js";
 
 /**
@@ -7,6 +8,7 @@ import type { ArtifactKind, TreeFormat } from "../retention/index.js";
 export const KIND_CHOICES = ["capability", "source", "capture"] as const satisfies readonly ArtifactKind[];
 export const TREE_FORMAT_CHOICES = ["oats.tree-exec.v1", "oats.tree-legacy.v0", "oats.package-payload-exec.v1"] as const satisfies readonly TreeFormat[];
 export const DEFAULT_TREE_FORMAT = "oats.tree-exec.v1" satisfies TreeFormat;
+export const RECURRENCE_CHOICES = ["capture", "prepare-on-tick"] as const satisfies readonly RecurrencePolicy[];
 export const COMMAND_NAMES = [
   "retain",
   "verify",
@@ -21,4 +23,13 @@ export const COMMAND_NAMES = [
   "resolution ls",
   "instance show",
   "reconstruct",
+  "capture prepare",
+  "approve",
+  "revoke",
+  "approvals",
+  "queue add",
+  "queue ls",
+  "dispatch",
+  "audit show",
+  "audit verify",
 ] as const;

@@ -20,6 +20,14 @@ export interface CommandOutcome {
   readonly quietLines?: readonly string[];
   /** A refusal to report after the result lines (fsck finding damage). */
   readonly failure?: OatsError;
+  /**
+   * The process exit code of a success that is not 0: a command that ran a
+   * child (`oats dispatch --exec`) passes the child's exit code through. It is
+   * not a refusal: the result is still rendered as a success (ok: true).
+   */
+  readonly exitCode?: number;
+  /** Warnings for stderr in human mode (`oats: warning: ...`), also under --quiet; the JSON result carries the same facts. */
+  readonly warnings?: readonly string[];
 }
 
 export interface CommandSpec {

@@ -1,13 +1,19 @@
 import { Command, CommanderError } from "commander";
 import { resolve } from "node:path";
 import type { OatsError } from "../errors.js";
+import { approvals } from "./commands/approvals.js";
+import { approve, revoke } from "./commands/approve.js";
+import { auditShow, auditVerify } from "./commands/audit.js";
+import { capturePrepare } from "./commands/capture-prepare.js";
 import { cleanup } from "./commands/cleanup.js";
 import { digest } from "./commands/digest.js";
+import { dispatch } from "./commands/dispatch.js";
 import { fsck } from "./commands/fsck.js";
 import { instanceShow } from "./commands/instance-show.js";
 import { ls } from "./commands/ls.js";
 import { path } from "./commands/path.js";
 import { prepare } from "./commands/prepare.js";
+import { queueAdd, queueLs } from "./commands/queue.js";
 import { reconstruct } from "./commands/reconstruct.js";
 import { resolutionLs } from "./commands/resolution-ls.js";
 import { resolutionShow } from "./commands/resolution-show.js";
@@ -31,12 +37,38 @@ import { packageVersion } from "./version.js";
  * A spec named "group sub" (e.g. "resolution verify") is the subcommand `sub`
  * of the command group `group`; the envelope's `command` is the whole name.
  */
-export const COMMANDS: readonly CommandSpec[] = [retain, verify, path, digest, ls, fsck, cleanup, prepare, resolutionShow, resolutionVerify, resolutionLs, instanceShow, reconstruct];
+export const COMMANDS: readonly CommandSpec[] = [
+  retain,
+  verify,
+  path,
+  digest,
+  ls,
+  fsck,
+  cleanup,
+  prepare,
+  resolutionShow,
+  resolutionVerify,
+  resolutionLs,
+  instanceShow,
+  reconstruct,
+  capturePrepare,
+  approve,
+  revoke,
+  approvals,
+  queueAdd,
+  queueLs,
+  dispatch,
+  auditShow,
+  auditVerify,
+];
 
 /** Descriptions of the command groups (`oats resolution --help`). */
 const GROUPS: Record<string, string> = {
   resolution: "resolution records: what an instance or a queued capture will run (show, verify, ls)",
   instance: "instances and the resolution each one runs (show)",
+  capture: "captures: pin what a queued capture will run (prepare); approve it with `oats approve`",
+  queue: "queued capture jobs, each naming a capture resolution (add, ls)",
+  audit: "the hash-chained audit log of the capture flow (show, verify)",
 };
 
 export interface MainIo {
@@ -161,12 +193,15 @@ export async function main(argv: readonly string[], io: MainIo): Promise<number>
   const name = ran ?? commandNamed(argv);
   if (!outcome) return fail(usageError("a command is required"), name);
   const done: CommandOutcome = outcome;
+  // A command that passes a child's exit code through (dispatch --exec) succeeded even when that code is not 0.
+  const exitCode = done.exitCode ?? 0;
   if (json) {
     if (done.failure) return fail(done.failure, name);
     writeOut(`${successEnvelope(name, done.result)}\n`);
-    return 0;
+    return exitCode;
   }
+  for (const warning of done.warnings ?? []) writeErr(`oats: warning: ${warning}\n`);
   const lines = quiet ? (done.quietLines ?? []) : done.lines;
   if (lines.length) writeOut(`${lines.join("\n")}\n`);
-  return done.failure ? fail(done.failure, name) : 0;
+  return done.failure ? fail(done.failure, name) : exitCode;
 }

@@ -17,7 +17,13 @@ const REMEDIES: Record<string, string> = {
   "resolution-not-found":
     "no such resolution record (or instance reference) in this scope; check --scope and the id or instance name (`oats resolution ls` lists the records).",
   "blob-not-found": "no such pinned blob in this scope; check --scope and the digest.",
-  "job-not-found": "no such queued job in this scope; check --scope and the job id.",
+  "job-not-found": "no such queued job in this scope; check --scope and the job id (`oats queue ls` lists the jobs).",
+  "approval-required":
+    "nothing ran: the executable's exact digest is not approved (or its approval was revoked). Inspect it, then approve that exact digest with `oats approve <kind> <key> <integrity> --reason <why>`.",
+  "classification-refused":
+    "nothing ran: the capture's effective classification does not allow this principal (or the current classification config is unusable). Dispatch as a principal the config names sovereign, or fix the config named above; a declared level never loosens a derived one.",
+  "audit-unavailable":
+    "nothing ran: the audit log could not be written, and an unaudited action is refused. Make <scope>/.agents/audit writable (and its last line intact), then retry.",
   "invalid-artifact-reference":
     "ids match ^[a-z0-9][a-z0-9._-]*$ (at most 214 characters), source keys are 64 lowercase hex, and integrities are full F:sha256-<64 lowercase hex>; correct the argument and retry.",
   "invalid-artifact-store":
@@ -58,6 +64,36 @@ export function remedy(error: Pick<OatsError, "code" | "kind" | "details"> & { r
   }
   if (error.code === "integrity-mismatch" && error.details["id"] !== undefined && error.details["expected"] === error.details["id"]) {
     return "the resolution record's bytes no longer hash to its id: it is damaged and was not used or repaired. Prepare the instance again from its plan; inspect the file by hand before removing it.";
+  }
+  if (error.code === "approval-required") {
+    const subject = error.details["subject"] as { kind?: unknown; key?: unknown; integrity?: unknown } | undefined;
+    if (subject && typeof subject.kind === "string" && typeof subject.key === "string" && typeof subject.integrity === "string") {
+      return `nothing ran: this exact digest is not approved (or its approval was revoked). Inspect it, then approve it with \`oats approve ${subject.kind} ${subject.key} ${subject.integrity} --reason "<why>"\`.`;
+    }
+  }
+  if (error.code === "audit-unavailable" && (error.details["ledger"] as { recorded?: unknown } | undefined)?.recorded === true) {
+    return "the decision was recorded in the approvals ledger (details.ledger) but could not be audited; make <scope>/.agents/audit writable (and its last line intact). Do not repeat the decision.";
+  }
+  if (error.code === "integrity-mismatch" && error.details["brokenAt"] !== undefined) {
+    return "the hash-chained log was edited or damaged from the line named above on; oats never repairs it. Keep a copy as evidence and inspect it by hand (`oats audit verify` checks the audit log).";
+  }
+  if (error.code === "invalid-input" && (error.details["spec"] !== undefined || /^capture spec\b/.test(error.message ?? ""))) {
+    return "the capture spec is not valid (name, executable {tree | capability, path, args}, target, classification, classificationConfig, profile, env, credentials; YAML or JSON); fix the field named above and retry. Nothing was pinned.";
+  }
+  if (error.code === "invalid-input" && (error.details["config"] !== undefined || error.details["profile"] !== undefined)) {
+    return "the classification config or capture profile named above is not valid (YAML, schemaVersion 1, only the documented fields); fix it and retry. Nothing was pinned.";
+  }
+  if (error.code === "invalid-input" && error.details["reason"] === "job-exists") {
+    return "that job id is already queued for another resolution; pass --replace to re-point it, or choose another --job.";
+  }
+  if (error.code === "invalid-input" && error.details["resolution"] !== undefined && error.details["kind"] !== undefined) {
+    return "only a capture resolution can be queued; pass the id `oats capture prepare` printed.";
+  }
+  if (error.code === "invalid-artifact-reference" && error.details["expectedFormat"] !== undefined) {
+    return "an approval binds to one exact oats.tree-exec.v1 digest (legacy and package-payload digests do not cover the whole executable tree); copy the one `oats capture prepare` printed.";
+  }
+  if (error.code === "invalid-input" && (error.details["job"] !== undefined || /^job\b/.test(error.message ?? ""))) {
+    return "a job id matches ^[a-z0-9][a-z0-9._-]*$ (at most 214 characters); correct the argument and retry.";
   }
   if (error.code === "invalid-input" && (error.details["plan"] !== undefined || /^plan\b/.test(error.message ?? ""))) {
     return "the plan file is not a valid plan (schemaVersion 1, instance, capabilities, entrypoints, ...; YAML or JSON); fix the field named above and retry. Nothing was retained or written.";

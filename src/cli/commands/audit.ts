@@ -1,0 +1,49 @@
+import { OatsError } from "../../errors.js";
+import type { CommandSpec } from "../context.js";
+import { auditSubjectText, loadCapturesLibrary, positiveInteger } from "./captures-shared.js";
+
+const AUDIT_LOG = ".agents/audit/audit.jsonl";
+
+export const auditShow: CommandSpec = {
+  name: "audit show",
+  define(command) {
+    command
+      .description("print the audit log, one line per entry (the whole chain is verified first)")
+      .option("--limit <n>", "only the last n entries");
+  },
+  async run(context, _operands, options) {
+    const limit = positiveInteger("--limit", options["limit"]);
+    const library = await loadCapturesLibrary();
+    const { entries, head } = library.readAudit(context.scope);
+    const shown = limit === undefined ? entries : entries.slice(-limit);
+    const lines = shown.map((entry) => `${entry.seq} ${entry.at} ${entry.principal} ${entry.action} ${entry.outcome} ${auditSubjectText(entry.subject)}`);
+    return {
+      result: { scope: context.scope, total: entries.length, head, entries: shown },
+      lines: lines.length ? lines : [`no audit entries in ${context.scope}`],
+      quietLines: lines,
+    };
+  },
+};
+
+export const auditVerify: CommandSpec = {
+  name: "audit verify",
+  define(command) {
+    command.description("check the whole audit log's hash chain and name the first broken line (never repaired)");
+  },
+  async run(context) {
+    const library = await loadCapturesLibrary();
+    const verdict = library.verifyAudit(context.scope);
+    if (!verdict.ok) {
+      const { line, seq, reason } = verdict.brokenAt;
+      throw new OatsError("integrity-mismatch", `audit log ${AUDIT_LOG} is broken at line ${line}${seq === null ? "" : ` (seq ${seq})`}: ${reason}`, {
+        log: AUDIT_LOG,
+        brokenAt: verdict.brokenAt,
+      });
+    }
+    return {
+      result: { scope: context.scope, ok: true, entries: verdict.entries, head: verdict.head },
+      lines: [`audit log verified: ${verdict.entries} entr${verdict.entries === 1 ? "y" : "ies"}, head ${verdict.head}`],
+      quietLines: [verdict.head],
+    };
+  },
+};

@@ -1,0 +1,47 @@
+import type { ApprovalSubject, AuditSubject, DerivedLevel } from "../../captures/index.js";
+import { usageError } from "../envelope.js";
+
+/** The captures library, loaded only when a command runs (`oats digest` and `--version` never need it). */
+export function loadCapturesLibrary() {
+  return import("../../captures/index.js");
+}
+
+export type CapturesLibrary = Awaited<ReturnType<typeof loadCapturesLibrary>>;
+
+/** `capture nightly oats.tree-exec.v1:sha256-…`: the three operands `oats approve` takes, in order. */
+export function subjectText(subject: Pick<ApprovalSubject, "kind" | "key" | "integrity">): string {
+  return `${subject.kind} ${subject.key} ${subject.integrity}`;
+}
+
+/** The command line that approves exactly this subject (kind, key and integrity are shell-safe by their grammar). */
+export function approveCommand(subject: Pick<ApprovalSubject, "kind" | "key" | "integrity">): string {
+  return `oats approve ${subjectText(subject)} --reason "<why>"`;
+}
+
+/** `derived confidential (wing x)` / `(fallback)`: where a derived level came from. */
+export function derivedText(derived: DerivedLevel): string {
+  const sources = derived.fallback
+    ? ["fallback"]
+    : derived.matched.map((match) => (match.source === "default" ? `default ${match.match} matches ${match.against}` : `${match.source} ${match.key}`));
+  return `${derived.level} (${sources.join(", ")})`;
+}
+
+/** An audit subject as `key=value` pairs; `-` when the entry has none. */
+export function auditSubjectText(subject: AuditSubject | null): string {
+  if (subject === null) return "-";
+  const pairs = Object.entries(subject).map(([key, value]) => `${key}=${value}`);
+  return pairs.length ? pairs.join(" ") : "-";
+}
+
+/** A non-empty text option (`--reason`): an empty or blank one is a usage error, never sent to the library. */
+export function requiredText(flag: string, value: unknown): string {
+  if (typeof value !== "string" || value.trim() === "") throw usageError(`${flag} must not be empty`, { flag });
+  return value;
+}
+
+/** A positive integer option (`--limit`). */
+export function positiveInteger(flag: string, value: unknown): number | undefined {
+  if (value === undefined) return undefined;
+  if (typeof value !== "string" || !/^[1-9][0-9]{0,8}$/.test(value)) throw usageError(`${flag} must be a positive integer, got ${JSON.stringify(value)}`, { flag });
+  return Number(value);
+}

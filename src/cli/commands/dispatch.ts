@@ -1,0 +1,63 @@
+import type { DispatchPlan } from "../../captures/index.js";
+import type { CommandSpec } from "../context.js";
+import { loadCapturesLibrary, subjectText } from "./captures-shared.js";
+
+/**
+ * The plan as results and lines show it: environment variable NAMES only.
+ * Credential values (and pinned values, for uniformity) are never printed,
+ * in either mode; the plan object itself holds them only to run the child.
+ */
+function planResult(plan: DispatchPlan) {
+  const { env, ...rest } = plan;
+  return { ...rest, env: Object.keys(env).sort() };
+}
+
+function planLines(plan: DispatchPlan): string[] {
+  const { executable, approval, classification, credentials } = plan;
+  const argv = executable.argv.map((arg) => JSON.stringify(arg)).join(" ");
+  const names = Object.keys(plan.env).sort();
+  return [
+    `  run            ${executable.command}${argv ? ` ${argv}` : ""}`,
+    `  executable     ${subjectText(executable.subject)}`,
+    `  approved       seq ${approval.seq} by ${approval.operator} at ${approval.at}: ${approval.reason}`,
+    `  env            ${names.length ? names.join(", ") : "(none)"} (names only; values are never printed)`,
+    `  credentials    provided ${credentials.provided.length ? credentials.provided.join(", ") : "none"}; missing ${credentials.missing.length ? credentials.missing.join(", ") : "none"}`,
+    `  classification declared ${classification.declared}, pinned ${classification.pinned}, current ${classification.current ?? "(config gone)"}: effective ${classification.effective}`,
+    `  checked        ${plan.verified.length} artifact${plan.verified.length === 1 ? "" : "s"} re-verified; principal ${plan.principal}${plan.harness === null ? "" : `, harness ${plan.harness}`}; audit seq ${plan.audit.seq}`,
+    ...(plan.preparedFrom === null ? [] : [`  re-prepared    from resolution ${plan.preparedFrom} (prepare-on-tick)`]),
+  ];
+}
+
+export const dispatch: CommandSpec = {
+  name: "dispatch",
+  define(command) {
+    command
+      .description("resolve a queued job into what would run, re-verifying everything and checking approval and classification now; --exec runs it")
+      .argument("<job>", "the queued job's id (`oats queue ls` lists them)")
+      .option("--exec", "run the plan and exit with the child's exit code (in --json mode the child's stdout goes to stderr)")
+      .option("--harness <label>", "a label the harness gives itself, recorded in the audit log (never the principal)");
+  },
+  async run(context, [job], options) {
+    const library = await loadCapturesLibrary();
+    const exec = options["exec"] === true;
+    const harness = options["harness"] as string | undefined;
+    // Every refusal happens here, before anything runs.
+    const plan = await library.resolveQueuedCapture(context.scope, job!, { exec, ...(harness === undefined ? {} : { harness }) });
+    const head = `job ${plan.job}: resolution ${plan.resolution}`;
+    if (!exec) {
+      return {
+        result: { ...planResult(plan), exec: false },
+        lines: [`dispatch plan for ${head} (not run; pass --exec to run it)`, ...planLines(plan)],
+        quietLines: [plan.resolution],
+      };
+    }
+    // In --json mode stdout carries only the envelope: the child's stdout goes to stderr.
+    const run = await library.runDispatchPlan(plan, { stdio: context.json ? ["inherit", 2, "inherit"] : "inherit" });
+    return {
+      result: { ...planResult(plan), exec: true, exitCode: run.code },
+      lines: [`dispatched ${head}: exit ${run.code}`],
+      quietLines: [],
+      exitCode: run.code,
+    };
+  },
+};
