@@ -317,7 +317,9 @@ describe("captures scenarios (issue 4)", () => {
     await assertRefused(g, g.job, "classification-refused");
   });
 
-  test("Given a queued capture, When the audit directory cannot be written, Then dispatch is refused with audit-unavailable and nothing runs", async (t) => {
+  // A lock wait of ten minutes: a permanent failure (EROFS, EACCES, EISDIR) must refuse at once rather than be retried
+  // for the whole wait, so the test's own timeout only trips if it is retried.
+  test("Given a queued capture, When the audit directory cannot be written, Then dispatch is refused with audit-unavailable and nothing runs", { timeout: 120_000 }, async (t) => {
     const f = await fixture();
     const auditDir = join(f.scope, ".agents", "audit");
     const auditLog = join(auditDir, "audit.jsonl");
@@ -357,7 +359,7 @@ describe("captures scenarios (issue 4)", () => {
     t.diagnostic(`unwritable audit log by: ${setup}`);
     try {
       assert.throws(probe, "the audit directory really refuses writes");
-      const error = await assertRefused(f, f.job, "audit-unavailable", { audited: false, options: { lockWaitMs: 1000 } });
+      const error = await assertRefused(f, f.job, "audit-unavailable", { audited: false, options: { lockWaitMs: 600_000 } });
       assert.ok(error.details["audit"] && typeof (error.details["audit"] as { unavailable?: string }).unavailable === "string", "the refusal says it could not be audited");
     } finally {
       restore();

@@ -58,10 +58,10 @@ export async function audit(scope: string, record: AuditRecord, options: AppendO
  * Record a refusal of `action`, then return the error to throw. The error is
  * never replaced: if the audit log is unavailable too, `details.audit` says so.
  */
-export async function auditRefusal(scope: string, action: AuditAction, subject: AuditSubject | null, error: unknown, extra: Record<string, unknown> = {}): Promise<unknown> {
+export async function auditRefusal(scope: string, action: AuditAction, subject: AuditSubject | null, error: unknown, extra: Record<string, unknown> = {}, options: AppendOptions = {}): Promise<unknown> {
   const refusal = isOatsError(error) ? { code: error.code, kind: error.kind, message: error.message } : { code: "internal-error", kind: "internal", message: error instanceof Error ? error.message : String(error) };
   try {
-    const entry = await audit(scope, { action, subject, outcome: "refused", details: { ...extra, refusal } });
+    const entry = await audit(scope, { action, subject, outcome: "refused", details: { ...extra, refusal } }, options);
     if (isOatsError(error)) error.details["audit"] = { seq: entry.seq, hash: entry.hash };
   } catch (auditError) {
     if (isOatsError(error)) error.details["audit"] = isOatsError(auditError) ? { unavailable: auditError.message } : { unavailable: String(auditError) };
@@ -70,11 +70,11 @@ export async function auditRefusal(scope: string, action: AuditAction, subject: 
 }
 
 /** Run `body`; any refusal it throws is audited as a refusal of `action` and rethrown. */
-export async function audited<T>(scope: string, action: AuditAction, subject: AuditSubject | null, body: () => Promise<T>): Promise<T> {
+export async function audited<T>(scope: string, action: AuditAction, subject: AuditSubject | null, body: () => Promise<T>, options: AppendOptions = {}): Promise<T> {
   try {
     return await body();
   } catch (error) {
-    throw await auditRefusal(scope, action, subject, error);
+    throw await auditRefusal(scope, action, subject, error, {}, options);
   }
 }
 

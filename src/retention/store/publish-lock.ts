@@ -37,16 +37,27 @@ export async function withFileLock<T>(options: FileLockOptions, body: (stillHeld
   // Every retry waits at least minTimeout, so waitMs / minTimeout retries
   // always outlast waitMs and maxRetryTime is what ends the wait.
   const retries = Math.max(1, Math.ceil(options.waitMs / options.minTimeout));
+  const common = {
+    realpath: false,
+    lockfilePath: options.lockfilePath,
+    stale: STALE_MS,
+    onCompromised: (error: Error) => {
+      compromised = error;
+    },
+  };
   try {
-    release = await lockfile.lock(options.target, {
-      realpath: false,
-      lockfilePath: options.lockfilePath,
-      stale: STALE_MS,
-      retries: { retries, factor: options.factor, minTimeout: options.minTimeout, maxTimeout: options.maxTimeout, maxRetryTime: options.waitMs, randomize: true },
-      onCompromised: (error) => {
-        compromised = error;
-      },
-    });
+    // One attempt first: proper-lockfile retries every error, so a permanent
+    // one (EROFS, EACCES, ENOTDIR) would otherwise be retried for the whole
+    // wait. Only a lock held by someone else is worth waiting for.
+    try {
+      release = await lockfile.lock(options.target, { ...common, retries: 0 });
+    } catch (error) {
+      if (errnoCode(error) !== "ELOCKED") throw error;
+      release = await lockfile.lock(options.target, {
+        ...common,
+        retries: { retries, factor: options.factor, minTimeout: options.minTimeout, maxTimeout: options.maxTimeout, maxRetryTime: options.waitMs, randomize: true },
+      });
+    }
   } catch (error) {
     if (errnoCode(error) === "ELOCKED") {
       throw new OatsError("busy", `another process holds the lock on ${options.target}; gave up after ${options.waitMs} ms`, {
