@@ -170,7 +170,7 @@ export async function resolveQueuedCapture(scope: string, jobId: string, options
 
     // 4. Approval of exactly this executable.
     const subject = captureSubject(record);
-    const approval = (() => { try { return requireApproval(realScope, subject); } catch { return { seq: 0, hash: "", operator: "", at: "", reason: "" } as any; } })();
+    const approval = requireApproval(realScope, subject);
 
     // 5. Classification.
     const current = currentConfig(capture.classification.configPath);
