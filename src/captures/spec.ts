@@ -53,7 +53,7 @@ const executableSchema = z
       context.addIssue({ code: "custom", path: [], message: "give exactly one of tree (a directory) or capability (an id)" });
     }
     if (executable.tree !== undefined && (executable.dir !== undefined || executable.lock !== undefined)) {
-      context.addIssue({ code: "custom", path: ["dir"], message: "dir and lock belong to a capability executable" });
+      context.addIssue({ code: "custom", path: [executable.dir !== undefined ? "dir" : "lock"], message: "dir and lock belong to a capability executable" });
     }
   });
 
