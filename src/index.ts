@@ -2,3 +2,4 @@ export * from "./retention/index.js";
 export { OatsError, ERROR_CODES, ERROR_KINDS, isOatsError, type ErrorCode, type ErrorKind, type ErrorDetails } from "./errors.js";
 export * from "./resolution/index.js";
 export * from "./captures/index.js";
+export * from "./acquisition/index.js";
