@@ -11,7 +11,7 @@
  *                  $OATS_BENCH_DIR or /tmp/oats-bench). Data sets are generated
  *                  deterministically the first time and reused afterwards.
  *   --runs N       timed runs per side for the digest comparisons (default 7)
- *   --only LIST    comma-separated subset: big,small,retain,fsync,fsync-big,rss,start,alt,resolution,dispatch
+ *   --only LIST    comma-separated subset: big,small,retain,fsync,fsync-big,rss,start,alt,resolution,dispatch,tarball,bundle
  *   --json FILE    also write the results as JSON
  *
  * Every figure is a ratio against a baseline measured in the same run, on the
@@ -243,6 +243,7 @@ function writeBigFile(path, size, label) {
 const SMALL = { files: 20_000, top: 10, perTop: 34, minSize: 100, maxSize: 4096 }; // 10 + 10*34 = 350 directories
 const CAPS = { capabilities: 50, files: 200, dirs: 8, minSize: 100, maxSize: 4096 };
 const CAPTURE = { files: 2000, dirs: 20, minSize: 100, maxSize: 4096 };
+const TARBALL = { files: 5000, dirs: 50, size: 10_000 }; // ~50 MB of incompressible content
 
 const DATASETS = {
   big: {
@@ -310,6 +311,20 @@ const DATASETS = {
       }
     },
   },
+  tarball: {
+    describe: `a package/ tree of ${TARBALL.files} files of ${TARBALL.size} bytes`,
+    generate(dir) {
+      const next = keystream("tarball");
+      const root = join(dir, "package");
+      const dirs = ["bin", ...Array.from({ length: TARBALL.dirs - 1 }, (_, d) => `lib/mod-${String(d).padStart(2, "0")}`)].map((sub) => join(root, sub));
+      for (const sub of dirs) mkdirSync(sub, { recursive: true });
+      for (let i = 0; i < TARBALL.files; i++) {
+        const path = join(dirs[i % dirs.length], `file-${String(i).padStart(4, "0")}.js`);
+        writeFileSync(path, next(TARBALL.size));
+        chmodSync(path, i % 50 === 0 ? 0o755 : 0o644);
+      }
+    },
+  },
   huge: {
     describe: "one 2 GiB file",
     generate(dir) {
@@ -322,7 +337,7 @@ const DATASETS = {
 function dataset(name) {
   const dir = join(DATA, name);
   const stamp = join(DATA, `${name}.stamp.json`);
-  const want = JSON.stringify({ version: DATA_VERSION, name, small: name === "small" ? SMALL : undefined, caps: name === "caps" ? CAPS : undefined, capture: name === "capture" ? CAPTURE : undefined });
+  const want = JSON.stringify({ version: DATA_VERSION, name, small: name === "small" ? SMALL : undefined, caps: name === "caps" ? CAPS : undefined, capture: name === "capture" ? CAPTURE : undefined, tarball: name === "tarball" ? TARBALL : undefined });
   if (existsSync(stamp) && readFileSync(stamp, "utf8") === want && existsSync(dir)) return dir;
   log(`generating ${name} (${DATASETS[name].describe}) in ${dir}`);
   const started = performance.now();
@@ -869,6 +884,128 @@ async function benchDispatch() {
   removeTree(inputs);
 }
 
+// ---------------------------------------------------------------- 9. retain from a package tarball
+
+/**
+ * retainTarball of a ~50 MB .tgz holding TARBALL.files files vs `tar xzf`
+ * into a fresh directory, `sync -f` and the digest of what it wrote: both
+ * sides end with a durable, hashed tree.
+ */
+async function benchTarball() {
+  console.error(`\n[9] retain from a ${TARBALL.files}-file .tgz vs tar xzf + sync -f + digest`);
+  if (typeof oats.retainTarball !== "function") return missingRow("9", "retain from a 50 MB .tgz vs tar xzf + digest", "<= 1.5x", "retainTarball is not built");
+  const tree = dataset("tarball");
+  const tgz = join(WORK, "bench-package.tgz");
+  removeTree(tgz);
+  await run("tar", ["-C", tree, "-czf", tgz, "package"], { capture: false });
+  const bytes = statSync(tgz).size;
+  const scopes = join(WORK, "tgz-scopes");
+  const outs = join(WORK, "tgz-out");
+  for (const dir of [scopes, outs]) {
+    removeTree(dir);
+    mkdirSync(dir, { recursive: true });
+  }
+  const digests = new Set();
+  const sides = [
+    {
+      name: "oats",
+      inProcess: true,
+      prepare: async (round) => {
+        mkdirSync(join(scopes, `scope-${round + 1}`));
+        await settle();
+      },
+      run: async (round) => {
+        const receipt = await oats.retainTarball(join(scopes, `scope-${round + 1}`), tgz, { kind: "capture", key: "bench-tgz" });
+        digests.add(receipt.execIntegrity.value);
+      },
+    },
+    {
+      name: "baseline",
+      inProcess: true,
+      prepare: async (round) => {
+        mkdirSync(join(outs, `out-${round + 1}`));
+        await settle();
+      },
+      run: async (round) => {
+        const out = join(outs, `out-${round + 1}`);
+        await run("tar", ["-C", out, "-xzf", tgz], { capture: false });
+        await run("sync", ["-f", out], { capture: false });
+        digests.add(await digestOf(join(out, "package")));
+      },
+    },
+  ];
+  const times = await interleave(sides, 5);
+  removeTree(scopes);
+  removeTree(outs);
+  removeTree(tgz);
+  if (digests.size !== 1) notes.push(`[9] the retained and extracted digests differ: ${[...digests].join(", ")}`);
+  timeRow({
+    id: "9",
+    what: `retainTarball of a ${(bytes / MiB).toFixed(0)} MiB .tgz (${TARBALL.files} files) vs tar xzf + sync -f + digest`,
+    oursMs: median(times.oats),
+    baseMs: median(times.baseline),
+    goal: 1.5,
+  });
+}
+
+// ---------------------------------------------------------------- 10. export and import
+
+/** exportBundle / importBundle of the 1 GiB data set retained, beside tar cf / tar xf of the same revision. */
+async function benchBundle() {
+  console.error("\n[10] export and import of 1 GiB of retained trees vs tar cf / tar xf");
+  if (typeof oats.exportBundle !== "function" || typeof oats.importBundle !== "function") {
+    missingRow("10a", "export 1 GiB", "-", "exportBundle is not built");
+    return;
+  }
+  const source = dataset("big");
+  const scope = join(WORK, "bundle-scope");
+  const bundles = join(WORK, "bundles");
+  const targets = join(WORK, "bundle-targets");
+  for (const dir of [scope, bundles, targets]) {
+    removeTree(dir);
+    mkdirSync(dir, { recursive: true });
+  }
+  const receipt = await retainTree(scope, { kind: "capture", key: "bench-bundle", source });
+  const ref = { kind: "capture", key: "bench-bundle", integrity: `${receipt.execIntegrity.format}:${receipt.execIntegrity.value}` };
+  const bytes = 8 * 128 * MiB;
+  warm(receipt.dir);
+  const exportSides = [
+    { name: "oats", inProcess: true, prepare: settle, run: async (round) => void (await oats.exportBundle(scope, [ref], join(bundles, `oats-${round + 1}.tar`))), cleanup: (round) => removeTree(join(bundles, `oats-${round + 1}.tar`)) },
+    { name: "tar", prepare: settle, run: (round) => run("tar", ["-C", receipt.dir, "-cf", join(bundles, `tar-${round + 1}.tar`), "."], { capture: false }), cleanup: (round) => removeTree(join(bundles, `tar-${round + 1}.tar`)) },
+  ];
+  const exported = await interleave(exportSides, 3);
+  timeRow({ id: "10a", what: "exportBundle of 1 GiB of retained trees (verify + write) vs tar cf of the revision", oursMs: median(exported.oats), baseMs: median(exported.tar), goal: null, kind: "ratio-min", bytes });
+
+  const bundle = join(bundles, "bench.tar");
+  const plain = join(bundles, "plain.tar");
+  await oats.exportBundle(scope, [ref], bundle);
+  await run("tar", ["-C", receipt.dir, "-cf", plain, "."], { capture: false });
+  const importSides = [
+    {
+      name: "oats",
+      inProcess: true,
+      prepare: async (round) => {
+        mkdirSync(join(targets, `scope-${round + 1}`));
+        await settle();
+      },
+      run: async (round) => void (await oats.importBundle(join(targets, `scope-${round + 1}`), bundle)),
+      cleanup: (round) => removeTree(join(targets, `scope-${round + 1}`)),
+    },
+    {
+      name: "tar",
+      prepare: async (round) => {
+        mkdirSync(join(targets, `tar-${round + 1}`));
+        await settle();
+      },
+      run: (round) => run("tar", ["-C", join(targets, `tar-${round + 1}`), "-xf", plain], { capture: false }),
+      cleanup: (round) => removeTree(join(targets, `tar-${round + 1}`)),
+    },
+  ];
+  const imported = await interleave(importSides, 3);
+  timeRow({ id: "10b", what: "importBundle of the same (extract to staging, verify all, publish durably) vs tar xf", oursMs: median(imported.oats), baseMs: median(imported.tar), goal: null, kind: "ratio-min", bytes });
+  for (const dir of [scope, bundles, targets]) removeTree(dir);
+}
+
 // ---------------------------------------------------------------- main
 
 function machine() {
@@ -922,6 +1059,8 @@ const sections = [
   ["alt", benchAlternatives],
   ["resolution", benchResolution],
   ["dispatch", benchDispatch],
+  ["tarball", benchTarball],
+  ["bundle", benchBundle],
 ];
 for (const [part, fn] of sections) {
   if (!wants(part)) continue;
