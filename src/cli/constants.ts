@@ -32,4 +32,5 @@ export const COMMAND_NAMES = [
   "dispatch",
   "audit show",
   "audit verify",
+  "source retain",
 ] as const;

@@ -19,6 +19,7 @@ import { resolutionLs } from "./commands/resolution-ls.js";
 import { resolutionShow } from "./commands/resolution-show.js";
 import { resolutionVerify } from "./commands/resolution-verify.js";
 import { retain } from "./commands/retain.js";
+import { sourceRetain } from "./commands/source-retain.js";
 import { verify } from "./commands/verify.js";
 import type { CliContext, CommandOutcome, CommandSpec } from "./context.js";
 import { asOatsError, failureEnvelope, successEnvelope, usageError } from "./envelope.js";
@@ -60,6 +61,7 @@ export const COMMANDS: readonly CommandSpec[] = [
   dispatch,
   auditShow,
   auditVerify,
+  sourceRetain,
 ];
 
 /** Descriptions of the command groups (`oats resolution --help`). */
@@ -69,6 +71,7 @@ const GROUPS: Record<string, string> = {
   capture: "captures: pin what a queued capture will run (prepare); approve it with `oats approve`",
   queue: "queued capture jobs, each naming a capture resolution (add, ls)",
   audit: "the hash-chained audit log of the capture flow (show, verify)",
+  source: "source trees (souls and others) keyed by their qualified identity (retain)",
 };
 
 export interface MainIo {

@@ -1,0 +1,83 @@
+import { OatsError } from "../errors.js";
+import { sourceIdentitySchema } from "../resolution/record.js";
+import { retainTree, type RetainOptions } from "../retention/retain.js";
+import type { ArtifactReceipt } from "../retention/receipt.js";
+import { sourceIdentityKey } from "../retention/source-identity.js";
+import { inspectStore, resolveScope } from "../retention/store/components.js";
+import { archiveCommitTree, assertFullCommit, checkAgainstTree, gitRepositoryRoot, listTree, resolveCommit, type ArchiveOptions } from "./git.js";
+import { withExtractionDir } from "./staging.js";
+
+/**
+ * Retain a source tree (a soul, or any other source) in the source store,
+ * keyed by its qualified source identity (`git:<url>#<path>`,
+ * `path:<absolute dir>`):
+ *
+ * - revision `local`: the directory as it is, through retainTree;
+ * - revision a full 40-hex commit: `dir` is a local git repository, and what
+ *   is retained is the tree of that commit (see git.ts), never the working
+ *   tree. It is extracted into `<scope>/.agents/extract/.staging-*` and
+ *   retained from there; the extraction is always removed.
+ *
+ * Every input is validated before anything is touched, and every refusal
+ * leaves the store as it was.
+ */
+
+export interface SourceRequest {
+  /** `git:<url>#<path>` or `path:<absolute dir>`. */
+  readonly identity: string;
+  /** `local`, or a full 40-hex lowercase commit id. */
+  readonly revision: string;
+  /** The source directory (`local`) or the git repository (a commit). */
+  readonly dir: string;
+}
+
+export interface SourceReceipt extends ArtifactReceipt {
+  readonly identity: string;
+  readonly revision: string;
+  /** For a commit: the commit and its root tree id, as git names them. */
+  readonly commit?: string;
+  readonly tree?: string;
+}
+
+export interface RetainSourceOptions extends RetainOptions, ArchiveOptions {}
+
+function checkIdentity(identity: unknown): string {
+  const parsed = sourceIdentitySchema.safeParse(identity);
+  if (parsed.success) return parsed.data;
+  throw new OatsError("invalid-input", `invalid source identity ${JSON.stringify(typeof identity === "string" ? identity.slice(0, 200) : identity)}: it must be git:<url>#<path> or path:<absolute dir>`, {
+    identity: typeof identity === "string" ? identity.slice(0, 200) : String(identity),
+    reason: "invalid-identity",
+  });
+}
+
+function checkRevision(revision: unknown): string {
+  return revision === "local" ? revision : assertFullCommit(revision);
+}
+
+export async function retainSource(scope: string, request: SourceRequest, options: RetainSourceOptions = {}): Promise<SourceReceipt> {
+  const identity = checkIdentity(request.identity);
+  const revision = checkRevision(request.revision);
+  if (typeof request.dir !== "string" || request.dir === "") throw new OatsError("invalid-input", "a source directory is required", { reason: "source-missing" });
+  const key = sourceIdentityKey(identity);
+  const retainOptions: RetainOptions = {
+    ...(options.lockWaitMs === undefined ? {} : { lockWaitMs: options.lockWaitMs }),
+    ...(options.onProgress ? { onProgress: options.onProgress } : {}),
+  };
+  if (revision === "local") {
+    const receipt = await retainTree(scope, { kind: "source", key, source: request.dir }, retainOptions);
+    return { ...receipt, identity, revision };
+  }
+
+  // Read-only checks of the scope and the source store come before git runs.
+  const realScope = resolveScope(scope);
+  inspectStore(realScope, "source");
+  const repo = await gitRepositoryRoot(request.dir);
+  const tree = await resolveCommit(repo, revision);
+  const listing = await listTree(repo, tree);
+  const receipt = await withExtractionDir(realScope, async (dir) => {
+    if (listing.size > 0) await archiveCommitTree(repo, tree, dir, options.limits ? { limits: options.limits } : {});
+    await checkAgainstTree(repo, tree, listing, dir);
+    return retainTree(realScope, { kind: "source", key, source: dir }, retainOptions);
+  });
+  return { ...receipt, identity, revision, commit: tree.commit, tree: tree.tree };
+}
