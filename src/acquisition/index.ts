@@ -3,3 +3,4 @@ export { entryPath, symlinkTarget, foldKey, type EntryRefusalReason } from "./en
 export { retainSource, type SourceRequest, type SourceReceipt, type RetainSourceOptions } from "./source.js";
 export { assertFullCommit, gitEnvironment, FULL_COMMIT_PATTERN } from "./git.js";
 export { withExtractionDir, EXTRACT_ROOT } from "./staging.js";
+export { exportBundle, importBundle, parseExportRef, pinnedBlobs, bundleArtifactPath, bundleResolutionPath, bundleBlobPath, BUNDLE_MANIFEST, type BundleManifest, type BundleArtifactRow, type ExportRef, type ParsedExportRef, type ExportOptions, type ExportReport, type ImportOptions, type ImportReport } from "./bundle.js";

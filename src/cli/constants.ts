@@ -32,5 +32,7 @@ export const COMMAND_NAMES = [
   "dispatch",
   "audit show",
   "audit verify",
+  "export",
+  "import",
   "source retain",
 ] as const;

@@ -8,7 +8,9 @@ import { capturePrepare } from "./commands/capture-prepare.js";
 import { cleanup } from "./commands/cleanup.js";
 import { digest } from "./commands/digest.js";
 import { dispatch } from "./commands/dispatch.js";
+import { exportCommand } from "./commands/export.js";
 import { fsck } from "./commands/fsck.js";
+import { importCommand } from "./commands/import.js";
 import { instanceShow } from "./commands/instance-show.js";
 import { ls } from "./commands/ls.js";
 import { path } from "./commands/path.js";
@@ -61,6 +63,8 @@ export const COMMANDS: readonly CommandSpec[] = [
   dispatch,
   auditShow,
   auditVerify,
+  exportCommand,
+  importCommand,
   sourceRetain,
 ];
 

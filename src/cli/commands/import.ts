@@ -1,0 +1,21 @@
+import type { CommandSpec } from "../context.js";
+import { loadBundleLibrary } from "./export.js";
+
+export const importCommand: CommandSpec = {
+  name: "import",
+  define(command) {
+    command
+      .description("verify every tree, record and blob of a bundle in staging, then publish them (nothing is published unless everything verifies)")
+      .argument("<bundle>", "a bundle written by `oats export`");
+  },
+  async run(context, [bundle]) {
+    const library = await loadBundleLibrary();
+    const report = await library.importBundle(context.scope, bundle!);
+    const lines = [
+      ...report.artifacts.map((row) => `${row.status} ${row.kind} ${row.key} ${row.integrity}`),
+      ...report.blobs.map((row) => `${row.status} blob ${row.digest}`),
+      ...report.resolutions.map((row) => `${row.status} resolution ${row.id}`),
+    ];
+    return { result: report, lines: lines.length ? lines : [`${report.bundle}: the bundle lists nothing`], quietLines: [] };
+  },
+};
