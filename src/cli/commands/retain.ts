@@ -1,31 +1,60 @@
+import { statSync } from "node:fs";
 import type { CommandSpec } from "../context.js";
 import { artifactKey, kindOption, loadLibrary, receiptOutcome } from "./shared.js";
+
+/** A regular file operand is a package tarball; anything else goes to the directory retain (which reports what it is). */
+function isRegularFile(path: string): boolean {
+  try {
+    return statSync(path).isFile();
+  } catch {
+    return false;
+  }
+}
 
 export const retain: CommandSpec = {
   name: "retain",
   define(command) {
     command
-      .description("copy a tree into the store under its full digest, verified before it becomes visible")
-      .argument("<dir>", "the tree to retain")
+      .description("copy a tree (a directory, or an npm-style package tarball) into the store under its full digest, verified before it becomes visible")
+      .argument("<dir|tarball>", "the tree to retain, or a package tarball (.tgz with entries under package/) to extract safely and retain")
       .requiredOption("--id <id>", "capability id, capture name, or for --kind source a 64-hex key or qualified identity (git:..., path:...)")
       .addOption(kindOption("artifact kind"))
       .option("--lock <file>", "oats lock v2 file: retain the capability at its locked integrity and check its provenance")
-      .option("--expect <integrity>", "the oats.tree-exec.v1 integrity the tree must have (F:sha256-<hex>)");
+      .option("--expect <integrity>", "the oats.tree-exec.v1 integrity the tree must have (F:sha256-<hex>)")
+      .option("--tarball-integrity <sri>", "tarball only: the SRI the tarball bytes must have (sha512-..., as in package-lock.json), checked before extraction");
   },
-  async run(context, [dir], options) {
+  async run(context, [operand], options) {
     const { parseFlags, retainFlags } = await import("../flags.js");
-    const flags = parseFlags(retainFlags, options);
+    const { usageError } = await import("../envelope.js");
+    const { tarballIntegrity, ...rest } = options;
+    const flags = parseFlags(retainFlags, rest);
+    const tarball = isRegularFile(operand!);
+    if (tarballIntegrity !== undefined && !tarball) {
+      throw usageError(`--tarball-integrity applies to a package tarball, and ${operand} is not a regular file`, { operand });
+    }
     const library = await loadLibrary();
     const progress = context.progress(`retain ${flags.id}`);
     try {
+      if (tarball) {
+        const { retainTarball } = await import("../../acquisition/tarball.js");
+        const extra = tarballIntegrity === undefined ? {} : { tarballIntegrity };
+        const { key, identity } = flags.lock === undefined ? artifactKey(library, flags.kind, flags.id) : { key: flags.id, identity: undefined };
+        const request =
+          flags.lock !== undefined
+            ? { id: flags.id, lock: library.readLockFile(flags.lock), ...extra }
+            : { kind: flags.kind, key, ...(flags.expect === undefined ? {} : { expect: flags.expect }), ...extra };
+        const receipt = await retainTarball(context.scope, operand!, request, { onProgress: progress.bytes });
+        const outcome = receiptOutcome(receipt, identity);
+        return { ...outcome, lines: [...outcome.lines, `  tarball   ${receipt.tarballIntegrity}`] };
+      }
       if (flags.lock !== undefined) {
         const lock = library.readLockFile(flags.lock);
-        return receiptOutcome(await library.retainCapabilityArtifact(context.scope, dir!, flags.id, lock, { onProgress: progress.bytes }));
+        return receiptOutcome(await library.retainCapabilityArtifact(context.scope, operand!, flags.id, lock, { onProgress: progress.bytes }));
       }
       const { key, identity } = artifactKey(library, flags.kind, flags.id);
       const receipt = await library.retainTree(
         context.scope,
-        { kind: flags.kind, key, source: dir!, ...(flags.expect === undefined ? {} : { expect: flags.expect }) },
+        { kind: flags.kind, key, source: operand!, ...(flags.expect === undefined ? {} : { expect: flags.expect }) },
         { onProgress: progress.bytes },
       );
       return receiptOutcome(receipt, identity);

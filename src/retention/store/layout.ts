@@ -34,6 +34,13 @@ export const FILE_STORES: readonly (readonly string[])[] = [
   [AGENTS_DIR, "queue"],
 ];
 
+/**
+ * Where package tarballs are unpacked before retention: only `.staging-*`
+ * directories live here, each removed by its extractor when it finishes;
+ * cleanup removes a crashed extractor's.
+ */
+export const EXTRACT_STORE: readonly string[] = [AGENTS_DIR, "extract"];
+
 /** The store components from the scope down to a kind's store root. */
 export function storeComponents(kind: ArtifactKind): string[] {
   return [AGENTS_DIR, KIND_DIRS[kind], "artifacts"];
