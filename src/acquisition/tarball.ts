@@ -1,7 +1,6 @@
 import { createHash } from "node:crypto";
 import { createReadStream, statSync } from "node:fs";
-import { mkdir } from "node:fs/promises";
-import { join, resolve } from "node:path";
+import { resolve } from "node:path";
 import ssri from "ssri";
 import { OatsError, asStepError, errnoCode } from "../errors.js";
 import { assertArtifactKey, assertArtifactKind, assertIdentifier, type ArtifactKind } from "../retention/ids.js";
@@ -9,11 +8,11 @@ import { TREE_EXEC, TREE_LEGACY, parseTreeIntegrity, type TreeFormat } from "../
 import { capabilityRows, parseLock } from "../retention/oats-lock.js";
 import type { ArtifactReceipt } from "../retention/receipt.js";
 import { retainCapabilityArtifact, retainTree, type RetainOptions } from "../retention/retain.js";
-import { ensureStoreAt, inspectStore, inspectStoreAt, removeCreatedStore, resolveScope } from "../retention/store/components.js";
-import { EXTRACT_STORE, stagingName } from "../retention/store/layout.js";
+import { inspectStore, inspectStoreAt, resolveScope } from "../retention/store/components.js";
+import { EXTRACT_STORE } from "../retention/store/layout.js";
 import { revisionParentSegments } from "../retention/store/publish.js";
-import { removeTree } from "../retention/store/staging-writer.js";
 import { DEFAULT_EXTRACT_LIMITS, extractTar, type ExtractLimits } from "./extract.js";
+import { withExtractionDir } from "./staging.js";
 
 /**
  * Retain straight from an npm-style package tarball (entries under
@@ -173,21 +172,6 @@ function checkTarballIntegrity(tarball: string, expected: string): Promise<strin
   });
 }
 
-/** A staging directory in the extraction store (made again if a concurrent call just took back the empty store root). */
-async function createExtractStaging(scope: string): Promise<{ created: string[]; staging: string }> {
-  const created: string[] = [];
-  for (let attempt = 1; ; attempt++) {
-    created.push(...ensureStoreAt(scope, EXTRACT_STORE));
-    const staging = join(scope, ...EXTRACT_STORE, stagingName());
-    try {
-      await mkdir(staging, { mode: 0o700 });
-      return { created, staging };
-    } catch (error) {
-      if (errnoCode(error) !== "ENOENT" || attempt >= 5) throw asStepError("extract", error, { staging });
-    }
-  }
-}
-
 /** Extract into `staging`, hashing every byte read; returns the sha512 SRI of what was read. */
 async function extractHashing(tarball: string, staging: string, limits: ExtractLimits): Promise<string> {
   const input = createReadStream(tarball);
@@ -204,15 +188,15 @@ export async function retainTarball(scope: string, tarballPath: string, request:
   const limits = checkLimits(request.limits);
   const realScope = resolveScope(scope);
   inspectStore(realScope, planned.kind, revisionParentSegments(planned.key, planned.format));
-  const extractRoot = inspectStoreAt(realScope, EXTRACT_STORE).root;
+  inspectStoreAt(realScope, EXTRACT_STORE);
   const tarball = tarballFile(tarballPath);
 
   // 2. The tarball's bytes against the integrity the caller holds, before any extraction.
   const checked = expectedTarball === undefined ? undefined : await checkTarballIntegrity(tarball, expectedTarball);
 
-  // 3. Extraction into staging only; 4. the normal retention path; 5. staging always removed.
-  const { created, staging } = await createExtractStaging(realScope);
-  try {
+  // 3. Extraction into staging only (withExtractionDir: .agents/extract/.staging-*, always removed with any store directory it created);
+  // 4. the normal retention path.
+  return withExtractionDir(realScope, async (staging) => {
     const read = await extractHashing(tarball, staging, limits);
     if (checked !== undefined && read !== checked) {
       throw new OatsError("integrity-mismatch", `tarball ${tarball} changed while it was read: checked as ${checked}, extracted from ${read}`, {
@@ -227,11 +211,5 @@ export async function retainTarball(scope: string, tarballPath: string, request:
         ? await retainCapabilityArtifact(realScope, staging, planned.id, planned.lock, options)
         : await retainTree(realScope, { kind: planned.kind, key: planned.key, source: staging, ...(planned.expect === undefined ? {} : { expect: planned.expect }) }, options);
     return { ...receipt, tarballIntegrity: read };
-  } finally {
-    try {
-      await removeTree(staging);
-    } finally {
-      removeCreatedStore(created, extractRoot);
-    }
-  }
+  });
 }
