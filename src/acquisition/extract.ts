@@ -66,9 +66,12 @@ export function extractTar(input: Readable, dest: string, options: ExtractOption
   return new Promise<ExtractResult>((resolvePromise, reject) => {
     let failed = false;
     const parser = new Parser({ strict: true });
+    /** Files being written: closed on a failure that arrives from elsewhere (the input stream, the parser). */
+    const openFiles = new Set<() => void>();
     const fail = (error: unknown) => {
       if (failed) return;
       failed = true;
+      for (const close of openFiles) close();
       input.unpipe(parser);
       input.destroy();
       reject(isOatsError(error) ? error : asStepError("extract", error, { archive: origin }));
@@ -139,8 +142,10 @@ export function extractTar(input: Readable, dest: string, options: ExtractOption
         const close = () => {
           if (!open) return;
           open = false;
+          openFiles.delete(close);
           closeSync(fd);
         };
+        openFiles.add(close);
         entry.on("data", (chunk: Buffer) => {
           if (failed) return close();
           try {

@@ -2,7 +2,7 @@ import { mkdirSync } from "node:fs";
 import { join } from "node:path";
 import { errnoCode } from "../errors.js";
 import { ensureStoreAt, inspectStoreAt, removeCreatedStore, resolveScope } from "../retention/store/components.js";
-import { AGENTS_DIR, stagingName } from "../retention/store/layout.js";
+import { EXTRACT_STORE, stagingName } from "../retention/store/layout.js";
 import { removeTree } from "../retention/store/staging-writer.js";
 
 /**
@@ -13,7 +13,7 @@ import { removeTree } from "../retention/store/staging-writer.js";
  * each extraction gets its own staging-named directory, so `oats cleanup`
  * can tell a crashed extractor's leftovers from a live one's work.
  */
-export const EXTRACT_ROOT: readonly string[] = [AGENTS_DIR, "extract"];
+export const EXTRACT_ROOT: readonly string[] = EXTRACT_STORE;
 
 /** How often to retry when a concurrent extractor removed the root between our ensure and our mkdir. */
 const CREATE_ATTEMPTS = 3;
