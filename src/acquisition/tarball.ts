@@ -7,7 +7,7 @@ import { assertArtifactKey, assertArtifactKind, assertIdentifier, type ArtifactK
 import { TREE_EXEC, TREE_LEGACY, parseTreeIntegrity, type TreeFormat } from "../retention/integrity.js";
 import { capabilityRows, parseLock } from "../retention/oats-lock.js";
 import type { ArtifactReceipt } from "../retention/receipt.js";
-import { retainCapabilityArtifact, retainTree, type RetainOptions } from "../retention/retain.js";
+import { adoptCapabilityArtifact, adoptTree, type RetainOptions } from "../retention/retain.js";
 import { inspectStore, inspectStoreAt, resolveScope } from "../retention/store/components.js";
 import { EXTRACT_STORE } from "../retention/store/layout.js";
 import { revisionParentSegments } from "../retention/store/publish.js";
@@ -31,10 +31,15 @@ import { withExtractionDir } from "./staging.js";
  *    hashing the bytes as they are read. If an integrity was given, the
  *    bytes read this second time must be the bytes checked the first time
  *    (a tarball replaced in between is refused);
- * 4. the extracted tree goes through the normal retention path
- *    (retainCapabilityArtifact or retainTree);
- * 5. the extraction directory, and the extraction store root if this call
- *    created it, are always removed.
+ * 4. the extracted tree goes through the normal retention checks
+ *    (adoptCapabilityArtifact or adoptTree: the checks of
+ *    retainCapabilityArtifact and retainTree), but it is not copied: it is
+ *    renamed into a staging directory beside its revision, made durable,
+ *    read back once in every format, compared with the lock row or `expect`,
+ *    checked for provenance and renamed into place (publishAdopted in
+ *    store/publish.ts). On another filesystem it is copied as before;
+ * 5. whatever is left of the extraction directory, and the extraction store
+ *    root if this call created it, are always removed.
  *
  * The receipt is the normal receipt plus `tarballIntegrity`, the sha512 SRI
  * of the tarball bytes.
@@ -195,7 +200,7 @@ export async function retainTarball(scope: string, tarballPath: string, request:
   const checked = expectedTarball === undefined ? undefined : await checkTarballIntegrity(tarball, expectedTarball);
 
   // 3. Extraction into staging only (withExtractionDir: .agents/extract/.staging-*, always removed with any store directory it created);
-  // 4. the normal retention path.
+  // 4. the retention checks, the extracted tree adopted as the revision's staging rather than copied.
   return withExtractionDir(realScope, async (staging) => {
     const read = await extractHashing(tarball, staging, limits);
     if (checked !== undefined && read !== checked) {
@@ -208,8 +213,8 @@ export async function retainTarball(scope: string, tarballPath: string, request:
     }
     const receipt =
       planned.mode === "capability"
-        ? await retainCapabilityArtifact(realScope, staging, planned.id, planned.lock, options)
-        : await retainTree(realScope, { kind: planned.kind, key: planned.key, source: staging, ...(planned.expect === undefined ? {} : { expect: planned.expect }) }, options);
+        ? await adoptCapabilityArtifact(realScope, staging, planned.id, planned.lock, options)
+        : await adoptTree(realScope, { kind: planned.kind, key: planned.key, source: staging, ...(planned.expect === undefined ? {} : { expect: planned.expect }) }, options);
     return { ...receipt, tarballIntegrity: read };
   });
 }

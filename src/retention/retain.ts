@@ -12,7 +12,7 @@ import { checkSourceOutsideStore, checkSymlinks } from "./source-check.js";
 import { inspectStore, resolveScope } from "./store/components.js";
 import { storeRoot } from "./store/layout.js";
 import { DEFAULT_LOCK_WAIT_MS } from "./store/publish-lock.js";
-import { publishTree, revisionParentSegments } from "./store/publish.js";
+import { publishAdopted, publishTree, revisionParentSegments } from "./store/publish.js";
 
 export interface RetainOptions {
   /** How long to wait for another publisher's lock before refusing with `busy`. */
@@ -42,12 +42,38 @@ async function checkedSource(scope: string, kind: ArtifactKind, key: string, sou
 }
 
 /**
+ * How the checked source reaches the store: copied while hashed (the source
+ * is the caller's and stays as it was), or adopted (a tree the caller wrote
+ * for this publication, e.g. an extracted tarball, renamed into staging
+ * instead of copied; see publishAdopted).
+ */
+type Transfer = "copy" | "adopt";
+
+const publishers = { copy: publishTree, adopt: publishAdopted } as const;
+
+/**
  * Retain a materialized capability under the revision its lock row names
  * (`<id>/sha256-<hex>/`, oats.tree-legacy.v0), after checking the tree
  * against that integrity and its `.oats-installation.json` against the
  * lock's package and capability rows.
  */
-export async function retainCapabilityArtifact(scope: string, sourceDir: string, capabilityId: string, lock: unknown, options: RetainOptions = {}): Promise<ArtifactReceipt> {
+export function retainCapabilityArtifact(scope: string, sourceDir: string, capabilityId: string, lock: unknown, options: RetainOptions = {}): Promise<ArtifactReceipt> {
+  return capabilityArtifact("copy", scope, sourceDir, capabilityId, lock, options);
+}
+
+/**
+ * retainCapabilityArtifact of a tree the caller wrote for it on the store's
+ * filesystem (an extraction directory under the scope): the tree is moved
+ * into the store rather than copied, with the same checks (integrity from
+ * the lock, provenance, durability, a verify pass of the staged tree). On
+ * success the directory is gone; otherwise whatever is left is the caller's
+ * to remove.
+ */
+export function adoptCapabilityArtifact(scope: string, extractedDir: string, capabilityId: string, lock: unknown, options: RetainOptions = {}): Promise<ArtifactReceipt> {
+  return capabilityArtifact("adopt", scope, extractedDir, capabilityId, lock, options);
+}
+
+async function capabilityArtifact(transfer: Transfer, scope: string, sourceDir: string, capabilityId: string, lock: unknown, options: RetainOptions): Promise<ArtifactReceipt> {
   const id = assertIdentifier(capabilityId, "capability id");
   const parsedLock = parseLock(lock);
   const rows = capabilityRows(parsedLock, id);
@@ -56,7 +82,7 @@ export async function retainCapabilityArtifact(scope: string, sourceDir: string,
   const realScope = resolveScope(scope);
   const listing = await checkedSource(realScope, "capability", id, sourceDir, revisionParentSegments(id, TREE_LEGACY));
   const checkStaged = (dir: string) => checkProvenance(dir, provenance);
-  const published = await publishTree({
+  const published = await publishers[transfer]({
     scope: realScope,
     kind: "capability",
     key: id,
@@ -82,13 +108,22 @@ export interface RetainTreeRequest {
 }
 
 /** Retain any tree under `<key>/tree-exec-v1/sha256-<hex>/`. */
-export async function retainTree(scope: string, request: RetainTreeRequest, options: RetainOptions = {}): Promise<ArtifactReceipt> {
+export function retainTree(scope: string, request: RetainTreeRequest, options: RetainOptions = {}): Promise<ArtifactReceipt> {
+  return tree("copy", scope, request, options);
+}
+
+/** retainTree of a tree the caller wrote for it, moved rather than copied (as adoptCapabilityArtifact). */
+export function adoptTree(scope: string, request: RetainTreeRequest, options: RetainOptions = {}): Promise<ArtifactReceipt> {
+  return tree("adopt", scope, request, options);
+}
+
+async function tree(transfer: Transfer, scope: string, request: RetainTreeRequest, options: RetainOptions): Promise<ArtifactReceipt> {
   const kind = assertArtifactKind(request.kind);
   const key = assertArtifactKey(kind, request.key);
   const expected = request.expect === undefined ? undefined : parseTreeIntegrity(request.expect, [TREE_EXEC]);
   const realScope = resolveScope(scope);
   const listing = await checkedSource(realScope, kind, key, request.source, revisionParentSegments(key, TREE_EXEC));
-  const published = await publishTree({
+  const published = await publishers[transfer]({
     scope: realScope,
     kind,
     key,

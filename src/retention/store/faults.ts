@@ -1,10 +1,11 @@
 /**
  * Fault injection for the publication steps. Production code calls
  * `faultPoint(step)` at each step whose failure cannot be produced on demand
- * (a full disk during copy, an fsync error, a failed rename); tests install a
- * hook that throws there. With no hook installed this is a no-op.
+ * (a full disk during copy, a failed move of an adopted tree, an fsync
+ * error, a failed rename); tests install a hook that throws there. With
+ * no hook installed this is a no-op.
  */
-export type PublishStep = "copy" | "fsync" | "verify-staged" | "rename" | "cleanup";
+export type PublishStep = "copy" | "adopt" | "fsync" | "verify-staged" | "rename" | "cleanup";
 
 type FaultHook = (step: PublishStep, detail: string) => void;
 

@@ -10,7 +10,7 @@ import { faultPoint } from "./faults.js";
 import { ManifestBuilder, firstDifference, writeManifest } from "./manifest.js";
 import { EXEC_REVISIONS_DIR, assertContained, stagingName, storeRoot } from "./layout.js";
 import { withRevisionLock } from "./publish-lock.js";
-import { StagingWriter, removeTree } from "./staging-writer.js";
+import { StagingWriter, makeDurable, perFileDurability, removeTree } from "./staging-writer.js";
 
 /**
  * Stage, verify, rename (CONTRACT.md section 5). The tree is copied into a
@@ -89,20 +89,32 @@ export async function verifyRevision(
   return digests;
 }
 
-export async function publishTree(plan: PublishPlan): Promise<PublishResult> {
+/** Where a plan's revisions live, and the destination a digest names. */
+function place(plan: PublishPlan) {
   const segments = revisionParentSegments(plan.key, plan.nameFormat);
   const root = storeRoot(plan.scope, plan.kind);
   const parent = assertContained(root, join(root, ...segments), `artifact ${plan.key}`);
   const destination = (value: string) => assertContained(root, join(parent, `sha256-${value.slice("sha256-".length)}`), `artifact ${plan.key}`);
+  return { segments, root, parent, destination };
+}
 
-  if (plan.expected && (await exists(destination(plan.expected)))) {
-    // The revision is already here, but the request was to retain *this*
-    // source: a source that drifted from what it claims is still refused,
-    // so "kept" never vouches for a tree that was not read.
-    const measured = (await digestListing(plan.listing, [plan.nameFormat], plan.onProgress ? { onProgress: plan.onProgress } : {}))[plan.nameFormat]!;
-    if (measured !== plan.expected) throw mismatch(plan, plan.expected, measured, { source: plan.listing.root.absolute, reason: "source-differs" });
-    return (await kept(plan, destination(plan.expected), plan.expected))!;
-  }
+/**
+ * The revision is already here, but the request was to retain *this*
+ * source: a source that drifted from what it claims is still refused, so
+ * "kept" never vouches for a tree that was not read. Null when the expected
+ * revision is not there.
+ */
+async function keptIfPresent(plan: PublishPlan, destination: (value: string) => string): Promise<PublishResult | null> {
+  if (!plan.expected || !(await exists(destination(plan.expected)))) return null;
+  const measured = (await digestListing(plan.listing, [plan.nameFormat], plan.onProgress ? { onProgress: plan.onProgress } : {}))[plan.nameFormat]!;
+  if (measured !== plan.expected) throw mismatch(plan, plan.expected, measured, { source: plan.listing.root.absolute, reason: "source-differs" });
+  return kept(plan, destination(plan.expected), plan.expected);
+}
+
+export async function publishTree(plan: PublishPlan): Promise<PublishResult> {
+  const { segments, root, parent, destination } = place(plan);
+  const present = await keptIfPresent(plan, destination);
+  if (present) return present;
 
   const { created, staging } = await createStaging(plan, parent, segments);
   const writer = new StagingWriter(staging, plan.listing);
@@ -123,39 +135,123 @@ export async function publishTree(plan: PublishPlan): Promise<PublishResult> {
     plan.checkStaged?.(staging);
     await writer.flush();
 
-    let staged: TreeDigests;
-    const manifest = new ManifestBuilder();
-    try {
-      faultPoint("verify-staged", staging);
-      staged = await digestListing(await walkTree(staging), plan.formats, { sink: manifest, sinkOrder: "bytes" });
-    } catch (error) {
-      throw asStepError("verify-staged", error, { staging });
-    }
+    const { staged, manifest } = await verifyStaged(plan, staging);
     if (staged[plan.nameFormat] !== measured) {
       throw mismatch(plan, measured, staged[plan.nameFormat]!, { step: "verify-staged", reason: "staged-copy-differs" });
     }
-
-    const dir = destination(measured);
-    const outcome = await withRevisionLock(parent, `sha256-${measured.slice(7)}`, plan.lockWaitMs, async () => {
-      if (await exists(dir)) return "lost-race" as const;
-      try {
-        faultPoint("rename", dir);
-        await rename(staging, dir);
-        writeManifest(dir, manifest.rows);
-        fsyncDirectory(parent);
-      } catch (error) {
-        throw asStepError("rename", error, { from: staging, to: dir });
-      }
-      return "renamed" as const;
-    });
-    if (outcome === "renamed") return { dir, digests: staged, status: "retained" };
-    await discardStaging(staging);
-    return (await kept(plan, dir, measured))!;
+    return await commit(plan, parent, destination(measured), staging, staged, manifest);
   } catch (error) {
     await discardStaging(staging, error);
     removeCreatedStore(created, root);
     throw error;
   }
+}
+
+/**
+ * Publish a tree the caller has already written, on the store's filesystem,
+ * and no longer needs (an extracted archive): it is taken over instead of
+ * copied. `plan.listing` is the walk of that tree (`listing.root.absolute`),
+ * already checked like any source (symlinks, special files, names). The
+ * guarantees are publishTree's:
+ *
+ * 1. an expected revision that is already present is reused only after the
+ *    tree hashes to it (`source-differs` otherwise), and verified;
+ * 2. the tree is renamed into a fresh staging directory beside the
+ *    destination (step `adopt`); on another filesystem (EXDEV) it is left
+ *    where it is and publishTree copies it instead;
+ * 3. the staged tree is made durable by the same rule as a copy (fsync of
+ *    each file and directory up to PER_FILE_FSYNC_LIMIT files, else one
+ *    syncfs);
+ * 4. the durable staged tree is read back once, in every format and into
+ *    the manifest (`verify-staged`), and what it hashes to must be the
+ *    expected digest (`source-differs`);
+ * 5. checkStaged (provenance) runs on the staged tree;
+ * 6. it is renamed into place under the revision lock; a concurrent winner
+ *    is verified and reported kept.
+ *
+ * Any failure after the move removes the staging directory and the store
+ * directories this call created. Whatever of the tree is left where it was
+ * (before the move, or after the fallback) stays the caller's to remove.
+ */
+export async function publishAdopted(plan: PublishPlan): Promise<PublishResult> {
+  const { segments, root, parent, destination } = place(plan);
+  const present = await keptIfPresent(plan, destination);
+  if (present) return present;
+
+  const moved = await adoptIntoStaging(plan, root, parent, segments);
+  if (moved === "cross-device") return publishTree(plan);
+  const { created, staging } = moved;
+  try {
+    await makeDurable(staging, plan.listing, { perFile: perFileDurability(plan.listing), filesSynced: false });
+    const { staged, manifest } = await verifyStaged(plan, staging, plan.onProgress);
+    const measured = staged[plan.nameFormat]!;
+    if (plan.expected && measured !== plan.expected) throw mismatch(plan, plan.expected, measured, { source: plan.listing.root.absolute, reason: "source-differs" });
+    plan.checkStaged?.(staging);
+    return await commit(plan, parent, destination(measured), staging, staged, manifest);
+  } catch (error) {
+    await discardStaging(staging, error);
+    removeCreatedStore(created, root);
+    throw error;
+  }
+}
+
+/**
+ * Create the store directories and rename the caller's tree to a staging
+ * name in them (retrying, like createStaging, when a concurrent failed
+ * publication took the parent back in between). "cross-device" when the
+ * rename cannot cross filesystems; the directories this call created are
+ * then taken back.
+ */
+async function adoptIntoStaging(plan: PublishPlan, root: string, parent: string, segments: string[]): Promise<{ created: string[]; staging: string } | "cross-device"> {
+  const created: string[] = [];
+  const from = plan.listing.root.absolute;
+  for (let attempt = 1; ; attempt++) {
+    const staging = join(parent, stagingName());
+    try {
+      created.push(...ensureStore(plan.scope, plan.kind, segments));
+      faultPoint("adopt", staging);
+      await rename(from, staging);
+      return { created, staging };
+    } catch (error) {
+      const code = errnoCode(error);
+      if (code === "ENOENT" && attempt < 5 && (await exists(from))) continue;
+      removeCreatedStore(created, root);
+      if (code === "EXDEV") return "cross-device";
+      throw asStepError("adopt", error, { from, staging });
+    }
+  }
+}
+
+/** Read the durable staged tree back in every format, feeding the manifest. */
+async function verifyStaged(plan: PublishPlan, staging: string, onProgress?: ProgressListener): Promise<{ staged: TreeDigests; manifest: ManifestBuilder }> {
+  const manifest = new ManifestBuilder();
+  try {
+    faultPoint("verify-staged", staging);
+    const staged = await digestListing(await walkTree(staging), plan.formats, { sink: manifest, sinkOrder: "bytes", ...(onProgress ? { onProgress } : {}) });
+    return { staged, manifest };
+  } catch (error) {
+    throw asStepError("verify-staged", error, { staging });
+  }
+}
+
+/** Rename the verified staging into place under the revision lock; a concurrent winner is verified and reported kept. */
+async function commit(plan: PublishPlan, parent: string, dir: string, staging: string, staged: TreeDigests, manifest: ManifestBuilder): Promise<PublishResult> {
+  const measured = staged[plan.nameFormat]!;
+  const outcome = await withRevisionLock(parent, `sha256-${measured.slice(7)}`, plan.lockWaitMs, async () => {
+    if (await exists(dir)) return "lost-race" as const;
+    try {
+      faultPoint("rename", dir);
+      await rename(staging, dir);
+      writeManifest(dir, manifest.rows);
+      fsyncDirectory(parent);
+    } catch (error) {
+      throw asStepError("rename", error, { from: staging, to: dir });
+    }
+    return "renamed" as const;
+  });
+  if (outcome === "renamed") return { dir, digests: staged, status: "retained" };
+  await discardStaging(staging);
+  return (await kept(plan, dir, measured))!;
 }
 
 /**

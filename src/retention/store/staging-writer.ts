@@ -71,9 +71,7 @@ export class StagingWriter implements FileConsumer {
     private readonly listing: TreeListing,
     options: { durability?: Durability } = {},
   ) {
-    const durability = options.durability ?? "auto";
-    const files = listing.leaves.filter((leaf) => leaf.type === "file").length;
-    this.perFile = durability === "auto" ? files <= PER_FILE_FSYNC_LIMIT : durability === "per-file";
+    this.perFile = perFileDurability(listing, options.durability);
   }
 
   /** Create the directory skeleton, parents first, writable until flush() applies the real modes. */
@@ -164,30 +162,54 @@ export class StagingWriter implements FileConsumer {
     } catch (error) {
       throw asStepError("copy", error, { path: "(directory modes)" });
     }
-    try {
-      faultPoint("fsync", this.staging);
-      // Small trees: files were fsync'd as they were written; the directories remain.
-      if (this.perFile) this.fsyncDirectories();
-      else if (!(await syncFilesystem(this.staging))) await this.fsyncEverything();
-    } catch (error) {
-      throw asStepError("fsync", error);
+    // Small trees: files were fsync'd as they were written; the directories remain.
+    await makeDurable(this.staging, this.listing, { perFile: this.perFile, filesSynced: this.perFile });
+  }
+}
+
+/** Whether a tree is made durable file by file (true) or by one syncfs (false): the rule above. */
+export function perFileDurability(listing: TreeListing, durability: Durability = "auto"): boolean {
+  if (durability !== "auto") return durability === "per-file";
+  let files = 0;
+  for (const leaf of listing.leaves) if (leaf.type === "file") files += 1;
+  return files <= PER_FILE_FSYNC_LIMIT;
+}
+
+/**
+ * Make a tree written under `dir` (with `listing`'s relative paths) durable:
+ * with `perFile`, an fsync of every file (unless the writer already did:
+ * `filesSynced`) and of every directory; otherwise one syncfs of the
+ * filesystem, falling back to fsync of everything. Used by StagingWriter and
+ * by publications that adopt a tree written elsewhere (publishAdopted).
+ * Failures are `internal-error` with `step: fsync`.
+ */
+export async function makeDurable(dir: string, listing: TreeListing, options: { perFile: boolean; filesSynced: boolean }): Promise<void> {
+  try {
+    faultPoint("fsync", dir);
+    if (options.perFile) {
+      if (!options.filesSynced) await fsyncFiles(dir, listing);
+      fsyncDirectories(dir, listing);
+    } else if (!(await syncFilesystem(dir))) {
+      await fsyncFiles(dir, listing);
+      fsyncDirectories(dir, listing);
     }
+  } catch (error) {
+    throw asStepError("fsync", error);
   }
+}
 
-  private fsyncDirectories(): void {
-    for (const directory of this.listing.directories) fsyncDirectory(join(this.staging, directory.path));
-    fsyncDirectory(this.staging);
-  }
+function fsyncDirectories(dir: string, listing: TreeListing): void {
+  for (const directory of listing.directories) fsyncDirectory(join(dir, directory.path));
+  fsyncDirectory(dir);
+}
 
-  private async fsyncEverything(): Promise<void> {
-    const files = this.listing.leaves.filter((leaf) => leaf.type === "file").map((leaf) => join(this.staging, leaf.path));
-    let next = 0;
-    const worker = async () => {
-      while (next < files.length) await fsyncAndClose(openSync(files[next++]!, constants.O_RDONLY | constants.O_NOFOLLOW));
-    };
-    await Promise.all(Array.from({ length: 16 }, worker));
-    this.fsyncDirectories();
-  }
+async function fsyncFiles(dir: string, listing: TreeListing): Promise<void> {
+  const files = listing.leaves.filter((leaf) => leaf.type === "file").map((leaf) => join(dir, leaf.path));
+  let next = 0;
+  const worker = async () => {
+    while (next < files.length) await fsyncAndClose(openSync(files[next++]!, constants.O_RDONLY | constants.O_NOFOLLOW));
+  };
+  await Promise.all(Array.from({ length: 16 }, worker));
 }
 
 /** syncfs(2) through coreutils' `sync -f`; false when it is not available here. */
