@@ -15,7 +15,7 @@ import { walkTree, type FileEntry, type SymlinkEntry } from "../retention/digest
 import type { FileConsumer, FileInfo } from "../retention/digest/file-reader.js";
 import { ARTIFACT_KINDS, IDENTIFIER_MAX_LENGTH, IDENTIFIER_PATTERN, SOURCE_KEY_PATTERN, type ArtifactKind } from "../retention/ids.js";
 import { TREE_EXEC, TREE_LEGACY, digestHex, integrityText, type Integrity } from "../retention/integrity.js";
-import { retainTree } from "../retention/retain.js";
+import { adoptTree } from "../retention/retain.js";
 import { checkSymlinks } from "../retention/source-check.js";
 import { fsyncDirectory, inspectStore, inspectStoreAt, resolveScope } from "../retention/store/components.js";
 import { readRegularFile } from "../retention/store/files.js";
@@ -59,7 +59,7 @@ import { withExtractionDir } from "./staging.js";
  * that every record's artifacts and blobs travel with it, and checks what
  * the target scope already holds under the same names, all before anything
  * is published. Only then does each item go through its normal publication
- * path (retainTree with `expect`, putBlob, writeResolution; records last, so
+ * path (adoptTree with `expect`, putBlob, writeResolution; records last, so
  * a record never appears before what it names). The staging directory is
  * always removed.
  */
@@ -674,7 +674,8 @@ export async function importBundle(scope: string, bundlePath: string, options: I
     // Publication: trees, then blobs, then the records that name them.
     const artifacts: ImportReport["artifacts"][number][] = [];
     for (const row of manifest.artifacts) {
-      const receipt = await retainTree(realScope, { kind: row.kind, key: row.key, source: join(staging, row.path), expect: row.integrity });
+      // Verified above; adopted (moved, made durable, read back once) rather than copied a second time.
+      const receipt = await adoptTree(realScope, { kind: row.kind, key: row.key, source: join(staging, row.path), expect: row.integrity });
       artifacts.push({ kind: row.kind, key: row.key, integrity: row.integrity, status: receipt.status === "kept" ? "kept" : "retained" });
     }
     const blobs: ImportReport["blobs"][number][] = [];
