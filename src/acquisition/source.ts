@@ -1,6 +1,6 @@
 import { OatsError } from "../errors.js";
 import { sourceIdentitySchema } from "../resolution/record.js";
-import { retainTree, type RetainOptions } from "../retention/retain.js";
+import { adoptTree, retainTree, type RetainOptions } from "../retention/retain.js";
 import type { ArtifactReceipt } from "../retention/receipt.js";
 import { sourceIdentityKey } from "../retention/source-identity.js";
 import { inspectStore, resolveScope } from "../retention/store/components.js";
@@ -77,7 +77,8 @@ export async function retainSource(scope: string, request: SourceRequest, option
   const receipt = await withExtractionDir(realScope, async (dir) => {
     if (listing.size > 0) await archiveCommitTree(repo, tree, dir, options.limits ? { limits: options.limits } : {});
     await checkAgainstTree(repo, tree, listing, dir);
-    return retainTree(realScope, { kind: "source", key, source: dir }, retainOptions);
+    // The extraction is ours and checked against the commit: adopted (moved, made durable, read back once), not copied again.
+    return adoptTree(realScope, { kind: "source", key, source: dir }, retainOptions);
   });
   return { ...receipt, identity, revision, commit: tree.commit, tree: tree.tree };
 }
