@@ -5,7 +5,8 @@
  * processes. "Nothing run" means: the marker is absent after the refusal.
  */
 import assert from "node:assert/strict";
-import { spawn, spawnSync } from "node:child_process";
+import { spawnSync } from "node:child_process";
+import { runTogether } from "./support/go.js";
 import { chmodSync, existsSync, mkdirSync, readFileSync, renameSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { describe, test } from "node:test";
@@ -381,28 +382,8 @@ describe("captures scenarios (issue 4)", () => {
   test("Given one queued job, When two dispatcher processes resolve it at the same moment, Then both get the same plan, both dispatches are audited and the chain is intact", async () => {
     const f = await fixture();
     const child = join(REPO, "test/support/dispatch-child.ts");
-    const runs = [0, 1].map(() => {
-      const proc = spawn(process.execPath, ["--import", "tsx", child, JSON.stringify({ scope: f.scope, job: f.job, lockWaitMs: 60_000 })], {
-        cwd: REPO,
-        env: { ...process.env, API_TOKEN: "tok-shared" },
-        stdio: ["pipe", "pipe", "pipe"],
-      });
-      let stdout = "";
-      let stderr = "";
-      const ready = new Promise<void>((resolve, reject) => {
-        proc.stderr.on("data", (chunk: Buffer) => {
-          stderr += chunk.toString();
-          if (stderr.includes("ready\n")) resolve();
-        });
-        proc.on("exit", () => reject(new Error(`child exited before ready: ${stderr}`)));
-      });
-      proc.stdout.on("data", (chunk: Buffer) => (stdout += chunk.toString()));
-      const done = new Promise<{ status: number | null; stdout: string; stderr: string }>((resolve) => proc.on("close", (status) => resolve({ status, stdout, stderr })));
-      return { proc, ready, done };
-    });
-    await Promise.all(runs.map((run) => run.ready));
-    for (const run of runs) run.proc.stdin.end("go\n");
-    const results = await Promise.all(runs.map((run) => run.done));
+    const input = { scope: f.scope, job: f.job, lockWaitMs: 60_000 };
+    const results = await runTogether(child, [input, input], { cwd: REPO, env: { ...process.env, API_TOKEN: "tok-shared" } });
     const plans = results.map((result) => {
       assert.equal(result.status, 0, `${result.stdout}\n${result.stderr}`);
       const outcome = JSON.parse(result.stdout) as { ok: boolean; plan: DispatchPlan };

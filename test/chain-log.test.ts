@@ -1,5 +1,5 @@
 import assert from "node:assert/strict";
-import { spawn } from "node:child_process";
+import { runTogether } from "./support/go.js";
 import { createHash } from "node:crypto";
 import { mkdirSync, readFileSync, symlinkSync, writeFileSync, readdirSync, existsSync } from "node:fs";
 import { join } from "node:path";
@@ -207,24 +207,8 @@ describe("chain log: concurrency", () => {
     const child = join(REPO, "test/support/chain-append-child.ts");
     const writers = 8;
     const count = 25;
-    const runs = Array.from({ length: writers }, (_, writer) => {
-      const proc = spawn(process.execPath, ["--import", "tsx", child, JSON.stringify({ scope, dir: AUDIT.dir, file: AUDIT.file, writer, count })], { cwd: REPO, stdio: ["pipe", "pipe", "pipe"] });
-      let stdout = "";
-      let stderr = "";
-      const ready = new Promise<void>((resolve, reject) => {
-        proc.stderr.on("data", (chunk: Buffer) => {
-          stderr += chunk.toString();
-          if (stderr.includes("ready\n")) resolve();
-        });
-        proc.on("exit", () => reject(new Error(`child exited before ready: ${stderr}`)));
-      });
-      proc.stdout.on("data", (chunk: Buffer) => (stdout += chunk.toString()));
-      const done = new Promise<{ status: number | null; stdout: string; stderr: string }>((resolve) => proc.on("close", (status) => resolve({ status, stdout, stderr })));
-      return { proc, ready, done };
-    });
-    await Promise.all(runs.map((run) => run.ready));
-    for (const run of runs) run.proc.stdin.end("go\n");
-    const results = await Promise.all(runs.map((run) => run.done));
+    const inputs = Array.from({ length: writers }, (_, writer) => ({ scope, dir: AUDIT.dir, file: AUDIT.file, writer, count }));
+    const results = await runTogether(child, inputs, { cwd: REPO });
     const seen: number[] = [];
     for (const result of results) {
       assert.equal(result.status, 0, `${result.stdout}\n${result.stderr}`);
