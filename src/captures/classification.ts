@@ -118,9 +118,18 @@ export function parseClassificationConfig(bytes: Buffer, origin = "classificatio
 
 /** Read a classification config file (the operator's own file: a symlink is followed) and parse it; returns the exact bytes to pin. */
 export function readClassificationConfigFile(path: string): { bytes: Buffer; config: ClassificationConfig } {
-  const origin = `classification config ${path}`;
-  const bytes = readOperatorFile(path, MAX_CLASSIFICATION_CONFIG_BYTES, origin, { config: path });
-  return { bytes, config: parseClassificationConfig(bytes, origin) };
+  const bytes = readClassificationConfigBytes(path);
+  return { bytes, config: parseClassificationConfig(bytes, classificationConfigOrigin(path)) };
+}
+
+/** How a config file is named in refusals. */
+export function classificationConfigOrigin(path: string): string {
+  return `classification config ${path}`;
+}
+
+/** The exact bytes of a config file, unparsed (a dispatcher parses each exact content once). */
+export function readClassificationConfigBytes(path: string): Buffer {
+  return readOperatorFile(path, MAX_CLASSIFICATION_CONFIG_BYTES, classificationConfigOrigin(path), { config: path });
 }
 
 /**

@@ -3,7 +3,6 @@ import { statSync } from "node:fs";
 import { constants } from "node:os";
 import { extname } from "node:path";
 import { OatsError, isOatsError } from "../errors.js";
-import { readOperatorFile } from "../operator-input.js";
 import { bytesDigest } from "../retention/digest/json.js";
 import { integrityText } from "../retention/integrity.js";
 import { resolveScope } from "../retention/store/components.js";
@@ -19,8 +18,9 @@ import {
   currentPrincipal,
   deriveLevel,
   effectiveClassification,
-  MAX_CLASSIFICATION_CONFIG_BYTES,
+  classificationConfigOrigin,
   parseClassificationConfig,
+  readClassificationConfigBytes,
   type ClassificationConfig,
   type Level,
 } from "./classification.js";
@@ -117,8 +117,7 @@ function parseConfigOnce(bytes: Buffer, origin: string): ClassificationConfig {
 /** The current config at the path the capture was prepared with: null when it is gone, refused when it is present but unusable. */
 function currentConfig(path: string): ClassificationConfig | null {
   try {
-    const origin = `classification config ${path}`;
-    return parseConfigOnce(readOperatorFile(path, MAX_CLASSIFICATION_CONFIG_BYTES, origin, { config: path }), origin);
+    return parseConfigOnce(readClassificationConfigBytes(path), classificationConfigOrigin(path));
   } catch (error) {
     if (isOatsError(error) && error.details["errno"] === "ENOENT") return null;
     throw new OatsError("classification-refused", `the current classification config ${path} is present but unusable, so a tightening cannot be ruled out: ${(error as Error).message}`, {
@@ -246,9 +245,9 @@ export async function resolveQueuedCapture(scope: string, jobId: string, options
  * form, e.g. `["inherit", 2, "inherit"]` to send the child's stdout to this
  * process's stderr (the CLI's --json mode keeps stdout for its envelope).
  */
-export function runDispatchPlan(plan: DispatchPlan, options: { stdio?: "inherit" | "pipe" | StdioOptions; cwd?: string } = {}): Promise<{ code: number; stdout: string; stderr: string }> {
+export function runDispatchPlan(plan: DispatchPlan, options: { stdio?: "inherit" | "pipe" | StdioOptions } = {}): Promise<{ code: number; stdout: string; stderr: string }> {
   return new Promise((resolvePromise, reject) => {
-    const child = spawn(plan.executable.command, [...plan.executable.argv], { env: { ...plan.env }, stdio: options.stdio ?? "inherit", shell: false, ...(options.cwd ? { cwd: options.cwd } : {}) });
+    const child = spawn(plan.executable.command, [...plan.executable.argv], { env: { ...plan.env }, stdio: options.stdio ?? "inherit", shell: false });
     let stdout = "";
     let stderr = "";
     child.stdout?.setEncoding("utf8").on("data", (chunk: string) => (stdout += chunk));

@@ -1,4 +1,6 @@
+import type { ApprovalSubject } from "../captures/index.js";
 import type { OatsError } from "../errors.js";
+import { approveCommand } from "./commands/captures-shared.js";
 
 /** Human-mode rendering: short result lines on stdout, `oats: <code>: <message>` and one remedy line on stderr. */
 
@@ -68,7 +70,7 @@ export function remedy(error: Pick<OatsError, "code" | "kind" | "details"> & { r
   if (error.code === "approval-required") {
     const subject = error.details["subject"] as { kind?: unknown; key?: unknown; integrity?: unknown } | undefined;
     if (subject && typeof subject.kind === "string" && typeof subject.key === "string" && typeof subject.integrity === "string") {
-      return `nothing ran: this exact digest is not approved (or its approval was revoked). Inspect it, then approve it with \`oats approve ${subject.kind} ${subject.key} ${subject.integrity} --reason "<why>"\`.`;
+      return `nothing ran: this exact digest is not approved (or its approval was revoked). Inspect it, then approve it with \`${approveCommand({ kind: subject.kind, key: subject.key, integrity: subject.integrity } as ApprovalSubject)}\`.`;
     }
   }
   if (error.code === "audit-unavailable" && (error.details["ledger"] as { recorded?: unknown } | undefined)?.recorded === true) {
