@@ -444,6 +444,11 @@ describe("retainTarball: hostile tarballs (generated here) are typed refusals wi
     await refusesUnchanged(cutPlainGzip, { kind: "capability", key: "demo.clock" }, "invalid-input", { reason: "corrupt-archive" });
   });
 
+  test("Given a readable archive whose only entry is a global pax header, When it is retained as a tarball, Then invalid-artifact (empty-archive)", async () => {
+    const record = "20 comment=nothing\n";
+    await refusesUnchanged(hostile([{ name: "pax_global_header", type: "g", body: record }]), TREE_REQUEST, "invalid-artifact", { reason: "empty-archive" });
+  });
+
   test("Given garbage bytes or an archive with no entries, When they are retained as a tarball, Then invalid-input (corrupt-archive)", async () => {
     await refusesUnchanged(writeTarball(Buffer.alloc(0), "empty.tgz"), TREE_REQUEST, "invalid-input", { reason: "corrupt-archive" });
     await refusesUnchanged(hostile([]), TREE_REQUEST, "invalid-input", { reason: "corrupt-archive" });
