@@ -1,5 +1,5 @@
 import type { CommandSpec } from "../context.js";
-import { approveCommand, derivedText, loadCapturesLibrary, subjectText } from "./captures-shared.js";
+import { approveCommand, derivedText, loadCapturesLibrary } from "./captures-shared.js";
 
 export const capturePrepare: CommandSpec = {
   name: "capture prepare",
