@@ -10,7 +10,7 @@ import { join, resolve } from "node:path";
 import { describe, test } from "node:test";
 import { approve } from "../src/captures/approvals.js";
 import { audit, auditRefusal, readAudit, type AuditEntry } from "../src/captures/audit.js";
-import { BLOBS_DIR, readBlob } from "../src/captures/blobs.js";
+import { BLOBS_DIR, readBlob } from "../src/retention/store/blobs.js";
 import { currentPrincipal } from "../src/captures/classification.js";
 import { resolveQueuedCapture, runDispatchPlan } from "../src/captures/dispatch.js";
 import { prepareCapture, type PrepareCaptureResult } from "../src/captures/prepare-capture.js";

@@ -13,7 +13,7 @@ import { readRecordBytes } from "../resolution/store.js";
 import { latestApprovedFor, requireApproval, type ApprovalSubject } from "./approvals.js";
 import { compositionChanges, compositionOf, compositionSubject, parseComposition, type CompositionSubject } from "./composition.js";
 import { audit, audited } from "./audit.js";
-import { readBlob } from "./blobs.js";
+import { readBlob } from "../retention/store/blobs.js";
 import {
   classificationGate,
   currentPrincipal,

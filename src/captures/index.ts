@@ -1,7 +1,6 @@
 export * from "./classification.js";
 export * from "./chain-log.js";
 export * from "./approvals.js";
-export * from "./blobs.js";
 export * from "./audit.js";
 export * from "./spec.js";
 export * from "./composition.js";

@@ -14,7 +14,7 @@ import { INSTALLED_DIR, LOCK_FILE } from "../resolution/reconstruct.js";
 import { RESOLUTIONS_DIR, writeResolution } from "../resolution/store.js";
 import type { ApprovalSubject } from "./approvals.js";
 import { audit, audited, type AuditSubject } from "./audit.js";
-import { BLOBS_DIR, putBlob } from "./blobs.js";
+import { BLOBS_DIR, putBlob } from "../retention/store/blobs.js";
 import { deriveLevel, readClassificationConfigFile, stricter, type DerivedLevel, type Level } from "./classification.js";
 import { readCaptureProfileFile, readCaptureSpecFile, type LoadedCaptureSpec } from "./spec.js";
 import { canonicalJsonBytes } from "../retention/digest/json.js";
