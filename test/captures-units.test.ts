@@ -465,6 +465,21 @@ describe("prepareCapture", () => {
       "secret-in-record",
     ],
     [
+      "a secret-named option with its value among the entry point's args",
+      () => fixture({ spec: baseSpec({ executable: { tree: "./tool", path: "bin/run", args: ["--db-password", "hunter2"] } }) }),
+      "secret-in-record",
+      (error) => {
+        assert.equal(error.details["pointer"], "/entrypoints/nightly-report/args/1");
+        assert.ok(!JSON.stringify(error.toJSON()).includes("hunter2"));
+      },
+    ],
+    [
+      "a password inside a URL as a pinned env value",
+      () => fixture({ spec: baseSpec({ env: { PATH: "/usr/bin:/bin", DATABASE_URL: "postgres://app:s3cretPw@db.example.test/app" } }) }),
+      "secret-in-record",
+      (error) => assert.ok(!JSON.stringify(error.toJSON()).includes("s3cretPw")),
+    ],
+    [
       "a tree directory that does not exist",
       () => fixture({ spec: baseSpec({ executable: { tree: "./no-such-tool", path: "bin/run" } }) }),
       "invalid-input",
