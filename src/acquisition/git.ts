@@ -1,10 +1,10 @@
 import { spawn } from "node:child_process";
 import { createHash } from "node:crypto";
-import { createReadStream } from "node:fs";
-import { lstat, readdir, readlink, realpath } from "node:fs/promises";
-import { join } from "node:path";
+import { lstat, realpath } from "node:fs/promises";
 import { OatsError, errnoCode } from "../errors.js";
-import { extractTar, type ExtractLimits } from "./extract.js";
+import { entryPath, entryRefusal } from "./entry-path.js";
+import { DEFAULT_EXTRACT_LIMITS, type ExtractLimits } from "./extract.js";
+import { TreeWriter, type FileSink } from "./tree-writer.js";
 
 /**
  * The git half of source retention: from a local repository and a full
@@ -18,19 +18,24 @@ import { extractTar, type ExtractLimits } from "./extract.js";
  *   GIT_CONFIG*, GIT_NAMESPACE, ... would each redirect what git reads), with
  *   replace refs ignored (GIT_NO_REPLACE_OBJECTS=1: `git replace` could swap
  *   the commit's tree) and `--end-of-options` before every revision argument.
- *   git 2.39 accepts `--end-of-options` in rev-parse, cat-file, ls-tree and
- *   archive (all parse_options commands); after it, `--upload-pack=x` is
- *   refused by archive as "not a valid object name".
+ *   git 2.39 accepts `--end-of-options` in rev-parse, cat-file and ls-tree
+ *   (parse_options commands); after it, `--output=x` is an object name.
+ *   `cat-file --batch` takes its object ids on stdin, one checked id a line.
  * - The repository is the directory given, not one found above it: a
- *   subdirectory of a work tree is refused (git archive run there would
- *   archive only that subdirectory).
- * - `git archive` is given the commit's root tree id, not the commit, so no
- *   `export-subst` placeholder is expanded; whatever it writes is extracted by
- *   extractTar (no prefix) and then compared entry by entry with `git ls-tree
- *   -r` of that tree (mode, blob id): an `export-ignore` attribute or anything
- *   else that would make the archive differ from the commit is refused.
+ *   subdirectory of a work tree is refused (the caller named a directory,
+ *   not the repository it sits in).
+ * - The tree is read from the object database only: `ls-tree -r -z
+ *   --full-tree` lists it, `cat-file --batch` hands over each blob's raw
+ *   bytes, and writeCommitTree writes them through the extractor's
+ *   TreeWriter. Nothing that consults `.gitattributes` runs (no archive, no
+ *   checkout), so no `filter.<x>.smudge`/`clean`/`process`, textconv,
+ *   `export-subst` or `export-ignore` of the repository applies, and each
+ *   blob is hashed as it is written and must have the id the tree names.
+ * - The repository's config is still read by every git command; what in it
+ *   could start a program is overridden on the command line (GIT_GLOBAL_ARGS,
+ *   see docs/design/acquisition.md for what is and is not covered).
  * - A submodule (gitlink) entry is refused: its content is not in this
- *   repository, and archive would silently write an empty directory.
+ *   repository.
  */
 
 export const FULL_COMMIT_PATTERN = /^[0-9a-f]{40}$/;
@@ -54,12 +59,31 @@ export function gitEnvironment(base: NodeJS.ProcessEnv = process.env): NodeJS.Pr
   }
   env["GIT_NO_REPLACE_OBJECTS"] = "1";
   env["GIT_TERMINAL_PROMPT"] = "0";
+  env["GIT_NO_LAZY_FETCH"] = "1";
   env["LC_ALL"] = "C";
   return env;
 }
 
-/** Options put before every git subcommand: no fsmonitor hook is ever started on the user's behalf. */
-const GIT_GLOBAL_ARGS = ["-c", "core.fsmonitor=false"];
+/**
+ * Options put before every git subcommand. The repository's own config is
+ * untrusted; command-line `-c` wins over it. None of the plumbing we run
+ * (rev-parse, cat-file, ls-tree) reads the index or a work tree, talks to a
+ * remote or runs a hook, but a partial clone's missing object makes git
+ * fetch it lazily from the promisor remote, which would run the remote's
+ * transport (`remote.<x>.uploadpack`, `core.sshCommand`, `ext::` commands):
+ * every transport is forbidden, and GIT_NO_LAZY_FETCH (set in
+ * gitEnvironment) turns lazy fetching off where git knows it (2.45+).
+ */
+export const GIT_GLOBAL_ARGS: readonly string[] = [
+  ["core.fsmonitor", "false"],
+  ["core.hooksPath", "/dev/null"],
+  ["core.sshCommand", "false"],
+  ["core.gitProxy", "false"],
+  ["core.askPass", "false"],
+  ["credential.helper", ""],
+  ["protocol.allow", "never"],
+  ...["file", "git", "ssh", "http", "https", "ftp", "ftps", "ext", "fd"].map((name) => [`protocol.${name}.allow`, "never"]),
+].flatMap(([key, value]) => ["-c", `${key}=${value}`]);
 
 interface GitRun {
   readonly code: number | null;
@@ -91,7 +115,7 @@ function spawnGit(repo: string, args: readonly string[]) {
   return spawn("git", ["-C", repo, ...GIT_GLOBAL_ARGS, ...args], {
     shell: false,
     env: gitEnvironment(),
-    stdio: ["ignore", "pipe", "pipe"],
+    stdio: ["pipe", "pipe", "pipe"],
     windowsHide: true,
   });
 }
@@ -109,6 +133,8 @@ function collectStderr(child: ReturnType<typeof spawnGit>): () => string {
 function runGit(repo: string, args: readonly string[]): Promise<GitRun> {
   return new Promise((resolvePromise, reject) => {
     const child = spawnGit(repo, args);
+    child.stdin.on("error", () => undefined);
+    child.stdin.end();
     const chunks: Buffer[] = [];
     const stderr = collectStderr(child);
     child.stdout.on("data", (chunk: Buffer) => chunks.push(chunk));
@@ -237,27 +263,135 @@ export interface ArchiveOptions {
   readonly limits?: Partial<ExtractLimits>;
 }
 
-/** Stream `git archive` of the commit's tree into `dest` through the safe extractor. */
-export async function archiveCommitTree(repo: string, tree: CommitTree, dest: string, options: ArchiveOptions = {}): Promise<void> {
-  const child = spawnGit(repo, ["archive", "--format=tar", "--end-of-options", tree.tree]);
+/** The longest symlink text accepted (PATH_MAX): a link's blob is held in memory, a file's is streamed. */
+const MAX_LINK_BYTES = 4096;
+
+/**
+ * Write the commit's tree into `dest` from the object database: the listing
+ * (`ls-tree`) gives every path, mode and blob id, `cat-file --batch` gives
+ * each blob's raw bytes, and the extractor's TreeWriter writes them with the
+ * extractor's name, collision and limit rules. No attribute, filter,
+ * textconv or working-tree code of the repository runs (no archive, no
+ * checkout); each blob is hashed as it is written and must have the id the
+ * tree names, so a damaged or doctored object database is refused rather
+ * than retained under the commit's name.
+ */
+export async function writeCommitTree(repo: string, tree: CommitTree, listing: ReadonlyMap<string, TreeEntry>, dest: string, options: ArchiveOptions = {}): Promise<void> {
+  const origin = `git commit ${tree.commit} (${repo})`;
+  const writer = new TreeWriter(dest, origin, { ...DEFAULT_EXTRACT_LIMITS, ...(options.limits ?? {}) });
+  const order: Array<{ path: string; raw: string; entry: TreeEntry }> = [];
+  for (const [raw, entry] of listing) {
+    writer.countEntry();
+    if (!OBJECT_ID.test(entry.oid) || entry.type !== "blob") throw entryRefusal(origin, "unsupported-entry", raw, `mode ${entry.mode} ${entry.type} entries are not supported`, { mode: entry.mode, type: entry.type });
+    if (entry.mode !== "100644" && entry.mode !== "100755" && entry.mode !== "120000") throw entryRefusal(origin, "unsupported-entry", raw, `mode ${entry.mode} is not a file or a symlink`, { mode: entry.mode });
+    const path = entryPath(raw, null, origin);
+    if (path === null || path !== raw) throw entryRefusal(origin, "unsupported-entry", raw, "the name is not a normalised relative path");
+    order.push({ path, raw, entry });
+  }
+  if (order.length === 0) return;
+
+  const child = spawnGit(repo, ["cat-file", "--batch"]);
   const stderr = collectStderr(child);
   const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolvePromise, reject) => {
     child.on("error", (error) => reject(gitUnavailable(error)));
     child.on("close", (code, signal) => resolvePromise({ code, signal }));
   });
-  const extracted = extractTar(child.stdout, dest, { origin: `git archive ${tree.commit} (${repo})`, prefix: null, ...(options.limits ? { limits: options.limits } : {}) });
-  const [extract, exit] = await Promise.allSettled([extracted, exited.finally(() => undefined)]);
-  if (extract.status === "rejected") {
+  // git exiting early closes its stdin; its exit code, not EPIPE, says what went wrong.
+  child.stdin.on("error", () => undefined);
+  child.stdin.end(order.map(({ entry }) => `${entry.oid}\n`).join(""));
+  try {
+    await readBatch(child.stdout, order, writer, origin);
+  } catch (error) {
+    writer.closeAll();
     if (child.exitCode === null && child.signalCode === null) child.kill("SIGKILL");
-    await exited.catch(() => undefined);
-    // git itself failing truncates the stream; its own message says more than a corrupt-archive refusal.
-    if (exit.status === "fulfilled" && exit.value.code !== 0 && exit.value.code !== null) {
-      throw gitFailed(repo, `git archive of commit ${tree.commit} failed`, { ...exit.value, stderr: stderr() }, "invalid-input", { commit: tree.commit });
-    }
-    throw extract.reason;
+    const exit = await exited.catch(() => null);
+    if (exit && exit.code !== 0 && exit.code !== null) throw gitFailed(repo, `git cat-file of commit ${tree.commit} failed`, { ...exit, stderr: stderr() }, "invalid-input", { commit: tree.commit });
+    throw error;
   }
-  if (exit.status === "rejected") throw exit.reason;
-  if (exit.value.code !== 0) throw gitFailed(repo, `git archive of commit ${tree.commit} failed`, { ...exit.value, stderr: stderr() }, "invalid-input", { commit: tree.commit });
+  const exit = await exited;
+  if (exit.code !== 0) throw gitFailed(repo, `git cat-file of commit ${tree.commit} failed`, { ...exit, stderr: stderr() }, "invalid-input", { commit: tree.commit });
+}
+
+const OBJECT_ID = /^[0-9a-f]{40}$|^[0-9a-f]{64}$/;
+
+interface Body {
+  readonly item: { path: string; raw: string; entry: TreeEntry };
+  remaining: number;
+  readonly hash: ReturnType<typeof createHash>;
+  readonly sink: FileSink | null;
+  readonly link: Buffer[];
+}
+
+/** Parse `cat-file --batch` output (`<oid> <type> <size>\n<bytes>\n` per object, in request order) into the writer. */
+async function readBatch(stdout: NodeJS.ReadableStream, order: ReadonlyArray<Body["item"]>, writer: TreeWriter, origin: string): Promise<void> {
+  const broken = (why: string, raw: string | null = null) => entryRefusal(origin, "corrupt-archive", raw, `unexpected git cat-file output: ${why}`);
+  let next = 0;
+  let pending: Buffer = Buffer.alloc(0);
+  let body: Body | null = null;
+  const start = (header: string): Body => {
+    const item = order[next];
+    if (item === undefined) throw broken("more objects than were asked for");
+    const [oid = "", type = "", sizeText = ""] = header.split(" ");
+    if (oid !== item.entry.oid || type !== "blob" || !/^[0-9]+$/.test(sizeText)) {
+      throw entryRefusal(origin, "unsupported-entry", item.raw, `the object database has no blob ${item.entry.oid} (git says ${JSON.stringify(header.slice(0, 200))})`, { oid: item.entry.oid, reason: "object-missing" });
+    }
+    const size = Number(sizeText);
+    const isLink = item.entry.mode === "120000";
+    if (isLink && size > MAX_LINK_BYTES) throw entryRefusal(origin, "unsupported-entry", item.raw, `symlink text of ${size} bytes is longer than ${MAX_LINK_BYTES}`);
+    const sink = isLink ? null : writer.file(item.path, size, item.entry.mode === "100755", item.raw);
+    return { item, remaining: size, hash: blobHasher(oid, size), sink, link: [] };
+  };
+  const end = (done: Body) => {
+    const actual = done.hash.digest("hex");
+    if (actual !== done.item.entry.oid) {
+      done.sink?.close();
+      throw new OatsError("integrity-mismatch", `${origin}: blob ${done.item.entry.oid} at ${JSON.stringify(done.item.raw)} hashes to ${actual}: the object database is damaged; nothing was retained`, {
+        archive: origin,
+        entry: done.item.raw,
+        expected: done.item.entry.oid,
+        actual,
+        reason: "object-differs-from-id",
+      });
+    }
+    if (done.sink) {
+      done.sink.finish();
+    } else {
+      const bytes = Buffer.concat(done.link);
+      const text = bytes.toString("utf8");
+      if (!Buffer.from(text, "utf8").equals(bytes)) throw entryRefusal(origin, "unsupported-entry", done.item.raw, "the symlink text is not valid UTF-8");
+      writer.symlink(done.item.path, text);
+    }
+    next += 1;
+  };
+  for await (const chunk of stdout) {
+    let data: Buffer = pending.length > 0 ? Buffer.concat([pending, chunk as Buffer]) : (chunk as Buffer);
+    pending = Buffer.alloc(0);
+    while (data.length > 0) {
+      if (body === null) {
+        const newline = data.indexOf(10);
+        if (newline < 0) {
+          if (data.length > 256) throw broken("a header line without an end");
+          pending = data;
+          break;
+        }
+        body = start(data.subarray(0, newline).toString("latin1"));
+        data = data.subarray(newline + 1);
+      } else if (body.remaining > 0) {
+        const piece = data.subarray(0, body.remaining);
+        data = data.subarray(piece.length);
+        body.remaining -= piece.length;
+        body.hash.update(piece);
+        if (body.sink) body.sink.write(piece);
+        else body.link.push(piece);
+      } else {
+        if (data[0] !== 10) throw broken("an object not followed by a newline", body.item.raw);
+        data = data.subarray(1);
+        end(body);
+        body = null;
+      }
+    }
+  }
+  if (body !== null || pending.length > 0 || next !== order.length) throw broken("the output ended early");
 }
 
 /** The git object id of a blob with these bytes, in the repository's hash (by the length of its ids). */
@@ -265,54 +399,4 @@ function blobHasher(oid: string, size: number) {
   const hash = createHash(oid.length === 64 ? "sha256" : "sha1");
   hash.update(`blob ${size}\0`);
   return hash;
-}
-
-async function fileBlobId(path: string, size: number, like: string): Promise<string> {
-  const hash = blobHasher(like, size);
-  for await (const chunk of createReadStream(path)) hash.update(chunk as Buffer);
-  return hash.digest("hex");
-}
-
-/**
- * Compare an extracted tree with the commit's listing: the same files and
- * symlinks, each with the same exec bit and blob id, nothing more or less.
- */
-export async function checkAgainstTree(repo: string, tree: CommitTree, expected: ReadonlyMap<string, TreeEntry>, dir: string): Promise<void> {
-  const seen = new Set<string>();
-  const differs = (path: string, what: string, details: Record<string, unknown> = {}) =>
-    new OatsError("invalid-artifact", `${repo}: git archive of commit ${tree.commit} differs from the commit's tree at ${JSON.stringify(path)}: ${what} (an export-ignore or export-subst attribute?); nothing was retained`, {
-      repository: repo,
-      commit: tree.commit,
-      path,
-      reason: "archive-differs-from-commit",
-      ...details,
-    });
-  const walk = async (absolute: string, relative: string): Promise<void> => {
-    for (const entry of await readdir(absolute, { withFileTypes: true })) {
-      const path = relative ? `${relative}/${entry.name}` : entry.name;
-      const full = join(absolute, entry.name);
-      const stats = await lstat(full);
-      if (stats.isDirectory()) {
-        await walk(full, path);
-        continue;
-      }
-      const want = expected.get(path);
-      if (!want) throw differs(path, "the archive has an entry the commit does not");
-      seen.add(path);
-      if (stats.isSymbolicLink()) {
-        if (want.mode !== "120000") throw differs(path, `a symlink in the archive, mode ${want.mode} in the commit`);
-        const text = Buffer.from(await readlink(full, { encoding: "buffer" }));
-        const oid = blobHasher(want.oid, text.length).update(text).digest("hex");
-        if (oid !== want.oid) throw differs(path, "the link text differs", { expected: want.oid, actual: oid });
-        continue;
-      }
-      if (!stats.isFile() || !want.mode.startsWith("100")) throw differs(path, `a ${stats.isFile() ? "file" : "special entry"} in the archive, mode ${want.mode} in the commit`);
-      const wantExec = (Number.parseInt(want.mode, 8) & 0o100) !== 0;
-      if (((stats.mode & 0o100) !== 0) !== wantExec) throw differs(path, "the owner-exec bit differs", { expectedMode: want.mode });
-      const oid = await fileBlobId(full, stats.size, want.oid);
-      if (oid !== want.oid) throw differs(path, "the content differs", { expected: want.oid, actual: oid });
-    }
-  };
-  await walk(dir, "");
-  for (const path of expected.keys()) if (!seen.has(path)) throw differs(path, "the commit has an entry the archive does not");
 }
