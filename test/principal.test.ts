@@ -185,6 +185,8 @@ describe("oats as nobody inside `unshare --user --map-root-user --uts` (the forg
       assert.equal(run.envelope.error!.code, "classification-refused", JSON.stringify(run.envelope));
       assert.equal(run.envelope.error!.details["reason"], "user-namespace", JSON.stringify(run.envelope));
       assert.notEqual(run.status, 0);
+      // approve and revoke try to audit their refusal; the principal refuses that too, so the error says it was not audited.
+      if (args[0] !== "dispatch") assert.equal(typeof (run.envelope.error!.details["audit"] as { unavailable?: unknown } | undefined)?.unavailable, "string", JSON.stringify(run.envelope));
     }
     assert.equal(existsSync(marker), false, "the capture never ran");
     assert.deepEqual(snapshotTree(scope), before, "nothing written: no ledger entry, no audit entry, no dispatch");
