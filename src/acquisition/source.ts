@@ -4,7 +4,8 @@ import { adoptTree, retainTree, type RetainOptions } from "../retention/retain.j
 import type { ArtifactReceipt } from "../retention/receipt.js";
 import { sourceIdentityKey } from "../retention/source-identity.js";
 import { inspectStore, resolveScope } from "../retention/store/components.js";
-import { assertFullCommit, gitRepositoryRoot, listTree, resolveCommit, writeCommitTree, type ArchiveOptions } from "./git.js";
+import { assertFullCommit, gitRepositoryRoot, listTree, resolveCommit } from "./git.js";
+import { writeCommitTree, type ArchiveOptions } from "./git-tree.js";
 import { withExtractionDir } from "./staging.js";
 
 /**
