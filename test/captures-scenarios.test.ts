@@ -5,9 +5,9 @@
  * processes. "Nothing run" means: the marker is absent after the refusal.
  */
 import assert from "node:assert/strict";
-import { spawnSync } from "node:child_process";
+import { makeUnwritable } from "./support/unwritable.js";
 import { runTogether } from "./support/go.js";
-import { chmodSync, existsSync, mkdirSync, readFileSync, renameSync, rmSync, statSync, writeFileSync } from "node:fs";
+import { chmodSync, existsSync, mkdirSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { describe, test } from "node:test";
 import { stringify } from "yaml";
@@ -326,38 +326,7 @@ describe("captures scenarios (issue 4)", () => {
     const auditDir = join(f.scope, ".agents", "audit");
     const auditLog = join(auditDir, "audit.jsonl");
     const before = readFileSync(auditLog);
-    let restore: () => void;
-    let probe: () => void;
-    let setup: string;
-    if (process.getuid?.() !== 0) {
-      setup = "chmod 0500";
-      const mode = statSync(auditDir).mode & 0o7777;
-      chmodSync(auditDir, 0o500);
-      restore = () => chmodSync(auditDir, mode);
-      probe = () => writeFileSync(join(auditDir, "probe"), "x");
-    } else {
-      const bind = spawnSync("mount", ["--bind", auditDir, auditDir], { encoding: "utf8" });
-      const remount = bind.status === 0 ? spawnSync("mount", ["-o", "remount,bind,ro", auditDir, auditDir], { encoding: "utf8" }) : null;
-      if (bind.status === 0 && remount?.status === 0) {
-        setup = "read-only bind mount";
-        restore = () => {
-          const result = spawnSync("umount", [auditDir], { encoding: "utf8" });
-          assert.equal(result.status, 0, `umount ${auditDir}: ${result.stderr}`);
-        };
-        probe = () => writeFileSync(join(auditDir, "probe"), "x");
-      } else {
-        if (bind.status === 0) spawnSync("umount", [auditDir]);
-        // No privilege to mount: a real EISDIR fault instead.
-        setup = "audit.jsonl replaced by a directory";
-        renameSync(auditLog, `${auditLog}.saved`);
-        mkdirSync(auditLog);
-        restore = () => {
-          rmSync(auditLog, { recursive: true });
-          renameSync(`${auditLog}.saved`, auditLog);
-        };
-        probe = () => writeFileSync(auditLog, "x");
-      }
-    }
+    const { setup, probe, restore } = makeUnwritable(auditDir, auditLog);
     t.diagnostic(`unwritable audit log by: ${setup}`);
     try {
       assert.throws(probe, "the audit directory really refuses writes");

@@ -581,8 +581,10 @@ describe("queue: addJob / readJob / listJobs", () => {
     const queues = auditEntries(fx.scope).filter((entry) => entry.action === "queue");
     assert.deepEqual(
       queues.map((entry) => entry.outcome),
-      ["ok"],
+      ["ok", "kept"],
+      "the identical re-queue is audited as kept",
     );
+    assert.deepEqual(queues[1]!.subject, { job: "nightly", resolution: prepared.id });
   });
 
   test("Given a queued job, When the same job id is queued for another resolution, Then invalid-input job-exists and the job file is unchanged", async () => {

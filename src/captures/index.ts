@@ -1,4 +1,5 @@
 export * from "./classification.js";
+export { PROC_SUPER_MAGIC, PROC_USER_INIT_INO, assertInitialUserNamespace, isInitialIdMap, parseIdMap, type IdMapLine } from "./principal.js";
 export * from "./chain-log.js";
 export * from "./approvals.js";
 export * from "./audit.js";
