@@ -7,3 +7,4 @@ export * from "./spec.js";
 export * from "./queue.js";
 export * from "./prepare-capture.js";
 export * from "./dispatch.js";
+export * from "./approval-check.js";
