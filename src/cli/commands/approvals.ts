@@ -17,7 +17,7 @@ export const approvals: CommandSpec = {
     const listing = library.listApprovals(context.scope);
     const lines = listing.map(({ subject, approved, confirmed, mismatch, entry }) => {
       const state = !confirmed ? "UNCONFIRMED" : approved ? "approved" : "revoked ";
-      const decision = entry === null ? "no ledger entry" : `seq ${entry.seq} ${entry.action} by ${entry.operator} at ${entry.at}: ${entry.reason}`;
+      const decision = entry === null ? "no ledger entry" : `seq ${entry.seq}${confirmed ? "" : ` ${entry.action}`} by ${entry.operator} at ${entry.at}: ${entry.reason}`;
       return `${state} ${subjectText(subject)} ${decision}${mismatch ? ` [${mismatch.reason}: ${mismatch.why}]` : ""}`;
     });
     return {
