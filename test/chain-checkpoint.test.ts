@@ -143,6 +143,8 @@ describe("chain checkpoint: fast, incremental and full", () => {
 
   test("Given a checkpoint, When a middle line is edited and the chain recomputed, Then the next append is audit-unavailable (history-rewritten) and reading is integrity-mismatch; the file is unchanged", async () => {
     const { scope } = await logWith(5);
+    freshState();
+    assert.equal(syncLog(scope, AUDIT).how, "full", "the checkpoint's hashed prefix now covers all five lines");
     rechain(scope, 2, (entry) => (entry["n"] = 99));
     assert.equal(verifyChain(scope, AUDIT).ok, true, "the rewrite is a valid chain on its own");
     const before = readFileSync(logPath(scope));
