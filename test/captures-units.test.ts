@@ -119,7 +119,7 @@ function scopeWithoutAudit(scope: string): string[] {
 /** Prepare, approve the exact executable and queue it as `job`. */
 async function queued(fx: Fixture, job = "nightly"): Promise<PrepareCaptureResult> {
   const prepared = await prepareCapture(fx.scope, fx.spec);
-  await approve(fx.scope, prepared.subject, { reason: "reviewed the tool" });
+  await approve(fx.scope, prepared.composition.subject, { reason: "reviewed the tool" });
   await addJob(fx.scope, { job, resolution: prepared.id });
   return prepared;
 }
@@ -346,13 +346,13 @@ describe("prepareCapture", () => {
     assert.equal(entries[1]!.subject?.["resolution"], prepared.id);
   });
 
-  test("Given a spec without a profile, When prepared, Then the record's profile is null and only config and spec are pinned", async () => {
+  test("Given a spec without a profile, When prepared, Then the record's profile is null and only config, spec and composition are pinned", async () => {
     const fx = fixture();
     const prepared = await prepareCapture(fx.scope, fx.spec);
     assert.equal(prepared.blobs.profile, null);
     assert.equal(prepared.record.capture!.profile, null);
     const blobs = readdirSync(join(fx.scope, ...BLOBS_DIR)).filter((name) => name.startsWith("sha256-")).sort();
-    assert.deepEqual(blobs, [prepared.blobs.config, prepared.blobs.spec].sort());
+    assert.deepEqual(blobs, [prepared.blobs.config, prepared.blobs.spec, prepared.blobs.composition].sort());
   });
 
   test("Given a declared level below the derived one, When prepared, Then the mismatch is an audited security event and the stricter level is effective", async () => {

@@ -4,6 +4,7 @@ export * from "./approvals.js";
 export * from "./blobs.js";
 export * from "./audit.js";
 export * from "./spec.js";
+export * from "./composition.js";
 export * from "./queue.js";
 export * from "./prepare-capture.js";
 export * from "./dispatch.js";

@@ -15,15 +15,21 @@ export const approvals: CommandSpec = {
     const expected = options["expectHead"];
     const anchor = typeof expected === "string" ? library.expectHead(context.scope, library.CHAIN_LOGS.approvals, expected) : null;
     const listing = library.listApprovals(context.scope);
-    const lines = listing.map(({ subject, approved, confirmed, mismatch, entry }) => {
+    const decision = ({ subject, approved, confirmed, mismatch, entry }: (typeof listing)[number]) => {
       const state = !confirmed ? "UNCONFIRMED" : approved ? "approved" : "revoked ";
-      const decision = entry === null ? "no ledger entry" : `seq ${entry.seq}${confirmed ? "" : ` ${entry.action}`} by ${entry.operator} at ${entry.at}: ${entry.reason}`;
-      return `${state} ${subjectText(subject)} ${decision}${mismatch ? ` [${mismatch.reason}: ${mismatch.why}]` : ""}`;
-    });
+      const said = entry === null ? "no ledger entry" : `seq ${entry.seq}${confirmed ? "" : ` ${entry.action}`} by ${entry.operator} at ${entry.at}: ${entry.reason}`;
+      return `${state} ${subjectText(subject)} ${said}${mismatch ? ` [${mismatch.reason}: ${mismatch.why}]` : ""}`;
+    };
+    const lines = listing.flatMap((item) => [
+      decision(item),
+      ...(item.approved && item.entry !== null && item.entry.composition !== undefined
+        ? library.compositionSummary(library.parseComposition(item.entry.composition, `the composition approved at seq ${item.entry.seq}`)).map((line) => `    ${line}`)
+        : []),
+    ]);
     return {
       result: { scope: context.scope, approvals: listing, ...(anchor === null ? {} : { expectHead: { hash: expected, seq: anchor.at, entries: anchor.entries, head: anchor.head } }) },
       lines: lines.length ? lines : [`no approvals in ${context.scope}`],
-      quietLines: lines,
+      quietLines: listing.map(decision),
     };
   },
 };
