@@ -167,9 +167,9 @@ describe("cross-check: dispatch", () => {
     const spec = join(scope, "home", "spec.yaml");
     writeFileSync(spec, stringify({ name: "nightly-report", executable: { tree: "./tool", path: "bin/run", args: [marker] }, target: { wing: "lobby" }, classification: "internal", classificationConfig: "./class.yaml", env: { PATH: "/usr/bin:/bin" }, credentials: [] }));
     const prepared = await prepareCapture(scope, spec);
-    await approve(scope, prepared.subject, { reason: "reviewed" });
+    await approve(scope, prepared.composition.subject, { reason: "reviewed" });
     await addJob(scope, { job: "nightly", resolution: prepared.id });
-    return { scope, marker, subject: prepared.subject };
+    return { scope, marker, subject: prepared.composition.subject };
   }
 
   test("Given a queued, approved capture, When a middle audit line is edited and re-chained, Then the next append and the dispatch are refused and nothing runs", async () => {
