@@ -1,9 +1,9 @@
 import { createHash, randomBytes } from "node:crypto";
-import { closeSync, constants, lstatSync, mkdirSync, openSync, readFileSync, renameSync, unlinkSync, writeSync } from "node:fs";
+import { closeSync, constants, lstatSync, mkdirSync, openSync, readFileSync, readSync, renameSync, unlinkSync, writeSync } from "node:fs";
 import { homedir } from "node:os";
 import { isAbsolute, join } from "node:path";
 import { errnoCode } from "../errors.js";
-import { isPlainRecord, parseLine } from "./chain-line.js";
+import { isPlainRecord } from "./chain-line.js";
 
 /**
  * The operator's private state for the chain logs: verified checkpoints and
@@ -48,8 +48,13 @@ export interface Checkpoint {
   head: string;
   /** The last prefix whose raw bytes were hashed (may lag `offset` after appends on the fast path). */
   anchor: Anchor;
-  /** Bucket (two hex digits) → content hash of its object. */
-  buckets: Record<string, string>;
+  /**
+   * Content hash of the bucket table, or null when no decision is indexed:
+   * TABLE_SLOTS slots of 32 raw bytes, slot i holding the content hash of the
+   * bucket object for subjects whose id starts with i in 3 hex digits (all
+   * zeros: no bucket). A lookup reads one slot, not the table.
+   */
+  table: string | null;
 }
 
 export interface Location {
@@ -62,7 +67,8 @@ export interface Location {
 export type Bucket = Record<string, Location>;
 
 const HEX64 = /^[0-9a-f]{64}$/;
-const BUCKET = /^[0-9a-f]{2}$/;
+export const TABLE_SLOTS = 4096;
+const SLOT = 32;
 
 function euid(): number {
   return typeof process.geteuid === "function" ? process.geteuid() : -1;
@@ -163,12 +169,12 @@ export function loadCheckpoint(dir: string, logKey: string): Checkpoint | null {
   if (bytes === null) return null;
   let value: unknown;
   try {
-    value = parseLine(bytes.toString("utf8"));
+    value = JSON.parse(bytes.toString("utf8"));
   } catch {
     return null;
   }
   if (!isPlainRecord(value) || value.v !== 1) return null;
-  const { anchor, buckets } = value;
+  const { anchor, table } = value;
   const ok =
     typeof value.dev === "string" &&
     typeof value.ino === "string" &&
@@ -186,21 +192,23 @@ export function loadCheckpoint(dir: string, logKey: string): Checkpoint | null {
     HEX64.test(anchor.sha256) &&
     (anchor.offset as number) <= (value.offset as number) &&
     (value.offset as number) <= (value.size as number) &&
-    isPlainRecord(buckets) &&
-    Object.entries(buckets).every(([bucket, hash]) => BUCKET.test(bucket) && typeof hash === "string" && HEX64.test(hash));
+    (table === null || (typeof table === "string" && HEX64.test(table)));
   return ok ? (value as unknown as Checkpoint) : null;
 }
 
-export function saveCheckpoint(dir: string, logKey: string, checkpoint: Checkpoint, replaced: Record<string, string> = {}): boolean {
+/**
+ * Replace the checkpoint, then remove the objects it no longer names
+ * (`replaced`: file names under objects/, never one `kept` names). A
+ * concurrent reader still holding the old checkpoint finds one missing and
+ * rebuilds (correct, slower).
+ */
+export function saveCheckpoint(dir: string, logKey: string, checkpoint: Checkpoint, replaced: readonly string[] = [], kept: ReadonlySet<string> = new Set()): boolean {
   const saved = writePrivate(dir, checkpointFile(logKey), Buffer.from(JSON.stringify(checkpoint), "utf8"));
   if (saved) {
-    // Objects the new checkpoint no longer names. A concurrent reader that still
-    // holds the old checkpoint finds one missing and rebuilds (correct, slower).
-    const kept = new Set(Object.values(checkpoint.buckets));
-    for (const hash of Object.values(replaced)) {
-      if (kept.has(hash)) continue;
+    for (const name of replaced) {
+      if (kept.has(name)) continue;
       try {
-        unlinkSync(join(dir, "objects", `${hash}.json`));
+        unlinkSync(join(dir, "objects", name));
       } catch {
         // already gone
       }
@@ -209,23 +217,81 @@ export function saveCheckpoint(dir: string, logKey: string, checkpoint: Checkpoi
   return saved;
 }
 
-/** A bucket object by content hash; null when missing or not what its name says. */
-export function loadBucket(dir: string, hash: string): Bucket | null {
+/** A new, empty bucket table. */
+export function emptyTable(): Buffer {
+  return Buffer.alloc(TABLE_SLOTS * SLOT);
+}
+
+/** The whole table (to update it), or null when it is missing or damaged. */
+export function loadTable(dir: string, hash: string): Buffer | null {
+  const bytes = readPrivate(join(dir, "objects", `${hash}.table`));
+  if (bytes === null || bytes.length !== TABLE_SLOTS * SLOT || createHash("sha256").update(bytes).digest("hex") !== hash) return null;
+  return bytes;
+}
+
+export function saveTable(dir: string, table: Buffer): string | null {
+  const hash = createHash("sha256").update(table).digest("hex");
+  return writePrivate(join(dir, "objects"), `${hash}.table`, table) ? hash : null;
+}
+
+export function slotOf(id: string): number {
+  return Number.parseInt(id.slice(0, 3), 16);
+}
+
+export function readSlotIn(table: Buffer, slot: number): string | null {
+  const bytes = table.subarray(slot * SLOT, slot * SLOT + SLOT);
+  return bytes.every((byte) => byte === 0) ? null : bytes.toString("hex");
+}
+
+export function writeSlotIn(table: Buffer, slot: number, hash: string): void {
+  Buffer.from(hash, "hex").copy(table, slot * SLOT);
+}
+
+/**
+ * One slot of a table, read alone (the table is not hashed here: a damaged
+ * slot names an object that does not exist or does not match its name, and
+ * that is caught when the bucket is loaded). undefined when the table itself
+ * is missing or short.
+ */
+export function readSlot(dir: string, hash: string, slot: number): string | null | undefined {
+  try {
+    const fd = openSync(join(dir, "objects", `${hash}.table`), constants.O_RDONLY | constants.O_NOFOLLOW);
+    try {
+      const bytes = Buffer.alloc(SLOT);
+      if (readSync(fd, bytes, 0, SLOT, slot * SLOT) !== SLOT) return undefined;
+      return readSlotIn(bytes, 0);
+    } finally {
+      closeSync(fd);
+    }
+  } catch {
+    return undefined;
+  }
+}
+
+/**
+ * A bucket object by content hash; null when missing or not what its name
+ * says. Entries are checked when they are used (bucketEntry), not all on load:
+ * the object is ours and content-addressed, and a lookup must not cost the
+ * whole bucket.
+ */
+export function loadBucket(dir: string, hash: string): Record<string, unknown> | null {
   const bytes = readPrivate(join(dir, "objects", `${hash}.json`));
   if (bytes === null || createHash("sha256").update(bytes).digest("hex") !== hash) return null;
   let value: unknown;
   try {
-    value = parseLine(bytes.toString("utf8"));
+    // Plain JSON.parse: a "__proto__" key becomes an own property, never the prototype.
+    value = JSON.parse(bytes.toString("utf8"));
   } catch {
     return null;
   }
-  if (!isPlainRecord(value)) return null;
-  const bucket: Bucket = Object.create(null) as Bucket;
-  for (const [id, location] of Object.entries(value)) {
-    if (!HEX64.test(id) || !isLocation(location)) return null;
-    bucket[id] = location;
-  }
-  return bucket;
+  return isPlainRecord(value) ? value : null;
+}
+
+/** One subject's location in a loaded bucket: null when absent; "damaged" when present but malformed. */
+export function bucketEntry(bucket: Record<string, unknown>, id: string): Location | null | "damaged" {
+  if (!HEX64.test(id) || !Object.hasOwn(bucket, id)) return null;
+  const location = bucket[id];
+  return isLocation(location) ? location : "damaged";
 }
 
 /** Store a bucket object; its content hash, or null when it could not be written. */

@@ -4,7 +4,25 @@ import { join } from "node:path";
 import { OatsError, errnoCode } from "../errors.js";
 import { inspectStoreAt, resolveScope } from "../retention/store/components.js";
 import { GENESIS_PREV, checkLine, logName, openForRead, readAt, verifySegment, type BrokenReason, type ChainEntry, type ChainLog } from "./chain-line.js";
-import { loadBucket, loadCheckpoint, saveBucket, saveCheckpoint, scopeStateDir, type Anchor, type Bucket, type Checkpoint, type Location } from "./chain-state.js";
+import {
+  bucketEntry,
+  emptyTable,
+  loadBucket,
+  loadCheckpoint,
+  loadTable,
+  readSlot,
+  readSlotIn,
+  saveBucket,
+  saveCheckpoint,
+  saveTable,
+  scopeStateDir,
+  slotOf,
+  writeSlotIn,
+  type Anchor,
+  type Bucket,
+  type Checkpoint,
+  type Location,
+} from "./chain-state.js";
 import { decisionKeyOf } from "./decision-key.js";
 
 /**
@@ -58,14 +76,14 @@ interface State {
   head: string;
   offset: number;
   anchor: Anchor;
-  /** Bucket hashes this state builds on; empty for a full scan. */
-  buckets: Record<string, string>;
-  /** Decisions verified by this call, newer than `buckets`. */
+  /** The bucket table this state builds on (chain-state.ts); null for none or a full scan. */
+  table: string | null;
+  /** Decisions verified by this call, newer than `table`. */
   updates: Map<string, Location>;
 }
 
 export class LogSync {
-  private loaded = new Map<string, Bucket | null>();
+  private loaded = new Map<string, Record<string, unknown> | null>();
 
   constructor(
     readonly scope: string,
@@ -95,13 +113,16 @@ export class LogSync {
   lookup(id: string): Location | null {
     const updated = this.state.updates.get(id);
     if (updated) return updated;
-    const hash = this.state.buckets[id.slice(0, 2)];
-    if (hash === undefined || this.stateDir === null) return null;
-    if (!this.loaded.has(hash)) this.loaded.set(hash, loadBucket(this.stateDir, hash));
-    const bucket = this.loaded.get(hash) ?? null;
+    const table = this.state.table;
+    if (table === null || this.stateDir === null) return null;
+    const leaf = readSlot(this.stateDir, table, slotOf(id));
+    if (leaf === null) return null;
+    if (leaf !== undefined && !this.loaded.has(leaf)) this.loaded.set(leaf, loadBucket(this.stateDir, leaf));
+    const bucket = leaf === undefined ? null : (this.loaded.get(leaf) ?? null);
+    const found = bucket === null ? "damaged" : bucketEntry(bucket, id);
     // A lost or damaged object: the state cannot answer, so verify everything again.
-    if (bucket === null) return syncLog(this.scope, this.log, { ignoreCheckpoint: true }).lookup(id);
-    return Object.hasOwn(bucket, id) ? bucket[id]! : null;
+    if (found === "damaged") return syncLog(this.scope, this.log, { ignoreCheckpoint: true }).lookup(id);
+    return found;
   }
 
   /** Read back the entry at `location` and check it is exactly the one indexed. */
@@ -145,31 +166,40 @@ export class LogSync {
     if (this.stateDir !== null) this.persist(after);
   }
 
-  /** Write the checkpoint: touched buckets as new objects, then the checkpoint naming them. */
+  /** Write the checkpoint: touched buckets and the table as new objects, then the checkpoint naming them. */
   persist(stat: BigIntStats): void {
     const dir = this.stateDir;
     if (dir === null) return;
-    const touched = new Map<string, Bucket>();
+    const previous = this.state.table;
+    const table = previous === null ? emptyTable() : loadTable(dir, previous);
+    if (table === null) return; // the next lookup through it rebuilds everything
+    const touched = new Map<number, Bucket>();
+    const replaced: string[] = [];
     for (const [id, location] of this.state.updates) {
-      const name = id.slice(0, 2);
-      let bucket = touched.get(name);
+      const slot = slotOf(id);
+      let bucket = touched.get(slot);
       if (!bucket) {
-        const previous = this.state.buckets[name];
-        const base = previous === undefined ? (Object.create(null) as Bucket) : loadBucket(dir, previous);
-        if (base === null) return; // the next lookup of that bucket rebuilds everything
-        bucket = base;
-        touched.set(name, bucket);
+        const leaf = readSlotIn(table, slot);
+        const base = leaf === null ? {} : loadBucket(dir, leaf);
+        if (base === null) return;
+        if (leaf !== null) replaced.push(`${leaf}.json`);
+        bucket = Object.assign(Object.create(null) as Bucket, base);
+        touched.set(slot, bucket);
       }
       bucket[id] = location;
     }
-    const buckets = { ...this.state.buckets };
-    const replaced: Record<string, string> = {};
-    for (const [name, bucket] of touched) {
+    const kept = new Set<string>();
+    for (const [slot, bucket] of touched) {
       const hash = saveBucket(dir, bucket);
       if (hash === null) return;
-      if (buckets[name] !== undefined) replaced[name] = buckets[name]!;
-      buckets[name] = hash;
+      writeSlotIn(table, slot, hash);
+      kept.add(`${hash}.json`);
+      this.loaded.set(hash, bucket);
     }
+    const tableHash = touched.size === 0 ? previous : saveTable(dir, table);
+    if (touched.size > 0 && tableHash === null) return;
+    if (previous !== null && tableHash !== previous) replaced.push(`${previous}.table`);
+    if (tableHash !== null) kept.add(`${tableHash}.table`);
     const checkpoint: Checkpoint = {
       v: 1,
       dev: String(stat.dev),
@@ -181,12 +211,9 @@ export class LogSync {
       seq: this.state.seq,
       head: this.state.head,
       anchor: this.state.anchor,
-      buckets,
+      table: tableHash,
     };
-    if (saveCheckpoint(dir, logKey(this.log), checkpoint, replaced)) {
-      this.state.buckets = buckets;
-      for (const [name, bucket] of touched) this.loaded.set(buckets[name]!, bucket);
-    }
+    if (saveCheckpoint(dir, logKey(this.log), checkpoint, replaced, kept)) this.state.table = tableHash;
   }
 }
 
@@ -224,7 +251,7 @@ export function syncLog(scope: string, log: ChainLog, options: SyncOptions = {})
   const genesis: Anchor = { offset: 0, seq: 0, head: GENESIS_PREV, sha256: createHash("sha256").digest("hex") };
   if (fd === null) {
     if (checkpoint !== null && checkpoint.seq > 0) throw rewritten(log, "log-missing", checkpoint, stateDir!);
-    return new LogSync(scope, log, path, "empty", { seq: 0, head: GENESIS_PREV, offset: 0, anchor: genesis, buckets: {}, updates: new Map() }, stateDir);
+    return new LogSync(scope, log, path, "empty", { seq: 0, head: GENESIS_PREV, offset: 0, anchor: genesis, table: null, updates: new Map() }, stateDir);
   }
   try {
     let stat: BigIntStats;
@@ -234,8 +261,8 @@ export function syncLog(scope: string, log: ChainLog, options: SyncOptions = {})
       throw unreadable(path, error);
     }
     if (checkpoint !== null && sameStat(checkpoint, stat)) {
-      const { seq, head, offset, anchor, buckets } = checkpoint;
-      return new LogSync(scope, log, path, "fast", { seq, head, offset, anchor, buckets, updates: new Map() }, stateDir);
+      const { seq, head, offset, anchor, table } = checkpoint;
+      return new LogSync(scope, log, path, "fast", { seq, head, offset, anchor, table, updates: new Map() }, stateDir);
     }
     const size = Number(stat.size);
     const hasher = createHash("sha256");
@@ -266,7 +293,7 @@ export function syncLog(scope: string, log: ChainLog, options: SyncOptions = {})
       }
     }
     const anchor: Anchor = { offset: size, seq: verdict.seq, head: verdict.head, sha256: hasher.digest("hex") };
-    const sync = new LogSync(scope, log, path, checkpoint === null ? "full" : "incremental", { seq: verdict.seq, head: verdict.head, offset: size, anchor, buckets: checkpoint?.buckets ?? {}, updates }, stateDir);
+    const sync = new LogSync(scope, log, path, checkpoint === null ? "full" : "incremental", { seq: verdict.seq, head: verdict.head, offset: size, anchor, table: checkpoint?.table ?? null, updates }, stateDir);
     let after: BigIntStats | null = null;
     try {
       after = fstatSync(fd, { bigint: true });
