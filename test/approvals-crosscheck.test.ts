@@ -121,6 +121,30 @@ describe("cross-check: ledger against audit", () => {
     assert.equal(requireApproval(scope, subject("b")).action, "approve");
   });
 
+  test("Given an approval whose ledger line is removed and the ledger re-chained, When asked with a fresh state, Then integrity-mismatch (no-ledger-entry), not 'never approved'", async () => {
+    const scope = tempDir("oats-cross-");
+    await approve(scope, subject("a"), { reason: "ok" });
+    await approve(scope, subject("b"), { reason: "ok" });
+    const kept = readLines(LEDGER(scope)).slice(1);
+    kept.forEach((entry, index) => {
+      entry["seq"] = index + 1;
+      entry["prev"] = index === 0 ? `sha256-${"0".repeat(64)}` : kept[index - 1]!["hash"];
+      entry["hash"] = entryHash(entry);
+    });
+    writeLines(LEDGER(scope), kept);
+    freshState();
+    assert.throws(() => requireApproval(scope, subject("a")), refusedWith("integrity-mismatch", (error) => assert.equal(error.details["crossCheck"], "no-ledger-entry")));
+    assert.throws(() => requireApproval(scope, subject("b")), refusedWith("integrity-mismatch", (error) => assert.equal(error.details["crossCheck"], "ledger-reference-differs")), "b's ledger entry moved to seq 1: the audit names seq 2");
+  });
+
+  test("Given an approval, When a refused revoke naming the same ledger entry is audited after it, Then it is not a decision and the approval stands", async () => {
+    const scope = tempDir("oats-cross-");
+    const approval = await approve(scope, subject("a"), { reason: "ok" });
+    await appendEntry(scope, CHAIN_LOGS.audit, { principal: currentPrincipal(), action: "revoke", subject: { ...subject("a") }, outcome: "refused", details: { ledger: { seq: approval.seq, hash: approval.hash }, refusal: { code: "busy" } } });
+    freshState();
+    assert.equal(requireApproval(scope, subject("a")).hash, approval.hash);
+  });
+
   test("Given a decision interrupted between its ledger write and its audit write, Then it is refused until it is decided again through oats", async () => {
     const scope = tempDir("oats-cross-");
     await appendEntry(scope, CHAIN_LOGS.approvals, { action: "approve", subject: { ...subject("a") }, operator: currentPrincipal(), reason: "crashed" });
