@@ -159,6 +159,16 @@ describe("chain checkpoint: fast, incremental and full", () => {
     assert.deepEqual(readFileSync(logPath(scope)), before);
   });
 
+  test("Given a checkpoint, When a middle line is rewritten to the same length and the chain recomputed (same size, same inode), Then the changed ctime sends it down the checked path: history-rewritten", async () => {
+    const { scope } = await logWith(5);
+    freshState();
+    syncLog(scope, AUDIT);
+    const size = readFileSync(logPath(scope)).length;
+    rechain(scope, 2, (entry) => (entry["n"] = 7));
+    assert.equal(readFileSync(logPath(scope)).length, size);
+    assert.throws(() => syncLog(scope, AUDIT), isMismatch("history-rewritten"));
+  });
+
   test("Given a checkpoint taken after appends on the fast path (anchor behind), When a line between the anchor and the checkpoint is rewritten and re-chained, Then it is still history-rewritten", async () => {
     const { scope } = await logWith(2);
     freshState();
