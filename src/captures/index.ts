@@ -8,3 +8,4 @@ export * from "./composition.js";
 export * from "./queue.js";
 export * from "./prepare-capture.js";
 export * from "./dispatch.js";
+export * from "./approval-check.js";
