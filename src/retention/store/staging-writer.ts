@@ -28,8 +28,10 @@ export const PER_FILE_FSYNC_LIMIT = 512;
 /**
  * "auto" (the default) chooses by file count as above; "per-file" and
  * "syncfs" force one strategy (the benchmark measures both on the same tree).
+ * "none" skips every fsync: for a private, transient copy (a dispatch's run
+ * copy, src/captures/run-copy.ts) that no crash needs to find intact.
  */
-export type Durability = "auto" | "per-file" | "syncfs";
+export type Durability = "auto" | "per-file" | "syncfs" | "none";
 const MAX_PENDING_FSYNCS = 32;
 const WRITE_FLAGS = constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL | constants.O_NOFOLLOW;
 
@@ -65,13 +67,18 @@ export class StagingWriter implements FileConsumer {
   private readonly pending = new Set<Promise<void>>();
   private pendingError: unknown = null;
   private readonly perFile: boolean;
+  private readonly durable: boolean;
+  /** Permission bits cleared on every file and directory written (0o022: no group/other write). */
+  private readonly clearBits: number;
 
   constructor(
     private readonly staging: string,
     private readonly listing: TreeListing,
-    options: { durability?: Durability } = {},
+    options: { durability?: Durability; clearModeBits?: number } = {},
   ) {
-    this.perFile = perFileDurability(listing, options.durability);
+    this.durable = options.durability !== "none";
+    this.perFile = this.durable && perFileDurability(listing, options.durability);
+    this.clearBits = options.clearModeBits ?? 0;
   }
 
   /** Create the directory skeleton, parents first, writable until flush() applies the real modes. */
@@ -112,7 +119,7 @@ export class StagingWriter implements FileConsumer {
     const fd = this.fd!;
     this.fd = null;
     try {
-      fchmodSync(fd, info.mode & 0o777);
+      fchmodSync(fd, info.mode & 0o777 & ~this.clearBits);
     } catch (error) {
       closeSync(fd);
       throw asStepError("copy", error, { path: this.current });
@@ -156,12 +163,13 @@ export class StagingWriter implements FileConsumer {
     if (this.pendingError) throw this.pendingError;
     try {
       for (const directory of this.listing.directories) {
-        chmodSync(join(this.staging, directory.path), lstatSync(directory.absolute).mode & 0o777);
+        chmodSync(join(this.staging, directory.path), lstatSync(directory.absolute).mode & 0o777 & ~this.clearBits);
       }
-      chmodSync(this.staging, lstatSync(this.listing.root.absolute).mode & 0o777);
+      chmodSync(this.staging, lstatSync(this.listing.root.absolute).mode & 0o777 & ~this.clearBits);
     } catch (error) {
       throw asStepError("copy", error, { path: "(directory modes)" });
     }
+    if (!this.durable) return;
     // Small trees: files were fsync'd as they were written; the directories remain.
     await makeDurable(this.staging, this.listing, { perFile: this.perFile, filesSynced: this.perFile });
   }
@@ -169,6 +177,7 @@ export class StagingWriter implements FileConsumer {
 
 /** Whether a tree is made durable file by file (true) or by one syncfs (false): the rule above. */
 export function perFileDurability(listing: TreeListing, durability: Durability = "auto"): boolean {
+  if (durability === "none") return false;
   if (durability !== "auto") return durability === "per-file";
   let files = 0;
   for (const leaf of listing.leaves) if (leaf.type === "file") files += 1;
