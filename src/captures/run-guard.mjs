@@ -28,6 +28,8 @@ const here = new URL(import.meta.url);
 const root = here.searchParams.get("root");
 if (!root || !root.startsWith("/")) throw new Error(`oats run guard: no run root in ${here.href}`);
 const rootPrefix = root.endsWith("/") ? root : `${root}/`;
+/** This file: imported twice when both argv and NODE_OPTIONS name it, the second time after the hook is in place. */
+const self = real(fileURLToPath(here));
 
 /** @param {string} path */
 function inside(path) {
@@ -60,7 +62,7 @@ export async function resolve(specifier, context, nextResolve) {
   const result = await nextResolve(specifier, context);
   if (result.url.startsWith("file:")) {
     const path = real(fileURLToPath(result.url));
-    if (!inside(path)) throw refusal(specifier, path);
+    if (!inside(path) && path !== self) throw refusal(specifier, path);
   }
   return result;
 }
