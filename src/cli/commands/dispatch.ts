@@ -1,5 +1,5 @@
 import type { DispatchPlan } from "../../captures/index.js";
-import { OatsError } from "../../errors.js";
+import { usageError } from "../envelope.js";
 import type { CommandSpec } from "../context.js";
 import { loadCapturesLibrary, subjectText } from "./captures-shared.js";
 
@@ -45,7 +45,7 @@ export const dispatch: CommandSpec = {
     const exec = options["exec"] === true;
     const harness = options["harness"] as string | undefined;
     const keep = options["keepRunCopy"] === true;
-    if (keep && !exec) throw new OatsError("invalid-input", "--keep-run-copy keeps the copy a run ran from: it needs --exec", { flag: "--keep-run-copy" });
+    if (keep && !exec) throw usageError("--keep-run-copy keeps the copy a run ran from: it needs --exec", { flag: "--keep-run-copy" });
     // Every refusal happens here, before anything runs.
     const plan = await library.resolveQueuedCapture(context.scope, job!, { exec, ...(harness === undefined ? {} : { harness }) });
     const head = `job ${plan.job}: resolution ${plan.resolution}`;
