@@ -81,11 +81,12 @@ async function fixture(options: Options): Promise<Fixture> {
       classification: "confidential",
       classificationConfig: "./class.yaml",
       env: options.env ?? { PATH: `${NODE_DIR}:/usr/bin:/bin` },
+      ...(options.env && Object.hasOwn(options.env, "NODE_OPTIONS") ? { loaderEnv: ["NODE_OPTIONS"] } : {}),
       credentials: [],
     }),
   );
   const prepared = await prepareCapture(scope, join(home, "spec.yaml"));
-  await approve(scope, prepared.subject, { reason: "reviewed" });
+  await approve(scope, prepared.composition.subject, { reason: "reviewed" });
   await addJob(scope, { job: "nightly", resolution: prepared.id });
   return { scope, prepared, job: "nightly" };
 }
@@ -301,7 +302,7 @@ describe("the private run directory", () => {
 
   test("Given a refusal after the copy was made (approval revoked), When dispatched, Then approval-required and no run copy is left", async () => {
     const f = await fixture({ files: { "bin/run": { body: script, mode: 0o755 } }, entry: "bin/run" });
-    await revoke(f.scope, f.prepared.subject, { reason: "withdrawn" });
+    await revoke(f.scope, f.prepared.composition.subject, { reason: "withdrawn" });
     await assert.rejects(resolveQueuedCapture(f.scope, f.job, { env: {} }), isCode("approval-required"));
     assert.deepEqual(runCopies(f.scope), []);
   });
