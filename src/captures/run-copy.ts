@@ -115,11 +115,12 @@ export async function copyVerifiedTree(realScope: string, input: { kind?: unknow
   }
 
   const dir = createRunDirectory(realScope);
+  let writer: StagingWriter | null = null;
   try {
     const tree = join(dir, "tree");
     mkdirSync(tree, { mode: 0o700 });
     const listing = await walkTree(source);
-    const writer = new StagingWriter(tree, listing, { durability: "none", clearModeBits: OTHERS_WRITE });
+    writer = new StagingWriter(tree, listing, { durability: "none", clearModeBits: OTHERS_WRITE, concurrentSmallFiles: true });
     writer.prepareDirectories();
     let digests: TreeDigests;
     try {
@@ -139,6 +140,7 @@ export async function copyVerifiedTree(realScope: string, input: { kind?: unknow
     await writer.flush();
     return { dir, root: realpathSync(tree), digests };
   } catch (error) {
+    await writer?.settle();
     await removeTree(dir);
     throw error;
   }
