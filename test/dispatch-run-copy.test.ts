@@ -29,10 +29,12 @@ import {
   type DispatchOptions,
   type PrepareCaptureResult,
 } from "../src/index.js";
+import { digestTree } from "../src/retention/digest/tree.js";
 import { hostTag } from "../src/retention/store/layout.js";
 import { REPO, tempDir } from "./helpers.js";
 
 const NODE_DIR = dirname(process.execPath);
+const TREE_EXEC = "oats.tree-exec.v1";
 
 interface TreeFile {
   readonly body: string;
@@ -265,7 +267,11 @@ describe("the private run directory", () => {
 
   test("Given a dispatch, When resolved, Then the run directory is 0700 and this account's, the copy's files and directories lose group/other write, and the copy is removed after the run", async () => {
     const f = await fixture({
-      files: { "bin/run": { body: script, mode: 0o777 }, "lib/data.txt": { body: "data\n", mode: 0o666 } },
+      files: {
+        "bin/run": { body: script, mode: 0o777 },
+        "lib/data.txt": { body: "data\n", mode: 0o666 },
+        ...Object.fromEntries(Array.from({ length: 60 }, (_, i) => [`lib/many/f${i}.txt`, { body: `file ${i}\n`.repeat(i + 1), mode: 0o644 }])),
+      },
       entry: "bin/run",
     });
     const plan = await resolveQueuedCapture(f.scope, f.job, { env: {} });
@@ -279,6 +285,8 @@ describe("the private run directory", () => {
       assert.equal(stats.mode & 0o022, 0, `${path}: no group/other write (${(stats.mode & 0o777).toString(8)})`);
     }
     assert.equal(statSync(join(plan.run.root, "bin/run")).mode & 0o777, 0o755);
+    // The copy holds exactly the approved bytes (small files are written concurrently from a reused read buffer).
+    assert.equal(`${TREE_EXEC}:${(await digestTree(plan.run.root))[TREE_EXEC]}`, f.prepared.subject.integrity);
     const run = await runDispatchPlan(plan, { stdio: "pipe" });
     assert.deepEqual([run.code, run.stdout, run.kept], [0, `${plan.run.root}\n`, null]);
     assert.equal(existsSync(plan.run.dir), false);
