@@ -120,8 +120,8 @@ async function dispatchAndRun(scope: string, job: string, options: DispatchOptio
 // ------------------------------------------------------------ TOCTOU race
 
 /** An attacker process (test/support/swap-attacker.ts), started and ready. */
-async function startAttacker(request: Record<string, unknown>): Promise<{ done: Promise<{ status: number | null; stdout: string; stderr: string }> }> {
-  const child = spawn(process.execPath, ["--import", "tsx", join(REPO, "test/support/swap-attacker.ts"), JSON.stringify(request)], { cwd: REPO, stdio: ["ignore", "pipe", "pipe"] });
+async function startAttacker(request: Record<string, unknown>, as?: { uid: number; gid: number }): Promise<{ done: Promise<{ status: number | null; stdout: string; stderr: string }> }> {
+  const child = spawn(process.execPath, ["--import", "tsx", join(REPO, "test/support/swap-attacker.ts"), JSON.stringify(request)], { cwd: REPO, stdio: ["ignore", "pipe", "pipe"], ...(as ?? {}) });
   let stdout = "";
   let stderr = "";
   child.stdout.on("data", (chunk: Buffer) => (stdout += chunk.toString()));
@@ -142,19 +142,28 @@ describe("dispatch runs the bytes it verified (time of check to time of use)", (
   const approved = '#!/bin/sh\n# approved\ncat "$0" > "$1"\n';
   const swapped = '#!/bin/sh\n# swapped by the attacker\ncat "$0" > "$1"\n';
 
+  // on-audit: another local user (nobody) who can write one directory of the store (a group-writable store, say);
+  // hold-lock: another process of the dispatching account, which can also take the audit lock.
   for (const mode of ["on-audit", "hold-lock"] as const) {
-    test(`Given an attacker that swaps the retained entry point ${mode === "on-audit" ? "the moment the dispatch audit entry appears" : "while it holds the audit lock the dispatcher waits on"}, When dispatched over several rounds, Then what runs is always the approved text, never the swapped one`, { timeout: 180_000 }, async () => {
+    test(`Given ${mode === "on-audit" ? "another user (nobody) who swaps the retained entry point the moment the dispatch audit entry appears" : "a process that swaps the retained entry point while it holds the audit lock the dispatcher waits on"}, When dispatched over several rounds, Then what runs is always the approved text, never the swapped one`, { timeout: 180_000 }, async (t) => {
+      const asNobody = mode === "on-audit";
+      if (asNobody && process.geteuid?.() !== 0) return t.skip("needs root to run the attacker as nobody");
       const base = tempDir("oats-race-");
       const marker = join(base, "marker");
-      const f = await fixture({ files: { "bin/run": { body: approved, mode: 0o755 } }, entry: "bin/run", args: [marker] });
+      const parent = tempDir("oats-race-scope-");
+      const f = await fixture({ files: { "bin/run": { body: approved, mode: 0o755 } }, entry: "bin/run", args: [marker], parent });
       const target = join(f.prepared.retained.dir, "bin", "run");
-      // Directory modes are outside identity: an attacker with write access to the store has this.
+      // Directory modes and owners are outside identity: this is the attacker's foothold in the store.
       chmodSync(dirname(target), 0o755);
+      if (asNobody) {
+        chmodSync(parent, 0o755);
+        chownSync(dirname(target), 65534, 65534);
+      }
       const auditLog = join(f.scope, ".agents", "audit", "audit.jsonl");
       const rounds = 4;
       for (let round = 0; round < rounds; round++) {
         writeFileSync(marker, "");
-        const attacker = await startAttacker({ mode, auditLog, target, swapped, holdMs: 1500 });
+        const attacker = await startAttacker({ mode, auditLog, target, swapped, holdMs: 1500 }, asNobody ? { uid: 65534, gid: 65534 } : undefined);
         const { run } = await dispatchAndRun(f.scope, f.job, { lockWaitMs: 60_000 });
         const attack = await attacker.done;
         assert.equal(attack.stdout, "swapped\n", `round ${round}: the attacker swapped the store copy (status ${attack.status}: ${attack.stderr})`);
