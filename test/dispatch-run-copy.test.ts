@@ -8,7 +8,7 @@
  */
 import assert from "node:assert/strict";
 import { spawn, spawnSync } from "node:child_process";
-import { chmodSync, chownSync, existsSync, mkdirSync, readdirSync, readFileSync, renameSync, statSync, writeFileSync } from "node:fs";
+import { chmodSync, chownSync, existsSync, mkdirSync, readdirSync, readFileSync, renameSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { describe, test } from "node:test";
 import { stringify } from "yaml";
@@ -322,6 +322,21 @@ describe("the private run directory", () => {
     await revoke(f.scope, f.prepared.composition.subject, { reason: "withdrawn" });
     await assert.rejects(resolveQueuedCapture(f.scope, f.job, { env: {} }), isCode("approval-required"));
     assert.deepEqual(runCopies(f.scope), []);
+  });
+
+  test("Given an audit log that cannot be appended (a directory in its place), When dispatched, Then audit-unavailable and the copy made before the audit is removed", async () => {
+    const f = await fixture({ files: { "bin/run": { body: script, mode: 0o755 } }, entry: "bin/run" });
+    const auditLog = join(f.scope, ".agents", "audit", "audit.jsonl");
+    renameSync(auditLog, `${auditLog}.saved`);
+    mkdirSync(auditLog);
+    try {
+      await assert.rejects(resolveQueuedCapture(f.scope, f.job, { env: {} }), isCode("audit-unavailable"));
+      assert.ok(existsSync(join(f.scope, ".agents", "run-copies")), "the copy was made before the audit");
+      assert.deepEqual(runCopies(f.scope), []);
+    } finally {
+      rmSync(auditLog, { recursive: true });
+      renameSync(`${auditLog}.saved`, auditLog);
+    }
   });
 
   test("Given the run copies' area but a dispatcher whose process is gone, When oats cleanup runs, Then the dead dispatcher's copy is removed and a live one is kept", async () => {
