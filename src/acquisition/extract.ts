@@ -1,9 +1,9 @@
-import { closeSync, constants, fchmodSync, mkdirSync, openSync, symlinkSync, writeSync } from "node:fs";
+import { chmodSync, closeSync, constants, fchmodSync, mkdirSync, openSync, symlinkSync, writeSync } from "node:fs";
 import { join } from "node:path";
 import type { Readable } from "node:stream";
 import { Parser, type ReadEntry } from "tar";
 import { OatsError, asStepError, isOatsError } from "../errors.js";
-import { ancestors, entryPath, entryRefusal, foldKey, symlinkTarget } from "./entry-path.js";
+import { entryPath, entryRefusal, foldKey, symlinkTarget } from "./entry-path.js";
 
 /**
  * Safe extraction of a tar stream (gzip detected by the parser) into an
@@ -21,18 +21,58 @@ import { ancestors, entryPath, entryRefusal, foldKey, symlinkTarget } from "./en
  * - each name at most once, and no two names that fold to the same key
  *   (case, Unicode normalisation), which would merge on another filesystem;
  * - at most `maxEntries` entries and `maxBytes` expanded bytes (a
- *   decompression bomb stops at the limit, not at the disk's end);
- * - files get 0755 when the owner-exec bit is set, else 0644, like retention.
+ *   decompression bomb stops at the limit, not at the disk's end); names
+ *   (and symlink texts) of at most `maxPathBytes` bytes and `maxDepth`
+ *   segments; pax and GNU long-name headers of at most `maxHeaderBytes`.
+ *   Each limit is checked before any work proportional to what exceeds it:
+ *   node-tar ignores (never buffers) a meta header over maxMetaEntrySize,
+ *   which is set to maxHeaderBytes, and we refuse the ignored header; a
+ *   name is measured before it is split;
+ * - bookkeeping is linear: an entry claims only the ancestors not already
+ *   claimed (a claimed name's ancestors are all claimed directories), so an
+ *   archive's cost follows its size, not its depth squared;
+ * - files get 0755 when the owner-exec bit is set, else 0644, directories
+ *   0755, like retention; the destination root too, once extraction is
+ *   complete (it is 0700 while the archive is being written into it).
  *
  * A refusal aborts the stream at once; the caller removes the directory.
  */
 
 export interface ExtractLimits {
   readonly maxEntries: number;
+  /** Expanded bytes of all files together. */
   readonly maxBytes: number;
+  /** Bytes of one entry's name (after the pax or GNU long name is applied), and of a symlink's text. */
+  readonly maxPathBytes: number;
+  /** Segments of one entry's name; also the deepest directory a walked tree may have. */
+  readonly maxDepth: number;
+  /** Bytes of one pax extended header or GNU long-name/long-link header. */
+  readonly maxHeaderBytes: number;
 }
 
-export const DEFAULT_EXTRACT_LIMITS: ExtractLimits = { maxEntries: 100_000, maxBytes: 4 * 1024 ** 3 };
+/** Far above any real package: this project's node_modules (about 2,000 entries) reaches depth 7 and 68-byte paths. */
+export const DEFAULT_EXTRACT_LIMITS: ExtractLimits = {
+  maxEntries: 100_000,
+  maxBytes: 4 * 1024 ** 3,
+  maxPathBytes: 4096,
+  maxDepth: 256,
+  maxHeaderBytes: 64 * 1024,
+};
+
+const LIMIT_NAMES = ["maxEntries", "maxBytes", "maxPathBytes", "maxDepth", "maxHeaderBytes"] as const;
+
+/** The defaults with `limits` applied; each must be a positive safe integer (`invalid-input`). */
+export function extractLimits(limits: Partial<ExtractLimits> | undefined): ExtractLimits {
+  const merged: Record<string, unknown> = { ...DEFAULT_EXTRACT_LIMITS };
+  for (const name of LIMIT_NAMES) if (limits?.[name] !== undefined) merged[name] = limits[name];
+  for (const name of LIMIT_NAMES) {
+    const value = merged[name];
+    if (typeof value !== "number" || !Number.isSafeInteger(value) || value < 1) {
+      throw new OatsError("invalid-input", `extraction limit ${name} must be a positive integer, got ${JSON.stringify(value)}`, { [name]: value, reason: "invalid-limit" });
+    }
+  }
+  return merged as unknown as ExtractLimits;
+}
 
 export interface ExtractOptions {
   /** Names what is being extracted in refusals, e.g. the tarball's path. */
@@ -56,7 +96,7 @@ const SPECIAL_TYPES = new Set(["CharacterDevice", "BlockDevice", "FIFO"]);
 export function extractTar(input: Readable, dest: string, options: ExtractOptions): Promise<ExtractResult> {
   const origin = options.origin;
   const prefix = options.prefix ?? null;
-  const limits = { ...DEFAULT_EXTRACT_LIMITS, ...(options.limits ?? {}) };
+  const limits = extractLimits(options.limits);
   const kinds = new Map<string, Kind>();
   const folded = new Map<string, string>();
   let entries = 0;
@@ -65,7 +105,8 @@ export function extractTar(input: Readable, dest: string, options: ExtractOption
 
   return new Promise<ExtractResult>((resolvePromise, reject) => {
     let failed = false;
-    const parser = new Parser({ strict: true });
+    // Past maxMetaEntrySize node-tar skips a meta header's body instead of buffering it, and reports it as ignored: refused below.
+    const parser = new Parser({ strict: true, maxMetaEntrySize: limits.maxHeaderBytes });
     /** Files being written: closed on a failure that arrives from elsewhere (the input stream, the parser). */
     const openFiles = new Set<() => void>();
     const fail = (error: unknown) => {
@@ -77,14 +118,22 @@ export function extractTar(input: Readable, dest: string, options: ExtractOption
       reject(isOatsError(error) ? error : asStepError("extract", error, { archive: origin }));
     };
 
-    /** Record a name (and its implicit parent directories), refusing duplicates, collisions and type conflicts. */
+    /**
+     * Record a name (and its implicit parent directories), refusing duplicates, collisions and type conflicts.
+     * Ancestors are looked up from the nearest one outwards and only until one is known: a known name's
+     * ancestors were all claimed as directories when it was, so each entry costs its own length, not its depth squared.
+     */
     const claim = (path: string, kind: Kind) => {
-      for (const parent of ancestors(path)) {
+      const missing: string[] = [];
+      for (let cut = path.lastIndexOf("/"); cut > 0; cut = path.lastIndexOf("/", cut - 1)) {
+        const parent = path.slice(0, cut);
         const existing = kinds.get(parent);
         if (existing === "symlink") throw entryRefusal(origin, "through-symlink", path, `${parent} is a symlink in this archive; nothing is written through one`);
         if (existing === "file") throw entryRefusal(origin, "type-conflict", path, `${parent} is a file in this archive`);
-        if (existing === undefined) claimName(parent, "directory", path);
+        if (existing === "directory") break;
+        missing.push(parent);
       }
+      for (let index = missing.length - 1; index >= 0; index--) claimName(missing[index]!, "directory", path);
       const existing = kinds.get(path);
       if (existing !== undefined) {
         // A directory entry after a file below it created the directory implicitly is fine, once.
@@ -110,7 +159,7 @@ export function extractTar(input: Readable, dest: string, options: ExtractOption
       try {
         entries += 1;
         if (entries > limits.maxEntries) throw entryRefusal(origin, "too-many-entries", null, `more than ${limits.maxEntries} entries`, { limit: limits.maxEntries });
-        const path = entryPath(entry.path, prefix, origin);
+        const path = entryPath(entry.path, prefix, origin, limits);
         if (path === null) {
           if (entry.type !== "Directory") throw entryRefusal(origin, "unsupported-entry", entry.path, "only a directory may name the root");
           return void entry.resume();
@@ -125,7 +174,7 @@ export function extractTar(input: Readable, dest: string, options: ExtractOption
           return void entry.resume();
         }
         if (entry.type === "SymbolicLink") {
-          const target = symlinkTarget(path, entry.linkpath ?? "", origin);
+          const target = symlinkTarget(path, entry.linkpath ?? "", origin, limits.maxPathBytes);
           claim(path, "symlink");
           symlinkSync(target, join(dest, path));
           return void entry.resume();
@@ -174,6 +223,14 @@ export function extractTar(input: Readable, dest: string, options: ExtractOption
     };
 
     parser.on("entry", onEntry);
+    parser.on("ignoredEntry", (entry: ReadEntry) => {
+      // Nothing is filtered, so only an oversized meta header (pax, GNU long name or link) is ever ignored.
+      fail(
+        entry.meta
+          ? entryRefusal(origin, "header-too-large", null, `the ${entry.type} header of ${entry.size} bytes exceeds the limit of ${limits.maxHeaderBytes}`, { limit: limits.maxHeaderBytes, size: entry.size, type: entry.type })
+          : entryRefusal(origin, "unsupported-entry", entry.path, "the tar parser skipped this entry", { type: entry.type }),
+      );
+    });
     const corrupt = (message: string, code?: unknown) =>
       fail(entryRefusal(origin, "corrupt-archive", null, `not a readable tar archive: ${message}`, code === undefined ? {} : { tarCode: code }));
     parser.on("warn", (code: string, message: string | Error) => corrupt(message instanceof Error ? message.message : message, code));
@@ -181,6 +238,12 @@ export function extractTar(input: Readable, dest: string, options: ExtractOption
     parser.on("end", () => {
       if (failed) return;
       if (entries === 0) return fail(entryRefusal(origin, "empty-archive", null, "the archive has no entries"));
+      try {
+        // Like every directory written above; 0700 only while the archive was being written into it.
+        chmodSync(dest, 0o755);
+      } catch (error) {
+        return fail(error);
+      }
       resolvePromise({ entries, files, bytes });
     });
     input.on("error", (error) => fail(error instanceof OatsError ? error : entryRefusal(origin, "corrupt-archive", null, `cannot read the archive: ${error.message}`)));

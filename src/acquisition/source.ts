@@ -1,3 +1,4 @@
+import { chmodSync } from "node:fs";
 import { OatsError } from "../errors.js";
 import { sourceIdentitySchema } from "../resolution/record.js";
 import { adoptTree, retainTree, type RetainOptions } from "../retention/retain.js";
@@ -63,6 +64,8 @@ export async function retainSource(scope: string, request: SourceRequest, option
     ...(options.lockWaitMs === undefined ? {} : { lockWaitMs: options.lockWaitMs }),
     ...(options.onProgress ? { onProgress: options.onProgress } : {}),
   };
+  const maxDepth = options.maxDepth ?? options.limits?.maxDepth;
+  if (maxDepth !== undefined) Object.assign(retainOptions, { maxDepth });
   if (revision === "local") {
     const receipt = await retainTree(scope, { kind: "source", key, source: request.dir }, retainOptions);
     return { ...receipt, identity, revision };
@@ -77,6 +80,8 @@ export async function retainSource(scope: string, request: SourceRequest, option
   const receipt = await withExtractionDir(realScope, async (dir) => {
     if (listing.size > 0) await archiveCommitTree(repo, tree, dir, options.limits ? { limits: options.limits } : {});
     await checkAgainstTree(repo, tree, listing, dir);
+    // A commit's root is a directory like any other in it (0755), whether or not the extractor ran (an empty tree).
+    chmodSync(dir, 0o755);
     // The extraction is ours and checked against the commit: adopted (moved, made durable, read back once), not copied again.
     return adoptTree(realScope, { kind: "source", key, source: dir }, retainOptions);
   });

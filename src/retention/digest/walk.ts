@@ -1,5 +1,4 @@
 import { promises as fsp, readdirSync, type Dirent } from "node:fs";
-import { basename } from "node:path";
 import { OatsError, errnoCode } from "../../errors.js";
 
 /**
@@ -114,75 +113,115 @@ function compareSiblingBytes(a: Dirent, b: Dirent): number {
   return Buffer.compare(siblingKey(a), siblingKey(b));
 }
 
-export async function walkTree(rootAbsolute: string): Promise<TreeListing> {
+/** Far deeper than any real package tree (this project's node_modules reaches 7); the extractor's default name depth too. */
+export const DEFAULT_MAX_DEPTH = 256;
+
+export interface WalkOptions {
+  /** The most segments a path in the tree may have; a deeper tree is `invalid-artifact` (`too-deep`). */
+  readonly maxDepth?: number;
+}
+
+function tooDeep(path: string, depth: number, limit: number): OatsError {
+  const shown = path.length <= 256 ? path : `${path.slice(0, 256)}...`;
+  return new OatsError("invalid-artifact", `tree is deeper than the limit of ${limit} levels at ${shown}`, { path: shown, reason: "too-deep", limit, depth });
+}
+
+/** One directory being listed: the walk keeps these on its own stack, never the JavaScript one. */
+interface Frame {
+  readonly directory: DirectoryEntry;
+  readonly listed: Dirent[];
+  readonly depth: number;
+  next: number;
+}
+
+async function listDirectory(absolute: string, path: string): Promise<Dirent[]> {
+  try {
+    // Synchronous, like the small-file reads: one readdir is cheaper than
+    // the thread-pool round trip that would carry it.
+    const listed = readdirSync(absolute, { withFileTypes: true });
+    let beyond = false;
+    for (const entry of listed) if (BEYOND_UTF16_ORDER.test(entry.name)) beyond = true;
+    if (beyond && listed.some((entry) => entry.name.includes("\uFFFD"))) await checkNamesAreUtf8(absolute, path);
+    listed.sort(beyond ? compareSiblingBytes : compareSiblings);
+    return listed;
+  } catch (error) {
+    throw error instanceof OatsError ? error : changedOrUnreadable(error, path || ".");
+  }
+}
+
+async function readSymlink(absolute: string, path: string): Promise<string> {
+  let targetRaw: Buffer;
+  try {
+    targetRaw = await fsp.readlink(absolute, { encoding: "buffer" });
+  } catch (error) {
+    throw changedOrUnreadable(error, path);
+  }
+  try {
+    return utf8.decode(targetRaw);
+  } catch {
+    throw notUtf8(targetRaw, path, "symlink target of");
+  }
+}
+
+/**
+ * Depth first, siblings in tree-exec order, with an explicit stack: a tree
+ * deeper than `maxDepth` is refused when the walk first steps below the
+ * limit, before anything under it is listed.
+ */
+export async function walkTree(rootAbsolute: string, options: WalkOptions = {}): Promise<TreeListing> {
+  const maxDepth = options.maxDepth ?? DEFAULT_MAX_DEPTH;
   const leaves: LeafEntry[] = [];
   const directories: DirectoryEntry[] = [];
-
-  async function walkDirectory(absolute: string, path: string): Promise<DirectoryEntry> {
-    let listed: Dirent[];
-    try {
-      // Synchronous, like the small-file reads: one readdir is cheaper than
-      // the thread-pool round trip that would carry it.
-      listed = readdirSync(absolute, { withFileTypes: true });
-      let beyond = false;
-      for (const entry of listed) if (BEYOND_UTF16_ORDER.test(entry.name)) beyond = true;
-      if (beyond && listed.some((entry) => entry.name.includes("\uFFFD"))) await checkNamesAreUtf8(absolute, path);
-      listed.sort(beyond ? compareSiblingBytes : compareSiblings);
-    } catch (error) {
-      throw error instanceof OatsError ? error : changedOrUnreadable(error, path || ".");
+  const root: DirectoryEntry = { type: "directory", name: "", path: "", absolute: rootAbsolute, children: [] };
+  const stack: Frame[] = [{ directory: root, listed: await listDirectory(rootAbsolute, ""), depth: 0, next: 0 }];
+  while (stack.length > 0) {
+    const frame = stack[stack.length - 1]!;
+    if (frame.next === frame.listed.length) {
+      stack.pop();
+      // Children before their parents.
+      if (frame.directory.path) directories.push(frame.directory);
+      continue;
     }
-    const children: TreeEntry[] = [];
-    for (const entry of listed) {
-      const name = entry.name;
-      const childPath = path ? `${path}/${name}` : name;
-      const childAbsolute = `${absolute}/${name}`;
-      if (entry.isDirectory()) {
-        const directory = await walkDirectory(childAbsolute, childPath);
-        children.push(directory);
-      } else if (entry.isFile()) {
-        const file: FileEntry = { type: "file", name, path: childPath, absolute: childAbsolute };
-        children.push(file);
-        leaves.push(file);
-      } else if (entry.isSymbolicLink()) {
-        let targetRaw: Buffer;
-        try {
-          targetRaw = await fsp.readlink(childAbsolute, { encoding: "buffer" });
-        } catch (error) {
-          throw changedOrUnreadable(error, childPath);
-        }
-        let target: string;
-        try {
-          target = utf8.decode(targetRaw);
-        } catch {
-          throw notUtf8(targetRaw, childPath, "symlink target of");
-        }
-        const link: SymlinkEntry = { type: "symlink", name, path: childPath, absolute: childAbsolute, target };
-        children.push(link);
-        leaves.push(link);
-      } else {
-        refuseSpecial(entry, childPath);
-      }
+    const entry = frame.listed[frame.next++]!;
+    const parent = frame.directory;
+    const name = entry.name;
+    const childPath = parent.path ? `${parent.path}/${name}` : name;
+    const childAbsolute = `${parent.absolute}/${name}`;
+    if (frame.depth + 1 > maxDepth) throw tooDeep(childPath, frame.depth + 1, maxDepth);
+    if (entry.isDirectory()) {
+      const directory: DirectoryEntry = { type: "directory", name, path: childPath, absolute: childAbsolute, children: [] };
+      parent.children.push(directory);
+      stack.push({ directory, listed: await listDirectory(childAbsolute, childPath), depth: frame.depth + 1, next: 0 });
+    } else if (entry.isFile()) {
+      const file: FileEntry = { type: "file", name, path: childPath, absolute: childAbsolute };
+      parent.children.push(file);
+      leaves.push(file);
+    } else if (entry.isSymbolicLink()) {
+      const link: SymlinkEntry = { type: "symlink", name, path: childPath, absolute: childAbsolute, target: await readSymlink(childAbsolute, childPath) };
+      parent.children.push(link);
+      leaves.push(link);
+    } else {
+      refuseSpecial(entry, childPath);
     }
-    const directory: DirectoryEntry = { type: "directory", name: basename(path), path, absolute, children };
-    if (path) directories.push(directory);
-    return directory;
   }
-
-  const root = await walkDirectory(rootAbsolute, "");
   return { root, leaves, directories };
 }
 
-/** Legacy order: depth-first pre-order over the collated children. */
+/** Legacy order: depth-first pre-order over the collated children (an explicit stack, like the walk). */
 export function legacyOrder(root: DirectoryEntry): LeafEntry[] {
   const out: LeafEntry[] = [];
-  const visit = (directory: DirectoryEntry): void => {
-    const collated = [...directory.children].sort((a, b) => compareLegacyNames(a.name, b.name));
-    for (const child of collated) {
-      if (child.type === "directory") visit(child);
-      else out.push(child);
+  const collate = (directory: DirectoryEntry) => [...directory.children].sort((a, b) => compareLegacyNames(a.name, b.name));
+  const stack: { children: TreeEntry[]; next: number }[] = [{ children: collate(root), next: 0 }];
+  while (stack.length > 0) {
+    const frame = stack[stack.length - 1]!;
+    if (frame.next === frame.children.length) {
+      stack.pop();
+      continue;
     }
-  };
-  visit(root);
+    const child = frame.children[frame.next++]!;
+    if (child.type === "directory") stack.push({ children: collate(child), next: 0 });
+    else out.push(child);
+  }
   return out;
 }
 
@@ -190,6 +229,9 @@ export function changedOrUnreadable(error: unknown, path: string): OatsError {
   const code = errnoCode(error);
   if (code === "ENOENT" || code === "ENOTDIR" || code === "ELOOP") {
     return new OatsError("invalid-artifact", `tree changed while it was read: ${path}`, { path, reason: "changed-while-reading", errno: code }, { cause: error });
+  }
+  if (code === "ENAMETOOLONG") {
+    return new OatsError("invalid-artifact", `path too long to open: ${path.length <= 256 ? path : `${path.slice(0, 256)}...`}`, { path: path.slice(0, 256), reason: "path-too-long", errno: code }, { cause: error });
   }
   if (code === "EACCES" || code === "EPERM") {
     return new OatsError("invalid-artifact", `cannot read ${path}: permission denied`, { path, reason: "unreadable", errno: code }, { cause: error });

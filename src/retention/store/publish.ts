@@ -2,7 +2,7 @@ import { lstat, mkdir, rename } from "node:fs/promises";
 import { join } from "node:path";
 import { OatsError, asStepError, errnoCode } from "../../errors.js";
 import { FRAMINGS, digestListing, type ProgressListener, type TreeDigests } from "../digest/tree.js";
-import { walkTree, type TreeListing } from "../digest/walk.js";
+import { walkTree, type TreeListing, type WalkOptions } from "../digest/walk.js";
 import type { ArtifactKind } from "../ids.js";
 import { TREE_LEGACY, type TreeFormat } from "../integrity.js";
 import { ensureStore, fsyncDirectory, removeCreatedStore } from "./components.js";
@@ -40,6 +40,8 @@ export interface PublishPlan {
   readonly checkExisting?: (dir: string) => void;
   readonly lockWaitMs: number;
   readonly onProgress?: ProgressListener;
+  /** The deepest path a walked tree may have; DEFAULT_MAX_DEPTH otherwise. */
+  readonly maxDepth?: number;
 }
 
 export interface PublishResult {
@@ -65,7 +67,7 @@ function mismatch(plan: Pick<PublishPlan, "kind" | "key" | "nameFormat">, expect
 
 /** Verify a revision directory that already exists; refuse, never repair, a damaged one. */
 export async function verifyRevision(
-  plan: Pick<PublishPlan, "kind" | "key" | "nameFormat" | "formats" | "onProgress">,
+  plan: Pick<PublishPlan, "kind" | "key" | "nameFormat" | "formats" | "onProgress" | "maxDepth">,
   dir: string,
   expected: string,
 ): Promise<TreeDigests> {
@@ -79,7 +81,7 @@ export async function verifyRevision(
   if (!stats.isDirectory()) {
     throw new OatsError("invalid-artifact", `retained revision is not a real directory (${stats.isSymbolicLink() ? "a symlink" : "a file"}): ${dir}`, { kind: plan.kind, key: plan.key, dir });
   }
-  const digests = await digestListing(await walkTree(dir), plan.formats, plan.onProgress ? { onProgress: plan.onProgress } : {});
+  const digests = await digestListing(await walkTree(dir, walkOptions(plan)), plan.formats, plan.onProgress ? { onProgress: plan.onProgress } : {});
   const actual = digests[plan.nameFormat]!;
   if (actual !== expected) {
     const difference = await firstDifference(dir);
@@ -88,6 +90,8 @@ export async function verifyRevision(
   }
   return digests;
 }
+
+const walkOptions = (plan: Pick<PublishPlan, "maxDepth">): WalkOptions => (plan.maxDepth === undefined ? {} : { maxDepth: plan.maxDepth });
 
 /** Where a plan's revisions live, and the destination a digest names. */
 function place(plan: PublishPlan) {
@@ -227,7 +231,7 @@ async function verifyStaged(plan: PublishPlan, staging: string, onProgress?: Pro
   const manifest = new ManifestBuilder();
   try {
     faultPoint("verify-staged", staging);
-    const staged = await digestListing(await walkTree(staging), plan.formats, { sink: manifest, sinkOrder: "bytes", ...(onProgress ? { onProgress } : {}) });
+    const staged = await digestListing(await walkTree(staging, walkOptions(plan)), plan.formats, { sink: manifest, sinkOrder: "bytes", ...(onProgress ? { onProgress } : {}) });
     return { staged, manifest };
   } catch (error) {
     throw asStepError("verify-staged", error, { staging });
