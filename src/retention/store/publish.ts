@@ -9,6 +9,7 @@ import { ensureStore, fsyncDirectory, removeCreatedStore } from "./components.js
 import { faultPoint } from "./faults.js";
 import { ManifestBuilder, firstDifference, writeManifest } from "./manifest.js";
 import { EXEC_REVISIONS_DIR, assertContained, stagingName, storeRoot } from "./layout.js";
+import { maskAdoptedModes } from "./modes.js";
 import { withRevisionLock } from "./publish-lock.js";
 import { StagingWriter, makeDurable, perFileDurability, removeTree } from "./staging-writer.js";
 
@@ -163,7 +164,7 @@ export async function publishTree(plan: PublishPlan): Promise<PublishResult> {
  * 2. the tree is renamed into a fresh staging directory beside the
  *    destination (step `adopt`); on another filesystem (EXDEV) it is left
  *    where it is and publishTree copies it instead;
- * 3. the staged tree is made durable by the same rule as a copy (fsync of
+ * 3. its modes are masked as a copy's are (maskAdoptedModes), and the staged tree is made durable by the same rule as a copy (fsync of
  *    each file and directory up to PER_FILE_FSYNC_LIMIT files, else one
  *    syncfs);
  * 4. the durable staged tree is read back once, in every format and into
@@ -186,6 +187,7 @@ export async function publishAdopted(plan: PublishPlan): Promise<PublishResult> 
   if (moved === "cross-device") return publishTree(plan);
   const { created, staging } = moved;
   try {
+    maskAdoptedModes(staging, plan.listing);
     await makeDurable(staging, plan.listing, { perFile: perFileDurability(plan.listing), filesSynced: false });
     const { staged, manifest } = await verifyStaged(plan, staging, plan.onProgress);
     const measured = staged[plan.nameFormat]!;

@@ -7,13 +7,15 @@ import type { FileConsumer, FileInfo } from "../digest/file-reader.js";
 import type { FileEntry, SymlinkEntry, TreeListing } from "../digest/walk.js";
 import { faultPoint } from "./faults.js";
 import { fsyncDirectory } from "./components.js";
+import { retainedMode } from "./modes.js";
 
 /**
  * Writes the leaves of a tree into a staging directory as they are read and
  * hashed, so the bytes that were hashed are the bytes that were written.
- * Files are created exclusively and never through a symlink; permission
- * bits (mode & 0o777) and verbatim link text are kept; setuid, setgid and
- * sticky bits are dropped. Directory modes are applied last, deepest first.
+ * Files are created exclusively and never through a symlink; verbatim link
+ * text is kept; permission bits are kept except that group and other lose
+ * write and setuid, setgid and sticky are dropped (retainedMode, modes.ts).
+ * Directory modes are applied last, deepest first.
  *
  * Durability: up to PER_FILE_FSYNC_LIMIT files, each file and directory is
  * fsync'd (in parallel, as they are written). Beyond that, one syncfs of the
@@ -112,7 +114,7 @@ export class StagingWriter implements FileConsumer {
     const fd = this.fd!;
     this.fd = null;
     try {
-      fchmodSync(fd, info.mode & 0o777);
+      fchmodSync(fd, retainedMode(info.mode));
     } catch (error) {
       closeSync(fd);
       throw asStepError("copy", error, { path: this.current });
@@ -156,9 +158,9 @@ export class StagingWriter implements FileConsumer {
     if (this.pendingError) throw this.pendingError;
     try {
       for (const directory of this.listing.directories) {
-        chmodSync(join(this.staging, directory.path), lstatSync(directory.absolute).mode & 0o777);
+        chmodSync(join(this.staging, directory.path), retainedMode(lstatSync(directory.absolute).mode));
       }
-      chmodSync(this.staging, lstatSync(this.listing.root.absolute).mode & 0o777);
+      chmodSync(this.staging, retainedMode(lstatSync(this.listing.root.absolute).mode));
     } catch (error) {
       throw asStepError("copy", error, { path: "(directory modes)" });
     }
