@@ -171,8 +171,8 @@ describe("tree walk depth: retain, digest and verify of a directory 3,000 levels
       await assert.rejects(retainTree(scope, { kind: "capability", key: "demo.deep", source: deep }), refusal("invalid-artifact", { reason: "too-deep", limit: 256, depth: 257 }));
       assert.deepEqual(snapshotTree(scope), before, "a refused retain changed the store");
       await assert.rejects(digestTree(deep), refusal("invalid-artifact", { reason: "too-deep", limit: 256 }));
-      // Raising the limit does not bring back the crash: a path longer than PATH_MAX is a typed refusal too.
-      await assert.rejects(digestTree(deep, [TREE_EXEC], { maxDepth: 5000 }), (error) => error instanceof OatsError && error.code === "invalid-artifact");
+      // With the limit raised the same tree digests: the walk keeps its own stack, and opens each directory inside its parent, so no path is longer than PATH_MAX.
+      assert.match((await digestTree(deep, [TREE_EXEC], { maxDepth: 5000 }))[TREE_EXEC]!, /^sha256-[0-9a-f]{64}$/);
 
       // verify: a retained revision replaced by the deep tree.
       const shallow = tempDir("oats-src-");

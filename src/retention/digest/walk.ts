@@ -1,10 +1,23 @@
-import { promises as fsp, readdirSync, type Dirent } from "node:fs";
+import { closeSync, constants, existsSync, fstatSync, openSync, readdirSync, readlinkSync, type Dirent } from "node:fs";
 import { OatsError, errnoCode } from "../../errors.js";
 
 /**
  * One walk of a directory tree, never following a symlink. It lists what a
  * digest or a copy needs and refuses what no format can name: special files
  * and names or link targets that are not valid UTF-8.
+ *
+ * It cannot be redirected. O_NOFOLLOW guards only the last component of a
+ * path, so a directory inside the tree swapped for a symlink between the
+ * listing and a read would take a path-based walk outside the tree (to
+ * anything the retaining user can read). On Linux every directory is
+ * therefore opened relative to its already-open parent, through
+ * /proc/self/fd/<parent>/<name> with O_DIRECTORY|O_NOFOLLOW: that is
+ * openat() semantics, so each directory reached is really the child of the
+ * one above it, back to the root. Directories are listed, symlinks read and
+ * (file-reader.ts) files opened through such a descriptor, and a directory
+ * opened again for the reads must have the device and inode the walk saw.
+ * A swap is then a refusal (`invalid-artifact`, `changed-while-reading`),
+ * never a read from outside. Elsewhere the walk falls back to paths.
  */
 
 export interface FileEntry {
@@ -12,7 +25,9 @@ export interface FileEntry {
   readonly name: string;
   /** Relative POSIX path inside the tree. */
   readonly path: string;
+  /** For messages and for trees that are ours (staging); reads go through `parent`. */
   readonly absolute: string;
+  readonly parent: DirectoryEntry;
 }
 
 export interface SymlinkEntry {
@@ -22,6 +37,7 @@ export interface SymlinkEntry {
   readonly absolute: string;
   /** The link text, verbatim. */
   readonly target: string;
+  readonly parent: DirectoryEntry;
 }
 
 export interface DirectoryEntry {
@@ -31,6 +47,12 @@ export interface DirectoryEntry {
   readonly absolute: string;
   /** Children in the order the directory listed them; legacyOrder() collates. */
   readonly children: TreeEntry[];
+  /** Null for the root. */
+  readonly parent: DirectoryEntry | null;
+  /** As the walk's own descriptor saw it: the reads check dev and ino again; mode is what a copy gets (masked). */
+  readonly dev: number;
+  readonly ino: number;
+  readonly mode: number;
 }
 
 export type LeafEntry = FileEntry | SymlinkEntry;
@@ -61,8 +83,8 @@ function notUtf8(raw: Buffer, parentPath: string, what: string): OatsError {
  * that shows U+FFFD can hide an invalid name, and only then is the directory
  * listed again as raw bytes to tell a real U+FFFD from an invalid sequence.
  */
-async function checkNamesAreUtf8(absolute: string, path: string): Promise<void> {
-  const raw = await fsp.readdir(absolute, { encoding: "buffer" });
+function checkNamesAreUtf8(absolute: string, path: string): void {
+  const raw = readdirSync(absolute, { encoding: "buffer" });
   for (const name of raw) {
     try {
       utf8.decode(name);
@@ -129,19 +151,65 @@ function tooDeep(path: string, depth: number, limit: number): OatsError {
 /** One directory being listed: the walk keeps these on its own stack, never the JavaScript one. */
 interface Frame {
   readonly directory: DirectoryEntry;
+  /** The directory's own descriptor (Linux), closed when the frame is popped. */
+  readonly fd: number;
   readonly listed: Dirent[];
   readonly depth: number;
   next: number;
 }
 
-async function listDirectory(absolute: string, path: string): Promise<Dirent[]> {
+/** Whether /proc/self/fd gives openat() semantics here; without it the walk uses paths. */
+export const DIRECTORY_FDS = process.platform === "linux" && existsSync("/proc/self/fd");
+const DIRECTORY_FLAGS = constants.O_RDONLY | constants.O_DIRECTORY | constants.O_NOFOLLOW;
+
+/**
+ * /proc/<pid>/fd rather than /proc/self/fd: the kernel then need not resolve
+ * the `self` link on every open, which measurably costs over twenty
+ * thousand files. The descriptor table is the process's, shared by its
+ * threads, so the pid is right for any of them.
+ */
+const FD_DIR = `/proc/${process.pid}/fd`;
+
+/** The path of `name` inside the open directory `fd` (or under `absolute` without /proc). */
+export function inDirectory(fd: number, absolute: string, name: string): string {
+  return DIRECTORY_FDS ? `${FD_DIR}/${fd}/${name}` : `${absolute}/${name}`;
+}
+
+/** A directory's own path for listing it: its descriptor, never the path it was found by. */
+function listingPath(fd: number, absolute: string): string {
+  return DIRECTORY_FDS ? `${FD_DIR}/${fd}` : absolute;
+}
+
+/**
+ * Open a directory without following a symlink at its own name: the root by
+ * its path (resolved by the caller), every other one inside its parent's
+ * descriptor. Returns the descriptor and what fstat says of it.
+ */
+export function openDirectory(at: string, path: string): { fd: number; dev: number; ino: number; mode: number } {
+  let fd: number;
+  try {
+    fd = openSync(at, DIRECTORY_FLAGS);
+  } catch (error) {
+    throw changedOrUnreadable(error, path || ".");
+  }
+  try {
+    const stats = fstatSync(fd);
+    return { fd, dev: stats.dev, ino: stats.ino, mode: stats.mode };
+  } catch (error) {
+    closeSync(fd);
+    throw changedOrUnreadable(error, path || ".");
+  }
+}
+
+function listDirectory(fd: number, absolute: string, path: string): Dirent[] {
   try {
     // Synchronous, like the small-file reads: one readdir is cheaper than
     // the thread-pool round trip that would carry it.
-    const listed = readdirSync(absolute, { withFileTypes: true });
+    const at = listingPath(fd, absolute);
+    const listed = readdirSync(at, { withFileTypes: true });
     let beyond = false;
     for (const entry of listed) if (BEYOND_UTF16_ORDER.test(entry.name)) beyond = true;
-    if (beyond && listed.some((entry) => entry.name.includes("\uFFFD"))) await checkNamesAreUtf8(absolute, path);
+    if (beyond && listed.some((entry) => entry.name.includes("\uFFFD"))) checkNamesAreUtf8(at, path);
     listed.sort(beyond ? compareSiblingBytes : compareSiblings);
     return listed;
   } catch (error) {
@@ -149,11 +217,12 @@ async function listDirectory(absolute: string, path: string): Promise<Dirent[]> 
   }
 }
 
-async function readSymlink(absolute: string, path: string): Promise<string> {
+function readSymlink(at: string, path: string): string {
   let targetRaw: Buffer;
   try {
-    targetRaw = await fsp.readlink(absolute, { encoding: "buffer" });
+    targetRaw = readlinkSync(at, { encoding: "buffer" });
   } catch (error) {
+    // EINVAL: what was listed as a symlink is no longer one.
     throw changedOrUnreadable(error, path);
   }
   try {
@@ -166,45 +235,56 @@ async function readSymlink(absolute: string, path: string): Promise<string> {
 /**
  * Depth first, siblings in tree-exec order, with an explicit stack: a tree
  * deeper than `maxDepth` is refused when the walk first steps below the
- * limit, before anything under it is listed.
+ * limit, before anything under it is listed. One descriptor is open per
+ * level being listed.
  */
 export async function walkTree(rootAbsolute: string, options: WalkOptions = {}): Promise<TreeListing> {
   const maxDepth = options.maxDepth ?? DEFAULT_MAX_DEPTH;
   const leaves: LeafEntry[] = [];
   const directories: DirectoryEntry[] = [];
-  const root: DirectoryEntry = { type: "directory", name: "", path: "", absolute: rootAbsolute, children: [] };
-  const stack: Frame[] = [{ directory: root, listed: await listDirectory(rootAbsolute, ""), depth: 0, next: 0 }];
-  while (stack.length > 0) {
-    const frame = stack[stack.length - 1]!;
-    if (frame.next === frame.listed.length) {
-      stack.pop();
-      // Children before their parents.
-      if (frame.directory.path) directories.push(frame.directory);
-      continue;
+  const stack: Frame[] = [];
+  try {
+    const opened = openDirectory(rootAbsolute, "");
+    const root: DirectoryEntry = { type: "directory", name: "", path: "", absolute: rootAbsolute, children: [], parent: null, dev: opened.dev, ino: opened.ino, mode: opened.mode };
+    stack.push({ directory: root, fd: opened.fd, listed: [], depth: 0, next: 0 });
+    (stack[0] as { listed: Dirent[] }).listed = listDirectory(opened.fd, rootAbsolute, "");
+    while (stack.length > 0) {
+      const frame = stack[stack.length - 1]!;
+      if (frame.next === frame.listed.length) {
+        stack.pop();
+        closeSync(frame.fd);
+        // Children before their parents.
+        if (frame.directory.path) directories.push(frame.directory);
+        continue;
+      }
+      const entry = frame.listed[frame.next++]!;
+      const parent = frame.directory;
+      const name = entry.name;
+      const childPath = parent.path ? `${parent.path}/${name}` : name;
+      const childAbsolute = `${parent.absolute}/${name}`;
+      if (frame.depth + 1 > maxDepth) throw tooDeep(childPath, frame.depth + 1, maxDepth);
+      if (entry.isDirectory()) {
+        const child = openDirectory(inDirectory(frame.fd, parent.absolute, name), childPath);
+        const directory: DirectoryEntry = { type: "directory", name, path: childPath, absolute: childAbsolute, children: [], parent, dev: child.dev, ino: child.ino, mode: child.mode };
+        stack.push({ directory, fd: child.fd, listed: [], depth: frame.depth + 1, next: 0 });
+        (stack[stack.length - 1] as { listed: Dirent[] }).listed = listDirectory(child.fd, childAbsolute, childPath);
+        parent.children.push(directory);
+      } else if (entry.isFile()) {
+        const file: FileEntry = { type: "file", name, path: childPath, absolute: childAbsolute, parent };
+        parent.children.push(file);
+        leaves.push(file);
+      } else if (entry.isSymbolicLink()) {
+        const link: SymlinkEntry = { type: "symlink", name, path: childPath, absolute: childAbsolute, target: readSymlink(inDirectory(frame.fd, parent.absolute, name), childPath), parent };
+        parent.children.push(link);
+        leaves.push(link);
+      } else {
+        refuseSpecial(entry, childPath);
+      }
     }
-    const entry = frame.listed[frame.next++]!;
-    const parent = frame.directory;
-    const name = entry.name;
-    const childPath = parent.path ? `${parent.path}/${name}` : name;
-    const childAbsolute = `${parent.absolute}/${name}`;
-    if (frame.depth + 1 > maxDepth) throw tooDeep(childPath, frame.depth + 1, maxDepth);
-    if (entry.isDirectory()) {
-      const directory: DirectoryEntry = { type: "directory", name, path: childPath, absolute: childAbsolute, children: [] };
-      parent.children.push(directory);
-      stack.push({ directory, listed: await listDirectory(childAbsolute, childPath), depth: frame.depth + 1, next: 0 });
-    } else if (entry.isFile()) {
-      const file: FileEntry = { type: "file", name, path: childPath, absolute: childAbsolute };
-      parent.children.push(file);
-      leaves.push(file);
-    } else if (entry.isSymbolicLink()) {
-      const link: SymlinkEntry = { type: "symlink", name, path: childPath, absolute: childAbsolute, target: await readSymlink(childAbsolute, childPath) };
-      parent.children.push(link);
-      leaves.push(link);
-    } else {
-      refuseSpecial(entry, childPath);
-    }
+    return { root, leaves, directories };
+  } finally {
+    for (const frame of stack) closeSync(frame.fd);
   }
-  return { root, leaves, directories };
 }
 
 /** Legacy order: depth-first pre-order over the collated children (an explicit stack, like the walk). */
@@ -227,7 +307,7 @@ export function legacyOrder(root: DirectoryEntry): LeafEntry[] {
 
 export function changedOrUnreadable(error: unknown, path: string): OatsError {
   const code = errnoCode(error);
-  if (code === "ENOENT" || code === "ENOTDIR" || code === "ELOOP") {
+  if (code === "ENOENT" || code === "ENOTDIR" || code === "ELOOP" || code === "EINVAL") {
     return new OatsError("invalid-artifact", `tree changed while it was read: ${path}`, { path, reason: "changed-while-reading", errno: code }, { cause: error });
   }
   if (code === "ENAMETOOLONG") {

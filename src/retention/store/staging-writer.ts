@@ -1,5 +1,5 @@
 import { execFile } from "node:child_process";
-import { chmodSync, closeSync, constants, fchmodSync, fsync, close, lstatSync, mkdirSync, openSync, symlinkSync, write, writeSync } from "node:fs";
+import { chmodSync, closeSync, constants, fchmodSync, fsync, close, mkdirSync, openSync, symlinkSync, write, writeSync } from "node:fs";
 import { chmod, readdir, rm } from "node:fs/promises";
 import { join } from "node:path";
 import { asStepError, errnoCode } from "../../errors.js";
@@ -158,9 +158,10 @@ export class StagingWriter implements FileConsumer {
     if (this.pendingError) throw this.pendingError;
     try {
       for (const directory of this.listing.directories) {
-        chmodSync(join(this.staging, directory.path), retainedMode(lstatSync(directory.absolute).mode));
+        // The mode the walk's own descriptor saw: a path lookup now could be redirected.
+        chmodSync(join(this.staging, directory.path), retainedMode(directory.mode));
       }
-      chmodSync(this.staging, retainedMode(lstatSync(this.listing.root.absolute).mode));
+      chmodSync(this.staging, retainedMode(this.listing.root.mode));
     } catch (error) {
       throw asStepError("copy", error, { path: "(directory modes)" });
     }
