@@ -48,7 +48,10 @@ export function entryRefusal(origin: string, reason: EntryRefusalReason, entry: 
  * `prefix` (e.g. "package") is the one top-level directory every entry must
  * sit under; it is removed.
  */
-export function entryPath(raw: string, prefix: string | null, origin: string, limits: { maxPathBytes: number; maxDepth: number }): string | null {
+/** The extractor's defaults for names (DEFAULT_EXTRACT_LIMITS has them too). */
+export const DEFAULT_NAME_LIMITS = { maxPathBytes: 4096, maxDepth: 256 } as const;
+
+export function entryPath(raw: string, prefix: string | null, origin: string, limits: { maxPathBytes: number; maxDepth: number } = DEFAULT_NAME_LIMITS): string | null {
   // Measured before anything proportional to the name is done with it; the refusal shows only its start.
   const length = Buffer.byteLength(raw);
   if (length > limits.maxPathBytes) throw entryRefusal(origin, "path-too-long", shown(raw), `the name is ${length} bytes, more than the limit of ${limits.maxPathBytes}`, { limit: limits.maxPathBytes, length });
@@ -64,7 +67,7 @@ export function entryPath(raw: string, prefix: string | null, origin: string, li
 }
 
 /** Check a symlink's text: relative, and resolving inside the tree from the link's directory. Returns it verbatim. */
-export function symlinkTarget(path: string, linkText: string, origin: string, maxBytes: number): string {
+export function symlinkTarget(path: string, linkText: string, origin: string, maxBytes: number = DEFAULT_NAME_LIMITS.maxPathBytes): string {
   const length = Buffer.byteLength(linkText);
   if (length > maxBytes) throw entryRefusal(origin, "path-too-long", path, `the symlink text is ${length} bytes, more than the limit of ${maxBytes}`, { limit: maxBytes, length });
   if (linkText === "" || linkText.includes("\0")) throw entryRefusal(origin, "unsupported-entry", path, "a symlink needs a non-empty target");

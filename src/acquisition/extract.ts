@@ -3,7 +3,7 @@ import { join } from "node:path";
 import type { Readable } from "node:stream";
 import { Parser, type ReadEntry } from "tar";
 import { OatsError, asStepError, isOatsError } from "../errors.js";
-import { entryPath, entryRefusal, foldKey, symlinkTarget } from "./entry-path.js";
+import { DEFAULT_NAME_LIMITS, entryPath, entryRefusal, foldKey, symlinkTarget } from "./entry-path.js";
 
 /**
  * Safe extraction of a tar stream (gzip detected by the parser) into an
@@ -54,8 +54,7 @@ export interface ExtractLimits {
 export const DEFAULT_EXTRACT_LIMITS: ExtractLimits = {
   maxEntries: 100_000,
   maxBytes: 4 * 1024 ** 3,
-  maxPathBytes: 4096,
-  maxDepth: 256,
+  ...DEFAULT_NAME_LIMITS,
   maxHeaderBytes: 64 * 1024,
 };
 
