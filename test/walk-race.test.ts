@@ -16,11 +16,12 @@
  */
 import assert from "node:assert/strict";
 import { spawn, type ChildProcess } from "node:child_process";
-import { chmodSync, chownSync, lstatSync, mkdirSync, readFileSync, readdirSync, writeFileSync } from "node:fs";
+import { chmodSync, chownSync, lstatSync, mkdirSync, readFileSync, readdirSync, renameSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { describe, test } from "node:test";
 import { OatsError } from "../src/errors.js";
-import { retainTree } from "../src/retention/index.js";
+import { setReadHook } from "../src/retention/digest/read-hook.js";
+import { digestTree, retainTree } from "../src/retention/index.js";
 import { tempDir } from "./helpers.js";
 
 const NOBODY = 65534;
@@ -161,4 +162,33 @@ describe("walk race: a directory swapped for a symlink to outside the source", (
       assert.ok(Object.keys(outcome.refused).length > 0, "the swapper was seen at work (some round was refused)");
     },
   );
+});
+
+describe("walk race: a directory replaced by another real directory between the walk and its reads", () => {
+  test("Given b/ replaced (same names, other bytes) after a/'s last file is read, When the tree is digested, Then invalid-artifact changed-while-reading: reads never mix a listing with another directory's files", async () => {
+    const root = join(tempDir("oats-replace-"), "src");
+    mkdirSync(join(root, "a"), { recursive: true });
+    mkdirSync(join(root, "b"));
+    writeFileSync(join(root, "a/x"), "a\n");
+    writeFileSync(join(root, "b/x"), "b\n");
+    const other = join(root, "..", "other");
+    mkdirSync(other);
+    writeFileSync(join(other, "x"), "not what was listed\n");
+    setReadHook((path) => {
+      if (path !== "a/x") return;
+      setReadHook(null);
+      renameSync(join(root, "b"), join(root, "..", "b-old"));
+      renameSync(other, join(root, "b"));
+    });
+    try {
+      await assert.rejects(digestTree(root), (error) => {
+        assert.ok(error instanceof OatsError, String(error));
+        assert.equal(error.code, "invalid-artifact");
+        assert.deepEqual([error.details.reason, error.details.path, error.details.changed], ["changed-while-reading", "b", "directory"]);
+        return true;
+      });
+    } finally {
+      setReadHook(null);
+    }
+  });
 });
