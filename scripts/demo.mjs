@@ -87,31 +87,39 @@ try {
   say("7. Scope A is untouched and still verifies.");
   oats(["--scope", scopeA, "verify", "demo.hello", "--lock", lock], 0);
 
-  say("8. Now a capture: queued work that runs demo.hello's bin/hello.mjs. The spec names the\n   executable, the target and a classification config; `capture prepare` retains the\n   tree under its oats.tree-exec.v1 digest (which covers exec bits), pins the config's\n   exact bytes as a blob and commits a content-addressed capture record.");
+  say("8. Now a capture: queued work that runs demo.hello's bin/hello.mjs. The spec names the\n   executable, the target and a classification config; `capture prepare` retains the\n   tree under its oats.tree-exec.v1 digest (which covers exec bits), pins the config's\n   exact bytes as a blob, commits a content-addressed capture record, and prints its\n   composition: everything that decides what runs (tree, entry, args, env, credential\n   names, target, level, config) under one digest, and the line that approves it.");
   mkdirSync(inputs, { recursive: true });
   writeFileSync(join(inputs, "classification.yaml"), "schemaVersion: 1\nwings: {demo: internal}\nrepos: {}\ndefaults: [{match: 'client-*', level: confidential}]\nfallback: confidential\nprincipals: {}\n");
   // The run gets only the pinned env and named credentials, so the spec pins PATH (hello.mjs starts with #!/usr/bin/env node).
   const path = [dirname(process.execPath), "/usr/bin", "/bin"].join(":");
-  writeFileSync(
-    join(inputs, "capture.yaml"),
-    `name: hello-nightly\nexecutable:\n  capability: demo.hello\n  dir: ${JSON.stringify(resolve(repo, payload))}\n  lock: ${JSON.stringify(resolve(repo, lock))}\n  path: bin/hello.mjs\n  args: [scheduler]\ntarget: {wing: demo}\nclassification: internal\nclassificationConfig: ./classification.yaml\nenv: {PATH: ${JSON.stringify(path)}}\n`,
-  );
+  const spec = (args) =>
+    writeFileSync(
+      join(inputs, "capture.yaml"),
+      `name: hello-nightly\nexecutable:\n  capability: demo.hello\n  dir: ${JSON.stringify(resolve(repo, payload))}\n  lock: ${JSON.stringify(resolve(repo, lock))}\n  path: bin/hello.mjs\n  args: ${JSON.stringify(args)}\ntarget: {wing: demo}\nclassification: internal\nclassificationConfig: ./classification.yaml\nenv: {PATH: ${JSON.stringify(path)}}\n`,
+    );
+  spec(["scheduler"]);
   const prepared = oats(["--scope", scopeA, "capture", "prepare", join(inputs, "capture.yaml")], 0, (run) => run.stdout.startsWith("prepared capture hello-nightly"));
   const resolution = prepared.stdout.match(/resolution (sha256-[0-9a-f]{64})/)?.[1];
-  const executable = prepared.stdout.match(/oats\.tree-exec\.v1:sha256-[0-9a-f]{64}/)?.[0];
-  if (!resolution || !executable) throw new Error("capture prepare did not print a resolution id and an executable digest");
+  const approveLine = prepared.stdout.match(/oats approve (composition hello-nightly oats\.json\.v1:sha256-[0-9a-f]{64})/)?.[1];
+  if (!resolution || !approveLine) throw new Error("capture prepare did not print a resolution id and the approve line of its composition");
 
   say("9. Queue it, and try to dispatch before anyone approved it: refused (approval-required,\n   exit 6) and nothing runs. Retaining or preparing never approves anything.");
   oats(["--scope", scopeA, "queue", "add", resolution, "--job", "hello-nightly-1"], 0);
   oats(["--scope", scopeA, "dispatch", "hello-nightly-1", "--exec"], 6, (run) => run.stderr.startsWith("oats: approval-required: ") && !run.stdout.includes("hello, scheduler"));
 
-  say("10. Approve that exact digest. The ledger records who approved it (this process's own\n    OS account, never a flag) and why.");
-  oats(["--scope", scopeA, "approve", "capability", "demo.hello", executable, "--reason", "reviewed in the demo"], 0);
+  say("10. Approve that exact composition, with the line prepare printed. The ledger records\n    the composition itself, who approved it (this process's own OS account, never a flag)\n    and why.");
+  oats(["--scope", scopeA, "approve", ...approveLine.split(" "), "--reason", "reviewed in the demo"], 0);
 
   say("11. Dispatch it: oats re-reads the record, re-hashes the executable tree, checks the\n    approval and the classification, writes an fsync'd audit entry, and only then runs\n    exactly the recorded argv with only the pinned env. The child's exit code is oats's.");
   oats(["--scope", scopeA, "dispatch", "hello-nightly-1", "--exec"], 0, (run) => run.stdout.includes("hello, scheduler"));
 
-  say("12. Every decision above is in the hash-chained audit log.");
+  say("12. The spec's author changes only the arguments and re-prepares the same tree. The\n    old approval does not cover the new composition: dispatch is refused before anything\n    runs, and the refusal names what changed (entrypoint.args).");
+  spec(["scheduler", "--everything"]);
+  const changed = oats(["--scope", scopeA, "--quiet", "capture", "prepare", join(inputs, "capture.yaml")], 0);
+  oats(["--scope", scopeA, "queue", "add", changed.stdout.trim(), "--job", "hello-nightly-2"], 0);
+  oats(["--scope", scopeA, "dispatch", "hello-nightly-2", "--exec"], 6, (run) => run.stderr.startsWith("oats: approval-required: ") && run.stderr.includes("entrypoint.args") && !run.stdout.includes("hello"));
+
+  say("13. Every decision above is in the hash-chained audit log.");
   oats(["--scope", scopeA, "audit", "verify"], 0);
 } catch (error) {
   failures += 1;
@@ -126,4 +134,4 @@ if (failures) {
   console.log(`\n${failures} step(s) did not behave as expected.`);
   process.exit(1);
 }
-console.log("\nEverything behaved as expected: the retained copy verifies, the tampered one is refused (exit 5),\nand the capture ran only once its exact digest was approved.");
+console.log("\nEverything behaved as expected: the retained copy verifies, the tampered one is refused (exit 5),\nand the capture ran only once its exact composition was approved.");

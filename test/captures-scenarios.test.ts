@@ -109,7 +109,7 @@ async function fixture(options: FixtureOptions = {}): Promise<Fixture> {
     }),
   );
   const prepared = await prepareCapture(scope, specPath);
-  await approve(scope, prepared.subject, { reason: "reviewed the tree" });
+  await approve(scope, prepared.composition.subject, { reason: "reviewed the tree" });
   const job = options.job ?? "nightly";
   await addJob(scope, { job, resolution: prepared.id, ...(options.policy ? { recurrence: { policy: options.policy } } : {}) });
   return { scope, home, tool, specPath, configPath, marker, prepared, job };
@@ -259,8 +259,9 @@ describe("captures scenarios (issue 4)", () => {
     assert.notEqual(again.subject.integrity, f.prepared.subject.integrity, "an exec bit is part of the digest");
     await addJob(f.scope, { job: "nightly-new", resolution: again.id });
     const error = await assertRefused(f, "nightly-new", "approval-required");
-    assert.deepEqual(error.details["subject"], again.subject);
+    assert.deepEqual(error.details["subject"], again.composition.subject);
     assert.equal(error.details["lastDecision"], null);
+    assert.deepEqual(error.details["changes"], ["executable.integrity"], "the refusal names what changed since the approved composition");
 
     // The approved revision itself, with an exec bit flipped in the store.
     writeRetained(join(f.prepared.retained.dir, "lib", "helper.sh"), (path) => chmodSync(path, 0o755));
@@ -270,7 +271,7 @@ describe("captures scenarios (issue 4)", () => {
 
   test("Given a queued capture, When its approval is revoked after queueing, Then dispatch is refused with approval-required and nothing runs", async () => {
     const f = await fixture();
-    const revocation = await revoke(f.scope, f.prepared.subject, { reason: "compromised upstream" });
+    const revocation = await revoke(f.scope, f.prepared.composition.subject, { reason: "compromised upstream" });
     const error = await assertRefused(f, f.job, "approval-required");
     assert.equal((error.details["lastDecision"] as { seq: number; action: string }).seq, revocation.seq);
     assert.equal((error.details["lastDecision"] as { seq: number; action: string }).action, "revoke");
@@ -468,12 +469,14 @@ describe("captures scenarios (issue 4)", () => {
     assert.equal(tick.length, 1, "the re-prepare is recorded as the tick");
     const newResolution = tick[0]!.subject?.["resolution"];
     const newSubject = tick[0]!.details["executable"] as PrepareCaptureResult["subject"];
+    const newComposition = tick[0]!.details["composition"] as PrepareCaptureResult["composition"]["subject"];
     assert.equal(tick[0]!.details["from"], f.prepared.id);
     assert.ok(newResolution);
     assert.notEqual(newResolution, f.prepared.id);
     assert.notEqual(newSubject.integrity, f.prepared.subject.integrity);
 
-    await approve(f.scope, newSubject, { reason: "reviewed v2" });
+    assert.notEqual(newComposition.integrity, f.prepared.composition.subject.integrity);
+    await approve(f.scope, newComposition, { reason: "reviewed v2" });
     const plan = await assertRuns(f, f.job);
     assert.equal(plan.preparedFrom, f.prepared.id);
     assert.equal(plan.resolution, newResolution);

@@ -10,7 +10,7 @@ import { join, resolve } from "node:path";
 import { describe, test } from "node:test";
 import { approve } from "../src/captures/approvals.js";
 import { audit, auditRefusal, readAudit, type AuditEntry } from "../src/captures/audit.js";
-import { BLOBS_DIR, readBlob } from "../src/captures/blobs.js";
+import { BLOBS_DIR, readBlob } from "../src/retention/store/blobs.js";
 import { currentPrincipal } from "../src/captures/classification.js";
 import { resolveQueuedCapture, runDispatchPlan } from "../src/captures/dispatch.js";
 import { prepareCapture, type PrepareCaptureResult } from "../src/captures/prepare-capture.js";
@@ -119,7 +119,7 @@ function scopeWithoutAudit(scope: string): string[] {
 /** Prepare, approve the exact executable and queue it as `job`. */
 async function queued(fx: Fixture, job = "nightly"): Promise<PrepareCaptureResult> {
   const prepared = await prepareCapture(fx.scope, fx.spec);
-  await approve(fx.scope, prepared.subject, { reason: "reviewed the tool" });
+  await approve(fx.scope, prepared.composition.subject, { reason: "reviewed the tool" });
   await addJob(fx.scope, { job, resolution: prepared.id });
   return prepared;
 }
@@ -346,13 +346,13 @@ describe("prepareCapture", () => {
     assert.equal(entries[1]!.subject?.["resolution"], prepared.id);
   });
 
-  test("Given a spec without a profile, When prepared, Then the record's profile is null and only config and spec are pinned", async () => {
+  test("Given a spec without a profile, When prepared, Then the record's profile is null and only config, spec and composition are pinned", async () => {
     const fx = fixture();
     const prepared = await prepareCapture(fx.scope, fx.spec);
     assert.equal(prepared.blobs.profile, null);
     assert.equal(prepared.record.capture!.profile, null);
     const blobs = readdirSync(join(fx.scope, ...BLOBS_DIR)).filter((name) => name.startsWith("sha256-")).sort();
-    assert.deepEqual(blobs, [prepared.blobs.config, prepared.blobs.spec].sort());
+    assert.deepEqual(blobs, [prepared.blobs.config, prepared.blobs.spec, prepared.blobs.composition].sort());
   });
 
   test("Given a declared level below the derived one, When prepared, Then the mismatch is an audited security event and the stricter level is effective", async () => {
@@ -463,6 +463,21 @@ describe("prepareCapture", () => {
       "a GitHub token among the entry point's args",
       () => fixture({ spec: baseSpec({ executable: { tree: "./tool", path: "bin/run", args: ["--token", `ghp_${"Z".repeat(36)}`] } }) }),
       "secret-in-record",
+    ],
+    [
+      "a secret-named option with its value among the entry point's args",
+      () => fixture({ spec: baseSpec({ executable: { tree: "./tool", path: "bin/run", args: ["--db-password", "hunter2"] } }) }),
+      "secret-in-record",
+      (error) => {
+        assert.equal(error.details["pointer"], "/entrypoints/nightly-report/args/1");
+        assert.ok(!JSON.stringify(error.toJSON()).includes("hunter2"));
+      },
+    ],
+    [
+      "a password inside a URL as a pinned env value",
+      () => fixture({ spec: baseSpec({ env: { PATH: "/usr/bin:/bin", DATABASE_URL: "postgres://app:s3cretPw@db.example.test/app" } }) }),
+      "secret-in-record",
+      (error) => assert.ok(!JSON.stringify(error.toJSON()).includes("s3cretPw")),
     ],
     [
       "a tree directory that does not exist",

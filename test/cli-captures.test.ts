@@ -112,7 +112,13 @@ function prepared(fixture: CaptureFixture) {
   const run = runJson([...fixture.at, "capture", "prepare", fixture.spec]);
   assert.equal(run.status, 0, run.stdout + run.stderr);
   const result = run.envelope.result!;
-  return { id: result["id"] as string, subject: result["subject"] as { kind: string; key: string; integrity: string }, dir: result["retained"]["dir"] as string, result };
+  return {
+    id: result["id"] as string,
+    subject: result["subject"] as { kind: string; key: string; integrity: string },
+    composition: result["composition"]["subject"] as { kind: string; key: string; integrity: string },
+    dir: result["retained"]["dir"] as string,
+    result,
+  };
 }
 
 function subjectArgs(subject: { kind: string; key: string; integrity: string }): string[] {
@@ -122,7 +128,7 @@ function subjectArgs(subject: { kind: string; key: string; integrity: string }):
 /** Prepared, approved and queued as job `nightly`, all through the CLI. */
 function queuedAndApproved(fixture: CaptureFixture) {
   const capture = prepared(fixture);
-  const approved = runOats([...fixture.at, "approve", ...subjectArgs(capture.subject), "--reason", "reviewed the script"]);
+  const approved = runOats([...fixture.at, "approve", ...subjectArgs(capture.composition), "--reason", "reviewed the script"]);
   assert.equal(approved.status, 0, approved.stderr);
   const queued = runOats([...fixture.at, "queue", "add", capture.id, "--job", "nightly"]);
   assert.equal(queued.status, 0, queued.stderr);
@@ -153,25 +159,30 @@ describe("oats capture prepare -> approve -> queue add -> dispatch [--exec]", ()
     assert.equal(human.status, 0, human.stderr);
     const id = /resolution (sha256-[0-9a-f]{64})/.exec(human.stdout)?.[1];
     assert.ok(id, human.stdout);
-    const approveLine = /oats approve (capture nightly (oats\.tree-exec\.v1:sha256-[0-9a-f]{64}))/.exec(human.stdout);
+    const approveLine = /oats approve (composition nightly (oats\.json\.v1:sha256-[0-9a-f]{64}))/.exec(human.stdout);
     assert.ok(approveLine, human.stdout);
     assert.match(human.stdout, /declared internal, derived internal \(fallback\), effective internal/);
+    // The approver sees what the composition runs before approving it.
+    const execLine = /\n    executable   (capture nightly (oats\.tree-exec\.v1:sha256-[0-9a-f]{64}))\n/.exec(human.stdout);
+    assert.ok(execLine, human.stdout);
+    assert.match(human.stdout, /\n    entry point  bin\/run "--fast"\n    env          PATH="\/usr\/bin:\/bin"\n    credentials  API_TOKEN\n    target       wing=x\n/);
     assert.equal(human.stderr, "", "no warning when declared == derived");
     assert.equal(runOats([...fixture.at, "--quiet", "capture", "prepare", fixture.spec]).stdout, `${id}\n`);
     const json = prepared(fixture);
     assert.equal(json.id, id);
     assert.equal(json.result["status"], "kept");
-    assert.deepEqual(json.subject, { kind: "capture", key: "nightly", integrity: approveLine[2] });
+    assert.deepEqual(json.subject, { kind: "capture", key: "nightly", integrity: execLine[2] });
+    assert.deepEqual(json.composition, { kind: "composition", key: "nightly", integrity: approveLine[2] });
     assert.match(json.subject.integrity, EXEC_INTEGRITY);
 
     // approve the exact subject prepare printed (copied from its human output).
     const approved = runOats([...fixture.at, "approve", ...approveLine[1]!.split(" "), "--reason", "reviewed the script"]);
     assert.equal(approved.status, 0, approved.stderr);
-    assert.match(approved.stdout, new RegExp(`^approved capture nightly ${approveLine[2]}\n  seq 1 by ${PRINCIPAL} at \\S+: reviewed the script\n$`));
+    assert.match(approved.stdout, new RegExp(`^approved composition nightly ${approveLine[2]}\n  executable   ${execLine[1]}\n(  .*\n)+  seq 1 by ${PRINCIPAL} at \\S+: reviewed the script\n$`));
 
     const approvals = runOats([...fixture.at, "approvals"]);
     assert.equal(approvals.status, 0, approvals.stderr);
-    assert.match(approvals.stdout, new RegExp(`^approved capture nightly ${approveLine[2]} seq 1 by ${PRINCIPAL} at \\S+: reviewed the script\n$`));
+    assert.match(approvals.stdout, new RegExp(`^approved composition nightly ${approveLine[2]} seq 1 by ${PRINCIPAL} at \\S+: reviewed the script\n    executable   ${execLine[1]}\n`));
     const approvalsJson = runJson([...fixture.at, "approvals"]);
     assert.equal(approvalsJson.envelope.result!["approvals"].length, 1);
     assert.equal(approvalsJson.envelope.result!["approvals"][0].approved, true);
@@ -191,7 +202,7 @@ describe("oats capture prepare -> approve -> queue add -> dispatch [--exec]", ()
     assert.equal(plan.status, 0, plan.stderr);
     assert.match(plan.stdout, new RegExp(`^dispatch plan for job nightly: resolution ${id} \\(not run; pass --exec to run it\\)\n`));
     assert.match(plan.stdout, new RegExp(`\n  run            ${fixture.scope}/\\S+/bin/run "--fast"\n`));
-    assert.match(plan.stdout, new RegExp(`\n  executable     capture nightly ${approveLine[2]}\n`));
+    assert.match(plan.stdout, new RegExp(`\n  executable     ${execLine[1]}\n`));
     assert.match(plan.stdout, /\n  env            API_TOKEN, PATH \(names only/);
     assert.equal(existsSync(fixture.marker), false, "a plan without --exec runs nothing");
 
@@ -261,12 +272,12 @@ describe("oats dispatch refusals: nothing runs", () => {
     assert.equal(runOats([...fixture.at, "queue", "add", capture.id, "--job", "nightly"]).status, 0);
 
     const refused = expectRefusal([...fixture.at, "dispatch", "nightly", "--exec"], "approval-required", 6, "dispatch");
-    assert.deepEqual(refused.envelope.error!.details["subject"], capture.subject);
+    assert.deepEqual(refused.envelope.error!.details["subject"], capture.composition);
     const human = runOats([...fixture.at, "dispatch", "nightly", "--exec"]);
     assert.equal(human.status, 6);
     assert.equal(human.stdout, "");
-    assert.match(human.stderr, /^oats: approval-required: .*\n.*`oats approve capture nightly oats\.tree-exec\.v1:sha256-[0-9a-f]{64} --reason/);
-    assert.ok(human.stderr.includes(`oats approve ${subjectArgs(capture.subject).join(" ")}`));
+    assert.match(human.stderr, /^oats: approval-required: .*\n.*`oats approve composition nightly oats\.json\.v1:sha256-[0-9a-f]{64} --reason/);
+    assert.ok(human.stderr.includes(`oats approve ${subjectArgs(capture.composition).join(" ")}`));
     assert.equal(existsSync(fixture.marker), false, "the executable must not run");
   });
 
@@ -289,14 +300,14 @@ describe("oats dispatch refusals: nothing runs", () => {
   test("Given an approval that was revoked, When dispatched with --exec, Then it exits 6 approval-required, approvals shows the revocation and nothing ran", () => {
     const fixture = captureFixture();
     const capture = queuedAndApproved(fixture);
-    const revoked = runOats([...fixture.at, "revoke", ...subjectArgs(capture.subject), "--reason", "pulled"]);
+    const revoked = runOats([...fixture.at, "revoke", ...subjectArgs(capture.composition), "--reason", "pulled"]);
     assert.equal(revoked.status, 0, revoked.stderr);
-    assert.match(revoked.stdout, /^revoked capture nightly /);
+    assert.match(revoked.stdout, /^revoked composition nightly /);
 
     const refused = expectRefusal([...fixture.at, "dispatch", "nightly", "--exec"], "approval-required", 6, "dispatch");
     assert.match(refused.envelope.error!.message, /revoked by .*: pulled/);
     assert.equal(existsSync(fixture.marker), false);
-    assert.match(runOats([...fixture.at, "approvals"]).stdout, /^revoked  capture nightly .* seq 2 by \S+ at \S+: pulled\n$/);
+    assert.match(runOats([...fixture.at, "approvals"]).stdout, /^revoked  composition nightly .* seq 2 by \S+ at \S+: pulled\n$/);
   });
 
   test("Given a confidential target, When dispatched by a principal the config does not name sovereign, Then classification-refused (exit 6) and nothing ran; named sovereign, it runs", () => {

@@ -1,7 +1,9 @@
 import { OatsError, isOatsError } from "../errors.js";
 import { audit, audited } from "./audit.js";
 import { assertArtifactKey, assertArtifactKind, type ArtifactKind } from "../retention/ids.js";
-import { PACKAGE_PAYLOAD_EXEC, TREE_EXEC, TREE_LEGACY, integrityText, parseIntegrity } from "../retention/integrity.js";
+import { JSON_V1, PACKAGE_PAYLOAD_EXEC, TREE_EXEC, TREE_LEGACY, integrityText, parseIntegrity } from "../retention/integrity.js";
+import { readBlob } from "../retention/store/blobs.js";
+import { COMPOSITION_KIND, compositionSubject, parseComposition, type CaptureComposition } from "./composition.js";
 import { CHAIN_LOGS, appendEntry, readEntries, type AppendOptions, type ChainEntry } from "./chain-log.js";
 import { currentPrincipal } from "./classification.js";
 
@@ -10,8 +12,14 @@ import { currentPrincipal } from "./classification.js";
  * append-only, hash-chained entries
  * `{seq, at, action: "approve" | "revoke", subject: {kind, key, integrity}, operator, reason, prev, hash}`.
  *
- * - An approval binds to one exact oats.tree-exec.v1 digest of one artifact
- *   (kind + key). Legacy (oats.tree-legacy.v0, bare `sha256-…`) digests do not
+ * - A capture dispatches only under an approval of its whole composition:
+ *   subject `{kind: "composition", key: <capture name>, integrity:
+ *   "oats.json.v1:sha256-…"}` (see composition.ts). Approving one reads the
+ *   composition from its pinned blob (`capture prepare` writes it) and copies
+ *   it into the ledger entry (`composition`), so the ledger shows what was
+ *   approved; a composition nobody prepared cannot be approved blind.
+ * - A tree approval binds to one exact oats.tree-exec.v1 digest of one artifact
+ *   (kind + key), for callers that run trees outside captures. Legacy (oats.tree-legacy.v0, bare `sha256-…`) digests do not
  *   cover exec bits and package-payload digests do not cover the whole tree:
  *   both are refused, as is every other format.
  * - The operator is the process's own OS account@host (currentPrincipal), never
@@ -27,9 +35,9 @@ import { currentPrincipal } from "./classification.js";
 export type ApprovalAction = "approve" | "revoke";
 
 export interface ApprovalSubject {
-  kind: ArtifactKind;
+  kind: ArtifactKind | typeof COMPOSITION_KIND;
   key: string;
-  /** Text form `oats.tree-exec.v1:sha256-<64 hex>`. */
+  /** Text form: `oats.tree-exec.v1:sha256-<64 hex>` for a tree, `oats.json.v1:sha256-<64 hex>` for a composition. */
   integrity: string;
 }
 
@@ -38,6 +46,8 @@ export interface ApprovalEntry extends ChainEntry {
   subject: ApprovalSubject;
   operator: string;
   reason: string;
+  /** On the approval of a composition: the composition itself, as the operator approved it. */
+  composition?: CaptureComposition;
 }
 
 export interface ApprovalState {
@@ -66,6 +76,20 @@ function isRecord(value: unknown): value is Record<string, unknown> {
 export function parseApprovalSubject(input: unknown): ApprovalSubject {
   if (!isRecord(input)) {
     throw new OatsError("invalid-artifact-reference", `invalid approval subject ${JSON.stringify(input) ?? String(input)}: expected {kind, key, integrity}`, { subject: input });
+  }
+  if (input.kind === COMPOSITION_KIND) {
+    const key = assertArtifactKey("capture", input.key);
+    const integrity = parseIntegrity(input.integrity);
+    if (integrity.format !== JSON_V1) {
+      throw new OatsError("invalid-artifact-reference", `cannot approve composition ${key} at ${integrityText(integrity)}: a composition is named by its ${JSON_V1} digest, as \`oats capture prepare\` prints it`, {
+        kind: COMPOSITION_KIND,
+        key,
+        integrity: integrityText(integrity),
+        format: integrity.format,
+        expectedFormat: JSON_V1,
+      });
+    }
+    return { kind: COMPOSITION_KIND, key, integrity: integrityText(integrity) };
   }
   const kind = assertArtifactKind(input.kind);
   const key = assertArtifactKey(kind, input.key);
@@ -106,6 +130,35 @@ function checkReason(options: unknown): string {
 }
 
 /**
+ * The composition an approval names, read from the blob `capture prepare`
+ * pinned; `blob-not-found` when nobody prepared it in this scope.
+ */
+function pinnedComposition(scope: string, subject: ApprovalSubject): CaptureComposition {
+  const digest = parseIntegrity(subject.integrity).value;
+  let bytes: Buffer;
+  try {
+    bytes = readBlob(scope, digest);
+  } catch (error) {
+    if (isOatsError(error) && error.code === "blob-not-found") {
+      throw new OatsError("blob-not-found", `composition ${subject.key} at ${subject.integrity} is not pinned in this scope: prepare the capture (\`oats capture prepare\`) so the approval records what it approves`, { ...error.details, subject }, { cause: error });
+    }
+    throw error;
+  }
+  let value: unknown;
+  try {
+    value = JSON.parse(bytes.toString("utf8"));
+  } catch {
+    throw new OatsError("invalid-input", `the blob of composition ${subject.integrity} is not JSON`, { subject });
+  }
+  const composition = parseComposition(value, `composition ${subject.integrity}`);
+  const named = compositionSubject(composition);
+  if (named.key !== subject.key || named.integrity !== subject.integrity) {
+    throw new OatsError("invalid-artifact-reference", `composition ${subject.integrity} belongs to capture ${named.key}, not ${subject.key}`, { subject, capture: named.key });
+  }
+  return composition;
+}
+
+/**
  * Append the decision to the ledger, then audit it. A refusal is audited too.
  * When the audit log cannot be written after the ledger entry was, the
  * decision stands (the ledger is the authority) and the caller gets
@@ -116,7 +169,8 @@ async function decide(action: ApprovalAction, scope: string, subjectInput: unkno
   const entry = await audited(scope, action, auditSubject, async () => {
     const subject = parseApprovalSubject(subjectInput);
     const reason = checkReason(options);
-    const body = { action, subject: { ...subject }, operator: currentPrincipal(), reason };
+    const composition = action === "approve" && subject.kind === COMPOSITION_KIND ? pinnedComposition(scope, subject) : null;
+    const body = { action, subject: { ...subject }, operator: currentPrincipal(), reason, ...(composition === null ? {} : { composition }) };
     return (await appendEntry(scope, CHAIN_LOGS.approvals, body, options.lockWaitMs === undefined ? {} : { lockWaitMs: options.lockWaitMs })) as ApprovalEntry;
   });
   try {
@@ -128,7 +182,7 @@ async function decide(action: ApprovalAction, scope: string, subjectInput: unkno
   return entry;
 }
 
-/** Approve one exact oats.tree-exec.v1 digest of one artifact; returns the entry as written. */
+/** Approve one exact composition (or oats.tree-exec.v1 digest of one artifact); returns the entry as written. */
 export function approve(scope: string, subject: ApprovalSubject | { kind: unknown; key: unknown; integrity: unknown }, options: DecisionOptions): Promise<ApprovalEntry> {
   return decide("approve", scope, subject, options);
 }
@@ -147,7 +201,8 @@ function checkEntry(entry: ChainEntry): ApprovalEntry {
     isRecord(entry.subject) &&
     typeof entry.subject.kind === "string" &&
     typeof entry.subject.key === "string" &&
-    typeof entry.subject.integrity === "string";
+    typeof entry.subject.integrity === "string" &&
+    (entry.composition === undefined || (entry.action === "approve" && entry.subject.kind === COMPOSITION_KIND && isRecord(entry.composition)));
   if (!ok) {
     throw new OatsError("invalid-artifact-store", `approvals ledger entry seq ${entry.seq} is not an approve/revoke decision`, { log: [...CHAIN_LOGS.approvals.dir, CHAIN_LOGS.approvals.file].join("/"), seq: entry.seq });
   }
@@ -187,4 +242,17 @@ export function listApprovals(scope: string): ApprovalListing[] {
   const latest = new Map<string, ApprovalEntry>();
   for (const entry of decisions(scope)) latest.set(subjectId(entry.subject), entry);
   return [...latest.values()].map((entry) => ({ subject: { kind: entry.subject.kind, key: entry.subject.key, integrity: entry.subject.integrity }, approved: entry.action === "approve", entry }));
+}
+
+/**
+ * The latest approval still in force among the subjects of this kind and key
+ * (any integrity), or null: what a refusal compares a new composition with.
+ */
+export function latestApprovedFor(scope: string, kind: string, key: string): ApprovalEntry | null {
+  let latest: ApprovalEntry | null = null;
+  for (const listing of listApprovals(scope)) {
+    if (listing.subject.kind !== kind || listing.subject.key !== key || !listing.approved) continue;
+    if (latest === null || listing.entry.seq > latest.seq) latest = listing.entry;
+  }
+  return latest;
 }

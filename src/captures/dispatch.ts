@@ -10,9 +10,10 @@ import { verifyTree } from "../retention/verify.js";
 import { checkReadiness, referencedArtifacts, resolveEntrypoint } from "../resolution/read.js";
 import type { ResolutionRecord } from "../resolution/record.js";
 import { readRecordBytes } from "../resolution/store.js";
-import { requireApproval, type ApprovalSubject } from "./approvals.js";
+import { latestApprovedFor, requireApproval, type ApprovalSubject } from "./approvals.js";
+import { compositionChanges, compositionOf, compositionSubject, parseComposition, type CompositionSubject } from "./composition.js";
 import { audit, audited } from "./audit.js";
-import { readBlob } from "./blobs.js";
+import { readBlob } from "../retention/store/blobs.js";
 import {
   classificationGate,
   currentPrincipal,
@@ -39,8 +40,11 @@ import { readJob } from "./queue.js";
  * 3. full re-verification of every artifact the record references and of
  *    every blob it pins (no mtime shortcut), then the entry point resolved
  *    inside its retained tree;
- * 4. approval of the exact oats.tree-exec.v1 digest of the executable, read
- *    from the ledger now, so a revocation reaches work already queued;
+ * 4. approval of the record's exact composition (composition.ts: executable
+ *    digest, entry path, args, env, credential names, target, declared
+ *    level, pinned config and profile), read from the ledger now, so a
+ *    revocation reaches work already queued; a refusal names the fields in
+ *    which the composition differs from the capture's latest approved one;
  * 5. classification: effective = strictest of declared, derived from the
  *    pinned config and derived from the current config (if present); a
  *    confidential capture needs a principal that both configs name sovereign;
@@ -73,6 +77,8 @@ export interface DispatchPlan {
     readonly argv: readonly string[];
     readonly subject: ApprovalSubject;
   };
+  /** The approved composition this dispatch runs under. */
+  readonly composition: CompositionSubject;
   readonly env: Record<string, string>;
   readonly credentials: { readonly provided: readonly string[]; readonly missing: readonly string[] };
   readonly classification: { readonly declared: Level; readonly pinned: Level; readonly current: Level | null; readonly effective: Level };
@@ -135,6 +141,29 @@ function launcher(path: string, args: readonly string[], entrypoint: string): { 
   throw new OatsError("invalid-artifact", `entry point ${entrypoint} (${path}) is neither owner-executable nor a .js/.mjs/.cjs script`, { entrypoint, path, reason: "not-runnable" });
 }
 
+/**
+ * The approval of exactly this composition; on `approval-required`, the
+ * refusal also names what changed since the capture's latest approved
+ * composition (`details.changes`), so a prepare-on-tick spec edit or a
+ * re-prepare with other args or env says what the approver would be asked.
+ */
+function requireCompositionApproval(scope: string, subject: CompositionSubject, composition: ReturnType<typeof compositionOf>) {
+  try {
+    return requireApproval(scope, subject);
+  } catch (error) {
+    if (!isOatsError(error) || error.code !== "approval-required") throw error;
+    const approved = latestApprovedFor(scope, subject.kind, subject.key);
+    if (approved?.composition === undefined) throw error;
+    const changes = compositionChanges(parseComposition(approved.composition, `composition approved at seq ${approved.seq}`), composition);
+    throw new OatsError(
+      "approval-required",
+      `${error.message}; capture ${subject.key} differs from its approved composition (seq ${approved.seq}, ${approved.subject.integrity}) in ${changes.join(", ")}`,
+      { ...error.details, approvedComposition: { seq: approved.seq, integrity: approved.subject.integrity }, changes },
+      { cause: error },
+    );
+  }
+}
+
 export async function resolveQueuedCapture(scope: string, jobId: string, options: DispatchOptions = {}): Promise<DispatchPlan> {
   const realScope = resolveScope(scope);
   const principal = currentPrincipal();
@@ -167,9 +196,11 @@ export async function resolveQueuedCapture(scope: string, jobId: string, options
     const path = await resolveEntrypoint(realScope, capture.entrypoint, entrypoint);
     const launch = launcher(path, entrypoint.args, capture.entrypoint);
 
-    // 4. Approval of exactly this executable.
+    // 4. Approval of exactly this composition.
     const subject = captureSubject(record);
-    const approval = requireApproval(realScope, subject);
+    const composition = compositionOf(record);
+    const approvalSubject = compositionSubject(composition);
+    const approval = requireCompositionApproval(realScope, approvalSubject, composition);
 
     // 5. Classification.
     const current = currentConfig(capture.classification.configPath);
@@ -210,6 +241,7 @@ export async function resolveQueuedCapture(scope: string, jobId: string, options
         outcome: "ok",
         details: {
           executable: { ...subject },
+          composition: { ...approvalSubject },
           approval: { seq: approval.seq, hash: approval.hash },
           classification: { declared: classification.declared, pinned: classification.pinned, current: classification.current, effective: classification.effective },
           credentials: { provided, missing },
@@ -225,6 +257,7 @@ export async function resolveQueuedCapture(scope: string, jobId: string, options
       job: job.job,
       resolution: id,
       executable: { path, args: [...entrypoint.args], command: launch.command, argv: launch.argv, subject },
+      composition: approvalSubject,
       env,
       credentials: { provided, missing },
       classification: { declared: classification.declared, pinned: classification.pinned, current: classification.current, effective: classification.effective },

@@ -9,14 +9,16 @@ import { inspectStoreAt, resolveScope } from "../retention/store/components.js";
 import { capabilityArtifactEntry } from "../resolution/artifact-entry.js";
 import { resolveEntrypoint } from "../resolution/read.js";
 import type { ArtifactRefRecord, ResolutionRecord } from "../resolution/record.js";
-import { findSecrets, secretRefusal } from "../resolution/secrets.js";
+import { findArgSecrets, findSecrets, secretRefusal } from "../resolution/secrets.js";
 import { INSTALLED_DIR, LOCK_FILE } from "../resolution/reconstruct.js";
 import { RESOLUTIONS_DIR, writeResolution } from "../resolution/store.js";
 import type { ApprovalSubject } from "./approvals.js";
 import { audit, audited, type AuditSubject } from "./audit.js";
-import { BLOBS_DIR, putBlob } from "./blobs.js";
+import { BLOBS_DIR, putBlob } from "../retention/store/blobs.js";
 import { deriveLevel, readClassificationConfigFile, stricter, type DerivedLevel, type Level } from "./classification.js";
 import { readCaptureProfileFile, readCaptureSpecFile, type LoadedCaptureSpec } from "./spec.js";
+import { canonicalJsonBytes } from "../retention/digest/json.js";
+import { compositionOf, compositionSubject, type CaptureComposition, type CompositionSubject } from "./composition.js";
 
 /**
  * prepareCapture(scope, spec): pin everything a queued capture will run with,
@@ -37,8 +39,10 @@ import { readCaptureProfileFile, readCaptureSpecFile, type LoadedCaptureSpec } f
  * 6. audit the prepare. If the audit log cannot be written the prepare is
  *    refused (`audit-unavailable`); the record, unreferenced, stays harmless.
  *
- * Approval is a separate, explicit act on the executable's exact digest
- * (`captureSubject`): preparing never approves anything.
+ * The record's composition (composition.ts: everything that decides what
+ * runs and under which gate) is pinned as a blob too, so that `approve` can
+ * show and record exactly what it approves. Approval is a separate, explicit
+ * act on the composition's digest: preparing never approves anything.
  */
 
 export interface PrepareCaptureOptions extends RetainOptions {
@@ -50,11 +54,13 @@ export interface PrepareCaptureResult {
   readonly id: string;
   readonly status: "written" | "kept";
   readonly record: ResolutionRecord;
-  /** The exact executable revision an operator approves for this capture to run. */
+  /** The exact executable revision the capture runs. */
   readonly subject: ApprovalSubject;
+  /** What an operator approves for this capture to dispatch: its whole composition. */
+  readonly composition: { readonly subject: CompositionSubject; readonly value: CaptureComposition };
   readonly retained: ArtifactReceipt;
   readonly classification: { readonly declared: Level; readonly derived: DerivedLevel; readonly effective: Level; readonly mismatch: boolean };
-  readonly blobs: { readonly config: string; readonly profile: string | null; readonly spec: string };
+  readonly blobs: { readonly config: string; readonly profile: string | null; readonly spec: string; readonly composition: string };
 }
 
 /** The artifact a capture record runs, as an approval subject. */
@@ -82,7 +88,7 @@ function validate(realScope: string, loaded: LoadedCaptureSpec) {
   const profile = spec.profile === undefined ? null : readCaptureProfileFile(spec.profile);
   // Walking the env object judges each value under its own name (API_KEY: <literal> is a secret).
   const findings = findSecrets({ ...spec.env }, "/capture/env");
-  findings.push(...findSecrets(spec.executable.args, `/entrypoints/${spec.name}/args`));
+  findings.push(...findArgSecrets(spec.executable.args, `/entrypoints/${spec.name}/args`));
   if (findings.length > 0) throw secretRefusal(findings);
   inspectStoreAt(realScope, RESOLUTIONS_DIR);
   inspectStoreAt(realScope, BLOBS_DIR);
@@ -170,6 +176,9 @@ export async function prepareCapture(scope: string, specInput: LoadedCaptureSpec
       unresolved: [],
     };
     await resolveEntrypoint(realScope, spec.name, record.entrypoints[spec.name]!);
+    const composition = compositionOf(record);
+    const approvalSubject = compositionSubject(composition);
+    const compositionBlob = putBlob(realScope, canonicalJsonBytes(composition)).digest;
     const written = writeResolution(realScope, record);
 
     // Step 6: audit.
@@ -177,16 +186,23 @@ export async function prepareCapture(scope: string, specInput: LoadedCaptureSpec
       action: "prepare",
       subject: { ...subjectOfSpec, resolution: written.id },
       outcome: written.status === "kept" ? "kept" : "ok",
-      details: { ...(options.auditDetails ?? {}), executable: { ...subject }, classification: { declared: spec.classification, derived: derived.level, effective }, blobs: { config: configBlob, profile: profileBlob, spec: specBlob } },
+      details: {
+        ...(options.auditDetails ?? {}),
+        executable: { ...subject },
+        composition: { ...approvalSubject },
+        classification: { declared: spec.classification, derived: derived.level, effective },
+        blobs: { config: configBlob, profile: profileBlob, spec: specBlob, composition: compositionBlob },
+      },
     });
     return {
       id: written.id,
       status: written.status,
       record,
       subject,
+      composition: { subject: approvalSubject, value: composition },
       retained,
       classification: { declared: spec.classification, derived, effective, mismatch },
-      blobs: { config: configBlob, profile: profileBlob, spec: specBlob },
+      blobs: { config: configBlob, profile: profileBlob, spec: specBlob, composition: compositionBlob },
     };
   });
 }

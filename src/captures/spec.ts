@@ -5,6 +5,7 @@ import { decodeUtf8, parseByExtension, parseWith, parseYamlText, readOperatorFil
 import { identifierSchema } from "../retention/ids.js";
 import { entrypointPathSchema } from "../resolution/record.js";
 import { LEVELS } from "./classification.js";
+import { isLoaderEnvName } from "./composition.js";
 
 /**
  * A capture spec: what an operator asks `oats capture prepare` to pin.
@@ -24,6 +25,9 @@ import { LEVELS } from "./classification.js";
  *   classificationConfig: ./classification.yaml
  *   profile: ./profile.yaml               optional capture profile, pinned
  *   env: {LOG_LEVEL: info}                optional non-secret environment
+ *   loaderEnv: [NODE_OPTIONS]             names in env that change how an interpreter
+ *                                         or the loader behaves (NODE_OPTIONS, LD_PRELOAD,
+ *                                         PYTHONPATH, ...): pinned only when listed here
  *   credentials: [API_TOKEN]              optional names of credential variables
  *
  * Relative paths resolve against the spec file's directory. The capture
@@ -67,13 +71,25 @@ const specSchema = z
     classificationConfig: localPath,
     profile: localPath.optional(),
     env: z.record(envName, z.string()).default({}),
+    loaderEnv: z.array(envName).default([]),
     credentials: z.array(envName).default([]),
   })
   .strict()
   .superRefine((spec, context) => {
+    const listed = new Set(spec.loaderEnv);
+    for (const name of Object.keys(spec.env)) {
+      if (isLoaderEnvName(name) && !listed.has(name)) {
+        context.addIssue({ code: "custom", path: ["env", name], message: `${name} changes how the interpreter or the loader behaves; pin it only deliberately, by listing it under loaderEnv` });
+      }
+    }
+    spec.loaderEnv.forEach((name, index) => {
+      if (!Object.hasOwn(spec.env, name)) context.addIssue({ code: "custom", path: ["loaderEnv", index], message: `${name} is listed under loaderEnv but not pinned in env` });
+    });
     const seen = new Set<string>();
     spec.credentials.forEach((name, index) => {
       if (seen.has(name)) context.addIssue({ code: "custom", path: ["credentials", index], message: `credential ${name} is listed twice` });
+      // A credential's value comes from the dispatcher's environment, unseen by the approver.
+      if (isLoaderEnvName(name)) context.addIssue({ code: "custom", path: ["credentials", index], message: `${name} changes how the interpreter or the loader behaves and cannot be a credential (its value would come unapproved from the dispatcher's environment)` });
       if (Object.hasOwn(spec.env, name)) context.addIssue({ code: "custom", path: ["credentials", index], message: `${name} is both a pinned env value and a credential` });
       seen.add(name);
     });

@@ -70,7 +70,8 @@ export function remedy(error: Pick<OatsError, "code" | "kind" | "details"> & { r
   if (error.code === "approval-required") {
     const subject = error.details["subject"] as { kind?: unknown; key?: unknown; integrity?: unknown } | undefined;
     if (subject && typeof subject.kind === "string" && typeof subject.key === "string" && typeof subject.integrity === "string") {
-      return `nothing ran: this exact digest is not approved (or its approval was revoked). Inspect it, then approve it with \`${approveCommand({ kind: subject.kind, key: subject.key, integrity: subject.integrity } as ApprovalSubject)}\`.`;
+      const what = subject.kind === "composition" ? "this exact composition" : "this exact digest";
+      return `nothing ran: ${what} is not approved (or its approval was revoked). Inspect it${subject.kind === "composition" ? " (`oats capture prepare` printed it)" : ""}, then approve it with \`${approveCommand({ kind: subject.kind, key: subject.key, integrity: subject.integrity } as ApprovalSubject)}\`.`;
     }
   }
   if (error.code === "audit-unavailable" && (error.details["ledger"] as { recorded?: unknown } | undefined)?.recorded === true) {

@@ -5,6 +5,7 @@ export { retainedCapabilityDir, retainedTreeDir, storeRoot, parseArtifactRef, ty
 export type { ArtifactReceipt } from "./receipt.js";
 export { digestTree, type TreeDigests } from "./digest/tree.js";
 export { DEFAULT_MAX_DEPTH } from "./digest/walk.js";
+export { BLOBS_DIR, MAX_BLOB_BYTES, blobPath, parseBlobDigest, putBlob, readBlob, type PutBlobResult, type ReadBlobOptions } from "./store/blobs.js";
 export { canonicalJson, canonicalJsonBytes, jsonDigest, bytesDigest } from "./digest/json.js";
 export {
   BYTES_V1,

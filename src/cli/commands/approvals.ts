@@ -9,13 +9,16 @@ export const approvals: CommandSpec = {
   async run(context) {
     const library = await loadCapturesLibrary();
     const listing = library.listApprovals(context.scope);
-    const lines = listing.map(
-      ({ subject, approved, entry }) => `${approved ? "approved" : "revoked "} ${subjectText(subject)} seq ${entry.seq} by ${entry.operator} at ${entry.at}: ${entry.reason}`,
-    );
+    const decision = ({ subject, approved, entry }: (typeof listing)[number]) =>
+      `${approved ? "approved" : "revoked "} ${subjectText(subject)} seq ${entry.seq} by ${entry.operator} at ${entry.at}: ${entry.reason}`;
+    const lines = listing.flatMap(({ subject, approved, entry }) => [
+      decision({ subject, approved, entry }),
+      ...(approved && entry.composition !== undefined ? library.compositionSummary(library.parseComposition(entry.composition, `the composition approved at seq ${entry.seq}`)).map((line) => `    ${line}`) : []),
+    ]);
     return {
       result: { scope: context.scope, approvals: listing },
       lines: lines.length ? lines : [`no approvals in ${context.scope}`],
-      quietLines: lines,
+      quietLines: listing.map(decision),
     };
   },
 };

@@ -16,12 +16,12 @@ function decision(action: "approve" | "revoke"): CommandSpec {
       command
         .description(
           action === "approve"
-            ? "approve one exact oats.tree-exec.v1 digest of an artifact to be dispatched (appended to the approvals ledger and audited)"
+            ? "approve one exact capture composition (as `oats capture prepare` prints it) or oats.tree-exec.v1 tree digest (appended to the approvals ledger and audited)"
             : "revoke an approval: queued work naming that digest is refused from now on (the latest decision wins)",
         )
-        .argument("<kind>", "artifact kind: capture, capability or source")
-        .argument("<key>", "the artifact's key (a capture name, a capability id)")
-        .argument("<integrity>", "the exact digest, oats.tree-exec.v1:sha256-<64 hex> (as `oats capture prepare` prints it)")
+        .argument("<kind>", "composition (a capture's whole composition), or an artifact kind: capture, capability or source")
+        .argument("<key>", "the capture name, or the artifact's key (a capability id)")
+        .argument("<integrity>", "the exact digest: oats.json.v1:sha256-<64 hex> for a composition, oats.tree-exec.v1:sha256-<64 hex> for a tree")
         .requiredOption("--reason <text>", `why it is ${past} (recorded with the decision)`);
     },
     async run(context, [kind, key, integrity], options) {
@@ -30,7 +30,11 @@ function decision(action: "approve" | "revoke"): CommandSpec {
       const entry: ApprovalEntry = await library[action](context.scope, { kind, key, integrity }, { reason });
       return {
         result: { action, subject: entry.subject, approved: action === "approve", entry },
-        lines: [`${past} ${subjectText(entry.subject)}`, `  seq ${entry.seq} by ${entry.operator} at ${entry.at}: ${entry.reason}`],
+        lines: [
+          `${past} ${subjectText(entry.subject)}`,
+          ...(entry.composition === undefined ? [] : library.compositionSummary(library.parseComposition(entry.composition, "the approved composition")).map((line) => `  ${line}`)),
+          `  seq ${entry.seq} by ${entry.operator} at ${entry.at}: ${entry.reason}`,
+        ],
         quietLines: [String(entry.seq)],
       };
     },

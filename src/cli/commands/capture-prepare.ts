@@ -1,5 +1,5 @@
 import type { CommandSpec } from "../context.js";
-import { approveCommand, derivedText, loadCapturesLibrary, subjectText } from "./captures-shared.js";
+import { approveCommand, derivedText, loadCapturesLibrary } from "./captures-shared.js";
 
 export const capturePrepare: CommandSpec = {
   name: "capture prepare",
@@ -17,7 +17,7 @@ export const capturePrepare: CommandSpec = {
     } finally {
       progress.end();
     }
-    const { classification, subject } = prepared;
+    const { classification, subject, composition } = prepared;
     const capture = prepared.record.capture!;
     const warnings = classification.mismatch
       ? [
@@ -30,7 +30,8 @@ export const capturePrepare: CommandSpec = {
         status: prepared.status,
         capture: capture.name,
         subject,
-        approve: approveCommand(subject),
+        composition: { subject: composition.subject, value: composition.value },
+        approve: approveCommand(composition.subject),
         classification,
         blobs: prepared.blobs,
         retained: prepared.retained,
@@ -38,9 +39,10 @@ export const capturePrepare: CommandSpec = {
       },
       lines: [
         `${prepared.status === "kept" ? "kept (already recorded)" : "prepared"} capture ${capture.name}: resolution ${prepared.id}`,
-        `  executable ${subjectText(subject)}`,
-        `  approve    ${approveCommand(subject)}`,
         `  levels     declared ${classification.declared}, derived ${derivedText(classification.derived)}, effective ${classification.effective}`,
+        `  composition ${composition.subject.integrity} (what an approval covers):`,
+        ...library.compositionSummary(composition.value).map((line) => `    ${line}`),
+        `  approve    ${approveCommand(composition.subject)}`,
       ],
       quietLines: [prepared.id],
       warnings,

@@ -1,0 +1,186 @@
+import { z } from "zod";
+import { OatsError } from "../errors.js";
+import { jsonDigest } from "../retention/digest/json.js";
+import { JSON_V1, integrityText } from "../retention/integrity.js";
+import type { ResolutionRecord } from "../resolution/record.js";
+import { LEVELS } from "./classification.js";
+
+/**
+ * A capture's composition (format `oats.capture-composition.v1`): every field
+ * that decides what a dispatch runs, or under which gate, and nothing else.
+ *
+ *   {format, capture, executable: {kind, key, integrity}, entrypoint: {path, args},
+ *    env: {NAME: value}, loaderEnv: [NAME], credentials: [NAME],
+ *    target: {wing?, repo?}, classification: {declared, config, configPath},
+ *    profile}
+ *
+ * - `executable.integrity` is the tree's oats.tree-exec.v1 digest (bytes and
+ *   owner-exec bits of every file).
+ * - `classification.config` and `profile` are the oats.bytes.v1 digests of
+ *   the pinned bytes; `configPath` is where dispatch looks for a later
+ *   tightening, so pointing a capture at another config is a change too.
+ * - `loaderEnv` names the pinned variables that change how an interpreter or
+ *   the loader behaves: a spec may pin them only by listing them, and the
+ *   approver sees them apart.
+ *
+ * The composition is a pure function of the capture record, and its
+ * oats.json.v1 digest is what an operator approves: the approval subject is
+ * `{kind: "composition", key: <capture name>, integrity: "oats.json.v1:sha256-…"}`.
+ * The spec's own bytes (comments, key order) and the derived levels are left
+ * out: they change nothing that runs, and the derived level is recomputed
+ * from the pinned config bytes at every dispatch.
+ */
+
+export const COMPOSITION_FORMAT = "oats.capture-composition.v1";
+export const COMPOSITION_KIND = "composition";
+
+/**
+ * Variables that change what an interpreter or the dynamic loader executes
+ * (code preloaded, module search paths, option injection). A spec pins one
+ * only when it lists the name under `loaderEnv`.
+ */
+const LOADER_ENV_NAMES = new Set([
+  "NODE_OPTIONS",
+  "NODE_PATH",
+  "NODE_REPL_EXTERNAL_MODULE",
+  "NODE_EXTRA_CA_CERTS",
+  "NODE_TLS_REJECT_UNAUTHORIZED",
+  "NODE_ICU_DATA",
+  "LD_PRELOAD",
+  "LD_LIBRARY_PATH",
+  "LD_AUDIT",
+  "LD_BIND_NOW",
+  "LD_DEBUG",
+  "LD_DEBUG_OUTPUT",
+  "LD_PROFILE",
+  "GCONV_PATH",
+  "HOSTALIASES",
+  "LOCPATH",
+  "MALLOC_TRACE",
+  "PYTHONPATH",
+  "PYTHONHOME",
+  "PYTHONSTARTUP",
+  "PYTHONINSPECT",
+  "PYTHONUSERBASE",
+  "PERL5LIB",
+  "PERL5OPT",
+  "PERLLIB",
+  "RUBYLIB",
+  "RUBYOPT",
+  "BASH_ENV",
+  "ENV",
+  "SHELLOPTS",
+  "PS4",
+  "JAVA_TOOL_OPTIONS",
+  "_JAVA_OPTIONS",
+  "JDK_JAVA_OPTIONS",
+  "CLASSPATH",
+  "GIT_EXEC_PATH",
+  "GIT_CONFIG_GLOBAL",
+  "GIT_CONFIG_SYSTEM",
+]);
+const LOADER_ENV_PREFIXES = ["DYLD_", "LD_", "PYTHON", "GIT_CONFIG_"];
+
+/** Whether pinning `name` changes how an interpreter or the loader behaves. */
+export function isLoaderEnvName(name: string): boolean {
+  return LOADER_ENV_NAMES.has(name) || LOADER_ENV_PREFIXES.some((prefix) => name.startsWith(prefix));
+}
+
+const digest = z.string().regex(/^sha256-[0-9a-f]{64}$/);
+const compositionSchema = z
+  .object({
+    format: z.literal(COMPOSITION_FORMAT),
+    capture: z.string().min(1),
+    executable: z.object({ kind: z.string(), key: z.string(), integrity: z.string() }).strict(),
+    entrypoint: z.object({ path: z.string(), args: z.array(z.string()) }).strict(),
+    env: z.record(z.string(), z.string()),
+    loaderEnv: z.array(z.string()),
+    credentials: z.array(z.string()),
+    target: z.object({ wing: z.string().optional(), repo: z.string().optional() }).strict(),
+    classification: z.object({ declared: z.enum(LEVELS), config: digest, configPath: z.string() }).strict(),
+    profile: digest.nullable(),
+  })
+  .strict();
+
+export type CaptureComposition = z.infer<typeof compositionSchema>;
+
+export interface CompositionSubject {
+  kind: typeof COMPOSITION_KIND;
+  /** The capture's name. */
+  key: string;
+  /** `oats.json.v1:sha256-<hex>` of the composition. */
+  integrity: string;
+}
+
+/** The composition of a capture record (pure). */
+export function compositionOf(record: ResolutionRecord): CaptureComposition {
+  const capture = record.capture;
+  const entrypoint = capture ? record.entrypoints[capture.entrypoint] : undefined;
+  if (!capture || !entrypoint) throw new OatsError("invalid-resolution", "not a capture record: it has no capture entry point", { kind: record.kind });
+  const env = Object.fromEntries(Object.entries(capture.env));
+  return {
+    format: COMPOSITION_FORMAT,
+    capture: capture.name,
+    executable: { kind: entrypoint.artifact.kind, key: entrypoint.artifact.key, integrity: integrityText(entrypoint.artifact.integrity) },
+    entrypoint: { path: entrypoint.path, args: [...entrypoint.args] },
+    env,
+    loaderEnv: Object.keys(env).filter(isLoaderEnvName).sort(),
+    credentials: capture.credentials.map((ref) => (ref.kind === "env" ? ref.name : `${ref.provider}:${ref.key}`)),
+    target: { ...capture.target },
+    classification: { declared: capture.classification.declared, config: capture.classification.config, configPath: capture.classification.configPath },
+    profile: capture.profile,
+  };
+}
+
+/** The subject an operator approves so that this exact composition may dispatch. */
+export function compositionSubject(composition: CaptureComposition): CompositionSubject {
+  return { kind: COMPOSITION_KIND, key: composition.capture, integrity: `${JSON_V1}:${jsonDigest(composition)}` };
+}
+
+/** A composition read back (from its pinned blob or a ledger entry); anything else is `invalid-input`. */
+export function parseComposition(value: unknown, origin: string): CaptureComposition {
+  const parsed = compositionSchema.safeParse(value);
+  if (!parsed.success) {
+    throw new OatsError("invalid-input", `${origin} is not an ${COMPOSITION_FORMAT} composition: ${parsed.error.issues[0]?.message ?? "invalid"}`, { origin, issues: parsed.error.issues });
+  }
+  return parsed.data;
+}
+
+/**
+ * The fields in which two compositions differ, as dotted paths
+ * (`env.NODE_OPTIONS`, `entrypoint.args`, `classification.config`): what a
+ * refusal names when a re-prepared capture no longer matches its approval.
+ */
+export function compositionChanges(approved: CaptureComposition, current: CaptureComposition): string[] {
+  const changes: string[] = [];
+  const same = (a: unknown, b: unknown) => JSON.stringify(a) === JSON.stringify(b);
+  const keyed = (prefix: string, a: Record<string, unknown>, b: Record<string, unknown>) => {
+    for (const key of [...new Set([...Object.keys(a), ...Object.keys(b)])].sort()) {
+      if (!same(Object.hasOwn(a, key) ? a[key] : undefined, Object.hasOwn(b, key) ? b[key] : undefined)) changes.push(`${prefix}.${key}`);
+    }
+  };
+  keyed("executable", approved.executable, current.executable);
+  keyed("entrypoint", approved.entrypoint, current.entrypoint);
+  keyed("env", approved.env, current.env);
+  if (!same(approved.credentials, current.credentials)) changes.push("credentials");
+  keyed("target", approved.target, current.target);
+  keyed("classification", approved.classification, current.classification);
+  if (!same(approved.profile, current.profile)) changes.push("profile");
+  return changes;
+}
+
+/** Human lines that show an approver what a composition runs. Values of the pinned env are shown: records never hold secrets. */
+export function compositionSummary(composition: CaptureComposition): string[] {
+  const { executable, entrypoint, classification, target } = composition;
+  const env = Object.entries(composition.env).map(([name, value]) => `${name}=${JSON.stringify(value)}`);
+  return [
+    `executable   ${executable.kind} ${executable.key} ${executable.integrity}`,
+    `entry point  ${entrypoint.path}${entrypoint.args.length ? ` ${entrypoint.args.map((arg) => JSON.stringify(arg)).join(" ")}` : ""}`,
+    `env          ${env.length ? env.join(" ") : "(none)"}`,
+    ...(composition.loaderEnv.length ? [`loader env   ${composition.loaderEnv.join(", ")} (changes how the interpreter or loader behaves)`] : []),
+    `credentials  ${composition.credentials.length ? composition.credentials.join(", ") : "(none)"}`,
+    `target       ${Object.entries(target).map(([key, value]) => `${key}=${value}`).join(" ") || "(none)"}`,
+    `declared     ${classification.declared}; config ${classification.config} at ${classification.configPath}`,
+    `profile      ${composition.profile ?? "(none)"}`,
+  ];
+}
