@@ -16,11 +16,12 @@
  */
 import assert from "node:assert/strict";
 import { spawn, type ChildProcess } from "node:child_process";
-import { chmodSync, chownSync, lstatSync, mkdirSync, readFileSync, readdirSync, renameSync, writeFileSync } from "node:fs";
+import { chmodSync, chownSync, lstatSync, mkdirSync, readFileSync, readdirSync, renameSync, symlinkSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { describe, test } from "node:test";
 import { OatsError } from "../src/errors.js";
 import { setReadHook } from "../src/retention/digest/read-hook.js";
+import { walkTree } from "../src/retention/digest/walk.js";
 import { digestTree, retainTree } from "../src/retention/index.js";
 import { tempDir } from "./helpers.js";
 
@@ -190,5 +191,25 @@ describe("walk race: a directory replaced by another real directory between the 
     } finally {
       setReadHook(null);
     }
+  });
+});
+
+describe("walk race: a directory above the root swapped for a symlink", () => {
+  test("Given a resolved root whose parent is then swapped for a symlink to another directory, When it is walked, Then invalid-artifact changed-while-reading (root): the kernel's name for what was opened must be the root asked for", async () => {
+    const base = tempDir("oats-root-swap-");
+    mkdirSync(join(base, "parent/pkg"), { recursive: true });
+    writeFileSync(join(base, "parent/pkg/f"), "real\n");
+    mkdirSync(join(base, "elsewhere/pkg"), { recursive: true });
+    writeFileSync(join(base, "elsewhere/pkg/f"), "elsewhere\n");
+    const root = join(base, "parent/pkg");
+    // As if the swap happened between the caller's realpath and the walk's open.
+    renameSync(join(base, "parent"), join(base, "parent-real"));
+    symlinkSync(join(base, "elsewhere"), join(base, "parent"));
+    await assert.rejects(walkTree(root), (error) => {
+      assert.ok(error instanceof OatsError, String(error));
+      assert.equal(error.code, "invalid-artifact");
+      assert.deepEqual([error.details.reason, error.details.changed, error.details.opened], ["changed-while-reading", "root", join(base, "elsewhere/pkg")]);
+      return true;
+    });
   });
 });

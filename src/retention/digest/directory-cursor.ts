@@ -1,6 +1,6 @@
 import { closeSync } from "node:fs";
 import { OatsError } from "../../errors.js";
-import { DIRECTORY_FDS, inDirectory, openDirectory, type DirectoryEntry, type FileEntry } from "./walk.js";
+import { DIRECTORY_FDS, inDirectory, openDirectory, openRoot, type DirectoryEntry, type FileEntry } from "./walk.js";
 
 /**
  * The directories the reads are in, opened again the way the walk opened
@@ -33,7 +33,7 @@ export class DirectoryCursor {
     for (let index = shared; index < chain.length; index++) {
       const wanted = chain[index]!;
       const at = index === 0 ? wanted.absolute : inDirectory(this.open[index - 1]!.fd, wanted.parent!.absolute, wanted.name);
-      const opened = openDirectory(at, wanted.path);
+      const opened = index === 0 ? openRoot(at) : openDirectory(at, wanted.path);
       this.open.push({ directory: wanted, fd: opened.fd });
       if (opened.dev !== wanted.dev || opened.ino !== wanted.ino) {
         throw new OatsError("invalid-artifact", `directory changed while it was read (replaced): ${wanted.path || "."}`, {

@@ -181,9 +181,33 @@ function listingPath(fd: number, absolute: string): string {
 }
 
 /**
+ * The root is opened by its path, which the caller resolved (realpath) or
+ * built from resolved parts. O_NOFOLLOW guards its last component only: a
+ * directory above it swapped for a symlink in the meantime would open
+ * something elsewhere. The kernel's name for what was opened must therefore
+ * be the path asked for.
+ */
+export function openRoot(absolute: string): { fd: number; dev: number; ino: number; mode: number } {
+  const opened = openDirectory(absolute, "");
+  if (!DIRECTORY_FDS) return opened;
+  let actual: string;
+  try {
+    actual = readlinkSync(`${FD_DIR}/${opened.fd}`);
+  } catch (error) {
+    closeSync(opened.fd);
+    throw changedOrUnreadable(error, ".");
+  }
+  if (actual !== absolute) {
+    closeSync(opened.fd);
+    throw new OatsError("invalid-artifact", `tree root changed while it was read: ${absolute} opened as ${actual}`, { path: ".", root: absolute, opened: actual, reason: "changed-while-reading", changed: "root" });
+  }
+  return opened;
+}
+
+/**
  * Open a directory without following a symlink at its own name: the root by
- * its path (resolved by the caller), every other one inside its parent's
- * descriptor. Returns the descriptor and what fstat says of it.
+ * its path (see openRoot), every other one inside its parent's descriptor.
+ * Returns the descriptor and what fstat says of it.
  */
 export function openDirectory(at: string, path: string): { fd: number; dev: number; ino: number; mode: number } {
   let fd: number;
@@ -244,7 +268,7 @@ export async function walkTree(rootAbsolute: string, options: WalkOptions = {}):
   const directories: DirectoryEntry[] = [];
   const stack: Frame[] = [];
   try {
-    const opened = openDirectory(rootAbsolute, "");
+    const opened = openRoot(rootAbsolute);
     const root: DirectoryEntry = { type: "directory", name: "", path: "", absolute: rootAbsolute, children: [], parent: null, dev: opened.dev, ino: opened.ino, mode: opened.mode };
     stack.push({ directory: root, fd: opened.fd, listed: [], depth: 0, next: 0 });
     (stack[0] as { listed: Dirent[] }).listed = listDirectory(opened.fd, rootAbsolute, "");
