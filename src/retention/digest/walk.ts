@@ -151,9 +151,10 @@ function tooDeep(path: string, depth: number, limit: number): OatsError {
 /** One directory being listed: the walk keeps these on its own stack, never the JavaScript one. */
 interface Frame {
   readonly directory: DirectoryEntry;
-  /** The directory's own descriptor (Linux), closed when the frame is popped. */
+  /** The directory's own descriptor, closed when the frame is popped (or by the walk's finally). */
   readonly fd: number;
-  readonly listed: Dirent[];
+  /** Filled once the frame holds the descriptor, so a failed listing still closes it. */
+  listed: Dirent[];
   readonly depth: number;
   next: number;
 }
@@ -270,8 +271,9 @@ export async function walkTree(rootAbsolute: string, options: WalkOptions = {}):
   try {
     const opened = openRoot(rootAbsolute);
     const root: DirectoryEntry = { type: "directory", name: "", path: "", absolute: rootAbsolute, children: [], parent: null, dev: opened.dev, ino: opened.ino, mode: opened.mode };
-    stack.push({ directory: root, fd: opened.fd, listed: [], depth: 0, next: 0 });
-    (stack[0] as { listed: Dirent[] }).listed = listDirectory(opened.fd, rootAbsolute, "");
+    const top: Frame = { directory: root, fd: opened.fd, listed: [], depth: 0, next: 0 };
+    stack.push(top);
+    top.listed = listDirectory(opened.fd, rootAbsolute, "");
     while (stack.length > 0) {
       const frame = stack[stack.length - 1]!;
       if (frame.next === frame.listed.length) {
@@ -290,8 +292,9 @@ export async function walkTree(rootAbsolute: string, options: WalkOptions = {}):
       if (entry.isDirectory()) {
         const child = openDirectory(inDirectory(frame.fd, parent.absolute, name), childPath);
         const directory: DirectoryEntry = { type: "directory", name, path: childPath, absolute: childAbsolute, children: [], parent, dev: child.dev, ino: child.ino, mode: child.mode };
-        stack.push({ directory, fd: child.fd, listed: [], depth: frame.depth + 1, next: 0 });
-        (stack[stack.length - 1] as { listed: Dirent[] }).listed = listDirectory(child.fd, childAbsolute, childPath);
+        const below: Frame = { directory, fd: child.fd, listed: [], depth: frame.depth + 1, next: 0 };
+        stack.push(below);
+        below.listed = listDirectory(child.fd, childAbsolute, childPath);
         parent.children.push(directory);
       } else if (entry.isFile()) {
         const file: FileEntry = { type: "file", name, path: childPath, absolute: childAbsolute, parent };
