@@ -8,7 +8,7 @@
  */
 import assert from "node:assert/strict";
 import { spawn, spawnSync } from "node:child_process";
-import { chmodSync, chownSync, existsSync, mkdirSync, readdirSync, readFileSync, renameSync, rmSync, statSync, writeFileSync } from "node:fs";
+import { chmodSync, chownSync, existsSync, mkdirSync, readdirSync, readFileSync, renameSync, statSync, writeFileSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { describe, test } from "node:test";
 import { stringify } from "yaml";
@@ -32,6 +32,7 @@ import {
 import { digestTree } from "../src/retention/digest/tree.js";
 import { hostTag } from "../src/retention/store/layout.js";
 import { REPO, tempDir } from "./helpers.js";
+import { makeUnwritable } from "./support/unwritable.js";
 
 const NODE_DIR = dirname(process.execPath);
 const TREE_EXEC = "oats.tree-exec.v1";
@@ -324,18 +325,21 @@ describe("the private run directory", () => {
     assert.deepEqual(runCopies(f.scope), []);
   });
 
-  test("Given an audit log that cannot be appended (a directory in its place), When dispatched, Then audit-unavailable and the copy made before the audit is removed", async () => {
+  test("Given an audit log that cannot be appended, When dispatched, Then the refusal (audit-unavailable) removes the copy made before the audit", async (t) => {
     const f = await fixture({ files: { "bin/run": { body: script, mode: 0o755 } }, entry: "bin/run" });
-    const auditLog = join(f.scope, ".agents", "audit", "audit.jsonl");
-    renameSync(auditLog, `${auditLog}.saved`);
-    mkdirSync(auditLog);
+    const auditDir = join(f.scope, ".agents", "audit");
+    const unwritable = makeUnwritable(auditDir, join(auditDir, "audit.jsonl"));
+    t.diagnostic(`unwritable audit log by: ${unwritable.setup}`);
     try {
-      await assert.rejects(resolveQueuedCapture(f.scope, f.job, { env: {} }), isCode("audit-unavailable"));
-      assert.ok(existsSync(join(f.scope, ".agents", "run-copies")), "the copy was made before the audit");
+      assert.throws(unwritable.probe, "the audit directory really refuses writes");
+      // A read-only log can still be read (the approval cross-check reads it), so the refusal is the append's;
+      // a directory in its place is refused earlier, when the log is read.
+      const code = unwritable.setup.includes("replaced by a directory") ? "invalid-artifact-store" : "audit-unavailable";
+      await assert.rejects(resolveQueuedCapture(f.scope, f.job, { env: {}, lockWaitMs: 600_000 }), isCode(code));
+      if (code === "audit-unavailable") assert.ok(existsSync(join(f.scope, ".agents", "run-copies")), "the copy was made before the audit");
       assert.deepEqual(runCopies(f.scope), []);
     } finally {
-      rmSync(auditLog, { recursive: true });
-      renameSync(`${auditLog}.saved`, auditLog);
+      unwritable.restore();
     }
   });
 
