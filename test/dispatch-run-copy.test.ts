@@ -318,6 +318,18 @@ describe("the private run directory", () => {
     assert.deepEqual(runCopies(f.scope), []);
   });
 
+  test("Given a plan whose run directory was forged, When discarded, Then invalid-input and nothing is removed", async () => {
+    const victim = tempDir("oats-victim-");
+    writeFileSync(join(victim, "keep.txt"), "keep\n");
+    const lookalike = join(victim, ".agents", "not-run-copies", `.staging-${hostTag()}-1-${"0".repeat(12)}`);
+    mkdirSync(lookalike, { recursive: true });
+    for (const dir of [victim, lookalike, `${victim}/.agents/run-copies/../../keep.txt`, "relative/.agents/run-copies/.staging-00000000-1-000000000000"]) {
+      await assert.rejects(discardDispatchPlan({ run: { dir, root: dir, cwd: dir, guard: "" } }), isCode("invalid-input", (error) => assert.equal(error.details["reason"], "not-a-run-copy")));
+    }
+    assert.equal(readFileSync(join(victim, "keep.txt"), "utf8"), "keep\n");
+    assert.ok(existsSync(lookalike));
+  });
+
   test("Given a refusal after the copy was made (approval revoked), When dispatched, Then approval-required and no run copy is left", async () => {
     const f = await fixture({ files: { "bin/run": { body: script, mode: 0o755 } }, entry: "bin/run" });
     await revoke(f.scope, f.prepared.composition.subject, { reason: "withdrawn" });
