@@ -31,8 +31,8 @@ import {
 } from "../src/index.js";
 import { digestTree } from "../src/retention/digest/tree.js";
 import { hostTag } from "../src/retention/store/layout.js";
-import { makeUnwritable } from "./support/unwritable.js";
 import { REPO, tempDir } from "./helpers.js";
+import { makeUnwritable } from "./support/unwritable.js";
 
 const NODE_DIR = dirname(process.execPath);
 const TREE_EXEC = "oats.tree-exec.v1";
@@ -318,6 +318,18 @@ describe("the private run directory", () => {
     assert.deepEqual(runCopies(f.scope), []);
   });
 
+  test("Given a plan whose run directory was forged, When discarded, Then invalid-input and nothing is removed", async () => {
+    const victim = tempDir("oats-victim-");
+    writeFileSync(join(victim, "keep.txt"), "keep\n");
+    const lookalike = join(victim, ".agents", "not-run-copies", `.staging-${hostTag()}-1-${"0".repeat(12)}`);
+    mkdirSync(lookalike, { recursive: true });
+    for (const dir of [victim, lookalike, `${victim}/.agents/run-copies/../../keep.txt`, "relative/.agents/run-copies/.staging-00000000-1-000000000000"]) {
+      await assert.rejects(discardDispatchPlan({ run: { dir, root: dir, cwd: dir, guard: "" } }), isCode("invalid-input", (error) => assert.equal(error.details["reason"], "not-a-run-copy")));
+    }
+    assert.equal(readFileSync(join(victim, "keep.txt"), "utf8"), "keep\n");
+    assert.ok(existsSync(lookalike));
+  });
+
   test("Given a refusal after the copy was made (approval revoked), When dispatched, Then approval-required and no run copy is left", async () => {
     const f = await fixture({ files: { "bin/run": { body: script, mode: 0o755 } }, entry: "bin/run" });
     await revoke(f.scope, f.prepared.composition.subject, { reason: "withdrawn" });
@@ -325,17 +337,21 @@ describe("the private run directory", () => {
     assert.deepEqual(runCopies(f.scope), []);
   });
 
-  test("Given an audit log that cannot be appended (read-only), When dispatched, Then audit-unavailable and the copy made before the audit is removed", async (t) => {
+  test("Given an audit log that cannot be appended, When dispatched, Then the refusal (audit-unavailable) removes the copy made before the audit", async (t) => {
     const f = await fixture({ files: { "bin/run": { body: script, mode: 0o755 } }, entry: "bin/run" });
     const auditDir = join(f.scope, ".agents", "audit");
-    const { setup, restore } = makeUnwritable(auditDir, join(auditDir, "audit.jsonl"));
-    t.diagnostic(`unwritable audit log by: ${setup}`);
+    const unwritable = makeUnwritable(auditDir, join(auditDir, "audit.jsonl"));
+    t.diagnostic(`unwritable audit log by: ${unwritable.setup}`);
     try {
-      await assert.rejects(resolveQueuedCapture(f.scope, f.job, { env: {} }), isCode("audit-unavailable"));
-      assert.ok(existsSync(join(f.scope, ".agents", "run-copies")), "the copy was made before the audit");
+      assert.throws(unwritable.probe, "the audit directory really refuses writes");
+      // A read-only log can still be read (the approval cross-check reads it), so the refusal is the append's;
+      // a directory in its place is refused earlier, when the log is read.
+      const code = unwritable.setup.includes("replaced by a directory") ? "invalid-artifact-store" : "audit-unavailable";
+      await assert.rejects(resolveQueuedCapture(f.scope, f.job, { env: {}, lockWaitMs: 600_000 }), isCode(code));
+      if (code === "audit-unavailable") assert.ok(existsSync(join(f.scope, ".agents", "run-copies")), "the copy was made before the audit");
       assert.deepEqual(runCopies(f.scope), []);
     } finally {
-      restore();
+      unwritable.restore();
     }
   });
 

@@ -1,11 +1,11 @@
 import { chmodSync, lstatSync, mkdirSync, realpathSync } from "node:fs";
-import { dirname, join } from "node:path";
+import { basename, dirname, isAbsolute, join, resolve } from "node:path";
 import { OatsError, errnoCode } from "../errors.js";
 import { FRAMINGS, digestListing, type TreeDigests } from "../retention/digest/tree.js";
 import { walkTree } from "../retention/digest/walk.js";
 import { TREE_EXEC, TREE_LEGACY, integrityText } from "../retention/integrity.js";
 import { ensureStoreAt, inspectStore } from "../retention/store/components.js";
-import { RUN_COPIES_STORE, parseArtifactRef, retainedTreeDir, stagingName } from "../retention/store/layout.js";
+import { RUN_COPIES_STORE, parseArtifactRef, parseStagingName, retainedTreeDir, stagingName } from "../retention/store/layout.js";
 import { firstDifference } from "../retention/store/manifest.js";
 import { revisionParentSegments } from "../retention/store/publish.js";
 import { StagingWriter, removeTree } from "../retention/store/staging-writer.js";
@@ -146,7 +146,16 @@ export async function copyVerifiedTree(realScope: string, input: { kind?: unknow
   }
 }
 
-/** Remove a run copy (and its run directory). */
+/**
+ * Remove a run copy (and its run directory). Only a directory that has the
+ * shape of one is removed (`<...>/.agents/run-copies/.staging-<host>-<pid>-<random>`):
+ * a plan is a plain object, and a forged or corrupted one must not turn this
+ * into a recursive delete of anything else.
+ */
 export async function removeRunCopy(copy: Pick<RunCopy, "dir">): Promise<void> {
-  await removeTree(copy.dir);
+  const dir: unknown = copy.dir;
+  if (typeof dir !== "string" || !isAbsolute(dir) || resolve(dir) !== dir || parseStagingName(basename(dir)) === null || !dirname(dir).endsWith(`/${RUN_COPIES_STORE.join("/")}`)) {
+    throw new OatsError("invalid-input", `not a run copy directory, refusing to remove it: ${String(dir)}`, { dir: String(dir), reason: "not-a-run-copy" });
+  }
+  await removeTree(dir);
 }
