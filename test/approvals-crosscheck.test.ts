@@ -222,6 +222,24 @@ describe("cross-check: dispatch", () => {
 });
 
 describe("anchors: oats audit head and --expect-head", () => {
+  test("Given a checkpoint, When the audit log is rewritten into another valid chain, Then `oats audit verify` and `oats audit head` fail (history-rewritten) although the chain alone verifies", async () => {
+    const scope = tempDir("oats-cross-");
+    await approve(scope, subject("a"), { reason: "ok" });
+    await approve(scope, subject("b"), { reason: "ok" });
+    assert.equal(oats(["--scope", scope, "audit", "verify"]).status, 0);
+    const entries = readLines(AUDIT(scope));
+    entries[0]!["principal"] = "someone@else";
+    entries[0]!["hash"] = entryHash(entries[0]!);
+    entries[1]!["prev"] = entries[0]!["hash"];
+    entries[1]!["hash"] = entryHash(entries[1]!);
+    writeLines(AUDIT(scope), entries);
+    for (const args of [["audit", "verify"], ["audit", "head"]]) {
+      const run = oats(["--scope", scope, "--json", ...args]);
+      assert.equal(run.status, 5, run.stdout + run.stderr);
+      assert.equal((JSON.parse(run.stdout).error as { details: { reason: string } }).details.reason, "history-rewritten");
+    }
+  });
+
   test("Given remembered heads, When entries are removed from the end of either log (no checkpoint to catch it), Then --expect-head fails naming the head; before that it passes", async () => {
     const scope = tempDir("oats-cross-");
     await approve(scope, subject("a"), { reason: "ok" });

@@ -125,10 +125,21 @@ export interface LogHead {
   head: string;
 }
 
-/** Both logs' heads, from a full verification of each. */
+/**
+ * The log still extends what this operator's oats verified before (its
+ * private checkpoint); `integrity-mismatch` with `details.reason` otherwise.
+ * Brings the checkpoint up to date as a side effect.
+ */
+export function checkAgainstCheckpoint(scope: string, log: ChainLog): { entries: number; head: string } {
+  const sync = syncLog(scope, log);
+  return { entries: sync.seq, head: sync.head };
+}
+
+/** Both logs' heads, from a full verification of each (and a check against the operator's checkpoint). */
 export function logHeads(scope: string): { approvals: LogHead; audit: LogHead } {
   const heads = {} as { approvals: LogHead; audit: LogHead };
   for (const name of ["approvals", "audit"] as const) {
+    checkAgainstCheckpoint(scope, CHAIN_LOGS[name]);
     const { entries, head } = readEntries(scope, CHAIN_LOGS[name]);
     heads[name] = { entries: entries.length, head };
   }
