@@ -3,7 +3,7 @@ import { createHash } from "node:crypto";
 import { chmodSync, existsSync, mkdirSync, readFileSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { describe, test } from "node:test";
-import { BLOBS_DIR, blobPath, putBlob, readBlob } from "../src/captures/blobs.js";
+import { BLOBS_DIR, blobPath, putBlob, readBlob } from "../src/retention/store/blobs.js";
 import { OatsError } from "../src/errors.js";
 import { snapshotTree, tempDir } from "./helpers.js";
 

@@ -5,7 +5,7 @@ import { existsSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { test } from "node:test";
 import { cleanupStaging, fsck } from "../src/index.js";
-import { putBlob } from "../src/captures/blobs.js";
+import { putBlob } from "../src/retention/store/blobs.js";
 import { writeInstanceRef, writeResolution } from "../src/resolution/store.js";
 import { hostTag, stagingName } from "../src/retention/store/layout.js";
 import { tempDir } from "./helpers.js";

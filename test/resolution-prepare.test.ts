@@ -337,6 +337,32 @@ describe("prepare: secrets are refused before anything is retained", () => {
     await assertRefused(plan, secret, "/bindings/repo/payload/remote");
   });
 
+  test("Given a password inside a URL in a config value, When preparing, Then secret-in-record names the pointer and never echoes the password", async () => {
+    const plan = basePlan({ config: [{ pointer: "/settings/demo.hello/dsn", value: "postgres://app:s3cretPw@db.example.test/app", origin: { kind: "operator", ref: "plan.yaml" } }] });
+    await assertRefused(plan, "s3cretPw", "/config/~1settings~1demo.hello~1dsn/value");
+  });
+
+  test("Given a password inside a URL in an argument, When preparing, Then secret-in-record names the argument", async () => {
+    const plan = basePlan({ entrypoints: { hello: { capability: HELLO, path: "bin/hello.mjs", args: ["--db", "postgres://app:s3cretPw@db.example.test/app"], role: "command" } } });
+    await assertRefused(plan, "s3cretPw", "/entrypoints/hello/args/1");
+  });
+
+  for (const [form, args, pointer] of [
+    ["--password=value", ["--password=hunter2"], "/entrypoints/hello/args/0"],
+    ["--db-password value", ["--verbose", "--db-password", "hunter2"], "/entrypoints/hello/args/2"],
+    ["-token value", ["-token", "hunter2"], "/entrypoints/hello/args/1"],
+  ] as const) {
+    test(`Given a secret-named option with its value (${form}) in an entry point's arguments, When preparing, Then secret-in-record names the value's argument (the scanner reconstruct uses)`, async () => {
+      const plan = basePlan({ entrypoints: { hello: { capability: HELLO, path: "bin/hello.mjs", args: [...args], role: "command" } } });
+      await assertRefused(plan, "hunter2", pointer);
+    });
+  }
+
+  test("Given ordinary options and URLs without a password, When preparing, Then nothing is refused", async () => {
+    const plan = basePlan({ entrypoints: { hello: { capability: HELLO, path: "bin/hello.mjs", args: ["--max-tokens=5", "--token-url", "https://user@host/x", "--password="], role: "command" } } });
+    await prepare(tempDir(), plan);
+  });
+
   test("Given a token in an entry point's arguments, When preparing, Then secret-in-record names the argument", async () => {
     const secret = SHAPES.find(([name]) => name.includes("npm"))![1];
     const plan = basePlan({ entrypoints: { hello: { capability: HELLO, path: "bin/hello.mjs", args: [`--token=${secret}`], role: "command" } } });

@@ -4,7 +4,7 @@ import { randomBytes } from "node:crypto";
 import { Header, Pax, type HeaderData } from "tar";
 import { z } from "zod";
 import { OatsError, asStepError, errnoCode, isOatsError } from "../errors.js";
-import { BLOBS_DIR, MAX_BLOB_BYTES, parseBlobDigest, putBlob, readBlob } from "../captures/blobs.js";
+import { BLOBS_DIR, MAX_BLOB_BYTES, parseBlobDigest, putBlob, readBlob } from "../retention/store/blobs.js";
 import { readCanonicalJson } from "../resolution/canonical-read.js";
 import { referencedArtifacts } from "../resolution/read.js";
 import { resolutionRecordSchema, type ResolutionRecord } from "../resolution/record.js";

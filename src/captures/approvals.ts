@@ -2,7 +2,7 @@ import { OatsError, isOatsError } from "../errors.js";
 import { audit, audited } from "./audit.js";
 import { assertArtifactKey, assertArtifactKind, type ArtifactKind } from "../retention/ids.js";
 import { JSON_V1, PACKAGE_PAYLOAD_EXEC, TREE_EXEC, TREE_LEGACY, integrityText, parseIntegrity } from "../retention/integrity.js";
-import { readBlob } from "./blobs.js";
+import { readBlob } from "../retention/store/blobs.js";
 import { COMPOSITION_KIND, compositionSubject, parseComposition, type CaptureComposition } from "./composition.js";
 import { CHAIN_LOGS, appendEntry, type AppendOptions, type ChainEntry } from "./chain-log.js";
 import { currentPrincipal } from "./classification.js";

@@ -1,7 +1,7 @@
 export * from "./classification.js";
+export { PROC_SUPER_MAGIC, PROC_USER_INIT_INO, assertInitialUserNamespace, isInitialIdMap, parseIdMap, type IdMapLine } from "./principal.js";
 export * from "./chain-log.js";
 export * from "./approvals.js";
-export * from "./blobs.js";
 export * from "./audit.js";
 export * from "./spec.js";
 export * from "./composition.js";

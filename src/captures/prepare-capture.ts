@@ -9,12 +9,12 @@ import { inspectStoreAt, resolveScope } from "../retention/store/components.js";
 import { capabilityArtifactEntry } from "../resolution/artifact-entry.js";
 import { resolveEntrypoint } from "../resolution/read.js";
 import type { ArtifactRefRecord, ResolutionRecord } from "../resolution/record.js";
-import { findSecrets, secretRefusal } from "../resolution/secrets.js";
+import { findArgSecrets, findSecrets, secretRefusal } from "../resolution/secrets.js";
 import { INSTALLED_DIR, LOCK_FILE } from "../resolution/reconstruct.js";
 import { RESOLUTIONS_DIR, writeResolution } from "../resolution/store.js";
 import type { ApprovalSubject } from "./approvals.js";
 import { audit, audited, type AuditSubject } from "./audit.js";
-import { BLOBS_DIR, putBlob } from "./blobs.js";
+import { BLOBS_DIR, putBlob } from "../retention/store/blobs.js";
 import { deriveLevel, readClassificationConfigFile, stricter, type DerivedLevel, type Level } from "./classification.js";
 import { readCaptureProfileFile, readCaptureSpecFile, type LoadedCaptureSpec } from "./spec.js";
 import { canonicalJsonBytes } from "../retention/digest/json.js";
@@ -88,7 +88,7 @@ function validate(realScope: string, loaded: LoadedCaptureSpec) {
   const profile = spec.profile === undefined ? null : readCaptureProfileFile(spec.profile);
   // Walking the env object judges each value under its own name (API_KEY: <literal> is a secret).
   const findings = findSecrets({ ...spec.env }, "/capture/env");
-  findings.push(...findSecrets(spec.executable.args, `/entrypoints/${spec.name}/args`));
+  findings.push(...findArgSecrets(spec.executable.args, `/entrypoints/${spec.name}/args`));
   if (findings.length > 0) throw secretRefusal(findings);
   inspectStoreAt(realScope, RESOLUTIONS_DIR);
   inspectStoreAt(realScope, BLOBS_DIR);

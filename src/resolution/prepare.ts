@@ -9,7 +9,7 @@ import { inspectStoreAt, resolveScope } from "../retention/store/components.js";
 import { parsePlan, SOURCE_ENTRYPOINT, type Plan } from "./plan.js";
 import { resolveEntrypoint } from "./read.js";
 import type { ArtifactRefRecord, ResolutionRecord } from "./record.js";
-import { escapePointerSegment, findSecrets, secretRefusal, type SecretFinding } from "./secrets.js";
+import { escapePointerSegment, findArgSecrets, findSecrets, secretRefusal, type SecretFinding } from "./secrets.js";
 import { INSTANCE_REFS_DIR, RESOLUTIONS_DIR, instanceRefPath, writeInstanceRef, writeResolution, type InstanceRef } from "./store.js";
 
 /**
@@ -93,7 +93,7 @@ export function planSecretFindings(plan: Plan, capabilities: readonly CheckedCap
       continue;
     }
     const at = `/entrypoints/${escapePointerSegment(name)}`;
-    findings.push(...findSecrets({ path: entrypoint.path, args: entrypoint.args ?? [] }, at));
+    findings.push(...findSecrets({ path: entrypoint.path }, at), ...findArgSecrets(entrypoint.args ?? [], `${at}/args`));
   }
   return findings;
 }

@@ -1,7 +1,7 @@
 import { lstatSync, readFileSync } from "node:fs";
 import { readRegularFile } from "../retention/store/files.js";
 import { capabilityArtifactEntry } from "./artifact-entry.js";
-import { escapePointerSegment, findSecrets, isSecretKeyName, secretShapeOf } from "./secrets.js";
+import { escapePointerSegment, findArgSecrets, findSecrets } from "./secrets.js";
 import { isAbsolute, join, resolve } from "node:path";
 import { z } from "zod";
 import { OatsError, errnoCode } from "../errors.js";
@@ -296,12 +296,7 @@ function looksSecret(value: unknown, key = ""): boolean {
 }
 
 function argsLookSecret(args: readonly string[]): boolean {
-  return args.some((arg, index) => {
-    if (secretShapeOf(arg) !== undefined) return true;
-    const option = /^--?([A-Za-z0-9._-]+)(?:=(.*))?$/s.exec(arg);
-    if (!option || !isSecretKeyName(option[1]!)) return false;
-    return option[2] !== undefined ? option[2] !== "" : index + 1 < args.length;
-  });
+  return findArgSecrets(args, "").length > 0;
 }
 
 // ----------------------------------------------------------------- reconstruct

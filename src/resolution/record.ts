@@ -51,7 +51,8 @@ const packageSchema = z
     id: identifier,
     source: z.string().min(1),
     version: z.string().min(1),
-    commit: commit.nullable(),
+    /** As the lock names it: a full commit, or `local` for a path: source. */
+    commit: z.union([commit, z.literal("local")]).nullable(),
     integrity: digestValue.nullable(),
   })
   .strict();

@@ -6,7 +6,7 @@ import { credentialRefSchema } from "./record.js";
  * Records hold no secrets (CONTRACT.md section 8): credentials appear only as
  * references `{kind:"env", name}` or `{kind:"provider", provider, key}`.
  *
- * Two rules:
+ * Three rules:
  * - shapes: any string (value or key) that contains a private key block or a
  *   well-known token shape;
  * - names: any literal (a non-empty string or a number) at or below a key
@@ -35,6 +35,8 @@ const SHAPES: readonly (readonly [kind: string, pattern: RegExp])[] = [
   ["google-api-key", /(?<![A-Za-z0-9_-])AIza[0-9A-Za-z_-]{35}/],
   ["jwt", /(?<![A-Za-z0-9_-])eyJ[A-Za-z0-9_-]{4,}\.eyJ[A-Za-z0-9_-]{4,}\.[A-Za-z0-9_-]*/],
   ["npm-token", /(?<![A-Za-z0-9_])npm_[A-Za-z0-9]{36}(?![A-Za-z0-9])/],
+  // scheme://user:password@host: a password in a connection string or URL.
+  ["url-password", /[A-Za-z][A-Za-z0-9+.-]*:\/\/[^\s:@/?#]*:[^\s@/?#]+@/],
 ];
 
 /** The kind of the first secret shape in `text`, if any. */
@@ -109,6 +111,25 @@ export function findSecrets(value: unknown, pointerPrefix = "", options: FindSec
     }
   };
   walk(value, pointerPrefix, options.key !== undefined && isSecretKeyName(options.key), false);
+  return findings;
+}
+
+/**
+ * Secrets in an argument vector: every argument scanned as a value, plus an
+ * option named like a secret with its value (`--password=x`, `--db-password
+ * x`). One scanner for prepare, capture prepare and reconstruct alike.
+ */
+export function findArgSecrets(args: readonly string[], pointerPrefix: string): SecretFinding[] {
+  const findings = findSecrets([...args], pointerPrefix);
+  args.forEach((arg, index) => {
+    const option = /^--?([A-Za-z0-9._-]+)(?:=(.*))?$/s.exec(arg);
+    if (!option || !isSecretKeyName(option[1]!)) return;
+    if (option[2] !== undefined) {
+      if (option[2] !== "") findings.push({ pointer: `${pointerPrefix}/${index}`, kind: "secret-named-option" });
+    } else if (index + 1 < args.length) {
+      findings.push({ pointer: `${pointerPrefix}/${index + 1}`, kind: "secret-named-option" });
+    }
+  });
   return findings;
 }
 

@@ -12,19 +12,28 @@ import { IDENTIFIER_MAX_LENGTH, IDENTIFIER_PATTERN } from "./ids.js";
 
 const identifier = z.string().max(IDENTIFIER_MAX_LENGTH).regex(IDENTIFIER_PATTERN, "must match ^[a-z0-9][a-z0-9._-]*$");
 const legacyIntegrity = z.string().regex(/^sha256-[0-9a-f]{64}$/, "must be a full sha256-<64 lowercase hex>");
-const commit = z.string().regex(/^[0-9a-f]{40}$/, "must be a full 40-hex commit");
+/** Upstream writes the string `local` for a `path:` source, which has no commit. */
+export const LOCAL_COMMIT = "local";
+const commit = z.union([z.string().regex(/^[0-9a-f]{40}$/, "must be a full 40-hex commit"), z.literal(LOCAL_COMMIT)], { error: `must be a full 40-hex commit or "${LOCAL_COMMIT}"` });
+/** `.` for the source root, else a canonical relative path (no `.`, `..` or empty segments). */
 const relativePath = z
   .string()
   .min(1)
-  .refine((path) => !path.startsWith("/") && !path.split("/").some((segment) => segment === ".." || segment === ""), "must be a relative path without '..' or empty segments");
+  .refine(
+    (path) => path === "." || (!path.startsWith("/") && !path.split("/").some((segment) => segment === ".." || segment === "." || segment === "")),
+    "must be . or a canonical relative path without '.', '..' or empty segments",
+  );
 
 /**
- * Package sources: `git:<url>` (optionally `@<ref>`), `catalog:<package-id>`,
- * `path:<absolute directory>` or `npm:<name>@<version>`.
+ * Package sources, in upstream's grammar: `git:<url>` (optionally `@<ref>`)
+ * with an http, https, ssh, git or file URL or `user@host:path`;
+ * `catalog:<package-id>` (optionally `@<selector>`); `path:<absolute
+ * directory>`; or `npm:<name>@<version>`. A `#<path>` fragment is never part
+ * of a lock source (it belongs to source identities, not locks).
  */
 export const packageSourceSchema = z.union([
-  z.string().regex(/^git:(https|ssh|git|file):\/\/[^\s@]+(@[^\s@]+)?$|^git:[a-z0-9._-]+@[^\s:]+:[^\s@]+(@[^\s@]+)?$/i, "git source must be git:<url>[@<ref>]"),
-  z.string().regex(/^catalog:[a-z0-9][a-z0-9._-]*$/, "catalog source must be catalog:<package-id>"),
+  z.string().regex(/^git:(https?|ssh|git|file):\/\/[^\s@#]+(@[^\s@#]+)?$|^git:[a-z0-9._-]+@[^\s:#]+:[^\s@#]+(@[^\s@#]+)?$/i, "git source must be git:<url>[@<ref>]"),
+  z.string().regex(/^catalog:[a-z0-9][a-z0-9._-]*(@[^\s@#]+)?$/, "catalog source must be catalog:<package-id>[@<selector>]"),
   z.string().regex(/^path:\/[^\0]*$/, "path source must be path:<absolute directory>"),
   z.string().regex(/^npm:(@[a-z0-9._-]+\/)?[a-z0-9._-]+@[^\s@]+$/, "npm source must be npm:<name>@<version>"),
 ]);
@@ -38,7 +47,8 @@ export const packageRowSchema = z
     integrity: legacyIntegrity.optional(),
     dependencies: z.array(identifier).optional(),
   })
-  .strict();
+  .strict()
+  .refine((row) => row.commit !== LOCAL_COMMIT || row.source.startsWith("path:"), { message: `commit "${LOCAL_COMMIT}" belongs to a path: source only`, path: ["commit"] });
 
 export const capabilityRowSchema = z
   .object({

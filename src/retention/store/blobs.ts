@@ -1,11 +1,11 @@
 import { linkSync, unlinkSync } from "node:fs";
-import { BYTES_V1, parseDigestName } from "../retention/integrity.js";
+import { BYTES_V1, parseDigestName } from "../integrity.js";
 import { join, resolve } from "node:path";
-import { OatsError, asStepError, errnoCode } from "../errors.js";
-import { bytesDigest } from "../retention/digest/json.js";
-import { ensureStoreAt, fsyncDirectory, inspectStoreAt, removeCreatedStore, resolveScope } from "../retention/store/components.js";
-import { readRegularFile, writeStagedFile } from "../retention/store/files.js";
-import { assertContained } from "../retention/store/layout.js";
+import { OatsError, asStepError, errnoCode } from "../../errors.js";
+import { bytesDigest } from "../digest/json.js";
+import { ensureStoreAt, fsyncDirectory, inspectStoreAt, removeCreatedStore, resolveScope } from "./components.js";
+import { readRegularFile, writeStagedFile } from "./files.js";
+import { assertContained } from "./layout.js";
 
 /**
  * `<scope>/.agents/blobs/sha256-<hex>`: pinned configuration bytes (a
