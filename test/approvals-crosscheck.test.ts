@@ -7,7 +7,7 @@
  */
 import assert from "node:assert/strict";
 import { spawnSync } from "node:child_process";
-import { chmodSync, existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
+import { chmodSync, existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { afterEach, beforeEach, describe, test } from "node:test";
 import { stringify } from "yaml";
@@ -143,6 +143,14 @@ describe("cross-check: ledger against audit", () => {
     await appendEntry(scope, CHAIN_LOGS.audit, { principal: currentPrincipal(), action: "revoke", subject: { ...subject("a") }, outcome: "refused", details: { ledger: { seq: approval.seq, hash: approval.hash }, refusal: { code: "busy" } } });
     freshState();
     assert.equal(requireApproval(scope, subject("a")).hash, approval.hash);
+  });
+
+  test("Given an audit log that cannot be read at all (a directory in its place), When an approval is asked for, Then audit-unavailable (step read): no approval is confirmed without it", async () => {
+    const scope = tempDir("oats-cross-");
+    await approve(scope, subject("a"), { reason: "ok" });
+    rmSync(AUDIT(scope));
+    mkdirSync(AUDIT(scope));
+    assert.throws(() => requireApproval(scope, subject("a")), refusedWith("audit-unavailable", (error) => assert.equal(error.details["step"], "read")));
   });
 
   test("Given a decision interrupted between its ledger write and its audit write, Then it is refused until it is decided again through oats", async () => {
