@@ -7,7 +7,7 @@
  */
 import assert from "node:assert/strict";
 import { spawnSync } from "node:child_process";
-import { chmodSync, existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
+import { chmodSync, existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { afterEach, beforeEach, describe, test } from "node:test";
 import { stringify } from "yaml";
@@ -145,6 +145,14 @@ describe("cross-check: ledger against audit", () => {
     assert.equal(requireApproval(scope, subject("a")).hash, approval.hash);
   });
 
+  test("Given an audit log that cannot be read at all (a directory in its place), When an approval is asked for, Then audit-unavailable (step read): no approval is confirmed without it", async () => {
+    const scope = tempDir("oats-cross-");
+    await approve(scope, subject("a"), { reason: "ok" });
+    rmSync(AUDIT(scope));
+    mkdirSync(AUDIT(scope));
+    assert.throws(() => requireApproval(scope, subject("a")), refusedWith("audit-unavailable", (error) => assert.equal(error.details["step"], "read")));
+  });
+
   test("Given a decision interrupted between its ledger write and its audit write, Then it is refused until it is decided again through oats", async () => {
     const scope = tempDir("oats-cross-");
     await appendEntry(scope, CHAIN_LOGS.approvals, { action: "approve", subject: { ...subject("a") }, operator: currentPrincipal(), reason: "crashed" });
@@ -222,6 +230,24 @@ describe("cross-check: dispatch", () => {
 });
 
 describe("anchors: oats audit head and --expect-head", () => {
+  test("Given a checkpoint, When the audit log is rewritten into another valid chain, Then `oats audit verify` and `oats audit head` fail (history-rewritten) although the chain alone verifies", async () => {
+    const scope = tempDir("oats-cross-");
+    await approve(scope, subject("a"), { reason: "ok" });
+    await approve(scope, subject("b"), { reason: "ok" });
+    assert.equal(oats(["--scope", scope, "audit", "verify"]).status, 0);
+    const entries = readLines(AUDIT(scope));
+    entries[0]!["principal"] = "someone@else";
+    entries[0]!["hash"] = entryHash(entries[0]!);
+    entries[1]!["prev"] = entries[0]!["hash"];
+    entries[1]!["hash"] = entryHash(entries[1]!);
+    writeLines(AUDIT(scope), entries);
+    for (const args of [["audit", "verify"], ["audit", "head"]]) {
+      const run = oats(["--scope", scope, "--json", ...args]);
+      assert.equal(run.status, 5, run.stdout + run.stderr);
+      assert.equal((JSON.parse(run.stdout).error as { details: { reason: string } }).details.reason, "history-rewritten");
+    }
+  });
+
   test("Given remembered heads, When entries are removed from the end of either log (no checkpoint to catch it), Then --expect-head fails naming the head; before that it passes", async () => {
     const scope = tempDir("oats-cross-");
     await approve(scope, subject("a"), { reason: "ok" });

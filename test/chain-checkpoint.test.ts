@@ -216,6 +216,23 @@ describe("chain checkpoint: fast, incremental and full", () => {
     assert.equal(location.hash, written[1]!.hash);
     assert.equal(sync.confirm(location).hash, written[1]!.hash);
   });
+
+  test("Given a checkpoint whose bucket objects were lost, When the log was also rewritten into another valid chain, Then the rebuild still refuses it (history-rewritten)", async () => {
+    const scope = tempDir("oats-anchor-");
+    for (let n = 1; n <= 3; n++) await appendEntry(scope, AUDIT, { action: "approve", subject: { kind: "capture", key: "x", integrity: `i-${n}` }, outcome: "ok", details: { ledger: { seq: n, hash: `sha256-${"1".repeat(64)}` } } });
+    const dir = scopeStateDir(realpathSync(scope))!;
+    syncLog(scope, AUDIT);
+    freshState();
+    syncLog(scope, AUDIT);
+    process.env["OATS_STATE_DIR"] = join(dir, "..", "..");
+    for (const name of readdirSync(join(dir, "objects"))) rmSync(join(dir, "objects", name));
+    const { subjectKey } = await import("../src/captures/decision-key.js");
+    const sync = syncLog(scope, AUDIT);
+    assert.equal(sync.how, "fast");
+    rechain(scope, 0, (entry) => (entry["outcome"] = "ok!"));
+    assert.throws(() => syncLog(scope, AUDIT).lookup(subjectKey({ kind: "capture", key: "x", integrity: "i-2" })), isMismatch("history-rewritten"));
+    assert.throws(() => sync.lookup(subjectKey({ kind: "capture", key: "x", integrity: "i-2" })), isMismatch("history-rewritten"));
+  });
 });
 
 describe("chain checkpoint: concurrency", () => {

@@ -1,4 +1,4 @@
-import { OatsError } from "../errors.js";
+import { OatsError, isOatsError } from "../errors.js";
 import { CHAIN_LOGS, GENESIS_PREV, logName, type ChainEntry, type ChainLog } from "./chain-line.js";
 import { readEntries } from "./chain-log.js";
 import { syncLog } from "./chain-sync.js";
@@ -67,6 +67,23 @@ export function mismatchError(subject: SubjectTriple, check: Extract<CrossCheck,
 }
 
 /**
+ * The audit log for the cross-check. One that cannot be read at all (not a
+ * regular file, unreadable, a symlinked store) is `audit-unavailable`, as it
+ * is for the append that would follow: without it no approval can be
+ * confirmed. Damage stays `integrity-mismatch`.
+ */
+function auditSync(scope: string): ReturnType<typeof syncLog> {
+  try {
+    return syncLog(scope, CHAIN_LOGS.audit);
+  } catch (error) {
+    if (isOatsError(error) && error.code === "invalid-artifact-store") {
+      throw new OatsError("audit-unavailable", `cannot confirm an approval against the audit log: ${error.message}`, { ...error.details, step: "read" }, { cause: error });
+    }
+    throw error;
+  }
+}
+
+/**
  * The latest decision about exactly `subject`, cross-checked, at a cost that
  * does not grow with history once the operator's checkpoint exists: both logs
  * are synced (chain-sync.ts), the index names one line in each, and both
@@ -75,7 +92,7 @@ export function mismatchError(subject: SubjectTriple, check: Extract<CrossCheck,
 export function latestDecision(scope: string, subject: SubjectTriple): CrossCheck {
   const id = subjectKey(subject);
   const ledgerLog = syncLog(scope, CHAIN_LOGS.approvals);
-  const auditLog = syncLog(scope, CHAIN_LOGS.audit);
+  const auditLog = auditSync(scope);
   const ledgerAt = ledgerLog.lookup(id);
   const auditAt = auditLog.lookup(id);
   const ledger = ledgerAt === null ? null : ledgerLog.confirm(ledgerAt);
@@ -125,10 +142,21 @@ export interface LogHead {
   head: string;
 }
 
-/** Both logs' heads, from a full verification of each. */
+/**
+ * The log still extends what this operator's oats verified before (its
+ * private checkpoint); `integrity-mismatch` with `details.reason` otherwise.
+ * Brings the checkpoint up to date as a side effect.
+ */
+export function checkAgainstCheckpoint(scope: string, log: ChainLog): { entries: number; head: string } {
+  const sync = syncLog(scope, log);
+  return { entries: sync.seq, head: sync.head };
+}
+
+/** Both logs' heads, from a full verification of each (and a check against the operator's checkpoint). */
 export function logHeads(scope: string): { approvals: LogHead; audit: LogHead } {
   const heads = {} as { approvals: LogHead; audit: LogHead };
   for (const name of ["approvals", "audit"] as const) {
+    checkAgainstCheckpoint(scope, CHAIN_LOGS[name]);
     const { entries, head } = readEntries(scope, CHAIN_LOGS[name]);
     heads[name] = { entries: entries.length, head };
   }

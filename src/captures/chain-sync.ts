@@ -121,7 +121,7 @@ export class LogSync {
     const bucket = leaf === undefined ? null : (this.loaded.get(leaf) ?? null);
     const found = bucket === null ? "damaged" : bucketEntry(bucket, id);
     // A lost or damaged object: the state cannot answer, so verify everything again.
-    if (found === "damaged") return syncLog(this.scope, this.log, { ignoreCheckpoint: true }).lookup(id);
+    if (found === "damaged") return syncLog(this.scope, this.log, { rebuildIndex: true }).lookup(id);
     return found;
   }
 
@@ -230,8 +230,12 @@ function hashRange(fd: number, end: number, hasher: Hash): void {
 }
 
 export interface SyncOptions {
-  /** Rebuild from the whole log, as if no checkpoint existed (used when the state lost an object). */
-  ignoreCheckpoint?: boolean;
+  /**
+   * Re-index the whole log (used when the state lost an object). The log is
+   * still checked against the checkpoint: a lost object is never a way
+   * around it.
+   */
+  rebuildIndex?: boolean;
 }
 
 /** Verify the log as far as needed and return its state; see the module comment. */
@@ -241,7 +245,8 @@ export function syncLog(scope: string, log: ChainLog, options: SyncOptions = {})
   const path = join(store.root, log.file);
   const stateDir = scopeStateDir(root);
   const key = logKey(log);
-  const checkpoint = stateDir !== null && options.ignoreCheckpoint !== true ? loadCheckpoint(stateDir, key) : null;
+  const checkpoint = stateDir !== null ? loadCheckpoint(stateDir, key) : null;
+  const rebuild = options.rebuildIndex === true;
   let fd: number | null = null;
   try {
     if (store.complete) fd = openForRead(path);
@@ -260,25 +265,33 @@ export function syncLog(scope: string, log: ChainLog, options: SyncOptions = {})
     } catch (error) {
       throw unreadable(path, error);
     }
-    if (checkpoint !== null && sameStat(checkpoint, stat)) {
+    if (checkpoint !== null && !rebuild && sameStat(checkpoint, stat)) {
       const { seq, head, offset, anchor, table } = checkpoint;
       return new LogSync(scope, log, path, "fast", { seq, head, offset, anchor, table, updates: new Map() }, stateDir);
     }
     const size = Number(stat.size);
     const hasher = createHash("sha256");
     let start = genesis;
+    let bytes: Buffer;
     if (checkpoint !== null) {
       if (size < checkpoint.offset) throw rewritten(log, "truncated", checkpoint, stateDir!);
-      hashRange(fd, checkpoint.anchor.offset, hasher);
-      if (hasher.copy().digest("hex") !== checkpoint.anchor.sha256) throw rewritten(log, "history-rewritten", checkpoint, stateDir!);
-      start = checkpoint.anchor;
+      if (rebuild) {
+        bytes = readAt(fd, 0, size);
+        if (createHash("sha256").update(bytes.subarray(0, checkpoint.anchor.offset)).digest("hex") !== checkpoint.anchor.sha256) throw rewritten(log, "history-rewritten", checkpoint, stateDir!);
+      } else {
+        hashRange(fd, checkpoint.anchor.offset, hasher);
+        if (hasher.copy().digest("hex") !== checkpoint.anchor.sha256) throw rewritten(log, "history-rewritten", checkpoint, stateDir!);
+        start = checkpoint.anchor;
+        bytes = readAt(fd, start.offset, size - start.offset);
+      }
+    } else {
+      bytes = readAt(fd, 0, size);
     }
-    const bytes = readAt(fd, start.offset, size - start.offset);
     hasher.update(bytes);
     const verdict = verifySegment(bytes, start.offset, start.seq, start.head);
     if (!verdict.ok) throw brokenChain(log, verdict.brokenAt);
-    const since = checkpoint?.seq ?? 0;
-    if (checkpoint !== null && checkpoint.seq > checkpoint.anchor.seq) {
+    const since = rebuild ? 0 : (checkpoint?.seq ?? 0);
+    if (checkpoint !== null && checkpoint.seq > start.seq) {
       // Lines verified after the anchor was hashed: they must still be the ones verified.
       const last = verdict.entries.find((located) => located.entry.seq === checkpoint.seq);
       if (!last || last.entry.hash !== checkpoint.head || last.offset + last.length !== checkpoint.offset) throw rewritten(log, "history-rewritten", checkpoint, stateDir!);
@@ -293,7 +306,7 @@ export function syncLog(scope: string, log: ChainLog, options: SyncOptions = {})
       }
     }
     const anchor: Anchor = { offset: size, seq: verdict.seq, head: verdict.head, sha256: hasher.digest("hex") };
-    const sync = new LogSync(scope, log, path, checkpoint === null ? "full" : "incremental", { seq: verdict.seq, head: verdict.head, offset: size, anchor, table: checkpoint?.table ?? null, updates }, stateDir);
+    const sync = new LogSync(scope, log, path, checkpoint === null || rebuild ? "full" : "incremental", { seq: verdict.seq, head: verdict.head, offset: size, anchor, table: rebuild ? null : (checkpoint?.table ?? null), updates }, stateDir);
     let after: BigIntStats | null = null;
     try {
       after = fstatSync(fd, { bigint: true });

@@ -29,7 +29,7 @@ export const auditVerify: CommandSpec = {
   name: "audit verify",
   define(command) {
     command
-      .description("check the whole audit log's hash chain and name the first broken line (never repaired)")
+      .description("check the whole audit log's hash chain and name the first broken line (never repaired), and that it still extends what this operator's oats verified before (its private checkpoint)")
       .option("--expect-head <hash>", "also fail (integrity-mismatch) unless the chain still contains this entry hash (from `oats audit head`): it was not truncated or rewritten since");
   },
   async run(context, _operands, options) {
@@ -42,6 +42,7 @@ export const auditVerify: CommandSpec = {
         brokenAt: verdict.brokenAt,
       });
     }
+    library.checkAgainstCheckpoint(context.scope, library.CHAIN_LOGS.audit);
     const expected = options["expectHead"];
     const anchor = typeof expected === "string" ? library.expectHead(context.scope, library.CHAIN_LOGS.audit, expected) : null;
     return {
