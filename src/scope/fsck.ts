@@ -1,0 +1,108 @@
+import { ERROR_KINDS, OatsError } from "../errors.js";
+import { verifyAudit } from "../captures/audit.js";
+import { CHAIN_LOGS, verifyChain, type ChainLog, type ChainVerdict } from "../captures/chain-log.js";
+import { fsck as fsckRevisions, type FsckOutcome } from "../retention/inventory.js";
+import { resolveScope } from "../retention/store/components.js";
+import { FINDING_CLASSES, findingOf, guarded, mostSerious, notice, type Finding, type FindingClass } from "./findings.js";
+import { checkBlobs, checkInstances, checkJobs, checkRecords, revisionKey } from "./fsck-stores.js";
+
+/**
+ * `oats fsck`: everything the scope holds, checked the way its readers check
+ * it, and reported; nothing is repaired, moved or removed, and nothing is
+ * locked or written (a chain log is read, never appended to).
+ *
+ * Revisions are re-hashed once each (retention's fsck); every other check
+ * reads small files, so the whole scope costs little more than verifying its
+ * revisions (bench/sections/09-fsck.mjs). A reference is checked for
+ * presence, not re-verified: a damaged revision or blob is reported once,
+ * under its own class.
+ */
+
+export interface ScopeFsckCounts {
+  readonly revisions: number;
+  readonly records: number;
+  readonly blobs: number;
+  readonly instances: number;
+  readonly jobs: number;
+  /** Entries of the approvals ledger and of the audit log (up to the first broken link). */
+  readonly approvals: number;
+  readonly audit: number;
+}
+
+export interface ScopeFsckReport {
+  readonly scope: string;
+  /** No finding beyond notices. */
+  readonly ok: boolean;
+  /** The most serious finding (its code and kind decide the exit code), or null. */
+  readonly worst: Finding | null;
+  readonly exitCode: number;
+  readonly counts: ScopeFsckCounts;
+  /** Every class, each with its findings (possibly none), in FINDING_CLASSES order. */
+  readonly classes: Record<FindingClass, Finding[]>;
+  /** One outcome per revision, ok or damaged, as retention's fsck reports it. */
+  readonly outcomes: FsckOutcome[];
+}
+
+export interface ScopeFsckOptions {
+  /** Called after each revision is verified. */
+  readonly onArtifact?: (done: number, total: number) => void;
+}
+
+function checkChain(scope: string, cls: "approvals" | "audit", log: ChainLog, verify: () => ChainVerdict, findings: Finding[]): number {
+  const logName = [...log.dir, log.file].join("/");
+  const verdict = guarded(findings, cls, logName, verify);
+  if (verdict === null) return 0;
+  if (verdict.ok) return verdict.entries;
+  const { line, seq, reason } = verdict.brokenAt;
+  const error = new OatsError("integrity-mismatch", `${logName} is broken at line ${line}${seq === null ? "" : ` (seq ${seq})`}: ${reason}`, { log: logName, brokenAt: verdict.brokenAt });
+  findings.push(findingOf(error, cls, logName, `${scope}/${logName}`));
+  return line - 1;
+}
+
+export async function fsckScope(scope: string, options: ScopeFsckOptions = {}): Promise<ScopeFsckReport> {
+  const realScope = resolveScope(scope);
+  const findings: Finding[] = [];
+
+  const retention = await guardedAsync(findings, () => fsckRevisions(realScope, { onArtifact: options.onArtifact }));
+  const outcomes = retention?.outcomes ?? [];
+  for (const outcome of outcomes) {
+    if (outcome.ok || !outcome.error) continue;
+    const { code, kind, message, details } = outcome.error;
+    findings.push({ class: "revisions", subject: `${outcome.kind} ${outcome.key} ${outcome.integrity.format}:${outcome.integrity.value}`, path: outcome.dir, code, kind, message, details } as Finding);
+  }
+  for (const path of retention?.staging ?? []) findings.push(notice("staging", path, "left by an interrupted writer; `oats cleanup` removes it"));
+  for (const path of retention?.unexpected ?? []) findings.push(notice("unknown", path, "not written by oats; left alone"));
+  for (const path of retention?.orphanManifests ?? []) findings.push(notice("manifests", path, "a revision manifest whose revision is not there; left alone"));
+
+  const revisions = new Set(outcomes.map(revisionKey));
+  const blobs = checkBlobs(realScope, findings);
+  const records = await checkRecords(realScope, revisions, blobs.present, findings);
+  const instances = checkInstances(realScope, records.present, findings);
+  const jobs = checkJobs(realScope, records.present, findings);
+  const approvals = checkChain(realScope, "approvals", CHAIN_LOGS.approvals, () => verifyChain(realScope, CHAIN_LOGS.approvals), findings);
+  const audit = checkChain(realScope, "audit", CHAIN_LOGS.audit, () => verifyAudit(realScope), findings);
+
+  const classes = Object.fromEntries(FINDING_CLASSES.map((cls) => [cls, [] as Finding[]])) as Record<FindingClass, Finding[]>;
+  for (const finding of findings) classes[finding.class].push(finding);
+  const ordered = FINDING_CLASSES.flatMap((cls) => classes[cls]);
+  const worst = mostSerious(ordered);
+  return {
+    scope: realScope,
+    ok: worst === null,
+    worst,
+    exitCode: worst === null || worst.kind === "notice" ? 0 : ERROR_KINDS[worst.kind],
+    counts: { revisions: outcomes.length, records: records.checked, blobs: blobs.checked, instances, jobs, approvals, audit },
+    classes,
+    outcomes,
+  };
+}
+
+async function guardedAsync<T>(findings: Finding[], body: () => Promise<T>): Promise<T | null> {
+  try {
+    return await body();
+  } catch (error) {
+    if (!(error instanceof OatsError) || error.kind === "internal") throw error;
+    findings.push(findingOf(error, "revisions", "artifact stores", null));
+    return null;
+  }
+}
