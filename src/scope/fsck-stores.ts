@@ -79,6 +79,8 @@ export interface RecordsChecked {
 export async function checkRecords(scope: string, revisions: ReadonlySet<string>, blobs: ReadonlySet<string>, findings: Finding[]): Promise<RecordsChecked> {
   const present = new Map<string, ResolutionRecord | null>();
   const ids: string[] = [];
+  /** Entry points (revision and path) already resolved cleanly. */
+  const resolved = new Set<string>();
   guarded(findings, "records", RESOLUTIONS_DIR.join("/"), () => {
     const { dir, names } = storeNames(scope, RESOLUTIONS_DIR);
     for (const name of names) {
@@ -91,12 +93,20 @@ export async function checkRecords(scope: string, revisions: ReadonlySet<string>
   for (const id of ids) {
     const record = guarded(findings, "records", id, () => readRecordBytes(scope, id).record);
     present.set(id, record);
-    if (record !== null) await checkReferences(scope, id, record, revisions, blobs, findings);
+    if (record !== null) await checkReferences(scope, id, record, revisions, blobs, resolved, findings);
   }
   return { checked: ids.length, present };
 }
 
-async function checkReferences(scope: string, id: string, record: ResolutionRecord, revisions: ReadonlySet<string>, blobs: ReadonlySet<string>, findings: Finding[]): Promise<void> {
+async function checkReferences(
+  scope: string,
+  id: string,
+  record: ResolutionRecord,
+  revisions: ReadonlySet<string>,
+  blobs: ReadonlySet<string>,
+  resolved: Set<string>,
+  findings: Finding[],
+): Promise<void> {
   const path = resolutionPath(scope, id);
   const missingArtifacts = new Set<string>();
   for (const ref of referencedArtifacts(record)) {
@@ -118,10 +128,13 @@ async function checkReferences(scope: string, id: string, record: ResolutionReco
     }
   }
   // Entry points must resolve inside their artifact; one whose artifact is missing was reported above.
+  // Revisions are immutable: a path that resolved once in a revision resolves for every record naming it.
   for (const [name, entrypoint] of Object.entries(record.entrypoints)) {
-    if (missingArtifacts.has(revisionKey(entrypoint.artifact))) continue;
+    const key = `${revisionKey(entrypoint.artifact)}\0${entrypoint.path}`;
+    if (missingArtifacts.has(revisionKey(entrypoint.artifact)) || resolved.has(key)) continue;
     try {
       await resolveEntrypoint(scope, name, entrypoint);
+      resolved.add(key);
     } catch (error) {
       if (!(error instanceof OatsError) || error.kind === "internal") throw error;
       findings.push(findingOf(error, "records", id, path));
