@@ -76,7 +76,13 @@ export interface RecordsChecked {
 }
 
 /** Each record as its reader checks it (digest, canonical bytes, schema), then every reference it makes. */
-export async function checkRecords(scope: string, revisions: ReadonlySet<string>, blobs: ReadonlySet<string>, findings: Finding[]): Promise<RecordsChecked> {
+export async function checkRecords(
+  scope: string,
+  revisions: ReadonlySet<string>,
+  blobs: ReadonlySet<string>,
+  findings: Finding[],
+  pause: () => Promise<void> = async () => {},
+): Promise<RecordsChecked> {
   const present = new Map<string, ResolutionRecord | null>();
   const ids: string[] = [];
   /** Entry points (revision and path) already resolved cleanly. */
@@ -90,7 +96,8 @@ export async function checkRecords(scope: string, revisions: ReadonlySet<string>
       else findings.push(notice("unknown", join(dir, name), UNKNOWN));
     }
   });
-  for (const id of ids) {
+  for (const [index, id] of ids.entries()) {
+    if (index % 16 === 15) await pause();
     const record = guarded(findings, "records", id, () => readRecordBytes(scope, id).record);
     present.set(id, record);
     if (record !== null) await checkReferences(scope, id, record, revisions, blobs, resolved, findings);

@@ -1,7 +1,7 @@
 import { ERROR_KINDS, OatsError } from "../errors.js";
 import { verifyAudit } from "../captures/audit.js";
 import { CHAIN_LOGS, verifyChain, type ChainLog, type ChainVerdict } from "../captures/chain-log.js";
-import { fsck as fsckRevisions, type FsckOutcome } from "../retention/inventory.js";
+import { fsck as fsckRevisions, listStore, type FsckOutcome } from "../retention/inventory.js";
 import { resolveScope } from "../retention/store/components.js";
 import { FINDING_CLASSES, findingOf, guarded, mostSerious, notice, type Finding, type FindingClass } from "./findings.js";
 import { checkBlobs, checkInstances, checkJobs, checkRecords, revisionKey } from "./fsck-stores.js";
@@ -61,40 +61,63 @@ function checkChain(scope: string, cls: "approvals" | "audit", log: ChainLog, ve
 
 export async function fsckScope(scope: string, options: ScopeFsckOptions = {}): Promise<ScopeFsckReport> {
   const realScope = resolveScope(scope);
-  const findings: Finding[] = [];
+  // What is retained, by reference; the revisions themselves are verified below.
+  const listingFindings: Finding[] = [];
+  const listed = guarded(listingFindings, "revisions", "artifact stores", () => listStore(realScope).revisions);
+  const revisions = new Set((listed ?? []).map(revisionKey));
 
-  const retention = await guardedAsync(findings, () => fsckRevisions(realScope, { onArtifact: options.onArtifact }));
+  // Re-hashing the revisions waits on file reads most of the time; the other
+  // checks are small reads and CPU work, so they run meanwhile (they yield
+  // between records), each into its own list so the report's order is fixed.
+  const revisionFindings: Finding[] = [];
+  const storeFindings: Finding[] = [];
+  const [retention, counts] = await Promise.all([
+    guardedAsync(revisionFindings, () => fsckRevisions(realScope, { onArtifact: options.onArtifact })),
+    checkStores(realScope, revisions, storeFindings),
+  ]);
   const outcomes = retention?.outcomes ?? [];
   for (const outcome of outcomes) {
     if (outcome.ok || !outcome.error) continue;
     const { code, kind, message, details } = outcome.error;
-    findings.push({ class: "revisions", subject: `${outcome.kind} ${outcome.key} ${outcome.integrity.format}:${outcome.integrity.value}`, path: outcome.dir, code, kind, message, details } as Finding);
+    revisionFindings.push({ class: "revisions", subject: `${outcome.kind} ${outcome.key} ${outcome.integrity.format}:${outcome.integrity.value}`, path: outcome.dir, code, kind, message, details } as Finding);
   }
-  for (const path of retention?.staging ?? []) findings.push(notice("staging", path, "left by an interrupted writer; `oats cleanup` removes it"));
-  for (const path of retention?.unexpected ?? []) findings.push(notice("unknown", path, "not written by oats; left alone"));
-  for (const path of retention?.orphanManifests ?? []) findings.push(notice("manifests", path, "a revision manifest whose revision is not there; left alone"));
-
-  const revisions = new Set(outcomes.map(revisionKey));
-  const blobs = checkBlobs(realScope, findings);
-  const records = await checkRecords(realScope, revisions, blobs.present, findings);
-  const instances = checkInstances(realScope, records.present, findings);
-  const jobs = checkJobs(realScope, records.present, findings);
-  const approvals = checkChain(realScope, "approvals", CHAIN_LOGS.approvals, () => verifyChain(realScope, CHAIN_LOGS.approvals), findings);
-  const audit = checkChain(realScope, "audit", CHAIN_LOGS.audit, () => verifyAudit(realScope), findings);
+  for (const path of retention?.staging ?? []) revisionFindings.push(notice("staging", path, "left by an interrupted writer; `oats cleanup` removes it"));
+  for (const path of retention?.unexpected ?? []) revisionFindings.push(notice("unknown", path, "not written by oats; left alone"));
+  for (const path of retention?.orphanManifests ?? []) revisionFindings.push(notice("manifests", path, "a revision manifest whose revision is not there; left alone"));
 
   const classes = Object.fromEntries(FINDING_CLASSES.map((cls) => [cls, [] as Finding[]])) as Record<FindingClass, Finding[]>;
+  // The listing's refusal is the same one retention's fsck meets: report it once.
+  const findings = retention === null ? [...revisionFindings, ...storeFindings] : [...listingFindings, ...revisionFindings, ...storeFindings];
   for (const finding of findings) classes[finding.class].push(finding);
-  const ordered = FINDING_CLASSES.flatMap((cls) => classes[cls]);
-  const worst = mostSerious(ordered);
+  const worst = mostSerious(FINDING_CLASSES.flatMap((cls) => classes[cls]));
   return {
     scope: realScope,
     ok: worst === null,
     worst,
     exitCode: worst === null || worst.kind === "notice" ? 0 : ERROR_KINDS[worst.kind],
-    counts: { revisions: outcomes.length, records: records.checked, blobs: blobs.checked, instances, jobs, approvals, audit },
+    counts: { revisions: outcomes.length, ...counts },
     classes,
     outcomes,
   };
+}
+
+/** Everything but the revisions' bytes: blobs, records and their references, instance refs, jobs, the chain logs. */
+async function checkStores(realScope: string, revisions: ReadonlySet<string>, findings: Finding[]): Promise<Omit<ScopeFsckCounts, "revisions">> {
+  await yieldToIo();
+  const blobs = checkBlobs(realScope, findings);
+  const records = await checkRecords(realScope, revisions, blobs.present, findings, yieldToIo);
+  const instances = checkInstances(realScope, records.present, findings);
+  const jobs = checkJobs(realScope, records.present, findings);
+  await yieldToIo();
+  const approvals = checkChain(realScope, "approvals", CHAIN_LOGS.approvals, () => verifyChain(realScope, CHAIN_LOGS.approvals), findings);
+  await yieldToIo();
+  const audit = checkChain(realScope, "audit", CHAIN_LOGS.audit, () => verifyAudit(realScope), findings);
+  return { records: records.checked, blobs: blobs.checked, instances, jobs, approvals, audit };
+}
+
+/** Let pending I/O callbacks (the revision verification's reads) run. */
+function yieldToIo(): Promise<void> {
+  return new Promise((resolve) => setImmediate(resolve));
 }
 
 async function guardedAsync<T>(findings: Finding[], body: () => Promise<T>): Promise<T | null> {
