@@ -13,7 +13,7 @@ import { checkBlobs, checkInstances, checkJobs, checkRecords, revisionKey } from
  *
  * Revisions are re-hashed once each (retention's fsck); every other check
  * reads small files, so the whole scope costs little more than verifying its
- * revisions (bench/sections/09-fsck.mjs). A reference is checked for
+ * revisions (bench/sections/10-fsck.mjs). A reference is checked for
  * presence, not re-verified: a damaged revision or blob is reported once,
  * under its own class.
  */

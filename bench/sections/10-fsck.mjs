@@ -2,7 +2,7 @@ import { mkdirSync } from "node:fs";
 import { join } from "node:path";
 import { CAPTURE, CLI, WORK, cliExists, dataset, fmtMs, interleave, log, median, oats, options, removeTree, run, timeRow, verifyTree, warm, writeResolution } from "../lib.mjs";
 
-// ---------------------------------------------------------------- 10. whole-scope fsck
+// ---------------------------------------------------------------- 12. whole-scope fsck
 
 const REVISIONS = 50;
 const RECORDS = 1000;
@@ -38,7 +38,7 @@ function record(ref, n) {
  * writeInstanceRef and the chain log's appendEntry.
  */
 async function benchFsck() {
-  console.error(`\n[10] fsck of a scope with ${REVISIONS} revisions of ${CAPTURE.files} files, ${RECORDS} records and ${AUDIT_ENTRIES} audit entries vs verifying the revisions alone`);
+  console.error(`\n[12] fsck of a scope with ${REVISIONS} revisions of ${CAPTURE.files} files, ${RECORDS} records and ${AUDIT_ENTRIES} audit entries vs verifying the revisions alone`);
   const tree = dataset("capture");
   const scope = join(WORK, "fsck-scope");
   removeTree(scope);
@@ -74,7 +74,7 @@ async function benchFsck() {
   // Each side re-hashes 100,000 files: three rounds keep the section within a few minutes.
   const times = await interleave(sides, Math.min(options.runs, 3));
   timeRow({
-    id: "10a",
+    id: "12",
     what: `fsckScope of ${REVISIONS} x ${CAPTURE.files}-file revisions + ${RECORDS} records + ${INSTANCES} instance refs + ${AUDIT_ENTRIES} audit entries vs verifyTree of the revisions`,
     oursMs: median(times.fsck),
     baseMs: median(times.verify),
@@ -84,7 +84,7 @@ async function benchFsck() {
   if (cliExists()) {
     const cli = await run(process.execPath, [CLI, "--scope", scope, "--json", "fsck"]);
     if (!JSON.parse(cli.stdout).ok) throw new Error(`oats fsck refused: ${cli.stdout.slice(0, 300)}`);
-    timeRow({ id: "10b", what: "the same through `oats --json fsck` (one run, process start included) vs the verify median (info)", oursMs: cli.ms, baseMs: median(times.verify), goal: null, headline: false, baseExtra: " verify" });
+    timeRow({ id: "12b", what: "the same through `oats --json fsck` (one run, process start included) vs the verify median (info)", oursMs: cli.ms, baseMs: median(times.verify), goal: null, headline: false, baseExtra: " verify" });
   }
   removeTree(scope);
 }
