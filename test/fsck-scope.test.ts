@@ -197,6 +197,19 @@ describe("whole-scope fsck", () => {
     assert.equal(report.exitCode, 5);
   });
 
+  test("Given a ledger emptied by hand (both chains intact), Then the ledger vs audit cross-check reports the approval the audit log still holds, exit 5", async () => {
+    const { scope } = await populatedScope();
+    writeFileSync(agents(scope, "approvals", "ledger.jsonl"), "");
+    const report = await fsckUnchanged(scope);
+    const findings = only(report, "approvals");
+    assert.equal(findings.length, 1);
+    assert.equal(findings[0]!.code, "integrity-mismatch");
+    // Without a checkpoint the two logs disagree (no-ledger-entry); with one, the ledger no longer extends it.
+    assert.ok(findings[0]!.details["crossCheck"] === "no-ledger-entry" || findings[0]!.details["reason"] === "truncated", JSON.stringify(findings[0]));
+    assert.equal(report.counts.approvals, 0);
+    assert.equal(report.exitCode, 5);
+  });
+
   test("Given a broken audit line, Then audit reports integrity-mismatch naming the line, and the entries before it are counted", async () => {
     const { scope } = await populatedScope();
     const log = agents(scope, "audit", "audit.jsonl");

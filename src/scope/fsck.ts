@@ -1,9 +1,8 @@
 import { ERROR_KINDS, OatsError } from "../errors.js";
-import { verifyAudit } from "../captures/audit.js";
-import { CHAIN_LOGS, verifyChain, type ChainLog, type ChainVerdict } from "../captures/chain-log.js";
 import { fsck as fsckRevisions, listStore, type FsckOutcome } from "../retention/inventory.js";
 import { resolveScope } from "../retention/store/components.js";
 import { FINDING_CLASSES, findingOf, guarded, mostSerious, notice, type Finding, type FindingClass } from "./findings.js";
+import { checkChains } from "./fsck-chains.js";
 import { checkBlobs, checkInstances, checkJobs, checkRecords, revisionKey } from "./fsck-stores.js";
 
 /**
@@ -46,17 +45,6 @@ export interface ScopeFsckReport {
 export interface ScopeFsckOptions {
   /** Called after each revision is verified. */
   readonly onArtifact?: (done: number, total: number) => void;
-}
-
-function checkChain(scope: string, cls: "approvals" | "audit", log: ChainLog, verify: () => ChainVerdict, findings: Finding[]): number {
-  const logName = [...log.dir, log.file].join("/");
-  const verdict = guarded(findings, cls, logName, verify);
-  if (verdict === null) return 0;
-  if (verdict.ok) return verdict.entries;
-  const { line, seq, reason } = verdict.brokenAt;
-  const error = new OatsError("integrity-mismatch", `${logName} is broken at line ${line}${seq === null ? "" : ` (seq ${seq})`}: ${reason}`, { log: logName, brokenAt: verdict.brokenAt });
-  findings.push(findingOf(error, cls, logName, `${scope}/${logName}`));
-  return line - 1;
 }
 
 export async function fsckScope(scope: string, options: ScopeFsckOptions = {}): Promise<ScopeFsckReport> {
@@ -109,9 +97,7 @@ async function checkStores(realScope: string, revisions: ReadonlySet<string>, fi
   const instances = checkInstances(realScope, records.present, findings);
   const jobs = checkJobs(realScope, records.present, findings);
   await yieldToIo();
-  const approvals = checkChain(realScope, "approvals", CHAIN_LOGS.approvals, () => verifyChain(realScope, CHAIN_LOGS.approvals), findings);
-  await yieldToIo();
-  const audit = checkChain(realScope, "audit", CHAIN_LOGS.audit, () => verifyAudit(realScope), findings);
+  const { approvals, audit } = checkChains(realScope, findings);
   return { records: records.checked, blobs: blobs.checked, instances, jobs, approvals, audit };
 }
 
