@@ -7,8 +7,10 @@ import { checkBlobs, checkInstances, checkJobs, checkRecords, revisionKey } from
 
 /**
  * `oats fsck`: everything the scope holds, checked the way its readers check
- * it, and reported; nothing is repaired, moved or removed, and nothing is
- * locked or written (a chain log is read, never appended to).
+ * it, and reported; nothing is repaired, moved, removed or locked, and
+ * nothing in the scope is written (a chain log is read, never appended to;
+ * the cross-check records what it verified in the operator's private state,
+ * as every reader of the logs does).
  *
  * Revisions are re-hashed once each (retention's fsck); every other check
  * reads small files, so the whole scope costs little more than verifying its
