@@ -197,17 +197,43 @@ describe("whole-scope fsck", () => {
     assert.equal(report.exitCode, 5);
   });
 
-  test("Given a ledger emptied by hand (both chains intact), Then the ledger vs audit cross-check reports the approval the audit log still holds, exit 5", async () => {
-    const { scope } = await populatedScope();
-    writeFileSync(agents(scope, "approvals", "ledger.jsonl"), "");
-    const report = await fsckUnchanged(scope);
-    const findings = only(report, "approvals");
-    assert.equal(findings.length, 1);
-    assert.equal(findings[0]!.code, "integrity-mismatch");
-    // Without a checkpoint the two logs disagree (no-ledger-entry); with one, the ledger no longer extends it.
-    assert.ok(findings[0]!.details["crossCheck"] === "no-ledger-entry" || findings[0]!.details["reason"] === "truncated", JSON.stringify(findings[0]));
-    assert.equal(report.counts.approvals, 0);
-    assert.equal(report.exitCode, 5);
+  /** Run `body` with the operator's private chain state in `dir` (a fresh private one, or a world-writable one that oats will not use). */
+  async function withStateDir<T>(usable: boolean, body: () => Promise<T>): Promise<T> {
+    const saved = process.env["OATS_STATE_DIR"];
+    const dir = join(tempDir("oats-fsck-state-"), "state");
+    mkdirSync(dir, { mode: 0o700 });
+    if (!usable) chmodSync(dir, 0o777);
+    process.env["OATS_STATE_DIR"] = dir;
+    try {
+      return await body();
+    } finally {
+      if (saved === undefined) delete process.env["OATS_STATE_DIR"];
+      else process.env["OATS_STATE_DIR"] = saved;
+    }
+  }
+
+  test("Given a ledger emptied by hand and no checkpoint (both chains intact), Then the ledger vs audit cross-check reports the approval only the audit log holds, exit 5", async () => {
+    await withStateDir(false, async () => {
+      const { scope } = await populatedScope();
+      writeFileSync(agents(scope, "approvals", "ledger.jsonl"), "");
+      const report = await fsckUnchanged(scope);
+      const findings = only(report, "approvals");
+      assert.deepEqual(findings.map((each) => [each.code, each.details["crossCheck"]]), [["integrity-mismatch", "no-ledger-entry"]]);
+      assert.equal(report.counts.approvals, 0);
+      assert.equal(report.exitCode, 5);
+    });
+  });
+
+  test("Given a ledger emptied by hand after oats checkpointed it, Then the truncation against the operator's checkpoint is an approvals finding, exit 5", async () => {
+    await withStateDir(true, async () => {
+      const { scope } = await populatedScope();
+      assert.equal((await fsckScope(scope)).ok, true, "a clean fsck first (and the checkpoint is current)");
+      writeFileSync(agents(scope, "approvals", "ledger.jsonl"), "");
+      const report = await fsckUnchanged(scope);
+      const findings = only(report, "approvals");
+      assert.deepEqual(findings.map((each) => [each.code, each.details["reason"]]), [["integrity-mismatch", "truncated"]]);
+      assert.equal(report.exitCode, 5);
+    });
   });
 
   test("Given a broken audit line, Then audit reports integrity-mismatch naming the line, and the entries before it are counted", async () => {
