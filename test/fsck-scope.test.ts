@@ -6,7 +6,7 @@
  * the exit code of the most serious finding, and that fsck changed nothing.
  */
 import assert from "node:assert/strict";
-import { chmodSync, mkdirSync, readFileSync, readdirSync, rmSync, unlinkSync, writeFileSync } from "node:fs";
+import { chmodSync, mkdirSync, readFileSync, readdirSync, renameSync, rmSync, symlinkSync, unlinkSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { describe, test } from "node:test";
 import {
@@ -264,6 +264,18 @@ describe("whole-scope fsck", () => {
     for (const finding of [...report.classes.manifests, ...report.classes.staging, ...report.classes.unknown]) assert.equal(finding.kind, "notice");
     assert.equal(report.ok, true);
     assert.equal(report.exitCode, 0);
+  });
+
+  test("Given a store directory replaced by a symlink, Then that store is one finding of its class and the rest of the scope is still checked", async () => {
+    const { scope } = await populatedScope();
+    const elsewhere = tempDir("oats-fsck-elsewhere-");
+    renameSync(agents(scope, "queue"), join(elsewhere, "queue"));
+    symlinkSync(join(elsewhere, "queue"), agents(scope, "queue"));
+    const report = await fsckUnchanged(scope);
+    assert.deepEqual(report.classes.jobs.map((each) => [each.subject, each.code]), [[".agents/queue", "invalid-artifact-store"]]);
+    assert.equal(report.counts.records, 2, "records were still checked");
+    assert.ok(report.counts.audit > 0, "the audit log was still checked");
+    assert.equal(report.exitCode, 4);
   });
 
   test("Given damage of several kinds, Then the exit code is that of the most serious: mismatch over invalid over missing", async () => {
