@@ -121,6 +121,12 @@ try {
 
   say("13. Every decision above is in the hash-chained audit log.");
   oats(["--scope", scopeA, "audit", "verify"], 0);
+
+  say("14. fsck checks everything scope A holds: revisions re-hashed, records (digest, canonical\n    bytes, schema, every artifact and blob they name), blobs, the instance and job refs, the\n    approvals ledger and the audit chain. It repairs nothing.");
+  oats(["--scope", scopeA, "fsck"], 0, (run) => /^checked .*no findings$/m.test(run.stdout));
+
+  say("15. fsck of scope B finds the tampered revision: exit 5, the code of its most serious finding.");
+  oats(["--scope", scopeB, "fsck"], 5, (run) => /^DAMAGED {2}capability demo\.hello /m.test(run.stdout) && run.stderr.startsWith("oats: integrity-mismatch: "));
 } catch (error) {
   failures += 1;
   console.error(`demo failed: ${error instanceof Error ? error.message : String(error)}`);

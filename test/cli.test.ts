@@ -122,9 +122,9 @@ describe("JSON envelope on success", () => {
     const fsck = runJson(["--scope", scope, "fsck"]);
     assert.equal(fsck.status, 0);
     assert.equal(fsck.envelope.command, "fsck");
-    assert.equal(fsck.envelope.result!["checked"], 1);
-    assert.equal(fsck.envelope.result!["ok"], 1);
-    assert.equal(fsck.envelope.result!["damaged"], 0);
+    assert.equal(fsck.envelope.result!["counts"]["revisions"], 1);
+    assert.equal(fsck.envelope.result!["ok"], true);
+    assert.equal(fsck.envelope.result!["outcomes"][0]["ok"], true);
 
     const cleanup = runJson(["--scope", scope, "cleanup"]);
     assert.equal(cleanup.status, 0);
@@ -193,14 +193,15 @@ describe("typed refusals", () => {
     assert.deepEqual(snapshotTree(scope), before, "nothing repaired");
   });
 
-  test("fsck with a damaged revision: exit of the first damage, details hold the report", () => {
+  test("fsck with a damaged revision: exit of the most serious finding, details hold the report", () => {
     const { scope, dir } = retainedFixture();
     appendFileSync(join(dir, "oats.json"), "x");
     const run = expectRefusal(["--scope", scope, "fsck"], "integrity-mismatch", "mismatch", 5);
     assert.equal(run.envelope.command, "fsck");
     const report = run.envelope.error!.details["report"];
-    assert.equal(report.checked, 1);
-    assert.equal(report.damaged, 1);
+    assert.equal(report.counts.revisions, 1);
+    assert.equal(report.classes.revisions.length, 1);
+    assert.equal(report.classes.revisions[0].code, "integrity-mismatch");
     assert.equal(report.outcomes[0].ok, false);
     assert.equal(report.outcomes[0].error.code, "integrity-mismatch");
 

@@ -65,7 +65,7 @@ export interface ClassificationConfig {
 const levelSchema = z.enum(LEVELS);
 const nameSchema = z.string().min(1, "a name is not empty");
 
-const configSchema = z
+export const configSchema = z
   .object({
     schemaVersion: z.literal(1),
     wings: z.record(nameSchema, levelSchema).optional(),

@@ -61,7 +61,7 @@ const executableSchema = z
     }
   });
 
-const specSchema = z
+export const specSchema = z
   .object({
     schemaVersion: z.literal(1).optional(),
     name: identifierSchema,
@@ -104,7 +104,7 @@ export interface LoadedCaptureSpec {
   readonly bytes: Buffer;
 }
 
-const profileSchema = z
+export const profileSchema = z
   .object({
     schemaVersion: z.literal(1),
     requiredArtifactClasses: z.array(identifierSchema).optional(),

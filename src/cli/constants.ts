@@ -1,4 +1,5 @@
 import type { RecurrencePolicy } from "../captures/queue.js";
+import type { SchemaName } from "../formats/json-schema.js";
 import type { ArtifactKind, TreeFormat } from "../retention/index.js";
 
 /**
@@ -9,6 +10,7 @@ export const KIND_CHOICES = ["capability", "source", "capture"] as const satisfi
 export const TREE_FORMAT_CHOICES = ["oats.tree-exec.v1", "oats.tree-legacy.v0", "oats.package-payload-exec.v1"] as const satisfies readonly TreeFormat[];
 export const DEFAULT_TREE_FORMAT = "oats.tree-exec.v1" satisfies TreeFormat;
 export const RECURRENCE_CHOICES = ["capture", "prepare-on-tick"] as const satisfies readonly RecurrencePolicy[];
+export const SCHEMA_CHOICES = ["plan", "capture-spec", "capture-profile", "classification-config", "lock", "resolution"] as const satisfies readonly SchemaName[];
 export const COMMAND_NAMES = [
   "retain",
   "verify",
@@ -36,4 +38,5 @@ export const COMMAND_NAMES = [
   "export",
   "import",
   "source retain",
+  "schema",
 ] as const;

@@ -21,6 +21,7 @@ import { resolutionLs } from "./commands/resolution-ls.js";
 import { resolutionShow } from "./commands/resolution-show.js";
 import { resolutionVerify } from "./commands/resolution-verify.js";
 import { retain } from "./commands/retain.js";
+import { schema } from "./commands/schema.js";
 import { sourceRetain } from "./commands/source-retain.js";
 import { verify } from "./commands/verify.js";
 import type { CliContext, CommandOutcome, CommandSpec } from "./context.js";
@@ -67,6 +68,7 @@ export const COMMANDS: readonly CommandSpec[] = [
   exportCommand,
   importCommand,
   sourceRetain,
+  schema,
 ];
 
 /** Descriptions of the command groups (`oats resolution --help`). */

@@ -55,6 +55,9 @@ const REFUSED =
 /** One line telling the user what to do about a refusal. */
 export function remedy(error: Pick<OatsError, "code" | "kind" | "details"> & { readonly message?: string }, command: string | null): string {
   if (error.code === "usage") return command ? `run \`oats ${command} --help\` for its usage.` : "run `oats --help` for the commands and options.";
+  if (command === "fsck" && error.details["report"] !== undefined) {
+    return "fsck repaired nothing. The findings above name each damaged, dangling or unreadable thing by class and path; inspect them, keep copies as evidence, and re-create what is damaged from a trusted source (docs/design/fsck.md).";
+  }
   if (error.code === "integrity-mismatch") {
     const reason = error.details["reason"];
     if (reason === "source-differs") {

@@ -36,7 +36,7 @@ const TARBALL = /\.(?:tgz|tar|tar\.gz|tar\.xz|tar\.bz2|tar\.zst|tbz2?|txz|zip)$/
 
 const localPath = z.string().min(1).refine((path) => !path.includes("\0"), "must not contain NUL");
 
-const planSchema = z
+export const planSchema = z
   .object({
     schemaVersion: z.literal(1),
     instance: identifierSchema,

@@ -24,6 +24,8 @@ export interface StoreListing {
   readonly staging: string[];
   /** Entries that are neither revisions, staging, locks nor the managed .gitignore. */
   readonly unexpected: string[];
+  /** Revision manifests (`.manifest-sha256-<hex>.json`) whose revision directory is not there. */
+  readonly orphanManifests: string[];
 }
 
 const REVISION_NAME = /^sha256-[0-9a-f]{64}$/;
@@ -41,12 +43,26 @@ function isRealDirectory(path: string): boolean {
   return lstatSync(path).isDirectory();
 }
 
+/** True only when `path` is a real directory (absent or anything else: false). */
+function existsAsDirectory(path: string): boolean {
+  try {
+    return lstatSync(path).isDirectory();
+  } catch (error) {
+    if (errnoCode(error) === "ENOENT") return false;
+    throw error;
+  }
+}
+
 function scanRevisions(parent: string, kind: ArtifactKind, key: string, format: Integrity["format"], out: StoreListing, allowExecDir: boolean): void {
   for (const name of namesIn(parent)) {
     const path = join(parent, name);
     if (name.startsWith(STAGING_PREFIX)) {
       if (!name.endsWith(".lock")) out.staging.push(path);
-    } else if (name.startsWith(".lock-") || isManifestName(name)) {
+    } else if (isManifestName(name)) {
+      const revision = /^\.manifest-(sha256-[0-9a-f]{64})\.json$/.exec(name)?.[1];
+      if (revision === undefined) out.unexpected.push(path);
+      else if (!existsAsDirectory(join(parent, revision))) out.orphanManifests.push(path);
+    } else if (name.startsWith(".lock-")) {
       continue;
     } else if (allowExecDir && name === EXEC_REVISIONS_DIR && isRealDirectory(path)) {
       scanRevisions(path, kind, key, TREE_EXEC, out, false);
@@ -60,7 +76,7 @@ function scanRevisions(parent: string, kind: ArtifactKind, key: string, format: 
 
 export function listStore(scope: string): StoreListing {
   const realScope = resolveScope(scope);
-  const out: StoreListing = { revisions: [], staging: [], unexpected: [] };
+  const out: StoreListing = { revisions: [], staging: [], unexpected: [], orphanManifests: [] };
   for (const kind of ARTIFACT_KINDS) {
     const { root, complete } = inspectStore(realScope, kind);
     if (!complete) continue;
@@ -117,6 +133,7 @@ export interface FsckReport {
   readonly outcomes: FsckOutcome[];
   readonly staging: string[];
   readonly unexpected: string[];
+  readonly orphanManifests: string[];
 }
 
 /** Verify every revision; report, never repair. */
@@ -134,7 +151,7 @@ export async function fsck(scope: string, options: { onArtifact?: (done: number,
     options.onArtifact?.(index + 1, listing.revisions.length);
   }
   const ok = outcomes.filter((outcome) => outcome.ok).length;
-  return { checked: outcomes.length, ok, damaged: outcomes.length - ok, outcomes, staging: listing.staging, unexpected: listing.unexpected };
+  return { checked: outcomes.length, ok, damaged: outcomes.length - ok, outcomes, staging: listing.staging, unexpected: listing.unexpected, orphanManifests: listing.orphanManifests };
 }
 
 export interface CleanupReport {

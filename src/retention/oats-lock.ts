@@ -94,6 +94,19 @@ const lockSchema = z
   })
   .strict();
 
+/**
+ * The same document as plain records, for the JSON Schema (`oats schema lock`):
+ * lockSchema reads the rows through rowsOf (a `__proto__` id is refused, not
+ * dropped), which JSON Schema cannot express; the rows are the same schemas.
+ */
+export const lockDocumentSchema = z
+  .object({
+    lockfileVersion: z.literal(2),
+    packages: z.record(identifier, packageRowSchema),
+    capabilities: z.record(identifier, capabilityRowSchema),
+  })
+  .strict();
+
 export interface OatsLock {
   readonly lockfileVersion: 2;
   readonly packages: ReadonlyMap<string, PackageRow>;

@@ -1,19 +1,33 @@
 import { OatsError, type ErrorCode } from "../../errors.js";
 import type { CommandSpec } from "../context.js";
 import { integrityText } from "../render.js";
-import { loadLibrary } from "./shared.js";
+
+const NOUNS: Record<string, [string, string]> = {
+  revisions: ["revision", "revisions"],
+  records: ["record", "records"],
+  blobs: ["blob", "blobs"],
+  instances: ["instance ref", "instance refs"],
+  jobs: ["queued job", "queued jobs"],
+  approvals: ["ledger entry", "ledger entries"],
+  audit: ["audit entry", "audit entries"],
+};
+
+function count(n: number, cls: string): string {
+  const [one, many] = NOUNS[cls] ?? [cls, cls];
+  return `${n} ${n === 1 ? one : many}`;
+}
 
 export const fsck: CommandSpec = {
   name: "fsck",
   define(command) {
-    command.description("verify every retained revision; report damage, never repair it");
+    command.description("check everything the scope holds (revisions, records, blobs, instance refs, queued jobs, approvals ledger, audit log, leftovers); report, never repair");
   },
   async run(context) {
-    const library = await loadLibrary();
+    const { fsckScope } = await import("../../scope/index.js");
     const progress = context.progress("fsck");
-    let report: Awaited<ReturnType<typeof library.fsck>>;
+    let report: Awaited<ReturnType<typeof fsckScope>>;
     try {
-      report = await library.fsck(context.scope, { onArtifact: progress.artifacts });
+      report = await fsckScope(context.scope, { onArtifact: progress.artifacts });
     } finally {
       progress.end();
     }
@@ -22,18 +36,21 @@ export const fsck: CommandSpec = {
       const name = `${outcome.kind} ${outcome.key} ${integrityText(outcome.integrity)}`;
       lines.push(outcome.ok ? `ok       ${name}` : `DAMAGED  ${name}: ${outcome.error?.code}: ${outcome.error?.message}`);
     }
-    for (const path of report.staging) lines.push(`staging  ${path} (left by an interrupted retain; \`oats cleanup\` removes it)`);
-    for (const path of report.unexpected) lines.push(`unknown  ${path} (not written by oats; left alone)`);
-    lines.push(`checked ${report.checked} revision${report.checked === 1 ? "" : "s"}: ${report.ok} ok, ${report.damaged} damaged`);
+    // Grouped by class; revision damage is already on its own line above.
+    for (const [cls, findings] of Object.entries(report.classes)) {
+      if (cls === "revisions" || findings.length === 0) continue;
+      lines.push(`${cls}: ${findings.length} finding${findings.length === 1 ? "" : "s"}`);
+      for (const finding of findings) lines.push(`  ${finding.code ?? "notice"}  ${finding.kind === "notice" ? finding.path : finding.subject}: ${finding.message}`);
+    }
+    const total = Object.values(report.classes).reduce((sum, findings) => sum + findings.length, 0);
+    const counted = Object.entries(report.counts).map(([cls, n]) => count(n, cls));
+    lines.push(`checked ${counted.join(", ")}: ${total === 0 ? "no findings" : `${total} finding${total === 1 ? "" : "s"}`}${report.worst ? ` (most serious: ${report.worst.code})` : ""}`);
 
-    const first = report.outcomes.find((outcome) => !outcome.ok);
-    if (!first?.error) return { result: report, lines };
-    // Damage is a refusal: the exit code and envelope error are those of the first damaged revision, the details hold the whole report.
-    const failure = new OatsError(
-      first.error.code as ErrorCode,
-      `${report.damaged} of ${report.checked} retained revisions damaged; first: ${first.error.message}`,
-      { first, report },
-    );
+    const worst = report.worst;
+    if (!worst?.code) return { result: report, lines };
+    // Damage is a refusal: the exit code and envelope error are those of the most serious finding; details hold the whole report.
+    const failures = total - Object.values(report.classes).flat().filter((finding) => finding.kind === "notice").length;
+    const failure = new OatsError(worst.code as ErrorCode, `${failures} finding${failures === 1 ? "" : "s"} in the scope; most serious (${worst.class}): ${worst.message}`, { first: worst, report });
     return { result: report, lines, failure };
   },
 };

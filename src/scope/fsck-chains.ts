@@ -1,0 +1,75 @@
+import { closeSync, constants, openSync, readSync } from "node:fs";
+import { join } from "node:path";
+import { OatsError, errnoCode } from "../errors.js";
+import { allDecisions, mismatchError, type SubjectDecisions } from "../captures/approval-check.js";
+import { verifyAudit } from "../captures/audit.js";
+import { CHAIN_LOGS, verifyChain, type ChainLog, type ChainVerdict } from "../captures/chain-log.js";
+import { findingOf, guarded, type Finding } from "./findings.js";
+
+/**
+ * The approvals ledger and the audit log, through their public checks only.
+ * First the cross-check (allDecisions): it verifies both chains whole, checks
+ * that each log still extends the operator's private checkpoint, and compares
+ * every subject's latest decision in both logs. A disagreement is reported
+ * under `approvals`, where decisions live. Only when it refuses are the
+ * chains verified one by one (verifyChain / verifyAudit), to name the log and
+ * the first broken line; the clean path reads each log once.
+ */
+
+const logName = (log: ChainLog) => [...log.dir, log.file].join("/");
+
+function checkChain(scope: string, cls: "approvals" | "audit", log: ChainLog, verify: () => ChainVerdict, findings: Finding[]): { entries: number; intact: boolean } {
+  const verdict = guarded(findings, cls, logName(log), verify);
+  if (verdict === null) return { entries: 0, intact: false };
+  if (verdict.ok) return { entries: verdict.entries, intact: true };
+  const { line, seq, reason } = verdict.brokenAt;
+  const error = new OatsError("integrity-mismatch", `${logName(log)} is broken at line ${line}${seq === null ? "" : ` (seq ${seq})`}: ${reason}`, { log: logName(log), brokenAt: verdict.brokenAt });
+  findings.push(findingOf(error, cls, logName(log), join(scope, logName(log))));
+  return { entries: line - 1, intact: false };
+}
+
+/** Lines in a log whose chain was just verified whole: one entry per LF. */
+function countEntries(scope: string, log: ChainLog): number {
+  let fd: number;
+  try {
+    fd = openSync(join(scope, ...log.dir, log.file), constants.O_RDONLY | constants.O_NOFOLLOW);
+  } catch (error) {
+    if (errnoCode(error) === "ENOENT") return 0;
+    throw error;
+  }
+  try {
+    const chunk = Buffer.alloc(1 << 20);
+    let lines = 0;
+    for (let got = readSync(fd, chunk); got > 0; got = readSync(fd, chunk)) {
+      for (let at = chunk.indexOf(0x0a); at >= 0 && at < got; at = chunk.indexOf(0x0a, at + 1)) lines += 1;
+    }
+    return lines;
+  } finally {
+    closeSync(fd);
+  }
+}
+
+export function checkChains(realScope: string, findings: Finding[]): { approvals: number; audit: number } {
+  let decisions: SubjectDecisions[] | null = null;
+  let refusal: OatsError | null = null;
+  try {
+    decisions = allDecisions(realScope);
+  } catch (error) {
+    if (!(error instanceof OatsError) || error.kind === "internal") throw error;
+    refusal = error;
+  }
+  if (decisions !== null) {
+    for (const { subject, check } of decisions) {
+      if (check.state === "mismatch") findings.push(findingOf(mismatchError(subject, check), "approvals", `${subject.kind} ${subject.key} ${subject.integrity}`, null));
+    }
+    return { approvals: countEntries(realScope, CHAIN_LOGS.approvals), audit: countEntries(realScope, CHAIN_LOGS.audit) };
+  }
+  const approvals = checkChain(realScope, "approvals", CHAIN_LOGS.approvals, () => verifyChain(realScope, CHAIN_LOGS.approvals), findings);
+  const audit = checkChain(realScope, "audit", CHAIN_LOGS.audit, () => verifyAudit(realScope), findings);
+  // Both chains are whole, so the refusal is about their history (a log that no longer extends the checkpoint).
+  if (approvals.intact && audit.intact && refusal !== null) {
+    const cls = refusal.details["log"] === logName(CHAIN_LOGS.audit) ? "audit" : "approvals";
+    findings.push(findingOf(refusal, cls, typeof refusal.details["log"] === "string" ? (refusal.details["log"] as string) : "approvals ledger vs audit log", null));
+  }
+  return { approvals: approvals.entries, audit: audit.entries };
+}

@@ -1,0 +1,119 @@
+import { ERROR_KINDS, OatsError } from "../errors.js";
+import { fsck as fsckRevisions, listStore, type FsckOutcome } from "../retention/inventory.js";
+import { resolveScope } from "../retention/store/components.js";
+import { FINDING_CLASSES, findingOf, guarded, mostSerious, notice, type Finding, type FindingClass } from "./findings.js";
+import { checkChains } from "./fsck-chains.js";
+import { checkBlobs, checkInstances, checkJobs, checkRecords, revisionKey } from "./fsck-stores.js";
+
+/**
+ * `oats fsck`: everything the scope holds, checked the way its readers check
+ * it, and reported; nothing is repaired, moved, removed or locked, and
+ * nothing in the scope is written (a chain log is read, never appended to;
+ * the cross-check records what it verified in the operator's private state,
+ * as every reader of the logs does).
+ *
+ * Revisions are re-hashed once each (retention's fsck); every other check
+ * reads small files, so the whole scope costs little more than verifying its
+ * revisions (bench/sections/10-fsck.mjs). A reference is checked for
+ * presence, not re-verified: a damaged revision or blob is reported once,
+ * under its own class.
+ */
+
+export interface ScopeFsckCounts {
+  readonly revisions: number;
+  readonly records: number;
+  readonly blobs: number;
+  readonly instances: number;
+  readonly jobs: number;
+  /** Entries of the approvals ledger and of the audit log (up to the first broken link). */
+  readonly approvals: number;
+  readonly audit: number;
+}
+
+export interface ScopeFsckReport {
+  readonly scope: string;
+  /** No finding beyond notices. */
+  readonly ok: boolean;
+  /** The most serious finding (its code and kind decide the exit code), or null. */
+  readonly worst: Finding | null;
+  readonly exitCode: number;
+  readonly counts: ScopeFsckCounts;
+  /** Every class, each with its findings (possibly none), in FINDING_CLASSES order. */
+  readonly classes: Record<FindingClass, Finding[]>;
+  /** One outcome per revision, ok or damaged, as retention's fsck reports it. */
+  readonly outcomes: FsckOutcome[];
+}
+
+export interface ScopeFsckOptions {
+  /** Called after each revision is verified. */
+  readonly onArtifact?: (done: number, total: number) => void;
+}
+
+export async function fsckScope(scope: string, options: ScopeFsckOptions = {}): Promise<ScopeFsckReport> {
+  const realScope = resolveScope(scope);
+  // What is retained, by reference; the revisions themselves are verified below.
+  const listingFindings: Finding[] = [];
+  const listed = guarded(listingFindings, "revisions", "artifact stores", () => listStore(realScope).revisions);
+  const revisions = new Set((listed ?? []).map(revisionKey));
+
+  // Re-hashing the revisions waits on file reads most of the time; the other
+  // checks are small reads and CPU work, so they run meanwhile (they yield
+  // between records), each into its own list so the report's order is fixed.
+  const revisionFindings: Finding[] = [];
+  const storeFindings: Finding[] = [];
+  const [retention, counts] = await Promise.all([
+    guardedAsync(revisionFindings, () => fsckRevisions(realScope, { onArtifact: options.onArtifact })),
+    checkStores(realScope, revisions, storeFindings),
+  ]);
+  const outcomes = retention?.outcomes ?? [];
+  for (const outcome of outcomes) {
+    if (outcome.ok || !outcome.error) continue;
+    const { code, kind, message, details } = outcome.error;
+    revisionFindings.push({ class: "revisions", subject: `${outcome.kind} ${outcome.key} ${outcome.integrity.format}:${outcome.integrity.value}`, path: outcome.dir, code, kind, message, details } as Finding);
+  }
+  for (const path of retention?.staging ?? []) revisionFindings.push(notice("staging", path, "left by an interrupted writer; `oats cleanup` removes it"));
+  for (const path of retention?.unexpected ?? []) revisionFindings.push(notice("unknown", path, "not written by oats; left alone"));
+  for (const path of retention?.orphanManifests ?? []) revisionFindings.push(notice("manifests", path, "a revision manifest whose revision is not there; left alone"));
+
+  const classes = Object.fromEntries(FINDING_CLASSES.map((cls) => [cls, [] as Finding[]])) as Record<FindingClass, Finding[]>;
+  // The listing's refusal is the same one retention's fsck meets: report it once.
+  const findings = retention === null ? [...revisionFindings, ...storeFindings] : [...listingFindings, ...revisionFindings, ...storeFindings];
+  for (const finding of findings) classes[finding.class].push(finding);
+  const worst = mostSerious(FINDING_CLASSES.flatMap((cls) => classes[cls]));
+  return {
+    scope: realScope,
+    ok: worst === null,
+    worst,
+    exitCode: worst === null || worst.kind === "notice" ? 0 : ERROR_KINDS[worst.kind],
+    counts: { revisions: outcomes.length, ...counts },
+    classes,
+    outcomes,
+  };
+}
+
+/** Everything but the revisions' bytes: blobs, records and their references, instance refs, jobs, the chain logs. */
+async function checkStores(realScope: string, revisions: ReadonlySet<string>, findings: Finding[]): Promise<Omit<ScopeFsckCounts, "revisions">> {
+  await yieldToIo();
+  const blobs = checkBlobs(realScope, findings);
+  const records = await checkRecords(realScope, revisions, blobs.present, findings, yieldToIo);
+  const instances = checkInstances(realScope, records.present, findings);
+  const jobs = checkJobs(realScope, records.present, findings);
+  await yieldToIo();
+  const { approvals, audit } = checkChains(realScope, findings);
+  return { records: records.checked, blobs: blobs.checked, instances, jobs, approvals, audit };
+}
+
+/** Let pending I/O callbacks (the revision verification's reads) run. */
+function yieldToIo(): Promise<void> {
+  return new Promise((resolve) => setImmediate(resolve));
+}
+
+async function guardedAsync<T>(findings: Finding[], body: () => Promise<T>): Promise<T | null> {
+  try {
+    return await body();
+  } catch (error) {
+    if (!(error instanceof OatsError) || error.kind === "internal") throw error;
+    findings.push(findingOf(error, "revisions", "artifact stores", null));
+    return null;
+  }
+}
