@@ -328,10 +328,29 @@ describe("--scope", () => {
     assert.ok(existsSync(join(cwd, ".agents/capabilities/artifacts/demo.hello", LEGACY)));
   });
 
-  test("a missing scope is a refusal, and is not created", () => {
+  test("a missing scope is artifact-not-found (exit 3) for readers and creators, and is not created", () => {
     const missing = join(tempDir(), "nope");
-    expectRefusal(["--scope", missing, "retain", FIXTURE_PAYLOAD, "--id", "demo.hello", "--lock", FIXTURE_LOCK], "invalid-artifact-store", "invalid", 4);
-    assert.equal(existsSync(missing), false);
+    for (const args of [
+      ["retain", FIXTURE_PAYLOAD, "--id", "demo.hello", "--lock", FIXTURE_LOCK],
+      ["verify", "demo.hello", "--integrity", LEGACY],
+      ["ls"],
+      ["resolution", "ls"],
+      ["queue", "ls"],
+    ]) {
+      const run = expectRefusal(["--scope", missing, ...args], "artifact-not-found", "missing", 3);
+      assert.equal(run.envelope.error!.details["reason"], "scope-missing", args.join(" "));
+      assert.equal(existsSync(missing), false, args.join(" "));
+    }
+    const human = runOats(["--scope", missing, "verify", "demo.hello", "--integrity", LEGACY]);
+    assert.equal(human.status, 3);
+    assert.match(human.stderr, /^oats: artifact-not-found: scope does not exist: .*\n.*never creates the scope/);
+  });
+
+  test("a scope that is a file is invalid-artifact-store (exit 4)", () => {
+    const file = join(tempDir(), "scope-file");
+    writeFileSync(file, "x");
+    const run = expectRefusal(["--scope", file, "verify", "demo.hello", "--integrity", LEGACY], "invalid-artifact-store", "invalid", 4);
+    assert.equal(run.envelope.error!.details["reason"], "scope-not-a-directory");
   });
 });
 

@@ -110,7 +110,7 @@ export function remedy(error: Pick<OatsError, "code" | "kind" | "details"> & { r
   if (error.code === "artifact-not-found" && error.details["key"] === undefined && error.details["path"] !== undefined) {
     return "the directory named above does not exist; check the path.";
   }
-  if (error.code === "invalid-artifact-store" && error.details["scope"] !== undefined) {
+  if (error.details["reason"] === "scope-missing" || (error.code === "invalid-artifact-store" && error.details["scope"] !== undefined)) {
     return "pass --scope (or set OATS_SCOPE to) an existing deployment directory; oats never creates the scope itself.";
   }
   if (error.details["reason"] === "changed-while-reading") {
