@@ -266,14 +266,14 @@ const SOURCE_DEFECTS: SourceDefect[] = [
   {
     name: "absolute symlink pointing into the source itself",
     make: (source) => symlinkSync(join(source, "bin/hello.mjs"), join(source, "abs.mjs")),
-    code: "invalid-artifact",
+    code: "artifact-not-contained",
     details: { reason: "absolute-symlink", path: "abs.mjs" },
     digestible: true,
   },
   {
     name: "absolute symlink pointing outside",
     make: (source) => symlinkSync("/etc/hostname", join(source, "skills/host")),
-    code: "invalid-artifact",
+    code: "artifact-not-contained",
     details: { reason: "absolute-symlink", path: "skills/host" },
     digestible: true,
   },
