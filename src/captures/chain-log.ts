@@ -4,6 +4,7 @@ import { join } from "node:path";
 import { OatsError, errnoCode, isOatsError } from "../errors.js";
 import { canonicalJson, jsonDigest } from "../retention/digest/json.js";
 import { ensureStoreAt, fsyncDirectory, inspectStoreAt, resolveScope } from "../retention/store/components.js";
+import { STORED_MAX_DEPTH, scanJsonText } from "../json-text.js";
 
 /**
  * An append-only, hash-chained JSONL log: one module for the approvals ledger
@@ -92,6 +93,8 @@ class ProtoKey extends Error {}
 
 /** JSON.parse refusing `__proto__` keys anywhere. Throws on bad JSON. */
 function parseLine(text: string): unknown {
+  // The reviver recurses: a line nested past the bound is bad JSON before it can exhaust the stack.
+  if (scanJsonText(text, STORED_MAX_DEPTH)?.reason === "too-deep") throw new SyntaxError("nested too deep");
   return JSON.parse(text, (key, value: unknown) => {
     if (key === "__proto__") throw new ProtoKey("__proto__ key");
     return value;
