@@ -5,7 +5,8 @@
  * stdin/stdout, completion, help and version, and `oats ls` details.
  */
 import assert from "node:assert/strict";
-import { cpSync, symlinkSync } from "node:fs";
+import { execFileSync } from "node:child_process";
+import { appendFileSync, chmodSync, cpSync, mkdirSync, readFileSync, symlinkSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { describe, test } from "node:test";
 import { FIXTURE_PAYLOAD, runOats, snapshotTree, tempDir } from "./helpers.js";
@@ -56,4 +57,98 @@ describe("symlinks in a source: absolute ones are artifact-not-contained, as ups
       assert.deepEqual(snapshotTree(scope), before);
     });
   }
+});
+
+describe("remedies by failure: the second line names the fix for what actually failed", () => {
+  const GENERIC_SOURCE = /check the source: it must be an existing real directory/;
+  const work = () => tempDir("oats-remedy-");
+  const tarball = (dir: string) => {
+    const path = join(dir, "pkg.tgz");
+    execFileSync("tar", ["czf", path, "-C", join(FIXTURE_PAYLOAD, ".."), "--transform", "s,^payload,package,", "payload"]);
+    return path;
+  };
+  function secondLine(args: string[], exit: number, code: string): string {
+    const run = runOats(args);
+    assert.equal(run.status, exit, run.stderr);
+    const lines = run.stderr.split("\n");
+    assert.match(lines[0]!, new RegExp(`^oats: ${code}: `));
+    assert.doesNotMatch(lines[1]!, GENERIC_SOURCE);
+    return lines[1]!;
+  }
+
+  test("a wrong --tarball-integrity: check the value or fetch again; never 'the stored revision is damaged'", () => {
+    const dir = work();
+    const wrong = `sha512-${Buffer.alloc(64).toString("base64")}`;
+    const line = secondLine(["--scope", dir, "retain", tarball(dir), "--id", "demo.x", "--kind", "capture", "--tarball-integrity", wrong], 5, "integrity-mismatch");
+    assert.match(line, /--tarball-integrity/);
+    assert.match(line, /nothing was extracted or stored/);
+    assert.doesNotMatch(line, /stored revision is damaged/);
+  });
+  test("a malformed SRI: the SRI form", () => {
+    const dir = work();
+    assert.match(secondLine(["--scope", dir, "retain", tarball(dir), "--id", "demo.x", "--kind", "capture", "--tarball-integrity", "sha512-bogus"], 4, "invalid-input"), /SRI string .*sha512-<88 base64 characters>/);
+  });
+  test("an existing -o file: --force, another path or -", () => {
+    const dir = work();
+    runOats(["--scope", dir, "retain", FIXTURE_PAYLOAD, "--id", "demo.y", "--kind", "capture"]);
+    const listed = runOats(["--scope", dir, "ls"]).stdout.trim().split(" ");
+    const out = join(dir, "out.tar");
+    writeFileSync(out, "keep");
+    assert.match(secondLine(["--scope", dir, "export", `capture:demo.y@${listed[2]}`, "-o", out], 4, "invalid-input"), /already exists .*--force/);
+  });
+  test("a truncated archive: fetch it again (retain) / export again (import)", () => {
+    const dir = work();
+    const truncated = join(dir, "trunc.tgz");
+    writeFileSync(truncated, readFileSync(tarball(dir)).subarray(0, 300));
+    assert.match(secondLine(["--scope", dir, "retain", truncated, "--id", "demo.x", "--kind", "capture"], 4, "invalid-input"), /truncated or is not a \(gzipped\) tar archive/);
+    assert.match(secondLine(["--scope", dir, "import", truncated], 4, "invalid-input"), /bundle is truncated.*Export it again/);
+  });
+  test("a bad source identity: the identity grammar", () => {
+    assert.match(secondLine(["--scope", work(), "source", "retain", FIXTURE_PAYLOAD, "--identity", "bogus:x", "--revision", "local"], 4, "invalid-input"), /git:<url>#<path>/);
+  });
+  test("a missing source directory, an absolute symlink, a hostile archive entry", () => {
+    const dir = work();
+    assert.match(secondLine(["--scope", dir, "retain", join(dir, "nope"), "--id", "demo.x", "--kind", "capture"], 4, "invalid-input"), /does not exist; check the path/);
+    const source = sourceWith((tree) => symlinkSync("/etc/hostname", join(tree, "abs")));
+    assert.match(secondLine(["--scope", dir, "retain", source, "--id", "demo.x", "--kind", "capture"], 4, "artifact-not-contained"), /absolute symlink .*make it relative/);
+    const hostile = join(dir, "hostile.tgz");
+    const staging = join(tempDir(), "package");
+    mkdirSync(staging);
+    symlinkSync("/etc/passwd", join(staging, "passwd"));
+    execFileSync("tar", ["czf", hostile, "-C", join(staging, ".."), "package"]);
+    assert.match(secondLine(["--scope", dir, "retain", hostile, "--id", "demo.x", "--kind", "capture"], 4, "artifact-not-contained"), /archive holds an entry oats refuses/);
+  });
+  test("a damaged stored revision: verify says it is damaged, retain that it is never overwritten", () => {
+    const dir = work();
+    runOats(["--scope", dir, "retain", FIXTURE_PAYLOAD, "--id", "demo.y", "--kind", "capture"]);
+    const [, , integrity] = runOats(["--scope", dir, "ls"]).stdout.trim().split(" ");
+    const revision = join(dir, ".agents/captures/artifacts/demo.y/tree-exec-v1", integrity!.split(":")[1]!);
+    chmodSync(join(revision, "oats.json"), 0o644);
+    appendFileSync(join(revision, "oats.json"), " ");
+    assert.match(secondLine(["--scope", dir, "verify", "demo.y", "--kind", "capture", "--integrity", integrity!], 5, "integrity-mismatch"), /stored revision is damaged/);
+    // Retaining over it is told the revision is already there, damaged, and never overwritten.
+    assert.match(secondLine(["--scope", dir, "retain", FIXTURE_PAYLOAD, "--id", "demo.y", "--kind", "capture"], 5, "integrity-mismatch"), /already stored .* never overwrites/);
+  });
+});
+
+describe("every validation problem in human mode, one per line, as --json lists them", () => {
+  test("a plan with four problems lists all four after the remedy", () => {
+    const dir = tempDir("oats-plan-");
+    const plan = join(dir, "plan.json");
+    writeFileSync(plan, "{}");
+    const json = runJson(["--scope", dir, "prepare", plan]);
+    const issues = json.envelope.error!.details["issues"] as { pointer: string; message: string }[];
+    assert.ok(issues.length >= 4);
+    const human = runOats(["--scope", dir, "prepare", plan]);
+    const lines = human.stderr.trimEnd().split("\n");
+    assert.equal(lines.length, 2 + issues.length, human.stderr);
+    assert.deepEqual(lines.slice(2), issues.map((issue) => `  ${issue.pointer}: ${issue.message}`));
+  });
+  test("one problem stays two lines", () => {
+    const dir = tempDir("oats-plan-");
+    const plan = join(dir, "plan.json");
+    writeFileSync(plan, '{"schemaVersion":2,"instance":"a","capabilities":[],"entrypoints":{}}');
+    const human = runOats(["--scope", dir, "prepare", plan]);
+    assert.equal(human.stderr.trimEnd().split("\n").length, 2, human.stderr);
+  });
 });
