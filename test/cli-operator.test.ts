@@ -5,11 +5,11 @@
  * stdin/stdout, completion, help and version, and `oats ls` details.
  */
 import assert from "node:assert/strict";
-import { execFileSync } from "node:child_process";
-import { appendFileSync, chmodSync, cpSync, mkdirSync, readFileSync, symlinkSync, writeFileSync } from "node:fs";
+import { execFileSync, spawnSync } from "node:child_process";
+import { appendFileSync, chmodSync, cpSync, mkdirSync, readFileSync, readdirSync, symlinkSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { describe, test } from "node:test";
-import { FIXTURE_PAYLOAD, runOats, snapshotTree, tempDir } from "./helpers.js";
+import { FIXTURE_PAYLOAD, REPO, runOats, snapshotTree, tempDir } from "./helpers.js";
 
 type Envelope = {
   schemaVersion: number;
@@ -150,5 +150,53 @@ describe("every validation problem in human mode, one per line, as --json lists 
     writeFileSync(plan, '{"schemaVersion":2,"instance":"a","capabilities":[],"entrypoints":{}}');
     const human = runOats(["--scope", dir, "prepare", plan]);
     assert.equal(human.stderr.trimEnd().split("\n").length, 2, human.stderr);
+  });
+});
+
+describe("`-` is stdout for `export -o` and stdin for `import`", () => {
+  const EXEC_ID = "oats.tree-exec.v1:sha256-82f8a3ffa30e6a05a161d469ff412e364cf55bfd02e74bc6114810f9c95c2a45";
+  function runBinary(args: string[], input: Buffer | string, env: NodeJS.ProcessEnv) {
+    const result = spawnSync(process.execPath, [join(REPO, "dist/cli/bin.js"), ...args], { input, env: { ...process.env, ...env } });
+    return { status: result.status, stdout: result.stdout, stderr: result.stderr.toString("utf8") };
+  }
+
+  test("export -o - | import - moves a verified revision; the private temp files are gone", () => {
+    const from = tempDir("oats-from-");
+    const to = tempDir("oats-to-");
+    const tmp = tempDir("oats-tmp-");
+    assert.equal(runOats(["--scope", from, "retain", FIXTURE_PAYLOAD, "--id", "demo.y", "--kind", "capture"]).status, 0);
+    const exported = runBinary(["--scope", from, "export", `capture:demo.y@${EXEC_ID}`, "-o", "-"], "", { TMPDIR: tmp });
+    assert.equal(exported.status, 0, exported.stderr);
+    assert.equal(exported.stdout.subarray(257, 262).toString("latin1"), "ustar", "stdout is the tar bundle and nothing else");
+    const file = join(tempDir(), "bundle.tar");
+    assert.equal(runOats(["--scope", from, "export", `capture:demo.y@${EXEC_ID}`, "-o", file]).status, 0);
+    assert.equal(exported.stdout.length, readFileSync(file).length);
+    const imported = runBinary(["--json", "--scope", to, "import", "-"], exported.stdout, { TMPDIR: tmp });
+    assert.equal(imported.status, 0, imported.stderr);
+    const envelope = JSON.parse(imported.stdout.toString("utf8")) as Envelope;
+    assert.equal(envelope.result!["bundle"], "-");
+    assert.deepEqual(envelope.result!["artifacts"].map((row: { status: string }) => row.status), ["retained"]);
+    assert.equal(runOats(["--scope", to, "verify", "demo.y", "--kind", "capture", "--integrity", EXEC_ID]).status, 0);
+    assert.deepEqual(readdirSync(tmp), [], "no temp file left behind");
+  });
+
+  test("a truncated bundle on stdin is refused (exit 4), nothing imported, no temp file left", () => {
+    const from = tempDir("oats-from-");
+    const to = tempDir("oats-to-");
+    const tmp = tempDir("oats-tmp-");
+    runOats(["--scope", from, "retain", FIXTURE_PAYLOAD, "--id", "demo.y", "--kind", "capture"]);
+    const file = join(tempDir(), "bundle.tar");
+    runOats(["--scope", from, "export", `capture:demo.y@${EXEC_ID}`, "-o", file]);
+    const before = snapshotTree(to);
+    const run = runBinary(["--scope", to, "import", "-"], readFileSync(file).subarray(0, 1500), { TMPDIR: tmp });
+    assert.equal(run.status, 4, run.stderr);
+    assert.deepEqual(snapshotTree(to), before);
+    assert.deepEqual(readdirSync(tmp), []);
+  });
+
+  test("--json with -o - is a usage error: stdout is the envelope's", () => {
+    const scope = tempDir("oats-from-");
+    const error = refusal(["--scope", scope, "export", `capture:demo.y@${EXEC_ID}`, "-o", "-"], "usage", 2);
+    assert.equal(error.details["reason"], "stdout-taken");
   });
 });

@@ -1,4 +1,5 @@
 import type { CommandSpec } from "../context.js";
+import { STDIO, withStdinFile } from "../stdio-files.js";
 import { loadBundleLibrary } from "./export.js";
 
 export const importCommand: CommandSpec = {
@@ -6,11 +7,14 @@ export const importCommand: CommandSpec = {
   define(command) {
     command
       .description("verify every tree, record and blob of a bundle in staging, then publish them (nothing is published unless everything verifies)")
-      .argument("<bundle>", "a bundle written by `oats export`");
+      .argument("<bundle>", "a bundle written by `oats export`; `-` reads it from stdin");
   },
   async run(context, [bundle]) {
     const library = await loadBundleLibrary();
-    const report = await library.importBundle(context.scope, bundle!);
+    const report =
+      bundle === STDIO
+        ? { ...(await withStdinFile((path) => library.importBundle(context.scope, path))), bundle: STDIO }
+        : await library.importBundle(context.scope, bundle!);
     const lines = [
       ...report.artifacts.map((row) => `${row.status} ${row.kind} ${row.key} ${row.integrity}`),
       ...report.blobs.map((row) => `${row.status} blob ${row.digest}`),
