@@ -200,3 +200,63 @@ describe("`-` is stdout for `export -o` and stdin for `import`", () => {
     assert.equal(error.details["reason"], "stdout-taken");
   });
 });
+
+describe("help, version and completion", () => {
+  test("`oats help <group> <sub>` is `oats <group> <sub> --help`; `oats help` is `oats --help`", () => {
+    const help = runOats(["help", "resolution", "verify"]);
+    assert.equal(help.status, 0, help.stderr);
+    assert.equal(help.stdout, runOats(["resolution", "verify", "--help"]).stdout);
+    assert.match(help.stdout, /^Usage: oats resolution verify /);
+    assert.equal(runOats(["help"]).stdout, runOats(["--help"]).stdout);
+    assert.match(runOats(["--scope", "/tmp", "help", "queue", "add"]).stdout, /^Usage: oats queue add /);
+    const json = runJson(["help", "queue", "add"]);
+    assert.equal(json.envelope.command, "queue add");
+    assert.match(json.envelope.result!["help"], /^Usage: oats queue add /);
+  });
+  test("`oats version` prints the version, as --version does; a command operand named version is not rewritten", () => {
+    const version = runOats(["version"]);
+    assert.equal(version.status, 0);
+    assert.equal(version.stdout, runOats(["--version"]).stdout);
+    assert.deepEqual(runJson(["version"]).envelope.result, { version: version.stdout.trim() });
+    // `oats verify version ...` keeps "version" as the id it is.
+    assert.equal(refusal(["--scope", tempDir(), "verify", "version", "--integrity", "sha256-" + "0".repeat(64)], "artifact-not-found", 3).code, "artifact-not-found");
+  });
+  test("`oats completion bash` completes commands, subcommands, options and choices in a real bash", () => {
+    const script = runOats(["completion", "bash"]);
+    assert.equal(script.status, 0, script.stderr);
+    const path = join(tempDir(), "oats.bash");
+    writeFileSync(path, script.stdout);
+    const complete = (...words: string[]) => {
+      const program = `source ${JSON.stringify(path)}; COMP_WORDS=(${["oats", ...words].map((w) => `'${w}'`).join(" ")}); COMP_CWORD=${words.length}; _oats; printf '%s\\n' "\${COMPREPLY[@]}"`;
+      return execFileSync("bash", ["--norc", "-c", program], { encoding: "utf8" }).split("\n").filter(Boolean).sort();
+    };
+    const top = complete("");
+    for (const name of ["retain", "verify", "resolution", "capture", "completion", "help", "version"]) assert.ok(top.includes(name), `${name} in ${top}`);
+    assert.deepEqual(complete("resolution", ""), ["ls", "show", "verify"]);
+    assert.deepEqual(complete("--scope", "/tmp", "resolution", "v"), ["verify"]);
+    assert.deepEqual(complete("help", "resolution", ""), ["ls", "show", "verify"]);
+    assert.deepEqual(complete("retain", "--k"), ["--kind"]);
+    assert.deepEqual(complete("retain", "x", "--kind", ""), ["capability", "capture", "source"]);
+    assert.deepEqual(complete("export", "-o", "f", "--f"), ["--force"]);
+    assert.deepEqual(complete("completion", ""), ["bash", "fish", "zsh"]);
+  });
+  test("`oats completion fish` and `zsh` print scripts; an unknown shell is a usage error", () => {
+    const fish = runOats(["completion", "fish"]);
+    assert.equal(fish.status, 0);
+    for (const line of fish.stdout.trimEnd().split("\n")) assert.match(line, /^(#|complete -c oats )/);
+    assert.match(fish.stdout, /-n '__fish_seen_subcommand_from resolution; and not __fish_seen_subcommand_from show verify ls' -f -a verify/);
+    const zsh = runOats(["completion", "zsh"]);
+    assert.match(zsh.stdout, /bashcompinit/);
+    assert.match(zsh.stdout, /complete -o filenames -F _oats oats/);
+    assert.equal(refusal(["completion", "tcsh"], "usage", 2).code, "usage");
+  });
+  for (const shell of ["fish", "zsh"]) {
+    test(`the ${shell} script parses in a real ${shell}`, (t) => {
+      const found = spawnSync("sh", ["-c", `command -v ${shell}`]).status === 0;
+      if (!found) return t.skip(`${shell} is not installed on this machine: its script is checked by shape only`);
+      const path = join(tempDir(), `oats.${shell}`);
+      writeFileSync(path, runOats(["completion", shell]).stdout);
+      execFileSync(shell, ["-n", path]);
+    });
+  }
+});

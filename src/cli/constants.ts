@@ -35,4 +35,5 @@ export const COMMAND_NAMES = [
   "export",
   "import",
   "source retain",
+  "completion",
 ] as const;
