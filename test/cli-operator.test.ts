@@ -9,6 +9,7 @@ import { execFileSync, spawnSync } from "node:child_process";
 import { appendFileSync, chmodSync, cpSync, mkdirSync, readFileSync, readdirSync, symlinkSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { describe, test } from "node:test";
+import { sourceIdentityKey } from "../src/retention/index.js";
 import { FIXTURE_PAYLOAD, REPO, runOats, snapshotTree, tempDir } from "./helpers.js";
 
 type Envelope = {
@@ -259,4 +260,63 @@ describe("help, version and completion", () => {
       execFileSync(shell, ["-n", path]);
     });
   }
+});
+
+describe("oats ls: sizes and qualified identities; a bare sha256 that is retained under its exec name says so", () => {
+  const EXEC_VALUE = "sha256-82f8a3ffa30e6a05a161d469ff412e364cf55bfd02e74bc6114810f9c95c2a45";
+  const IDENTITY = "git:https://example.test/org/repo#souls/a";
+
+  test("each revision's size (regular files and their bytes), and a source's qualified identity, in human and JSON form", () => {
+    const scope = tempDir("oats-ls-");
+    assert.equal(runOats(["--scope", scope, "retain", FIXTURE_PAYLOAD, "--id", "demo.hello"]).status, 0);
+    assert.equal(runOats(["--scope", scope, "source", "retain", FIXTURE_PAYLOAD, "--identity", IDENTITY, "--revision", "local"]).status, 0);
+    const pathIdentity = `path:${FIXTURE_PAYLOAD}`;
+    assert.equal(runOats(["--scope", scope, "retain", FIXTURE_PAYLOAD, "--kind", "source", "--id", pathIdentity]).status, 0);
+    const bareKey = "0".repeat(64);
+    assert.equal(runOats(["--scope", scope, "retain", FIXTURE_PAYLOAD, "--kind", "source", "--id", bareKey]).status, 0);
+    const json = runJson(["--scope", scope, "ls"]);
+    const rows = json.envelope.result!["revisions"] as { kind: string; key: string; identity?: string | null; size: { files: number; bytes: number } }[];
+    const expectedBytes = execFileSync("sh", ["-c", `find "${FIXTURE_PAYLOAD}" -type f -exec cat {} + | wc -c`], { encoding: "utf8" }).trim();
+    for (const row of rows) assert.deepEqual(row.size, { files: 5, bytes: Number(expectedBytes) });
+    const byKey = new Map(rows.map((row) => [row.key, row]));
+    assert.equal(byKey.get(sourceIdentityKey(IDENTITY))!.identity, IDENTITY);
+    assert.equal(byKey.get(sourceIdentityKey(pathIdentity))!.identity, pathIdentity);
+    assert.equal(byKey.get(bareKey)!.identity, null, "a source retained by its key alone has no recorded identity");
+    assert.equal("identity" in byKey.get("demo.hello")!, false);
+    const human = runOats(["--scope", scope, "ls"]).stdout;
+    assert.match(human, new RegExp(`^source ${sourceIdentityKey(IDENTITY)} oats\\.tree-exec\\.v1:${EXEC_VALUE}  800 B in 5 files  ${IDENTITY.replace(/[.#/]/g, "\\$&")}$`, "m"));
+    assert.match(human, new RegExp(`^source ${bareKey} .*\\(identity not recorded\\)$`, "m"));
+    assert.match(human, /^capability demo\.hello oats\.tree-exec\.v1:\S+  800 B in 5 files$/m);
+    // --quiet keeps the three script-friendly columns.
+    for (const line of runOats(["--scope", scope, "--quiet", "ls"]).stdout.trimEnd().split("\n")) assert.equal(line.split(" ").length, 3, line);
+  });
+
+  test("a pinned identity is verified by its key: a blob with other bytes is not shown as the identity", () => {
+    const scope = tempDir("oats-ls-");
+    runOats(["--scope", scope, "source", "retain", FIXTURE_PAYLOAD, "--identity", IDENTITY, "--revision", "local"]);
+    const blob = join(scope, ".agents/blobs", `sha256-${sourceIdentityKey(IDENTITY)}`);
+    chmodSync(blob, 0o644);
+    writeFileSync(blob, JSON.stringify("git:https://evil.test/x#y") + "\n");
+    const run = runJson(["--scope", scope, "ls"]);
+    assert.equal(run.status, 0, run.stdout);
+    assert.doesNotMatch(run.stdout, /evil\.test/);
+    const [row] = run.envelope.result!["revisions"] as { identity: unknown; identityError: unknown }[];
+    assert.equal(row!.identity, null);
+    assert.equal(row!.identityError, "integrity-mismatch");
+    assert.match(runOats(["--scope", scope, "ls"]).stdout, /\(identity unreadable: integrity-mismatch\)$/m);
+  });
+
+  test("verify with a bare sha256 that misses as legacy but exists as oats.tree-exec.v1 says so (exit 3)", () => {
+    const scope = tempDir("oats-ls-");
+    runOats(["--scope", scope, "retain", FIXTURE_PAYLOAD, "--id", "demo.hello"]);
+    const error = refusal(["--scope", scope, "verify", "demo.hello", "--integrity", EXEC_VALUE], "artifact-not-found", 3);
+    assert.equal(error.details["reason"], "exec-named-only");
+    assert.equal(error.details["execIntegrity"], `oats.tree-exec.v1:${EXEC_VALUE}`);
+    assert.match(error.message, /retained as oats\.tree-exec\.v1:sha256-/);
+    const human = runOats(["--scope", scope, "verify", "demo.hello", "--integrity", EXEC_VALUE]);
+    assert.match(human.stderr.split("\n")[1]!, /bare sha256-<hex> means oats\.tree-legacy\.v0/);
+    // A digest retained under neither name stays the plain miss.
+    const other = refusal(["--scope", scope, "verify", "demo.hello", "--integrity", `sha256-${"1".repeat(64)}`], "artifact-not-found", 3);
+    assert.notEqual(other.details["reason"], "exec-named-only");
+  });
 });

@@ -117,7 +117,7 @@ describe("JSON envelope on success", () => {
     const ls = runJson(["--scope", scope, "ls"]);
     assert.equal(ls.status, 0);
     assert.equal(ls.envelope.command, "ls");
-    assert.deepEqual(ls.envelope.result!["revisions"], [{ kind: "capability", key: "demo.hello", integrity: { format: "oats.tree-legacy.v0", value: LEGACY }, dir }]);
+    assert.deepEqual(ls.envelope.result!["revisions"], [{ kind: "capability", key: "demo.hello", integrity: { format: "oats.tree-legacy.v0", value: LEGACY }, dir, size: { files: 5, bytes: 800 } }]);
 
     const fsck = runJson(["--scope", scope, "fsck"]);
     assert.equal(fsck.status, 0);

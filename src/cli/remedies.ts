@@ -66,6 +66,8 @@ const BY_REASON: Record<string, string> = {
   "invalid-manifest": BUNDLE_DAMAGED,
   "incomplete-resolution": BUNDLE_DAMAGED,
   // Revisions.
+  "exec-named-only":
+    "a bare sha256-<hex> means oats.tree-legacy.v0 (the lock's digest); this one is retained under its oats.tree-exec.v1 name: pass --integrity with the format (details.execIntegrity).",
   "damaged-revision":
     "the revision already stored under that digest is damaged, and oats never overwrites it; inspect it (`oats verify`, `oats fsck`), then move it aside by hand and retry.",
 };
