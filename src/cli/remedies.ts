@@ -65,6 +65,11 @@ const BY_REASON: Record<string, string> = {
   "manifest-not-canonical": BUNDLE_DAMAGED,
   "invalid-manifest": BUNDLE_DAMAGED,
   "incomplete-resolution": BUNDLE_DAMAGED,
+  // Approvals.
+  "not-retained":
+    "nothing was approved: that exact tree is not retained in this scope (check the kind, key and digest against `oats ls`). To approve it ahead of retention, repeat with --force.",
+  "never-approved":
+    "nothing was revoked: that exact subject has no decision in this scope (check it against `oats approvals`). To record the revocation anyway, repeat with --force.",
   // Revisions.
   "exec-named-only":
     "a bare sha256-<hex> means oats.tree-legacy.v0 (the lock's digest); this one is retained under its oats.tree-exec.v1 name: pass --integrity with the format (details.execIntegrity).",
