@@ -9,7 +9,7 @@ import { execFileSync, spawnSync } from "node:child_process";
 import { appendFileSync, chmodSync, cpSync, mkdirSync, readFileSync, readdirSync, symlinkSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { describe, test } from "node:test";
-import { sourceIdentityKey } from "../src/retention/index.js";
+import { putBlob, sourceIdentityKey } from "../src/retention/index.js";
 import { FIXTURE_PAYLOAD, REPO, runOats, snapshotTree, tempDir } from "./helpers.js";
 
 type Envelope = {
@@ -304,6 +304,16 @@ describe("oats ls: sizes and qualified identities; a bare sha256 that is retaine
     assert.equal(row!.identity, null);
     assert.equal(row!.identityError, "integrity-mismatch");
     assert.match(runOats(["--scope", scope, "ls"]).stdout, /\(identity unreadable: integrity-mismatch\)$/m);
+  });
+
+  test("a source retained under a bare key that names some other blob (a pinned config) shows no identity, and ls does not fail", () => {
+    const scope = tempDir("oats-ls-");
+    const { digest } = putBlob(scope, Buffer.from("schemaVersion: 1\nwings: {}\n"));
+    const key = digest.slice("sha256-".length);
+    assert.equal(runOats(["--scope", scope, "retain", FIXTURE_PAYLOAD, "--kind", "source", "--id", key]).status, 0);
+    const run = runJson(["--scope", scope, "ls"]);
+    assert.equal(run.status, 0, run.stdout);
+    assert.equal((run.envelope.result!["revisions"] as { identity: unknown }[])[0]!.identity, null);
   });
 
   test("verify with a bare sha256 that misses as legacy but exists as oats.tree-exec.v1 says so (exit 3)", () => {

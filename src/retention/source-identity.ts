@@ -28,7 +28,13 @@ export function readSourceIdentity(scope: string, key: string): string | null {
     if (isOatsError(error) && error.code === "blob-not-found") return null;
     throw error;
   }
-  // readBlob checked the digest, so these are the canonical bytes of some value whose key is `key`.
-  const value: unknown = JSON.parse(bytes.toString("utf8"));
-  return typeof value === "string" ? value : null;
+  // readBlob checked the digest. The blob may still be another kind (a source retained under a
+  // bare key that happens to name a pinned config): only a string in its canonical form is an identity.
+  let value: unknown;
+  try {
+    value = JSON.parse(bytes.toString("utf8"));
+  } catch {
+    return null;
+  }
+  return typeof value === "string" && canonicalJsonBytes(value).equals(bytes) ? value : null;
 }
