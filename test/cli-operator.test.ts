@@ -210,6 +210,8 @@ describe("help, version and completion", () => {
     assert.match(help.stdout, /^Usage: oats resolution verify /);
     assert.equal(runOats(["help"]).stdout, runOats(["--help"]).stdout);
     assert.match(runOats(["--scope", "/tmp", "help", "queue", "add"]).stdout, /^Usage: oats queue add /);
+    const unknown = refusal(["help", "bogus"], "usage", 2);
+    assert.match(unknown.message, /unknown command 'bogus'/);
     const json = runJson(["help", "queue", "add"]);
     assert.equal(json.envelope.command, "queue add");
     assert.match(json.envelope.result!["help"], /^Usage: oats queue add /);

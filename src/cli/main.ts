@@ -109,7 +109,12 @@ export function rewriteVirtualCommands(argv: readonly string[]): string[] {
   if (first === -1) return [...argv];
   const word = argv[first];
   const rest = [...argv.slice(0, first), ...argv.slice(first + 1)];
-  if (word === "help") return [...rest, "--help"];
+  if (word === "help") {
+    // `oats help bogus` is the usage error `oats bogus` gives, not the program's help with exit 0.
+    const named = rest.slice(first).find((arg) => !arg.startsWith("-"));
+    const known = named === undefined || Object.hasOwn(GROUPS, named) || COMMANDS.some((spec) => spec.name === named) || VIRTUAL_COMMANDS.some((entry) => entry.name === named);
+    return known ? [...rest, "--help"] : rest;
+  }
   if (word === "version" && !rest.some((arg) => !arg.startsWith("-"))) return [...rest, "--version"];
   return [...argv];
 }
