@@ -40,7 +40,8 @@ const BY_REASON: Record<string, string> = {
   "corrupt-archive":
     "the file is truncated or is not a (gzipped) tar archive; nothing was retained. Fetch it again (compare its size and --tarball-integrity) and retry.",
   "empty-archive": "the archive holds no entries; nothing was retained. Check that it is the package you meant.",
-  "too-many-entries": "the archive expands beyond oats's limits (100,000 entries, 4 GiB); nothing was retained. Retain the unpacked directory instead, after inspecting it.",
+  "too-many-entries":
+    "the archive goes beyond oats's extraction limits (named above); nothing was retained. If it is genuinely that large, inspect it and repeat with the matching --max-entries, --max-expanded-bytes, --max-path-bytes, --max-depth or --max-header-bytes.",
   // Output files.
   "output-exists": "the output file already exists and was left as it is; pass --force to replace it, choose another -o path, or give `-o -` to write to stdout.",
   "output-is-directory": "-o names a directory; give the path of the file to write (or `-` for stdout).",
@@ -77,6 +78,9 @@ const BY_REASON: Record<string, string> = {
     "the revision already stored under that digest is damaged, and oats never overwrites it; inspect it (`oats verify`, `oats fsck`), then move it aside by hand and retry.",
 };
 
+/** Limits of an archive's extraction, each with its own --max-* flag. */
+const ARCHIVE_LIMITS = new Set(["too-many-entries", "too-large", "path-too-long", "too-deep", "header-too-large"]);
+
 /** Entry refusals of an archive: the writer refused what the archive holds. */
 const ENTRY_REASONS = new Set(["absolute-path", "dot-dot", "outside-prefix", "absolute-symlink", "escaping-symlink", "hard-link", "special-file", "unsupported-entry", "duplicate-entry", "case-collision", "type-conflict", "through-symlink"]);
 
@@ -92,7 +96,11 @@ export function reasonRemedy(error: RefusalLike, command: string | null): string
   }
   const fromArchive = error.details["archive"] !== undefined;
   if (command === "import" && (error.details["bundle"] !== undefined || fromArchive) && (reason === "corrupt-archive" || reason === "empty-archive")) return BUNDLE_DAMAGED;
-  if (fromArchive && (reason === "too-large" || reason === "too-many-entries")) return BY_REASON["too-many-entries"]!;
+  if (fromArchive && ARCHIVE_LIMITS.has(reason)) return BY_REASON["too-many-entries"]!;
+  // The walk of a directory has a depth limit too; "too-deep" alone means a JSON or YAML file.
+  if (reason === "too-deep" && error.code === "invalid-artifact") {
+    return "the tree is nested deeper than --max-depth allows (named above; default 256); nothing was retained. If that depth is meant, inspect the tree and repeat with a larger --max-depth.";
+  }
   if (fromArchive && ENTRY_REASONS.has(reason)) return ARCHIVE_ENTRY;
   // Verify meets the same reason; only a publisher is told it found one already there.
   if (reason === "damaged-revision" && command !== "retain" && command !== "source retain" && command !== "import") return null;

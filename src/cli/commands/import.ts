@@ -1,5 +1,6 @@
 import type { CommandSpec } from "../context.js";
 import { STDIO, withStdinFile } from "../stdio-files.js";
+import { defineLimitFlags, takeLimitFlags } from "../limit-flags.js";
 import { loadBundleLibrary } from "./export.js";
 
 export const importCommand: CommandSpec = {
@@ -8,13 +9,15 @@ export const importCommand: CommandSpec = {
     command
       .description("verify every tree, record and blob of a bundle in staging, then publish them (nothing is published unless everything verifies)")
       .argument("<bundle>", "a bundle written by `oats export`; `-` reads it from stdin");
+    defineLimitFlags(command);
   },
-  async run(context, [bundle]) {
+  async run(context, [bundle], options) {
+    const { limits } = takeLimitFlags(options);
     const library = await loadBundleLibrary();
     const report =
       bundle === STDIO
-        ? { ...(await withStdinFile((path) => library.importBundle(context.scope, path))), bundle: STDIO }
-        : await library.importBundle(context.scope, bundle!);
+        ? { ...(await withStdinFile((path) => library.importBundle(context.scope, path, { limits }))), bundle: STDIO }
+        : await library.importBundle(context.scope, bundle!, { limits });
     const lines = [
       ...report.artifacts.map((row) => `${row.status} ${row.kind} ${row.key} ${row.integrity}`),
       ...report.blobs.map((row) => `${row.status} blob ${row.digest}`),
