@@ -119,6 +119,16 @@ describe("remedies by failure: the second line names the fix for what actually f
     execFileSync("tar", ["czf", hostile, "-C", join(staging, ".."), "package"]);
     assert.match(secondLine(["--scope", dir, "retain", hostile, "--id", "demo.x", "--kind", "capture"], 4, "artifact-not-contained"), /archive holds an entry oats refuses/);
   });
+  test("too deep: a tree past --max-depth says --max-depth; a plan nested too deep says to flatten it", () => {
+    const dir = work();
+    const tree = join(dir, "deep");
+    mkdirSync(join(tree, "a/b/c/d"), { recursive: true });
+    writeFileSync(join(tree, "a/b/c/d/f"), "x");
+    assert.match(secondLine(["--scope", dir, "retain", tree, "--id", "demo.x", "--kind", "capture", "--max-depth", "2"], 4, "invalid-artifact"), /larger --max-depth/);
+    const plan = join(dir, "plan.json");
+    writeFileSync(plan, `${"[".repeat(500)}${"]".repeat(500)}`);
+    assert.match(secondLine(["--scope", dir, "prepare", plan], 4, "invalid-input"), /nested deeper than oats reads.*Flatten it/);
+  });
   test("a damaged stored revision: verify says it is damaged, retain that it is never overwritten", () => {
     const dir = work();
     runOats(["--scope", dir, "retain", FIXTURE_PAYLOAD, "--id", "demo.y", "--kind", "capture"]);
