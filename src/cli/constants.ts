@@ -39,4 +39,5 @@ export const COMMAND_NAMES = [
   "import",
   "source retain",
   "schema",
+  "completion",
 ] as const;

@@ -4,7 +4,7 @@ import { OatsError, errnoCode } from "../errors.js";
 import { canonicalJsonBytes } from "../retention/digest/json.js";
 import { capabilityRows, readLockFile, type OatsLock } from "../retention/oats-lock.js";
 import { retainCapabilityArtifact, retainTree, type RetainOptions } from "../retention/retain.js";
-import { sourceIdentityKey } from "../retention/source-identity.js";
+import { pinSourceIdentity, sourceIdentityKey } from "../retention/source-identity.js";
 import { inspectStoreAt, resolveScope } from "../retention/store/components.js";
 import { parsePlan, SOURCE_ENTRYPOINT, type Plan } from "./plan.js";
 import { resolveEntrypoint } from "./read.js";
@@ -206,6 +206,7 @@ export async function prepare(scope: string, planInput: unknown, options: Prepar
   let source: ResolutionRecord["source"] = null;
   if (plan.source) {
     const retained = await retainTree(realScope, { kind: "source", key: sourceIdentityKey(plan.source.identity), source: plan.source.dir }, retainOptions);
+    pinSourceIdentity(realScope, plan.source.identity);
     source = {
       identity: plan.source.identity,
       revision: plan.source.revision,

@@ -27,9 +27,9 @@ async function sourceRoot(dir: string): Promise<string> {
   try {
     resolved = await realpath(dir);
   } catch (error) {
-    throw new OatsError("invalid-input", `source does not exist: ${dir}`, { source: dir, errno: errnoCode(error) });
+    throw new OatsError("invalid-input", `source does not exist: ${dir}`, { source: dir, errno: errnoCode(error), reason: "source-missing" });
   }
-  if (!(await lstat(resolved)).isDirectory()) throw new OatsError("invalid-input", `source is not a directory: ${dir}`, { source: dir });
+  if (!(await lstat(resolved)).isDirectory()) throw new OatsError("invalid-input", `source is not a directory: ${dir}`, { source: dir, reason: "source-not-a-directory" });
   return resolved;
 }
 

@@ -1,4 +1,5 @@
 import type { CommandSpec } from "../context.js";
+import { STDIO, toStdout } from "../stdio-files.js";
 
 /** The acquisition library (bundles), loaded only when a command runs. */
 export function loadBundleLibrary() {
@@ -11,14 +12,20 @@ export const exportCommand: CommandSpec = {
     command
       .description("write retained artifacts (and resolutions with everything they reference and pin) into a verified tar bundle")
       .argument("<ref...>", "an artifact <kind>:<key>@<integrity> (e.g. capability:demo.hello@oats.tree-exec.v1:sha256-...) or a resolution id sha256-<64 hex>")
-      .requiredOption("-o, --output <file>", "the bundle file to write (written beside it, then renamed into place)")
+      .requiredOption("-o, --output <file>", "the bundle file to write (written beside it, then renamed into place); `-` writes it to stdout")
       .option("--force", "replace an existing file at --output");
   },
   async run(context, operands, options) {
     // commander hands a variadic argument over as one array operand.
     const refs = (operands as readonly unknown[]).flat().map(String);
     const library = await loadBundleLibrary();
-    const report = await library.exportBundle(context.scope, refs, String(options["output"]), { force: options["force"] === true });
+    const output = String(options["output"]);
+    if (output === STDIO) {
+      // The bundle is stdout's only content: no summary lines there.
+      const report = await toStdout(context.json, (path) => library.exportBundle(context.scope, refs, path));
+      return { result: { ...report, path: STDIO }, lines: [], quietLines: [] };
+    }
+    const report = await library.exportBundle(context.scope, refs, output, { force: options["force"] === true });
     const lines = [
       ...report.artifacts.map((row) => `exported ${row.kind} ${row.key} ${row.integrity}${row.translatedFrom ? ` (from ${row.translatedFrom})` : ""}`),
       ...report.resolutions.map((row) => `exported resolution ${row.id}`),

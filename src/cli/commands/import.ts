@@ -1,4 +1,5 @@
 import type { CommandSpec } from "../context.js";
+import { STDIO, withStdinFile } from "../stdio-files.js";
 import { defineLimitFlags, takeLimitFlags } from "../limit-flags.js";
 import { loadBundleLibrary } from "./export.js";
 
@@ -7,13 +8,16 @@ export const importCommand: CommandSpec = {
   define(command) {
     command
       .description("verify every tree, record and blob of a bundle in staging, then publish them (nothing is published unless everything verifies)")
-      .argument("<bundle>", "a bundle written by `oats export`");
+      .argument("<bundle>", "a bundle written by `oats export`; `-` reads it from stdin");
     defineLimitFlags(command);
   },
   async run(context, [bundle], options) {
     const { limits } = takeLimitFlags(options);
     const library = await loadBundleLibrary();
-    const report = await library.importBundle(context.scope, bundle!, { limits });
+    const report =
+      bundle === STDIO
+        ? { ...(await withStdinFile((path) => library.importBundle(context.scope, path, { limits }))), bundle: STDIO }
+        : await library.importBundle(context.scope, bundle!, { limits });
     const lines = [
       ...report.artifacts.map((row) => `${row.status} ${row.kind} ${row.key} ${row.integrity}`),
       ...report.blobs.map((row) => `${row.status} blob ${row.digest}`),
