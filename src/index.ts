@@ -3,3 +3,4 @@ export { OatsError, ERROR_CODES, ERROR_KINDS, isOatsError, type ErrorCode, type 
 export * from "./resolution/index.js";
 export * from "./captures/index.js";
 export * from "./acquisition/index.js";
+export * from "./lifecycle/index.js";

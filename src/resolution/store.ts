@@ -7,6 +7,7 @@ import { identifierSchema } from "../retention/ids.js";
 import { ensureStoreAt, fsyncDirectory, inspectStoreAt, resolveScope } from "../retention/store/components.js";
 import { readRegularFile, writeStagedFile } from "../retention/store/files.js";
 import { assertContained } from "../retention/store/layout.js";
+import { withPublishLeaseSync } from "../retention/store/lease.js";
 import { refuseProtoKeys } from "../operator-input.js";
 import { readCanonicalJson, withoutPrototypes } from "./canonical-read.js";
 import { resolutionRecordSchema, type ResolutionRecord } from "./record.js";
@@ -74,6 +75,10 @@ export interface WrittenRecord {
 /** Publish a record; the schema is checked first, so nothing invalid is ever written. */
 export function writeResolution(scope: string, input: unknown): WrittenRecord {
   const realScope = resolveScope(scope);
+  return withPublishLeaseSync(realScope, () => writeResolutionLeased(realScope, input));
+}
+
+function writeResolutionLeased(realScope: string, input: unknown): WrittenRecord {
   // zod drops a `__proto__` key silently (an entry point or binding would vanish): refuse it instead.
   refuseProtoKeys(input, "resolution record", "invalid-resolution");
   const record = parseRecord(input, "resolution record");
@@ -164,6 +169,10 @@ export function instanceRefPath(scope: string, instance: string): string {
 /** Point an instance at a record: staged, fsync'd, renamed over the old reference, parent fsync'd. */
 export function writeInstanceRef(scope: string, instance: string, resolution: string): InstanceRef {
   const realScope = resolveScope(scope);
+  return withPublishLeaseSync(realScope, () => writeInstanceRefLeased(realScope, instance, resolution));
+}
+
+function writeInstanceRefLeased(realScope: string, instance: string, resolution: string): InstanceRef {
   const path = instanceRefPath(realScope, instance);
   const ref: InstanceRef = { schemaVersion: 1, instance, resolution: parseResolutionId(resolution) };
   inspectStoreAt(realScope, INSTANCE_REFS_DIR);
