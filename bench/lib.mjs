@@ -53,6 +53,8 @@ export const options = parseArgs(process.argv.slice(2));
 export const WORK = options.dir;
 export const DATA = join(WORK, "data");
 export const wants = (part) => !options.only || options.only.has(part);
+// The operator's private chain-log state (checkpoints, indexes) of every bench scope goes under the work dir.
+process.env.OATS_STATE_DIR ||= join(WORK, "state");
 
 if (options.clean) {
   rmSync(WORK, { recursive: true, force: true });

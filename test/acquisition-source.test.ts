@@ -231,13 +231,14 @@ describe("retainSource from a git commit", () => {
       retainSource(tempDir("oats-scope-"), { identity: IDENTITY, revision: repo.first, dir: repo.dir }),
     );
     const calls = spy.calls();
-    const objectCalls = calls.filter((line) => line.includes(repo.first) || /\[(archive|ls-tree)\]/.test(line));
-    assert.ok(calls.some((line) => line.includes("[archive]")), calls.join("\n"));
-    assert.ok(calls.some((line) => line.includes("[cat-file]")), calls.join("\n"));
+    const objectCalls = calls.filter((line) => line.includes(repo.first) || /\[ls-tree\]/.test(line));
+    assert.ok(calls.some((line) => line.includes("[cat-file] [--batch]")), calls.join("\n"));
+    assert.ok(calls.some((line) => line.includes("[cat-file] [-t]")), calls.join("\n"));
+    assert.ok(!calls.some((line) => /\[(archive|checkout|show|diff)\]/.test(line)), calls.join("\n"));
     for (const line of objectCalls) assert.match(line, /\[--end-of-options\] \[[0-9a-f]{40}(\^\{tree\})?\]/, line);
     for (const line of calls) {
       const env = line.slice(line.indexOf(" ENV ") + 5).trim().split(" ").filter(Boolean);
-      assert.deepEqual(env.map((pair) => pair.split("=")[0]).filter((name) => name !== "GIT_NO_REPLACE_OBJECTS" && name !== "GIT_TERMINAL_PROMPT" && name !== "GIT_CONFIG_PARAMETERS"), [], line);
+      assert.deepEqual(env.map((pair) => pair.split("=")[0]).filter((name) => name !== "GIT_NO_REPLACE_OBJECTS" && name !== "GIT_TERMINAL_PROMPT" && name !== "GIT_NO_LAZY_FETCH" && name !== "GIT_CONFIG_PARAMETERS"), [], line);
     }
   });
 });
@@ -326,15 +327,14 @@ describe("retainSource refusals: the store unchanged, no staging behind", () => 
     assert.equal(details["path"], "vendor/sub");
   });
 
-  test("Given an export-ignore attribute, When the commit is retained, Then invalid-artifact archive-differs-from-commit: the archive is not the commit's tree", async () => {
+  test("Given an export-ignore attribute, When the commit is retained, Then the file is retained anyway: attributes never apply to the commit's tree", async () => {
     const repo = makeRepo();
-    const scope = await populatedScope(repo);
     writeFileSync(join(repo.dir, ".gitattributes"), "docs/deep/note.txt export-ignore\n");
     git(repo.dir, "add", "-A");
     git(repo.dir, "commit", "-q", "-m", "ignore");
     const commit = git(repo.dir, "rev-parse", "HEAD");
-    const details = await expectRefusal(scope, { identity: IDENTITY, revision: commit, dir: repo.dir }, "invalid-artifact", "archive-differs-from-commit");
-    assert.equal(details["path"], "docs/deep/note.txt");
+    const receipt = await retainSource(tempDir("oats-scope-"), { identity: IDENTITY, revision: commit, dir: repo.dir });
+    assert.equal(readFileSync(join(receipt.dir, "docs/deep/note.txt"), "utf8"), "nested\n");
   });
 });
 

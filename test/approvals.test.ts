@@ -202,7 +202,7 @@ describe("approvals ledger", () => {
     const lastA = await approve(scope, subjectA, { reason: "a back" });
     const listing = listApprovals(scope);
     assert.deepEqual(
-      listing.map((item) => [item.subject, item.approved, item.entry.seq]),
+      listing.map((item) => [item.subject, item.approved, item.entry?.seq]),
       [
         [subjectA, true, lastA.seq],
         [subjectB, false, lastB.seq],

@@ -223,7 +223,7 @@ describe("approving a composition", () => {
     assert.equal(`oats.json.v1:${f.prepared.blobs.composition}`, f.prepared.composition.subject.integrity, "the blob is named by the composition's digest");
     const [listing] = listApprovals(f.scope);
     assert.deepEqual(listing!.subject, f.prepared.composition.subject);
-    assert.deepEqual(listing!.entry.composition, f.prepared.composition.value);
+    assert.deepEqual(listing!.entry?.composition, f.prepared.composition.value);
   });
 
   test("Given a composition digest nobody prepared in this scope, When approved, Then blob-not-found and the ledger is unchanged", async () => {

@@ -5,10 +5,10 @@
  * processes. "Nothing run" means: the marker is absent after the refusal.
  */
 import assert from "node:assert/strict";
-import { spawnSync } from "node:child_process";
+import { makeUnwritable } from "./support/unwritable.js";
 import { runTogether } from "./support/go.js";
-import { chmodSync, existsSync, mkdirSync, readFileSync, renameSync, rmSync, statSync, writeFileSync } from "node:fs";
-import { join } from "node:path";
+import { chmodSync, existsSync, mkdirSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
+import { join, relative } from "node:path";
 import { describe, test } from "node:test";
 import { stringify } from "yaml";
 import {
@@ -32,6 +32,7 @@ import {
   type RecurrencePolicy,
   type ResolutionRecord,
 } from "../src/index.js";
+import { nodeOptionsWithGuard } from "../src/captures/node-guard.js";
 import { REPO, tempDir } from "./helpers.js";
 
 const PINNED_PATH = "/usr/bin:/bin";
@@ -197,15 +198,17 @@ describe("captures scenarios (issue 4)", () => {
     assert.equal(plan.job, f.job);
     assert.equal(plan.resolution, f.prepared.id);
     assert.equal(plan.preparedFrom, null);
-    const retainedRoot = join(f.scope, ".agents");
-    assert.equal(plan.executable.path, join(f.prepared.retained.dir, "bin", "run"));
-    assert.ok(plan.executable.path.startsWith(`${retainedRoot}/`), plan.executable.path);
+    // It runs from its private verified copy, never from the store or the source tree.
+    assert.equal(plan.executable.path, join(plan.run.root, "bin", "run"));
+    assert.ok(plan.run.root.startsWith(`${join(f.scope, ".agents", "run-copies")}/`), plan.run.root);
+    assert.equal(plan.run.cwd, plan.run.root);
     assert.ok(!plan.executable.path.startsWith(`${f.home}/`), "never the source tree");
+    assert.equal(existsSync(plan.run.dir), false, "the run copy is removed when the run ends");
     assert.deepEqual(plan.executable.args, [f.marker, "--fast"]);
     assert.equal(plan.executable.command, plan.executable.path);
     assert.deepEqual(plan.executable.argv, [f.marker, "--fast"]);
     assert.deepEqual(plan.executable.subject, f.prepared.subject);
-    assert.deepEqual(plan.env, { PATH: PINNED_PATH, LOG_LEVEL: "info", API_TOKEN: "tok-123" });
+    assert.deepEqual(plan.env, { PATH: PINNED_PATH, LOG_LEVEL: "info", API_TOKEN: "tok-123", NODE_OPTIONS: nodeOptionsWithGuard(undefined, plan.run.guard) });
     assert.deepEqual(plan.credentials, { provided: ["API_TOKEN"], missing: [] });
     assert.deepEqual(plan.classification, { declared: "confidential", pinned: "confidential", current: "confidential", effective: "confidential" });
     assert.equal(plan.approval.seq, 1);
@@ -222,6 +225,7 @@ describe("captures scenarios (issue 4)", () => {
     assert.match(seen, /^LOG_LEVEL=info$/m);
     assert.match(seen, new RegExp(`^PATH=${PINNED_PATH}$`, "m"));
     assert.doesNotMatch(seen, /OTHER_SECRET|do-not-leak|\/evil\/bin|^HOME=/m);
+    assert.match(seen, new RegExp(`^PWD=${plan.run.root}$`, "m"), "the child runs in its copy");
 
     const entries = auditEntries(f.scope);
     assert.deepEqual(
@@ -326,38 +330,7 @@ describe("captures scenarios (issue 4)", () => {
     const auditDir = join(f.scope, ".agents", "audit");
     const auditLog = join(auditDir, "audit.jsonl");
     const before = readFileSync(auditLog);
-    let restore: () => void;
-    let probe: () => void;
-    let setup: string;
-    if (process.getuid?.() !== 0) {
-      setup = "chmod 0500";
-      const mode = statSync(auditDir).mode & 0o7777;
-      chmodSync(auditDir, 0o500);
-      restore = () => chmodSync(auditDir, mode);
-      probe = () => writeFileSync(join(auditDir, "probe"), "x");
-    } else {
-      const bind = spawnSync("mount", ["--bind", auditDir, auditDir], { encoding: "utf8" });
-      const remount = bind.status === 0 ? spawnSync("mount", ["-o", "remount,bind,ro", auditDir, auditDir], { encoding: "utf8" }) : null;
-      if (bind.status === 0 && remount?.status === 0) {
-        setup = "read-only bind mount";
-        restore = () => {
-          const result = spawnSync("umount", [auditDir], { encoding: "utf8" });
-          assert.equal(result.status, 0, `umount ${auditDir}: ${result.stderr}`);
-        };
-        probe = () => writeFileSync(join(auditDir, "probe"), "x");
-      } else {
-        if (bind.status === 0) spawnSync("umount", [auditDir]);
-        // No privilege to mount: a real EISDIR fault instead.
-        setup = "audit.jsonl replaced by a directory";
-        renameSync(auditLog, `${auditLog}.saved`);
-        mkdirSync(auditLog);
-        restore = () => {
-          rmSync(auditLog, { recursive: true });
-          renameSync(`${auditLog}.saved`, auditLog);
-        };
-        probe = () => writeFileSync(auditLog, "x");
-      }
-    }
+    const { setup, probe, restore } = makeUnwritable(auditDir, auditLog);
     t.diagnostic(`unwritable audit log by: ${setup}`);
     try {
       assert.throws(probe, "the audit directory really refuses writes");
@@ -392,11 +365,13 @@ describe("captures scenarios (issue 4)", () => {
       return outcome.plan;
     });
     const [a, b] = plans as [DispatchPlan, DispatchPlan];
+    // Each dispatcher runs from its own private copy: paths differ, nothing else.
+    assert.notEqual(a.run.dir, b.run.dir);
     const same = (plan: DispatchPlan) => ({
       job: plan.job,
       resolution: plan.resolution,
-      executable: plan.executable,
-      env: plan.env,
+      executable: { ...plan.executable, path: relative(plan.run.root, plan.executable.path), command: relative(plan.run.root, plan.executable.command) },
+      env: { ...plan.env, NODE_OPTIONS: null },
       credentials: plan.credentials,
       classification: plan.classification,
       approval: plan.approval,
@@ -406,7 +381,8 @@ describe("captures scenarios (issue 4)", () => {
     });
     assert.deepEqual(same(a), same(b));
     assert.equal(a.resolution, f.prepared.id);
-    assert.deepEqual(a.env, { PATH: PINNED_PATH, LOG_LEVEL: "info", API_TOKEN: "tok-shared" });
+    assert.deepEqual(a.env, { PATH: PINNED_PATH, LOG_LEVEL: "info", API_TOKEN: "tok-shared", NODE_OPTIONS: nodeOptionsWithGuard(undefined, a.run.guard) });
+    assert.equal(existsSync(a.run.dir) || existsSync(b.run.dir), false, "a plan that is not run leaves no copy (the child discards it)");
     assert.notEqual(a.audit.seq, b.audit.seq, "each dispatch has its own audit entry");
 
     const dispatches = auditEntries(f.scope).filter((entry) => entry.action === "dispatch");

@@ -13,6 +13,7 @@ import { audit, auditRefusal, readAudit, type AuditEntry } from "../src/captures
 import { BLOBS_DIR, readBlob } from "../src/retention/store/blobs.js";
 import { currentPrincipal } from "../src/captures/classification.js";
 import { resolveQueuedCapture, runDispatchPlan } from "../src/captures/dispatch.js";
+import { nodeOptionsWithGuard } from "../src/captures/node-guard.js";
 import { prepareCapture, type PrepareCaptureResult } from "../src/captures/prepare-capture.js";
 import { QUEUE_DIR, addJob, listJobs, readJob } from "../src/captures/queue.js";
 import { parseCaptureSpec, readCaptureSpecFile } from "../src/captures/spec.js";
@@ -581,8 +582,10 @@ describe("queue: addJob / readJob / listJobs", () => {
     const queues = auditEntries(fx.scope).filter((entry) => entry.action === "queue");
     assert.deepEqual(
       queues.map((entry) => entry.outcome),
-      ["ok"],
+      ["ok", "kept"],
+      "the identical re-queue is audited as kept",
     );
+    assert.deepEqual(queues[1]!.subject, { job: "nightly", resolution: prepared.id });
   });
 
   test("Given a queued job, When the same job id is queued for another resolution, Then invalid-input job-exists and the job file is unchanged", async () => {
@@ -722,7 +725,7 @@ describe("dispatch details: resolveQueuedCapture / runDispatchPlan", () => {
     await queued(fx);
     const plan = await resolveQueuedCapture(fx.scope, "nightly", { env: { API_TOKEN: "t-123", HOME: "/root", UNRELATED: "leak", LOG_LEVEL: "overridden" } });
     assert.deepEqual(plan.credentials, { provided: ["API_TOKEN"], missing: ["DB_PASSWORD"] });
-    assert.deepEqual(plan.env, { PATH: "/usr/bin:/bin", LOG_LEVEL: "info", API_TOKEN: "t-123" });
+    assert.deepEqual(plan.env, { PATH: "/usr/bin:/bin", LOG_LEVEL: "info", API_TOKEN: "t-123", NODE_OPTIONS: nodeOptionsWithGuard(undefined, plan.run.guard) });
     assert.equal(Object.hasOwn(plan.env, "DB_PASSWORD"), false);
     const dispatch = auditEntries(fx.scope).at(-1)!;
     assert.equal(dispatch.action, "dispatch");
@@ -736,7 +739,7 @@ describe("dispatch details: resolveQueuedCapture / runDispatchPlan", () => {
     process.env["OATS_UNIT_TOKEN"] = "from-process";
     try {
       const plan = await resolveQueuedCapture(fx.scope, "nightly");
-      assert.deepEqual(plan.env, { PATH: "/usr/bin:/bin", LOG_LEVEL: "info", OATS_UNIT_TOKEN: "from-process" });
+      assert.deepEqual(plan.env, { PATH: "/usr/bin:/bin", LOG_LEVEL: "info", OATS_UNIT_TOKEN: "from-process", NODE_OPTIONS: nodeOptionsWithGuard(undefined, plan.run.guard) });
     } finally {
       delete process.env["OATS_UNIT_TOKEN"];
     }
@@ -830,7 +833,7 @@ describe("dispatch details: resolveQueuedCapture / runDispatchPlan", () => {
   });
 
   for (const extension of [".mjs", ".cjs", ".js"]) {
-    test(`Given a non-executable ${extension} entry point, When resolved, Then the plan runs it under this Node with the script as argv[0]`, async () => {
+    test(`Given a non-executable ${extension} entry point, When resolved, Then the plan runs it from its run copy under this Node, the guard preloaded before the script`, async () => {
       const path = `bin/run${extension}`;
       const fx = fixture({
         entry: { path, body: "process.stdout.write('ran ' + process.argv.slice(2).join(' '));\n", mode: 0o644 },
@@ -839,9 +842,8 @@ describe("dispatch details: resolveQueuedCapture / runDispatchPlan", () => {
       await queued(fx);
       const plan = await resolveQueuedCapture(fx.scope, "nightly", { env: {} });
       assert.equal(plan.executable.command, process.execPath);
-      assert.equal(plan.executable.argv[0], plan.executable.path);
-      assert.deepEqual(plan.executable.argv.slice(1), ["--fast"]);
-      assert.ok(plan.executable.path.startsWith(`${fx.scope}/.agents/`), plan.executable.path);
+      assert.deepEqual(plan.executable.argv, ["--import", plan.run.guard, plan.executable.path, "--fast"]);
+      assert.ok(plan.executable.path.startsWith(`${plan.run.root}/`), plan.executable.path);
       assert.ok(plan.executable.path.endsWith(`/${path}`));
       const run = await runDispatchPlan(plan, { stdio: "pipe" });
       assert.deepEqual([run.code, run.stdout], [0, "ran --fast"]);
@@ -875,10 +877,12 @@ describe("dispatch details: resolveQueuedCapture / runDispatchPlan", () => {
           .filter(Boolean)
           .map((line) => [line.slice(0, line.indexOf("=")), line.slice(line.indexOf("=") + 1)]),
       );
-      // dash exports PWD itself; everything else must come from the plan.
+      // dash exports PWD itself (the run copy); everything else must come from the plan.
+      assert.equal(seen["PWD"], plan.run.root);
       delete seen["PWD"];
-      assert.deepEqual(seen, { PATH: "/usr/bin:/bin", API_TOKEN: "t-7" });
-      assert.deepEqual(plan.env, { PATH: "/usr/bin:/bin", API_TOKEN: "t-7" });
+      const guarded = nodeOptionsWithGuard(undefined, plan.run.guard);
+      assert.deepEqual(seen, { PATH: "/usr/bin:/bin", API_TOKEN: "t-7", NODE_OPTIONS: guarded });
+      assert.deepEqual(plan.env, { PATH: "/usr/bin:/bin", API_TOKEN: "t-7", NODE_OPTIONS: guarded });
     } finally {
       delete process.env["OATS_UNIT_CANARY"];
     }

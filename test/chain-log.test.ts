@@ -167,7 +167,7 @@ describe("chain log: refusals", () => {
       const before = readFileSync(logPath(scope));
       await assert.rejects(appendEntry(scope, AUDIT, { action: "dispatch" }), (error: unknown) => {
         isCode("audit-unavailable")(error);
-        assert.equal((error as OatsError).details.step, "verify-tail");
+        assert.equal((error as OatsError).details.step, "verify");
         return true;
       });
       assert.deepEqual(readFileSync(logPath(scope)), before);

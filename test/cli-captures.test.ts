@@ -6,7 +6,7 @@
  * marker file when it runs, so "nothing ran" is checked, not assumed.
  */
 import assert from "node:assert/strict";
-import { chmodSync, existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
+import { chmodSync, existsSync, mkdirSync, readFileSync, readdirSync, writeFileSync } from "node:fs";
 import { hostname, userInfo } from "node:os";
 import { join } from "node:path";
 import { describe, test } from "node:test";
@@ -203,7 +203,8 @@ describe("oats capture prepare -> approve -> queue add -> dispatch [--exec]", ()
     assert.match(plan.stdout, new RegExp(`^dispatch plan for job nightly: resolution ${id} \\(not run; pass --exec to run it\\)\n`));
     assert.match(plan.stdout, new RegExp(`\n  run            ${fixture.scope}/\\S+/bin/run "--fast"\n`));
     assert.match(plan.stdout, new RegExp(`\n  executable     ${execLine[1]}\n`));
-    assert.match(plan.stdout, /\n  env            API_TOKEN, PATH \(names only/);
+    assert.match(plan.stdout, /\n  env            API_TOKEN, NODE_OPTIONS, PATH \(names only/);
+    assert.match(plan.stdout, new RegExp(`\n  run copy       ${fixture.scope}/\\.agents/run-copies/\\.staging-\\S+/tree \\(private; working directory\\)\n`));
     assert.equal(existsSync(fixture.marker), false, "a plan without --exec runs nothing");
 
     // dispatch --exec: the child's output on stdout, its exit code is oats's.
@@ -251,6 +252,26 @@ describe("oats capture prepare -> approve -> queue add -> dispatch [--exec]", ()
     assert.equal(run.status, 0, run.stdout + run.stderr);
     assert.equal(run.envelope.result!["exitCode"], 0);
     assert.ok(existsSync(fixture.marker));
+  });
+
+  test("Given a queued job, When dispatched without --exec, with --exec and with --exec --keep-run-copy, Then only the kept run copy remains, and it is reported; --keep-run-copy without --exec is refused", () => {
+    const fixture = captureFixture({ exitCode: 0 });
+    queuedAndApproved(fixture);
+    const area = join(fixture.scope, ".agents", "run-copies");
+    const copies = () => (existsSync(area) ? readdirSync(area).filter((name) => name !== ".gitignore") : []);
+    const plan = runJson([...fixture.at, "dispatch", "nightly"]);
+    assert.equal(plan.status, 0, plan.stdout + plan.stderr);
+    assert.deepEqual(copies(), [], "a plan that is not run leaves no copy");
+    const exec = runJson([...fixture.at, "dispatch", "nightly", "--exec"]);
+    assert.equal(exec.status, 0, exec.stdout + exec.stderr);
+    assert.equal(exec.envelope.result!["kept"], null);
+    assert.deepEqual(copies(), [], "the copy is removed after the run");
+    const kept = runJson([...fixture.at, "dispatch", "nightly", "--exec", "--keep-run-copy"]);
+    assert.equal(kept.status, 0, kept.stdout + kept.stderr);
+    const dir = kept.envelope.result!["kept"] as string;
+    assert.deepEqual(copies(), [dir.slice(area.length + 1)]);
+    assert.match(runOats([...fixture.at, "dispatch", "nightly", "--exec", "--keep-run-copy"]).stdout, /\n  kept run copy  \S+\/run-copies\/\.staging-\S+\n/);
+    expectRefusal([...fixture.at, "dispatch", "nightly", "--keep-run-copy"], "usage", 2, "dispatch");
   });
 
   test("Given a declared level the config does not derive, When prepared, Then a warning is printed and a security event audited", () => {
@@ -349,7 +370,7 @@ describe("oats dispatch never prints a credential value", () => {
     const json = runJson([...fixture.at, "dispatch", "nightly"], { env });
     assert.equal(json.status, 0, json.stdout);
     assert.ok(!json.stdout.includes(SECRET) && !json.stderr.includes(SECRET), json.stdout + json.stderr);
-    assert.deepEqual(json.envelope.result!["env"], ["API_TOKEN", "PATH"]);
+    assert.deepEqual(json.envelope.result!["env"], ["API_TOKEN", "NODE_OPTIONS", "PATH"]);
     assert.deepEqual(json.envelope.result!["credentials"], { provided: ["API_TOKEN"], missing: [] });
     assert.equal(json.envelope.result!["exec"], false);
     assert.equal(json.envelope.result!["exitCode"], undefined);

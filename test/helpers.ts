@@ -12,6 +12,18 @@ export const FIXTURE_LOCK = join(FIXTURE, "oats-lock.json");
 export const VECTORS = resolve(REPO, "../shared/spec/vectors");
 
 const made: string[] = [];
+
+/**
+ * The operator's private chain-log state (checkpoints, indexes) goes to a
+ * temporary directory per test process, never to the real ~/.local/state;
+ * child processes inherit it through the environment.
+ */
+if (!process.env["OATS_STATE_DIR"]) {
+  const state = mkdtempSync(join(tmpdir(), "oats-state-"));
+  made.push(state);
+  process.env["OATS_STATE_DIR"] = state;
+}
+
 after(() => {
   for (const dir of made) rmSync(dir, { recursive: true, force: true });
 });

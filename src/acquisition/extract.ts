@@ -1,9 +1,8 @@
-import { closeSync, constants, fchmodSync, mkdirSync, openSync, symlinkSync, writeSync } from "node:fs";
-import { join } from "node:path";
 import type { Readable } from "node:stream";
 import { Parser, type ReadEntry } from "tar";
 import { OatsError, asStepError, isOatsError } from "../errors.js";
-import { ancestors, entryPath, entryRefusal, foldKey, symlinkTarget } from "./entry-path.js";
+import { entryPath, entryRefusal } from "./entry-path.js";
+import { TreeWriter } from "./tree-writer.js";
 
 /**
  * Safe extraction of a tar stream (gzip detected by the parser) into an
@@ -48,8 +47,6 @@ export interface ExtractResult {
   readonly bytes: number;
 }
 
-type Kind = "file" | "directory" | "symlink";
-
 const FILE_TYPES = new Set(["File", "OldFile", "ContiguousFile"]);
 const SPECIAL_TYPES = new Set(["CharacterDevice", "BlockDevice", "FIFO"]);
 
@@ -57,113 +54,55 @@ export function extractTar(input: Readable, dest: string, options: ExtractOption
   const origin = options.origin;
   const prefix = options.prefix ?? null;
   const limits = { ...DEFAULT_EXTRACT_LIMITS, ...(options.limits ?? {}) };
-  const kinds = new Map<string, Kind>();
-  const folded = new Map<string, string>();
-  let entries = 0;
-  let files = 0;
-  let bytes = 0;
+  const writer = new TreeWriter(dest, origin, limits);
 
   return new Promise<ExtractResult>((resolvePromise, reject) => {
     let failed = false;
     const parser = new Parser({ strict: true });
-    /** Files being written: closed on a failure that arrives from elsewhere (the input stream, the parser). */
-    const openFiles = new Set<() => void>();
     const fail = (error: unknown) => {
       if (failed) return;
       failed = true;
-      for (const close of openFiles) close();
+      writer.closeAll();
       input.unpipe(parser);
       input.destroy();
       reject(isOatsError(error) ? error : asStepError("extract", error, { archive: origin }));
     };
 
-    /** Record a name (and its implicit parent directories), refusing duplicates, collisions and type conflicts. */
-    const claim = (path: string, kind: Kind) => {
-      for (const parent of ancestors(path)) {
-        const existing = kinds.get(parent);
-        if (existing === "symlink") throw entryRefusal(origin, "through-symlink", path, `${parent} is a symlink in this archive; nothing is written through one`);
-        if (existing === "file") throw entryRefusal(origin, "type-conflict", path, `${parent} is a file in this archive`);
-        if (existing === undefined) claimName(parent, "directory", path);
-      }
-      const existing = kinds.get(path);
-      if (existing !== undefined) {
-        // A directory entry after a file below it created the directory implicitly is fine, once.
-        throw entryRefusal(origin, existing === kind ? "duplicate-entry" : "type-conflict", path, existing === kind ? "the name appears more than once" : `the name is both a ${existing} and a ${kind}`);
-      }
-      claimName(path, kind, path);
-    };
-    const implicit = new Set<string>();
-    const claimName = (name: string, kind: Kind, entry: string) => {
-      const key = foldKey(name);
-      const other = folded.get(key);
-      if (other !== undefined && other !== name) throw entryRefusal(origin, "case-collision", entry, `${JSON.stringify(name)} and ${JSON.stringify(other)} are the same name on a case-insensitive filesystem`, { collidesWith: other });
-      folded.set(key, name);
-      kinds.set(name, kind);
-      if (kind === "directory" && name !== entry) {
-        implicit.add(name);
-        mkdirSync(join(dest, name), { mode: 0o755 });
-      }
-    };
-
     const onEntry = (entry: ReadEntry) => {
       if (failed) return void entry.resume();
       try {
-        entries += 1;
-        if (entries > limits.maxEntries) throw entryRefusal(origin, "too-many-entries", null, `more than ${limits.maxEntries} entries`, { limit: limits.maxEntries });
+        writer.countEntry();
         const path = entryPath(entry.path, prefix, origin);
         if (path === null) {
           if (entry.type !== "Directory") throw entryRefusal(origin, "unsupported-entry", entry.path, "only a directory may name the root");
           return void entry.resume();
         }
         if (entry.type === "Directory") {
-          if (implicit.has(path)) {
-            implicit.delete(path);
-          } else {
-            claim(path, "directory");
-            mkdirSync(join(dest, path), { mode: 0o755 });
-          }
+          writer.directory(path);
           return void entry.resume();
         }
         if (entry.type === "SymbolicLink") {
-          const target = symlinkTarget(path, entry.linkpath ?? "", origin);
-          claim(path, "symlink");
-          symlinkSync(target, join(dest, path));
+          writer.symlink(path, entry.linkpath ?? "");
           return void entry.resume();
         }
         if (entry.type === "Link") throw entryRefusal(origin, "hard-link", entry.path, "hard links are refused", { target: entry.linkpath ?? null });
         if (SPECIAL_TYPES.has(entry.type)) throw entryRefusal(origin, "special-file", entry.path, `${entry.type} entries are refused`, { type: entry.type });
         if (!FILE_TYPES.has(entry.type)) throw entryRefusal(origin, "unsupported-entry", entry.path, `${entry.type} entries are not supported`, { type: entry.type });
-        if (bytes + entry.size > limits.maxBytes) throw entryRefusal(origin, "too-large", entry.path, `the archive expands to more than ${limits.maxBytes} bytes`, { limit: limits.maxBytes });
-        claim(path, "file");
-        const mode = ((entry.mode ?? 0o644) & 0o100) !== 0 ? 0o755 : 0o644;
-        const fd = openSync(join(dest, path), constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL | constants.O_NOFOLLOW, mode);
-        files += 1;
-        let open = true;
-        const close = () => {
-          if (!open) return;
-          open = false;
-          openFiles.delete(close);
-          closeSync(fd);
-        };
-        openFiles.add(close);
+        const file = writer.file(path, entry.size, ((entry.mode ?? 0o644) & 0o100) !== 0, entry.path);
         entry.on("data", (chunk: Buffer) => {
-          if (failed) return close();
+          if (failed) return file.close();
           try {
-            bytes += chunk.length;
-            if (bytes > limits.maxBytes) throw entryRefusal(origin, "too-large", entry.path, `the archive expands to more than ${limits.maxBytes} bytes`, { limit: limits.maxBytes });
-            writeSync(fd, chunk);
+            file.write(chunk);
           } catch (error) {
-            close();
+            file.close();
             fail(error);
           }
         });
         entry.on("end", () => {
-          if (!open) return;
           try {
-            fchmodSync(fd, mode);
-            close();
+            file.finish();
           } catch (error) {
-            close();
+            file.close();
             fail(error);
           }
         });
@@ -180,8 +119,8 @@ export function extractTar(input: Readable, dest: string, options: ExtractOption
     parser.on("error", (error: Error & { code?: string }) => corrupt(error.message, error.code));
     parser.on("end", () => {
       if (failed) return;
-      if (entries === 0) return fail(entryRefusal(origin, "empty-archive", null, "the archive has no entries"));
-      resolvePromise({ entries, files, bytes });
+      if (writer.totals.entries === 0) return fail(entryRefusal(origin, "empty-archive", null, "the archive has no entries"));
+      resolvePromise(writer.totals);
     });
     input.on("error", (error) => fail(error instanceof OatsError ? error : entryRefusal(origin, "corrupt-archive", null, `cannot read the archive: ${error.message}`)));
     input.pipe(parser as unknown as NodeJS.WritableStream);

@@ -1,10 +1,6 @@
 import { spawn } from "node:child_process";
-import { createHash } from "node:crypto";
-import { createReadStream } from "node:fs";
-import { lstat, readdir, readlink, realpath } from "node:fs/promises";
-import { join } from "node:path";
+import { lstat, realpath } from "node:fs/promises";
 import { OatsError, errnoCode } from "../errors.js";
-import { extractTar, type ExtractLimits } from "./extract.js";
 
 /**
  * The git half of source retention: from a local repository and a full
@@ -18,19 +14,24 @@ import { extractTar, type ExtractLimits } from "./extract.js";
  *   GIT_CONFIG*, GIT_NAMESPACE, ... would each redirect what git reads), with
  *   replace refs ignored (GIT_NO_REPLACE_OBJECTS=1: `git replace` could swap
  *   the commit's tree) and `--end-of-options` before every revision argument.
- *   git 2.39 accepts `--end-of-options` in rev-parse, cat-file, ls-tree and
- *   archive (all parse_options commands); after it, `--upload-pack=x` is
- *   refused by archive as "not a valid object name".
+ *   git 2.39 accepts `--end-of-options` in rev-parse, cat-file and ls-tree
+ *   (parse_options commands); after it, `--output=x` is an object name.
+ *   `cat-file --batch` takes its object ids on stdin, one checked id a line.
  * - The repository is the directory given, not one found above it: a
- *   subdirectory of a work tree is refused (git archive run there would
- *   archive only that subdirectory).
- * - `git archive` is given the commit's root tree id, not the commit, so no
- *   `export-subst` placeholder is expanded; whatever it writes is extracted by
- *   extractTar (no prefix) and then compared entry by entry with `git ls-tree
- *   -r` of that tree (mode, blob id): an `export-ignore` attribute or anything
- *   else that would make the archive differ from the commit is refused.
+ *   subdirectory of a work tree is refused (the caller named a directory,
+ *   not the repository it sits in).
+ * - The tree is read from the object database only: `ls-tree -r -z
+ *   --full-tree` lists it, `cat-file --batch` hands over each blob's raw
+ *   bytes, and writeCommitTree (git-tree.ts) writes them through the extractor's
+ *   TreeWriter. Nothing that consults `.gitattributes` runs (no archive, no
+ *   checkout), so no `filter.<x>.smudge`/`clean`/`process`, textconv,
+ *   `export-subst` or `export-ignore` of the repository applies, and each
+ *   blob is hashed as it is written and must have the id the tree names.
+ * - The repository's config is still read by every git command; what in it
+ *   could start a program is overridden on the command line (GIT_GLOBAL_ARGS,
+ *   see docs/design/acquisition.md for what is and is not covered).
  * - A submodule (gitlink) entry is refused: its content is not in this
- *   repository, and archive would silently write an empty directory.
+ *   repository.
  */
 
 export const FULL_COMMIT_PATTERN = /^[0-9a-f]{40}$/;
@@ -54,12 +55,31 @@ export function gitEnvironment(base: NodeJS.ProcessEnv = process.env): NodeJS.Pr
   }
   env["GIT_NO_REPLACE_OBJECTS"] = "1";
   env["GIT_TERMINAL_PROMPT"] = "0";
+  env["GIT_NO_LAZY_FETCH"] = "1";
   env["LC_ALL"] = "C";
   return env;
 }
 
-/** Options put before every git subcommand: no fsmonitor hook is ever started on the user's behalf. */
-const GIT_GLOBAL_ARGS = ["-c", "core.fsmonitor=false"];
+/**
+ * Options put before every git subcommand. The repository's own config is
+ * untrusted; command-line `-c` wins over it. None of the plumbing we run
+ * (rev-parse, cat-file, ls-tree) reads the index or a work tree, talks to a
+ * remote or runs a hook, but a partial clone's missing object makes git
+ * fetch it lazily from the promisor remote, which would run the remote's
+ * transport (`remote.<x>.uploadpack`, `core.sshCommand`, `ext::` commands):
+ * every transport is forbidden, and GIT_NO_LAZY_FETCH (set in
+ * gitEnvironment) turns lazy fetching off where git knows it (2.45+).
+ */
+export const GIT_GLOBAL_ARGS: readonly string[] = [
+  ["core.fsmonitor", "false"],
+  ["core.hooksPath", "/dev/null"],
+  ["core.sshCommand", "false"],
+  ["core.gitProxy", "false"],
+  ["core.askPass", "false"],
+  ["credential.helper", ""],
+  ["protocol.allow", "never"],
+  ...["file", "git", "ssh", "http", "https", "ftp", "ftps", "ext", "fd"].map((name) => [`protocol.${name}.allow`, "never"]),
+].flatMap(([key, value]) => ["-c", `${key}=${value}`]);
 
 interface GitRun {
   readonly code: number | null;
@@ -79,7 +99,7 @@ function firstLine(stderr: string): string {
   );
 }
 
-function gitUnavailable(error: unknown): OatsError {
+export function gitUnavailable(error: unknown): OatsError {
   return new OatsError("internal-error", `cannot run git: ${error instanceof Error ? error.message : String(error)}`, {
     step: "git",
     reason: "git-unavailable",
@@ -87,16 +107,16 @@ function gitUnavailable(error: unknown): OatsError {
   });
 }
 
-function spawnGit(repo: string, args: readonly string[]) {
+export function spawnGit(repo: string, args: readonly string[]) {
   return spawn("git", ["-C", repo, ...GIT_GLOBAL_ARGS, ...args], {
     shell: false,
     env: gitEnvironment(),
-    stdio: ["ignore", "pipe", "pipe"],
+    stdio: ["pipe", "pipe", "pipe"],
     windowsHide: true,
   });
 }
 
-function collectStderr(child: ReturnType<typeof spawnGit>): () => string {
+export function collectStderr(child: ReturnType<typeof spawnGit>): () => string {
   let stderr = "";
   child.stderr.setEncoding("utf8");
   child.stderr.on("data", (chunk: string) => {
@@ -109,6 +129,8 @@ function collectStderr(child: ReturnType<typeof spawnGit>): () => string {
 function runGit(repo: string, args: readonly string[]): Promise<GitRun> {
   return new Promise((resolvePromise, reject) => {
     const child = spawnGit(repo, args);
+    child.stdin.on("error", () => undefined);
+    child.stdin.end();
     const chunks: Buffer[] = [];
     const stderr = collectStderr(child);
     child.stdout.on("data", (chunk: Buffer) => chunks.push(chunk));
@@ -117,7 +139,7 @@ function runGit(repo: string, args: readonly string[]): Promise<GitRun> {
   });
 }
 
-function gitFailed(repo: string, what: string, run: Pick<GitRun, "code" | "signal" | "stderr">, code: "invalid-input" | "artifact-not-found" = "invalid-input", details: Record<string, unknown> = {}): OatsError {
+export function gitFailed(repo: string, what: string, run: Pick<GitRun, "code" | "signal" | "stderr">, code: "invalid-input" | "artifact-not-found" = "invalid-input", details: Record<string, unknown> = {}): OatsError {
   const line = firstLine(run.stderr);
   return new OatsError(code, `${repo}: ${what}${line ? `: ${line}` : ""}`, {
     repository: repo,
@@ -231,88 +253,4 @@ export async function listTree(repo: string, tree: CommitTree): Promise<Map<stri
     entries.set(path, { mode, type, oid });
   }
   return entries;
-}
-
-export interface ArchiveOptions {
-  readonly limits?: Partial<ExtractLimits>;
-}
-
-/** Stream `git archive` of the commit's tree into `dest` through the safe extractor. */
-export async function archiveCommitTree(repo: string, tree: CommitTree, dest: string, options: ArchiveOptions = {}): Promise<void> {
-  const child = spawnGit(repo, ["archive", "--format=tar", "--end-of-options", tree.tree]);
-  const stderr = collectStderr(child);
-  const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolvePromise, reject) => {
-    child.on("error", (error) => reject(gitUnavailable(error)));
-    child.on("close", (code, signal) => resolvePromise({ code, signal }));
-  });
-  const extracted = extractTar(child.stdout, dest, { origin: `git archive ${tree.commit} (${repo})`, prefix: null, ...(options.limits ? { limits: options.limits } : {}) });
-  const [extract, exit] = await Promise.allSettled([extracted, exited.finally(() => undefined)]);
-  if (extract.status === "rejected") {
-    if (child.exitCode === null && child.signalCode === null) child.kill("SIGKILL");
-    await exited.catch(() => undefined);
-    // git itself failing truncates the stream; its own message says more than a corrupt-archive refusal.
-    if (exit.status === "fulfilled" && exit.value.code !== 0 && exit.value.code !== null) {
-      throw gitFailed(repo, `git archive of commit ${tree.commit} failed`, { ...exit.value, stderr: stderr() }, "invalid-input", { commit: tree.commit });
-    }
-    throw extract.reason;
-  }
-  if (exit.status === "rejected") throw exit.reason;
-  if (exit.value.code !== 0) throw gitFailed(repo, `git archive of commit ${tree.commit} failed`, { ...exit.value, stderr: stderr() }, "invalid-input", { commit: tree.commit });
-}
-
-/** The git object id of a blob with these bytes, in the repository's hash (by the length of its ids). */
-function blobHasher(oid: string, size: number) {
-  const hash = createHash(oid.length === 64 ? "sha256" : "sha1");
-  hash.update(`blob ${size}\0`);
-  return hash;
-}
-
-async function fileBlobId(path: string, size: number, like: string): Promise<string> {
-  const hash = blobHasher(like, size);
-  for await (const chunk of createReadStream(path)) hash.update(chunk as Buffer);
-  return hash.digest("hex");
-}
-
-/**
- * Compare an extracted tree with the commit's listing: the same files and
- * symlinks, each with the same exec bit and blob id, nothing more or less.
- */
-export async function checkAgainstTree(repo: string, tree: CommitTree, expected: ReadonlyMap<string, TreeEntry>, dir: string): Promise<void> {
-  const seen = new Set<string>();
-  const differs = (path: string, what: string, details: Record<string, unknown> = {}) =>
-    new OatsError("invalid-artifact", `${repo}: git archive of commit ${tree.commit} differs from the commit's tree at ${JSON.stringify(path)}: ${what} (an export-ignore or export-subst attribute?); nothing was retained`, {
-      repository: repo,
-      commit: tree.commit,
-      path,
-      reason: "archive-differs-from-commit",
-      ...details,
-    });
-  const walk = async (absolute: string, relative: string): Promise<void> => {
-    for (const entry of await readdir(absolute, { withFileTypes: true })) {
-      const path = relative ? `${relative}/${entry.name}` : entry.name;
-      const full = join(absolute, entry.name);
-      const stats = await lstat(full);
-      if (stats.isDirectory()) {
-        await walk(full, path);
-        continue;
-      }
-      const want = expected.get(path);
-      if (!want) throw differs(path, "the archive has an entry the commit does not");
-      seen.add(path);
-      if (stats.isSymbolicLink()) {
-        if (want.mode !== "120000") throw differs(path, `a symlink in the archive, mode ${want.mode} in the commit`);
-        const text = Buffer.from(await readlink(full, { encoding: "buffer" }));
-        const oid = blobHasher(want.oid, text.length).update(text).digest("hex");
-        if (oid !== want.oid) throw differs(path, "the link text differs", { expected: want.oid, actual: oid });
-        continue;
-      }
-      if (!stats.isFile() || !want.mode.startsWith("100")) throw differs(path, `a ${stats.isFile() ? "file" : "special entry"} in the archive, mode ${want.mode} in the commit`);
-      const wantExec = (Number.parseInt(want.mode, 8) & 0o100) !== 0;
-      if (((stats.mode & 0o100) !== 0) !== wantExec) throw differs(path, "the owner-exec bit differs", { expectedMode: want.mode });
-      const oid = await fileBlobId(full, stats.size, want.oid);
-      if (oid !== want.oid) throw differs(path, "the content differs", { expected: want.oid, actual: oid });
-    }
-  };
-  await walk(dir, "");
-  for (const path of expected.keys()) if (!seen.has(path)) throw differs(path, "the commit has an entry the archive does not");
 }

@@ -4,7 +4,8 @@ import { adoptTree, retainTree, type RetainOptions } from "../retention/retain.j
 import type { ArtifactReceipt } from "../retention/receipt.js";
 import { sourceIdentityKey } from "../retention/source-identity.js";
 import { inspectStore, resolveScope } from "../retention/store/components.js";
-import { archiveCommitTree, assertFullCommit, checkAgainstTree, gitRepositoryRoot, listTree, resolveCommit, type ArchiveOptions } from "./git.js";
+import { assertFullCommit, gitRepositoryRoot, listTree, resolveCommit } from "./git.js";
+import { writeCommitTree, type ArchiveOptions } from "./git-tree.js";
 import { withExtractionDir } from "./staging.js";
 
 /**
@@ -75,9 +76,8 @@ export async function retainSource(scope: string, request: SourceRequest, option
   const tree = await resolveCommit(repo, revision);
   const listing = await listTree(repo, tree);
   const receipt = await withExtractionDir(realScope, async (dir) => {
-    if (listing.size > 0) await archiveCommitTree(repo, tree, dir, options.limits ? { limits: options.limits } : {});
-    await checkAgainstTree(repo, tree, listing, dir);
-    // The extraction is ours and checked against the commit: adopted (moved, made durable, read back once), not copied again.
+    await writeCommitTree(repo, tree, listing, dir, options.limits ? { limits: options.limits } : {});
+    // The tree was written by us from the object database, each blob checked against its id: adopted (moved, made durable, read back once), not copied again.
     return adoptTree(realScope, { kind: "source", key, source: dir }, retainOptions);
   });
   return { ...receipt, identity, revision, commit: tree.commit, tree: tree.tree };

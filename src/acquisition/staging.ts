@@ -6,7 +6,7 @@ import { EXTRACT_STORE, stagingName } from "../retention/store/layout.js";
 import { removeTree } from "../retention/store/staging-writer.js";
 
 /**
- * Where acquisition extracts archives (a package tarball, `git archive` of a
+ * Where acquisition extracts archives (a package tarball, the tree of a git
  * commit) before the normal retention path copies the tree into its store:
  * `<scope>/.agents/extract/.staging-<host>-<pid>-<random>/`. The root is a
  * store root like the others (a real directory, the managed `.gitignore`);

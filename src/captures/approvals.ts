@@ -4,8 +4,9 @@ import { assertArtifactKey, assertArtifactKind, type ArtifactKind } from "../ret
 import { JSON_V1, PACKAGE_PAYLOAD_EXEC, TREE_EXEC, TREE_LEGACY, integrityText, parseIntegrity } from "../retention/integrity.js";
 import { readBlob } from "../retention/store/blobs.js";
 import { COMPOSITION_KIND, compositionSubject, parseComposition, type CaptureComposition } from "./composition.js";
-import { CHAIN_LOGS, appendEntry, readEntries, type AppendOptions, type ChainEntry } from "./chain-log.js";
+import { CHAIN_LOGS, appendEntry, type AppendOptions, type ChainEntry } from "./chain-log.js";
 import { currentPrincipal } from "./classification.js";
+import { allDecisions, crossCheckReasonText, latestDecision, mismatchError, type CrossCheckReason } from "./approval-check.js";
 
 /**
  * The approvals ledger (`.agents/approvals/ledger.jsonl`, CHAIN_LOGS.approvals):
@@ -26,8 +27,11 @@ import { currentPrincipal } from "./classification.js";
  *   a parameter, a flag or an environment variable.
  * - The state of a subject is its latest decision: a revoke after an approve
  *   takes effect for work already queued, because dispatch asks again.
- * - State is computed from readEntries, which verifies the whole chain; a broken
- *   chain is refused (`integrity-mismatch`), never read as "approved".
+ * - State is the latest decision as BOTH the ledger and the audit log record
+ *   it (approval-check.ts): a broken chain, a log that no longer extends the
+ *   operator's private checkpoint, or a disagreement between the two logs is
+ *   refused (`integrity-mismatch`), never read as "approved". The lookup costs
+ *   the same whatever the history once the checkpoint exists (chain-sync.ts).
  * - Nothing else approves: retention, presence in the store and a lock's
  *   `trusted` flag are never read here.
  */
@@ -58,7 +62,10 @@ export interface ApprovalState {
 
 export interface ApprovalListing extends ApprovalState {
   subject: ApprovalSubject;
-  entry: ApprovalEntry;
+  /** Both logs agree on this subject's latest decision. */
+  confirmed: boolean;
+  /** Why they do not, when they do not. */
+  mismatch?: { reason: CrossCheckReason; why: string; audit: { seq: number; hash: string } | null };
 }
 
 export interface DecisionOptions extends AppendOptions {
@@ -111,14 +118,6 @@ export function parseApprovalSubject(input: unknown): ApprovalSubject {
     });
   }
   return { kind, key, integrity: integrityText(integrity) };
-}
-
-function sameSubject(a: ApprovalSubject, b: ApprovalSubject): boolean {
-  return a.kind === b.kind && a.key === b.key && a.integrity === b.integrity;
-}
-
-function subjectId(subject: ApprovalSubject): string {
-  return `${subject.kind}\0${subject.key}\0${subject.integrity}`;
 }
 
 function checkReason(options: unknown): string {
@@ -209,24 +208,22 @@ function checkEntry(entry: ChainEntry): ApprovalEntry {
   return entry as ApprovalEntry;
 }
 
-function decisions(scope: string): ApprovalEntry[] {
-  return readEntries(scope, CHAIN_LOGS.approvals).entries.map(checkEntry);
-}
-
 /**
- * The current state of exactly this subject: its latest decision. Throws
- * `integrity-mismatch` when the ledger's chain is broken.
+ * The current state of exactly this subject: its latest decision, confirmed
+ * by both logs (approval-check.ts). Throws `integrity-mismatch` when either
+ * chain is broken, when a log no longer extends the operator's checkpoint,
+ * or when the ledger and the audit log disagree about the decision.
  */
 export function approvalState(scope: string, subjectInput: ApprovalSubject | { kind: unknown; key: unknown; integrity: unknown }): ApprovalState {
   const subject = parseApprovalSubject(subjectInput);
-  let last: ApprovalEntry | null = null;
-  for (const entry of decisions(scope)) {
-    if (sameSubject(entry.subject, subject)) last = entry;
-  }
-  return { approved: last !== null && last.action === "approve", entry: last };
+  const check = latestDecision(scope, subject);
+  if (check.state === "mismatch") throw mismatchError(subject, check);
+  if (check.state === "none") return { approved: false, entry: null };
+  const entry = checkEntry(check.ledger);
+  return { approved: entry.action === "approve", entry };
 }
 
-/** The approving entry, or `approval-required` with the subject and its last decision (or null). */
+/** The approving entry, or `approval-required` with the subject and its last decision (or null); `integrity-mismatch` as approvalState. */
 export function requireApproval(scope: string, subjectInput: ApprovalSubject | { kind: unknown; key: unknown; integrity: unknown }): ApprovalEntry {
   const subject = parseApprovalSubject(subjectInput);
   const state = approvalState(scope, subject);
@@ -237,22 +234,34 @@ export function requireApproval(scope: string, subjectInput: ApprovalSubject | {
   return state.entry;
 }
 
-/** Every subject the ledger has decided on, with its latest decision, in order of first decision. */
+/**
+ * Every subject either log has decided on, in order of first decision, each
+ * cross-checked. A subject the two logs disagree on is listed with
+ * `confirmed: false`, `approved: false` and `mismatch` naming why, so a
+ * forged or orphaned decision is shown and never credited. `entry` is the
+ * ledger's latest decision (null when only the audit log has one).
+ */
 export function listApprovals(scope: string): ApprovalListing[] {
-  const latest = new Map<string, ApprovalEntry>();
-  for (const entry of decisions(scope)) latest.set(subjectId(entry.subject), entry);
-  return [...latest.values()].map((entry) => ({ subject: { kind: entry.subject.kind, key: entry.subject.key, integrity: entry.subject.integrity }, approved: entry.action === "approve", entry }));
+  return allDecisions(scope).map(({ subject, check }) => {
+    const ledger = check.state === "none" ? null : check.ledger === null ? null : checkEntry(check.ledger);
+    const listed = { kind: subject.kind as ApprovalSubject["kind"], key: subject.key, integrity: subject.integrity };
+    if (check.state === "agreed") return { subject: listed, approved: ledger!.action === "approve", confirmed: true, entry: ledger };
+    const reason = check.state === "mismatch" ? check.reason : "no-audit-entry";
+    return { subject: listed, approved: false, confirmed: false, mismatch: { reason, why: crossCheckReasonText(reason), audit: check.state === "mismatch" && check.audit ? { seq: check.audit.seq, hash: check.audit.hash } : null }, entry: ledger };
+  });
 }
 
 /**
- * The latest approval still in force among the subjects of this kind and key
- * (any integrity), or null: what a refusal compares a new composition with.
+ * The latest cross-checked `approve` among subjects of this kind and key
+ * (any integrity), or null: what was approved before, to tell an operator
+ * what changed. Linear in both logs (a refusal-path helper).
  */
 export function latestApprovedFor(scope: string, kind: string, key: string): ApprovalEntry | null {
-  let latest: ApprovalEntry | null = null;
-  for (const listing of listApprovals(scope)) {
-    if (listing.subject.kind !== kind || listing.subject.key !== key || !listing.approved) continue;
-    if (latest === null || listing.entry.seq > latest.seq) latest = listing.entry;
+  let best: ApprovalEntry | null = null;
+  for (const { subject, check } of allDecisions(scope)) {
+    if (subject.kind !== kind || subject.key !== key || check.state !== "agreed" || check.ledger["action"] !== "approve") continue;
+    const entry = checkEntry(check.ledger);
+    if (best === null || entry.seq > best.seq) best = entry;
   }
-  return latest;
+  return best;
 }

@@ -1,9 +1,11 @@
-import { closeSync, constants, fstatSync, fsyncSync, ftruncateSync, openSync, readSync, writeSync } from "node:fs";
+import { closeSync, constants, fstatSync, fsyncSync, ftruncateSync, openSync, writeSync } from "node:fs";
 import { withFileLock } from "../retention/store/publish-lock.js";
 import { join } from "node:path";
 import { OatsError, errnoCode, isOatsError } from "../errors.js";
 import { canonicalJson, jsonDigest } from "../retention/digest/json.js";
 import { ensureStoreAt, fsyncDirectory, inspectStoreAt, resolveScope } from "../retention/store/components.js";
+import { GENESIS_PREV, isPlainRecord, openForRead, parseLine, readAt, verifySegment, type BrokenReason, type ChainEntry, type ChainLog } from "./chain-line.js";
+import { brokenChain, syncLog, type LogSync } from "./chain-sync.js";
 
 /**
  * An append-only, hash-chained JSONL log: one module for the approvals ledger
@@ -18,43 +20,26 @@ import { ensureStoreAt, fsyncDirectory, inspectStoreAt, resolveScope } from "../
  *   - `hash` is jsonDigest (oats.json.v1) of the entry without its `hash` field.
  *
  * appendEntry holds a cross-process proper-lockfile lock (`<file>.lock` next to
- * the log, inside the store root, so the managed .gitignore covers it), reads
- * only the log's last line (backwards, in chunks), refuses to append after a
- * damaged tail, writes one line with O_APPEND|O_NOFOLLOW and fsyncs it (and the
- * directory when the file was created). Any failure to write is
- * `audit-unavailable` naming the step: the caller must refuse its action.
+ * the log, inside the store root, so the managed .gitignore covers it),
+ * verifies everything written since the operator's private checkpoint
+ * (chain-sync.ts; the whole log when there is none, nothing when the file is
+ * exactly as checkpointed), refuses to append after any damage or after a
+ * rewrite of verified bytes, writes one line with O_APPEND|O_NOFOLLOW and
+ * fsyncs it (and the directory when the file was created), then extends the
+ * checkpoint. Any failure is `audit-unavailable` naming the step: the caller
+ * must refuse its action.
  *
- * appendEntry checks only the tail (constant cost); verifyChain reads the whole
- * log and names the first broken link. Removing whole entries from the end
- * cannot be detected from the log alone: compare `head` with a remembered one.
+ * verifyChain / readEntries read the whole log and name the first broken link.
+ * Entries removed from the end before any checkpoint saw them cannot be
+ * detected from the log alone: compare `head` with a remembered one.
  */
 
-export const GENESIS_PREV = `sha256-${"0".repeat(64)}`;
+export { CHAIN_LOGS, GENESIS_PREV, entryHash, type BrokenReason, type ChainEntry, type ChainLog } from "./chain-line.js";
+
 export const DEFAULT_CHAIN_LOCK_WAIT_MS = 15_000;
 
-const TAIL_CHUNK = 64 * 1024;
-/** A longer last line is treated as damage rather than read without bound. */
-const MAX_LINE_BYTES = 16 * 1024 * 1024;
-const DIGEST = /^sha256-[0-9a-f]{64}$/;
-const RESERVED = new Set(["seq", "at", "prev", "hash"]);
 const NAME = /^[A-Za-z0-9._-]{1,255}$/;
-
-export interface ChainLog {
-  /** Store root components below the scope, e.g. [".agents", "audit"]. */
-  dir: readonly string[];
-  /** The log's file name inside the store root, e.g. "audit.jsonl". */
-  file: string;
-}
-
-export interface ChainEntry {
-  seq: number;
-  at: string;
-  prev: string;
-  hash: string;
-  [key: string]: unknown;
-}
-
-export type BrokenReason = "bad-json" | "non-canonical" | "invalid-entry" | "wrong-hash" | "wrong-prev" | "seq-gap" | "truncated";
+const RESERVED = new Set(["seq", "at", "prev", "hash"]);
 
 export interface BrokenLink {
   /** 1-based line number in the file. */
@@ -70,11 +55,6 @@ export interface AppendOptions {
   lockWaitMs?: number;
 }
 
-export const CHAIN_LOGS = {
-  approvals: { dir: [".agents", "approvals"], file: "ledger.jsonl" },
-  audit: { dir: [".agents", "audit"], file: "audit.jsonl" },
-} as const satisfies Record<string, ChainLog>;
-
 function checkLog(log: ChainLog): void {
   const parts = [...log.dir, log.file];
   if (log.dir.length === 0 || parts.some((part) => typeof part !== "string" || !NAME.test(part) || part === "." || part === "..")) {
@@ -86,106 +66,6 @@ function unavailable(step: string, path: string, error: unknown, details: Record
   const errno = errnoCode(error);
   const reason = error instanceof Error ? error.message : String(error);
   return new OatsError("audit-unavailable", `cannot write ${path}: ${step} failed: ${reason}`, { path, step, ...(errno ? { errno } : {}), ...details }, { cause: error });
-}
-
-class ProtoKey extends Error {}
-
-/** JSON.parse refusing `__proto__` keys anywhere. Throws on bad JSON. */
-function parseLine(text: string): unknown {
-  return JSON.parse(text, (key, value: unknown) => {
-    if (key === "__proto__") throw new ProtoKey("__proto__ key");
-    return value;
-  });
-}
-
-function isPlainRecord(value: unknown): value is Record<string, unknown> {
-  if (typeof value !== "object" || value === null || Array.isArray(value)) return false;
-  const prototype = Object.getPrototypeOf(value);
-  return prototype === Object.prototype || prototype === null;
-}
-
-/** The entry's own hash: jsonDigest of everything but `hash`. */
-export function entryHash(entry: Record<string, unknown>): string {
-  const { hash: _hash, ...rest } = entry;
-  void _hash;
-  return jsonDigest(rest);
-}
-
-/**
- * Check one line (without its LF) on its own: JSON, canonical spelling, shape,
- * self-hash. Returns the entry or the reason it is broken.
- */
-function checkLine(text: string): { entry: ChainEntry } | { reason: BrokenReason; seq: number | null } {
-  let parsed: unknown;
-  try {
-    parsed = parseLine(text);
-  } catch {
-    return { reason: "bad-json", seq: null };
-  }
-  if (!isPlainRecord(parsed)) return { reason: "invalid-entry", seq: null };
-  const seq = Number.isSafeInteger(parsed.seq) && (parsed.seq as number) >= 1 ? (parsed.seq as number) : null;
-  let canonical: string;
-  try {
-    canonical = canonicalJson(parsed);
-  } catch {
-    return { reason: "non-canonical", seq };
-  }
-  if (canonical !== `${text}\n`) return { reason: "non-canonical", seq };
-  if (seq === null || typeof parsed.at !== "string" || typeof parsed.prev !== "string" || !DIGEST.test(parsed.prev) || typeof parsed.hash !== "string" || !DIGEST.test(parsed.hash)) {
-    return { reason: "invalid-entry", seq };
-  }
-  if (entryHash(parsed) !== parsed.hash) return { reason: "wrong-hash", seq };
-  return { entry: parsed as ChainEntry };
-}
-
-function openForRead(path: string): number | null {
-  let fd: number;
-  try {
-    fd = openSync(path, constants.O_RDONLY | constants.O_NOFOLLOW);
-  } catch (error) {
-    if (errnoCode(error) === "ENOENT") return null;
-    throw error;
-  }
-  try {
-    if (!fstatSync(fd).isFile()) throw Object.assign(new Error(`not a regular file: ${path}`), { code: "EISDIR_OR_SPECIAL" });
-  } catch (error) {
-    closeSync(fd);
-    throw error;
-  }
-  return fd;
-}
-
-/**
- * The last line of the file (without its LF), read backwards in chunks up to
- * the previous newline; "truncated" when the file does not end with LF.
- */
-function readLastLine(fd: number, size: number): { text: string } | { reason: "truncated" | "too-long" } {
-  const last = Buffer.alloc(1);
-  readSync(fd, last, 0, 1, size - 1);
-  if (last[0] !== 0x0a) return { reason: "truncated" };
-  const chunks: Buffer[] = [];
-  let end = size - 1;
-  let total = 0;
-  while (end > 0) {
-    const start = Math.max(0, end - TAIL_CHUNK);
-    const chunk = Buffer.alloc(end - start);
-    let read = 0;
-    while (read < chunk.length) {
-      const n = readSync(fd, chunk, read, chunk.length - read, start + read);
-      if (n === 0) throw new Error("log shrank while reading its tail");
-      read += n;
-    }
-    const newline = chunk.lastIndexOf(0x0a);
-    if (newline >= 0) {
-      chunks.unshift(chunk.subarray(newline + 1));
-      break;
-    }
-    chunks.unshift(chunk);
-    total += chunk.length;
-    if (total > MAX_LINE_BYTES) return { reason: "too-long" };
-    end = start;
-  }
-  return { text: Buffer.concat(chunks).toString("utf8") };
 }
 
 function withLogLock<T>(root: string, file: string, waitMs: number, body: (stillHeld: () => void) => T): Promise<T> {
@@ -233,34 +113,19 @@ export async function appendEntry(scope: string, log: ChainLog, body: Record<str
   }
   const path = join(storeRoot, log.file);
   return withLogLock(storeRoot, log.file, options.lockWaitMs ?? DEFAULT_CHAIN_LOCK_WAIT_MS, (stillHeld) => {
-    // 1. The tail: the last entry, checked on its own.
-    let previous: ChainEntry | null = null;
-    let fd: number | null;
+    // 1. Everything since the operator's verified checkpoint (the whole log when there is none).
+    let sync: LogSync;
     try {
-      fd = openForRead(path);
+      sync = syncLog(root, log);
     } catch (error) {
-      throw unavailable("open-tail", path, error);
-    }
-    if (fd !== null) {
-      try {
-        const size = fstatSync(fd).size;
-        if (size > 0) {
-          const tail = readLastLine(fd, size);
-          if (!("text" in tail)) throw new OatsError("audit-unavailable", `refusing to append to ${path}: its last line is damaged (${tail.reason})`, { path, step: "verify-tail", reason: tail.reason });
-          const checked = checkLine(tail.text);
-          if (!("entry" in checked)) {
-            throw new OatsError("audit-unavailable", `refusing to append to ${path}: its last line is damaged (${checked.reason})`, { path, step: "verify-tail", reason: checked.reason, seq: checked.seq });
-          }
-          previous = checked.entry;
-        }
-      } catch (error) {
-        if (isOatsError(error)) throw error;
-        throw unavailable("read-tail", path, error);
-      } finally {
-        closeSync(fd);
+      if (isOatsError(error) && error.code === "integrity-mismatch") {
+        throw new OatsError("audit-unavailable", `refusing to append to ${path}: ${error.message}`, { path, step: "verify", ...error.details });
       }
+      if (isOatsError(error)) throw unavailable("verify", path, error);
+      throw unavailable("read", path, error);
     }
-    const created = fd === null;
+    const created = sync.how === "empty";
+    const previous = sync.seq === 0 ? null : { seq: sync.seq, hash: sync.head };
 
     // 2. The entry.
     const withoutHash: Record<string, unknown> = { seq: previous ? previous.seq + 1 : 1, at: new Date().toISOString(), ...body, prev: previous ? previous.hash : GENESIS_PREV };
@@ -284,6 +149,8 @@ export async function appendEntry(scope: string, log: ChainLog, body: Record<str
       } catch (error) {
         throw unavailable("open", path, error);
       }
+      // Written behind the lock by something else since it was verified: the chain link would be a guess.
+      if (before !== sync.size) throw new OatsError("audit-unavailable", `refusing to append to ${path}: it changed while it was being verified`, { path, step: "verify", size: { verified: sync.size, now: before } });
       try {
         let written = 0;
         while (written < line.length) written += writeSync(out, line, written, line.length - written);
@@ -299,6 +166,12 @@ export async function appendEntry(scope: string, log: ChainLog, body: Record<str
         fsyncSync(out);
       } catch (error) {
         throw unavailable("fsync", path, error);
+      }
+      try {
+        const after = fstatSync(out, { bigint: true });
+        if (Number(after.size) === before + line.length) sync.recordAppend(entry, before, line.length, after);
+      } catch {
+        // The checkpoint is a cache: the next call verifies from the previous one.
       }
     } finally {
       closeSync(out);
@@ -321,52 +194,22 @@ function scan(scope: string, log: ChainLog): { entries: ChainEntry[]; verdict: C
   const empty = { entries: [], verdict: { ok: true as const, entries: 0, head: GENESIS_PREV } };
   if (!store.complete) return empty;
   const path = join(store.root, log.file);
-  let fd: number | null;
   let bytes: Buffer;
   try {
-    fd = openForRead(path);
+    const fd = openForRead(path);
     if (fd === null) return empty;
     try {
-      bytes = Buffer.alloc(fstatSync(fd).size);
-      let read = 0;
-      while (read < bytes.length) {
-        const n = readSync(fd, bytes, read, bytes.length - read, read);
-        if (n === 0) break;
-        read += n;
-      }
-      bytes = bytes.subarray(0, read);
+      bytes = readAt(fd, 0, fstatSync(fd).size);
     } finally {
       closeSync(fd);
     }
   } catch (error) {
     throw new OatsError("invalid-artifact-store", `cannot read chain log ${path}: ${errnoCode(error) ?? String(error)}`, { path, errno: errnoCode(error) });
   }
-  const text = bytes.toString("utf8");
-  const lines = text.split("\n");
-  const complete = text.endsWith("\n") || text.length === 0;
-  // With a final LF the split leaves one empty string behind.
-  const last = lines.pop() as string;
-  if (!complete) lines.push(last);
-  const entries: ChainEntry[] = [];
-  let head = GENESIS_PREV;
-  for (const [index, lineText] of lines.entries()) {
-    const line = index + 1;
-    const broken = (reason: BrokenReason, seq: number | null) => ({ entries, verdict: { ok: false as const, brokenAt: { line, seq, reason } } });
-    if (!complete && index === lines.length - 1) {
-      let seq: number | null = null;
-      const match = /"seq":(\d+)/.exec(lineText);
-      if (match) seq = Number(match[1]);
-      return broken("truncated", seq);
-    }
-    const checked = checkLine(lineText);
-    if (!("entry" in checked)) return broken(checked.reason, checked.seq);
-    const { entry } = checked;
-    if (entry.seq !== entries.length + 1) return broken("seq-gap", entry.seq);
-    if (entry.prev !== head) return broken("wrong-prev", entry.seq);
-    entries.push(entry);
-    head = entry.hash;
-  }
-  return { entries, verdict: { ok: true, entries: entries.length, head } };
+  const verdict = verifySegment(bytes, 0, 0, GENESIS_PREV);
+  const entries = verdict.entries.map((located) => located.entry);
+  if (!verdict.ok) return { entries, verdict: { ok: false, brokenAt: verdict.brokenAt } };
+  return { entries, verdict: { ok: true, entries: entries.length, head: verdict.head } };
 }
 
 /** Check the whole chain; names the first broken link. A missing log is an empty, valid chain (head GENESIS_PREV). */
@@ -377,9 +220,6 @@ export function verifyChain(scope: string, log: ChainLog): ChainVerdict {
 /** Every entry, after verifying the whole chain; a broken chain is `integrity-mismatch` with `brokenAt`. */
 export function readEntries(scope: string, log: ChainLog): { entries: ChainEntry[]; head: string } {
   const { entries, verdict } = scan(scope, log);
-  if (!verdict.ok) {
-    const { line, seq, reason } = verdict.brokenAt;
-    throw new OatsError("integrity-mismatch", `chain log ${[...log.dir, log.file].join("/")} is broken at line ${line}${seq === null ? "" : ` (seq ${seq})`}: ${reason}`, { log: [...log.dir, log.file].join("/"), brokenAt: verdict.brokenAt });
-  }
+  if (!verdict.ok) throw brokenChain(log, verdict.brokenAt);
   return { entries, head: verdict.head };
 }

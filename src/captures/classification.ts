@@ -1,4 +1,3 @@
-import { hostname, userInfo } from "node:os";
 import { z } from "zod";
 import { OatsError } from "../errors.js";
 import { decodeUtf8, escapePointerSegment, parseYamlText, readOperatorFile, refuseProtoKeys } from "../operator-input.js";
@@ -6,8 +5,8 @@ import { decodeUtf8, escapePointerSegment, parseYamlText, readOperatorFile, refu
 /**
  * Classification of captures (CONTRACT.md section 9). Pure functions over a
  * parsed classification config; the only I/O is `readClassificationConfigFile`
- * (which reads the bytes a capture pins) and `currentPrincipal` (which asks
- * the OS who this process runs as).
+ * (which reads the bytes a capture pins); `currentPrincipal` (who this
+ * process runs as) is in principal.ts.
  *
  * Levels are ordered `public < internal < confidential`; "stricter" is the
  * maximum. Every combination here takes the strictest level involved, so no
@@ -253,14 +252,5 @@ export function classificationGate(input: { effective: Level; principal: string;
   return { allowed: true };
 }
 
-/**
- * The dispatching principal: this process's own OS account and host,
- * `user@host`. It is deliberately never taken from a CLI flag, an environment
- * variable (USER, LOGNAME, OATS_PRINCIPAL, ...), the queued job or the
- * resolution record: all of those are controlled by whoever queued or invoked
- * the work, and the gate must not trust them. `os.userInfo()` asks the OS for
- * the effective uid's account, not the environment.
- */
-export function currentPrincipal(): string {
-  return `${userInfo().username}@${hostname()}`;
-}
+/** The principal lives in principal.ts (user-namespace and setuid refusals); re-exported for existing callers. */
+export { currentPrincipal } from "./principal.js";

@@ -1,18 +1,16 @@
 import { spawn, type StdioOptions } from "node:child_process";
-import { statSync } from "node:fs";
 import { constants } from "node:os";
-import { extname } from "node:path";
 import { OatsError, isOatsError } from "../errors.js";
 import { bytesDigest } from "../retention/digest/json.js";
 import { integrityText } from "../retention/integrity.js";
 import { resolveScope } from "../retention/store/components.js";
 import { verifyTree } from "../retention/verify.js";
-import { checkReadiness, referencedArtifacts, resolveEntrypoint } from "../resolution/read.js";
+import { checkReadiness, referencedArtifacts, resolveEntrypointIn } from "../resolution/read.js";
 import type { ResolutionRecord } from "../resolution/record.js";
 import { readRecordBytes } from "../resolution/store.js";
 import { latestApprovedFor, requireApproval, type ApprovalSubject } from "./approvals.js";
 import { compositionChanges, compositionOf, compositionSubject, parseComposition, type CompositionSubject } from "./composition.js";
-import { audit, audited } from "./audit.js";
+import { audit, auditRefusal } from "./audit.js";
 import { readBlob } from "../retention/store/blobs.js";
 import {
   classificationGate,
@@ -26,7 +24,9 @@ import {
   type Level,
 } from "./classification.js";
 import { captureSubject, prepareCapture } from "./prepare-capture.js";
+import { guardSpecifier, launcher, nodeOptionsWithGuard } from "./node-guard.js";
 import { readJob } from "./queue.js";
+import { copyVerifiedTree, removeRunCopy, type RunCopy } from "./run-copy.js";
 
 /**
  * resolveQueuedCapture(scope, job): the dispatch plan of a queued capture,
@@ -38,8 +38,10 @@ import { readJob } from "./queue.js";
  *    spec, audited, and goes on with the new record;
  * 2. readiness: only complete or reconstructed records (`resolution-incomplete`);
  * 3. full re-verification of every artifact the record references and of
- *    every blob it pins (no mtime shortcut), then the entry point resolved
- *    inside its retained tree;
+ *    every blob it pins (no mtime shortcut). The executable tree is verified
+ *    by copying it, hashed as it is read, into a private run directory
+ *    (run-copy.ts); the entry point is resolved inside that copy, and the
+ *    plan runs from it, so what runs is what was hashed;
  * 4. approval of the record's exact composition (composition.ts: executable
  *    digest, entry path, args, env, credential names, target, declared
  *    level, pinned config and profile), read from the ledger now, so a
@@ -52,7 +54,17 @@ import { readJob } from "./queue.js";
  *
  * The environment of the plan holds the pinned non-secret env and only the
  * credential variables the record names, taken from `options.env` (default:
- * this process's environment) now. Nothing else from the caller leaks in.
+ * this process's environment) now, plus the Node guard appended to
+ * NODE_OPTIONS (node-guard.ts). Nothing else from the caller leaks in.
+ *
+ * Every dispatch audit entry, allowed or refused, records the harness label
+ * and whether it differs from the principal; a label that differs is also a
+ * `harness-label-mismatch` security event, on both paths.
+ *
+ * A refusal after the copy was made removes it. A plan that is returned owns
+ * its run copy: runDispatchPlan removes it when the child ends (unless asked
+ * to keep it), and a caller that does not run the plan calls
+ * discardDispatchPlan.
  */
 
 export interface DispatchOptions {
@@ -69,10 +81,10 @@ export interface DispatchPlan {
   readonly job: string;
   readonly resolution: string;
   readonly executable: {
-    /** Absolute, inside the retained tree. */
+    /** Absolute, inside the run copy (run.root). */
     readonly path: string;
     readonly args: readonly string[];
-    /** What actually starts: the entry itself, or the current Node for a non-executable .js/.mjs/.cjs. */
+    /** What actually starts: the entry itself, or the current Node (with `--import <guard>`) for a non-executable .js/.mjs/.cjs. */
     readonly command: string;
     readonly argv: readonly string[];
     readonly subject: ApprovalSubject;
@@ -89,9 +101,18 @@ export interface DispatchPlan {
   /** Set when a prepare-on-tick job re-prepared: the resolution the job names. */
   readonly preparedFrom: string | null;
   readonly audit: { readonly seq: number; readonly hash: string };
+  /** Where the plan runs: the private copy of the executable tree that was verified. */
+  readonly run: {
+    /** The private run directory (0700); removing it removes the copy. */
+    readonly dir: string;
+    /** The verified copy of the executable tree. */
+    readonly root: string;
+    /** The child's working directory: the copy's root. */
+    readonly cwd: string;
+    /** The `--import` specifier of the Node guard (node-guard.ts). */
+    readonly guard: string;
+  };
 }
-
-const NODE_EXTENSIONS = new Set([".js", ".mjs", ".cjs"]);
 
 function readCaptureRecord(scope: string, id: string): { id: string; record: ResolutionRecord & { capture: NonNullable<ResolutionRecord["capture"]> } } {
   const read = readRecordBytes(scope, id);
@@ -133,12 +154,8 @@ function currentConfig(path: string): ClassificationConfig | null {
   }
 }
 
-/** How the entry point starts: directly when owner-executable, under this Node when a non-executable script; refused otherwise. */
-function launcher(path: string, args: readonly string[], entrypoint: string): { command: string; argv: string[] } {
-  const mode = statSync(path).mode;
-  if ((mode & 0o100) !== 0) return { command: path, argv: [...args] };
-  if (NODE_EXTENSIONS.has(extname(path))) return { command: process.execPath, argv: [path, ...args] };
-  throw new OatsError("invalid-artifact", `entry point ${entrypoint} (${path}) is neither owner-executable nor a .js/.mjs/.cjs script`, { entrypoint, path, reason: "not-runnable" });
+function sameArtifact(a: { kind: string; key: string; integrity: { format: string; value: string } }, b: typeof a): boolean {
+  return a.kind === b.kind && a.key === b.key && a.integrity.format === b.integrity.format && a.integrity.value === b.integrity.value;
 }
 
 /**
@@ -168,33 +185,51 @@ export async function resolveQueuedCapture(scope: string, jobId: string, options
   const realScope = resolveScope(scope);
   const principal = currentPrincipal();
   const harness = options.harness ?? null;
-  return audited(realScope, "dispatch", { job: String(jobId) }, async () => {
+  // Recorded in every dispatch entry, allowed or refused.
+  const harnessDetails = { harness, harnessMismatch: harness !== null && harness !== principal };
+  const appendOptions = options.lockWaitMs === undefined ? {} : { lockWaitMs: options.lockWaitMs };
+  const eventSubject: Record<string, string> = { job: String(jobId) };
+  let eventWritten = false;
+  const harnessEvent = async () => {
+    if (!harnessDetails.harnessMismatch || eventWritten) return;
+    await audit(realScope, { action: "security-event", subject: { ...eventSubject }, outcome: "event", details: { event: "harness-label-mismatch", harness, principal } }, appendOptions);
+    eventWritten = true;
+  };
+  let copy: RunCopy | null = null;
+  try {
     // 1. The job and its record.
     const job = readJob(realScope, jobId);
+    eventSubject["job"] = job.job;
     let { id, record } = readCaptureRecord(realScope, job.resolution);
+    eventSubject["resolution"] = id;
     let preparedFrom: string | null = null;
     if (job.recurrence.policy === "prepare-on-tick") {
       const prepared = await prepareCapture(realScope, record.capture.spec.path, { auditDetails: { tick: job.job, from: id }, ...(options.lockWaitMs === undefined ? {} : { lockWaitMs: options.lockWaitMs }) });
       preparedFrom = id;
       ({ id, record } = readCaptureRecord(realScope, prepared.id));
+      eventSubject["resolution"] = id;
     }
     const capture = record.capture;
 
     // 2. Readiness.
     checkReadiness(record);
 
-    // 3. Everything re-verified, every time.
+    // 3. Everything re-verified, every time; the executable tree by copying
+    // it, hashed as it is read, into the private run directory it runs from.
+    const entrypoint = record.entrypoints[capture.entrypoint]!;
     const verified: ApprovalSubject[] = [];
     for (const ref of referencedArtifacts(record)) {
-      await verifyTree(realScope, ref);
+      if (sameArtifact(ref, entrypoint.artifact)) copy = await copyVerifiedTree(realScope, ref);
+      else await verifyTree(realScope, ref);
       verified.push({ kind: ref.kind, key: ref.key, integrity: integrityText(ref.integrity) });
     }
     const pinnedConfig = parseConfigOnce(readBlob(realScope, capture.classification.config), `pinned classification config ${capture.classification.config}`);
     if (capture.profile !== null) readBlob(realScope, capture.profile);
     readBlob(realScope, capture.spec.blob);
-    const entrypoint = record.entrypoints[capture.entrypoint]!;
-    const path = await resolveEntrypoint(realScope, capture.entrypoint, entrypoint);
-    const launch = launcher(path, entrypoint.args, capture.entrypoint);
+    const runCopy = copy ?? (copy = await copyVerifiedTree(realScope, entrypoint.artifact));
+    const path = resolveEntrypointIn(runCopy.root, capture.entrypoint, entrypoint);
+    const guard = guardSpecifier(runCopy.root);
+    const launch = launcher(path, entrypoint.args, capture.entrypoint, guard);
 
     // 4. Approval of exactly this composition.
     const subject = captureSubject(record);
@@ -211,9 +246,7 @@ export async function resolveQueuedCapture(scope: string, jobId: string, options
     });
     classificationGate({ effective: classification.effective, principal, config: pinnedConfig });
     if (current !== null) classificationGate({ effective: classification.effective, principal, config: current });
-    if (harness !== null && harness !== principal) {
-      await audit(realScope, { action: "security-event", subject: { job: job.job, resolution: id }, outcome: "event", details: { event: "harness-label-mismatch", harness, principal } });
-    }
+    await harnessEvent();
 
     // The environment: pinned values and the named credentials, nothing else.
     const source = options.env ?? process.env;
@@ -231,6 +264,7 @@ export async function resolveQueuedCapture(scope: string, jobId: string, options
         missing.push(ref.name);
       }
     }
+    env["NODE_OPTIONS"] = nodeOptionsWithGuard(env["NODE_OPTIONS"], guard);
 
     // 6. The audit record, before anything runs.
     const entry = await audit(
@@ -246,12 +280,12 @@ export async function resolveQueuedCapture(scope: string, jobId: string, options
           classification: { declared: classification.declared, pinned: classification.pinned, current: classification.current, effective: classification.effective },
           credentials: { provided, missing },
           verified: verified.length,
-          harness,
+          ...harnessDetails,
           exec: options.exec === true,
           ...(preparedFrom === null ? {} : { preparedFrom }),
         },
       },
-      options.lockWaitMs === undefined ? {} : { lockWaitMs: options.lockWaitMs },
+      appendOptions,
     );
     return {
       job: job.job,
@@ -267,27 +301,50 @@ export async function resolveQueuedCapture(scope: string, jobId: string, options
       harness,
       preparedFrom,
       audit: { seq: entry.seq, hash: entry.hash },
+      run: { dir: runCopy.dir, root: runCopy.root, cwd: runCopy.root, guard },
     };
-  }, options.lockWaitMs === undefined ? {} : { lockWaitMs: options.lockWaitMs });
+  } catch (error) {
+    if (copy !== null) await removeRunCopy(copy).catch(() => undefined);
+    // Best effort, like the refusal entry itself: the refusal stands either way.
+    await harnessEvent().catch(() => undefined);
+    throw await auditRefusal(realScope, "dispatch", { job: String(jobId) }, error, harnessDetails, appendOptions);
+  }
 }
 
 /**
- * Run a plan: exactly its command, argv and env, with stdio passed through,
- * never through a shell. Resolves with the child's exit code (128 + signal
- * number when it was killed by a signal). `stdio` may also be spawn's array
- * form, e.g. `["inherit", 2, "inherit"]` to send the child's stdout to this
+ * Run a plan: exactly its command, argv and env, from its run copy (the
+ * working directory is the copy's root), with stdio passed through, never
+ * through a shell. Resolves with the child's exit code (128 + signal number
+ * when it was killed by a signal). `stdio` may also be spawn's array form,
+ * e.g. `["inherit", 2, "inherit"]` to send the child's stdout to this
  * process's stderr (the CLI's --json mode keeps stdout for its envelope).
+ * When the child has ended (or could not start) the run copy is removed,
+ * unless `keep`; `kept` names the directory left behind.
  */
-export function runDispatchPlan(plan: DispatchPlan, options: { stdio?: "inherit" | "pipe" | StdioOptions } = {}): Promise<{ code: number; stdout: string; stderr: string }> {
-  return new Promise((resolvePromise, reject) => {
-    const child = spawn(plan.executable.command, [...plan.executable.argv], { env: { ...plan.env }, stdio: options.stdio ?? "inherit", shell: false });
-    let stdout = "";
-    let stderr = "";
-    child.stdout?.setEncoding("utf8").on("data", (chunk: string) => (stdout += chunk));
-    child.stderr?.setEncoding("utf8").on("data", (chunk: string) => (stderr += chunk));
-    child.on("error", (error) => reject(new OatsError("invalid-artifact", `cannot start ${plan.executable.command}: ${error.message}`, { command: plan.executable.command, errno: (error as NodeJS.ErrnoException).code }, { cause: error })));
-    child.on("close", (code, signal) => {
-      resolvePromise({ code: code ?? 128 + (signal ? constants.signals[signal] : 0), stdout, stderr });
+export async function runDispatchPlan(
+  plan: DispatchPlan,
+  options: { stdio?: "inherit" | "pipe" | StdioOptions; keep?: boolean } = {},
+): Promise<{ code: number; stdout: string; stderr: string; kept: string | null }> {
+  let outcome: { code: number; stdout: string; stderr: string };
+  try {
+    outcome = await new Promise((resolvePromise, reject) => {
+      const child = spawn(plan.executable.command, [...plan.executable.argv], { cwd: plan.run.cwd, env: { ...plan.env }, stdio: options.stdio ?? "inherit", shell: false });
+      let stdout = "";
+      let stderr = "";
+      child.stdout?.setEncoding("utf8").on("data", (chunk: string) => (stdout += chunk));
+      child.stderr?.setEncoding("utf8").on("data", (chunk: string) => (stderr += chunk));
+      child.on("error", (error) => reject(new OatsError("invalid-artifact", `cannot start ${plan.executable.command}: ${error.message}`, { command: plan.executable.command, errno: (error as NodeJS.ErrnoException).code }, { cause: error })));
+      child.on("close", (code, signal) => {
+        resolvePromise({ code: code ?? 128 + (signal ? constants.signals[signal] : 0), stdout, stderr });
+      });
     });
-  });
+  } finally {
+    if (options.keep !== true) await discardDispatchPlan(plan);
+  }
+  return { ...outcome, kept: options.keep === true ? plan.run.dir : null };
+}
+
+/** Remove the run copy of a plan that will not be run (or has run). Idempotent. */
+export async function discardDispatchPlan(plan: Pick<DispatchPlan, "run">): Promise<void> {
+  await removeRunCopy(plan.run);
 }

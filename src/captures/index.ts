@@ -1,4 +1,5 @@
 export * from "./classification.js";
+export { PROC_SUPER_MAGIC, PROC_USER_INIT_INO, assertInitialUserNamespace, isInitialIdMap, parseIdMap, type IdMapLine } from "./principal.js";
 export * from "./chain-log.js";
 export * from "./approvals.js";
 export * from "./audit.js";
@@ -7,3 +8,4 @@ export * from "./composition.js";
 export * from "./queue.js";
 export * from "./prepare-capture.js";
 export * from "./dispatch.js";
+export * from "./approval-check.js";

@@ -27,6 +27,12 @@ import { audit, audited } from "./audit.js";
  * A job is published like a record (staged, fsync'd, link()ed, never
  * replaced); re-queueing the same job id with other content is refused
  * unless `replace` is asked for, which renames over it atomically.
+ *
+ * Audit before effect: the `queue` entry (`ok`, or `kept` for an identical
+ * re-queue) is appended after the job is staged and before it is linked or
+ * renamed into place; when the audit log cannot take it, the staged file is
+ * removed and the add is refused with `audit-unavailable`, so no job the
+ * log does not show ever becomes dispatchable.
  */
 
 export const QUEUE_DIR = [AGENTS_DIR, "queue"] as const;
@@ -95,6 +101,8 @@ export async function addJob(scope: string, request: AddJobRequest, options: Add
     const existing = readJobIfPresent(realScope, job.job);
     if (existing && !options.replace) {
       if (existing.resolution === job.resolution && existing.recurrence.policy === job.recurrence.policy && existing.recurrence.every === job.recurrence.every) {
+        // Re-queueing is a decision too: audited, and refused (audit-unavailable) when it cannot be.
+        await audit(realScope, { action: "queue", subject: { job: job.job, resolution: job.resolution }, outcome: "kept", details: { recurrence: { ...existing.recurrence } } });
         return { job: existing, path, status: "kept" as const };
       }
       throw new OatsError("invalid-input", `job ${job.job} is already queued for resolution ${existing.resolution}; pass replace to re-point it`, { job: job.job, queued: existing.resolution, requested: job.resolution, reason: "job-exists" });
@@ -108,18 +116,27 @@ export async function addJob(scope: string, request: AddJobRequest, options: Add
       removeCreatedStore(created, dir);
       throw asStepError("stage", error, { path });
     }
+    // Audit before effect: the job becomes visible to dispatch only after its entry is durable.
+    // A staged (dot-named) file is never listed or dispatched, so a refused audit leaves nothing dispatchable.
+    try {
+      await audit(realScope, { action: "queue", subject: { job: job.job, resolution: job.resolution }, outcome: "ok", details: { recurrence: { ...job.recurrence }, ...(existing ? { replaced: existing.resolution } : {}) } });
+    } catch (error) {
+      unlinkSync(staged);
+      removeCreatedStore(created, dir);
+      throw error;
+    }
     try {
       if (existing) renameSync(staged, path);
       else linkSync(staged, path);
     } catch (error) {
       unlinkSync(staged);
+      // The ok entry above is then followed by this refusal's entry (audited), so the log still tells what happened.
       if (errnoCode(error) === "EEXIST") throw new OatsError("busy", `job ${job.job} was queued by another process at the same moment`, { job: job.job, path });
       removeCreatedStore(created, dir);
       throw asStepError("publish", error, { path });
     }
     if (!existing) unlinkSync(staged);
     fsyncDirectory(dir);
-    await audit(realScope, { action: "queue", subject: { job: job.job, resolution: job.resolution }, outcome: "ok", details: { recurrence: { ...job.recurrence }, ...(existing ? { replaced: existing.resolution } : {}) } });
     return { job, path, status: existing ? ("replaced" as const) : ("written" as const) };
   }));
 }

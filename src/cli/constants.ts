@@ -32,6 +32,7 @@ export const COMMAND_NAMES = [
   "dispatch",
   "audit show",
   "audit verify",
+  "audit head",
   "export",
   "import",
   "source retain",

@@ -3,7 +3,7 @@ import { resolve } from "node:path";
 import type { OatsError } from "../errors.js";
 import { approvals } from "./commands/approvals.js";
 import { approve, revoke } from "./commands/approve.js";
-import { auditShow, auditVerify } from "./commands/audit.js";
+import { auditHead, auditShow, auditVerify } from "./commands/audit.js";
 import { capturePrepare } from "./commands/capture-prepare.js";
 import { cleanup } from "./commands/cleanup.js";
 import { digest } from "./commands/digest.js";
@@ -66,6 +66,7 @@ export const COMMANDS: readonly CommandSpec[] = [
   dispatch,
   auditShow,
   auditVerify,
+  auditHead,
   exportCommand,
   importCommand,
   sourceRetain,
@@ -82,7 +83,7 @@ const GROUPS: Record<string, string> = {
   instance: "instances and the resolution each one runs (show)",
   capture: "captures: pin what a queued capture will run (prepare); approve it with `oats approve`",
   queue: "queued capture jobs, each naming a capture resolution (add, ls)",
-  audit: "the hash-chained audit log of the capture flow (show, verify)",
+  audit: "the hash-chained audit log of the capture flow (show, verify, head)",
   source: "source trees (souls and others) keyed by their qualified identity (retain)",
 };
 

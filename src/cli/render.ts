@@ -77,6 +77,15 @@ export function remedy(error: Pick<OatsError, "code" | "kind" | "details"> & { r
   if (error.code === "audit-unavailable" && (error.details["ledger"] as { recorded?: unknown } | undefined)?.recorded === true) {
     return "the decision was recorded in the approvals ledger (details.ledger) but could not be audited; make <scope>/.agents/audit writable (and its last line intact). Do not repeat the decision.";
   }
+  if (error.code === "integrity-mismatch" && error.details["crossCheck"] !== undefined) {
+    return "nothing ran: the approvals ledger and the audit log disagree about this subject's latest decision (details.ledger and details.audit name both sides), so one was edited or a decision was interrupted between its two writes. Keep both logs as evidence and compare them (`oats approvals`, `oats audit show`); once understood, decide again with `oats approve` or `oats revoke`, which writes a new decision to both logs.";
+  }
+  if (error.code === "integrity-mismatch" && error.details["expectHead"] !== undefined) {
+    return "the log no longer contains the head you remembered: entries were removed from its end or it was rewritten. Keep it as evidence and restore it from a copy you trust; oats never repairs it.";
+  }
+  if (error.code === "integrity-mismatch" && error.details["checkpoint"] !== undefined) {
+    return "bytes of this log that oats had already verified have changed, or the log was truncated or removed. Nothing ran. Keep it as evidence and restore it from a copy you trust; only after that, and only if you accept the log as it is now, remove the checkpoint file for it under details.stateDir.";
+  }
   if (error.code === "integrity-mismatch" && error.details["brokenAt"] !== undefined) {
     return "the hash-chained log was edited or damaged from the line named above on; oats never repairs it. Keep a copy as evidence and inspect it by hand (`oats audit verify` checks the audit log).";
   }

@@ -44,7 +44,6 @@ export function referencedArtifacts(record: ResolutionRecord): ArtifactRefRecord
 export async function resolveEntrypoint(scope: string, name: string, entrypoint: { artifact: ArtifactRefRecord; path: string }): Promise<string> {
   const dir = retainedTreeDir(resolveScope(scope), entrypoint.artifact);
   let root: string;
-  let target: string;
   try {
     root = realpathSync.native(dir);
   } catch {
@@ -56,6 +55,16 @@ export async function resolveEntrypoint(scope: string, name: string, entrypoint:
   if (root !== dir) {
     throw new OatsError("invalid-artifact-store", `entry point ${name}: the revision of ${entrypoint.artifact.key} is reached through a symlink: ${dir}`, { entrypoint: name, dir, resolved: root, reason: "symlink" });
   }
+  return resolveEntrypointIn(root, name, entrypoint);
+}
+
+/**
+ * Resolve an entry point inside `root`, a real directory holding a copy of
+ * its artifact (the revision itself, or a dispatch's run copy): the same
+ * containment rules as resolveEntrypoint.
+ */
+export function resolveEntrypointIn(root: string, name: string, entrypoint: { artifact: ArtifactRefRecord; path: string }): string {
+  let target: string;
   // Lexically first: a path that climbs out is not contained, whether or not something exists there.
   if (!resolve(root, entrypoint.path).startsWith(root + sep)) {
     throw new OatsError("artifact-not-contained", `entry point ${name}: ${entrypoint.path} climbs out of its artifact ${entrypoint.artifact.key}`, {

@@ -4,7 +4,7 @@ import { OatsError, errnoCode } from "../errors.js";
 import { ARTIFACT_KINDS, IDENTIFIER_PATTERN, SOURCE_KEY_PATTERN, type ArtifactKind } from "./ids.js";
 import { TREE_EXEC, TREE_LEGACY, type Integrity } from "./integrity.js";
 import { inspectStore, inspectStoreAt, resolveScope } from "./store/components.js";
-import { EXEC_REVISIONS_DIR, EXTRACT_STORE, FILE_STORES, STAGING_PREFIX, hostTag, parseStagingName } from "./store/layout.js";
+import { EXEC_REVISIONS_DIR, EXTRACT_STORE, FILE_STORES, RUN_COPIES_STORE, STAGING_PREFIX, hostTag, parseStagingName } from "./store/layout.js";
 import { isManifestName } from "./store/manifest.js";
 import { removeTree } from "./store/staging-writer.js";
 import { verifyTree } from "./verify.js";
@@ -87,9 +87,11 @@ export function listStore(scope: string): StoreListing {
     const dir = join(realScope, ...components);
     for (const name of namesIn(dir)) if (name.startsWith(STAGING_PREFIX)) out.staging.push(join(dir, name));
   }
-  // Tarball extraction staging (acquisition/tarball.ts): staging directories and the managed .gitignore, nothing else.
-  if (inspectStoreAt(realScope, EXTRACT_STORE).complete) {
-    const dir = join(realScope, ...EXTRACT_STORE);
+  // Tarball extraction staging (acquisition/tarball.ts) and dispatch run copies
+  // (captures/run-copy.ts): staging directories and the managed .gitignore, nothing else.
+  for (const store of [EXTRACT_STORE, RUN_COPIES_STORE]) {
+    if (!inspectStoreAt(realScope, store).complete) continue;
+    const dir = join(realScope, ...store);
     for (const name of namesIn(dir)) {
       if (name === ".gitignore") continue;
       (name.startsWith(STAGING_PREFIX) ? out.staging : out.unexpected).push(join(dir, name));

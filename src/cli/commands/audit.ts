@@ -28,9 +28,11 @@ export const auditShow: CommandSpec = {
 export const auditVerify: CommandSpec = {
   name: "audit verify",
   define(command) {
-    command.description("check the whole audit log's hash chain and name the first broken line (never repaired)");
+    command
+      .description("check the whole audit log's hash chain and name the first broken line (never repaired)")
+      .option("--expect-head <hash>", "also fail (integrity-mismatch) unless the chain still contains this entry hash (from `oats audit head`): it was not truncated or rewritten since");
   },
-  async run(context) {
+  async run(context, _operands, options) {
     const library = await loadCapturesLibrary();
     const verdict = library.verifyAudit(context.scope);
     if (!verdict.ok) {
@@ -40,10 +42,31 @@ export const auditVerify: CommandSpec = {
         brokenAt: verdict.brokenAt,
       });
     }
+    const expected = options["expectHead"];
+    const anchor = typeof expected === "string" ? library.expectHead(context.scope, library.CHAIN_LOGS.audit, expected) : null;
     return {
-      result: { scope: context.scope, ok: true, entries: verdict.entries, head: verdict.head },
-      lines: [`audit log verified: ${verdict.entries} entr${verdict.entries === 1 ? "y" : "ies"}, head ${verdict.head}`],
+      result: { scope: context.scope, ok: true, entries: verdict.entries, head: verdict.head, ...(anchor === null ? {} : { expectHead: { hash: expected, seq: anchor.at } }) },
+      lines: [
+        `audit log verified: ${verdict.entries} entr${verdict.entries === 1 ? "y" : "ies"}, head ${verdict.head}`,
+        ...(anchor === null ? [] : [`  extends the expected head ${String(expected)} (seq ${anchor.at})`]),
+      ],
       quietLines: [verdict.head],
+    };
+  },
+};
+
+export const auditHead: CommandSpec = {
+  name: "audit head",
+  define(command) {
+    command.description("print the current heads of the approvals ledger and the audit log (both chains verified in full); keep them outside the scope and pass them back with --expect-head");
+  },
+  async run(context) {
+    const library = await loadCapturesLibrary();
+    const heads = library.logHeads(context.scope);
+    return {
+      result: { scope: context.scope, approvals: heads.approvals, audit: heads.audit },
+      lines: [`approvals ${heads.approvals.entries} ${heads.approvals.head}`, `audit ${heads.audit.entries} ${heads.audit.head}`],
+      quietLines: [heads.approvals.head, heads.audit.head],
     };
   },
 };

@@ -1,4 +1,5 @@
 import type { DispatchPlan } from "../../captures/index.js";
+import { usageError } from "../envelope.js";
 import type { CommandSpec } from "../context.js";
 import { loadCapturesLibrary, subjectText } from "./captures-shared.js";
 
@@ -23,6 +24,7 @@ function planLines(plan: DispatchPlan): string[] {
     `  env            ${names.length ? names.join(", ") : "(none)"} (names only; values are never printed)`,
     `  credentials    provided ${credentials.provided.length ? credentials.provided.join(", ") : "none"}; missing ${credentials.missing.length ? credentials.missing.join(", ") : "none"}`,
     `  classification declared ${classification.declared}, pinned ${classification.pinned}, current ${classification.current ?? "(config gone)"}: effective ${classification.effective}`,
+    `  run copy       ${plan.run.root} (private; working directory)`,
     `  checked        ${plan.verified.length} artifact${plan.verified.length === 1 ? "" : "s"} re-verified; principal ${plan.principal}${plan.harness === null ? "" : `, harness ${plan.harness}`}; audit seq ${plan.audit.seq}`,
     ...(plan.preparedFrom === null ? [] : [`  re-prepared    from resolution ${plan.preparedFrom} (prepare-on-tick)`]),
   ];
@@ -35,16 +37,21 @@ export const dispatch: CommandSpec = {
       .description("resolve a queued job into what would run, re-verifying everything and checking approval and classification now; --exec runs it")
       .argument("<job>", "the queued job's id (`oats queue ls` lists them)")
       .option("--exec", "run the plan and exit with the child's exit code (in --json mode the child's stdout goes to stderr)")
-      .option("--harness <label>", "a label the harness gives itself, recorded in the audit log (never the principal)");
+      .option("--harness <label>", "a label the harness gives itself, recorded in the audit log (never the principal)")
+      .option("--keep-run-copy", "with --exec: keep the private copy the child ran from (reported) instead of removing it");
   },
   async run(context, [job], options) {
     const library = await loadCapturesLibrary();
     const exec = options["exec"] === true;
     const harness = options["harness"] as string | undefined;
+    const keep = options["keepRunCopy"] === true;
+    if (keep && !exec) throw usageError("--keep-run-copy keeps the copy a run ran from: it needs --exec", { flag: "--keep-run-copy" });
     // Every refusal happens here, before anything runs.
     const plan = await library.resolveQueuedCapture(context.scope, job!, { exec, ...(harness === undefined ? {} : { harness }) });
     const head = `job ${plan.job}: resolution ${plan.resolution}`;
     if (!exec) {
+      // The plan's run copy was the verification; nothing will run from it.
+      await library.discardDispatchPlan(plan);
       return {
         result: { ...planResult(plan), exec: false },
         lines: [`dispatch plan for ${head} (not run; pass --exec to run it)`, ...planLines(plan)],
@@ -52,10 +59,10 @@ export const dispatch: CommandSpec = {
       };
     }
     // In --json mode stdout carries only the envelope: the child's stdout goes to stderr.
-    const run = await library.runDispatchPlan(plan, { stdio: context.json ? ["inherit", 2, "inherit"] : "inherit" });
+    const run = await library.runDispatchPlan(plan, { stdio: context.json ? ["inherit", 2, "inherit"] : "inherit", keep });
     return {
-      result: { ...planResult(plan), exec: true, exitCode: run.code },
-      lines: [`dispatched ${head}: exit ${run.code}`],
+      result: { ...planResult(plan), exec: true, exitCode: run.code, kept: run.kept },
+      lines: [`dispatched ${head}: exit ${run.code}`, ...(run.kept === null ? [] : [`  kept run copy  ${run.kept}`])],
       quietLines: [],
       exitCode: run.code,
     };

@@ -41,6 +41,13 @@ export const FILE_STORES: readonly (readonly string[])[] = [
  */
 export const EXTRACT_STORE: readonly string[] = [AGENTS_DIR, "extract"];
 
+/**
+ * Where dispatch copies an executable tree to run it (src/captures/run-copy.ts):
+ * only `.staging-*` directories (0700, the dispatcher's), each removed when
+ * its run ends unless kept; cleanup removes those whose dispatcher is gone.
+ */
+export const RUN_COPIES_STORE: readonly string[] = [AGENTS_DIR, "run-copies"];
+
 /** The store components from the scope down to a kind's store root. */
 export function storeComponents(kind: ArtifactKind): string[] {
   return [AGENTS_DIR, KIND_DIRS[kind], "artifacts"];

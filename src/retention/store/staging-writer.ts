@@ -1,6 +1,6 @@
 import { execFile } from "node:child_process";
 import { chmodSync, closeSync, constants, fchmodSync, fsync, close, lstatSync, mkdirSync, openSync, symlinkSync, write, writeSync } from "node:fs";
-import { chmod, readdir, rm } from "node:fs/promises";
+import { chmod, open, readdir, rm } from "node:fs/promises";
 import { join } from "node:path";
 import { asStepError, errnoCode } from "../../errors.js";
 import type { FileConsumer, FileInfo } from "../digest/file-reader.js";
@@ -28,8 +28,10 @@ export const PER_FILE_FSYNC_LIMIT = 512;
 /**
  * "auto" (the default) chooses by file count as above; "per-file" and
  * "syncfs" force one strategy (the benchmark measures both on the same tree).
+ * "none" skips every fsync: for a private, transient copy (a dispatch's run
+ * copy, src/captures/run-copy.ts) that no crash needs to find intact.
  */
-export type Durability = "auto" | "per-file" | "syncfs";
+export type Durability = "auto" | "per-file" | "syncfs" | "none";
 const MAX_PENDING_FSYNCS = 32;
 const WRITE_FLAGS = constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL | constants.O_NOFOLLOW;
 
@@ -65,13 +67,62 @@ export class StagingWriter implements FileConsumer {
   private readonly pending = new Set<Promise<void>>();
   private pendingError: unknown = null;
   private readonly perFile: boolean;
+  private readonly durable: boolean;
+  /** Permission bits cleared on every file and directory written (0o022: no group/other write). */
+  private readonly clearBits: number;
+
+  /**
+   * Set with `concurrentSmallFiles`: each small file is written through the
+   * thread pool (open, write, chmod, close), several at a time, instead of
+   * synchronously. Creating an inode can wait on the filesystem's journal
+   * (hundreds of microseconds on a busy ext4), and several creates in flight
+   * share those waits. Only without per-file fsync; flush() awaits them.
+   */
+  readonly whole?: (entry: FileEntry, info: FileInfo, data: Buffer) => void | Promise<void>;
 
   constructor(
     private readonly staging: string,
     private readonly listing: TreeListing,
-    options: { durability?: Durability } = {},
+    options: { durability?: Durability; clearModeBits?: number; concurrentSmallFiles?: boolean } = {},
   ) {
-    this.perFile = perFileDurability(listing, options.durability);
+    this.durable = options.durability !== "none";
+    this.perFile = this.durable && perFileDurability(listing, options.durability);
+    this.clearBits = options.clearModeBits ?? 0;
+    if (options.concurrentSmallFiles && !this.perFile) this.whole = (entry, info, data) => this.writeWhole(entry, info, data);
+  }
+
+  private writeWhole(entry: FileEntry, info: FileInfo, data: Buffer): void | Promise<void> {
+    if (this.pendingError) throw this.pendingError;
+    faultPoint("copy", entry.path);
+    // The reader reuses its buffer for the next small file.
+    const bytes = Buffer.from(data);
+    const path = join(this.staging, entry.path);
+    const mode = info.mode & 0o777 & ~this.clearBits;
+    const done = (async () => {
+      const handle = await open(path, WRITE_FLAGS, 0o600);
+      try {
+        let written = 0;
+        while (written < bytes.length) written += (await handle.write(bytes, written, bytes.length - written, null)).bytesWritten;
+        await handle.chmod(mode);
+      } finally {
+        await handle.close();
+      }
+    })().then(
+      () => {
+        this.pending.delete(done);
+      },
+      (error: unknown) => {
+        this.pending.delete(done);
+        this.pendingError ??= asStepError("copy", error, { path: entry.path });
+      },
+    );
+    this.pending.add(done);
+    if (this.pending.size >= MAX_PENDING_FSYNCS) return Promise.race(this.pending);
+  }
+
+  /** Wait for every write in flight (after a failed pass, before the staging is removed). */
+  async settle(): Promise<void> {
+    await Promise.all(this.pending);
   }
 
   /** Create the directory skeleton, parents first, writable until flush() applies the real modes. */
@@ -112,7 +163,7 @@ export class StagingWriter implements FileConsumer {
     const fd = this.fd!;
     this.fd = null;
     try {
-      fchmodSync(fd, info.mode & 0o777);
+      fchmodSync(fd, info.mode & 0o777 & ~this.clearBits);
     } catch (error) {
       closeSync(fd);
       throw asStepError("copy", error, { path: this.current });
@@ -156,12 +207,13 @@ export class StagingWriter implements FileConsumer {
     if (this.pendingError) throw this.pendingError;
     try {
       for (const directory of this.listing.directories) {
-        chmodSync(join(this.staging, directory.path), lstatSync(directory.absolute).mode & 0o777);
+        chmodSync(join(this.staging, directory.path), lstatSync(directory.absolute).mode & 0o777 & ~this.clearBits);
       }
-      chmodSync(this.staging, lstatSync(this.listing.root.absolute).mode & 0o777);
+      chmodSync(this.staging, lstatSync(this.listing.root.absolute).mode & 0o777 & ~this.clearBits);
     } catch (error) {
       throw asStepError("copy", error, { path: "(directory modes)" });
     }
+    if (!this.durable) return;
     // Small trees: files were fsync'd as they were written; the directories remain.
     await makeDurable(this.staging, this.listing, { perFile: this.perFile, filesSynced: this.perFile });
   }
@@ -169,6 +221,7 @@ export class StagingWriter implements FileConsumer {
 
 /** Whether a tree is made durable file by file (true) or by one syncfs (false): the rule above. */
 export function perFileDurability(listing: TreeListing, durability: Durability = "auto"): boolean {
+  if (durability === "none") return false;
   if (durability !== "auto") return durability === "per-file";
   let files = 0;
   for (const leaf of listing.leaves) if (leaf.type === "file") files += 1;

@@ -1,0 +1,160 @@
+import { closeSync, constants, fstatSync, openSync, readSync } from "node:fs";
+import { errnoCode } from "../errors.js";
+import { canonicalJson, jsonDigest } from "../retention/digest/json.js";
+
+/**
+ * One line of a hash-chained log (see chain-log.ts), checked on its own, and
+ * the byte-level reading both the full scan and the checkpointed sync use.
+ */
+
+export interface ChainLog {
+  /** Store root components below the scope, e.g. [".agents", "audit"]. */
+  dir: readonly string[];
+  /** The log's file name inside the store root, e.g. "audit.jsonl". */
+  file: string;
+}
+
+export const CHAIN_LOGS = {
+  approvals: { dir: [".agents", "approvals"], file: "ledger.jsonl" },
+  audit: { dir: [".agents", "audit"], file: "audit.jsonl" },
+} as const satisfies Record<string, ChainLog>;
+
+export function logName(log: ChainLog): string {
+  return [...log.dir, log.file].join("/");
+}
+
+export const GENESIS_PREV = `sha256-${"0".repeat(64)}`;
+const DIGEST = /^sha256-[0-9a-f]{64}$/;
+
+export interface ChainEntry {
+  seq: number;
+  at: string;
+  prev: string;
+  hash: string;
+  [key: string]: unknown;
+}
+
+export type BrokenReason = "bad-json" | "non-canonical" | "invalid-entry" | "wrong-hash" | "wrong-prev" | "seq-gap" | "truncated";
+
+class ProtoKey extends Error {}
+
+/** JSON.parse refusing `__proto__` keys anywhere. Throws on bad JSON. */
+export function parseLine(text: string): unknown {
+  return JSON.parse(text, (key, value: unknown) => {
+    if (key === "__proto__") throw new ProtoKey("__proto__ key");
+    return value;
+  });
+}
+
+export function isPlainRecord(value: unknown): value is Record<string, unknown> {
+  if (typeof value !== "object" || value === null || Array.isArray(value)) return false;
+  const prototype = Object.getPrototypeOf(value);
+  return prototype === Object.prototype || prototype === null;
+}
+
+/** The entry's own hash: jsonDigest of everything but `hash`. */
+export function entryHash(entry: Record<string, unknown>): string {
+  const { hash: _hash, ...rest } = entry;
+  void _hash;
+  return jsonDigest(rest);
+}
+
+/**
+ * Check one line (without its LF) on its own: JSON, canonical spelling, shape,
+ * self-hash. Returns the entry or the reason it is broken.
+ */
+export function checkLine(text: string): { entry: ChainEntry } | { reason: BrokenReason; seq: number | null } {
+  let parsed: unknown;
+  try {
+    parsed = parseLine(text);
+  } catch {
+    return { reason: "bad-json", seq: null };
+  }
+  if (!isPlainRecord(parsed)) return { reason: "invalid-entry", seq: null };
+  const seq = Number.isSafeInteger(parsed.seq) && (parsed.seq as number) >= 1 ? (parsed.seq as number) : null;
+  let canonical: string;
+  try {
+    canonical = canonicalJson(parsed);
+  } catch {
+    return { reason: "non-canonical", seq };
+  }
+  if (canonical !== `${text}\n`) return { reason: "non-canonical", seq };
+  if (seq === null || typeof parsed.at !== "string" || typeof parsed.prev !== "string" || !DIGEST.test(parsed.prev) || typeof parsed.hash !== "string" || !DIGEST.test(parsed.hash)) {
+    return { reason: "invalid-entry", seq };
+  }
+  if (entryHash(parsed) !== parsed.hash) return { reason: "wrong-hash", seq };
+  return { entry: parsed as ChainEntry };
+}
+
+/** Open a regular file for reading, never through a symlink; null when it does not exist. */
+export function openForRead(path: string): number | null {
+  let fd: number;
+  try {
+    fd = openSync(path, constants.O_RDONLY | constants.O_NOFOLLOW);
+  } catch (error) {
+    if (errnoCode(error) === "ENOENT") return null;
+    throw error;
+  }
+  try {
+    if (!fstatSync(fd).isFile()) throw Object.assign(new Error(`not a regular file: ${path}`), { code: "EISDIR_OR_SPECIAL" });
+  } catch (error) {
+    closeSync(fd);
+    throw error;
+  }
+  return fd;
+}
+
+/** Exactly `length` bytes at `position`, or fewer when the file ends first. */
+export function readAt(fd: number, position: number, length: number): Buffer {
+  const bytes = Buffer.alloc(length);
+  let read = 0;
+  while (read < length) {
+    const n = readSync(fd, bytes, read, length - read, position + read);
+    if (n === 0) break;
+    read += n;
+  }
+  return read === length ? bytes : bytes.subarray(0, read);
+}
+
+export interface LocatedEntry {
+  entry: ChainEntry;
+  /** Byte offset of the line's first byte. */
+  offset: number;
+  /** Bytes of the line, LF included. */
+  length: number;
+}
+
+export type SegmentVerdict =
+  | { ok: true; entries: LocatedEntry[]; seq: number; head: string }
+  | { ok: false; entries: LocatedEntry[]; brokenAt: { line: number; seq: number | null; reason: BrokenReason } };
+
+/**
+ * Verify the lines in `bytes` (which start at byte `base` of the file) as the
+ * continuation of a chain whose last verified entry is (`seq`, `head`) on
+ * line `lineBase`. The segment must end with LF; a partial last line is
+ * `truncated`.
+ */
+export function verifySegment(bytes: Buffer, base: number, seq: number, head: string, lineBase = seq): SegmentVerdict {
+  const entries: LocatedEntry[] = [];
+  let start = 0;
+  let line = lineBase;
+  while (start < bytes.length) {
+    line += 1;
+    const end = bytes.indexOf(0x0a, start);
+    const broken = (reason: BrokenReason, claimed: number | null) => ({ ok: false as const, entries, brokenAt: { line, seq: claimed, reason } });
+    if (end < 0) {
+      const match = /"seq":(\d+)/.exec(bytes.subarray(start, Math.min(bytes.length, start + 64)).toString("utf8"));
+      return broken("truncated", match ? Number(match[1]) : null);
+    }
+    const checked = checkLine(bytes.subarray(start, end).toString("utf8"));
+    if (!("entry" in checked)) return broken(checked.reason, checked.seq);
+    const { entry } = checked;
+    if (entry.seq !== seq + 1) return broken("seq-gap", entry.seq);
+    if (entry.prev !== head) return broken("wrong-prev", entry.seq);
+    entries.push({ entry, offset: base + start, length: end + 1 - start });
+    seq = entry.seq;
+    head = entry.hash;
+    start = end + 1;
+  }
+  return { ok: true, entries, seq, head };
+}
