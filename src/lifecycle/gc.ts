@@ -4,7 +4,7 @@ import { rename } from "node:fs/promises";
 import { dirname, join } from "node:path";
 import { OatsError, asStepError, errnoCode } from "../errors.js";
 import { audit } from "../captures/audit.js";
-import { listResolutionIds, readRecordBytes, resolutionPath } from "../resolution/store.js";
+import { listResolutionIds, recordReader, resolutionPath } from "../resolution/store.js";
 import { integrityText, type Integrity } from "../retention/integrity.js";
 import { listStore } from "../retention/inventory.js";
 import { BLOBS_DIR, blobPath, readBlob } from "../retention/store/blobs.js";
@@ -140,6 +140,7 @@ async function plan(realScope: string, options: GcOptions, dryRun: boolean): Pro
   for (const [legacy, exec] of reachable.copies) if (keptDirs.has(legacy) && keptDirs.has(exec)) keptTrees -= 1;
 
   let keptRecords = 0;
+  const readRecord = recordReader(realScope);
   for (const id of listResolutionIds(realScope)) {
     if (reachable.records.has(id)) {
       keptRecords += 1;
@@ -154,7 +155,7 @@ async function plan(realScope: string, options: GcOptions, dryRun: boolean): Pro
     }
     let damage: { code: string; message: string } | null = null;
     try {
-      readRecordBytes(realScope, id);
+      readRecord(id);
     } catch (error) {
       damage = damageOf(error);
     }

@@ -6,7 +6,7 @@ import { compositionOf } from "../captures/composition.js";
 import { listJobs } from "../captures/queue.js";
 import { referencedArtifacts } from "../resolution/read.js";
 import type { ResolutionRecord } from "../resolution/record.js";
-import { INSTANCE_REFS_DIR, readInstanceRef, readRecordBytes } from "../resolution/store.js";
+import { INSTANCE_REFS_DIR, instanceRefReader, recordReader } from "../resolution/store.js";
 import { bytesDigest, canonicalJsonBytes } from "../retention/digest/json.js";
 import { TREE_LEGACY } from "../retention/integrity.js";
 import { inspectStoreAt } from "../retention/store/components.js";
@@ -87,10 +87,11 @@ function runRoots(realScope: string, roots: RootSet): number {
 export function collectRoots(realScope: string): RootSet {
   const roots: RootSet = { records: new Map(), artifacts: [], counts: { instances: 0, jobs: 0, pins: 0, runs: 0 }, missing: [] };
   if (inspectStoreAt(realScope, INSTANCE_REFS_DIR).complete) {
+    const readInstanceRef = instanceRefReader(realScope);
     for (const name of namesIn(join(realScope, ...INSTANCE_REFS_DIR))) {
       if (name.startsWith(".") || !name.endsWith(".json")) continue;
       const instance = name.slice(0, -".json".length);
-      addRoot(roots, readInstanceRef(realScope, instance).resolution, `instance:${instance}`);
+      addRoot(roots, readInstanceRef(instance).resolution, `instance:${instance}`);
       roots.counts.instances += 1;
     }
   }
@@ -133,10 +134,11 @@ export function recordClosure(realScope: string, record: ResolutionRecord, into:
 export function reachableFrom(realScope: string, roots: RootSet): Reachable {
   const reachable: Reachable = { revisions: new Set(), records: new Set(), blobs: new Set(), copies: new Map() };
   for (const ref of roots.artifacts) reachable.revisions.add(retainedTreeDir(realScope, ref));
+  const readRecord = recordReader(realScope);
   for (const [id, why] of roots.records) {
     let record: ResolutionRecord;
     try {
-      record = readRecordBytes(realScope, id).record;
+      record = readRecord(id).record;
     } catch (error) {
       // Run evidence may name ids that are not records (a blob digest, say): only a record it names is a root.
       if (error instanceof OatsError && error.code === "resolution-not-found") {
