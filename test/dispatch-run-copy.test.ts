@@ -8,7 +8,7 @@
  */
 import assert from "node:assert/strict";
 import { spawn, spawnSync } from "node:child_process";
-import { chmodSync, chownSync, existsSync, mkdirSync, readdirSync, readFileSync, renameSync, rmSync, statSync, writeFileSync } from "node:fs";
+import { chmodSync, chownSync, existsSync, mkdirSync, readdirSync, readFileSync, renameSync, statSync, writeFileSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { describe, test } from "node:test";
 import { stringify } from "yaml";
@@ -31,6 +31,7 @@ import {
 } from "../src/index.js";
 import { digestTree } from "../src/retention/digest/tree.js";
 import { hostTag } from "../src/retention/store/layout.js";
+import { makeUnwritable } from "./support/unwritable.js";
 import { REPO, tempDir } from "./helpers.js";
 
 const NODE_DIR = dirname(process.execPath);
@@ -324,18 +325,17 @@ describe("the private run directory", () => {
     assert.deepEqual(runCopies(f.scope), []);
   });
 
-  test("Given an audit log that cannot be appended (a directory in its place), When dispatched, Then audit-unavailable and the copy made before the audit is removed", async () => {
+  test("Given an audit log that cannot be appended (read-only), When dispatched, Then audit-unavailable and the copy made before the audit is removed", async (t) => {
     const f = await fixture({ files: { "bin/run": { body: script, mode: 0o755 } }, entry: "bin/run" });
-    const auditLog = join(f.scope, ".agents", "audit", "audit.jsonl");
-    renameSync(auditLog, `${auditLog}.saved`);
-    mkdirSync(auditLog);
+    const auditDir = join(f.scope, ".agents", "audit");
+    const { setup, restore } = makeUnwritable(auditDir, join(auditDir, "audit.jsonl"));
+    t.diagnostic(`unwritable audit log by: ${setup}`);
     try {
       await assert.rejects(resolveQueuedCapture(f.scope, f.job, { env: {} }), isCode("audit-unavailable"));
       assert.ok(existsSync(join(f.scope, ".agents", "run-copies")), "the copy was made before the audit");
       assert.deepEqual(runCopies(f.scope), []);
     } finally {
-      rmSync(auditLog, { recursive: true });
-      renameSync(`${auditLog}.saved`, auditLog);
+      restore();
     }
   });
 
