@@ -4,6 +4,7 @@
  * the commands run through the built CLI (dist/; `npm run build` first).
  */
 import assert from "node:assert/strict";
+import { spawn, spawnSync } from "node:child_process";
 import { chmodSync, existsSync, lstatSync, mkdirSync, readFileSync, readdirSync, rmSync, unlinkSync, utimesSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { describe, test } from "node:test";
@@ -27,6 +28,7 @@ import {
 } from "../src/index.js";
 import { FIXTURE_LOCK, FIXTURE_PAYLOAD, REPO, runOats, snapshotTree, tempDir } from "./helpers.js";
 import { runTogether } from "./support/go.js";
+import { hostTag } from "../src/retention/store/layout.js";
 
 const HELLO = "demo.hello";
 const CHILD = join(REPO, "test/support/lifecycle-child.ts");
@@ -392,6 +394,30 @@ describe("gc and publishers race (real processes)", () => {
 });
 
 describe("leases", () => {
+  test("Given a live publisher's lease, When gc --delete runs, Then it waits and ends in busy with nothing deleted; a dead publisher's lease is ignored and removed", async () => {
+    const s = await scene();
+    const leases = join(s.scope, ".agents/leases");
+    mkdirSync(leases, { recursive: true });
+    writeFileSync(join(leases, ".gitignore"), "*\n");
+    const sleeper = spawn(process.execPath, ["-e", "setTimeout(() => {}, 60000)"], { stdio: "ignore" });
+    try {
+      const live = join(leases, `${hostTag()}-${sleeper.pid}-${"a".repeat(12)}.lease`);
+      writeFileSync(live, "{}\n");
+      const before = snapshotTree(s.scope);
+      await assert.rejects(gc(s.scope, { graceMs: 0, delete: true, lockWaitMs: 300 }), (error: any) => error.code === "busy" && error.details.leases.includes(live));
+      assert.deepEqual(snapshotTree(s.scope), before);
+      unlinkSync(live);
+    } finally {
+      sleeper.kill();
+    }
+    const dead = join(leases, `${hostTag()}-${spawnSync(process.execPath, ["-e", "0"]).pid}-${"b".repeat(12)}.lease`);
+    writeFileSync(dead, "{}\n");
+    const report = await gc(s.scope, { graceMs: 0, delete: true, lockWaitMs: 300 });
+    assert.ok(refs(report).includes(s.orphanRef));
+    assert.ok(!existsSync(dead));
+  });
+
+
   test("Given a refused publication into an empty scope, Then no lease directory is left behind", async () => {
     const scope = tempDir("oats-gc-lease-");
     const before = snapshotTree(scope);

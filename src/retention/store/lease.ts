@@ -260,7 +260,15 @@ export async function withGcLock<T>(scope: string, waitMs: number, body: (stillH
     async (stillHeld) => {
       const deadline = Date.now() + waitMs;
       for (;;) {
-        const { live } = listLeases(realScope);
+        const { live, abandoned } = listLeases(realScope);
+        // A crashed publisher's lease is ignored; removing it keeps the directory from growing.
+        for (const path of abandoned) {
+          try {
+            unlinkSync(path);
+          } catch {
+            // another gc took it
+          }
+        }
         if (live.length === 0) break;
         if (Date.now() > deadline) throw new OatsError("busy", `${live.length} publisher${live.length === 1 ? "" : "s"} still in flight in ${realScope}; gave up after ${waitMs} ms`, { leases: live, waitedMs: waitMs });
         await new Promise((resolve) => setTimeout(resolve, POLL_MS));
