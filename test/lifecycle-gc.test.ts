@@ -29,6 +29,7 @@ import {
 import { FIXTURE_LOCK, FIXTURE_PAYLOAD, REPO, runOats, snapshotTree, tempDir } from "./helpers.js";
 import { runTogether } from "./support/go.js";
 import { hostTag } from "../src/retention/store/layout.js";
+import { withGcLock } from "../src/retention/store/lease.js";
 
 const HELLO = "demo.hello";
 const CHILD = join(REPO, "test/support/lifecycle-child.ts");
@@ -394,6 +395,24 @@ describe("gc and publishers race (real processes)", () => {
 });
 
 describe("leases", () => {
+  test("Given gc holding its lock, When another process retains, Then the publisher waits for it and gives up with busy (exit 7), having written nothing", { timeout: 120_000 }, async () => {
+    const s = await scene();
+    const source = tree("late");
+    const before = snapshotTree(s.scope);
+    const child = await withGcLock(s.scope, 1000, async () =>
+      new Promise<{ status: number | null; stdout: string }>((resolve) => {
+        const proc = spawn(process.execPath, [join(REPO, "dist/cli/bin.js"), "--json", "--scope", s.scope, "retain", source, "--id", "late", "--kind", "capture"], { stdio: ["ignore", "pipe", "pipe"] });
+        let stdout = "";
+        proc.stdout.on("data", (chunk: Buffer) => (stdout += chunk.toString()));
+        proc.on("close", (status) => resolve({ status, stdout }));
+      }),
+    );
+    assert.equal(child.status, 7, child.stdout);
+    assert.equal(JSON.parse(child.stdout).error.code, "busy");
+    assert.deepEqual(snapshotTree(s.scope), before);
+  });
+
+
   test("Given a live publisher's lease, When gc --delete runs, Then it waits and ends in busy with nothing deleted; a dead publisher's lease is ignored and removed", async () => {
     const s = await scene();
     const leases = join(s.scope, ".agents/leases");

@@ -36,4 +36,9 @@ export const COMMAND_NAMES = [
   "export",
   "import",
   "source retain",
+  "gc",
+  "pin",
+  "unpin",
+  "pins",
+  "repair",
 ] as const;
