@@ -165,3 +165,48 @@ describe("repair of a legacy-named capability", () => {
     assert.ok(!existsSync(join(scope, ".agents/quarantine")));
   });
 });
+
+describe("repair against a local attacker", () => {
+  test("Given a repair source owned by another user who keeps swapping a file in it, When repairing repeatedly, Then each repair either publishes verified bytes or is refused with the damaged tree back in place", { timeout: 180_000 }, async (t) => {
+    if (process.getuid?.() !== 0) {
+      t.skip("needs root to run the attacker as nobody (uid 65534)");
+      return;
+    }
+    // A tree large enough that the check of the source and the copy of it are far apart.
+    const shared = tempDir("oats-repair-attack-");
+    chmodSync(shared, 0o755);
+    const source = join(shared, "nightly");
+    mkdirSync(join(source, "bin"), { recursive: true });
+    mkdirSync(join(source, "lib"), { recursive: true });
+    writeFileSync(join(source, "bin/run"), "#!/bin/sh\necho run\n", { mode: 0o755 });
+    writeFileSync(join(source, "data.txt"), "nightly\n");
+    for (let index = 0; index < 1500; index++) writeFileSync(join(source, "lib", `f-${index}.js`), `module.exports = ${index};\n`);
+    const scope = tempDir("oats-repair-scope-");
+    const receipt = await retainTree(scope, { kind: "capture", key: "nightly", source });
+    const ref = `capture:nightly@oats.tree-exec.v1:${receipt.execIntegrity.value}`;
+    damage(join(receipt.dir, "data.txt"));
+    execFileSync("chown", ["-R", "65534:65534", source]);
+    const { spawn } = await import("node:child_process");
+    const script = `const fs=require("fs");const p=${JSON.stringify(join(source, "data.txt"))};const s=p+".swap";const end=Date.now()+120000;let i=0;const pause=new Int32Array(new SharedArrayBuffer(4));while(Date.now()<end){fs.writeFileSync(s,(i++%2)?"nightly\\n":"evil\\n");fs.renameSync(s,p);Atomics.wait(pause,0,0,7);}`;
+    const child = spawn(process.execPath, ["-e", script], { uid: 65534, gid: 65534, stdio: "ignore" });
+    const outcomes: string[] = [];
+    try {
+      for (let attempt = 0; attempt < 12; attempt++) {
+        const { run, envelope } = repairJson(scope, ref, "--from", source);
+        outcomes.push(`${run.status}${envelope.ok ? "" : `:${envelope.error.details.reason ?? envelope.error.code}`}`);
+        assert.ok([0, 4, 5].includes(run.status!), run.stdout);
+        assert.ok(existsSync(receipt.dir), "the revision is never left missing");
+        if (run.status === 0) {
+          await verifyTree(scope, { kind: "capture", key: "nightly", integrity: receipt.execIntegrity });
+          damage(join(receipt.dir, "data.txt"));
+        } else {
+          assert.equal(readFileSync(join(receipt.dir, "data.txt"), "utf8"), "tampered\n", "a refused repair leaves the damaged tree in place");
+          assert.equal(readFileSync(join(receipt.dir, "bin/run"), "utf8"), "#!/bin/sh\necho run\n");
+        }
+      }
+    } finally {
+      child.kill();
+    }
+    console.log(`repair outcomes under attack: ${outcomes.join(",")}`);
+  });
+});
