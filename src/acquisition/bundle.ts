@@ -23,7 +23,7 @@ import { readRegularFile } from "../retention/store/files.js";
 import { parseArtifactRef, retainedTreeDir, type ArtifactRef } from "../retention/store/layout.js";
 import { revisionParentSegments } from "../retention/store/publish.js";
 import { verifyTree } from "../retention/verify.js";
-import { DEFAULT_EXTRACT_LIMITS, extractTar, type ExtractLimits } from "./extract.js";
+import { extractLimits, extractTar, type ExtractLimits } from "./extract.js";
 import { withExtractionDir } from "./staging.js";
 
 /**
@@ -542,7 +542,7 @@ function checkContents(bundle: string, root: string, manifest: BundleManifest): 
 // ------------------------------------------------------------------ import
 
 export interface ImportOptions {
-  /** Limits on the archive (entries, expanded bytes); the extractor's defaults otherwise. */
+  /** Limits on the archive (entries, expanded bytes, name bytes and depth, header bytes); the extractor's defaults otherwise. */
   readonly limits?: Partial<ExtractLimits>;
 }
 
@@ -564,10 +564,10 @@ function mismatch(bundle: string, what: string, expected: string, actual: string
 }
 
 /** Every item against its digest, every record against the strict reader and schema, every record's references present. */
-async function verifyBundle(bundle: string, root: string, manifest: BundleManifest): Promise<VerifiedBundle> {
+async function verifyBundle(bundle: string, root: string, manifest: BundleManifest, maxDepth: number): Promise<VerifiedBundle> {
   for (const row of manifest.artifacts) {
     const dir = join(root, row.path);
-    const listing = await walkTree(dir);
+    const listing = await walkTree(dir, { maxDepth });
     // The extractor kept symlinks inside the bundle; each must also stay inside its own tree.
     await checkSymlinks(dir, listing);
     const actual = (await digestListing(listing, [TREE_EXEC]))[TREE_EXEC]!;
@@ -663,20 +663,20 @@ export async function importBundle(scope: string, bundlePath: string, options: I
   }
   if (!stats.isFile()) throw new OatsError("invalid-input", `bundle ${bundle} is not a regular file`, { bundle });
   const realScope = resolveScope(scope);
-  const limits = { ...DEFAULT_EXTRACT_LIMITS, ...(options.limits ?? {}) };
+  const limits = extractLimits(options.limits);
 
   return withPublishLease(realScope, () => withExtractionDir(realScope, async (staging) => {
     await extractTar(createReadStream(bundle), staging, { origin: bundle, prefix: null, limits });
     const manifest = readManifest(bundle, staging);
     checkContents(bundle, staging, manifest);
-    const verified = await verifyBundle(bundle, staging, manifest);
+    const verified = await verifyBundle(bundle, staging, manifest, limits.maxDepth);
     await checkTarget(realScope, verified);
 
     // Publication: trees, then blobs, then the records that name them.
     const artifacts: ImportReport["artifacts"][number][] = [];
     for (const row of manifest.artifacts) {
       // Verified above; adopted (moved, made durable, read back once) rather than copied a second time.
-      const receipt = await adoptTree(realScope, { kind: row.kind, key: row.key, source: join(staging, row.path), expect: row.integrity });
+      const receipt = await adoptTree(realScope, { kind: row.kind, key: row.key, source: join(staging, row.path), expect: row.integrity }, { maxDepth: limits.maxDepth });
       artifacts.push({ kind: row.kind, key: row.key, integrity: row.integrity, status: receipt.status === "kept" ? "kept" : "retained" });
     }
     const blobs: ImportReport["blobs"][number][] = [];

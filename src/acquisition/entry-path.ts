@@ -24,6 +24,9 @@ export type EntryRefusalReason =
   | "through-symlink"
   | "too-many-entries"
   | "too-large"
+  | "path-too-long"
+  | "too-deep"
+  | "header-too-large"
   | "empty-archive"
   | "corrupt-archive";
 
@@ -45,7 +48,13 @@ export function entryRefusal(origin: string, reason: EntryRefusalReason, entry: 
  * `prefix` (e.g. "package") is the one top-level directory every entry must
  * sit under; it is removed.
  */
-export function entryPath(raw: string, prefix: string | null, origin: string): string | null {
+/** The extractor's defaults for names (DEFAULT_EXTRACT_LIMITS has them too). */
+export const DEFAULT_NAME_LIMITS = { maxPathBytes: 4096, maxDepth: 256 } as const;
+
+export function entryPath(raw: string, prefix: string | null, origin: string, limits: { maxPathBytes: number; maxDepth: number } = DEFAULT_NAME_LIMITS): string | null {
+  // Measured before anything proportional to the name is done with it; the refusal shows only its start.
+  const length = Buffer.byteLength(raw);
+  if (length > limits.maxPathBytes) throw entryRefusal(origin, "path-too-long", shown(raw), `the name is ${length} bytes, more than the limit of ${limits.maxPathBytes}`, { limit: limits.maxPathBytes, length });
   if (raw.startsWith("/") || /^[A-Za-z]:[\\/]/.test(raw)) throw entryRefusal(origin, "absolute-path", raw, "absolute paths are refused");
   const segments = raw.split("/").filter((segment) => segment !== "" && segment !== ".");
   if (segments.includes("..")) throw entryRefusal(origin, "dot-dot", raw, "a `..` segment would climb out of the tree");
@@ -53,11 +62,14 @@ export function entryPath(raw: string, prefix: string | null, origin: string): s
     if (segments[0] !== prefix) throw entryRefusal(origin, "outside-prefix", raw, `every entry of a package tarball sits under ${prefix}/`);
     segments.shift();
   }
+  if (segments.length > limits.maxDepth) throw entryRefusal(origin, "too-deep", shown(raw), `the name is ${segments.length} levels deep, more than the limit of ${limits.maxDepth}`, { limit: limits.maxDepth, depth: segments.length });
   return segments.length === 0 ? null : segments.join("/");
 }
 
 /** Check a symlink's text: relative, and resolving inside the tree from the link's directory. Returns it verbatim. */
-export function symlinkTarget(path: string, linkText: string, origin: string): string {
+export function symlinkTarget(path: string, linkText: string, origin: string, maxBytes: number = DEFAULT_NAME_LIMITS.maxPathBytes): string {
+  const length = Buffer.byteLength(linkText);
+  if (length > maxBytes) throw entryRefusal(origin, "path-too-long", path, `the symlink text is ${length} bytes, more than the limit of ${maxBytes}`, { limit: maxBytes, length });
   if (linkText === "" || linkText.includes("\0")) throw entryRefusal(origin, "unsupported-entry", path, "a symlink needs a non-empty target");
   if (linkText.startsWith("/")) throw entryRefusal(origin, "absolute-symlink", path, `symlink to the absolute path ${JSON.stringify(linkText)} is refused`, { target: linkText });
   const resolved = posix.normalize(posix.join(posix.dirname(path), linkText));
@@ -72,8 +84,8 @@ export function foldKey(path: string): string {
   return path.normalize("NFC").toLowerCase();
 }
 
-/** Every proper ancestor of a relative path, shortest first: "a/b/c" → ["a", "a/b"]. */
-export function ancestors(path: string): string[] {
-  const segments = path.split("/");
-  return segments.slice(0, -1).map((_, index) => segments.slice(0, index + 1).join("/"));
+/** A name as a refusal shows it: an oversized one is cut, so the error stays small. */
+const SHOWN_BYTES = 256;
+function shown(raw: string): string {
+  return raw.length <= SHOWN_BYTES ? raw : `${raw.slice(0, SHOWN_BYTES)}...(${Buffer.byteLength(raw)} bytes)`;
 }

@@ -1,14 +1,16 @@
+import { chmodSync } from "node:fs";
 import type { Readable } from "node:stream";
 import { Parser, type ReadEntry } from "tar";
 import { OatsError, asStepError, isOatsError } from "../errors.js";
-import { entryPath, entryRefusal } from "./entry-path.js";
+import { DEFAULT_NAME_LIMITS, entryPath, entryRefusal } from "./entry-path.js";
 import { TreeWriter } from "./tree-writer.js";
 
 /**
  * Safe extraction of a tar stream (gzip detected by the parser) into an
  * empty staging directory that the caller owns and removes. Entries are
- * written by this module, never by tar's own unpacker, so every rule below is
- * ours and nothing is written that was not checked first:
+ * written by our TreeWriter (tree-writer.ts, shared with git commits), never
+ * by tar's own unpacker, so every rule below is ours and nothing is written
+ * that was not checked first:
  *
  * - names: relative, no `..`, under `prefix/` when one is given (npm's
  *   `package/`); absolute names and climbing names are refused;
@@ -20,18 +22,57 @@ import { TreeWriter } from "./tree-writer.js";
  * - each name at most once, and no two names that fold to the same key
  *   (case, Unicode normalisation), which would merge on another filesystem;
  * - at most `maxEntries` entries and `maxBytes` expanded bytes (a
- *   decompression bomb stops at the limit, not at the disk's end);
- * - files get 0755 when the owner-exec bit is set, else 0644, like retention.
+ *   decompression bomb stops at the limit, not at the disk's end); names
+ *   (and symlink texts) of at most `maxPathBytes` bytes and `maxDepth`
+ *   segments; pax and GNU long-name headers of at most `maxHeaderBytes`.
+ *   Each limit is checked before any work proportional to what exceeds it:
+ *   node-tar ignores (never buffers) a meta header over maxMetaEntrySize,
+ *   which is set to maxHeaderBytes, and we refuse the ignored header; a
+ *   name is measured before it is split;
+ * - bookkeeping is linear: an entry claims only the ancestors not already
+ *   claimed (a claimed name's ancestors are all claimed directories), so an
+ *   archive's cost follows its size, not its depth squared;
+ * - files get 0755 when the owner-exec bit is set, else 0644, directories
+ *   0755, like retention; the destination root too, once extraction is
+ *   complete (it is 0700 while the archive is being written into it).
  *
  * A refusal aborts the stream at once; the caller removes the directory.
  */
 
 export interface ExtractLimits {
   readonly maxEntries: number;
+  /** Expanded bytes of all files together. */
   readonly maxBytes: number;
+  /** Bytes of one entry's name (after the pax or GNU long name is applied), and of a symlink's text. */
+  readonly maxPathBytes: number;
+  /** Segments of one entry's name; also the deepest directory a walked tree may have. */
+  readonly maxDepth: number;
+  /** Bytes of one pax extended header or GNU long-name/long-link header. */
+  readonly maxHeaderBytes: number;
 }
 
-export const DEFAULT_EXTRACT_LIMITS: ExtractLimits = { maxEntries: 100_000, maxBytes: 4 * 1024 ** 3 };
+/** Far above any real package: this project's node_modules (about 2,000 entries) reaches depth 7 and 68-byte paths. */
+export const DEFAULT_EXTRACT_LIMITS: ExtractLimits = {
+  maxEntries: 100_000,
+  maxBytes: 4 * 1024 ** 3,
+  ...DEFAULT_NAME_LIMITS,
+  maxHeaderBytes: 64 * 1024,
+};
+
+const LIMIT_NAMES = ["maxEntries", "maxBytes", "maxPathBytes", "maxDepth", "maxHeaderBytes"] as const;
+
+/** The defaults with `limits` applied; each must be a positive safe integer (`invalid-input`). */
+export function extractLimits(limits: Partial<ExtractLimits> | undefined): ExtractLimits {
+  const merged: Record<string, unknown> = { ...DEFAULT_EXTRACT_LIMITS };
+  for (const name of LIMIT_NAMES) if (limits?.[name] !== undefined) merged[name] = limits[name];
+  for (const name of LIMIT_NAMES) {
+    const value = merged[name];
+    if (typeof value !== "number" || !Number.isSafeInteger(value) || value < 1) {
+      throw new OatsError("invalid-input", `extraction limit ${name} must be a positive integer, got ${JSON.stringify(value)}`, { [name]: value, reason: "invalid-limit" });
+    }
+  }
+  return merged as unknown as ExtractLimits;
+}
 
 export interface ExtractOptions {
   /** Names what is being extracted in refusals, e.g. the tarball's path. */
@@ -53,12 +94,13 @@ const SPECIAL_TYPES = new Set(["CharacterDevice", "BlockDevice", "FIFO"]);
 export function extractTar(input: Readable, dest: string, options: ExtractOptions): Promise<ExtractResult> {
   const origin = options.origin;
   const prefix = options.prefix ?? null;
-  const limits = { ...DEFAULT_EXTRACT_LIMITS, ...(options.limits ?? {}) };
+  const limits = extractLimits(options.limits);
   const writer = new TreeWriter(dest, origin, limits);
 
   return new Promise<ExtractResult>((resolvePromise, reject) => {
     let failed = false;
-    const parser = new Parser({ strict: true });
+    // Past maxMetaEntrySize node-tar skips a meta header's body instead of buffering it, and reports it as ignored: refused below.
+    const parser = new Parser({ strict: true, maxMetaEntrySize: limits.maxHeaderBytes });
     const fail = (error: unknown) => {
       if (failed) return;
       failed = true;
@@ -72,7 +114,7 @@ export function extractTar(input: Readable, dest: string, options: ExtractOption
       if (failed) return void entry.resume();
       try {
         writer.countEntry();
-        const path = entryPath(entry.path, prefix, origin);
+        const path = entryPath(entry.path, prefix, origin, limits);
         if (path === null) {
           if (entry.type !== "Directory") throw entryRefusal(origin, "unsupported-entry", entry.path, "only a directory may name the root");
           return void entry.resume();
@@ -113,6 +155,14 @@ export function extractTar(input: Readable, dest: string, options: ExtractOption
     };
 
     parser.on("entry", onEntry);
+    parser.on("ignoredEntry", (entry: ReadEntry) => {
+      // Nothing is filtered, so only an oversized meta header (pax, GNU long name or link) is ever ignored.
+      fail(
+        entry.meta
+          ? entryRefusal(origin, "header-too-large", null, `the ${entry.type} header of ${entry.size} bytes exceeds the limit of ${limits.maxHeaderBytes}`, { limit: limits.maxHeaderBytes, size: entry.size, type: entry.type })
+          : entryRefusal(origin, "unsupported-entry", entry.path, "the tar parser skipped this entry", { type: entry.type }),
+      );
+    });
     const corrupt = (message: string, code?: unknown) =>
       fail(entryRefusal(origin, "corrupt-archive", null, `not a readable tar archive: ${message}`, code === undefined ? {} : { tarCode: code }));
     parser.on("warn", (code: string, message: string | Error) => corrupt(message instanceof Error ? message.message : message, code));
@@ -120,6 +170,12 @@ export function extractTar(input: Readable, dest: string, options: ExtractOption
     parser.on("end", () => {
       if (failed) return;
       if (writer.totals.entries === 0) return fail(entryRefusal(origin, "empty-archive", null, "the archive has no entries"));
+      try {
+        // Like every directory written above; 0700 only while the archive was being written into it.
+        chmodSync(dest, 0o755);
+      } catch (error) {
+        return fail(error);
+      }
       resolvePromise(writer.totals);
     });
     input.on("error", (error) => fail(error instanceof OatsError ? error : entryRefusal(origin, "corrupt-archive", null, `cannot read the archive: ${error.message}`)));

@@ -1,7 +1,7 @@
 import { createHash } from "node:crypto";
 import { OatsError } from "../errors.js";
 import { entryPath, entryRefusal } from "./entry-path.js";
-import { DEFAULT_EXTRACT_LIMITS, type ExtractLimits } from "./extract.js";
+import { extractLimits, type ExtractLimits } from "./extract.js";
 import { collectStderr, gitFailed, gitUnavailable, spawnGit, type CommitTree, type TreeEntry } from "./git.js";
 import { TreeWriter, type FileSink } from "./tree-writer.js";
 
@@ -29,13 +29,14 @@ const MAX_LINK_BYTES = 4096;
  */
 export async function writeCommitTree(repo: string, tree: CommitTree, listing: ReadonlyMap<string, TreeEntry>, dest: string, options: ArchiveOptions = {}): Promise<void> {
   const origin = `git commit ${tree.commit} (${repo})`;
-  const writer = new TreeWriter(dest, origin, { ...DEFAULT_EXTRACT_LIMITS, ...(options.limits ?? {}) });
+  const limits = extractLimits(options.limits);
+  const writer = new TreeWriter(dest, origin, limits);
   const order: Array<{ path: string; raw: string; entry: TreeEntry }> = [];
   for (const [raw, entry] of listing) {
     writer.countEntry();
     if (!OBJECT_ID.test(entry.oid) || entry.type !== "blob") throw entryRefusal(origin, "unsupported-entry", raw, `mode ${entry.mode} ${entry.type} entries are not supported`, { mode: entry.mode, type: entry.type });
     if (entry.mode !== "100644" && entry.mode !== "100755" && entry.mode !== "120000") throw entryRefusal(origin, "unsupported-entry", raw, `mode ${entry.mode} is not a file or a symlink`, { mode: entry.mode });
-    const path = entryPath(raw, null, origin);
+    const path = entryPath(raw, null, origin, limits);
     if (path === null || path !== raw) throw entryRefusal(origin, "unsupported-entry", raw, "the name is not a normalised relative path");
     order.push({ path, raw, entry });
   }

@@ -1,4 +1,4 @@
-export { extractTar, DEFAULT_EXTRACT_LIMITS, type ExtractLimits, type ExtractOptions, type ExtractResult } from "./extract.js";
+export { extractTar, extractLimits, DEFAULT_EXTRACT_LIMITS, type ExtractLimits, type ExtractOptions, type ExtractResult } from "./extract.js";
 export { entryPath, symlinkTarget, foldKey, type EntryRefusalReason } from "./entry-path.js";
 export { retainTarball, parseTarballIntegrity, type RetainTarballRequest, type TarballCapabilityRequest, type TarballTreeRequest, type TarballReceipt } from "./tarball.js";
 export { retainSource, type SourceRequest, type SourceReceipt, type RetainSourceOptions } from "./source.js";

@@ -1,3 +1,4 @@
+import { chmodSync } from "node:fs";
 import { OatsError } from "../errors.js";
 import { sourceIdentitySchema } from "../resolution/record.js";
 import { adoptTree, retainTree, type RetainOptions } from "../retention/retain.js";
@@ -64,6 +65,8 @@ export async function retainSource(scope: string, request: SourceRequest, option
     ...(options.lockWaitMs === undefined ? {} : { lockWaitMs: options.lockWaitMs }),
     ...(options.onProgress ? { onProgress: options.onProgress } : {}),
   };
+  const maxDepth = options.maxDepth ?? options.limits?.maxDepth;
+  if (maxDepth !== undefined) Object.assign(retainOptions, { maxDepth });
   if (revision === "local") {
     const receipt = await retainTree(scope, { kind: "source", key, source: request.dir }, retainOptions);
     return { ...receipt, identity, revision };
@@ -77,6 +80,8 @@ export async function retainSource(scope: string, request: SourceRequest, option
   const listing = await listTree(repo, tree);
   const receipt = await withExtractionDir(realScope, async (dir) => {
     await writeCommitTree(repo, tree, listing, dir, options.limits ? { limits: options.limits } : {});
+    // A commit's root is a directory like any other in it (0755), whether or not anything was written (an empty tree).
+    chmodSync(dir, 0o755);
     // The tree was written by us from the object database, each blob checked against its id: adopted (moved, made durable, read back once), not copied again.
     return adoptTree(realScope, { kind: "source", key, source: dir }, retainOptions);
   });

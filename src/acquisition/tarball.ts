@@ -11,7 +11,7 @@ import { adoptCapabilityArtifact, adoptTree, type RetainOptions } from "../reten
 import { inspectStore, inspectStoreAt, resolveScope } from "../retention/store/components.js";
 import { EXTRACT_STORE } from "../retention/store/layout.js";
 import { revisionParentSegments } from "../retention/store/publish.js";
-import { DEFAULT_EXTRACT_LIMITS, extractTar, type ExtractLimits } from "./extract.js";
+import { extractLimits, extractTar, type ExtractLimits } from "./extract.js";
 import { withExtractionDir } from "./staging.js";
 
 /**
@@ -90,15 +90,6 @@ export function parseTarballIntegrity(value: unknown): string {
     if (bytes.length !== length || bytes.toString("base64") !== digest) throw invalidIntegrity(value, `a ${algorithm} digest is ${length} bytes of base64`);
   }
   return tokens.join(" ");
-}
-
-function checkLimits(limits: Partial<ExtractLimits> | undefined): ExtractLimits {
-  const merged = { ...DEFAULT_EXTRACT_LIMITS, ...(limits ?? {}) };
-  for (const name of ["maxEntries", "maxBytes"] as const) {
-    const value = merged[name];
-    if (!Number.isSafeInteger(value) || value < 1) throw new OatsError("invalid-input", `extraction limit ${name} must be a positive integer, got ${JSON.stringify(value)}`, { [name]: value });
-  }
-  return { maxEntries: merged.maxEntries, maxBytes: merged.maxBytes };
 }
 
 type Plan =
@@ -190,7 +181,7 @@ export async function retainTarball(scope: string, tarballPath: string, request:
   // 1. Read-only checks: nothing is created for a refused request.
   const planned = plan(request);
   const expectedTarball = request.tarballIntegrity === undefined ? undefined : parseTarballIntegrity(request.tarballIntegrity);
-  const limits = checkLimits(request.limits);
+  const limits = extractLimits(request.limits);
   const realScope = resolveScope(scope);
   inspectStore(realScope, planned.kind, revisionParentSegments(planned.key, planned.format));
   inspectStoreAt(realScope, EXTRACT_STORE);
@@ -211,10 +202,12 @@ export async function retainTarball(scope: string, tarballPath: string, request:
         actual: read,
       });
     }
+    // The extracted tree is walked under the same depth limit it was extracted under.
+    const walked = { ...options, maxDepth: limits.maxDepth };
     const receipt =
       planned.mode === "capability"
-        ? await adoptCapabilityArtifact(realScope, staging, planned.id, planned.lock, options)
-        : await adoptTree(realScope, { kind: planned.kind, key: planned.key, source: staging, ...(planned.expect === undefined ? {} : { expect: planned.expect }) }, options);
+        ? await adoptCapabilityArtifact(realScope, staging, planned.id, planned.lock, walked)
+        : await adoptTree(realScope, { kind: planned.kind, key: planned.key, source: staging, ...(planned.expect === undefined ? {} : { expect: planned.expect }) }, walked);
     return { ...receipt, tarballIntegrity: read };
   });
 }

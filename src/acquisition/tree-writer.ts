@@ -1,6 +1,6 @@
 import { closeSync, constants, fchmodSync, mkdirSync, openSync, symlinkSync, writeSync } from "node:fs";
 import { join } from "node:path";
-import { ancestors, entryRefusal, foldKey, symlinkTarget } from "./entry-path.js";
+import { entryRefusal, foldKey, symlinkTarget } from "./entry-path.js";
 
 /**
  * The writing half of safe extraction, shared by every reader of an archive
@@ -13,7 +13,11 @@ import { ancestors, entryRefusal, foldKey, symlinkTarget } from "./entry-path.js
  * - at most `maxEntries` entries and `maxBytes` bytes written (checked
  *   against the declared size before a file is opened and on every chunk);
  * - files are created `O_CREAT | O_EXCL | O_NOFOLLOW`, 0755 when the
- *   owner-exec bit is set, else 0644; symlink text must pass symlinkTarget.
+ *   owner-exec bit is set, else 0644; symlink text must pass symlinkTarget
+ *   (at most `maxPathBytes` bytes);
+ * - bookkeeping is linear: an entry claims only the ancestors not already
+ *   claimed (a claimed name's ancestors are all claimed directories), so the
+ *   cost follows the archive's size, not its depth squared.
  *
  * Names must already be normalised relative paths (entryPath); this module
  * never follows a link, so lexical containment is containment.
@@ -22,6 +26,8 @@ import { ancestors, entryRefusal, foldKey, symlinkTarget } from "./entry-path.js
 export interface TreeLimits {
   readonly maxEntries: number;
   readonly maxBytes: number;
+  /** Bytes of a symlink's text (names are measured by entryPath before they get here). */
+  readonly maxPathBytes: number;
 }
 
 export type TreeEntryKind = "file" | "directory" | "symlink";
@@ -75,7 +81,7 @@ export class TreeWriter {
   }
 
   symlink(path: string, linkText: string): void {
-    const target = symlinkTarget(path, linkText, this.origin);
+    const target = symlinkTarget(path, linkText, this.origin, this.limits.maxPathBytes);
     this.claim(path, "symlink");
     symlinkSync(target, join(this.dest, path));
   }
@@ -119,14 +125,22 @@ export class TreeWriter {
     return entryRefusal(this.origin, "too-large", entry, `the archive expands to more than ${this.limits.maxBytes} bytes`, { limit: this.limits.maxBytes });
   }
 
-  /** Record a name (and its implicit parent directories), refusing duplicates, collisions and type conflicts. */
+  /**
+   * Record a name (and its implicit parent directories), refusing duplicates, collisions and type conflicts.
+   * Ancestors are looked up from the nearest one outwards and only until one is known: a known name's
+   * ancestors were all claimed as directories when it was, so each entry costs its own length, not its depth squared.
+   */
   private claim(path: string, kind: TreeEntryKind): void {
-    for (const parent of ancestors(path)) {
+    const missing: string[] = [];
+    for (let cut = path.lastIndexOf("/"); cut > 0; cut = path.lastIndexOf("/", cut - 1)) {
+      const parent = path.slice(0, cut);
       const existing = this.kinds.get(parent);
       if (existing === "symlink") throw entryRefusal(this.origin, "through-symlink", path, `${parent} is a symlink in this archive; nothing is written through one`);
       if (existing === "file") throw entryRefusal(this.origin, "type-conflict", path, `${parent} is a file in this archive`);
-      if (existing === undefined) this.claimName(parent, "directory", path);
+      if (existing === "directory") break;
+      missing.push(parent);
     }
+    for (let index = missing.length - 1; index >= 0; index--) this.claimName(missing[index]!, "directory", path);
     const existing = this.kinds.get(path);
     if (existing !== undefined) {
       throw entryRefusal(this.origin, existing === kind ? "duplicate-entry" : "type-conflict", path, existing === kind ? "the name appears more than once" : `the name is both a ${existing} and a ${kind}`);

@@ -4,6 +4,7 @@ export { cleanupStaging, fsck, listRetained, listStore, type CleanupReport, type
 export { retainedCapabilityDir, retainedTreeDir, storeRoot, parseArtifactRef, type ArtifactRef } from "./store/layout.js";
 export type { ArtifactReceipt } from "./receipt.js";
 export { digestTree, type TreeDigests } from "./digest/tree.js";
+export { DEFAULT_MAX_DEPTH } from "./digest/walk.js";
 export { BLOBS_DIR, MAX_BLOB_BYTES, blobPath, parseBlobDigest, putBlob, readBlob, type PutBlobResult, type ReadBlobOptions } from "./store/blobs.js";
 export { canonicalJson, canonicalJsonBytes, jsonDigest, bytesDigest } from "./digest/json.js";
 export {

@@ -19,6 +19,8 @@ export interface RetainOptions {
   /** How long to wait for another publisher's lock before refusing with `busy`. */
   readonly lockWaitMs?: number;
   readonly onProgress?: ProgressListener;
+  /** The deepest path the source may have (segments); DEFAULT_MAX_DEPTH otherwise. */
+  readonly maxDepth?: number;
 }
 
 async function sourceRoot(dir: string): Promise<string> {
@@ -33,11 +35,11 @@ async function sourceRoot(dir: string): Promise<string> {
 }
 
 /** Everything a source must pass before the store is touched. */
-async function checkedSource(scope: string, kind: ArtifactKind, key: string, source: string, segments: string[]) {
+async function checkedSource(scope: string, kind: ArtifactKind, key: string, source: string, segments: string[], maxDepth: number | undefined) {
   inspectStore(scope, kind, segments);
   const root = await sourceRoot(source);
   await checkSourceOutsideStore(root, [storeRoot(scope, kind), join(storeRoot(scope, kind), ...segments)]);
-  const listing = await walkTree(root);
+  const listing = await walkTree(root, maxDepth === undefined ? {} : { maxDepth });
   await checkSymlinks(root, listing);
   return listing;
 }
@@ -81,7 +83,7 @@ async function capabilityArtifact(transfer: Transfer, scope: string, sourceDir: 
   const expected = parseTreeIntegrity(rows.capability.integrity, [TREE_LEGACY]);
   const provenance = expectedProvenance(id, rows);
   const realScope = resolveScope(scope);
-  const listing = await checkedSource(realScope, "capability", id, sourceDir, revisionParentSegments(id, TREE_LEGACY));
+  const listing = await checkedSource(realScope, "capability", id, sourceDir, revisionParentSegments(id, TREE_LEGACY), options.maxDepth);
   const checkStaged = (dir: string) => checkProvenance(dir, provenance);
   const published = await publishers[transfer]({
     scope: realScope,
@@ -95,6 +97,7 @@ async function capabilityArtifact(transfer: Transfer, scope: string, sourceDir: 
     checkExisting: checkStaged,
     lockWaitMs: options.lockWaitMs ?? DEFAULT_LOCK_WAIT_MS,
     ...(options.onProgress ? { onProgress: options.onProgress } : {}),
+    ...(options.maxDepth === undefined ? {} : { maxDepth: options.maxDepth }),
   });
   return receipt("capability", id, TREE_LEGACY, published.digests, published.dir, published.status);
 }
@@ -123,7 +126,7 @@ async function tree(transfer: Transfer, scope: string, request: RetainTreeReques
   const key = assertArtifactKey(kind, request.key);
   const expected = request.expect === undefined ? undefined : parseTreeIntegrity(request.expect, [TREE_EXEC]);
   const realScope = resolveScope(scope);
-  const listing = await checkedSource(realScope, kind, key, request.source, revisionParentSegments(key, TREE_EXEC));
+  const listing = await checkedSource(realScope, kind, key, request.source, revisionParentSegments(key, TREE_EXEC), options.maxDepth);
   const published = await publishers[transfer]({
     scope: realScope,
     kind,
@@ -134,6 +137,7 @@ async function tree(transfer: Transfer, scope: string, request: RetainTreeReques
     formats: [TREE_EXEC],
     lockWaitMs: options.lockWaitMs ?? DEFAULT_LOCK_WAIT_MS,
     ...(options.onProgress ? { onProgress: options.onProgress } : {}),
+    ...(options.maxDepth === undefined ? {} : { maxDepth: options.maxDepth }),
   });
   return receipt(kind, key, TREE_EXEC, published.digests, published.dir, published.status);
 }

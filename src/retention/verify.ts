@@ -17,6 +17,8 @@ import { revisionParentSegments, verifyRevision } from "./store/publish.js";
 
 export interface VerifyOptions {
   readonly onProgress?: ProgressListener;
+  /** The deepest path the revision may have (segments); DEFAULT_MAX_DEPTH otherwise. */
+  readonly maxDepth?: number;
 }
 
 /** Verify any retained tree named by `{kind, key, integrity}`. */
@@ -35,7 +37,7 @@ export async function verifyTree(scope: string, ref: { kind?: unknown; key: unkn
   }
   const nameFormat = parsed.integrity.format === TREE_LEGACY ? TREE_LEGACY : TREE_EXEC;
   const formats = nameFormat === TREE_LEGACY ? [TREE_LEGACY, TREE_EXEC] as const : [TREE_EXEC] as const;
-  const digests = await verifyRevision({ kind: parsed.kind, key: parsed.key, nameFormat, formats, ...(options.onProgress ? { onProgress: options.onProgress } : {}) }, dir, parsed.integrity.value);
+  const digests = await verifyRevision({ kind: parsed.kind, key: parsed.key, nameFormat, formats, ...(options.onProgress ? { onProgress: options.onProgress } : {}), ...(options.maxDepth === undefined ? {} : { maxDepth: options.maxDepth }) }, dir, parsed.integrity.value);
   return receipt(parsed.kind, parsed.key, nameFormat, digests, dir, "verified");
 }
 

@@ -1,4 +1,5 @@
 import type { CommandSpec } from "../context.js";
+import { defineLimitFlags, takeLimitFlags } from "../limit-flags.js";
 import { loadBundleLibrary } from "./export.js";
 
 export const importCommand: CommandSpec = {
@@ -7,10 +8,12 @@ export const importCommand: CommandSpec = {
     command
       .description("verify every tree, record and blob of a bundle in staging, then publish them (nothing is published unless everything verifies)")
       .argument("<bundle>", "a bundle written by `oats export`");
+    defineLimitFlags(command);
   },
-  async run(context, [bundle]) {
+  async run(context, [bundle], options) {
+    const { limits } = takeLimitFlags(options);
     const library = await loadBundleLibrary();
-    const report = await library.importBundle(context.scope, bundle!);
+    const report = await library.importBundle(context.scope, bundle!, { limits });
     const lines = [
       ...report.artifacts.map((row) => `${row.status} ${row.kind} ${row.key} ${row.integrity}`),
       ...report.blobs.map((row) => `${row.status} blob ${row.digest}`),

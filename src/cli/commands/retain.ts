@@ -1,5 +1,6 @@
 import { statSync } from "node:fs";
 import type { CommandSpec } from "../context.js";
+import { archiveOnlyLimits, defineLimitFlags, takeLimitFlags } from "../limit-flags.js";
 import { artifactKey, kindOption, loadLibrary, receiptOutcome } from "./shared.js";
 
 /** A regular file operand is a package tarball; anything else goes to the directory retain (which reports what it is). */
@@ -22,18 +23,23 @@ export const retain: CommandSpec = {
       .option("--lock <file>", "oats lock v2 file: retain the capability at its locked integrity and check its provenance")
       .option("--expect <integrity>", "the oats.tree-exec.v1 integrity the tree must have (F:sha256-<hex>)")
       .option("--tarball-integrity <sri>", "tarball only: the SRI the tarball bytes must have (sha512-..., as in package-lock.json), checked before extraction");
+    defineLimitFlags(command);
   },
   async run(context, [operand], options) {
     const { parseFlags, retainFlags } = await import("../flags.js");
     const { usageError } = await import("../envelope.js");
-    const { tarballIntegrity, ...rest } = options;
+    const { limits, rest: withoutLimits } = takeLimitFlags(options);
+    const { tarballIntegrity, ...rest } = withoutLimits;
     const flags = parseFlags(retainFlags, rest);
     const tarball = isRegularFile(operand!);
     if (tarballIntegrity !== undefined && !tarball) {
       throw usageError(`--tarball-integrity applies to a package tarball, and ${operand} is not a regular file`, { operand });
     }
+    const archiveOnly = archiveOnlyLimits(limits);
+    if (archiveOnly.length > 0 && !tarball) throw usageError(`${archiveOnly.join(", ")} applies to a package tarball, and ${operand} is not a regular file`, { operand });
     const library = await loadLibrary();
     const progress = context.progress(`retain ${flags.id}`);
+    const retainOptions = { onProgress: progress.bytes, ...(limits.maxDepth === undefined ? {} : { maxDepth: limits.maxDepth }) };
     try {
       if (tarball) {
         const { retainTarball } = await import("../../acquisition/tarball.js");
@@ -41,21 +47,21 @@ export const retain: CommandSpec = {
         const { key, identity } = flags.lock === undefined ? artifactKey(library, flags.kind, flags.id) : { key: flags.id, identity: undefined };
         const request =
           flags.lock !== undefined
-            ? { id: flags.id, lock: library.readLockFile(flags.lock), ...extra }
-            : { kind: flags.kind, key, ...(flags.expect === undefined ? {} : { expect: flags.expect }), ...extra };
+            ? { id: flags.id, lock: library.readLockFile(flags.lock), ...extra, limits }
+            : { kind: flags.kind, key, ...(flags.expect === undefined ? {} : { expect: flags.expect }), ...extra, limits };
         const receipt = await retainTarball(context.scope, operand!, request, { onProgress: progress.bytes });
         const outcome = receiptOutcome(receipt, identity);
         return { ...outcome, lines: [...outcome.lines, `  tarball   ${receipt.tarballIntegrity}`] };
       }
       if (flags.lock !== undefined) {
         const lock = library.readLockFile(flags.lock);
-        return receiptOutcome(await library.retainCapabilityArtifact(context.scope, operand!, flags.id, lock, { onProgress: progress.bytes }));
+        return receiptOutcome(await library.retainCapabilityArtifact(context.scope, operand!, flags.id, lock, retainOptions));
       }
       const { key, identity } = artifactKey(library, flags.kind, flags.id);
       const receipt = await library.retainTree(
         context.scope,
         { kind: flags.kind, key, source: operand!, ...(flags.expect === undefined ? {} : { expect: flags.expect }) },
-        { onProgress: progress.bytes },
+        retainOptions,
       );
       return receiptOutcome(receipt, identity);
     } finally {

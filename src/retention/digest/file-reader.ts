@@ -1,6 +1,7 @@
-import { closeSync, constants, fstat, fstatSync, open, openSync, read, readSync, close, type Stats } from "node:fs";
+import { closeSync, constants, fstat, fstatSync, openSync, read, readSync, close, type Stats } from "node:fs";
 import { OatsError } from "../../errors.js";
 import { afterRead } from "./read-hook.js";
+import { DirectoryCursor } from "./directory-cursor.js";
 import { changedOrUnreadable, type FileEntry, type LeafEntry, type SymlinkEntry } from "./walk.js";
 
 /**
@@ -20,9 +21,10 @@ import { changedOrUnreadable, type FileEntry, type LeafEntry, type SymlinkEntry 
  * Memory stays bounded whatever the file sizes: two chunk buffers, one
  * prefetched head, and one small-file buffer.
  *
- * Each file is opened without following symlinks (and non-blocking, so a FIFO
- * swapped in after the walk cannot hang us) and fstat'd before and after it
- * is read; a change of inode, size, mtime or ctime, or a short read, is a
+ * Each file is opened inside its directory's descriptor (DirectoryCursor: no
+ * directory above it can be swapped for a symlink), without following a
+ * symlink at its own name (and non-blocking, so a FIFO swapped in after the
+ * walk cannot hang us) and fstat'd before and after it is read; a change of inode, size, mtime or ctime, or a short read, is a
  * refusal. Bytes are never reported half-old, half-new.
  */
 
@@ -65,7 +67,6 @@ interface OpenedFile {
 
 const OPEN_FLAGS = constants.O_RDONLY | constants.O_NOFOLLOW | constants.O_NONBLOCK;
 
-const openAsync = (path: string) => new Promise<number>((resolve, reject) => open(path, OPEN_FLAGS, (error, fd) => (error ? reject(error) : resolve(fd))));
 const fstatAsync = (fd: number) => new Promise<Stats>((resolve, reject) => fstat(fd, (error, stats) => (error ? reject(error) : resolve(stats))));
 const closeAsync = (fd: number) => new Promise<void>((resolve, reject) => close(fd, (error) => (error ? reject(error) : resolve())));
 const readAsync = (fd: number, buffer: Buffer, length: number, position: number) =>
@@ -121,10 +122,10 @@ function checkUnchanged(file: OpenedFile, after: Stats): void {
  * thousand buffers: its bytes are valid until the next file is opened, which
  * is within the FileConsumer contract.
  */
-function openSmallOrHeadSync(entry: FileEntry, scratch: Buffer): OpenedFile {
+function openSmallOrHeadSync(entry: FileEntry, scratch: Buffer, cursor: DirectoryCursor): OpenedFile {
   let fd: number;
   try {
-    fd = openSync(entry.absolute, OPEN_FLAGS);
+    fd = openSync(cursor.pathOf(entry), OPEN_FLAGS);
   } catch (error) {
     throw changedOrUnreadable(error, entry.path);
   }
@@ -150,12 +151,17 @@ function openSmallOrHeadSync(entry: FileEntry, scratch: Buffer): OpenedFile {
   }
 }
 
-async function openHeadAsync(entry: FileEntry): Promise<OpenedFile> {
+/**
+ * The open itself is synchronous: the descriptor of the directory it names
+ * must still be the cursor's when the kernel resolves the path, which a
+ * thread-pool open run later could not promise.
+ */
+async function openHeadAsync(entry: FileEntry, cursor: DirectoryCursor): Promise<OpenedFile> {
   let fd: number;
   try {
-    fd = await openAsync(entry.absolute);
+    fd = openSync(cursor.pathOf(entry), OPEN_FLAGS);
   } catch (error) {
-    throw changedOrUnreadable(error, entry.path);
+    throw error instanceof OatsError ? error : changedOrUnreadable(error, entry.path);
   }
   let file: OpenedFile | undefined;
   try {
@@ -230,6 +236,7 @@ function consumeSmallRun(
   to: number,
   consumer: FileConsumer & Required<Pick<FileConsumer, "whole">>,
   scratch: Buffer,
+  cursor: DirectoryCursor,
 ): { next: number; pending?: Promise<void> } {
   for (let index = from; index < to; index++) {
     const leaf = leaves[index]!;
@@ -240,9 +247,9 @@ function consumeSmallRun(
     }
     let fd: number;
     try {
-      fd = openSync(leaf.absolute, OPEN_FLAGS);
+      fd = openSync(cursor.pathOf(leaf), OPEN_FLAGS);
     } catch (error) {
-      throw changedOrUnreadable(error, leaf.path);
+      throw error instanceof OatsError ? error : changedOrUnreadable(error, leaf.path);
     }
     let before: Stats;
     let after: Stats | undefined;
@@ -288,6 +295,7 @@ export async function readLeavesInOrder(leaves: readonly LeafEntry[], consumer: 
     return -1;
   };
   const whole = consumer.whole ? (consumer as FileConsumer & Required<Pick<FileConsumer, "whole">>) : null;
+  const cursor = new DirectoryCursor();
   try {
     for (let index = 0; index < leaves.length; index++) {
       if (performance.now() - lastYield > YIELD_EVERY_MS) {
@@ -298,7 +306,7 @@ export async function readLeavesInOrder(leaves: readonly LeafEntry[], consumer: 
       if (whole) {
         // A run of small files and symlinks, up to the next prefetched file.
         const to = Math.min(leaves.length, index + RUN_LENGTH, prefetched ? prefetched.index : Infinity);
-        const run = consumeSmallRun(leaves, index, to, whole, scratch);
+        const run = consumeSmallRun(leaves, index, to, whole, scratch, cursor);
         if (run.pending) await run.pending;
         if (run.next > index) {
           index = run.next - 1;
@@ -318,7 +326,7 @@ export async function readLeavesInOrder(leaves: readonly LeafEntry[], consumer: 
         prefetched = null;
         file = await pending;
       } else {
-        file = openSmallOrHeadSync(leaf, scratch);
+        file = openSmallOrHeadSync(leaf, scratch, cursor);
       }
       const size = file.before.size;
       const info: FileInfo = { mode: file.before.mode & 0o7777, size };
@@ -326,7 +334,7 @@ export async function readLeavesInOrder(leaves: readonly LeafEntry[], consumer: 
         if (file.head.length < size) {
           const following = nextFileIndex(index + 1);
           if (following !== -1) {
-            prefetched = { index: following, file: openHeadAsync(leaves[following] as FileEntry) };
+            prefetched = { index: following, file: openHeadAsync(leaves[following] as FileEntry, cursor) };
             prefetched.file.catch(() => undefined); // observed when its turn comes
           }
         }
@@ -347,6 +355,7 @@ export async function readLeavesInOrder(leaves: readonly LeafEntry[], consumer: 
       }
     }
   } finally {
+    cursor.close();
     if (prefetched) {
       const pending: Promise<OpenedFile> = prefetched.file;
       await pending.then(

@@ -169,8 +169,12 @@ export async function treeRoot(dir: string): Promise<string> {
 }
 
 /** Digest a directory tree in one or more formats (oats.tree-exec.v1 by default). */
-export async function digestTree(dir: string, formats: readonly TreeFormat[] = [treeExecFraming.format], options: { onProgress?: ProgressListener } = {}): Promise<TreeDigests> {
+export async function digestTree(
+  dir: string,
+  formats: readonly TreeFormat[] = [treeExecFraming.format],
+  options: { onProgress?: ProgressListener; maxDepth?: number } = {},
+): Promise<TreeDigests> {
   const root = await treeRoot(dir);
-  const listing = await walkTree(root);
+  const listing = await walkTree(root, options.maxDepth === undefined ? {} : { maxDepth: options.maxDepth });
   return digestListing(listing, formats, options);
 }

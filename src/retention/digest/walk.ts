@@ -1,11 +1,23 @@
-import { promises as fsp, readdirSync, type Dirent } from "node:fs";
-import { basename } from "node:path";
+import { closeSync, constants, existsSync, fstatSync, openSync, readdirSync, readlinkSync, type Dirent } from "node:fs";
 import { OatsError, errnoCode } from "../../errors.js";
 
 /**
  * One walk of a directory tree, never following a symlink. It lists what a
  * digest or a copy needs and refuses what no format can name: special files
  * and names or link targets that are not valid UTF-8.
+ *
+ * It cannot be redirected. O_NOFOLLOW guards only the last component of a
+ * path, so a directory inside the tree swapped for a symlink between the
+ * listing and a read would take a path-based walk outside the tree (to
+ * anything the retaining user can read). On Linux every directory is
+ * therefore opened relative to its already-open parent, through
+ * /proc/self/fd/<parent>/<name> with O_DIRECTORY|O_NOFOLLOW: that is
+ * openat() semantics, so each directory reached is really the child of the
+ * one above it, back to the root. Directories are listed, symlinks read and
+ * (file-reader.ts) files opened through such a descriptor, and a directory
+ * opened again for the reads must have the device and inode the walk saw.
+ * A swap is then a refusal (`invalid-artifact`, `changed-while-reading`),
+ * never a read from outside. Elsewhere the walk falls back to paths.
  */
 
 export interface FileEntry {
@@ -13,7 +25,9 @@ export interface FileEntry {
   readonly name: string;
   /** Relative POSIX path inside the tree. */
   readonly path: string;
+  /** For messages and for trees that are ours (staging); reads go through `parent`. */
   readonly absolute: string;
+  readonly parent: DirectoryEntry;
 }
 
 export interface SymlinkEntry {
@@ -23,6 +37,7 @@ export interface SymlinkEntry {
   readonly absolute: string;
   /** The link text, verbatim. */
   readonly target: string;
+  readonly parent: DirectoryEntry;
 }
 
 export interface DirectoryEntry {
@@ -32,6 +47,12 @@ export interface DirectoryEntry {
   readonly absolute: string;
   /** Children in the order the directory listed them; legacyOrder() collates. */
   readonly children: TreeEntry[];
+  /** Null for the root. */
+  readonly parent: DirectoryEntry | null;
+  /** As the walk's own descriptor saw it: the reads check dev and ino again; mode is what a copy gets (masked). */
+  readonly dev: number;
+  readonly ino: number;
+  readonly mode: number;
 }
 
 export type LeafEntry = FileEntry | SymlinkEntry;
@@ -62,8 +83,8 @@ function notUtf8(raw: Buffer, parentPath: string, what: string): OatsError {
  * that shows U+FFFD can hide an invalid name, and only then is the directory
  * listed again as raw bytes to tell a real U+FFFD from an invalid sequence.
  */
-async function checkNamesAreUtf8(absolute: string, path: string): Promise<void> {
-  const raw = await fsp.readdir(absolute, { encoding: "buffer" });
+function checkNamesAreUtf8(absolute: string, path: string): void {
+  const raw = readdirSync(absolute, { encoding: "buffer" });
   for (const name of raw) {
     try {
       utf8.decode(name);
@@ -114,82 +135,210 @@ function compareSiblingBytes(a: Dirent, b: Dirent): number {
   return Buffer.compare(siblingKey(a), siblingKey(b));
 }
 
-export async function walkTree(rootAbsolute: string): Promise<TreeListing> {
+/** Far deeper than any real package tree (this project's node_modules reaches 7); the extractor's default name depth too. */
+export const DEFAULT_MAX_DEPTH = 256;
+
+export interface WalkOptions {
+  /** The most segments a path in the tree may have; a deeper tree is `invalid-artifact` (`too-deep`). */
+  readonly maxDepth?: number;
+}
+
+function tooDeep(path: string, depth: number, limit: number): OatsError {
+  const shown = path.length <= 256 ? path : `${path.slice(0, 256)}...`;
+  return new OatsError("invalid-artifact", `tree is deeper than the limit of ${limit} levels at ${shown}`, { path: shown, reason: "too-deep", limit, depth });
+}
+
+/** One directory being listed: the walk keeps these on its own stack, never the JavaScript one. */
+interface Frame {
+  readonly directory: DirectoryEntry;
+  /** The directory's own descriptor, closed when the frame is popped (or by the walk's finally). */
+  readonly fd: number;
+  /** Filled once the frame holds the descriptor, so a failed listing still closes it. */
+  listed: Dirent[];
+  readonly depth: number;
+  next: number;
+}
+
+/** Whether /proc/self/fd gives openat() semantics here; without it the walk uses paths. */
+export const DIRECTORY_FDS = process.platform === "linux" && existsSync("/proc/self/fd");
+const DIRECTORY_FLAGS = constants.O_RDONLY | constants.O_DIRECTORY | constants.O_NOFOLLOW;
+
+/**
+ * /proc/<pid>/fd rather than /proc/self/fd: the kernel then need not resolve
+ * the `self` link on every open, which measurably costs over twenty
+ * thousand files. The descriptor table is the process's, shared by its
+ * threads, so the pid is right for any of them.
+ */
+const FD_DIR = `/proc/${process.pid}/fd`;
+
+/** The path of `name` inside the open directory `fd` (or under `absolute` without /proc). */
+export function inDirectory(fd: number, absolute: string, name: string): string {
+  return DIRECTORY_FDS ? `${FD_DIR}/${fd}/${name}` : `${absolute}/${name}`;
+}
+
+/** A directory's own path for listing it: its descriptor, never the path it was found by. */
+function listingPath(fd: number, absolute: string): string {
+  return DIRECTORY_FDS ? `${FD_DIR}/${fd}` : absolute;
+}
+
+/**
+ * The root is opened by its path, which the caller resolved (realpath) or
+ * built from resolved parts. O_NOFOLLOW guards its last component only: a
+ * directory above it swapped for a symlink in the meantime would open
+ * something elsewhere. The kernel's name for what was opened must therefore
+ * be the path asked for.
+ */
+export function openRoot(absolute: string): { fd: number; dev: number; ino: number; mode: number } {
+  const opened = openDirectory(absolute, "");
+  if (!DIRECTORY_FDS) return opened;
+  let actual: string;
+  try {
+    actual = readlinkSync(`${FD_DIR}/${opened.fd}`);
+  } catch (error) {
+    closeSync(opened.fd);
+    throw changedOrUnreadable(error, ".");
+  }
+  if (actual !== absolute) {
+    closeSync(opened.fd);
+    throw new OatsError("invalid-artifact", `tree root changed while it was read: ${absolute} opened as ${actual}`, { path: ".", root: absolute, opened: actual, reason: "changed-while-reading", changed: "root" });
+  }
+  return opened;
+}
+
+/**
+ * Open a directory without following a symlink at its own name: the root by
+ * its path (see openRoot), every other one inside its parent's descriptor.
+ * Returns the descriptor and what fstat says of it.
+ */
+export function openDirectory(at: string, path: string): { fd: number; dev: number; ino: number; mode: number } {
+  let fd: number;
+  try {
+    fd = openSync(at, DIRECTORY_FLAGS);
+  } catch (error) {
+    throw changedOrUnreadable(error, path || ".");
+  }
+  try {
+    const stats = fstatSync(fd);
+    return { fd, dev: stats.dev, ino: stats.ino, mode: stats.mode };
+  } catch (error) {
+    closeSync(fd);
+    throw changedOrUnreadable(error, path || ".");
+  }
+}
+
+function listDirectory(fd: number, absolute: string, path: string): Dirent[] {
+  try {
+    // Synchronous, like the small-file reads: one readdir is cheaper than
+    // the thread-pool round trip that would carry it.
+    const at = listingPath(fd, absolute);
+    const listed = readdirSync(at, { withFileTypes: true });
+    let beyond = false;
+    for (const entry of listed) if (BEYOND_UTF16_ORDER.test(entry.name)) beyond = true;
+    if (beyond && listed.some((entry) => entry.name.includes("\uFFFD"))) checkNamesAreUtf8(at, path);
+    listed.sort(beyond ? compareSiblingBytes : compareSiblings);
+    return listed;
+  } catch (error) {
+    throw error instanceof OatsError ? error : changedOrUnreadable(error, path || ".");
+  }
+}
+
+function readSymlink(at: string, path: string): string {
+  let targetRaw: Buffer;
+  try {
+    targetRaw = readlinkSync(at, { encoding: "buffer" });
+  } catch (error) {
+    // EINVAL: what was listed as a symlink is no longer one.
+    throw changedOrUnreadable(error, path);
+  }
+  try {
+    return utf8.decode(targetRaw);
+  } catch {
+    throw notUtf8(targetRaw, path, "symlink target of");
+  }
+}
+
+/**
+ * Depth first, siblings in tree-exec order, with an explicit stack: a tree
+ * deeper than `maxDepth` is refused when the walk first steps below the
+ * limit, before anything under it is listed. One descriptor is open per
+ * level being listed.
+ */
+export async function walkTree(rootAbsolute: string, options: WalkOptions = {}): Promise<TreeListing> {
+  const maxDepth = options.maxDepth ?? DEFAULT_MAX_DEPTH;
   const leaves: LeafEntry[] = [];
   const directories: DirectoryEntry[] = [];
-
-  async function walkDirectory(absolute: string, path: string): Promise<DirectoryEntry> {
-    let listed: Dirent[];
-    try {
-      // Synchronous, like the small-file reads: one readdir is cheaper than
-      // the thread-pool round trip that would carry it.
-      listed = readdirSync(absolute, { withFileTypes: true });
-      let beyond = false;
-      for (const entry of listed) if (BEYOND_UTF16_ORDER.test(entry.name)) beyond = true;
-      if (beyond && listed.some((entry) => entry.name.includes("\uFFFD"))) await checkNamesAreUtf8(absolute, path);
-      listed.sort(beyond ? compareSiblingBytes : compareSiblings);
-    } catch (error) {
-      throw error instanceof OatsError ? error : changedOrUnreadable(error, path || ".");
-    }
-    const children: TreeEntry[] = [];
-    for (const entry of listed) {
+  const stack: Frame[] = [];
+  try {
+    const opened = openRoot(rootAbsolute);
+    const root: DirectoryEntry = { type: "directory", name: "", path: "", absolute: rootAbsolute, children: [], parent: null, dev: opened.dev, ino: opened.ino, mode: opened.mode };
+    const top: Frame = { directory: root, fd: opened.fd, listed: [], depth: 0, next: 0 };
+    stack.push(top);
+    top.listed = listDirectory(opened.fd, rootAbsolute, "");
+    while (stack.length > 0) {
+      const frame = stack[stack.length - 1]!;
+      if (frame.next === frame.listed.length) {
+        stack.pop();
+        closeSync(frame.fd);
+        // Children before their parents.
+        if (frame.directory.path) directories.push(frame.directory);
+        continue;
+      }
+      const entry = frame.listed[frame.next++]!;
+      const parent = frame.directory;
       const name = entry.name;
-      const childPath = path ? `${path}/${name}` : name;
-      const childAbsolute = `${absolute}/${name}`;
+      const childPath = parent.path ? `${parent.path}/${name}` : name;
+      const childAbsolute = `${parent.absolute}/${name}`;
+      if (frame.depth + 1 > maxDepth) throw tooDeep(childPath, frame.depth + 1, maxDepth);
       if (entry.isDirectory()) {
-        const directory = await walkDirectory(childAbsolute, childPath);
-        children.push(directory);
+        const child = openDirectory(inDirectory(frame.fd, parent.absolute, name), childPath);
+        const directory: DirectoryEntry = { type: "directory", name, path: childPath, absolute: childAbsolute, children: [], parent, dev: child.dev, ino: child.ino, mode: child.mode };
+        const below: Frame = { directory, fd: child.fd, listed: [], depth: frame.depth + 1, next: 0 };
+        stack.push(below);
+        below.listed = listDirectory(child.fd, childAbsolute, childPath);
+        parent.children.push(directory);
       } else if (entry.isFile()) {
-        const file: FileEntry = { type: "file", name, path: childPath, absolute: childAbsolute };
-        children.push(file);
+        const file: FileEntry = { type: "file", name, path: childPath, absolute: childAbsolute, parent };
+        parent.children.push(file);
         leaves.push(file);
       } else if (entry.isSymbolicLink()) {
-        let targetRaw: Buffer;
-        try {
-          targetRaw = await fsp.readlink(childAbsolute, { encoding: "buffer" });
-        } catch (error) {
-          throw changedOrUnreadable(error, childPath);
-        }
-        let target: string;
-        try {
-          target = utf8.decode(targetRaw);
-        } catch {
-          throw notUtf8(targetRaw, childPath, "symlink target of");
-        }
-        const link: SymlinkEntry = { type: "symlink", name, path: childPath, absolute: childAbsolute, target };
-        children.push(link);
+        const link: SymlinkEntry = { type: "symlink", name, path: childPath, absolute: childAbsolute, target: readSymlink(inDirectory(frame.fd, parent.absolute, name), childPath), parent };
+        parent.children.push(link);
         leaves.push(link);
       } else {
         refuseSpecial(entry, childPath);
       }
     }
-    const directory: DirectoryEntry = { type: "directory", name: basename(path), path, absolute, children };
-    if (path) directories.push(directory);
-    return directory;
+    return { root, leaves, directories };
+  } finally {
+    for (const frame of stack) closeSync(frame.fd);
   }
-
-  const root = await walkDirectory(rootAbsolute, "");
-  return { root, leaves, directories };
 }
 
-/** Legacy order: depth-first pre-order over the collated children. */
+/** Legacy order: depth-first pre-order over the collated children (an explicit stack, like the walk). */
 export function legacyOrder(root: DirectoryEntry): LeafEntry[] {
   const out: LeafEntry[] = [];
-  const visit = (directory: DirectoryEntry): void => {
-    const collated = [...directory.children].sort((a, b) => compareLegacyNames(a.name, b.name));
-    for (const child of collated) {
-      if (child.type === "directory") visit(child);
-      else out.push(child);
+  const collate = (directory: DirectoryEntry) => [...directory.children].sort((a, b) => compareLegacyNames(a.name, b.name));
+  const stack: { children: TreeEntry[]; next: number }[] = [{ children: collate(root), next: 0 }];
+  while (stack.length > 0) {
+    const frame = stack[stack.length - 1]!;
+    if (frame.next === frame.children.length) {
+      stack.pop();
+      continue;
     }
-  };
-  visit(root);
+    const child = frame.children[frame.next++]!;
+    if (child.type === "directory") stack.push({ children: collate(child), next: 0 });
+    else out.push(child);
+  }
   return out;
 }
 
 export function changedOrUnreadable(error: unknown, path: string): OatsError {
   const code = errnoCode(error);
-  if (code === "ENOENT" || code === "ENOTDIR" || code === "ELOOP") {
+  if (code === "ENOENT" || code === "ENOTDIR" || code === "ELOOP" || code === "EINVAL") {
     return new OatsError("invalid-artifact", `tree changed while it was read: ${path}`, { path, reason: "changed-while-reading", errno: code }, { cause: error });
+  }
+  if (code === "ENAMETOOLONG") {
+    return new OatsError("invalid-artifact", `path too long to open: ${path.length <= 256 ? path : `${path.slice(0, 256)}...`}`, { path: path.slice(0, 256), reason: "path-too-long", errno: code }, { cause: error });
   }
   if (code === "EACCES" || code === "EPERM") {
     return new OatsError("invalid-artifact", `cannot read ${path}: permission denied`, { path, reason: "unreadable", errno: code }, { cause: error });

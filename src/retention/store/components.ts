@@ -79,7 +79,11 @@ export function inspectStoreAt(scope: string, rootComponents: readonly string[],
   return { root, complete: true };
 }
 
-/** Create a directory unless it exists; true when this call created it. */
+/**
+ * Create a directory unless it exists; true when this call created it. The
+ * mode is explicit, 0755: never group- or other-writable, whatever the umask
+ * (a umask only takes bits away).
+ */
 function ensureDirectory(path: string): boolean {
   if (componentState(path) === "directory") return false;
   let created = true;

@@ -1,4 +1,8 @@
+import fs from "node:fs";
 import lockfile from "proper-lockfile";
+
+/** node:fs with the lock directory made 0700 whatever the umask. */
+const lockFs = { ...fs, mkdir: (path: string, callback: (error: NodeJS.ErrnoException | null) => void) => fs.mkdir(path, { mode: 0o700 }, callback) };
 import { join } from "node:path";
 import { OatsError, asStepError, errnoCode } from "../../errors.js";
 import { LOCK_PREFIX } from "./layout.js";
@@ -38,6 +42,8 @@ export async function withFileLock<T>(options: FileLockOptions, body: (stillHeld
   // always outlast waitMs and maxRetryTime is what ends the wait.
   const retries = Math.max(1, Math.ceil(options.waitMs / options.minTimeout));
   const common = {
+    // proper-lockfile makes its lock directory with mkdir's default 0777, which a umask of 000 leaves other-writable.
+    fs: lockFs,
     realpath: false,
     lockfilePath: options.lockfilePath,
     stale: STALE_MS,

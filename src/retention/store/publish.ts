@@ -2,13 +2,14 @@ import { lstat, mkdir, rename, utimes } from "node:fs/promises";
 import { join } from "node:path";
 import { OatsError, asStepError, errnoCode } from "../../errors.js";
 import { FRAMINGS, digestListing, type ProgressListener, type TreeDigests } from "../digest/tree.js";
-import { walkTree, type TreeListing } from "../digest/walk.js";
+import { walkTree, type TreeListing, type WalkOptions } from "../digest/walk.js";
 import type { ArtifactKind } from "../ids.js";
 import { TREE_LEGACY, type TreeFormat } from "../integrity.js";
 import { ensureStore, fsyncDirectory, removeCreatedStore } from "./components.js";
 import { faultPoint } from "./faults.js";
 import { ManifestBuilder, firstDifference, writeManifest } from "./manifest.js";
 import { EXEC_REVISIONS_DIR, assertContained, stagingName, storeRoot } from "./layout.js";
+import { maskAdoptedModes } from "./modes.js";
 import { withRevisionLock } from "./publish-lock.js";
 import { StagingWriter, makeDurable, perFileDurability, removeTree } from "./staging-writer.js";
 
@@ -40,6 +41,8 @@ export interface PublishPlan {
   readonly checkExisting?: (dir: string) => void;
   readonly lockWaitMs: number;
   readonly onProgress?: ProgressListener;
+  /** The deepest path a walked tree may have; DEFAULT_MAX_DEPTH otherwise. */
+  readonly maxDepth?: number;
 }
 
 export interface PublishResult {
@@ -65,7 +68,7 @@ function mismatch(plan: Pick<PublishPlan, "kind" | "key" | "nameFormat">, expect
 
 /** Verify a revision directory that already exists; refuse, never repair, a damaged one. */
 export async function verifyRevision(
-  plan: Pick<PublishPlan, "kind" | "key" | "nameFormat" | "formats" | "onProgress">,
+  plan: Pick<PublishPlan, "kind" | "key" | "nameFormat" | "formats" | "onProgress" | "maxDepth">,
   dir: string,
   expected: string,
 ): Promise<TreeDigests> {
@@ -79,7 +82,7 @@ export async function verifyRevision(
   if (!stats.isDirectory()) {
     throw new OatsError("invalid-artifact", `retained revision is not a real directory (${stats.isSymbolicLink() ? "a symlink" : "a file"}): ${dir}`, { kind: plan.kind, key: plan.key, dir });
   }
-  const digests = await digestListing(await walkTree(dir), plan.formats, plan.onProgress ? { onProgress: plan.onProgress } : {});
+  const digests = await digestListing(await walkTree(dir, walkOptions(plan)), plan.formats, plan.onProgress ? { onProgress: plan.onProgress } : {});
   const actual = digests[plan.nameFormat]!;
   if (actual !== expected) {
     const difference = await firstDifference(dir);
@@ -88,6 +91,8 @@ export async function verifyRevision(
   }
   return digests;
 }
+
+const walkOptions = (plan: Pick<PublishPlan, "maxDepth">): WalkOptions => (plan.maxDepth === undefined ? {} : { maxDepth: plan.maxDepth });
 
 /** Where a plan's revisions live, and the destination a digest names. */
 function place(plan: PublishPlan) {
@@ -159,7 +164,7 @@ export async function publishTree(plan: PublishPlan): Promise<PublishResult> {
  * 2. the tree is renamed into a fresh staging directory beside the
  *    destination (step `adopt`); on another filesystem (EXDEV) it is left
  *    where it is and publishTree copies it instead;
- * 3. the staged tree is made durable by the same rule as a copy (fsync of
+ * 3. its modes are masked as a copy's are (maskAdoptedModes), and the staged tree is made durable by the same rule as a copy (fsync of
  *    each file and directory up to PER_FILE_FSYNC_LIMIT files, else one
  *    syncfs);
  * 4. the durable staged tree is read back once, in every format and into
@@ -182,6 +187,7 @@ export async function publishAdopted(plan: PublishPlan): Promise<PublishResult> 
   if (moved === "cross-device") return publishTree(plan);
   const { created, staging } = moved;
   try {
+    maskAdoptedModes(staging, plan.listing);
     await makeDurable(staging, plan.listing, { perFile: perFileDurability(plan.listing), filesSynced: false });
     const { staged, manifest } = await verifyStaged(plan, staging, plan.onProgress);
     const measured = staged[plan.nameFormat]!;
@@ -227,7 +233,7 @@ async function verifyStaged(plan: PublishPlan, staging: string, onProgress?: Pro
   const manifest = new ManifestBuilder();
   try {
     faultPoint("verify-staged", staging);
-    const staged = await digestListing(await walkTree(staging), plan.formats, { sink: manifest, sinkOrder: "bytes", ...(onProgress ? { onProgress } : {}) });
+    const staged = await digestListing(await walkTree(staging, walkOptions(plan)), plan.formats, { sink: manifest, sinkOrder: "bytes", ...(onProgress ? { onProgress } : {}) });
     return { staged, manifest };
   } catch (error) {
     throw asStepError("verify-staged", error, { staging });

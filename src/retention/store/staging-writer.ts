@@ -1,5 +1,5 @@
 import { execFile } from "node:child_process";
-import { chmodSync, closeSync, constants, fchmodSync, fsync, close, lstatSync, mkdirSync, openSync, symlinkSync, write, writeSync } from "node:fs";
+import { chmodSync, closeSync, constants, fchmodSync, fsync, close, mkdirSync, openSync, symlinkSync, write, writeSync } from "node:fs";
 import { chmod, open, readdir, rm } from "node:fs/promises";
 import { join } from "node:path";
 import { asStepError, errnoCode } from "../../errors.js";
@@ -7,13 +7,15 @@ import type { FileConsumer, FileInfo } from "../digest/file-reader.js";
 import type { FileEntry, SymlinkEntry, TreeListing } from "../digest/walk.js";
 import { faultPoint } from "./faults.js";
 import { fsyncDirectory } from "./components.js";
+import { retainedMode } from "./modes.js";
 
 /**
  * Writes the leaves of a tree into a staging directory as they are read and
  * hashed, so the bytes that were hashed are the bytes that were written.
- * Files are created exclusively and never through a symlink; permission
- * bits (mode & 0o777) and verbatim link text are kept; setuid, setgid and
- * sticky bits are dropped. Directory modes are applied last, deepest first.
+ * Files are created exclusively and never through a symlink; verbatim link
+ * text is kept; permission bits are kept except that group and other lose
+ * write and setuid, setgid and sticky are dropped (retainedMode, modes.ts).
+ * Directory modes are applied last, deepest first.
  *
  * Durability: up to PER_FILE_FSYNC_LIMIT files, each file and directory is
  * fsync'd (in parallel, as they are written). Beyond that, one syncfs of the
@@ -97,7 +99,7 @@ export class StagingWriter implements FileConsumer {
     // The reader reuses its buffer for the next small file.
     const bytes = Buffer.from(data);
     const path = join(this.staging, entry.path);
-    const mode = info.mode & 0o777 & ~this.clearBits;
+    const mode = retainedMode(info.mode) & ~this.clearBits;
     const done = (async () => {
       const handle = await open(path, WRITE_FLAGS, 0o600);
       try {
@@ -163,7 +165,7 @@ export class StagingWriter implements FileConsumer {
     const fd = this.fd!;
     this.fd = null;
     try {
-      fchmodSync(fd, info.mode & 0o777 & ~this.clearBits);
+      fchmodSync(fd, retainedMode(info.mode) & ~this.clearBits);
     } catch (error) {
       closeSync(fd);
       throw asStepError("copy", error, { path: this.current });
@@ -207,9 +209,10 @@ export class StagingWriter implements FileConsumer {
     if (this.pendingError) throw this.pendingError;
     try {
       for (const directory of this.listing.directories) {
-        chmodSync(join(this.staging, directory.path), lstatSync(directory.absolute).mode & 0o777 & ~this.clearBits);
+        // The mode the walk's own descriptor saw: a path lookup now could be redirected.
+        chmodSync(join(this.staging, directory.path), retainedMode(directory.mode) & ~this.clearBits);
       }
-      chmodSync(this.staging, lstatSync(this.listing.root.absolute).mode & 0o777 & ~this.clearBits);
+      chmodSync(this.staging, retainedMode(this.listing.root.mode) & ~this.clearBits);
     } catch (error) {
       throw asStepError("copy", error, { path: "(directory modes)" });
     }

@@ -1,0 +1,52 @@
+import { closeSync } from "node:fs";
+import { OatsError } from "../../errors.js";
+import { DIRECTORY_FDS, inDirectory, openDirectory, openRoot, type DirectoryEntry, type FileEntry } from "./walk.js";
+
+/**
+ * The directories the reads are in, opened again the way the walk opened
+ * them (each inside its parent's descriptor, never following a symlink) and
+ * checked to be the very directories the walk listed (device and inode).
+ * Leaves arrive depth first, so a stack of open directories, from the root
+ * to the current one, is all that is kept: at most one descriptor per
+ * level, and each directory opened once per pass. A file is then opened as
+ * /proc/self/fd/<its directory>/<name>, which no swap of a directory above
+ * it for a symlink can redirect (see walk.ts).
+ */
+export class DirectoryCursor {
+  private readonly open: { directory: DirectoryEntry; fd: number }[] = [];
+
+  /** The path to open `file` by: inside its directory's descriptor, or its plain path where /proc is not available. */
+  pathOf(file: FileEntry): string {
+    if (!DIRECTORY_FDS) return file.absolute;
+    return inDirectory(this.fdOf(file.parent), file.parent.absolute, file.name);
+  }
+
+  private fdOf(directory: DirectoryEntry): number {
+    const top = this.open[this.open.length - 1];
+    if (top?.directory === directory) return top.fd;
+    const chain: DirectoryEntry[] = [];
+    for (let at: DirectoryEntry | null = directory; at !== null; at = at.parent) chain.push(at);
+    chain.reverse();
+    let shared = 0;
+    while (shared < this.open.length && shared < chain.length && this.open[shared]!.directory === chain[shared]) shared += 1;
+    while (this.open.length > shared) closeSync(this.open.pop()!.fd);
+    for (let index = shared; index < chain.length; index++) {
+      const wanted = chain[index]!;
+      const at = index === 0 ? wanted.absolute : inDirectory(this.open[index - 1]!.fd, wanted.parent!.absolute, wanted.name);
+      const opened = index === 0 ? openRoot(at) : openDirectory(at, wanted.path);
+      this.open.push({ directory: wanted, fd: opened.fd });
+      if (opened.dev !== wanted.dev || opened.ino !== wanted.ino) {
+        throw new OatsError("invalid-artifact", `directory changed while it was read (replaced): ${wanted.path || "."}`, {
+          path: wanted.path || ".",
+          reason: "changed-while-reading",
+          changed: "directory",
+        });
+      }
+    }
+    return this.open[this.open.length - 1]!.fd;
+  }
+
+  close(): void {
+    while (this.open.length > 0) closeSync(this.open.pop()!.fd);
+  }
+}
