@@ -40,4 +40,9 @@ export const COMMAND_NAMES = [
   "source retain",
   "schema",
   "completion",
+  "gc",
+  "pin",
+  "unpin",
+  "pins",
+  "repair",
 ] as const;

@@ -11,6 +11,9 @@ import { digest } from "./commands/digest.js";
 import { dispatch } from "./commands/dispatch.js";
 import { exportCommand } from "./commands/export.js";
 import { fsck } from "./commands/fsck.js";
+import { gcCommand } from "./commands/gc.js";
+import { pinCommand, pinsCommand, unpinCommand } from "./commands/pin.js";
+import { repairCommand } from "./commands/repair.js";
 import { importCommand } from "./commands/import.js";
 import { instanceShow } from "./commands/instance-show.js";
 import { ls } from "./commands/ls.js";
@@ -71,6 +74,11 @@ export const COMMANDS: readonly CommandSpec[] = [
   sourceRetain,
   schema,
   completion,
+  gcCommand,
+  pinCommand,
+  unpinCommand,
+  pinsCommand,
+  repairCommand,
 ];
 
 /** Descriptions of the command groups (`oats resolution --help`). */
