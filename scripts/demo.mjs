@@ -23,6 +23,7 @@ if (!existsSync(bin)) {
 const scopeA = mkdtempSync(join(tmpdir(), "oats-demo-a-"));
 const scopeB = mkdtempSync(join(tmpdir(), "oats-demo-b-"));
 const inputs = `${scopeB}-inputs`;
+const stateDir = join(inputs, "state");
 const shown = (arg) => arg.replaceAll(scopeA, "$A").replaceAll(scopeB, "$B");
 const indent = (text) => text.trimEnd().split("\n").map((line) => `    ${line}`).join("\n");
 
@@ -33,7 +34,8 @@ function say(text) {
 
 function oats(args, expectStatus, check = () => true) {
   console.log(`\n  $ oats ${args.map(shown).join(" ")}`);
-  const run = spawnSync(process.execPath, [bin, ...args], { cwd: repo, encoding: "utf8" });
+  // The operator's private log checkpoint goes with the demo's temporary files, not into ~/.local/state.
+  const run = spawnSync(process.execPath, [bin, ...args], { cwd: repo, encoding: "utf8", env: { ...process.env, OATS_STATE_DIR: stateDir } });
   if (run.stdout) console.log(indent(shown(run.stdout)));
   if (run.stderr) console.log(indent(shown(run.stderr)).replace(/^ {4}/gm, "    (stderr) "));
   console.log(`    (exit ${run.status})`);
@@ -110,7 +112,7 @@ try {
   say("10. Approve that exact composition, with the line prepare printed. The ledger records\n    the composition itself, who approved it (this process's own OS account, never a flag)\n    and why.");
   oats(["--scope", scopeA, "approve", ...approveLine.split(" "), "--reason", "reviewed in the demo"], 0);
 
-  say("11. Dispatch it: oats re-reads the record, re-hashes the executable tree, checks the\n    approval and the classification, writes an fsync'd audit entry, and only then runs\n    exactly the recorded argv with only the pinned env. The child's exit code is oats's.");
+  say("11. Dispatch it: oats re-reads the record, copies the executable tree into a private\n    run directory while hashing it, checks the digest, the approval (cross-checked\n    against the audit log) and the classification, writes an fsync'd audit entry, and\n    only then runs exactly the recorded argv, with only the pinned env, from that copy.\n    The child's exit code is oats's.");
   oats(["--scope", scopeA, "dispatch", "hello-nightly-1", "--exec"], 0, (run) => run.stdout.includes("hello, scheduler"));
 
   say("12. The spec's author changes only the arguments and re-prepares the same tree. The\n    old approval does not cover the new composition: dispatch is refused before anything\n    runs, and the refusal names what changed (entrypoint.args).");
@@ -119,8 +121,11 @@ try {
   oats(["--scope", scopeA, "queue", "add", changed.stdout.trim(), "--job", "hello-nightly-2"], 0);
   oats(["--scope", scopeA, "dispatch", "hello-nightly-2", "--exec"], 6, (run) => run.stderr.startsWith("oats: approval-required: ") && run.stderr.includes("entrypoint.args") && !run.stdout.includes("hello"));
 
-  say("13. Every decision above is in the hash-chained audit log.");
+  say("13. Every decision above is in the hash-chained audit log. `audit head` prints the\n    heads of both logs: keep them elsewhere, and `--expect-head` proves later that the\n    logs still extend them (nothing was cut or rewritten).");
   oats(["--scope", scopeA, "audit", "verify"], 0);
+  const heads = oats(["--scope", scopeA, "--json", "audit", "head"], 0);
+  const auditHead = JSON.parse(heads.stdout).result.audit.head;
+  oats(["--scope", scopeA, "audit", "verify", "--expect-head", auditHead], 0);
 
   say("14. fsck checks everything scope A holds: revisions re-hashed, records (digest, canonical\n    bytes, schema, every artifact and blob they name), blobs, the instance and job refs, the\n    approvals ledger and the audit chain. It repairs nothing.");
   oats(["--scope", scopeA, "fsck"], 0, (run) => /^checked .*no findings$/m.test(run.stdout));
