@@ -1,6 +1,6 @@
-import { lstatSync, readdirSync } from "node:fs";
+import { lstatSync } from "node:fs";
 import { join } from "node:path";
-import { OatsError, errnoCode } from "../errors.js";
+import { OatsError } from "../errors.js";
 import { pinnedBlobs } from "../acquisition/bundle.js";
 import { compositionOf } from "../captures/composition.js";
 import { listJobs } from "../captures/queue.js";
@@ -12,6 +12,7 @@ import { TREE_LEGACY } from "../retention/integrity.js";
 import { inspectStoreAt } from "../retention/store/components.js";
 import { readRegularFile } from "../retention/store/files.js";
 import { AGENTS_DIR, retainedTreeDir, type ArtifactRef } from "../retention/store/layout.js";
+import { namesIn } from "../retention/inventory.js";
 import { listPins } from "./pins.js";
 
 /**
@@ -40,15 +41,6 @@ export interface Reachable {
   readonly blobs: Set<string>;
   /** Pairs of legacy- and exec-named directories of one capability tree, as records name them. */
   readonly copies: Map<string, string>;
-}
-
-function namesIn(dir: string): string[] {
-  try {
-    return readdirSync(dir).sort();
-  } catch (error) {
-    if (errnoCode(error) === "ENOENT") return [];
-    throw error;
-  }
 }
 
 function addRoot(roots: RootSet, id: string, why: string): void {

@@ -30,7 +30,8 @@ export interface StoreListing {
 
 const REVISION_NAME = /^sha256-[0-9a-f]{64}$/;
 
-function namesIn(dir: string): string[] {
+/** A directory's entries, sorted; none when it does not exist. */
+export function namesIn(dir: string): string[] {
   try {
     return readdirSync(dir).sort();
   } catch (error) {
