@@ -19,10 +19,10 @@ export const verify: CommandSpec = {
     try {
       if (flags.lock !== undefined) {
         const lock = library.readLockFile(flags.lock);
-        return receiptOutcome(await library.verifyRetainedCapability(context.scope, id!, lock, { onProgress: progress.bytes }));
+        return receiptOutcome(await library.verifyRetainedCapability(context.scope, id!, lock, { onProgress: progress.update }));
       }
       const { key, identity } = artifactKey(library, flags.kind, id!);
-      return receiptOutcome(await library.verifyTree(context.scope, { kind: flags.kind, key, integrity: flags.integrity }, { onProgress: progress.bytes }), identity);
+      return receiptOutcome(await library.verifyTree(context.scope, { kind: flags.kind, key, integrity: flags.integrity }, { onProgress: progress.update }), identity);
     } finally {
       progress.end();
     }
