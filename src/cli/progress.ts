@@ -61,17 +61,28 @@ export interface ProgressLine {
  * is left free so no terminal wraps it). The ETA is shown only when a total
  * is known: from bytes when their total is, else from files.
  */
-export function formatProgressLine(line: ProgressLine, width: number = DEFAULT_WIDTH): string {
+export function formatProgressLine(line: ProgressLine, width?: number): string {
   const { event } = line;
   const parts = [`oats: ${line.label}: ${event.phase}`];
+  if (STEP_PHASES.has(event.phase)) {
+    // One step over the whole tree: nothing to count, only its size.
+    if (event.totalFiles !== undefined) parts.push(`${event.totalFiles} files`);
+    return cut(parts.join("  "), width);
+  }
   parts.push(event.totalFiles === undefined ? `files ${event.files}` : `files ${event.files}/${event.totalFiles}`);
   parts.push(event.totalBytes === undefined ? formatBytes(event.bytes) : bytesOfTotal(event.bytes, event.totalBytes));
   const elapsed = line.elapsedSeconds ?? 0;
   if (elapsed > 0 && event.bytes > 0) parts.push(`${formatBytes(event.bytes / elapsed)}/s`);
   const eta = etaSeconds(event, elapsed);
   if (eta !== undefined) parts.push(`ETA ${formatDuration(eta)}`);
-  const text = parts.join("  ");
-  const columns = Math.max(1, (Number.isFinite(width) && width > 0 ? Math.floor(width) : DEFAULT_WIDTH) - 1);
+  return cut(parts.join("  "), width);
+}
+
+/** Phases that are one step (fsync, rename) rather than a count of files. */
+const STEP_PHASES = new Set(["sync", "publish"]);
+
+function cut(text: string, width: number | undefined): string {
+  const columns = Math.max(1, (width !== undefined && Number.isFinite(width) && width > 0 ? Math.floor(width) : DEFAULT_WIDTH) - 1);
   return text.length > columns ? text.slice(0, columns) : text;
 }
 
@@ -117,7 +128,7 @@ export function createProgress(label: string, enabled: boolean, stream: NodeJS.W
       show(formatProgressLine({ label, event, elapsedSeconds: (now - phaseStart) / 1000 }, stream.columns));
     },
     artifacts: (done, total) => {
-      if (due(false)) show(`oats: ${label}: ${done}/${total} revisions verified`.slice(0, Math.max(1, (stream.columns ?? DEFAULT_WIDTH) - 1)));
+      if (due(false)) show(cut(`oats: ${label}: ${done}/${total} revisions verified`, stream.columns));
     },
     end: () => {
       const was = shown;

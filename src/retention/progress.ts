@@ -51,7 +51,7 @@ export function interruptedError(): OatsError {
   return new OatsError("internal-error", "interrupted", { reason: "interrupted", removed: [] });
 }
 
-export function isInterrupted(error: unknown): error is OatsError {
+export function isInterrupted(error: unknown): boolean {
   return error instanceof OatsError && error.details["reason"] === "interrupted";
 }
 
@@ -62,6 +62,6 @@ export function throwIfAborted(signal: AbortSignal | undefined): void {
 /** Record on an interruption what its cleanup removed; other errors are left as they are. */
 export function noteRemoved(error: unknown, what: RemovedPath["what"], path: string): void {
   if (!isInterrupted(error)) return;
-  const removed = error.details["removed"];
+  const removed = (error as OatsError).details["removed"];
   if (Array.isArray(removed)) removed.push({ what, path });
 }

@@ -18,7 +18,13 @@ export const exportCommand: CommandSpec = {
     // commander hands a variadic argument over as one array operand.
     const refs = (operands as readonly unknown[]).flat().map(String);
     const library = await loadBundleLibrary();
-    const report = await library.exportBundle(context.scope, refs, String(options["output"]), { force: options["force"] === true });
+    const progress = context.progress(`export ${String(options["output"])}`);
+    let report;
+    try {
+      report = await library.exportBundle(context.scope, refs, String(options["output"]), { force: options["force"] === true, onProgress: progress.update, signal: context.interruptSignal() });
+    } finally {
+      progress.end();
+    }
     const lines = [
       ...report.artifacts.map((row) => `exported ${row.kind} ${row.key} ${row.integrity}${row.translatedFrom ? ` (from ${row.translatedFrom})` : ""}`),
       ...report.resolutions.map((row) => `exported resolution ${row.id}`),

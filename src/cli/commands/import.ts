@@ -13,7 +13,13 @@ export const importCommand: CommandSpec = {
   async run(context, [bundle], options) {
     const { limits } = takeLimitFlags(options);
     const library = await loadBundleLibrary();
-    const report = await library.importBundle(context.scope, bundle!, { limits });
+    const progress = context.progress(`import ${bundle}`);
+    let report;
+    try {
+      report = await library.importBundle(context.scope, bundle!, { limits, onProgress: progress.update, signal: context.interruptSignal() });
+    } finally {
+      progress.end();
+    }
     const lines = [
       ...report.artifacts.map((row) => `${row.status} ${row.kind} ${row.key} ${row.integrity}`),
       ...report.blobs.map((row) => `${row.status} blob ${row.digest}`),
