@@ -1,11 +1,12 @@
 """Run a command under a real pseudo-terminal (its stdin, stdout and stderr).
 
-usage: pty-run.py [--cols N] [--interrupt-on TEXT] -- command args...
+usage: pty-run.py [--cols N] [--interrupt-on TEXT | --interrupt-twice-on TEXT] -- command args...
 
 Everything the command writes to the terminal is copied to our stdout,
 byte for byte. With --interrupt-on, once TEXT has appeared in that output,
 Ctrl-C (0x03) is typed into the terminal, so the line discipline sends
-SIGINT to the command's process group exactly as a user's keypress would.
+SIGINT to the command's process group exactly as a user's keypress would
+(--interrupt-twice-on: two Ctrl-C at once, a user pressing it again).
 The exit status is the command's, or 128 + signal number if it was killed.
 """
 import os, pty, struct, sys, fcntl, termios
@@ -13,11 +14,14 @@ import os, pty, struct, sys, fcntl, termios
 args = sys.argv[1:]
 cols = 80
 trigger = None
+twice = False
 while args and args[0] != "--":
     if args[0] == "--cols":
         cols = int(args[1]); args = args[2:]
     elif args[0] == "--interrupt-on":
         trigger = args[1].encode(); args = args[2:]
+    elif args[0] == "--interrupt-twice-on":
+        trigger = args[1].encode(); twice = True; args = args[2:]
     else:
         sys.exit("pty-run.py: unknown option " + args[0])
 command = args[1:]
@@ -41,7 +45,7 @@ while True:
     if trigger is not None and not sent:
         seen += data
         if trigger in seen:
-            os.write(master, b"\x03")
+            os.write(master, b"\x03\x03" if twice else b"\x03")
             sent = True
 _, status = os.waitpid(pid, 0)
 sys.exit(os.waitstatus_to_exitcode(status) if os.WIFEXITED(status) else 128 + os.WTERMSIG(status))
