@@ -35,6 +35,10 @@ test("Ctrl-C during retain of a directory removes the staging, says so, exits 13
   assert.equal(removed.length, 1, run.output);
   assert.match(removed[0]!, /\/\.agents\/captures\/artifacts\/big\/tree-exec-v1\/\.staging-/);
   assert.equal(existsSync(removed[0]!), false);
+  // It stopped at the next file: after the terminal echoed the Ctrl-C, no further progress was drawn (updates are 250 ms apart; a file takes microseconds).
+  const echoed = run.output.indexOf("^C");
+  assert.ok(echoed > 0, run.output);
+  assert.doesNotMatch(run.output.slice(echoed), /oats: retain big: /);
   // The progress line was cleared before the message.
   assert.match(run.output, /\r\x1b\[2Koats: interrupted: removed staging /);
   assert.deepEqual(snapshotTree(scope), before);
