@@ -4,3 +4,4 @@ export * from "./resolution/index.js";
 export * from "./captures/index.js";
 export * from "./acquisition/index.js";
 export * from "./scope/index.js";
+export * from "./lifecycle/index.js";

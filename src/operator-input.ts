@@ -1,14 +1,17 @@
 import { parseDocument } from "yaml";
 import type { z } from "zod";
 import { OatsError, type ErrorCode } from "./errors.js";
+import { OPERATOR_MAX_DEPTH, parseJsonText, valueDepthProblem } from "./json-text.js";
 import { readRegularFile } from "./retention/store/files.js";
 
 /**
  * Files an operator hands the toolkit (plans, capture specs, classification
  * configs, profiles): read whole with a bound, decoded as strict UTF-8, parsed
- * as one YAML document (core schema, duplicate keys refused) or JSON, and
- * checked for `__proto__` keys before any schema sees them (zod's records
- * would silently drop or mis-assign one). Every refusal is typed.
+ * as one YAML document (core schema, duplicate keys refused) or JSON
+ * (duplicate keys refused too), bounded to OPERATOR_MAX_DEPTH levels of
+ * nesting (`reason: too-deep`; everything downstream recurses), and checked
+ * for `__proto__` keys before any schema sees them (zod's records would
+ * silently drop or mis-assign one). Every refusal is typed.
  */
 
 export function escapePointerSegment(key: string): string {
@@ -40,26 +43,48 @@ export function refuseProtoKeys(value: unknown, origin: string, code: ErrorCode 
 
 /** The text of one YAML document (core schema, unique keys, no merge keys, bounded aliases). */
 export function parseYamlText(text: string, origin: string, details: Record<string, unknown> = {}): unknown {
-  const document = parseDocument(text, { schema: "core", merge: false, uniqueKeys: true, prettyErrors: true, strict: true });
-  const error = document.errors[0];
-  if (error) throw new OatsError("invalid-input", `${origin} is not valid YAML: ${error.message}`, { ...details, reason: error.code });
+  const tooDeep = (pointer: string | null) =>
+    new OatsError("invalid-input", `${origin} is nested deeper than ${OPERATOR_MAX_DEPTH} levels${pointer === null ? "" : ` at ${pointer || "/"}`}`, {
+      ...details,
+      reason: "too-deep",
+      maxDepth: OPERATOR_MAX_DEPTH,
+      ...(pointer === null ? {} : { pointer }),
+    });
+  let document;
   try {
-    return document.toJS({ maxAliasCount: 100 });
+    document = parseDocument(text, { schema: "core", merge: false, uniqueKeys: true, prettyErrors: true, strict: true });
   } catch (cause) {
+    // The yaml package reports its own stack exhaustion as RESOURCE_EXHAUSTION; this catches any that escapes it.
+    if (cause instanceof RangeError) throw tooDeep(null);
+    throw cause;
+  }
+  const error = document.errors[0];
+  if (error?.code === "RESOURCE_EXHAUSTION") throw tooDeep(null);
+  if (error) throw new OatsError("invalid-input", `${origin} is not valid YAML: ${error.message}`, { ...details, reason: error.code });
+  let value: unknown;
+  try {
+    value = document.toJS({ maxAliasCount: 100 });
+  } catch (cause) {
+    if (cause instanceof RangeError) throw tooDeep(null);
     throw new OatsError("invalid-input", `${origin} is not valid YAML: ${(cause as Error).message}`, details);
   }
+  // The parser's own limit depends on the stack left; this one does not.
+  const deep = valueDepthProblem(value, OPERATOR_MAX_DEPTH);
+  if (deep !== null) throw tooDeep(deep);
+  return value;
+}
+
+/** JSON text with duplicate keys and excessive depth refused (`invalid-input`, reason `duplicate-key` / `too-deep`). */
+export function parseJsonOperatorText(text: string, origin: string, details: Record<string, unknown> = {}, code: ErrorCode = "invalid-input"): unknown {
+  return parseJsonText(text, OPERATOR_MAX_DEPTH, (reason, message, more) =>
+    new OatsError(code, reason === "syntax" ? `${origin} is not JSON: ${message}` : `${origin}: ${message}`, { ...details, ...more, ...(reason === "syntax" ? {} : { reason }) }),
+  );
 }
 
 /** `.json` as JSON, `.yaml`/`.yml` as one YAML document; any other extension is refused. */
 export function parseByExtension(text: string, extension: string, origin: string, details: Record<string, unknown> = {}): unknown {
   const ext = extension.toLowerCase();
-  if (ext === ".json") {
-    try {
-      return JSON.parse(text);
-    } catch (error) {
-      throw new OatsError("invalid-input", `${origin} is not JSON: ${(error as Error).message}`, details);
-    }
-  }
+  if (ext === ".json") return parseJsonOperatorText(text, origin, details);
   if (ext === ".yaml" || ext === ".yml") return parseYamlText(text, origin, details);
   throw new OatsError("invalid-input", `${origin}: the file must end in .json, .yaml or .yml`, { ...details, extension });
 }

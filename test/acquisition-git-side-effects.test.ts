@@ -15,18 +15,10 @@ import { join } from "node:path";
 import { describe, test } from "node:test";
 import { retainSource } from "../src/acquisition/source.js";
 import { snapshotTree, tempDir } from "./helpers.js";
+import { git, gitEnv, initRepository } from "./support/git.js";
 
 const IDENTITY = "git:https://example.org/org/souls#souls/evil";
 
-function gitEnv(): NodeJS.ProcessEnv {
-  const env: NodeJS.ProcessEnv = {};
-  for (const [name, value] of Object.entries(process.env)) if (!name.startsWith("GIT_")) env[name] = value;
-  return { ...env, GIT_CONFIG_NOSYSTEM: "1", GIT_CONFIG_GLOBAL: "/dev/null" };
-}
-
-function git(cwd: string, ...args: string[]): string {
-  return execFileSync("git", args, { cwd, env: gitEnv(), encoding: "utf8" }).trim();
-}
 
 /** A script that records that it ran (and with which name), then behaves like `cat`, so a filter that runs still "works". */
 function markerScript(dir: string, then = "cat"): { script: string; marker: string; ran: () => string[] } {
@@ -50,9 +42,7 @@ function armedRepository() {
   const root = tempDir("oats-git-evil-");
   const dir = join(root, "repo");
   mkdirSync(dir);
-  git(dir, "init", "-q", "-b", "main");
-  git(dir, "config", "user.name", "Oats Test");
-  git(dir, "config", "user.email", "oats@example.org");
+  initRepository(dir);
   writeFileSync(join(dir, ".gitattributes"), "* filter=evil diff=evil\nignored.txt export-ignore\nsecret.txt export-subst\n");
   writeFileSync(join(dir, "secret.txt"), COMMITTED);
   writeFileSync(join(dir, "ignored.txt"), "export-ignore does not apply\n");

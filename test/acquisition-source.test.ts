@@ -14,19 +14,10 @@ import { describe, test } from "node:test";
 import { retainSource } from "../src/acquisition/source.js";
 import { digestTree, sourceIdentityKey } from "../src/retention/index.js";
 import { runOats, snapshotTree, tempDir } from "./helpers.js";
+import { git, gitEnv, initRepository } from "./support/git.js";
 
 const IDENTITY = "git:https://example.org/org/souls#souls/a";
 
-/** The test's own git: no GIT_* variable of the runner leaks into the fixtures. */
-function gitEnv(): NodeJS.ProcessEnv {
-  const env: NodeJS.ProcessEnv = {};
-  for (const [name, value] of Object.entries(process.env)) if (!name.startsWith("GIT_")) env[name] = value;
-  return { ...env, GIT_CONFIG_NOSYSTEM: "1", GIT_CONFIG_GLOBAL: "/dev/null" };
-}
-
-function git(cwd: string, ...args: string[]): string {
-  return execFileSync("git", args, { cwd, env: gitEnv(), encoding: "utf8" }).trim();
-}
 
 interface Repo {
   readonly dir: string;
@@ -40,9 +31,7 @@ interface Repo {
 function makeRepo(salt?: string): Repo {
   const dir = join(tempDir("oats-git-"), "repo");
   mkdirSync(dir);
-  git(dir, "init", "-q", "-b", "main");
-  git(dir, "config", "user.name", "Oats Test");
-  git(dir, "config", "user.email", "oats@example.org");
+  initRepository(dir);
   git(dir, "config", "commit.gpgsign", "false");
   writeFileSync(join(dir, "README.md"), "committed readme\n");
   mkdirSync(join(dir, "bin"));

@@ -266,14 +266,14 @@ const SOURCE_DEFECTS: SourceDefect[] = [
   {
     name: "absolute symlink pointing into the source itself",
     make: (source) => symlinkSync(join(source, "bin/hello.mjs"), join(source, "abs.mjs")),
-    code: "invalid-artifact",
+    code: "artifact-not-contained",
     details: { reason: "absolute-symlink", path: "abs.mjs" },
     digestible: true,
   },
   {
     name: "absolute symlink pointing outside",
     make: (source) => symlinkSync("/etc/hostname", join(source, "skills/host")),
-    code: "invalid-artifact",
+    code: "artifact-not-contained",
     details: { reason: "absolute-symlink", path: "skills/host" },
     digestible: true,
   },
@@ -425,7 +425,7 @@ describe("a source that is or contains the store", () => {
 // ---------------------------------------------------------------------------
 
 describe("the scope and the store's own components", () => {
-  test("a missing scope is invalid-artifact-store and is not created", async () => {
+  test("a missing scope is artifact-not-found (reason scope-missing) and is not created", async () => {
     const scope = join(tempDir(), "missing-scope");
     const { capture } = await populatedScope();
     const attempts: (() => Promise<unknown>)[] = [
@@ -433,9 +433,10 @@ describe("the scope and the store's own components", () => {
       () => retainTree(scope, { kind: "capture", key: "cap", source: fixtureCopy() }),
       () => verifyTree(scope, { kind: "capture", key: "cap", integrity: capture.integrity }),
       () => verifyRetainedCapability(scope, ID, lock()),
+      async () => listRetained(scope),
     ];
     for (const attempt of attempts) {
-      await assert.rejects(attempt(), (error) => checkRefusal(error, "invalid-artifact-store"));
+      await assert.rejects(attempt(), (error) => checkRefusal(error, "artifact-not-found", { scope, reason: "scope-missing" }));
       assert.equal(existsSync(scope), false);
     }
     const file = join(tempDir(), "scope-file");

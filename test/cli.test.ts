@@ -117,7 +117,7 @@ describe("JSON envelope on success", () => {
     const ls = runJson(["--scope", scope, "ls"]);
     assert.equal(ls.status, 0);
     assert.equal(ls.envelope.command, "ls");
-    assert.deepEqual(ls.envelope.result!["revisions"], [{ kind: "capability", key: "demo.hello", integrity: { format: "oats.tree-legacy.v0", value: LEGACY }, dir }]);
+    assert.deepEqual(ls.envelope.result!["revisions"], [{ kind: "capability", key: "demo.hello", integrity: { format: "oats.tree-legacy.v0", value: LEGACY }, dir, size: { files: 5, bytes: 800 } }]);
 
     const fsck = runJson(["--scope", scope, "fsck"]);
     assert.equal(fsck.status, 0);
@@ -329,10 +329,29 @@ describe("--scope", () => {
     assert.ok(existsSync(join(cwd, ".agents/capabilities/artifacts/demo.hello", LEGACY)));
   });
 
-  test("a missing scope is a refusal, and is not created", () => {
+  test("a missing scope is artifact-not-found (exit 3) for readers and creators, and is not created", () => {
     const missing = join(tempDir(), "nope");
-    expectRefusal(["--scope", missing, "retain", FIXTURE_PAYLOAD, "--id", "demo.hello", "--lock", FIXTURE_LOCK], "invalid-artifact-store", "invalid", 4);
-    assert.equal(existsSync(missing), false);
+    for (const args of [
+      ["retain", FIXTURE_PAYLOAD, "--id", "demo.hello", "--lock", FIXTURE_LOCK],
+      ["verify", "demo.hello", "--integrity", LEGACY],
+      ["ls"],
+      ["resolution", "ls"],
+      ["queue", "ls"],
+    ]) {
+      const run = expectRefusal(["--scope", missing, ...args], "artifact-not-found", "missing", 3);
+      assert.equal(run.envelope.error!.details["reason"], "scope-missing", args.join(" "));
+      assert.equal(existsSync(missing), false, args.join(" "));
+    }
+    const human = runOats(["--scope", missing, "verify", "demo.hello", "--integrity", LEGACY]);
+    assert.equal(human.status, 3);
+    assert.match(human.stderr, /^oats: artifact-not-found: scope does not exist: .*\n.*never creates the scope/);
+  });
+
+  test("a scope that is a file is invalid-artifact-store (exit 4)", () => {
+    const file = join(tempDir(), "scope-file");
+    writeFileSync(file, "x");
+    const run = expectRefusal(["--scope", file, "verify", "demo.hello", "--integrity", LEGACY], "invalid-artifact-store", "invalid", 4);
+    assert.equal(run.envelope.error!.details["reason"], "scope-not-a-directory");
   });
 });
 

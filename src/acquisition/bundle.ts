@@ -1,3 +1,4 @@
+import { withPublishLease } from "../retention/store/lease.js";
 import { closeSync, constants, createReadStream, fsyncSync, linkSync, lstatSync, openSync, readdirSync, renameSync, statSync, unlinkSync, writeSync } from "node:fs";
 import { basename, dirname, join, resolve } from "node:path";
 import { randomBytes } from "node:crypto";
@@ -683,7 +684,7 @@ export async function importBundle(scope: string, bundlePath: string, options: I
   const realScope = resolveScope(scope);
   const limits = extractLimits(options.limits);
 
-  return withExtractionDir(realScope, async (staging) => {
+  return withPublishLease(realScope, () => withExtractionDir(realScope, async (staging) => {
     const { onProgress, signal } = options;
     const watch = { ...(onProgress ? { onProgress } : {}), ...(signal ? { signal } : {}) };
     await extractTar(createReadStream(bundle), staging, { origin: bundle, prefix: null, limits, ...watch });
@@ -713,5 +714,5 @@ export async function importBundle(scope: string, bundlePath: string, options: I
       resolutions.push({ id: row.id, status: written.status });
     }
     return { bundle, artifacts, resolutions, blobs };
-  });
+  }));
 }

@@ -32,8 +32,8 @@ export type EntryRefusalReason =
 
 /** Escapes are `artifact-not-contained`; every other unsafe entry is `invalid-artifact`; a broken archive is `invalid-input`. */
 export function entryRefusal(origin: string, reason: EntryRefusalReason, entry: string | null, message: string, details: Record<string, unknown> = {}): OatsError {
-  // As for a source directory (source-check.ts): an absolute symlink is invalid, an escaping one is not contained.
-  const escapes = reason === "absolute-path" || reason === "dot-dot" || reason === "escaping-symlink" || reason === "through-symlink";
+  // As for a source directory (source-check.ts): absolute and escaping symlinks alike are not contained.
+  const escapes = reason === "absolute-path" || reason === "dot-dot" || reason === "absolute-symlink" || reason === "escaping-symlink" || reason === "through-symlink";
   const code = escapes ? "artifact-not-contained" : reason === "corrupt-archive" ? "invalid-input" : "invalid-artifact";
   return new OatsError(code, `${origin}: ${entry === null ? "" : `entry ${JSON.stringify(entry)}: `}${message}; nothing was extracted outside staging and nothing was retained`, {
     archive: origin,

@@ -3,7 +3,7 @@ import { OatsError } from "../errors.js";
 import { sourceIdentitySchema } from "../resolution/record.js";
 import { adoptTree, retainTree, type RetainOptions } from "../retention/retain.js";
 import type { ArtifactReceipt } from "../retention/receipt.js";
-import { sourceIdentityKey } from "../retention/source-identity.js";
+import { pinSourceIdentity, sourceIdentityKey } from "../retention/source-identity.js";
 import { inspectStore, resolveScope } from "../retention/store/components.js";
 import { assertFullCommit, gitRepositoryRoot, listTree, resolveCommit } from "./git.js";
 import { writeCommitTree, type ArchiveOptions } from "./git-tree.js";
@@ -69,6 +69,7 @@ export async function retainSource(scope: string, request: SourceRequest, option
   if (maxDepth !== undefined) Object.assign(retainOptions, { maxDepth });
   if (revision === "local") {
     const receipt = await retainTree(scope, { kind: "source", key, source: request.dir }, retainOptions);
+    pinSourceIdentity(scope, identity);
     return { ...receipt, identity, revision };
   }
 
@@ -85,5 +86,7 @@ export async function retainSource(scope: string, request: SourceRequest, option
     // The tree was written by us from the object database, each blob checked against its id: adopted (moved, made durable, read back once), not copied again.
     return adoptTree(realScope, { kind: "source", key, source: dir }, retainOptions);
   });
+  // The identity's canonical bytes, pinned as the blob its key names: `oats ls` shows the identity, not only its key.
+  pinSourceIdentity(realScope, identity);
   return { ...receipt, identity, revision, commit: tree.commit, tree: tree.tree };
 }

@@ -1,4 +1,5 @@
 import { OatsError, isOatsError } from "../errors.js";
+import { STORED_MAX_DEPTH, parseJsonText } from "../json-text.js";
 import { audit, audited } from "./audit.js";
 import { assertArtifactKey, assertArtifactKind, type ArtifactKind } from "../retention/ids.js";
 import { JSON_V1, PACKAGE_PAYLOAD_EXEC, TREE_EXEC, TREE_LEGACY, integrityText, parseIntegrity } from "../retention/integrity.js";
@@ -143,12 +144,11 @@ function pinnedComposition(scope: string, subject: ApprovalSubject): CaptureComp
     }
     throw error;
   }
-  let value: unknown;
-  try {
-    value = JSON.parse(bytes.toString("utf8"));
-  } catch {
-    throw new OatsError("invalid-input", `the blob of composition ${subject.integrity} is not JSON`, { subject });
-  }
+  const value = parseJsonText(bytes.toString("utf8"), STORED_MAX_DEPTH, (reason, message) =>
+    reason === "syntax"
+      ? new OatsError("invalid-input", `the blob of composition ${subject.integrity} is not JSON`, { subject })
+      : new OatsError("invalid-input", `the blob of composition ${subject.integrity}: ${message}`, { subject, reason }),
+  );
   const composition = parseComposition(value, `composition ${subject.integrity}`);
   const named = compositionSubject(composition);
   if (named.key !== subject.key || named.integrity !== subject.integrity) {

@@ -1,6 +1,7 @@
 import { closeSync, constants, fstatSync, openSync, readSync } from "node:fs";
 import { errnoCode } from "../errors.js";
 import { canonicalJson, jsonDigest } from "../retention/digest/json.js";
+import { STORED_MAX_DEPTH, scanJsonText } from "../json-text.js";
 
 /**
  * One line of a hash-chained log (see chain-log.ts), checked on its own, and
@@ -40,6 +41,8 @@ class ProtoKey extends Error {}
 
 /** JSON.parse refusing `__proto__` keys anywhere. Throws on bad JSON. */
 export function parseLine(text: string): unknown {
+  // The reviver recurses: a line nested past the bound is bad JSON before it can exhaust the stack.
+  if (scanJsonText(text, STORED_MAX_DEPTH)?.reason === "too-deep") throw new SyntaxError("nested too deep");
   return JSON.parse(text, (key, value: unknown) => {
     if (key === "__proto__") throw new ProtoKey("__proto__ key");
     return value;

@@ -9,3 +9,4 @@ export * from "./queue.js";
 export * from "./prepare-capture.js";
 export * from "./dispatch.js";
 export * from "./approval-check.js";
+export * from "./decision-target.js";

@@ -6,6 +6,7 @@ import { TREE_EXEC, integrityText } from "../retention/integrity.js";
 import type { ArtifactReceipt } from "../retention/receipt.js";
 import { retainCapabilityArtifact, retainTree, type RetainOptions } from "../retention/retain.js";
 import { inspectStoreAt, resolveScope } from "../retention/store/components.js";
+import { withPublishLease } from "../retention/store/lease.js";
 import { capabilityArtifactEntry } from "../resolution/artifact-entry.js";
 import { resolveEntrypoint } from "../resolution/read.js";
 import type { ArtifactRefRecord, ResolutionRecord } from "../resolution/record.js";
@@ -106,7 +107,12 @@ function validate(realScope: string, loaded: LoadedCaptureSpec) {
   return { config, profile, capability };
 }
 
-export async function prepareCapture(scope: string, specInput: LoadedCaptureSpec | string, options: PrepareCaptureOptions = {}): Promise<PrepareCaptureResult> {
+/** Under a publish lease (retention/store/lease.ts) until the record is committed: gc never takes what it retained or pinned. */
+export function prepareCapture(scope: string, specInput: LoadedCaptureSpec | string, options: PrepareCaptureOptions = {}): Promise<PrepareCaptureResult> {
+  return withPublishLease(resolveScope(scope), () => prepareCaptureLeased(scope, specInput, options));
+}
+
+async function prepareCaptureLeased(scope: string, specInput: LoadedCaptureSpec | string, options: PrepareCaptureOptions): Promise<PrepareCaptureResult> {
   const realScope = resolveScope(scope);
   const loaded = typeof specInput === "string" ? await audited(realScope, "prepare", { spec: resolve(specInput) }, async () => readCaptureSpecFile(specInput)) : specInput;
   const { spec } = loaded;

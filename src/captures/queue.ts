@@ -8,6 +8,7 @@ import { identifierSchema } from "../retention/ids.js";
 import { ensureStoreAt, fsyncDirectory, inspectStoreAt, removeCreatedStore, resolveScope } from "../retention/store/components.js";
 import { readRegularFile, writeStagedFile } from "../retention/store/files.js";
 import { AGENTS_DIR, assertContained } from "../retention/store/layout.js";
+import { withPublishLease } from "../retention/store/lease.js";
 import { readCanonicalJson } from "../resolution/canonical-read.js";
 import { parseResolutionId, readRecordBytes } from "../resolution/store.js";
 import { audit, audited } from "./audit.js";
@@ -78,7 +79,8 @@ export function jobPath(scope: string, job: unknown): string {
 /** Queue a capture resolution under a job id; the record must exist, check and be a capture. */
 export async function addJob(scope: string, request: AddJobRequest, options: AddJobOptions = {}): Promise<{ job: QueuedJob; path: string; status: "written" | "kept" | "replaced" }> {
   const realScope = resolveScope(scope);
-  return audited(realScope, "queue", { job: String(request?.job) }, async () => {
+  // Leased: the record read here must still be there when the job that names it is linked.
+  return withPublishLease(realScope, () => audited(realScope, "queue", { job: String(request?.job) }, async () => {
     const job = parseWith(
       jobSchema,
       {
@@ -136,7 +138,7 @@ export async function addJob(scope: string, request: AddJobRequest, options: Add
     if (!existing) unlinkSync(staged);
     fsyncDirectory(dir);
     return { job, path, status: existing ? ("replaced" as const) : ("written" as const) };
-  });
+  }));
 }
 
 function readJobIfPresent(realScope: string, job: string): QueuedJob | null {

@@ -39,4 +39,10 @@ export const COMMAND_NAMES = [
   "import",
   "source retain",
   "schema",
+  "completion",
+  "gc",
+  "pin",
+  "unpin",
+  "pins",
+  "repair",
 ] as const;

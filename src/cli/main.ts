@@ -6,10 +6,14 @@ import { approve, revoke } from "./commands/approve.js";
 import { auditHead, auditShow, auditVerify } from "./commands/audit.js";
 import { capturePrepare } from "./commands/capture-prepare.js";
 import { cleanup } from "./commands/cleanup.js";
+import { completion } from "./commands/completion.js";
 import { digest } from "./commands/digest.js";
 import { dispatch } from "./commands/dispatch.js";
 import { exportCommand } from "./commands/export.js";
 import { fsck } from "./commands/fsck.js";
+import { gcCommand } from "./commands/gc.js";
+import { pinCommand, pinsCommand, unpinCommand } from "./commands/pin.js";
+import { repairCommand } from "./commands/repair.js";
 import { importCommand } from "./commands/import.js";
 import { instanceShow } from "./commands/instance-show.js";
 import { ls } from "./commands/ls.js";
@@ -71,10 +75,16 @@ export const COMMANDS: readonly CommandSpec[] = [
   importCommand,
   sourceRetain,
   schema,
+  completion,
+  gcCommand,
+  pinCommand,
+  unpinCommand,
+  pinsCommand,
+  repairCommand,
 ];
 
 /** Descriptions of the command groups (`oats resolution --help`). */
-const GROUPS: Record<string, string> = {
+export const GROUPS: Record<string, string> = {
   resolution: "resolution records: what an instance or a queued capture will run (show, verify, ls)",
   instance: "instances and the resolution each one runs (show)",
   capture: "captures: pin what a queued capture will run (prepare); approve it with `oats approve`",
@@ -82,6 +92,44 @@ const GROUPS: Record<string, string> = {
   audit: "the hash-chained audit log of the capture flow (show, verify, head)",
   source: "source trees (souls and others) keyed by their qualified identity (retain)",
 };
+
+/** Words the program answers without a command spec: `oats help [<group>] [<sub>]`, `oats version`. */
+export const VIRTUAL_COMMANDS: readonly { name: string; description: string }[] = [
+  { name: "help", description: "help for the program, a command or a subcommand (oats help resolution verify)" },
+  { name: "version", description: "print the version" },
+];
+
+/**
+ * `oats help resolution verify` is `oats resolution verify --help`, and
+ * `oats version` (alone) is `oats --version`: the forms git and restic
+ * users type. Global options may stand anywhere; only the first operand
+ * decides.
+ */
+export function rewriteVirtualCommands(argv: readonly string[]): string[] {
+  let first = -1;
+  for (let index = 0; index < argv.length; index += 1) {
+    const arg = argv[index]!;
+    if (arg === "--") break;
+    if (GLOBAL_VALUE_OPTIONS.has(arg)) {
+      index += 1;
+      continue;
+    }
+    if (arg.startsWith("-")) continue;
+    first = index;
+    break;
+  }
+  if (first === -1) return [...argv];
+  const word = argv[first];
+  const rest = [...argv.slice(0, first), ...argv.slice(first + 1)];
+  if (word === "help") {
+    // `oats help bogus` is the usage error `oats bogus` gives, not the program's help with exit 0.
+    const named = rest.slice(first).find((arg) => !arg.startsWith("-"));
+    const known = named === undefined || Object.hasOwn(GROUPS, named) || COMMANDS.some((spec) => spec.name === named) || VIRTUAL_COMMANDS.some((entry) => entry.name === named);
+    return known ? [...rest, "--help"] : rest;
+  }
+  if (word === "version" && !rest.some((arg) => !arg.startsWith("-"))) return [...rest, "--version"];
+  return [...argv];
+}
 
 export interface MainIo {
   /** --json was on the command line (detected by bin.ts before anything was loaded). */
@@ -125,7 +173,8 @@ export function commandNamed(argv: readonly string[]): string | null {
 
 const SUCCESSFUL_EXITS = new Set(["commander.helpDisplayed", "commander.help", "commander.version"]);
 
-export async function main(argv: readonly string[], io: MainIo): Promise<number> {
+export async function main(givenArgv: readonly string[], io: MainIo): Promise<number> {
+  const argv = rewriteVirtualCommands(givenArgv);
   const { json, writeOut } = io;
   const writeErr = io.writeErr ?? ((text: string) => void process.stderr.write(text));
   const env = io.env ?? process.env;

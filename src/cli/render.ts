@@ -1,6 +1,7 @@
 import type { ApprovalSubject } from "../captures/index.js";
 import type { OatsError } from "../errors.js";
 import { approveCommand } from "./commands/captures-shared.js";
+import { reasonRemedy } from "./remedies.js";
 
 /** Human-mode rendering: short result lines on stdout, `oats: <code>: <message>` and one remedy line on stderr. */
 
@@ -39,8 +40,7 @@ const REMEDIES: Record<string, string> = {
     "the record is partial or unknown: the inputs listed in details.unresolved could not be established. Settle them and run `oats prepare` with a complete plan; a partial record is never run.",
   "secret-in-record":
     "a secret literal was found at the pointer named above; nothing was written. Replace it with a credential reference ({kind: env, name} or {kind: provider, provider, key}) in the plan.",
-  "invalid-input":
-    "check the source: it must be an existing real directory outside the store, with only relative symlinks that stay inside it, and no special files.",
+  "invalid-input": "the input named above was refused as it is, and nothing was changed; correct it and retry (`oats <command> --help` lists the arguments).",
   "integrity-mismatch":
     "the stored revision is damaged or the expected digest is wrong; it was not repaired. Re-retain from a trusted source into a fresh scope or remove the revision by hand after inspecting it.",
   "provenance-mismatch":
@@ -58,6 +58,8 @@ export function remedy(error: Pick<OatsError, "code" | "kind" | "details"> & { r
   if (command === "fsck" && error.details["report"] !== undefined) {
     return "fsck repaired nothing. The findings above name each damaged, dangling or unreadable thing by class and path; inspect them, keep copies as evidence, and re-create what is damaged from a trusted source (docs/design/fsck.md).";
   }
+  const byReason = reasonRemedy(error, command);
+  if (byReason !== null) return byReason;
   if (error.code === "integrity-mismatch") {
     const reason = error.details["reason"];
     if (reason === "source-differs") {
@@ -131,8 +133,21 @@ export function remedy(error: Pick<OatsError, "code" | "kind" | "details"> & { r
   return REMEDIES[error.code] ?? (error.kind === "refused" ? REFUSED : REMEDIES["internal-error"]!);
 }
 
-/** The two stderr lines of a human-mode error. */
+/**
+ * The stderr lines of a human-mode error: `oats: <code>: <message>`, the
+ * remedy, then, when validation found more than one problem, each of them
+ * (`details.issues`, as --json lists them) on its own indented line.
+ */
 export function humanError(error: Pick<OatsError, "code" | "kind" | "message" | "details">, command: string | null): string {
-  const message = error.message.replace(/\s*\n\s*/g, " ").trim();
-  return `oats: ${error.code}: ${message}\n${remedy(error, command)}\n`;
+  const oneLine = (text: string) => text.replace(/\s*\n\s*/g, " ").trim();
+  const issues = Array.isArray(error.details["issues"]) ? (error.details["issues"] as unknown[]) : [];
+  const problems =
+    issues.length > 1
+      ? issues.map((issue) => {
+          const { pointer, path, message } = (issue ?? {}) as { pointer?: unknown; path?: unknown; message?: unknown };
+          const at = typeof pointer === "string" ? `${pointer}: ` : Array.isArray(path) && path.length > 0 ? `${path.join(".")}: ` : "";
+          return `  ${at}${oneLine(typeof message === "string" ? message : JSON.stringify(issue))}\n`;
+        })
+      : [];
+  return `oats: ${error.code}: ${oneLine(error.message)}\n${remedy(error, command)}\n${problems.join("")}`;
 }

@@ -1,4 +1,5 @@
 import { OatsError } from "../errors.js";
+import { STORED_MAX_DEPTH, describeJsonProblem, scanJsonText } from "../json-text.js";
 import { canonicalJsonBytes } from "../retention/digest/json.js";
 
 /**
@@ -13,7 +14,9 @@ import { canonicalJsonBytes } from "../retention/digest/json.js";
  * the round trip (9007199254740994, 1e+21) are refused too: another reader
  * may not decode them to the same value. A `__proto__` key is refused outright, and
  * objects come back without a prototype, so a record can never reach
- * Object.prototype.
+ * Object.prototype. Nesting deeper than STORED_MAX_DEPTH is refused before
+ * JSON.parse (`reason: too-deep`): the writer, the schema and the copy below
+ * all recurse.
  */
 
 const utf8 = new TextDecoder("utf-8", { fatal: true, ignoreBOM: false });
@@ -25,6 +28,10 @@ export function readCanonicalJson(bytes: Uint8Array, what: string): unknown {
     text = utf8.decode(bytes);
   } catch {
     throw refuse("invalid UTF-8");
+  }
+  const problem = scanJsonText(text, STORED_MAX_DEPTH);
+  if (problem !== null) {
+    throw new OatsError("invalid-resolution", `${what} is not canonical JSON: ${describeJsonProblem(problem)}`, { reason: problem.reason, pointer: problem.pointer });
   }
   let value: unknown;
   try {

@@ -4,8 +4,9 @@ import { OatsError, errnoCode } from "../errors.js";
 import { canonicalJsonBytes } from "../retention/digest/json.js";
 import { capabilityRows, readLockFile, type OatsLock } from "../retention/oats-lock.js";
 import { retainCapabilityArtifact, retainTree, type RetainOptions } from "../retention/retain.js";
-import { sourceIdentityKey } from "../retention/source-identity.js";
+import { pinSourceIdentity, sourceIdentityKey } from "../retention/source-identity.js";
 import { inspectStoreAt, resolveScope } from "../retention/store/components.js";
+import { withPublishLease } from "../retention/store/lease.js";
 import { parsePlan, SOURCE_ENTRYPOINT, type Plan } from "./plan.js";
 import { resolveEntrypoint } from "./read.js";
 import type { ArtifactRefRecord, ResolutionRecord } from "./record.js";
@@ -186,7 +187,12 @@ async function validate(realScope: string, plan: Plan): Promise<CheckedCapabilit
   return capabilities;
 }
 
-export async function prepare(scope: string, planInput: unknown, options: PrepareOptions = {}): Promise<PrepareResult> {
+/** Under a publish lease (store/lease.ts) from the first retain until the reference is moved: gc never takes what it found. */
+export function prepare(scope: string, planInput: unknown, options: PrepareOptions = {}): Promise<PrepareResult> {
+  return withPublishLease(resolveScope(scope), () => prepareLeased(scope, planInput, options));
+}
+
+async function prepareLeased(scope: string, planInput: unknown, options: PrepareOptions): Promise<PrepareResult> {
   const plan = parsePlan(planInput, options.baseDir ?? process.cwd());
   const realScope = resolveScope(scope);
   const capabilities = await validate(realScope, plan);
@@ -206,6 +212,7 @@ export async function prepare(scope: string, planInput: unknown, options: Prepar
   let source: ResolutionRecord["source"] = null;
   if (plan.source) {
     const retained = await retainTree(realScope, { kind: "source", key: sourceIdentityKey(plan.source.identity), source: plan.source.dir }, retainOptions);
+    pinSourceIdentity(realScope, plan.source.identity);
     source = {
       identity: plan.source.identity,
       revision: plan.source.revision,

@@ -8,7 +8,8 @@ import { OatsError, errnoCode } from "../errors.js";
 import { bytesDigest } from "../retention/digest/json.js";
 import { IDENTIFIER_MAX_LENGTH, IDENTIFIER_PATTERN } from "../retention/ids.js";
 import { TREE_LEGACY, integrityText } from "../retention/integrity.js";
-import { capabilityRows, parseLock, type OatsLock } from "../retention/oats-lock.js";
+import { capabilityRows, parseLockText, type OatsLock } from "../retention/oats-lock.js";
+import { OPERATOR_MAX_DEPTH, parseJsonText } from "../json-text.js";
 import { retainCapabilityArtifact, retainTree } from "../retention/retain.js";
 import { resolveScope } from "../retention/store/components.js";
 import { checkReadiness, resolveEntrypoint } from "./read.js";
@@ -139,11 +140,17 @@ function readInstanceFile(instanceHome: string): { path: string; bytes: Buffer; 
   });
   let json: unknown;
   try {
-    json = JSON.parse(new TextDecoder("utf-8", { fatal: true }).decode(bytes), (key, value: unknown) => {
-      if (key === "__proto__") throw new Error("a __proto__ key is refused");
-      return value;
-    });
+    json = parseJsonText(
+      new TextDecoder("utf-8", { fatal: true }).decode(bytes),
+      OPERATOR_MAX_DEPTH,
+      (reason, message, details) => (reason === "syntax" ? new Error(message) : invalid(`${path}: ${message}`, { path, reason, ...details })),
+      (key, value: unknown) => {
+        if (key === "__proto__") throw new Error("a __proto__ key is refused");
+        return value;
+      },
+    );
   } catch (error) {
+    if (error instanceof OatsError) throw error;
     throw invalid(`${path} is not JSON: ${(error as Error).message}`, { path });
   }
   const parsed = legacyInstanceSchema.safeParse(json);
@@ -322,9 +329,8 @@ function readLock(scope: string): { lock: OatsLock; path: string; digest: string
     return { reason: `invalid-lock: cannot read ${path}: ${errnoCode(error) ?? String(error)}` };
   }
   try {
-    return { lock: parseLock(JSON.parse(bytes.toString("utf8")), path), path, digest: bytesDigest(bytes) };
+    return { lock: parseLockText(bytes.toString("utf8"), path), path, digest: bytesDigest(bytes) };
   } catch (error) {
-    if (error instanceof SyntaxError) return { reason: `invalid-lock: ${path} is not JSON` };
     return { reason: unestablished(error) };
   }
 }

@@ -7,6 +7,7 @@ import { identifierSchema } from "../retention/ids.js";
 import { ensureStoreAt, fsyncDirectory, inspectStoreAt, resolveScope } from "../retention/store/components.js";
 import { readRegularFile, writeStagedFile } from "../retention/store/files.js";
 import { assertContained } from "../retention/store/layout.js";
+import { withPublishLeaseSync } from "../retention/store/lease.js";
 import { refuseProtoKeys } from "../operator-input.js";
 import { readCanonicalJson, withoutPrototypes } from "./canonical-read.js";
 import { resolutionRecordSchema, type ResolutionRecord } from "./record.js";
@@ -74,6 +75,10 @@ export interface WrittenRecord {
 /** Publish a record; the schema is checked first, so nothing invalid is ever written. */
 export function writeResolution(scope: string, input: unknown): WrittenRecord {
   const realScope = resolveScope(scope);
+  return withPublishLeaseSync(realScope, () => writeResolutionLeased(realScope, input));
+}
+
+function writeResolutionLeased(realScope: string, input: unknown): WrittenRecord {
   // zod drops a `__proto__` key silently (an entry point or binding would vanish): refuse it instead.
   refuseProtoKeys(input, "resolution record", "invalid-resolution");
   const record = parseRecord(input, "resolution record");
@@ -126,7 +131,25 @@ export function readRecordBytes(scope: string, id: string): { id: string; path: 
   const path = resolutionPath(realScope, canonicalId);
   const notFound = () => new OatsError("resolution-not-found", `no resolution ${canonicalId} in this scope`, { id: canonicalId, path });
   if (!inspectStoreAt(realScope, RESOLUTIONS_DIR).complete) throw notFound();
-  const bytes = readBounded(path, MAX_RECORD_BYTES, notFound, `resolution ${canonicalId}`);
+  return decodeRecord(readBounded(path, MAX_RECORD_BYTES, notFound, `resolution ${canonicalId}`), canonicalId, path);
+}
+
+/**
+ * readRecordBytes for many ids of one scope (gc reads every record): the
+ * scope is resolved and the store inspected once, each record checked the same.
+ */
+export function recordReader(realScope: string): (id: string) => { id: string; path: string; record: ResolutionRecord } {
+  const complete = inspectStoreAt(realScope, RESOLUTIONS_DIR).complete;
+  return (id) => {
+    const canonicalId = parseResolutionId(id);
+    const path = resolutionPath(realScope, canonicalId);
+    const notFound = () => new OatsError("resolution-not-found", `no resolution ${canonicalId} in this scope`, { id: canonicalId, path });
+    if (!complete) throw notFound();
+    return decodeRecord(readBounded(path, MAX_RECORD_BYTES, notFound, `resolution ${canonicalId}`), canonicalId, path);
+  };
+}
+
+function decodeRecord(bytes: Buffer, canonicalId: string, path: string): { id: string; path: string; record: ResolutionRecord } {
   const actual = bytesDigest(bytes);
   if (actual !== canonicalId) {
     throw new OatsError("integrity-mismatch", `resolution ${canonicalId}: the record's bytes hash to ${actual}`, { id: canonicalId, path, expected: canonicalId, actual });
@@ -164,6 +187,10 @@ export function instanceRefPath(scope: string, instance: string): string {
 /** Point an instance at a record: staged, fsync'd, renamed over the old reference, parent fsync'd. */
 export function writeInstanceRef(scope: string, instance: string, resolution: string): InstanceRef {
   const realScope = resolveScope(scope);
+  return withPublishLeaseSync(realScope, () => writeInstanceRefLeased(realScope, instance, resolution));
+}
+
+function writeInstanceRefLeased(realScope: string, instance: string, resolution: string): InstanceRef {
   const path = instanceRefPath(realScope, instance);
   const ref: InstanceRef = { schemaVersion: 1, instance, resolution: parseResolutionId(resolution) };
   inspectStoreAt(realScope, INSTANCE_REFS_DIR);
@@ -187,7 +214,21 @@ export function readInstanceRef(scope: string, instance: string): InstanceRef {
   const path = instanceRefPath(realScope, instance);
   const notFound = () => new OatsError("resolution-not-found", `instance ${instance} has no resolution in this scope`, { instance, path });
   if (!inspectStoreAt(realScope, INSTANCE_REFS_DIR).complete) throw notFound();
-  const bytes = readBounded(path, 4096, notFound, `instance reference ${instance}`);
+  return decodeInstanceRef(readBounded(path, 4096, notFound, `instance reference ${instance}`), instance, path);
+}
+
+/** readInstanceRef for every reference of one scope (gc), the store inspected once. */
+export function instanceRefReader(realScope: string): (instance: string) => InstanceRef {
+  const complete = inspectStoreAt(realScope, INSTANCE_REFS_DIR).complete;
+  return (instance) => {
+    const path = instanceRefPath(realScope, instance);
+    const notFound = () => new OatsError("resolution-not-found", `instance ${instance} has no resolution in this scope`, { instance, path });
+    if (!complete) throw notFound();
+    return decodeInstanceRef(readBounded(path, 4096, notFound, `instance reference ${instance}`), instance, path);
+  };
+}
+
+function decodeInstanceRef(bytes: Buffer, instance: string, path: string): InstanceRef {
   const json = readCanonicalJson(bytes, `instance reference ${instance}`) as Record<string, unknown> | null;
   const malformed = () => new OatsError("invalid-resolution", `instance reference ${instance} is malformed`, { instance, path });
   if (typeof json !== "object" || json === null || Array.isArray(json)) throw malformed();

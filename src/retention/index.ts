@@ -24,4 +24,5 @@ export {
 export { ARTIFACT_KINDS, IDENTIFIER_PATTERN, type ArtifactKind } from "./ids.js";
 export { parseLock, readLockFile, type OatsLock, type CapabilityRow, type PackageRow } from "./oats-lock.js";
 export { PROVENANCE_FILE } from "./provenance.js";
-export { sourceIdentityKey } from "./source-identity.js";
+export { sourceIdentityKey, pinSourceIdentity, readSourceIdentity } from "./source-identity.js";
+export { revisionSize, formatBytes, type RevisionSize } from "./revision-size.js";

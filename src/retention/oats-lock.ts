@@ -1,6 +1,7 @@
 import { readFileSync } from "node:fs";
 import { z } from "zod";
 import { OatsError, errnoCode } from "../errors.js";
+import { OPERATOR_MAX_DEPTH, parseJsonText } from "../json-text.js";
 import { IDENTIFIER_MAX_LENGTH, IDENTIFIER_PATTERN } from "./ids.js";
 
 /**
@@ -142,12 +143,16 @@ export function readLockFile(path: string): OatsLock {
   } catch (error) {
     throw new OatsError("invalid-lock", `cannot read lock file ${path}: ${errnoCode(error) ?? String(error)}`, { lock: path, errno: errnoCode(error) });
   }
-  let json: unknown;
-  try {
-    json = JSON.parse(text);
-  } catch (error) {
-    throw new OatsError("invalid-lock", `lock file ${path} is not JSON: ${(error as Error).message}`, { lock: path });
-  }
+  return parseLockText(text, path);
+}
+
+/** A lock file's text: JSON with no duplicate keys and bounded nesting (`invalid-lock`, reason `duplicate-key` / `too-deep`), then the v2 schema. */
+export function parseLockText(text: string, path: string): OatsLock {
+  const json = parseJsonText(text, OPERATOR_MAX_DEPTH, (reason, message, details) =>
+    reason === "syntax"
+      ? new OatsError("invalid-lock", `lock file ${path} is not JSON: ${message}`, { lock: path })
+      : new OatsError("invalid-lock", `lock file ${path}: ${message}`, { lock: path, reason, ...details }),
+  );
   return parseLock(json, path);
 }
 

@@ -2,6 +2,7 @@ import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { z } from "zod";
 import { OatsError, errnoCode } from "../errors.js";
+import { OPERATOR_MAX_DEPTH, parseJsonText } from "../json-text.js";
 import type { CapabilityRow, PackageRow } from "./oats-lock.js";
 
 /**
@@ -54,12 +55,9 @@ export function checkProvenance(treeDir: string, expected: Provenance): void {
   } catch (error) {
     throw refuse(`${PROVENANCE_FILE} is missing or unreadable`, { errno: errnoCode(error) });
   }
-  let json: unknown;
-  try {
-    json = JSON.parse(text);
-  } catch {
-    throw refuse(`${PROVENANCE_FILE} is not JSON`, {});
-  }
+  const json = parseJsonText(text, OPERATOR_MAX_DEPTH, (reason, message, details) =>
+    reason === "syntax" ? refuse(`${PROVENANCE_FILE} is not JSON`, {}) : refuse(`${PROVENANCE_FILE}: ${message}`, { reason, ...details }),
+  );
   const parsed = provenanceSchema.safeParse(json);
   if (!parsed.success) throw refuse(`${PROVENANCE_FILE} is malformed: ${parsed.error.issues[0]?.path.join(".")} ${parsed.error.issues[0]?.message}`, {});
   const actual = { ...parsed.data, commit: parsed.data.commit ?? null, packagePath: parsed.data.packagePath ?? null, capabilityPath: parsed.data.capabilityPath ?? null };

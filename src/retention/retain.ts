@@ -13,6 +13,7 @@ import { checkSourceOutsideStore, checkSymlinks } from "./source-check.js";
 import { inspectStore, resolveScope } from "./store/components.js";
 import { storeRoot } from "./store/layout.js";
 import { DEFAULT_LOCK_WAIT_MS } from "./store/publish-lock.js";
+import { withPublishLease } from "./store/lease.js";
 import { publishAdopted, publishTree, revisionParentSegments } from "./store/publish.js";
 
 export interface RetainOptions {
@@ -30,9 +31,9 @@ async function sourceRoot(dir: string): Promise<string> {
   try {
     resolved = await realpath(dir);
   } catch (error) {
-    throw new OatsError("invalid-input", `source does not exist: ${dir}`, { source: dir, errno: errnoCode(error) });
+    throw new OatsError("invalid-input", `source does not exist: ${dir}`, { source: dir, errno: errnoCode(error), reason: "source-missing" });
   }
-  if (!(await lstat(resolved)).isDirectory()) throw new OatsError("invalid-input", `source is not a directory: ${dir}`, { source: dir });
+  if (!(await lstat(resolved)).isDirectory()) throw new OatsError("invalid-input", `source is not a directory: ${dir}`, { source: dir, reason: "source-not-a-directory" });
   return resolved;
 }
 
@@ -63,7 +64,7 @@ const publishers = { copy: publishTree, adopt: publishAdopted } as const;
  * lock's package and capability rows.
  */
 export function retainCapabilityArtifact(scope: string, sourceDir: string, capabilityId: string, lock: unknown, options: RetainOptions = {}): Promise<ArtifactReceipt> {
-  return capabilityArtifact("copy", scope, sourceDir, capabilityId, lock, options);
+  return withPublishLease(scope, () => capabilityArtifact("copy", scope, sourceDir, capabilityId, lock, options));
 }
 
 /**
@@ -75,7 +76,7 @@ export function retainCapabilityArtifact(scope: string, sourceDir: string, capab
  * to remove.
  */
 export function adoptCapabilityArtifact(scope: string, extractedDir: string, capabilityId: string, lock: unknown, options: RetainOptions = {}): Promise<ArtifactReceipt> {
-  return capabilityArtifact("adopt", scope, extractedDir, capabilityId, lock, options);
+  return withPublishLease(scope, () => capabilityArtifact("adopt", scope, extractedDir, capabilityId, lock, options));
 }
 
 async function capabilityArtifact(transfer: Transfer, scope: string, sourceDir: string, capabilityId: string, lock: unknown, options: RetainOptions): Promise<ArtifactReceipt> {
@@ -117,12 +118,12 @@ export interface RetainTreeRequest {
 
 /** Retain any tree under `<key>/tree-exec-v1/sha256-<hex>/`. */
 export function retainTree(scope: string, request: RetainTreeRequest, options: RetainOptions = {}): Promise<ArtifactReceipt> {
-  return tree("copy", scope, request, options);
+  return withPublishLease(scope, () => tree("copy", scope, request, options));
 }
 
 /** retainTree of a tree the caller wrote for it, moved rather than copied (as adoptCapabilityArtifact). */
 export function adoptTree(scope: string, request: RetainTreeRequest, options: RetainOptions = {}): Promise<ArtifactReceipt> {
-  return tree("adopt", scope, request, options);
+  return withPublishLease(scope, () => tree("adopt", scope, request, options));
 }
 
 async function tree(transfer: Transfer, scope: string, request: RetainTreeRequest, options: RetainOptions): Promise<ArtifactReceipt> {

@@ -18,8 +18,9 @@ export async function checkSymlinks(root: string, listing: TreeListing): Promise
   for (const leaf of listing.leaves) {
     if (leaf.type !== "symlink") continue;
     const details = { path: leaf.path, target: leaf.target };
+    // Not contained even when it points back into the tree: the tree's meaning would depend on where it sits (upstream agrees).
     if (isAbsolute(leaf.target)) {
-      throw new OatsError("invalid-artifact", `absolute symlink refused: ${leaf.path} -> ${leaf.target}`, { ...details, reason: "absolute-symlink" });
+      throw new OatsError("artifact-not-contained", `absolute symlink refused: ${leaf.path} -> ${leaf.target}`, { ...details, reason: "absolute-symlink" });
     }
     // Lexically first: the link text itself must not climb out of the tree.
     const lexical = posix.normalize(posix.join(posix.dirname(leaf.path), leaf.target));

@@ -1,23 +1,26 @@
 /**
  * Hostile archives written byte by byte: ustar headers with their checksums,
  * pax extended headers ('x') carrying names no ustar field could hold. Used
- * by the limit tests (test/acquisition-limits.test.ts) and the bench, so the
+ * by the limit and hostile-archive tests (acquisition-limits, acquisition-tarball) and the bench, so the
  * archives are made at test time rather than committed.
  */
 import { gzipSync } from "node:zlib";
 
 export interface RawEntry {
   readonly name: string;
-  /** ustar typeflag: 0 file, 2 symlink, 5 directory, x pax extended header. */
+  /** ustar typeflag: 0 file, 1 hard link, 2 symlink, 3 char device, 4 block device, 5 directory, 6 FIFO, x pax extended header. */
   readonly type?: string;
   readonly body?: Buffer | string;
   readonly linkname?: string;
+  readonly mode?: number;
+  /** The size the header declares (defaults to the body's). */
+  readonly size?: number;
   /** A pax `path` record put before this entry (for names longer than 100 bytes). */
   readonly paxPath?: string;
 }
 
 /** One 512-byte ustar header, checksum included. */
-export function ustarHeader(entry: { name: string; type?: string; linkname?: string; mode?: number }, size: number): Buffer {
+export function ustarHeader(entry: { readonly name: string; readonly type?: string; readonly linkname?: string; readonly mode?: number }, size: number): Buffer {
   const header = Buffer.alloc(512);
   const put = (text: string, offset: number, length: number) => {
     if (Buffer.byteLength(text) > length) throw new Error(`${text.slice(0, 40)} does not fit in ${length} bytes`);
@@ -35,6 +38,8 @@ export function ustarHeader(entry: { name: string; type?: string; linkname?: str
   put(entry.linkname ?? "", 157, 100);
   put("ustar\0", 257, 6);
   put("00", 263, 2);
+  octal(0, 329, 8);
+  octal(0, 337, 8);
   let sum = 0;
   for (const byte of header) sum += byte;
   put(`${sum.toString(8).padStart(6, "0")}\0 `, 148, 8);
@@ -52,7 +57,8 @@ export function paxRecord(key: string, value: string): Buffer {
 
 const padding = (length: number) => Buffer.alloc((512 - (length % 512)) % 512);
 
-export function tarBytes(entries: readonly RawEntry[]): Buffer {
+/** The archive's bytes; `end: false` leaves out the two zero blocks that end it (a truncated archive). */
+export function tarBytes(entries: readonly RawEntry[], options: { end?: boolean } = {}): Buffer {
   const parts: Buffer[] = [];
   for (const entry of entries) {
     if (entry.paxPath !== undefined) {
@@ -60,9 +66,9 @@ export function tarBytes(entries: readonly RawEntry[]): Buffer {
       parts.push(ustarHeader({ name: "PaxHeader", type: "x" }, record.length), record, padding(record.length));
     }
     const body = typeof entry.body === "string" ? Buffer.from(entry.body) : (entry.body ?? Buffer.alloc(0));
-    parts.push(ustarHeader(entry, body.length), body, padding(body.length));
+    parts.push(ustarHeader(entry, entry.size ?? body.length), body, padding(body.length));
   }
-  parts.push(Buffer.alloc(1024));
+  if (options.end !== false) parts.push(Buffer.alloc(1024));
   return Buffer.concat(parts);
 }
 

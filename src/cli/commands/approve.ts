@@ -22,17 +22,43 @@ function decision(action: "approve" | "revoke"): CommandSpec {
         .argument("<kind>", "composition (a capture's whole composition), or an artifact kind: capture, capability or source")
         .argument("<key>", "the capture name, or the artifact's key (a capability id)")
         .argument("<integrity>", "the exact digest: oats.json.v1:sha256-<64 hex> for a composition, oats.tree-exec.v1:sha256-<64 hex> for a tree")
-        .requiredOption("--reason <text>", `why it is ${past} (recorded with the decision)`);
+        .requiredOption("--reason <text>", `why it is ${past} (recorded with the decision)`)
+        .option(
+          "--force",
+          action === "approve"
+            ? "approve a tree that is not retained in this scope (yet): approving ahead of retention"
+            : "record a revocation for a subject that was never approved in this scope",
+        );
     },
     async run(context, [kind, key, integrity], options) {
       const reason = requiredText("--reason", options["reason"]);
+      const force = options["force"] === true;
       const library = await loadCapturesLibrary();
-      const entry: ApprovalEntry = await library[action](context.scope, { kind, key, integrity }, { reason });
+      const subject = { kind, key, integrity };
+      // A typo guard, before anything is written: the decision itself is the library's.
+      const target = action === "approve" ? await library.checkApprovalTarget(context.scope, subject, force) : null;
+      const previous = action === "revoke" ? library.checkRevokeTarget(context.scope, subject, force) : null;
+      const entry: ApprovalEntry = await library[action](context.scope, subject, { reason });
+      const tree = entry.subject.kind !== "composition";
+      const what =
+        action === "approve"
+          ? tree
+            ? [target?.retained ? `  retained  ${target.retained}` : "  not retained in this scope: approved ahead of retention (--force)"]
+            : []
+          : [previous === null ? "  it was never approved here: recorded with --force" : `  revokes   seq ${previous.seq} (${previous.action} by ${previous.operator} at ${previous.at})`];
       return {
-        result: { action, subject: entry.subject, approved: action === "approve", entry },
+        result: {
+          action,
+          subject: entry.subject,
+          approved: action === "approve",
+          entry,
+          forced: force,
+          ...(action === "approve" ? (tree ? { retained: target?.retained ?? null } : {}) : { revokes: previous === null ? null : { seq: previous.seq, action: previous.action, operator: previous.operator, at: previous.at } }),
+        },
         lines: [
           `${past} ${subjectText(entry.subject)}`,
           ...(entry.composition === undefined ? [] : library.compositionSummary(library.parseComposition(entry.composition, "the approved composition")).map((line) => `  ${line}`)),
+          ...what,
           `  seq ${entry.seq} by ${entry.operator} at ${entry.at}: ${entry.reason}`,
         ],
         quietLines: [String(entry.seq)],

@@ -1,4 +1,5 @@
 import type { CommandSpec } from "../context.js";
+import { STDIO, withStdinFile } from "../stdio-files.js";
 import { defineLimitFlags, takeLimitFlags } from "../limit-flags.js";
 import { loadBundleLibrary } from "./export.js";
 
@@ -7,16 +8,20 @@ export const importCommand: CommandSpec = {
   define(command) {
     command
       .description("verify every tree, record and blob of a bundle in staging, then publish them (nothing is published unless everything verifies)")
-      .argument("<bundle>", "a bundle written by `oats export`");
+      .argument("<bundle>", "a bundle written by `oats export`; `-` reads it from stdin");
     defineLimitFlags(command);
   },
   async run(context, [bundle], options) {
     const { limits } = takeLimitFlags(options);
     const library = await loadBundleLibrary();
     const progress = context.progress(`import ${bundle}`);
+    const watch = { limits, onProgress: progress.update, signal: context.interruptSignal() };
     let report;
     try {
-      report = await library.importBundle(context.scope, bundle!, { limits, onProgress: progress.update, signal: context.interruptSignal() });
+      report =
+        bundle === STDIO
+          ? { ...(await withStdinFile((path) => library.importBundle(context.scope, path, watch))), bundle: STDIO }
+          : await library.importBundle(context.scope, bundle!, watch);
     } finally {
       progress.end();
     }

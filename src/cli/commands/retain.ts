@@ -51,6 +51,7 @@ export const retain: CommandSpec = {
             ? { id: flags.id, lock: library.readLockFile(flags.lock), ...extra, limits }
             : { kind: flags.kind, key, ...(flags.expect === undefined ? {} : { expect: flags.expect }), ...extra, limits };
         const receipt = await retainTarball(context.scope, operand!, request, watch);
+        if (identity !== undefined) library.pinSourceIdentity(context.scope, identity);
         const outcome = receiptOutcome(receipt, identity);
         return { ...outcome, lines: [...outcome.lines, `  tarball   ${receipt.tarballIntegrity}`] };
       }
@@ -64,6 +65,8 @@ export const retain: CommandSpec = {
         { kind: flags.kind, key, source: operand!, ...(flags.expect === undefined ? {} : { expect: flags.expect }) },
         retainOptions,
       );
+      // So `oats ls` can show the identity, not only its key.
+      if (identity !== undefined) library.pinSourceIdentity(context.scope, identity);
       return receiptOutcome(receipt, identity);
     } finally {
       progress.end();

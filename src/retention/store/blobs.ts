@@ -6,6 +6,7 @@ import { bytesDigest } from "../digest/json.js";
 import { ensureStoreAt, fsyncDirectory, inspectStoreAt, removeCreatedStore, resolveScope } from "./components.js";
 import { readRegularFile, writeStagedFile } from "./files.js";
 import { assertContained } from "./layout.js";
+import { withPublishLeaseSync } from "./lease.js";
 
 /**
  * `<scope>/.agents/blobs/sha256-<hex>`: pinned configuration bytes (a
@@ -88,6 +89,10 @@ export function putBlob(scope: string, bytes: Uint8Array): PutBlobResult {
   }
   const buffer = Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength);
   const realScope = resolveScope(scope);
+  return withPublishLeaseSync(realScope, () => putBlobLeased(realScope, buffer));
+}
+
+function putBlobLeased(realScope: string, buffer: Buffer): PutBlobResult {
   const digest = bytesDigest(buffer);
   const path = blobPath(realScope, digest);
   // Read-only first: a symlinked or foreign store is refused before anything is created.

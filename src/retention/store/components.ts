@@ -28,15 +28,26 @@ function componentState(path: string): ComponentState {
   return "directory";
 }
 
-/** The scope must exist as a directory; it is resolved once, so a scope reached through a symlink is fine. */
+/**
+ * The scope must exist as a directory; it is resolved once, so a scope reached
+ * through a symlink is fine. An absent scope is `artifact-not-found` (the
+ * contract's "absent scope, store or revision"), for readers and creators
+ * alike: oats never creates the scope, so a retain into a mistyped --scope is
+ * refused the same way a verify is. A scope that exists but cannot be used (a
+ * file, unreadable) is `invalid-artifact-store`.
+ */
 export function resolveScope(scope: string): string {
   let resolved: string;
   try {
     resolved = realpathSync(scope);
   } catch (error) {
-    throw new OatsError("invalid-artifact-store", `scope does not exist: ${scope}`, { scope, errno: errnoCode(error) });
+    const errno = errnoCode(error);
+    if (errno === "ENOENT" || errno === "ENOTDIR") {
+      throw new OatsError("artifact-not-found", `scope does not exist: ${scope}`, { scope, errno, reason: "scope-missing" });
+    }
+    throw new OatsError("invalid-artifact-store", `cannot resolve scope ${scope}: ${errno ?? String(error)}`, { scope, errno });
   }
-  if (!lstatSync(resolved).isDirectory()) throw new OatsError("invalid-artifact-store", `scope is not a directory: ${scope}`, { scope });
+  if (!lstatSync(resolved).isDirectory()) throw new OatsError("invalid-artifact-store", `scope is not a directory: ${scope}`, { scope, reason: "scope-not-a-directory" });
   return resolved;
 }
 

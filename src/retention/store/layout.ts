@@ -32,6 +32,7 @@ export const FILE_STORES: readonly (readonly string[])[] = [
   [AGENTS_DIR, "refs", "instances"],
   [AGENTS_DIR, "blobs"],
   [AGENTS_DIR, "queue"],
+  [AGENTS_DIR, "pins"],
 ];
 
 /**
@@ -120,6 +121,6 @@ export interface StagingOwner {
 
 /** The owner encoded in a staging name, or null for a name that is not ours. */
 export function parseStagingName(name: string): StagingOwner | null {
-  const match = /^\.staging-([0-9a-f]{8})-([0-9]+)-[0-9a-f]{12}(?:\.gitignore|\.manifest|\.record|\.ref|\.job)?$/.exec(name);
+  const match = /^\.staging-([0-9a-f]{8})-([0-9]+)-[0-9a-f]{12}(?:\.gitignore|\.manifest|\.record|\.ref|\.job|\.pin)?$/.exec(name);
   return match ? { host: match[1]!, pid: Number(match[2]) } : null;
 }

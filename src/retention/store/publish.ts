@@ -1,4 +1,4 @@
-import { lstat, mkdir, rename } from "node:fs/promises";
+import { lstat, mkdir, rename, utimes } from "node:fs/promises";
 import { join } from "node:path";
 import { OatsError, asStepError, errnoCode } from "../../errors.js";
 import { FRAMINGS, digestListing, type DigestOptions, type ProgressListener, type TreeDigests } from "../digest/tree.js";
@@ -327,6 +327,8 @@ async function kept(plan: PublishPlan, dir: string, expected: string): Promise<P
   if (!(await exists(dir))) return null;
   const digests = await verifyRevision(plan, dir, expected);
   plan.checkExisting?.(dir);
+  // Retaining again restarts gc's grace period (the revision's mtime), best effort: a read-only store keeps its time.
+  await utimes(dir, new Date(), new Date()).catch(() => undefined);
   return { dir, digests, status: "kept" };
 }
 

@@ -1,0 +1,211 @@
+/**
+ * Excessive nesting and duplicate keys in every JSON/YAML reader: operator
+ * files (plans, capture specs, classification configs, profiles, locks,
+ * installation provenance, legacy instance files) and stored JSON (records,
+ * instance refs, queue jobs, chain-log lines, bundle manifests via the
+ * canonical reader). 5,000 nested arrays fit in 10 KB; every reader refuses
+ * them with its own typed code, never a stack overflow.
+ */
+import assert from "node:assert/strict";
+import { createHash } from "node:crypto";
+import { mkdirSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { describe, test } from "node:test";
+import { OatsError } from "../src/errors.js";
+import { OPERATOR_MAX_DEPTH, STORED_MAX_DEPTH, scanJsonText, valueDepthProblem } from "../src/json-text.js";
+import { parseByExtension, parseYamlText } from "../src/operator-input.js";
+import { readLockFile } from "../src/retention/oats-lock.js";
+import { retainCapabilityArtifact } from "../src/retention/index.js";
+import { readCanonicalJson, readInstanceRef, readResolution, reconstruct } from "../src/resolution/index.js";
+import { parseClassificationConfig, readCaptureProfileFile, readCaptureSpecFile, readJob, verifyAudit } from "../src/captures/index.js";
+import { readPlanFile } from "../src/resolution/plan.js";
+import { fixtureCopy, fixtureLock, runOats, snapshotTree, tempDir } from "./helpers.js";
+
+const DEEP = 5000;
+const deepArrays = (depth = DEEP) => `${"[".repeat(depth)}${"]".repeat(depth)}`;
+const nested = (depth: number) => `${"[".repeat(depth)}1${"]".repeat(depth)}`;
+
+function refused(code: string, reason?: string) {
+  return (error: unknown) => {
+    assert.ok(error instanceof OatsError, `expected an OatsError, got ${error instanceof Error ? error.stack : String(error)}`);
+    assert.equal(error.code, code, error.message);
+    if (reason !== undefined) assert.equal(error.details["reason"], reason, error.message);
+    assert.doesNotMatch(error.message, /call stack/);
+    return true;
+  };
+}
+
+function file(name: string, text: string): string {
+  const path = join(tempDir("oats-deep-"), name);
+  writeFileSync(path, text);
+  return path;
+}
+
+/** A store file planted by hand (store root with its managed .gitignore). */
+function plant(scope: string, root: readonly string[], name: string, bytes: string | Buffer): string {
+  const dir = join(scope, ...root);
+  mkdirSync(dir, { recursive: true });
+  writeFileSync(join(dir, ".gitignore"), "*\n");
+  writeFileSync(join(dir, name), bytes);
+  return join(dir, name);
+}
+
+describe("scanJsonText: one linear pass for depth and duplicate keys", () => {
+  test("depth: exactly the bound passes, one more is refused with the pointer of the container", () => {
+    assert.equal(scanJsonText(nested(10), 10), null);
+    assert.deepEqual(scanJsonText(nested(11), 10), { reason: "too-deep", pointer: "/0/0/0/0/0/0/0/0/0/0", maxDepth: 10 });
+    assert.deepEqual(scanJsonText('{"a":[1,{"b":{"c":[]}}]}', 3), { reason: "too-deep", pointer: "/a/1/b", maxDepth: 3 });
+    assert.equal(scanJsonText(deepArrays(100_000), 100_000), null, "iterative: no stack use however deep");
+  });
+
+  test("duplicates: per object, decoded (escapes), in document order; arrays and sibling objects are separate scopes", () => {
+    assert.deepEqual(scanJsonText('{"a":1,"b":{"x":1},"a":2}', 64), { reason: "duplicate-key", pointer: "/a", key: "a" });
+    assert.deepEqual(scanJsonText('{"a":"\\u0061","\\u0061":2}', 64), { reason: "duplicate-key", pointer: "/a", key: "a" });
+    assert.deepEqual(scanJsonText('{"l":[{"k":1},{"k":2,"k":3}]}', 64), { reason: "duplicate-key", pointer: "/l/1/k", key: "k" });
+    assert.equal(scanJsonText('[{"k":1},{"k":2}]', 64), null);
+    assert.equal(scanJsonText('{"a":{"k":1},"b":{"k":1}}', 64), null);
+    assert.deepEqual(scanJsonText('{"a/b~":1,"a/b~":2}', 64), { reason: "duplicate-key", pointer: "/a~1b~0", key: "a/b~" });
+    assert.deepEqual(scanJsonText('{"__proto__":1,"__proto__":2}', 64), { reason: "duplicate-key", pointer: "/__proto__", key: "__proto__" });
+  });
+
+  test("strings are opaque: brackets, quotes, commas and backslashes inside them count for nothing", () => {
+    assert.equal(scanJsonText(JSON.stringify({ a: "[[[{{{", b: 'x\\"},"a":', c: "\\", d: "\"" }), 2), null);
+    assert.equal(scanJsonText(JSON.stringify({ "k,\"k": 1, "k": 2 }), 2), null);
+    assert.equal(scanJsonText(JSON.stringify([{ v: "]" }, { v: "," }]), 2), null);
+  });
+
+  test("valueDepthProblem bounds a built value iteratively", () => {
+    let value: unknown = 1;
+    for (let index = 0; index < 100_000; index += 1) value = [value];
+    assert.equal(valueDepthProblem(value, OPERATOR_MAX_DEPTH), `/${Array(OPERATOR_MAX_DEPTH).fill("0").join("/")}`);
+    assert.equal(valueDepthProblem({ a: [{ b: 1 }] }, 3), null);
+    assert.equal(valueDepthProblem({ a: [{ b: [] }] }, 3), "/a/0/b");
+  });
+});
+
+describe("operator files: 5,000 nested arrays in 10 KB are invalid-input (too-deep), never a stack overflow", () => {
+  const yamlForms: [string, string][] = [
+    ["flow sequences", deepArrays()],
+    ["flow mappings", `${"{a: ".repeat(DEEP)}1${"}".repeat(DEEP)}`],
+    ["block sequences", `${"- ".repeat(DEEP)}x\n`],
+    ["block mappings (indentation)", Array.from({ length: 600 }, (_, index) => `${" ".repeat(index)}k:`).join("\n") + `\n${" ".repeat(600)}v: 1\n`],
+    ["just past the bound", `${"[".repeat(OPERATOR_MAX_DEPTH + 1)}${"]".repeat(OPERATOR_MAX_DEPTH + 1)}`],
+  ];
+  for (const [name, text] of yamlForms) {
+    test(`YAML ${name}`, () => {
+      assert.throws(() => parseYamlText(text, "plan"), refused("invalid-input", "too-deep"));
+    });
+  }
+  test("YAML at the bound is accepted", () => {
+    assert.ok(parseYamlText(`${"[".repeat(OPERATOR_MAX_DEPTH)}${"]".repeat(OPERATOR_MAX_DEPTH)}`, "plan"));
+  });
+  test("JSON plan text, and JSON at the bound still parses", () => {
+    assert.throws(() => parseByExtension(deepArrays(), ".json", "plan"), refused("invalid-input", "too-deep"));
+    assert.deepEqual(parseByExtension(nested(OPERATOR_MAX_DEPTH), ".json", "plan"), JSON.parse(nested(OPERATOR_MAX_DEPTH)));
+  });
+  for (const ext of [".json", ".yaml"]) {
+    test(`a plan file (${ext}) with a deep config value`, () => {
+      const text = `{"schemaVersion":1,"instance":"a","config":{"x":{"value":${deepArrays()}}}}`;
+      assert.throws(() => readPlanFile(file(`plan${ext}`, text)), refused("invalid-input", "too-deep"));
+    });
+    test(`a capture spec (${ext})`, () => {
+      assert.throws(() => readCaptureSpecFile(file(`spec${ext}`, `{"name":"n","env":${deepArrays()}}`)), refused("invalid-input", "too-deep"));
+    });
+  }
+  test("a classification config and a capture profile", () => {
+    assert.throws(() => parseClassificationConfig(Buffer.from(`schemaVersion: 1\nrules: ${deepArrays()}\n`)), refused("invalid-input", "too-deep"));
+    assert.throws(() => readCaptureProfileFile(file("profile.yaml", `schemaVersion: 1\nenv: ${deepArrays()}\n`)), refused("invalid-input", "too-deep"));
+  });
+  test("a lock file is invalid-lock (too-deep)", () => {
+    assert.throws(() => readLockFile(file("oats-lock.json", `{"lockfileVersion":2,"packages":${deepArrays()}}`)), refused("invalid-lock", "too-deep"));
+  });
+  test("a legacy instance.json is invalid-input (too-deep), nothing written", async () => {
+    const scope = tempDir("oats-scope-");
+    const home = tempDir("oats-home-");
+    writeFileSync(join(home, "instance.json"), `{"name":"a","command":${deepArrays()}}`);
+    const before = snapshotTree(scope);
+    await assert.rejects(reconstruct(scope, home), refused("invalid-input", "too-deep"));
+    assert.deepEqual(snapshotTree(scope), before);
+  });
+  test("a capability's .oats-installation.json is provenance-mismatch (too-deep), nothing retained", async () => {
+    const scope = tempDir("oats-scope-");
+    const source = fixtureCopy();
+    writeFileSync(join(source, ".oats-installation.json"), `{"package":${deepArrays()}}`);
+    const lockPath = file("oats-lock.json", JSON.stringify(fixtureLock()));
+    await assert.rejects(retainCapabilityArtifact(scope, source, "demo.hello", readLockFile(lockPath)), (error) => {
+      // The tree no longer digests to the lock's integrity either; whichever check runs first, it is typed.
+      assert.ok(error instanceof OatsError && ["provenance-mismatch", "integrity-mismatch"].includes(error.code), String(error));
+      return true;
+    });
+  });
+  test("the CLI: `oats prepare` of a 5,000-deep plan exits 4 with invalid-input, not internal-error", () => {
+    const scope = tempDir("oats-scope-");
+    const plan = file("plan.json", `{"schemaVersion":1,"instance":"a","capabilities":${deepArrays()}}`);
+    const run = runOats(["--json", "--scope", scope, "prepare", plan]);
+    assert.equal(run.status, 4, run.stdout + run.stderr);
+    const error = (JSON.parse(run.stdout) as { error: { code: string; details: Record<string, unknown> } }).error;
+    assert.equal(error.code, "invalid-input");
+    assert.equal(error.details["reason"], "too-deep");
+  });
+});
+
+describe("duplicate keys in JSON operator files are refused, as YAML refuses them", () => {
+  test("a JSON plan: invalid-input (duplicate-key), naming the pointer", () => {
+    const path = file("plan.json", '{"schemaVersion":1,"instance":"a","instance":"b"}');
+    assert.throws(() => readPlanFile(path), (error) => refused("invalid-input", "duplicate-key")(error) && (error as OatsError).details["pointer"] === "/instance");
+  });
+  test("the same plan in YAML is refused too (yaml's own DUPLICATE_KEY)", () => {
+    assert.throws(() => readPlanFile(file("plan.yaml", "schemaVersion: 1\ninstance: a\ninstance: b\n")), refused("invalid-input"));
+  });
+  test("a JSON capture spec, a lock, an instance.json", async () => {
+    assert.throws(() => readCaptureSpecFile(file("spec.json", '{"name":"a","env":{"X":"1","X":"2"}}')), refused("invalid-input", "duplicate-key"));
+    const lock = JSON.stringify(fixtureLock()).replace('"lockfileVersion":2', '"lockfileVersion":2,"lockfileVersion":2');
+    assert.throws(() => readLockFile(file("oats-lock.json", lock)), refused("invalid-lock", "duplicate-key"));
+    const home = tempDir("oats-home-");
+    writeFileSync(join(home, "instance.json"), '{"name":"a","name":"b"}');
+    await assert.rejects(reconstruct(tempDir("oats-scope-"), home), refused("invalid-input", "duplicate-key"));
+  });
+  test("the CLI names the duplicate key", () => {
+    const plan = file("plan.json", '{"schemaVersion":1,"instance":"a","instance":"b"}');
+    const run = runOats(["--scope", tempDir("oats-scope-"), "prepare", plan]);
+    assert.equal(run.status, 4);
+    assert.match(run.stderr, /^oats: invalid-input: .*duplicate key "instance" at \/instance/);
+  });
+});
+
+describe("stored JSON: deep bytes are refused with the reader's own code", () => {
+  const deepBytes = Buffer.from(deepArrays());
+  const digest = (bytes: Buffer) => `sha256-${createHash("sha256").update(bytes).digest("hex")}`;
+
+  test("the canonical reader: invalid-resolution (too-deep), at the stored bound", () => {
+    assert.throws(() => readCanonicalJson(deepBytes, "record"), refused("invalid-resolution", "too-deep"));
+    assert.throws(() => readCanonicalJson(Buffer.from(nested(STORED_MAX_DEPTH + 1)), "record"), refused("invalid-resolution", "too-deep"));
+    assert.deepEqual(readCanonicalJson(Buffer.from(`${nested(STORED_MAX_DEPTH)}\n`), "record"), JSON.parse(nested(STORED_MAX_DEPTH)));
+  });
+  test("a resolution record whose id is its digest", async () => {
+    const scope = tempDir("oats-scope-");
+    const id = digest(deepBytes);
+    plant(scope, [".agents", "resolutions"], `${id}.json`, deepBytes);
+    await assert.rejects(readResolution(scope, id), refused("invalid-resolution", "too-deep"));
+  });
+  test("an instance ref (1,500 deep: its file is bounded to 4 KiB)", () => {
+    const scope = tempDir("oats-scope-");
+    plant(scope, [".agents", "refs", "instances"], "alpha.json", `{"instance":${nested(1500)}}`);
+    assert.throws(() => readInstanceRef(scope, "alpha"), refused("invalid-resolution", "too-deep"));
+  });
+  test("a queue job: typed (the job store's own code), not a crash", () => {
+    const scope = tempDir("oats-scope-");
+    plant(scope, [".agents", "queue"], "nightly.json", deepBytes);
+    assert.throws(() => readJob(scope, "nightly"), (error) => {
+      assert.ok(error instanceof OatsError && error.kind === "invalid", String(error));
+      assert.match(error.message, /nested deeper/);
+      return true;
+    });
+  });
+  test("an audit log line: a broken chain, not a crash", () => {
+    const scope = tempDir("oats-scope-");
+    plant(scope, [".agents", "audit"], "audit.jsonl", `${deepArrays()}\n`);
+    const verdict = verifyAudit(scope);
+    assert.equal(verdict.ok, false);
+  });
+});

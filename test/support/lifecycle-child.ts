@@ -1,0 +1,31 @@
+/**
+ * gc or prepare in its own OS process, for the gc race test.
+ *
+ *   node --import tsx test/support/lifecycle-child.ts '<json request>'
+ *
+ * Request: {op: "gc", scope} (gc --delete with no grace) or
+ * {op: "prepare", scope, plan}; `delayMs` starts it that much after the others. The child loads everything, says "ready"
+ * and waits for the start line (go.ts), so both start at the same moment.
+ * Outcome: one JSON line on stdout, {"ok":true,...} or {"ok":false,"error":{...}}.
+ */
+import { OatsError, gc, prepare } from "../../src/index.js";
+import { waitForGo } from "./go.js";
+
+const request = JSON.parse(process.argv[2] ?? "{}") as { op: "gc" | "prepare"; scope: string; plan?: unknown; delayMs?: number };
+
+await waitForGo();
+// A stagger, so that across rounds each side is sometimes first and sometimes caught in the middle of the other.
+if (request.delayMs) await new Promise((resolve) => setTimeout(resolve, request.delayMs));
+try {
+  if (request.op === "gc") {
+    const report = await gc(request.scope, { delete: true, graceMs: 0 });
+    process.stdout.write(`${JSON.stringify({ ok: true, deleted: report.collect.map((item) => item.ref) })}\n`);
+  } else {
+    const result = await prepare(request.scope, request.plan);
+    process.stdout.write(`${JSON.stringify({ ok: true, id: result.id, status: result.status })}\n`);
+  }
+} catch (error) {
+  const payload = error instanceof OatsError ? error.toJSON() : { code: "not-an-oats-error", message: String((error as Error)?.stack ?? error) };
+  process.stdout.write(`${JSON.stringify({ ok: false, error: payload })}\n`);
+  process.exitCode = 1;
+}
