@@ -20,8 +20,11 @@ import {
   readAudit,
   readRecordBytes,
   readResolution,
+  pinSourceIdentity,
+  readSourceIdentity,
   retainTree,
   retainedTreeDir,
+  sourceIdentityKey,
   unpin,
   writeResolution,
   type GcReport,
@@ -146,7 +149,7 @@ describe("gc --delete", () => {
     // No staging or lock left behind, and the audit names every deletion.
     const fsck = runOats(["--json", "--scope", s.scope, "fsck"]);
     assert.equal(fsck.status, 0, fsck.stdout);
-    assert.deepEqual(JSON.parse(fsck.stdout).result.staging, []);
+    assert.deepEqual(JSON.parse(fsck.stdout).result.classes.staging, []);
     assert.ok(!existsSync(join(s.scope, ".agents/gc.lock")));
     const entries = readAudit(s.scope).entries.filter((entry) => entry.action === "gc");
     assert.equal(entries.length, 1);
@@ -257,6 +260,21 @@ describe("gc: every root keeps its closure", () => {
     const report = await gc(s.scope, { graceMs: 0 });
     assert.deepEqual(refs(report), [s.orphanRef, s.orphanBlob].sort());
     assert.equal(report.roots.runFiles, 1);
+  });
+
+  test("Given a pinned source identity, When gc --delete runs, Then its blob stays while a revision of that source stays, and goes with the last one", async () => {
+    const scope = tempDir("oats-gc-source-");
+    const identity = "git:https://example.org/org/souls#souls/a";
+    const key = sourceIdentityKey(identity);
+    const source = await retainTree(scope, { kind: "source", key, source: tree("soul") });
+    pinSourceIdentity(scope, identity);
+    await pin(scope, `source:${key}@oats.tree-exec.v1:${source.execIntegrity.value}`);
+    const kept = await gc(scope, { graceMs: 0, delete: true });
+    assert.deepEqual(refs(kept), []);
+    assert.equal(readSourceIdentity(scope, key), identity);
+    await unpin(scope, `source:${key}@oats.tree-exec.v1:${source.execIntegrity.value}`);
+    const gone = await gc(scope, { graceMs: 0, delete: true });
+    assert.deepEqual(refs(gone), [`sha256-${key}`, `source:${key}@oats.tree-exec.v1:${source.execIntegrity.value}`].sort());
   });
 
   test("Given a damaged queued job, When gc --delete runs, Then it refuses (it cannot know what the job needs) and nothing is deleted", async () => {

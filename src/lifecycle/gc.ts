@@ -162,11 +162,16 @@ async function plan(realScope: string, options: GcOptions, dryRun: boolean): Pro
     sort(item, damage);
   }
 
+  // A source's qualified identity is pinned as the blob named by its key (source-identity.ts):
+  // it stays while any revision of that source stays.
+  const collected = new Set(collect.filter((item) => item.type === "revision").map((item) => item.path));
+  const identityBlobs = new Set(listing.filter((entry) => entry.kind === "source" && !collected.has(entry.dir)).map((entry) => `sha256-${entry.key}`));
+
   let keptBlobs = 0;
   if (inspectStoreAt(realScope, BLOBS_DIR).complete) {
     for (const name of readdirSync(join(realScope, ...BLOBS_DIR)).sort()) {
       if (!/^sha256-[0-9a-f]{64}$/.test(name)) continue;
-      if (reachable.blobs.has(name)) {
+      if (reachable.blobs.has(name) || identityBlobs.has(name)) {
         keptBlobs += 1;
         continue;
       }
