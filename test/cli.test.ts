@@ -409,7 +409,7 @@ describe("progress", () => {
       const command = [process.execPath, join(REPO, "dist/cli/bin.js"), "--scope", scope, ...args].map((arg) => `'${arg}'`).join(" ");
       return spawnSync("script", ["-qec", command, "/dev/null"], { encoding: "utf8" }).stdout;
     };
-    assert.match(onTty(["retain", source, "--id", "big", "--kind", "capture"]), /\r\x1b\[2Koats: retain big: [0-9.]+ (B|KiB|MiB) read/);
+    assert.match(onTty(["retain", source, "--id", "big", "--kind", "capture"]), /\r\x1b\[2Koats: retain big: read-copy {2}files \d+\/\d+ {2}[0-9.]+ (B|KiB|MiB)/);
     assert.doesNotMatch(onTty(["--quiet", "retain", source, "--id", "big2", "--kind", "capture"]), /oats: retain/);
     assert.doesNotMatch(onTty(["--json", "retain", source, "--id", "big3", "--kind", "capture"]), /oats: retain/);
   });

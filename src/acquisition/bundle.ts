@@ -25,6 +25,8 @@ import { revisionParentSegments } from "../retention/store/publish.js";
 import { verifyTree } from "../retention/verify.js";
 import { extractLimits, extractTar, type ExtractLimits } from "./extract.js";
 import { withExtractionDir } from "./staging.js";
+import { exportProgress } from "./bundle-progress.js";
+import { noteRemoved, throwIfAborted, type ProgressListener } from "../retention/progress.js";
 
 /**
  * Offline and deferred transfer of retained artifacts: a bundle is an
@@ -233,6 +235,10 @@ class TreeSink implements FileConsumer {
 export interface ExportOptions {
   /** Replace an existing file at the output path. */
   readonly force?: boolean;
+  /** `export` events: files written of the trees' total. */
+  readonly onProgress?: ProgressListener;
+  /** Checked before each file is written; an abort removes the temporary bundle file (details.removed names it). */
+  readonly signal?: AbortSignal;
 }
 
 export interface ExportReport {
@@ -362,9 +368,12 @@ export async function exportBundle(scope: string, refs: readonly ExportRef[], ou
   try {
     const tar = new TarWriter(fd);
     tar.wholeFile(BUNDLE_MANIFEST, canonicalJsonBytes(manifest));
-    for (const tree of treeList) {
+    const listings = [];
+    for (const tree of treeList) listings.push(await walkTree(tree.dir));
+    const progress = exportProgress(listings, options);
+    for (const [index, tree] of treeList.entries()) {
       tar.directory(tree.row.path);
-      const digests = await digestListing(await walkTree(tree.dir), [TREE_EXEC], { sink: new TreeSink(tar, tree.row.path), sinkOrder: "bytes" });
+      const digests = await digestListing(listings[index]!, [TREE_EXEC], { ...progress.options(), sink: new TreeSink(tar, tree.row.path), sinkOrder: "bytes" });
       const actual = digests[TREE_EXEC]!;
       if (actual !== tree.ref.integrity.value) {
         // The full verification names the first path that differs; if the tree changed back meanwhile, say what was read.
@@ -381,6 +390,7 @@ export async function exportBundle(scope: string, refs: readonly ExportRef[], ou
     }
     for (const [id, record] of records) tar.wholeFile(bundleResolutionPath(id), record);
     for (const [digest, blob] of blobs) tar.wholeFile(bundleBlobPath(digest), blob);
+    throwIfAborted(options.signal);
     tar.end();
     bytes = tar.bytes;
     fsyncSync(fd);
@@ -403,6 +413,7 @@ export async function exportBundle(scope: string, refs: readonly ExportRef[], ou
     if (open) closeSync(fd);
     try {
       unlinkSync(temp);
+      noteRemoved(error, "temp", temp);
     } catch {
       // already renamed or never written
     }
@@ -544,6 +555,14 @@ function checkContents(bundle: string, root: string, manifest: BundleManifest): 
 export interface ImportOptions {
   /** Limits on the archive (entries, expanded bytes, name bytes and depth, header bytes); the extractor's defaults otherwise. */
   readonly limits?: Partial<ExtractLimits>;
+  /** `extract` then `verify` events. */
+  readonly onProgress?: ProgressListener;
+  /**
+   * Checked during extraction and verification; an abort removes the
+   * extraction directory (details.removed names it) and publishes nothing.
+   * Once publication has begun it is finished, not interrupted.
+   */
+  readonly signal?: AbortSignal;
 }
 
 export interface ImportReport {
@@ -564,13 +583,13 @@ function mismatch(bundle: string, what: string, expected: string, actual: string
 }
 
 /** Every item against its digest, every record against the strict reader and schema, every record's references present. */
-async function verifyBundle(bundle: string, root: string, manifest: BundleManifest, maxDepth: number): Promise<VerifiedBundle> {
+async function verifyBundle(bundle: string, root: string, manifest: BundleManifest, maxDepth: number, watch: Pick<ImportOptions, "onProgress" | "signal">): Promise<VerifiedBundle> {
   for (const row of manifest.artifacts) {
     const dir = join(root, row.path);
     const listing = await walkTree(dir, { maxDepth });
     // The extractor kept symlinks inside the bundle; each must also stay inside its own tree.
     await checkSymlinks(dir, listing);
-    const actual = (await digestListing(listing, [TREE_EXEC]))[TREE_EXEC]!;
+    const actual = (await digestListing(listing, [TREE_EXEC], { ...watch, phase: "verify" }))[TREE_EXEC]!;
     const expected = row.integrity.slice(TREE_EXEC.length + 1);
     if (actual !== expected) {
       throw mismatch(bundle, `${row.kind} ${row.key}`, row.integrity, `${TREE_EXEC}:${actual}`, { kind: row.kind, key: row.key, path: row.path, format: TREE_EXEC });
@@ -666,11 +685,14 @@ export async function importBundle(scope: string, bundlePath: string, options: I
   const limits = extractLimits(options.limits);
 
   return withPublishLease(realScope, () => withExtractionDir(realScope, async (staging) => {
-    await extractTar(createReadStream(bundle), staging, { origin: bundle, prefix: null, limits });
+    const { onProgress, signal } = options;
+    const watch = { ...(onProgress ? { onProgress } : {}), ...(signal ? { signal } : {}) };
+    await extractTar(createReadStream(bundle), staging, { origin: bundle, prefix: null, limits, ...watch });
     const manifest = readManifest(bundle, staging);
     checkContents(bundle, staging, manifest);
-    const verified = await verifyBundle(bundle, staging, manifest, limits.maxDepth);
+    const verified = await verifyBundle(bundle, staging, manifest, limits.maxDepth, watch);
     await checkTarget(realScope, verified);
+    throwIfAborted(signal);
 
     // Publication: trees, then blobs, then the records that name them.
     const artifacts: ImportReport["artifacts"][number][] = [];

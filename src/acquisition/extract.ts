@@ -1,3 +1,4 @@
+import { EMIT_EVERY_FILES, throwIfAborted, type ProgressListener } from "../retention/progress.js";
 import { chmodSync } from "node:fs";
 import type { Readable } from "node:stream";
 import { Parser, type ReadEntry } from "tar";
@@ -80,6 +81,10 @@ export interface ExtractOptions {
   /** The one top-level directory every entry sits under, removed (npm: "package"). */
   readonly prefix?: string | null;
   readonly limits?: Partial<ExtractLimits>;
+  /** `extract` events: entries written and their bytes (no totals: an archive is not listed before it is read). */
+  readonly onProgress?: ProgressListener;
+  /** Checked at each entry and chunk; an abort refuses with the interruption error, and the caller removes the directory as on any refusal. */
+  readonly signal?: AbortSignal;
 }
 
 export interface ExtractResult {
@@ -110,9 +115,16 @@ export function extractTar(input: Readable, dest: string, options: ExtractOption
       reject(isOatsError(error) ? error : asStepError("extract", error, { archive: origin }));
     };
 
+    const { onProgress, signal } = options;
+    let nextReport = 0;
     const onEntry = (entry: ReadEntry) => {
       if (failed) return void entry.resume();
       try {
+        throwIfAborted(signal);
+        if (onProgress && writer.totals.entries >= nextReport) {
+          nextReport = writer.totals.entries + EMIT_EVERY_FILES;
+          onProgress({ phase: "extract", files: writer.totals.files, bytes: writer.totals.bytes });
+        }
         writer.countEntry();
         const path = entryPath(entry.path, prefix, origin, limits);
         if (path === null) {
@@ -134,6 +146,7 @@ export function extractTar(input: Readable, dest: string, options: ExtractOption
         entry.on("data", (chunk: Buffer) => {
           if (failed) return file.close();
           try {
+            throwIfAborted(signal);
             file.write(chunk);
           } catch (error) {
             file.close();

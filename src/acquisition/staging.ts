@@ -1,6 +1,7 @@
-import { mkdirSync } from "node:fs";
+import { lstatSync, mkdirSync } from "node:fs";
 import { join } from "node:path";
 import { errnoCode } from "../errors.js";
+import { isInterrupted, noteRemoved } from "../retention/progress.js";
 import { ensureStoreAt, inspectStoreAt, removeCreatedStore, resolveScope } from "../retention/store/components.js";
 import { EXTRACT_STORE, stagingName } from "../retention/store/layout.js";
 import { removeTree } from "../retention/store/staging-writer.js";
@@ -27,6 +28,7 @@ const CREATE_ATTEMPTS = 3;
  * alike the scope keeps no trace of the extraction.
  */
 export async function withExtractionDir<T>(scope: string, fn: (dir: string) => Promise<T>): Promise<T> {
+  let failure: unknown = null;
   const realScope = resolveScope(scope);
   const { root } = inspectStoreAt(realScope, EXTRACT_ROOT);
   const created: string[] = [];
@@ -44,8 +46,24 @@ export async function withExtractionDir<T>(scope: string, fn: (dir: string) => P
       }
     }
     return await fn(dir);
+  } catch (error) {
+    failure = error;
+    throw error;
   } finally {
-    if (dir !== null) await removeTree(dir);
+    // An adopted tree was renamed away: only a directory still here is reported removed.
+    if (dir !== null && failure !== null && isInterrupted(failure) && present(dir)) {
+      await removeTree(dir);
+      noteRemoved(failure, "extraction", dir);
+    } else if (dir !== null) await removeTree(dir);
     removeCreatedStore(created, root);
+  }
+}
+
+function present(path: string): boolean {
+  try {
+    lstatSync(path);
+    return true;
+  } catch {
+    return false;
   }
 }

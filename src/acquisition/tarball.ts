@@ -169,11 +169,17 @@ function checkTarballIntegrity(tarball: string, expected: string): Promise<strin
 }
 
 /** Extract into `staging`, hashing every byte read; returns the sha512 SRI of what was read. */
-async function extractHashing(tarball: string, staging: string, limits: ExtractLimits): Promise<string> {
+async function extractHashing(tarball: string, staging: string, limits: ExtractLimits, options: RetainOptions): Promise<string> {
   const input = createReadStream(tarball);
   const hash = createHash("sha512");
   input.on("data", (chunk) => hash.update(chunk));
-  await extractTar(input, staging, { origin: tarball, prefix: "package", limits });
+  await extractTar(input, staging, {
+    origin: tarball,
+    prefix: "package",
+    limits,
+    ...(options.onProgress ? { onProgress: options.onProgress } : {}),
+    ...(options.signal ? { signal: options.signal } : {}),
+  });
   return sha512Text(hash);
 }
 
@@ -193,7 +199,7 @@ export async function retainTarball(scope: string, tarballPath: string, request:
   // 3. Extraction into staging only (withExtractionDir: .agents/extract/.staging-*, always removed with any store directory it created);
   // 4. the retention checks, the extracted tree adopted as the revision's staging rather than copied.
   return withExtractionDir(realScope, async (staging) => {
-    const read = await extractHashing(tarball, staging, limits);
+    const read = await extractHashing(tarball, staging, limits, options);
     if (checked !== undefined && read !== checked) {
       throw new OatsError("integrity-mismatch", `tarball ${tarball} changed while it was read: checked as ${checked}, extracted from ${read}`, {
         tarball,

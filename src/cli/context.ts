@@ -9,6 +9,8 @@ export interface CliContext {
   readonly quiet: boolean;
   /** A progress line for long work (a silent one unless stderr is a TTY and neither --json nor --quiet). */
   progress(label: string): Progress;
+  /** An AbortSignal that Ctrl-C aborts (src/cli/interrupt.ts), for commands that stage work and clean it up. */
+  interruptSignal(): AbortSignal;
 }
 
 /** What a command hands back to be rendered: the JSON result and its human lines. */

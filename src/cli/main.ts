@@ -31,6 +31,8 @@ import { verify } from "./commands/verify.js";
 import type { CliContext, CommandOutcome, CommandSpec } from "./context.js";
 import { asOatsError, failureEnvelope, successEnvelope, usageError } from "./envelope.js";
 import { createProgress, progressEnabled } from "./progress.js";
+import { INTERRUPTED_EXIT, createInterrupt, interruptedLines } from "./interrupt.js";
+import { isInterrupted } from "../retention/progress.js";
 import { humanError } from "./render.js";
 import { packageVersion } from "./version.js";
 
@@ -180,6 +182,7 @@ export async function main(givenArgv: readonly string[], io: MainIo): Promise<nu
   let outcome: CommandOutcome | undefined;
   let ran: string | null = null;
   let quiet = false;
+  const interrupt = createInterrupt(writeErr);
 
   const program = new Command("oats")
     .description("content-addressed artifact retention: keep verified, immutable copies of what an agent will run")
@@ -220,12 +223,18 @@ export async function main(givenArgv: readonly string[], io: MainIo): Promise<nu
         json,
         quiet,
         progress: (label) => createProgress(label, progressEnabled({ json, quiet })),
+        interruptSignal: () => interrupt.signal(),
       };
       outcome = await spec.run(context, self.processedArgs as string[], self.opts());
     });
   }
 
   const fail = (error: OatsError, name: string | null): number => {
+    if (isInterrupted(error)) {
+      if (json) writeOut(`${failureEnvelope(name, error.toJSON())}\n`);
+      else for (const line of interruptedLines(error)) writeErr(line);
+      return INTERRUPTED_EXIT;
+    }
     if (json) writeOut(`${failureEnvelope(name, error.toJSON())}\n`);
     else writeErr(humanError(error, name));
     return error.exitCode;
@@ -234,6 +243,7 @@ export async function main(givenArgv: readonly string[], io: MainIo): Promise<nu
   try {
     await program.parseAsync([...argv], { from: "user" });
   } catch (error) {
+    interrupt.release();
     const name = ran ?? commandNamed(argv);
     if (!(error instanceof CommanderError)) return fail(asOatsError(error), name);
     if (SUCCESSFUL_EXITS.has(error.code) && error.exitCode === 0) {
@@ -249,6 +259,7 @@ export async function main(givenArgv: readonly string[], io: MainIo): Promise<nu
     return fail(usageError(message, { reason: error.code }), name);
   }
 
+  interrupt.release();
   const name = ran ?? commandNamed(argv);
   if (!outcome) return fail(usageError("a command is required"), name);
   const done: CommandOutcome = outcome;

@@ -2,6 +2,7 @@ import { lstat, realpath } from "node:fs/promises";
 import { join } from "node:path";
 import { OatsError, errnoCode } from "../errors.js";
 import type { ProgressListener } from "./digest/tree.js";
+import { throwIfAborted } from "./progress.js";
 import { walkTree } from "./digest/walk.js";
 import { assertArtifactKey, assertArtifactKind, assertIdentifier, type ArtifactKind } from "./ids.js";
 import { TREE_EXEC, TREE_LEGACY, parseTreeIntegrity } from "./integrity.js";
@@ -19,6 +20,8 @@ export interface RetainOptions {
   /** How long to wait for another publisher's lock before refusing with `busy`. */
   readonly lockWaitMs?: number;
   readonly onProgress?: ProgressListener;
+  /** Abort to stop: an interruption error (isInterrupted), with the staging removed (PublishPlan.signal). */
+  readonly signal?: AbortSignal;
   /** The deepest path the source may have (segments); DEFAULT_MAX_DEPTH otherwise. */
   readonly maxDepth?: number;
 }
@@ -84,6 +87,7 @@ async function capabilityArtifact(transfer: Transfer, scope: string, sourceDir: 
   const provenance = expectedProvenance(id, rows);
   const realScope = resolveScope(scope);
   const listing = await checkedSource(realScope, "capability", id, sourceDir, revisionParentSegments(id, TREE_LEGACY), options.maxDepth);
+  throwIfAborted(options.signal);
   const checkStaged = (dir: string) => checkProvenance(dir, provenance);
   const published = await publishers[transfer]({
     scope: realScope,
@@ -97,6 +101,7 @@ async function capabilityArtifact(transfer: Transfer, scope: string, sourceDir: 
     checkExisting: checkStaged,
     lockWaitMs: options.lockWaitMs ?? DEFAULT_LOCK_WAIT_MS,
     ...(options.onProgress ? { onProgress: options.onProgress } : {}),
+    ...(options.signal ? { signal: options.signal } : {}),
     ...(options.maxDepth === undefined ? {} : { maxDepth: options.maxDepth }),
   });
   return receipt("capability", id, TREE_LEGACY, published.digests, published.dir, published.status);
@@ -127,6 +132,7 @@ async function tree(transfer: Transfer, scope: string, request: RetainTreeReques
   const expected = request.expect === undefined ? undefined : parseTreeIntegrity(request.expect, [TREE_EXEC]);
   const realScope = resolveScope(scope);
   const listing = await checkedSource(realScope, kind, key, request.source, revisionParentSegments(key, TREE_EXEC), options.maxDepth);
+  throwIfAborted(options.signal);
   const published = await publishers[transfer]({
     scope: realScope,
     kind,
@@ -137,6 +143,7 @@ async function tree(transfer: Transfer, scope: string, request: RetainTreeReques
     formats: [TREE_EXEC],
     lockWaitMs: options.lockWaitMs ?? DEFAULT_LOCK_WAIT_MS,
     ...(options.onProgress ? { onProgress: options.onProgress } : {}),
+    ...(options.signal ? { signal: options.signal } : {}),
     ...(options.maxDepth === undefined ? {} : { maxDepth: options.maxDepth }),
   });
   return receipt(kind, key, TREE_EXEC, published.digests, published.dir, published.status);

@@ -13,7 +13,7 @@ export const capturePrepare: CommandSpec = {
     const progress = context.progress(`capture prepare ${specFile}`);
     let prepared: Awaited<ReturnType<typeof library.prepareCapture>>;
     try {
-      prepared = await library.prepareCapture(context.scope, specFile!, { onProgress: progress.bytes });
+      prepared = await library.prepareCapture(context.scope, specFile!, { onProgress: progress.update });
     } finally {
       progress.end();
     }

@@ -22,7 +22,7 @@ export const digest: CommandSpec = {
     const progress = context.progress(`digest ${dir}`);
     let value: string;
     try {
-      const digests = await digestTree(dir!, [format], { onProgress: progress.bytes });
+      const digests = await digestTree(dir!, [format], { onProgress: progress.update });
       value = digests[format]!;
     } finally {
       progress.end();

@@ -20,12 +20,19 @@ export const exportCommand: CommandSpec = {
     const refs = (operands as readonly unknown[]).flat().map(String);
     const library = await loadBundleLibrary();
     const output = String(options["output"]);
-    if (output === STDIO) {
-      // The bundle is stdout's only content: no summary lines there.
-      const report = await toStdout(context.json, (path) => library.exportBundle(context.scope, refs, path));
-      return { result: { ...report, path: STDIO }, lines: [], quietLines: [] };
+    const progress = context.progress(`export ${output}`);
+    const watch = { onProgress: progress.update, signal: context.interruptSignal() };
+    let report;
+    try {
+      if (output === STDIO) {
+        // The bundle is stdout's only content: no summary lines there.
+        const written = await toStdout(context.json, (path) => library.exportBundle(context.scope, refs, path, watch));
+        return { result: { ...written, path: STDIO }, lines: [], quietLines: [] };
+      }
+      report = await library.exportBundle(context.scope, refs, output, { force: options["force"] === true, ...watch });
+    } finally {
+      progress.end();
     }
-    const report = await library.exportBundle(context.scope, refs, output, { force: options["force"] === true });
     const lines = [
       ...report.artifacts.map((row) => `exported ${row.kind} ${row.key} ${row.integrity}${row.translatedFrom ? ` (from ${row.translatedFrom})` : ""}`),
       ...report.resolutions.map((row) => `exported resolution ${row.id}`),

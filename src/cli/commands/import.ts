@@ -14,10 +14,17 @@ export const importCommand: CommandSpec = {
   async run(context, [bundle], options) {
     const { limits } = takeLimitFlags(options);
     const library = await loadBundleLibrary();
-    const report =
-      bundle === STDIO
-        ? { ...(await withStdinFile((path) => library.importBundle(context.scope, path, { limits }))), bundle: STDIO }
-        : await library.importBundle(context.scope, bundle!, { limits });
+    const progress = context.progress(`import ${bundle}`);
+    const watch = { limits, onProgress: progress.update, signal: context.interruptSignal() };
+    let report;
+    try {
+      report =
+        bundle === STDIO
+          ? { ...(await withStdinFile((path) => library.importBundle(context.scope, path, watch))), bundle: STDIO }
+          : await library.importBundle(context.scope, bundle!, watch);
+    } finally {
+      progress.end();
+    }
     const lines = [
       ...report.artifacts.map((row) => `${row.status} ${row.kind} ${row.key} ${row.integrity}`),
       ...report.blobs.map((row) => `${row.status} blob ${row.digest}`),

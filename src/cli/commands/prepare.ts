@@ -14,7 +14,7 @@ export const prepare: CommandSpec = {
     const progress = context.progress(`prepare ${plan.instance}`);
     let prepared: Awaited<ReturnType<typeof library.prepare>>;
     try {
-      prepared = await library.prepare(context.scope, plan, { onProgress: progress.bytes });
+      prepared = await library.prepare(context.scope, plan, { onProgress: progress.update });
     } finally {
       progress.end();
     }

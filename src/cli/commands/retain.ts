@@ -39,7 +39,8 @@ export const retain: CommandSpec = {
     if (archiveOnly.length > 0 && !tarball) throw usageError(`${archiveOnly.join(", ")} applies to a package tarball, and ${operand} is not a regular file`, { operand });
     const library = await loadLibrary();
     const progress = context.progress(`retain ${flags.id}`);
-    const retainOptions = { onProgress: progress.bytes, ...(limits.maxDepth === undefined ? {} : { maxDepth: limits.maxDepth }) };
+    const watch = { onProgress: progress.update, signal: context.interruptSignal() };
+    const retainOptions = { ...watch, ...(limits.maxDepth === undefined ? {} : { maxDepth: limits.maxDepth }) };
     try {
       if (tarball) {
         const { retainTarball } = await import("../../acquisition/tarball.js");
@@ -49,7 +50,7 @@ export const retain: CommandSpec = {
           flags.lock !== undefined
             ? { id: flags.id, lock: library.readLockFile(flags.lock), ...extra, limits }
             : { kind: flags.kind, key, ...(flags.expect === undefined ? {} : { expect: flags.expect }), ...extra, limits };
-        const receipt = await retainTarball(context.scope, operand!, request, { onProgress: progress.bytes });
+        const receipt = await retainTarball(context.scope, operand!, request, watch);
         if (identity !== undefined) library.pinSourceIdentity(context.scope, identity);
         const outcome = receiptOutcome(receipt, identity);
         return { ...outcome, lines: [...outcome.lines, `  tarball   ${receipt.tarballIntegrity}`] };

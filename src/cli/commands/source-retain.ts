@@ -23,7 +23,7 @@ export const sourceRetain: CommandSpec = {
       const receipt = await retainSource(
         context.scope,
         { identity: options["identity"] as string, revision: options["revision"] as string, dir: dir! },
-        { onProgress: progress.bytes },
+        { onProgress: progress.update },
       );
       const outcome = receiptOutcome(receipt);
       const [head, ...rest] = outcome.lines;

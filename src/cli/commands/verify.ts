@@ -48,11 +48,11 @@ export const verify: CommandSpec = {
     try {
       if (flags.lock !== undefined) {
         const lock = library.readLockFile(flags.lock);
-        return receiptOutcome(await library.verifyRetainedCapability(context.scope, id!, lock, { onProgress: progress.bytes }));
+        return receiptOutcome(await library.verifyRetainedCapability(context.scope, id!, lock, { onProgress: progress.update }));
       }
       const { key, identity } = artifactKey(library, flags.kind, id!);
       try {
-        return receiptOutcome(await library.verifyTree(context.scope, { kind: flags.kind, key, integrity: flags.integrity }, { onProgress: progress.bytes }), identity);
+        return receiptOutcome(await library.verifyTree(context.scope, { kind: flags.kind, key, integrity: flags.integrity }, { onProgress: progress.update }), identity);
       } catch (error) {
         throw execNamedHint(library, context.scope, flags.kind, key, flags.integrity!, error);
       }

@@ -6,6 +6,7 @@ import type { TreeFormat } from "../integrity.js";
 import { packagePayloadExecFraming, treeExecFraming } from "./exec.js";
 import { readLeavesInOrder, type FileConsumer, type FileInfo } from "./file-reader.js";
 import type { TreeFraming } from "./framing.js";
+import { EMIT_EVERY_BYTES, EMIT_EVERY_FILES, throwIfAborted, type ProgressListener, type ProgressPhase } from "../progress.js";
 import { treeLegacyFraming } from "./legacy.js";
 import { legacyOrder, walkTree, type FileEntry, type LeafEntry, type SymlinkEntry, type TreeListing } from "./walk.js";
 
@@ -20,8 +21,17 @@ export type TreeDigests = Partial<Record<TreeFormat, string>>;
 /** Optional extra consumer of every leaf (a copy into staging), fed in the first pass. */
 export type LeafSink = FileConsumer;
 
-/** Progress callback: bytes of file content consumed so far in this pass. */
-export type ProgressListener = (bytesDone: number) => void;
+export type { ProgressListener } from "../progress.js";
+
+/** How a digest reports and stops: progress events under `phase`, and an abort checked before each file. */
+export interface DigestOptions {
+  readonly onProgress?: ProgressListener;
+  /** The phase events are reported under; `read` otherwise. */
+  readonly phase?: ProgressPhase;
+  /** The bytes all passes will read, when the caller knows them (a copy that was just made). */
+  readonly totalBytes?: number;
+  readonly signal?: AbortSignal;
+}
 
 /** Pieces shorter than this are gathered into one buffer before they reach the hash. */
 const GATHER_BELOW = 16 << 10;
@@ -88,7 +98,7 @@ function sameSequence(a: readonly LeafEntry[], b: readonly LeafEntry[]): boolean
 export async function digestListing(
   listing: TreeListing,
   formats: readonly TreeFormat[],
-  options: { sink?: LeafSink; sinkOrder?: "legacy" | "bytes"; onProgress?: ProgressListener } = {},
+  options: DigestOptions & { sink?: LeafSink; sinkOrder?: "legacy" | "bytes" } = {},
 ): Promise<TreeDigests> {
   const byteOrder = listing.leaves;
   const legacy = formats.includes("oats.tree-legacy.v0") || options.sinkOrder === "legacy" ? legacyOrder(listing.root) : byteOrder;
@@ -105,6 +115,23 @@ export async function digestListing(
 
   const digests: TreeDigests = {};
   let bytesDone = 0;
+  let filesDone = 0;
+  const { onProgress, signal } = options;
+  // Reporting is counted, not timed: one comparison per file, one event per EMIT_EVERY_FILES files or EMIT_EVERY_BYTES bytes.
+  let nextFiles = 0;
+  let nextBytes = 0;
+  const totals = onProgress ? progressTotals(listing, passes.length, options.totalBytes) : {};
+  const phase = options.phase ?? "read";
+  const emit = () => {
+    nextFiles = filesDone + EMIT_EVERY_FILES;
+    nextBytes = bytesDone + EMIT_EVERY_BYTES;
+    onProgress!({ phase, files: filesDone, bytes: bytesDone, ...totals });
+  };
+  const fileDone = () => {
+    filesDone += 1;
+    if (onProgress && (filesDone >= nextFiles || bytesDone >= nextBytes)) emit();
+  };
+  if (onProgress) emit();
   for (const pass of passes) {
     const hashes = pass.framings.map((framing) => new FramedHash(framing));
     // Which hashes take the current file; filtered per file only when some framing skips paths.
@@ -113,6 +140,7 @@ export async function digestListing(
     const sink = pass.sink;
     const consumer: FileConsumer = {
       whole(entry: FileEntry, info: FileInfo, data: Buffer) {
+        if (signal?.aborted) throwIfAborted(signal);
         if (!everyFile) active = hashes.filter((hash) => hash.framing.includes(entry.path));
         for (let i = 0; i < active.length; i++) {
           const hash = active[i]!;
@@ -120,13 +148,12 @@ export async function digestListing(
           hash.update(data);
           hash.feed(hash.framing.fileTail());
         }
-        if (data.length > 0) {
-          bytesDone += data.length;
-          options.onProgress?.(bytesDone);
-        }
+        bytesDone += data.length;
+        fileDone();
         return sink ? wholeInParts(sink, entry, info, data) : undefined;
       },
       start(entry: FileEntry, info: FileInfo) {
+        if (signal?.aborted) throwIfAborted(signal);
         if (!everyFile) active = hashes.filter((hash) => hash.framing.includes(entry.path));
         for (const hash of active) hash.feed(hash.framing.fileHead(entry.path, info.mode, info.size));
         return sink?.start(entry, info);
@@ -136,11 +163,12 @@ export async function digestListing(
         const written = sink?.chunk(data);
         for (const hash of active) hash.update(data);
         bytesDone += data.length;
-        options.onProgress?.(bytesDone);
+        if (onProgress && bytesDone >= nextBytes) emit();
         return written;
       },
       end(entry: FileEntry, info: FileInfo) {
         for (const hash of active) hash.feed(hash.framing.fileTail());
+        fileDone();
         return sink?.end(entry, info);
       },
       symlink(entry: SymlinkEntry) {
@@ -151,7 +179,15 @@ export async function digestListing(
     await readLeavesInOrder(pass.order, consumer);
     for (const hash of hashes) digests[hash.framing.format] = hash.value();
   }
+  if (onProgress) emit();
   return digests;
+}
+
+/** What a walk tells before anything is read: the files, once per pass; bytes only when the caller knows them. */
+function progressTotals(listing: TreeListing, passes: number, totalBytes: number | undefined): { totalFiles: number; totalBytes?: number } {
+  let files = 0;
+  for (const leaf of listing.leaves) if (leaf.type === "file") files += 1;
+  return { totalFiles: files * passes, ...(totalBytes === undefined ? {} : { totalBytes }) };
 }
 
 /** Resolve and check a tree root: it must exist and be a directory. */
@@ -172,8 +208,9 @@ export async function treeRoot(dir: string): Promise<string> {
 export async function digestTree(
   dir: string,
   formats: readonly TreeFormat[] = [treeExecFraming.format],
-  options: { onProgress?: ProgressListener; maxDepth?: number } = {},
+  options: DigestOptions & { maxDepth?: number } = {},
 ): Promise<TreeDigests> {
+  throwIfAborted(options.signal);
   const root = await treeRoot(dir);
   const listing = await walkTree(root, options.maxDepth === undefined ? {} : { maxDepth: options.maxDepth });
   return digestListing(listing, formats, options);

@@ -1,7 +1,8 @@
 import { lstat, mkdir, rename, utimes } from "node:fs/promises";
 import { join } from "node:path";
 import { OatsError, asStepError, errnoCode } from "../../errors.js";
-import { FRAMINGS, digestListing, type ProgressListener, type TreeDigests } from "../digest/tree.js";
+import { FRAMINGS, digestListing, type DigestOptions, type ProgressListener, type TreeDigests } from "../digest/tree.js";
+import { noteRemoved, throwIfAborted, type ProgressPhase } from "../progress.js";
 import { walkTree, type TreeListing, type WalkOptions } from "../digest/walk.js";
 import type { ArtifactKind } from "../ids.js";
 import { TREE_LEGACY, type TreeFormat } from "../integrity.js";
@@ -41,8 +42,34 @@ export interface PublishPlan {
   readonly checkExisting?: (dir: string) => void;
   readonly lockWaitMs: number;
   readonly onProgress?: ProgressListener;
+  /**
+   * Checked before each file is read and before the rename: an abort throws
+   * the interruption error, and the staging is removed as on any failure
+   * (the error's details.removed names it). After the rename the
+   * publication is done and is not undone.
+   */
+  readonly signal?: AbortSignal;
   /** The deepest path a walked tree may have; DEFAULT_MAX_DEPTH otherwise. */
   readonly maxDepth?: number;
+}
+
+/** The digest options of one phase of a plan. */
+function digestOptions(plan: Pick<PublishPlan, "onProgress" | "signal">, phase: ProgressPhase, totalBytes?: number): DigestOptions {
+  return {
+    phase,
+    ...(plan.onProgress ? { onProgress: plan.onProgress } : {}),
+    ...(plan.signal ? { signal: plan.signal } : {}),
+    ...(totalBytes === undefined ? {} : { totalBytes }),
+  };
+}
+
+/** A phase that is one step (sync, publish): one event naming it, with the files it covers. */
+function announce(plan: Pick<PublishPlan, "onProgress" | "signal" | "listing">, phase: ProgressPhase): void {
+  throwIfAborted(plan.signal);
+  if (!plan.onProgress) return;
+  let totalFiles = 0;
+  for (const leaf of plan.listing.leaves) if (leaf.type === "file") totalFiles += 1;
+  plan.onProgress({ phase, files: 0, bytes: 0, totalFiles });
 }
 
 export interface PublishResult {
@@ -68,7 +95,7 @@ function mismatch(plan: Pick<PublishPlan, "kind" | "key" | "nameFormat">, expect
 
 /** Verify a revision directory that already exists; refuse, never repair, a damaged one. */
 export async function verifyRevision(
-  plan: Pick<PublishPlan, "kind" | "key" | "nameFormat" | "formats" | "onProgress" | "maxDepth">,
+  plan: Pick<PublishPlan, "kind" | "key" | "nameFormat" | "formats" | "onProgress" | "signal" | "maxDepth">,
   dir: string,
   expected: string,
 ): Promise<TreeDigests> {
@@ -82,7 +109,7 @@ export async function verifyRevision(
   if (!stats.isDirectory()) {
     throw new OatsError("invalid-artifact", `retained revision is not a real directory (${stats.isSymbolicLink() ? "a symlink" : "a file"}): ${dir}`, { kind: plan.kind, key: plan.key, dir });
   }
-  const digests = await digestListing(await walkTree(dir, walkOptions(plan)), plan.formats, plan.onProgress ? { onProgress: plan.onProgress } : {});
+  const digests = await digestListing(await walkTree(dir, walkOptions(plan)), plan.formats, digestOptions(plan, "verify"));
   const actual = digests[plan.nameFormat]!;
   if (actual !== expected) {
     const difference = await firstDifference(dir);
@@ -111,7 +138,7 @@ function place(plan: PublishPlan) {
  */
 async function keptIfPresent(plan: PublishPlan, destination: (value: string) => string): Promise<PublishResult | null> {
   if (!plan.expected || !(await exists(destination(plan.expected)))) return null;
-  const measured = (await digestListing(plan.listing, [plan.nameFormat], plan.onProgress ? { onProgress: plan.onProgress } : {}))[plan.nameFormat]!;
+  const measured = (await digestListing(plan.listing, [plan.nameFormat], digestOptions(plan, "read")))[plan.nameFormat]!;
   if (measured !== plan.expected) throw mismatch(plan, plan.expected, measured, { source: plan.listing.root.absolute, reason: "source-differs" });
   return kept(plan, destination(plan.expected), plan.expected);
 }
@@ -126,11 +153,15 @@ export async function publishTree(plan: PublishPlan): Promise<PublishResult> {
   try {
     writer.prepareDirectories();
     let copied: TreeDigests;
+    let copiedBytes: number | undefined;
+    const onProgress = plan.onProgress;
     try {
       copied = await digestListing(plan.listing, [plan.nameFormat], {
+        ...digestOptions(plan, "read-copy"),
+        // The bytes copied are the total the read-back will read.
+        ...(onProgress ? { onProgress: (event) => ((copiedBytes = event.bytes), onProgress(event)) } : {}),
         sink: writer,
         sinkOrder: FRAMINGS[plan.nameFormat].order,
-        ...(plan.onProgress ? { onProgress: plan.onProgress } : {}),
       });
     } finally {
       writer.abort();
@@ -138,9 +169,10 @@ export async function publishTree(plan: PublishPlan): Promise<PublishResult> {
     const measured = copied[plan.nameFormat]!;
     if (plan.expected && measured !== plan.expected) throw mismatch(plan, plan.expected, measured, { source: plan.listing.root.absolute, reason: "source-differs" });
     plan.checkStaged?.(staging);
+    announce(plan, "sync");
     await writer.flush();
 
-    const { staged, manifest } = await verifyStaged(plan, staging);
+    const { staged, manifest } = await verifyStaged(plan, staging, copiedBytes === undefined ? undefined : copiedBytes * plan.formats.length);
     if (staged[plan.nameFormat] !== measured) {
       throw mismatch(plan, measured, staged[plan.nameFormat]!, { step: "verify-staged", reason: "staged-copy-differs" });
     }
@@ -188,8 +220,9 @@ export async function publishAdopted(plan: PublishPlan): Promise<PublishResult> 
   const { created, staging } = moved;
   try {
     maskAdoptedModes(staging, plan.listing);
+    announce(plan, "sync");
     await makeDurable(staging, plan.listing, { perFile: perFileDurability(plan.listing), filesSynced: false });
-    const { staged, manifest } = await verifyStaged(plan, staging, plan.onProgress);
+    const { staged, manifest } = await verifyStaged(plan, staging);
     const measured = staged[plan.nameFormat]!;
     if (plan.expected && measured !== plan.expected) throw mismatch(plan, plan.expected, measured, { source: plan.listing.root.absolute, reason: "source-differs" });
     plan.checkStaged?.(staging);
@@ -229,11 +262,11 @@ async function adoptIntoStaging(plan: PublishPlan, root: string, parent: string,
 }
 
 /** Read the durable staged tree back in every format, feeding the manifest. */
-async function verifyStaged(plan: PublishPlan, staging: string, onProgress?: ProgressListener): Promise<{ staged: TreeDigests; manifest: ManifestBuilder }> {
+async function verifyStaged(plan: PublishPlan, staging: string, totalBytes?: number): Promise<{ staged: TreeDigests; manifest: ManifestBuilder }> {
   const manifest = new ManifestBuilder();
   try {
     faultPoint("verify-staged", staging);
-    const staged = await digestListing(await walkTree(staging, walkOptions(plan)), plan.formats, { sink: manifest, sinkOrder: "bytes", ...(onProgress ? { onProgress } : {}) });
+    const staged = await digestListing(await walkTree(staging, walkOptions(plan)), plan.formats, { ...digestOptions(plan, "verify", totalBytes), sink: manifest, sinkOrder: "bytes" });
     return { staged, manifest };
   } catch (error) {
     throw asStepError("verify-staged", error, { staging });
@@ -243,6 +276,7 @@ async function verifyStaged(plan: PublishPlan, staging: string, onProgress?: Pro
 /** Rename the verified staging into place under the revision lock; a concurrent winner is verified and reported kept. */
 async function commit(plan: PublishPlan, parent: string, dir: string, staging: string, staged: TreeDigests, manifest: ManifestBuilder): Promise<PublishResult> {
   const measured = staged[plan.nameFormat]!;
+  announce(plan, "publish");
   const outcome = await withRevisionLock(parent, `sha256-${measured.slice(7)}`, plan.lockWaitMs, async () => {
     if (await exists(dir)) return "lost-race" as const;
     try {
@@ -303,6 +337,7 @@ async function discardStaging(staging: string, cause?: unknown): Promise<void> {
   try {
     faultPoint("cleanup", staging);
     await removeTree(staging);
+    noteRemoved(cause, "staging", staging);
   } catch (cleanupError) {
     const failure = asStepError("cleanup", cleanupError, { staging });
     if (cause instanceof OatsError) {
