@@ -1,6 +1,6 @@
 import { closeSync, constants, fstatSync, openSync, readSync } from "node:fs";
 import { errnoCode } from "../errors.js";
-import { canonicalJson, jsonDigest } from "../retention/digest/json.js";
+import { bytesDigest, canonicalJson, jsonDigest } from "../retention/digest/json.js";
 import { STORED_MAX_DEPTH, scanJsonText } from "../json-text.js";
 
 /**
@@ -63,13 +63,40 @@ export function entryHash(entry: Record<string, unknown>): string {
 }
 
 /**
+ * The line's own hash, from its canonical text (`text`, verified canonical,
+ * without its LF): the text with the top-level `"hash"` member cut out is
+ * exactly the canonical encoding of the entry without `hash`, so it need not
+ * be encoded again. The member is found by its spelling; a quote inside a
+ * string is escaped, so only a member can spell it, and when it is spelled
+ * more than once (a nested object with the same hash value) the entry is
+ * encoded again instead of guessing which one is the top-level member.
+ */
+function lineHash(text: string, entry: Record<string, unknown> & { hash: string }): string {
+  const member = `"hash":"${entry.hash}"`;
+  const at = text.indexOf(member);
+  if (at < 1 || text.indexOf(member, at + 1) >= 0) return entryHash(entry);
+  const end = at + member.length;
+  const before = text.charCodeAt(at - 1) === 0x2c; // ,
+  const cut = before ? text.slice(0, at - 1) + text.slice(end) : text.charCodeAt(end) === 0x2c ? text.slice(0, at) + text.slice(end + 1) : text.slice(0, at) + text.slice(end);
+  return bytesDigest(Buffer.from(`${cut}\n`, "utf8"));
+}
+
+/**
  * Check one line (without its LF) on its own: JSON, canonical spelling, shape,
  * self-hash. Returns the entry or the reason it is broken.
+ *
+ * The `__proto__`-refusing reviver costs as much as the parse; a line that
+ * spells neither `__proto__` nor a `\u` escape (which could spell it) cannot
+ * hold such a key, so it is parsed without one.
  */
 export function checkLine(text: string): { entry: ChainEntry } | { reason: BrokenReason; seq: number | null } {
   let parsed: unknown;
   try {
-    parsed = parseLine(text);
+    if (text.includes("__proto__") || text.includes("\\u")) parsed = parseLine(text);
+    else {
+      if (scanJsonText(text, STORED_MAX_DEPTH)?.reason === "too-deep") throw new SyntaxError("nested too deep");
+      parsed = JSON.parse(text);
+    }
   } catch {
     return { reason: "bad-json", seq: null };
   }
@@ -85,7 +112,7 @@ export function checkLine(text: string): { entry: ChainEntry } | { reason: Broke
   if (seq === null || typeof parsed.at !== "string" || typeof parsed.prev !== "string" || !DIGEST.test(parsed.prev) || typeof parsed.hash !== "string" || !DIGEST.test(parsed.hash)) {
     return { reason: "invalid-entry", seq };
   }
-  if (entryHash(parsed) !== parsed.hash) return { reason: "wrong-hash", seq };
+  if (lineHash(text, parsed as Record<string, unknown> & { hash: string }) !== parsed.hash) return { reason: "wrong-hash", seq };
   return { entry: parsed as ChainEntry };
 }
 
