@@ -72,6 +72,9 @@ describe("checkLine fast path", () => {
     cases.push(sealed({ ...body, details: { hash: own } }));
     cases.push(sealed({ ...body, zeta: { hash: `sha256-${"b".repeat(64)}` } }));
     cases.push(canonicalJson({ hash: own }).slice(0, -1), sealed({ at: "x", prev, seq: 3 }));
+    // Nesting: past the stored depth bound (bad JSON), and many openings that nest shallowly (fine).
+    cases.push(sealed({ at: "x", prev, seq: 1 }).replace('"at"', `"deep":${"[".repeat(200)}${"]".repeat(200)},"at"`));
+    cases.push(sealed({ at: "x", prev, seq: 1, wide: Array.from({ length: 300 }, () => ({})) }));
     let ok = 0;
     for (const text of cases) {
       const expected = referenceVerdict(text);

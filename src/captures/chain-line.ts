@@ -81,6 +81,16 @@ function lineHash(text: string, entry: Record<string, unknown> & { hash: string 
   return bytesDigest(Buffer.from(`${cut}\n`, "utf8"));
 }
 
+/** At most STORED_MAX_DEPTH `{` and `[` in all: the line cannot nest deeper, so the depth scan is not needed. */
+function fewOpenings(text: string): boolean {
+  let openings = 0;
+  for (let i = 0; i < text.length; i++) {
+    const c = text.charCodeAt(i);
+    if ((c === 0x7b || c === 0x5b) && ++openings > STORED_MAX_DEPTH) return false;
+  }
+  return true;
+}
+
 /**
  * Check one line (without its LF) on its own: JSON, canonical spelling, shape,
  * self-hash. Returns the entry or the reason it is broken.
@@ -94,7 +104,7 @@ export function checkLine(text: string): { entry: ChainEntry } | { reason: Broke
   try {
     if (text.includes("__proto__") || text.includes("\\u")) parsed = parseLine(text);
     else {
-      if (scanJsonText(text, STORED_MAX_DEPTH)?.reason === "too-deep") throw new SyntaxError("nested too deep");
+      if (!fewOpenings(text) && scanJsonText(text, STORED_MAX_DEPTH)?.reason === "too-deep") throw new SyntaxError("nested too deep");
       parsed = JSON.parse(text);
     }
   } catch {
