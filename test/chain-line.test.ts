@@ -75,6 +75,14 @@ describe("checkLine fast path", () => {
     // Nesting: past the stored depth bound (bad JSON), and many openings that nest shallowly (fine).
     cases.push(sealed({ at: "x", prev, seq: 1 }).replace('"at"', `"deep":${"[".repeat(200)}${"]".repeat(200)},"at"`));
     cases.push(sealed({ at: "x", prev, seq: 1, wide: Array.from({ length: 300 }, () => ({})) }));
+    // Spellings JSON.stringify and the canonical encoder might treat differently.
+    const base = sealed({ at: "x", prev, seq: 1, details: { "10": 1, "9": 2, b: [1, { z: 1, a: 2 }] } });
+    cases.push(base); // array-index keys, canonically ordered ("10" before "9")
+    cases.push(base.replace('"10":1,"9":2', '"9":2,"10":1')); // the engine's own order: not canonical
+    cases.push(base.replace('"a":2,"z":1', '"z":1,"a":2'), base.replace('"a":2', '"a":2,"a":3'), base.replace('"b":[1,', '"b":[1.0,'), base.replace('"b":[1,', '"b":[-0,'), base.replace('"b":[1,', '"b":[1e0,'));
+    cases.push(base.replace('"at":"x"', '"at":"\\ud800"'), base.replace('"at":"x"', '"at":"\ud800"'), base.replace('"at":"x"', '"at":"\u{1f600}\u2028"'));
+    cases.push(sealed({ at: "x", prev, seq: 1, details: { "": 1, A: 2, a: 3, "\u00e9": 4, "\u{1f600}": 5, "\uffff": 6 } }));
+    cases.push(sealed({ at: "x", prev, seq: 1, details: { b: 1, a: 2 } }).replace('"a":2,"b":1', '"b":1,"a":2'));
     let ok = 0;
     for (const text of cases) {
       const expected = referenceVerdict(text);

@@ -1,6 +1,6 @@
 import { closeSync, constants, fstatSync, openSync, readSync } from "node:fs";
 import { errnoCode } from "../errors.js";
-import { bytesDigest, canonicalJson, jsonDigest } from "../retention/digest/json.js";
+import { bytesDigest, canonicalJson, compareUtf8, jsonDigest } from "../retention/digest/json.js";
 import { STORED_MAX_DEPTH, scanJsonText } from "../json-text.js";
 
 /**
@@ -92,6 +92,43 @@ function fewOpenings(text: string): boolean {
 }
 
 /**
+ * Whether every object's keys are in canonical (UTF-8 byte) order, or null
+ * when an object has an array-index-like key (the engine lists those first,
+ * whatever the text's order, so only the full encoder can tell).
+ *
+ * For a value JSON.parse made from text without `\\u` escapes, the canonical
+ * encoding is JSON.stringify's with keys sorted: strings and numbers are
+ * spelled alike (JSON.stringify writes -0 as 0 too; a lone surrogate, which
+ * canonical JSON refuses, JSON.stringify escapes, so neither equals the text).
+ * So with keys already in order, `JSON.stringify(value) === text` is the
+ * canonical check, without the encoder's cost.
+ */
+function keysOrdered(value: unknown): boolean | null {
+  if (typeof value !== "object" || value === null) return true;
+  if (Array.isArray(value)) {
+    let result: boolean | null = true;
+    for (const item of value) {
+      const inner = keysOrdered(item);
+      if (inner === null) return null;
+      if (!inner) result = false;
+    }
+    return result;
+  }
+  let result: boolean | null = true;
+  let previous: string | null = null;
+  for (const key of Object.keys(value)) {
+    const first = key.charCodeAt(0);
+    if (first >= 0x30 && first <= 0x39) return null;
+    if (previous !== null && compareUtf8(previous, key) >= 0) result = false;
+    previous = key;
+    const inner = keysOrdered((value as Record<string, unknown>)[key]);
+    if (inner === null) return null;
+    if (!inner) result = false;
+  }
+  return result;
+}
+
+/**
  * Check one line (without its LF) on its own: JSON, canonical spelling, shape,
  * self-hash. Returns the entry or the reason it is broken.
  *
@@ -101,8 +138,9 @@ function fewOpenings(text: string): boolean {
  */
 export function checkLine(text: string): { entry: ChainEntry } | { reason: BrokenReason; seq: number | null } {
   let parsed: unknown;
+  const plain = !text.includes("__proto__") && !text.includes("\\u");
   try {
-    if (text.includes("__proto__") || text.includes("\\u")) parsed = parseLine(text);
+    if (!plain) parsed = parseLine(text);
     else {
       if (!fewOpenings(text) && scanJsonText(text, STORED_MAX_DEPTH)?.reason === "too-deep") throw new SyntaxError("nested too deep");
       parsed = JSON.parse(text);
@@ -112,13 +150,18 @@ export function checkLine(text: string): { entry: ChainEntry } | { reason: Broke
   }
   if (!isPlainRecord(parsed)) return { reason: "invalid-entry", seq: null };
   const seq = Number.isSafeInteger(parsed.seq) && (parsed.seq as number) >= 1 ? (parsed.seq as number) : null;
-  let canonical: string;
-  try {
-    canonical = canonicalJson(parsed);
-  } catch {
-    return { reason: "non-canonical", seq };
+  const ordered = plain ? keysOrdered(parsed) : null;
+  if (ordered !== null) {
+    if (!ordered || JSON.stringify(parsed) !== text) return { reason: "non-canonical", seq };
+  } else {
+    let canonical: string;
+    try {
+      canonical = canonicalJson(parsed);
+    } catch {
+      return { reason: "non-canonical", seq };
+    }
+    if (canonical !== `${text}\n`) return { reason: "non-canonical", seq };
   }
-  if (canonical !== `${text}\n`) return { reason: "non-canonical", seq };
   if (seq === null || typeof parsed.at !== "string" || typeof parsed.prev !== "string" || !DIGEST.test(parsed.prev) || typeof parsed.hash !== "string" || !DIGEST.test(parsed.hash)) {
     return { reason: "invalid-entry", seq };
   }
