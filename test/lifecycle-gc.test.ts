@@ -149,7 +149,7 @@ describe("gc --delete", () => {
     // No staging or lock left behind, and the audit names every deletion.
     const fsck = runOats(["--json", "--scope", s.scope, "fsck"]);
     assert.equal(fsck.status, 0, fsck.stdout);
-    assert.deepEqual(JSON.parse(fsck.stdout).result.staging, []);
+    assert.deepEqual(JSON.parse(fsck.stdout).result.classes.staging, []);
     assert.ok(!existsSync(join(s.scope, ".agents/gc.lock")));
     const entries = readAudit(s.scope).entries.filter((entry) => entry.action === "gc");
     assert.equal(entries.length, 1);
