@@ -1,6 +1,6 @@
 import { closeSync, constants, fstatSync, openSync, readSync } from "node:fs";
 import { errnoCode } from "../errors.js";
-import { canonicalJson, jsonDigest } from "../retention/digest/json.js";
+import { bytesDigest, canonicalJson, compareUtf8, jsonDigest } from "../retention/digest/json.js";
 import { STORED_MAX_DEPTH, scanJsonText } from "../json-text.js";
 
 /**
@@ -63,29 +63,109 @@ export function entryHash(entry: Record<string, unknown>): string {
 }
 
 /**
+ * The line's own hash, from its canonical text (`text`, verified canonical,
+ * without its LF): the text with the top-level `"hash"` member cut out is
+ * exactly the canonical encoding of the entry without `hash`, so it need not
+ * be encoded again. The member is found by its spelling; a quote inside a
+ * string is escaped, so only a member can spell it, and when it is spelled
+ * more than once (a nested object with the same hash value) the entry is
+ * encoded again instead of guessing which one is the top-level member.
+ */
+function lineHash(text: string, entry: Record<string, unknown> & { hash: string }): string {
+  const member = `"hash":"${entry.hash}"`;
+  const at = text.indexOf(member);
+  if (at < 1 || text.indexOf(member, at + 1) >= 0) return entryHash(entry);
+  const end = at + member.length;
+  const before = text.charCodeAt(at - 1) === 0x2c; // ,
+  const cut = before ? text.slice(0, at - 1) + text.slice(end) : text.charCodeAt(end) === 0x2c ? text.slice(0, at) + text.slice(end + 1) : text.slice(0, at) + text.slice(end);
+  return bytesDigest(Buffer.from(`${cut}\n`, "utf8"));
+}
+
+/** At most STORED_MAX_DEPTH `{` and `[` in all: the line cannot nest deeper, so the depth scan is not needed. */
+function fewOpenings(text: string): boolean {
+  let openings = 0;
+  for (let i = 0; i < text.length; i++) {
+    const c = text.charCodeAt(i);
+    if ((c === 0x7b || c === 0x5b) && ++openings > STORED_MAX_DEPTH) return false;
+  }
+  return true;
+}
+
+/**
+ * Whether every object's keys are in canonical (UTF-8 byte) order, or null
+ * when an object has an array-index-like key (the engine lists those first,
+ * whatever the text's order, so only the full encoder can tell).
+ *
+ * For a value JSON.parse made from text without `\\u` escapes, the canonical
+ * encoding is JSON.stringify's with keys sorted: strings and numbers are
+ * spelled alike (JSON.stringify writes -0 as 0 too; a lone surrogate, which
+ * canonical JSON refuses, JSON.stringify escapes, so neither equals the text).
+ * So with keys already in order, `JSON.stringify(value) === text` is the
+ * canonical check, without the encoder's cost.
+ */
+function keysOrdered(value: unknown): boolean | null {
+  if (typeof value !== "object" || value === null) return true;
+  if (Array.isArray(value)) {
+    let result: boolean | null = true;
+    for (const item of value) {
+      const inner = keysOrdered(item);
+      if (inner === null) return null;
+      if (!inner) result = false;
+    }
+    return result;
+  }
+  let result: boolean | null = true;
+  let previous: string | null = null;
+  for (const key of Object.keys(value)) {
+    const first = key.charCodeAt(0);
+    if (first >= 0x30 && first <= 0x39) return null;
+    if (previous !== null && compareUtf8(previous, key) >= 0) result = false;
+    previous = key;
+    const inner = keysOrdered((value as Record<string, unknown>)[key]);
+    if (inner === null) return null;
+    if (!inner) result = false;
+  }
+  return result;
+}
+
+/**
  * Check one line (without its LF) on its own: JSON, canonical spelling, shape,
  * self-hash. Returns the entry or the reason it is broken.
+ *
+ * The `__proto__`-refusing reviver costs as much as the parse; a line that
+ * spells neither `__proto__` nor a `\u` escape (which could spell it) cannot
+ * hold such a key, so it is parsed without one.
  */
 export function checkLine(text: string): { entry: ChainEntry } | { reason: BrokenReason; seq: number | null } {
   let parsed: unknown;
+  const plain = !text.includes("__proto__") && !text.includes("\\u");
   try {
-    parsed = parseLine(text);
+    if (!plain) parsed = parseLine(text);
+    else {
+      if (!fewOpenings(text) && scanJsonText(text, STORED_MAX_DEPTH)?.reason === "too-deep") throw new SyntaxError("nested too deep");
+      parsed = JSON.parse(text);
+    }
   } catch {
     return { reason: "bad-json", seq: null };
   }
   if (!isPlainRecord(parsed)) return { reason: "invalid-entry", seq: null };
   const seq = Number.isSafeInteger(parsed.seq) && (parsed.seq as number) >= 1 ? (parsed.seq as number) : null;
-  let canonical: string;
-  try {
-    canonical = canonicalJson(parsed);
-  } catch {
-    return { reason: "non-canonical", seq };
+  const ordered = plain ? keysOrdered(parsed) : null;
+  if (ordered !== null) {
+    if (!ordered || JSON.stringify(parsed) !== text) return { reason: "non-canonical", seq };
+  } else {
+    let canonical: string;
+    try {
+      canonical = canonicalJson(parsed);
+    } catch {
+      return { reason: "non-canonical", seq };
+    }
+    if (canonical !== `${text}\n`) return { reason: "non-canonical", seq };
   }
-  if (canonical !== `${text}\n`) return { reason: "non-canonical", seq };
   if (seq === null || typeof parsed.at !== "string" || typeof parsed.prev !== "string" || !DIGEST.test(parsed.prev) || typeof parsed.hash !== "string" || !DIGEST.test(parsed.hash)) {
     return { reason: "invalid-entry", seq };
   }
-  if (entryHash(parsed) !== parsed.hash) return { reason: "wrong-hash", seq };
+  if (lineHash(text, parsed as Record<string, unknown> & { hash: string }) !== parsed.hash) return { reason: "wrong-hash", seq };
   return { entry: parsed as ChainEntry };
 }
 

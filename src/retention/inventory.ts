@@ -173,6 +173,17 @@ function publisherAlive(pid: number): boolean {
 }
 
 /**
+ * Whether the publisher that left a staging entry is gone: one of this host
+ * whose process is gone, or one of another host (a shared filesystem) a day
+ * old. A name that does not parse as ours is never judged abandoned.
+ */
+export function stagingAbandoned(path: string): boolean {
+  const owner = parseStagingName(path.slice(path.lastIndexOf("/") + 1));
+  if (!owner) return false;
+  return owner.host === hostTag() ? !publisherAlive(owner.pid) : Date.now() - statSync(path).mtimeMs > FOREIGN_HOST_GRACE_MS;
+}
+
+/**
  * Remove staging left by crashed publishers, and nothing else. A staging
  * entry names its publisher's host and pid: one of this host whose process
  * is gone is removed; one whose process lives is in use and kept; one from
@@ -181,14 +192,11 @@ function publisherAlive(pid: number): boolean {
  */
 export async function cleanupStaging(scope: string): Promise<CleanupReport> {
   const listing = listStore(scope);
-  const here = hostTag();
   const removed: string[] = [];
   const active: string[] = [];
   for (const path of listing.staging) {
-    const owner = parseStagingName(path.slice(path.lastIndexOf("/") + 1));
-    if (!owner) continue;
-    const abandoned = owner.host === here ? !publisherAlive(owner.pid) : Date.now() - statSync(path).mtimeMs > FOREIGN_HOST_GRACE_MS;
-    if (!abandoned) {
+    if (!parseStagingName(path.slice(path.lastIndexOf("/") + 1))) continue;
+    if (!stagingAbandoned(path)) {
       active.push(path);
       continue;
     }

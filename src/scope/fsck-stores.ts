@@ -4,7 +4,7 @@ import { OatsError, errnoCode } from "../errors.js";
 import { listJobs, QUEUE_DIR } from "../captures/queue.js";
 import { referencedArtifacts, resolveEntrypoint } from "../resolution/read.js";
 import type { ResolutionRecord } from "../resolution/record.js";
-import { INSTANCE_REFS_DIR, RESOLUTIONS_DIR, readInstanceRef, readRecordBytes, resolutionPath } from "../resolution/store.js";
+import { INSTANCE_REFS_DIR, RESOLUTIONS_DIR, readInstanceRef, recordReader, resolutionPath } from "../resolution/store.js";
 import { IDENTIFIER_PATTERN } from "../retention/ids.js";
 import { BLOBS_DIR, readBlob } from "../retention/store/blobs.js";
 import { inspectStoreAt } from "../retention/store/components.js";
@@ -96,9 +96,11 @@ export async function checkRecords(
       else findings.push(notice("unknown", join(dir, name), UNKNOWN));
     }
   });
+  // The store is inspected once for the scan, not once per record (a symlinked store refused above).
+  const read = ids.length === 0 ? null : recordReader(scope);
   for (const [index, id] of ids.entries()) {
     if (index % 16 === 15) await pause();
-    const record = guarded(findings, "records", id, () => readRecordBytes(scope, id).record);
+    const record = guarded(findings, "records", id, () => read!(id).record);
     present.set(id, record);
     if (record !== null) await checkReferences(scope, id, record, revisions, blobs, resolved, findings);
   }

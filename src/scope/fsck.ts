@@ -3,6 +3,7 @@ import { fsck as fsckRevisions, listStore, type FsckOutcome } from "../retention
 import { resolveScope } from "../retention/store/components.js";
 import { FINDING_CLASSES, findingOf, guarded, mostSerious, notice, type Finding, type FindingClass } from "./findings.js";
 import { checkChains } from "./fsck-chains.js";
+import { checkLeases, checkPins, checkQuarantine, checkRunCopies, isRunCopy } from "./fsck-lifecycle.js";
 import { checkBlobs, checkInstances, checkJobs, checkRecords, revisionKey } from "./fsck-stores.js";
 
 /**
@@ -25,6 +26,9 @@ export interface ScopeFsckCounts {
   readonly blobs: number;
   readonly instances: number;
   readonly jobs: number;
+  readonly pins: number;
+  /** Trees repair moved into `.agents/quarantine/` (each one is also a notice). */
+  readonly quarantine: number;
   /** Entries of the approvals ledger and of the audit log (up to the first broken link). */
   readonly approvals: number;
   readonly audit: number;
@@ -71,7 +75,13 @@ export async function fsckScope(scope: string, options: ScopeFsckOptions = {}): 
     const { code, kind, message, details } = outcome.error;
     revisionFindings.push({ class: "revisions", subject: `${outcome.kind} ${outcome.key} ${outcome.integrity.format}:${outcome.integrity.value}`, path: outcome.dir, code, kind, message, details } as Finding);
   }
-  for (const path of retention?.staging ?? []) revisionFindings.push(notice("staging", path, "left by an interrupted writer; `oats cleanup` removes it"));
+  // A run copy is staging too, but only a gone dispatcher's is a leftover.
+  const staging = retention?.staging ?? [];
+  for (const path of staging) if (!isRunCopy(realScope, path)) revisionFindings.push(notice("staging", path, "left by an interrupted writer; `oats cleanup` removes it"));
+  checkRunCopies(
+    staging.filter((path) => isRunCopy(realScope, path)),
+    revisionFindings,
+  );
   for (const path of retention?.unexpected ?? []) revisionFindings.push(notice("unknown", path, "not written by oats; left alone"));
   for (const path of retention?.orphanManifests ?? []) revisionFindings.push(notice("manifests", path, "a revision manifest whose revision is not there; left alone"));
 
@@ -91,16 +101,19 @@ export async function fsckScope(scope: string, options: ScopeFsckOptions = {}): 
   };
 }
 
-/** Everything but the revisions' bytes: blobs, records and their references, instance refs, jobs, the chain logs. */
+/** Everything but the revisions' bytes: blobs, records and their references, instance refs, jobs, pins, leases, quarantine, the chain logs. */
 async function checkStores(realScope: string, revisions: ReadonlySet<string>, findings: Finding[]): Promise<Omit<ScopeFsckCounts, "revisions">> {
   await yieldToIo();
   const blobs = checkBlobs(realScope, findings);
   const records = await checkRecords(realScope, revisions, blobs.present, findings, yieldToIo);
   const instances = checkInstances(realScope, records.present, findings);
   const jobs = checkJobs(realScope, records.present, findings);
+  const pins = checkPins(realScope, revisions, records.present, findings);
+  checkLeases(realScope, findings);
+  const quarantine = checkQuarantine(realScope, findings);
   await yieldToIo();
   const { approvals, audit } = checkChains(realScope, findings);
-  return { records: records.checked, blobs: blobs.checked, instances, jobs, approvals, audit };
+  return { records: records.checked, blobs: blobs.checked, instances, jobs, pins, quarantine, approvals, audit };
 }
 
 /** Let pending I/O callbacks (the revision verification's reads) run. */

@@ -8,6 +8,8 @@ const NOUNS: Record<string, [string, string]> = {
   blobs: ["blob", "blobs"],
   instances: ["instance ref", "instance refs"],
   jobs: ["queued job", "queued jobs"],
+  pins: ["pin", "pins"],
+  quarantine: ["quarantined tree", "quarantined trees"],
   approvals: ["ledger entry", "ledger entries"],
   audit: ["audit entry", "audit entries"],
 };
@@ -20,7 +22,7 @@ function count(n: number, cls: string): string {
 export const fsck: CommandSpec = {
   name: "fsck",
   define(command) {
-    command.description("check everything the scope holds (revisions, records, blobs, instance refs, queued jobs, approvals ledger, audit log, leftovers); report, never repair");
+    command.description("check everything the scope holds (revisions, records, blobs, instance refs, queued jobs, pins, approvals ledger, audit log, leftovers: staging, leases, run copies, quarantined trees); report, never repair");
   },
   async run(context) {
     const { fsckScope } = await import("../../scope/index.js");
