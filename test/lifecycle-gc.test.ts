@@ -360,6 +360,16 @@ describe("gc: grace and damage", () => {
     assert.ok(!existsSync(s.orphanDir));
   });
 
+  test("Given --grace 0 and an item written in the same millisecond gc starts (an mtime a fraction ahead of Date.now()), When gc runs, Then it is not young", async () => {
+    const s = await scene();
+    const blob = join(s.scope, ".agents/blobs", s.orphanBlob);
+    const ahead = (Date.now() + 0.9) / 1000;
+    utimesSync(blob, ahead, ahead);
+    const report = await gc(s.scope, { graceMs: 0 });
+    assert.deepEqual(refs(report, "young"), []);
+    assert.ok(refs(report).includes(s.orphanBlob));
+  });
+
   test("Given a damaged unreachable record, When gc --delete runs, Then it is reported and kept", async () => {
     const s = await scene();
     const path = join(s.scope, ".agents/resolutions", `${s.previous}.json`);

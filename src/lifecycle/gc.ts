@@ -101,6 +101,15 @@ function manifestDigest(dir: string): string | null {
   }
 }
 
+/**
+ * How long ago `path` was last written. Never negative: a file written in the
+ * same millisecond as `now` has an mtime with a fraction that Date.now() drops,
+ * and `--grace 0` must still mean no grace at all.
+ */
+function ageOf(path: string, now: number): number {
+  return Math.max(0, now - lstatSync(path).mtimeMs);
+}
+
 async function plan(realScope: string, options: GcOptions, dryRun: boolean): Promise<GcReport> {
   const graceMs = options.graceMs ?? DEFAULT_GRACE_MS;
   const now = Date.now();
@@ -122,7 +131,7 @@ async function plan(realScope: string, options: GcOptions, dryRun: boolean): Pro
       keptDirs.add(entry.dir);
       continue;
     }
-    const ageMs = now - lstatSync(entry.dir).mtimeMs;
+    const ageMs = ageOf(entry.dir, now);
     const item: GcItem = { type: "revision", ref: `${entry.kind}:${entry.key}@${integrityText(entry.integrity)}`, path: entry.dir, bytes: 0, ageMs, kind: entry.kind, key: entry.key, integrity: entry.integrity };
     if (ageMs < graceMs) {
       young.push(item);
@@ -147,7 +156,7 @@ async function plan(realScope: string, options: GcOptions, dryRun: boolean): Pro
       continue;
     }
     const path = resolutionPath(realScope, id);
-    const ageMs = now - lstatSync(path).mtimeMs;
+    const ageMs = ageOf(path, now);
     const item: GcItem = { type: "record", ref: id, path, bytes: fileSize(path), ageMs };
     if (ageMs < graceMs) {
       young.push(item);
@@ -176,7 +185,7 @@ async function plan(realScope: string, options: GcOptions, dryRun: boolean): Pro
         continue;
       }
       const path = blobPath(realScope, name);
-      const ageMs = now - lstatSync(path).mtimeMs;
+      const ageMs = ageOf(path, now);
       const item: GcItem = { type: "blob", ref: name, path, bytes: fileSize(path), ageMs };
       if (ageMs < graceMs) {
         young.push(item);
