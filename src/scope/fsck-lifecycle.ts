@@ -1,15 +1,14 @@
-import { lstatSync, readdirSync } from "node:fs";
+import { lstatSync } from "node:fs";
 import { basename, dirname, join } from "node:path";
-import { OatsError, errnoCode } from "../errors.js";
+import { OatsError } from "../errors.js";
 import { PINS_DIR, pinRefText, readPin } from "../lifecycle/pins.js";
 import { QUARANTINE_DIR } from "../lifecycle/repair.js";
 import type { ResolutionRecord } from "../resolution/record.js";
 import { stagingAbandoned } from "../retention/inventory.js";
-import { inspectStoreAt } from "../retention/store/components.js";
 import { listLeases } from "../retention/store/lease.js";
 import { RUN_COPIES_STORE, STAGING_PREFIX } from "../retention/store/layout.js";
 import { findingOf, guarded, notice, type Finding } from "./findings.js";
-import { revisionKey } from "./fsck-stores.js";
+import { revisionKey, storeNames } from "./fsck-stores.js";
 
 /**
  * What the lifecycle commands leave in a scope: pins (gc roots), publisher
@@ -17,17 +16,6 @@ import { revisionKey } from "./fsck-stores.js";
  * checked like any reference; the rest are leftovers, reported as notices so
  * an operator knows they are there, and never removed here.
  */
-
-function namesIn(scope: string, components: readonly string[]): { dir: string; names: string[] } {
-  const dir = join(scope, ...components);
-  if (!inspectStoreAt(scope, components).complete) return { dir, names: [] };
-  try {
-    return { dir, names: readdirSync(dir).sort() };
-  } catch (error) {
-    if (errnoCode(error) === "ENOENT") return { dir, names: [] };
-    throw error;
-  }
-}
 
 /**
  * Every pin reads as gc reads it (readPin: schema, and a name that is the
@@ -37,7 +25,7 @@ function namesIn(scope: string, components: readonly string[]): { dir: string; n
 export function checkPins(scope: string, revisions: ReadonlySet<string>, records: ReadonlyMap<string, ResolutionRecord | null>, findings: Finding[]): number {
   let checked = 0;
   guarded(findings, "pins", PINS_DIR.join("/"), () => {
-    const { dir, names } = namesIn(scope, PINS_DIR);
+    const { dir, names } = storeNames(scope, PINS_DIR);
     for (const name of names) {
       if (name.startsWith(".")) continue;
       checked += 1;
@@ -69,7 +57,7 @@ export function checkLeases(scope: string, findings: Finding[]): void {
 export function checkQuarantine(scope: string, findings: Finding[]): number {
   let held = 0;
   guarded(findings, "quarantine", QUARANTINE_DIR.join("/"), () => {
-    const { dir, names } = namesIn(scope, QUARANTINE_DIR);
+    const { dir, names } = storeNames(scope, QUARANTINE_DIR);
     for (const name of names) {
       if (name === ".gitignore") continue;
       held += 1;

@@ -28,7 +28,7 @@ export function revisionKey(ref: { kind: string; key: string; integrity: { forma
 }
 
 /** Names in a store root, or none when the store (or any component) is absent; a symlinked component throws. */
-function storeNames(scope: string, components: readonly string[]): { dir: string; names: string[] } {
+export function storeNames(scope: string, components: readonly string[]): { dir: string; names: string[] } {
   const dir = join(scope, ...components);
   if (!inspectStoreAt(scope, components).complete) return { dir, names: [] };
   try {
