@@ -11,15 +11,7 @@ import { hostname, userInfo } from "node:os";
 import { join } from "node:path";
 import { describe, test } from "node:test";
 import { COMMANDS, commandNamed } from "../src/cli/main.js";
-import { runOats, tempDir } from "./helpers.js";
-
-type Envelope = {
-  schemaVersion: number;
-  ok: boolean;
-  command: string | null;
-  result?: Record<string, any>;
-  error?: { code: string; kind: string; message: string; details: Record<string, any> };
-};
+import { runJson, runOats, tempDir } from "./helpers.js";
 
 type RunOptions = Parameters<typeof runOats>[1];
 
@@ -28,15 +20,6 @@ const PRINCIPAL = `${userInfo().username}@${hostname()}`;
 const EXEC_INTEGRITY = /^oats\.tree-exec\.v1:sha256-[0-9a-f]{64}$/;
 
 /** --json mode: exactly one compact envelope line on stdout. */
-function runJson(args: string[], options: RunOptions = {}) {
-  const run = runOats(["--json", ...args], options);
-  assert.match(run.stdout, /^[^\n]+\n$/, `exactly one line on stdout, got ${JSON.stringify(run.stdout)} (stderr ${run.stderr})`);
-  const envelope = JSON.parse(run.stdout) as Envelope;
-  assert.equal(envelope.schemaVersion, 1);
-  assert.deepEqual(Object.keys(envelope), envelope.ok ? ["schemaVersion", "ok", "command", "result"] : ["schemaVersion", "ok", "command", "error"]);
-  return { ...run, envelope };
-}
-
 function expectRefusal(args: string[], code: string, exit: number, command: string | null, options: RunOptions = {}) {
   const run = runJson(args, options);
   assert.equal(run.status, exit, run.stdout + run.stderr);

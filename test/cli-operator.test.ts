@@ -10,23 +10,9 @@ import { appendFileSync, chmodSync, cpSync, mkdirSync, readFileSync, readdirSync
 import { join } from "node:path";
 import { describe, test } from "node:test";
 import { putBlob, sourceIdentityKey } from "../src/retention/index.js";
-import { FIXTURE_PAYLOAD, REPO, runOats, snapshotTree, tempDir } from "./helpers.js";
-
-type Envelope = {
-  schemaVersion: number;
-  ok: boolean;
-  command: string | null;
-  result?: Record<string, any>;
-  error?: { code: string; kind: string; message: string; details: Record<string, any> };
-};
+import { FIXTURE_PAYLOAD, REPO, runJson, runOats, snapshotTree, tempDir, type Envelope } from "./helpers.js";
 
 type RunOptions = Parameters<typeof runOats>[1];
-
-export function runJson(args: string[], options: RunOptions = {}) {
-  const run = runOats(["--json", ...args], options);
-  assert.match(run.stdout, /^[^\n]+\n$/, `exactly one line on stdout, got ${JSON.stringify(run.stdout)} (stderr ${run.stderr})`);
-  return { ...run, envelope: JSON.parse(run.stdout) as Envelope };
-}
 
 function refusal(args: string[], code: string, exit: number, options: RunOptions = {}) {
   const run = runJson(args, options);

@@ -1,3 +1,4 @@
+import assert from "node:assert/strict";
 import { execFileSync, spawnSync } from "node:child_process";
 import { createHash } from "node:crypto";
 import { cpSync, lstatSync, mkdtempSync, readFileSync, readdirSync, readlinkSync, rmSync } from "node:fs";
@@ -90,4 +91,23 @@ export function runOats(args: string[], options: { cwd?: string; env?: NodeJS.Pr
 export function makeVectorTree(dir: string, exec = false): string {
   execFileSync("sh", [join(VECTORS, "make-tree-t.sh"), dir, ...(exec ? ["exec"] : [])]);
   return dir;
+}
+
+/** The CLI's --json envelope (CONTRACT.md section 7). */
+export type Envelope = {
+  schemaVersion: number;
+  ok: boolean;
+  command: string | null;
+  result?: Record<string, any>;
+  error?: { code: string; kind: string; message: string; details: Record<string, any> };
+};
+
+/** `oats --json ...args`: exactly one line on stdout, an envelope of exactly the contract's shape. */
+export function runJson(args: string[], options: Parameters<typeof runOats>[1] = {}) {
+  const run = runOats(["--json", ...args], options);
+  assert.match(run.stdout, /^[^\n]+\n$/, `exactly one line on stdout, got ${JSON.stringify(run.stdout)} (stderr ${run.stderr})`);
+  const envelope = JSON.parse(run.stdout) as Envelope;
+  assert.equal(envelope.schemaVersion, 1);
+  assert.deepEqual(Object.keys(envelope), envelope.ok ? ["schemaVersion", "ok", "command", "result"] : ["schemaVersion", "ok", "command", "error"]);
+  return { ...run, envelope };
 }
