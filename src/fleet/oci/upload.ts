@@ -142,6 +142,8 @@ export async function putBlob(session: RegistrySession, source: BlobSource, opti
   let restarted = 0;
   let location: URL | null = null;
   let offset = 0;
+  // Set after a resume until the next PATCH or PUT lands: a registry that reported an offset and then refuses to continue from it gets one clean restart.
+  let resuming = false;
   for (;;) {
     try {
       location ??= await openSession(session);
@@ -152,17 +154,21 @@ export async function putBlob(session: RegistrySession, source: BlobSource, opti
           const end = Math.min(source.size, offset + chunkSize);
           location = await patch(session, location, source, offset, end);
           offset = end;
+          resuming = false;
         }
         await finish(session, location, source, null);
       }
       return { digest: source.digest, size: source.size, resumed, restarted };
     } catch (error) {
-      if (!isConnectionLost(error) || retries-- <= 0) throw error;
-      const status: { location: URL; offset: number } | null = chunked && location ? await uploadStatus(session, location) : null;
+      const refusedResume = resuming && error instanceof OatsError && error.code === "registry-refused" && error.details["reason"] === "protocol";
+      resuming = false;
+      if (!(isConnectionLost(error) || refusedResume) || retries-- <= 0) throw error;
+      const status: { location: URL; offset: number } | null = chunked && location && !refusedResume ? await uploadStatus(session, location) : null;
       if (status && status.offset <= source.size) {
         location = status.location;
         offset = status.offset;
         resumed++;
+        resuming = true;
       } else {
         if (location) await cancel(session, location);
         location = null;
