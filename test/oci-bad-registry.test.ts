@@ -53,7 +53,7 @@ function uploads(answer: (response: import("node:http").ServerResponse, digest: 
 test("an upload the registry reports under a different digest is integrity-mismatch", async (t) => {
   const other = sha256(Buffer.from("other"));
   const bytes = randomBytes(100);
-  const header = await fake(t, uploads((response) => response.writeHead(201, { "docker-content-digest": other, location: `/v2/oats/fleet/blobs/${other}` }).end()));
+  const header = await fake(t, uploads((response, digest) => response.writeHead(201, { "docker-content-digest": other, location: `/v2/oats/fleet/blobs/${digest}` }).end()));
   await assert.rejects(header.client.putBlob(bufferSource(bytes, sha256(bytes))), refused("integrity-mismatch"));
   await assert.rejects(header.client.putBlob(bufferSource(bytes, sha256(bytes)), { chunked: true, chunkSize: 30 }), refused("integrity-mismatch"));
   const location = await fake(t, uploads((response) => response.writeHead(201, { location: `/v2/oats/fleet/blobs/${other}` }).end()));
