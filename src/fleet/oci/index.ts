@@ -1,4 +1,5 @@
 import type { Readable } from "node:stream";
+import { drain } from "./http.js";
 import { getBlob, getBlobBytes, headBlob, type BlobReadOptions } from "./blobs.js";
 import { getManifest, listTags, putManifest, type Manifest, type ManifestReadOptions } from "./manifests.js";
 import { parseOciReference, type OciReference } from "./reference.js";
@@ -22,6 +23,13 @@ export class OciClient {
 
   get reference(): OciReference {
     return this.session.reference;
+  }
+
+  /** GET /v2/ (answering a challenge if there is one): resolves when the registry speaks the distribution API to us, else a typed refusal. */
+  async ping(): Promise<void> {
+    const response = await this.session.request({ method: "GET", url: new URL("/v2/", this.session.base) });
+    await drain(response);
+    if (response.statusCode !== 200) throw this.session.unexpected(response, "GET /v2/");
   }
 
   /** The blob's size if the repository holds it, null if not. */
