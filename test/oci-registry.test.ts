@@ -127,3 +127,18 @@ test("manifests: put by tag, read back by tag and by digest with the exact bytes
   await assert.rejects(client.putManifest(sha256(config), bytes, OCI_MANIFEST), (error: unknown) => error instanceof OatsError && error.code === "invalid-input");
   assert.equal(await text(await client.getBlob(sha256(config))), '{"oats":"record"}');
 });
+
+test("two clients pushing the same blob and manifest at once both succeed and the registry holds one copy", async (t) => {
+  if (!HAVE) return t.skip(NO_REGISTRY);
+  const bytes = randomBytes(2 * 1024 * 1024 + 3);
+  const config = Buffer.from("{}");
+  const [a, b] = [new OciClient(registry.ref("oats/race")), new OciClient(registry.ref("oats/race"))];
+  const results = await Promise.all([a, b].map((client) => client.putBlob(bufferSource(bytes, sha256(bytes)), { chunkSize: 512 * 1024 })));
+  assert.deepEqual(results.map((r) => r.digest), [sha256(bytes), sha256(bytes)]);
+  await Promise.all([a, b].map((client) => client.putBlob(bufferSource(config, sha256(config)))));
+  const manifest = manifestFor({ digest: sha256(config), size: 2 }, [{ digest: sha256(bytes), size: bytes.length }]);
+  const puts = await Promise.all([a, b].map((client) => client.putManifest("same", manifest, OCI_MANIFEST)));
+  assert.deepEqual(puts, [{ digest: sha256(manifest) }, { digest: sha256(manifest) }]);
+  assert.ok((await drainToBuffer(await b.getBlob(sha256(bytes)))).equals(bytes));
+  assert.ok((await a.getManifest("same")).bytes.equals(manifest));
+});
