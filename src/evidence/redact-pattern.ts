@@ -179,8 +179,8 @@ export function analysePattern(source: string, flags = ""): PatternAnalysis {
 export const redactPatternSchema = z
   .object({
     name: identifierSchema,
-    pattern: z.string(),
-    flags: z.string().optional(),
+    pattern: z.string().min(1).max(MAX_PATTERN_LENGTH),
+    flags: z.string().regex(/^[imu]{0,3}$/, "flags may only be i, m and u").optional(),
   })
   .strict()
   .superRefine((entry, context) => {
