@@ -12,6 +12,7 @@ import { formatLogLine, type LogLine, type RunExit, type RunResult } from "./log
 import type { DeliverySection, RunRecord } from "./run-record.js";
 import { sealRun } from "./run-seal.js";
 import { runRedactor } from "./run-policy.js";
+import { currentEuid, privilegeGate } from "../captures/privilege.js";
 import { createRunDir, groupMembers, newHandle, processStart, writeControl, type RunBase, type RunControl } from "./run-store.js";
 
 /**
@@ -55,6 +56,8 @@ export interface RunWithEvidenceOptions {
   /** How long a group that outlives its child may keep the pipes open (default 2000 ms). */
   readonly drainMs?: number;
   readonly lockWaitMs?: number;
+  /** The effective uid the child runs as (default: this process's): uid 0 needs a privileged plan (captures/privilege.ts). */
+  readonly euid?: number;
 }
 
 export interface RunOutcome {
@@ -125,6 +128,18 @@ export async function runDispatchPlanWithEvidence(scope: string, plan: DispatchP
   let control: RunControl;
   try {
     realScope = resolveScope(scope);
+  } catch (error) {
+    if (!keep) await discardDispatchPlan(plan).catch(() => undefined);
+    throw error;
+  }
+  try {
+    // Again here: a plan resolved without `exec` may still be handed to this function.
+    privilegeGate({ capture: plan.composition.key, privileged: plan.privileged, euid: options.euid ?? currentEuid() });
+  } catch (error) {
+    if (!keep) await discardDispatchPlan(plan).catch(() => undefined);
+    throw await auditRefusal(realScope, "run-start", { job: plan.job, resolution: plan.resolution }, error, {}, appendOptions);
+  }
+  try {
     // The credential values and profile patterns were validated at dispatch and prepare; a refusal here still starts nothing.
     redactor = runRedactor(plan);
     ({ dir, logFd } = createRunDir(realScope, handle));
