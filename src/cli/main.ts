@@ -19,6 +19,7 @@ import { instanceShow } from "./commands/instance-show.js";
 import { ls } from "./commands/ls.js";
 import { path } from "./commands/path.js";
 import { prepare } from "./commands/prepare.js";
+import { outboxLs, push } from "./commands/push.js";
 import { queueAdd, queueLs } from "./commands/queue.js";
 import { reconstruct } from "./commands/reconstruct.js";
 import { resolutionLs } from "./commands/resolution-ls.js";
@@ -81,6 +82,8 @@ export const COMMANDS: readonly CommandSpec[] = [
   unpinCommand,
   pinsCommand,
   repairCommand,
+  push,
+  outboxLs,
 ];
 
 /** Descriptions of the command groups (`oats resolution --help`). */
@@ -90,6 +93,7 @@ export const GROUPS: Record<string, string> = {
   capture: "captures: pin what a queued capture will run (prepare); approve it with `oats approve`",
   queue: "queued capture jobs, each naming a capture resolution (add, ls)",
   audit: "the hash-chained audit log of the capture flow (show, verify, head)",
+  outbox: "the run-evidence outbox: sealed runs queued for delivery by `oats push` (ls)",
   source: "source trees (souls and others) keyed by their qualified identity (retain)",
 };
 
