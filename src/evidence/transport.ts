@@ -101,7 +101,7 @@ export function transportFor(to: unknown, context: TransportContext = {}): Evide
   const parsed = DESTINATION.safeParse(to);
   if (!parsed.success) throw invalidDestination(String(to), parsed.error.issues[0]?.message ?? "not a string");
   const text = parsed.data;
-  const match = /^([a-z][a-z0-9+.-]*):(.*)$/s.exec(text);
+  const match = /^([A-Za-z0-9_+.-]+):(.*)$/s.exec(text);
   if (!match) throw new OatsError("usage", `an evidence destination names its scheme: dir:/path (got ${JSON.stringify(text)})`, { to: text, reason: "no-scheme" });
   const factory = SCHEMES.get(match[1]!);
   if (!factory) throw new OatsError("usage", `unknown evidence destination scheme ${JSON.stringify(match[1])} (known: ${[...SCHEMES.keys()].join(", ")})`, { to: text, reason: "unknown-scheme", scheme: match[1] });

@@ -30,7 +30,8 @@ export function shareTempDir(prefix: string): string {
 export function makeShare(options: { open?: boolean } = {}): { base: string; share: string; mounted: boolean } {
   const base = shareTempDir("oats-share-");
   // Reachable by another user (nobody) for the attack tests; nothing secret lives here.
-  chmodSync(base, 0o755);
+  // Like /tmp when open: another user (nobody) may make its own things beside the share.
+  chmodSync(base, options.open ? 0o1777 : 0o755);
   const mountPoint = join(base, "mnt");
   mkdirSync(mountPoint);
   const result = spawnSync("mount", ["-t", "tmpfs", "-o", `size=64m,mode=${options.open ? "0777" : "0755"}`, "tmpfs", mountPoint]);

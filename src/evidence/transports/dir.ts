@@ -48,8 +48,25 @@ const DIRECTORY_FLAGS = constants.O_RDONLY | constants.O_DIRECTORY | constants.O
 /** A read-back file larger than this is refused rather than buffered. */
 const READ_LIMIT = 2 * 1024 * 1024 * 1024 - 1;
 
-function shareError(share: string, what: string, error: unknown, details: Record<string, unknown> = {}): OatsError {
+/**
+ * O_DIRECTORY|O_NOFOLLOW on a symlink fails with ENOTDIR on Linux (ELOOP
+ * elsewhere): look at the name itself to say which it was.
+ */
+function isSymlinkAt(at: string): boolean {
+  try {
+    return lstatSync(at).isSymbolicLink();
+  } catch {
+    return false;
+  }
+}
+
+function directoryErrno(error: unknown, at: string): string | undefined {
   const errno = errnoCode(error);
+  return errno === "ENOTDIR" && isSymlinkAt(at) ? "ELOOP" : errno;
+}
+
+function shareError(share: string, what: string, error: unknown, details: Record<string, unknown> = {}, at?: string): OatsError {
+  const errno = at === undefined ? errnoCode(error) : directoryErrno(error, at);
   if (errno === "ELOOP") {
     return new OatsError("invalid-artifact-store", `the share's ${what} is a symlink, refusing to follow it: ${share}`, { to: `dir:${share}`, component: what, reason: "symlink", ...details });
   }
@@ -90,7 +107,7 @@ export function dirTransport(share: string, options: DirTransportOptions = {}): 
       return openSync(at, DIRECTORY_FLAGS);
     } catch (error) {
       if (errnoCode(error) === "ENOENT" && !create) return null;
-      throw shareError(share, RUNS_DIR, error);
+      throw shareError(share, RUNS_DIR, error, {}, at);
     }
   };
 
@@ -133,12 +150,13 @@ export function dirTransport(share: string, options: DirTransportOptions = {}): 
       try {
         runFd = openSync(inDirectory(runsFd, `${share}/${RUNS_DIR}`, hex), DIRECTORY_FLAGS);
       } catch (error) {
-        if (errnoCode(error) === "ENOENT") return null;
-        if (errnoCode(error) === "ELOOP" || errnoCode(error) === "ENOTDIR") {
-          throw new OatsError("integrity-mismatch", `the share holds something other than a run directory for ${runId}: ${errnoCode(error) === "ELOOP" ? "a symlink" : "not a directory"}`, {
+        const errno = directoryErrno(error, inDirectory(runsFd, `${share}/${RUNS_DIR}`, hex));
+        if (errno === "ENOENT") return null;
+        if (errno === "ELOOP" || errno === "ENOTDIR") {
+          throw new OatsError("integrity-mismatch", `the share holds something other than a run directory for ${runId}: ${errno === "ELOOP" ? "a symlink" : "not a directory"}`, {
             to,
             runId,
-            reason: errnoCode(error) === "ELOOP" ? "symlink" : "not-a-directory",
+            reason: errno === "ELOOP" ? "symlink" : "not-a-directory",
           });
         }
         throw error;
