@@ -57,6 +57,11 @@ describe("the dir: transport", () => {
     const other = { ...b, files: new Map(b.files).set("log", Buffer.from("another log\n")) };
     await assert.rejects(transport.put(other), refused("integrity-mismatch", "existing-content-differs"));
     assert.deepEqual(snapshotTree(share), before);
+    // Same files plus one the run never had: not the same content either.
+    writeFileSync(join(share, "runs", hexOf(b), "extra"), "x");
+    const withExtra = snapshotTree(share);
+    await assert.rejects(transport.put(b), (error: unknown) => error instanceof OatsError && (error.details["differences"] as string[]).includes("extra: unexpected"));
+    assert.deepEqual(snapshotTree(share), withExtra);
   });
 
   test("Given a share that is missing or a file, When probed, Then unreachable (missing / not-a-directory); a share on the scope's filesystem is unreachable (same-filesystem) unless allowed", async () => {

@@ -74,6 +74,11 @@ describe("the outbox", () => {
     const before = snapshotTree(join(scope, ".agents/outbox"));
     writeFileSync(join(runs[1]!.dir, "log"), Buffer.concat([runs[1]!.log, Buffer.from("2026-12-01T03:40:09.000000Z out forged\n")]));
     await assert.rejects(enqueueSealedRun(scope, runs[1]!.handle), refusal("integrity-mismatch"));
+    // Same size, one byte changed: only the digest tells.
+    const flipped = Buffer.from(runs[1]!.log);
+    flipped[flipped.indexOf("line two")] = "L".charCodeAt(0);
+    writeFileSync(join(runs[1]!.dir, "log"), flipped);
+    await assert.rejects(enqueueSealedRun(scope, runs[1]!.handle), refusal("integrity-mismatch"));
     writeFileSync(join(runs[1]!.dir, "log"), runs[1]!.log);
     writeFileSync(join(runs[1]!.dir, "record.json"), ` ${runs[1]!.recordBytes.toString("utf8")}`);
     await assert.rejects(enqueueSealedRun(scope, runs[1]!.handle), refusal("invalid-artifact-store", "non-canonical"));
