@@ -17,11 +17,11 @@ import { asNobody, makeShare } from "./support/shares.js";
 function bundle(seed: string, seq = 1): EvidenceBundle {
   const files = new Map<EvidenceFileName, Buffer>(EVIDENCE_FILES.map((name) => [name, Buffer.from(`${name} of ${seed}\n`)]));
   const hex = Buffer.from(seed.padEnd(32, "-")).toString("hex").slice(0, 64);
-  return { runId: `oats.json.v1:${hex}`, seq, files };
+  return { runId: `sha256-${hex}`, seq, files };
 }
 
 function hexOf(b: EvidenceBundle): string {
-  return b.runId.slice("oats.json.v1:".length);
+  return b.runId.slice("sha256-".length);
 }
 
 function refused(code: string, reason?: string) {

@@ -18,7 +18,7 @@ import { makeSealedRun } from "./support/sealed-runs.js";
  */
 
 function hex(runId: string): string {
-  return runId.slice("oats.json.v1:".length);
+  return runId.slice("sha256-".length);
 }
 
 function auditLines(scope: string, seqs: number[]): string {
@@ -68,7 +68,7 @@ describe("the outbox", () => {
     assert.deepEqual(readdirSync(join(scope, ".agents/outbox/entries")).filter((name) => name.startsWith(".")), [], "no staging left behind");
   });
 
-  test("Given a run whose log no longer matches its sealed record (or whose record is not canonical), When enqueued, Then integrity-mismatch / invalid-artifact-store and the outbox is byte-for-byte as it was", async () => {
+  test("Given a run whose log no longer matches its sealed record (or whose record is not canonical), When enqueued, Then integrity-mismatch / invalid-artifact and the outbox is byte-for-byte as it was", async () => {
     const { scope, runs } = await scopeWithRuns(2);
     await enqueueSealedRun(scope, runs[0]!.handle);
     const before = snapshotTree(join(scope, ".agents/outbox"));
@@ -81,7 +81,7 @@ describe("the outbox", () => {
     await assert.rejects(enqueueSealedRun(scope, runs[1]!.handle), refusal("integrity-mismatch"));
     writeFileSync(join(runs[1]!.dir, "log"), runs[1]!.log);
     writeFileSync(join(runs[1]!.dir, "record.json"), ` ${runs[1]!.recordBytes.toString("utf8")}`);
-    await assert.rejects(enqueueSealedRun(scope, runs[1]!.handle), refusal("invalid-artifact-store", "non-canonical"));
+    await assert.rejects(enqueueSealedRun(scope, runs[1]!.handle), refusal("invalid-artifact", "run-record-not-canonical"));
     await assert.rejects(enqueueSealedRun(scope, "../escape"), refusal("invalid-input"));
     await assert.rejects(enqueueSealedRun(scope, { handle: runs[0]!.handle, runId: runs[1]!.runId }), refusal("integrity-mismatch"));
     assert.deepEqual(snapshotTree(join(scope, ".agents/outbox")), before);
