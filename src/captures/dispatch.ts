@@ -27,6 +27,7 @@ import { captureSubject, prepareCapture } from "./prepare-capture.js";
 import { guardSpecifier, launcher, nodeOptionsWithGuard } from "./node-guard.js";
 import { readJob } from "./queue.js";
 import { copyVerifiedTree, removeRunCopy, type RunCopy } from "./run-copy.js";
+import { checkEvidencePosture, type EvidencePostureResult } from "../evidence/posture-check.js";
 
 /**
  * resolveQueuedCapture(scope, job): the dispatch plan of a queued capture,
@@ -50,6 +51,10 @@ import { copyVerifiedTree, removeRunCopy, type RunCopy } from "./run-copy.js";
  * 5. classification: effective = strictest of declared, derived from the
  *    pinned config and derived from the current config (if present); a
  *    confidential capture needs a principal that both configs name sovereign;
+ * 5b. with `exec`, the evidence posture (src/evidence/posture.ts): an
+ *    unwritable outbox refuses every tier (`audit-unavailable`), and a
+ *    configured far side that cannot be reached refuses confidential work
+ *    (`classification-refused`); the plan carries the posture;
  * 6. an audit entry for the dispatch, fsync'd; `audit-unavailable` otherwise.
  *
  * The environment of the plan holds the pinned non-secret env and only the
@@ -75,6 +80,12 @@ export interface DispatchOptions {
   /** Recorded in the audit entry: the caller will run the plan. */
   readonly exec?: boolean;
   readonly lockWaitMs?: number;
+  /**
+   * Where run evidence goes (src/evidence/posture-check.ts): `to` (else
+   * OATS_EVIDENCE_TO in `env`, else none). Checked only when `exec`: the
+   * posture may refuse before anything runs.
+   */
+  readonly evidence?: { readonly to?: string | null; readonly allowSameFilesystem?: boolean };
 }
 
 export interface DispatchPlan {
@@ -101,6 +112,8 @@ export interface DispatchPlan {
   /** Set when a prepare-on-tick job re-prepared: the resolution the job names. */
   readonly preparedFrom: string | null;
   readonly audit: { readonly seq: number; readonly hash: string };
+  /** The evidence posture checked at dispatch (exec only; null otherwise): what the sealed record's `delivery` says. */
+  readonly evidence: (EvidencePostureResult & { readonly allowSameFilesystem: boolean }) | null;
   /** Where the plan runs: the private copy of the executable tree that was verified. */
   readonly run: {
     /** The private run directory (0700); removing it removes the copy. */
@@ -248,6 +261,14 @@ export async function resolveQueuedCapture(scope: string, jobId: string, options
     if (current !== null) classificationGate({ effective: classification.effective, principal, config: current });
     await harnessEvent();
 
+    // 5b. Evidence posture (exec only): the outbox must be writable, and
+    // confidential work needs its configured far side reachable.
+    const allowSameFilesystem = options.evidence?.allowSameFilesystem === true;
+    const evidence =
+      options.exec === true
+        ? { ...(await checkEvidencePosture(realScope, classification.effective, { to: options.evidence?.to ?? null, env: options.env ?? process.env, allowSameFilesystem })), allowSameFilesystem }
+        : null;
+
     // The environment: pinned values and the named credentials, nothing else.
     const source = options.env ?? process.env;
     const env: Record<string, string> = {};
@@ -282,6 +303,7 @@ export async function resolveQueuedCapture(scope: string, jobId: string, options
           verified: verified.length,
           ...harnessDetails,
           exec: options.exec === true,
+          ...(evidence === null ? {} : { evidence: { posture: evidence.posture, to: evidence.to, farSide: evidence.farSide } }),
           ...(preparedFrom === null ? {} : { preparedFrom }),
         },
       },
@@ -301,6 +323,7 @@ export async function resolveQueuedCapture(scope: string, jobId: string, options
       harness,
       preparedFrom,
       audit: { seq: entry.seq, hash: entry.hash },
+      evidence,
       run: { dir: runCopy.dir, root: runCopy.root, cwd: runCopy.root, guard },
     };
   } catch (error) {

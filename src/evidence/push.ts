@@ -7,6 +7,7 @@ import { resolveScope } from "../retention/store/components.js";
 import { DEFAULT_LOCK_WAIT_MS, withFileLock } from "../retention/store/publish-lock.js";
 import { deliveryMarks, ensureOutbox, markDelivered, outboxEntries, outboxRoot, readEntryFiles, type DeliveryMark, type OutboxEntry } from "./outbox.js";
 import { transportFor, type EvidenceTransport } from "./transport.js";
+import { enqueueSealedRuns } from "./after-seal.js";
 
 /**
  * Delivery of the outbox to one far side, in seq order. For each entry the
@@ -41,6 +42,10 @@ export interface PushResult {
   /** Entries still not delivered to this destination after the push (the dry run's list). */
   readonly pending: readonly { seq: number; runId: string }[];
   readonly dryRun: boolean;
+  /** Sealed runs this push queued first (`<handle> <run hex>`): the outbox had missed them. */
+  readonly queuedNow: readonly string[];
+  /** Sealed runs that could not be queued (damaged): reported, not delivered. */
+  readonly notQueued: readonly { handle: string; code: string; reason: string }[];
 }
 
 export function resolveTransport(scope: string, to: string | EvidenceTransport, allowSameFilesystem = false): EvidenceTransport {
@@ -83,11 +88,13 @@ export async function pushEvidence(scope: string, options: PushOptions): Promise
   if (options.dryRun === true) {
     const entries = outboxEntries(realScope);
     const marks = deliveryMarks(realScope, to);
-    return { to, delivered: [], alreadyDelivered: entries.length - pendingOf(entries, marks).length, pending: pendingOf(entries, marks), dryRun: true };
+    return { to, delivered: [], alreadyDelivered: entries.length - pendingOf(entries, marks).length, pending: pendingOf(entries, marks), dryRun: true, queuedNow: [], notQueued: [] };
   }
   const probe = await transport.probe();
   if (probe.state !== "reachable") throw unreachable(transport, probe.reason);
   ensureOutbox(realScope);
+  // Sealed runs the outbox missed (a dispatcher killed after sealing, `oats run seal`) go in first.
+  const swept = await enqueueSealedRuns(realScope);
   return withFileLock(
     {
       target: join(outboxRoot(realScope), "entries"),
@@ -115,7 +122,7 @@ export async function pushEvidence(scope: string, options: PushOptions): Promise
         marks.set(entry.seq, markDelivered(realScope, entry, to));
         delivered.push({ seq: entry.seq, runId: entry.runId });
       }
-      return { to, delivered, alreadyDelivered: already, pending: pendingOf(entries, marks), dryRun: false };
+      return { to, delivered, alreadyDelivered: already, pending: pendingOf(entries, marks), dryRun: false, queuedNow: swept.queued, notQueued: swept.skipped };
     },
   );
 }

@@ -37,8 +37,10 @@ async function pushOutbox(context: CliContext, options: Record<string, unknown>)
     : [
         `delivered ${result.delivered.length} run${result.delivered.length === 1 ? "" : "s"} to ${result.to}, each read back and verified; ${result.alreadyDelivered} already delivered`,
         ...result.delivered.map((entry) => `  ${entry.seq} ${entry.runId}`),
+        ...result.queuedNow.map((run) => `  queued first (the outbox had missed it): ${run}`),
       ];
-  return { result: { scope: context.scope, ...result }, lines, quietLines: (result.dryRun ? result.pending : result.delivered).map((entry) => entry.runId) };
+  const warnings = result.notQueued.map((run) => `sealed run ${run.handle} could not be queued (${run.code}): ${run.reason}`);
+  return { result: { scope: context.scope, ...result }, lines, warnings, quietLines: (result.dryRun ? result.pending : result.delivered).map((entry) => entry.runId) };
 }
 
 export const push: CommandSpec = {
