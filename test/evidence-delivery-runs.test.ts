@@ -2,7 +2,7 @@ import assert from "node:assert/strict";
 import { existsSync, mkdirSync, readdirSync, readFileSync, symlinkSync } from "node:fs";
 import { join } from "node:path";
 import { describe, test } from "node:test";
-import { runJson, tempDir } from "./helpers.js";
+import { runJson, runOats, tempDir } from "./helpers.js";
 import { listOutbox, pushEvidence, readAudit, readDelivered, readRun, resolveQueuedCapture, runDispatchPlanWithEvidence } from "../src/index.js";
 import { deliveryCapture } from "./support/delivery-capture.js";
 import { MOUNT_SKIP, makeShare } from "./support/shares.js";
@@ -49,12 +49,17 @@ describe("real runs reach the far side", () => {
     assert.equal(readRun(capture.scope, runId).record!.delivery.posture, "buffered");
     assert.equal(run.envelope.result!["evidence"]["buffered"], true);
     assert.deepEqual(listOutbox(capture.scope).map((entry) => [entry.runId, entry.delivered.length]), [[runId, 0]]);
-    const human = runJson(["--scope", capture.scope, "outbox", "ls"]);
-    assert.equal(human.envelope.result!["queued"], 1);
+    const listed = runJson(["--scope", capture.scope, "outbox", "ls"]);
+    assert.equal(listed.envelope.result!["queued"], 1);
+    // The human receipt says so too (a second run of the same job).
+    const human = runOats(["--scope", capture.scope, "dispatch", capture.job, "--exec", "--evidence-to", `dir:${far}`]);
+    assert.equal(human.status, 0, human.stderr);
+    assert.match(human.stdout, new RegExp(`\n  evidence: buffered locally, dir:${far} cannot be reached \\(missing\\)`));
+    const second = listOutbox(capture.scope).at(-1)!.runId;
 
     const { share, mounted } = makeShare();
     const pushed = await pushEvidence(capture.scope, { to: `dir:${share}`, allowSameFilesystem: !mounted });
-    assert.deepEqual(pushed.delivered.map((entry) => entry.runId), [runId]);
+    assert.deepEqual(pushed.delivered.map((entry) => entry.runId), [runId, second]);
     assert.ok((await readDelivered(`dir:${share}`, runId))!.get("log")!.equals(readFileSync(join(readRun(capture.scope, runId).dir, "log"))));
   });
 

@@ -90,7 +90,8 @@ export const dispatch: CommandSpec = {
       lines: [
         `dispatched ${head}: exit ${run.exitCode}`,
         `  run            ${run.handle} ${run.result} (${run.record.evidence.status}) ${run.runId}`,
-        ...(plan.evidence === null ? [] : [`  ${plan.evidence.receipt}`]),
+        // Said only when a far side is configured: "none" is the default and says nothing new.
+        ...(plan.evidence === null || plan.evidence.posture === "none" ? [] : [`  ${plan.evidence.receipt}`]),
         ...(run.kept === null ? [] : [`  kept run copy  ${run.kept}`]),
       ],
       quietLines: [run.runId],
