@@ -26,7 +26,7 @@ describe("real runs reach the far side", () => {
     assert.equal(run.status, 0, run.stderr);
     const result = run.envelope.result!;
     assert.deepEqual(result["warnings"], []);
-    assert.equal(result["evidence"]["posture"], "delivered-later");
+    assert.equal(result["delivery"]["posture"], "delivered-later");
     const local = readRun(capture.scope, result["runId"]);
     assert.equal(local.record!.delivery.posture, "delivered-later");
     assert.equal(local.record!.delivery.to, `dir:${share}`);
@@ -47,7 +47,7 @@ describe("real runs reach the far side", () => {
     assert.ok(existsSync(capture.marker), "the child ran");
     const runId = run.envelope.result!["runId"];
     assert.equal(readRun(capture.scope, runId).record!.delivery.posture, "buffered");
-    assert.equal(run.envelope.result!["evidence"]["buffered"], true);
+    assert.equal(run.envelope.result!["delivery"]["buffered"], true);
     assert.deepEqual(listOutbox(capture.scope).map((entry) => [entry.runId, entry.delivered.length]), [[runId, 0]]);
     const listed = runJson(["--scope", capture.scope, "outbox", "ls"]);
     assert.equal(listed.envelope.result!["queued"], 1);

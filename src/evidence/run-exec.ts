@@ -111,7 +111,7 @@ export function baseOf(plan: DispatchPlan, handle: string, startedAt: string, op
     classification: plan.classification.effective,
     environment: Object.keys(plan.env).sort(),
     startedAt,
-    delivery: options.delivery ?? (plan.evidence === null ? { posture: "none", to: null } : { posture: plan.evidence.posture, to: plan.evidence.to }),
+    delivery: options.delivery ?? (!plan.delivery ? { posture: "none", to: null } : { posture: plan.delivery.posture, to: plan.delivery.to }),
     required: [...(options.required ?? [])],
   };
 }
@@ -255,7 +255,7 @@ export async function runDispatchPlanWithEvidence(scope: string, plan: DispatchP
   }
   if (sealed.auditError !== null) warnings.push(`the run-end audit entry could not be written: ${sealed.auditError}`);
   // By default a sealed run is queued for delivery (and pushed when dispatch found the far side reachable).
-  const onSealed = options.onSealed ?? ((sealedScope: string, _record: RunRecord, sealedHandle: string, runId: string) => afterRunSealed(sealedScope, sealedHandle, runId, plan.evidence));
+  const onSealed = options.onSealed ?? ((sealedScope: string, _record: RunRecord, sealedHandle: string, runId: string) => afterRunSealed(sealedScope, sealedHandle, runId, plan.delivery ?? null));
   {
     try {
       await onSealed(realScope, sealed.record, handle, sealed.id);

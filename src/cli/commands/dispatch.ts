@@ -68,7 +68,7 @@ export const dispatch: CommandSpec = {
     // Every refusal happens here, before anything runs.
     const evidenceTo = options["evidenceTo"] as string | undefined;
     if (evidenceTo !== undefined && !exec) throw usageError("--evidence-to names where a run's evidence goes: it needs --exec", { flag: "--evidence-to" });
-    const plan = await library.resolveQueuedCapture(context.scope, job!, { exec, ...(harness === undefined ? {} : { harness }), ...(evidenceTo === undefined ? {} : { evidence: { to: evidenceTo } }) });
+    const plan = await library.resolveQueuedCapture(context.scope, job!, { exec, ...(harness === undefined ? {} : { harness }), ...(evidenceTo === undefined ? {} : { delivery: { to: evidenceTo } }) });
     const head = `job ${plan.job}: resolution ${plan.resolution}`;
     if (!exec) {
       // The plan's run copy was the verification; nothing will run from it.
@@ -91,7 +91,7 @@ export const dispatch: CommandSpec = {
         `dispatched ${head}: exit ${run.exitCode}`,
         `  run            ${run.handle} ${run.result} (${run.record.evidence.status}) ${run.runId}`,
         // Said only when a far side is configured: "none" is the default and says nothing new.
-        ...(plan.evidence === null || plan.evidence.posture === "none" ? [] : [`  ${plan.evidence.receipt}`]),
+        ...(plan.delivery === null || plan.delivery.posture === "none" ? [] : [`  ${plan.delivery.receipt}`]),
         ...(run.kept === null ? [] : [`  kept run copy  ${run.kept}`]),
       ],
       quietLines: [run.runId],
