@@ -177,7 +177,7 @@ export type Spoil =
 /** One store (scope) a property works in. */
 export interface DriverScope {
   readonly dir: string;
-  /** Prepare, approve (unless `approve: false`) and queue. */
+  /** Prepare, approve (unless `approve: false`) and queue; a refusal on the way is a DriverRefusal. */
   queue(request: CaptureRequest): Promise<QueuedCapture>;
   /** Spoil a queued capture; returns the capture to dispatch (the same one, or a new job for "mismatch"). */
   spoil(capture: QueuedCapture, how: Spoil): Promise<QueuedCapture>;
@@ -205,4 +205,18 @@ export interface Driver {
   readonly dispatcher: string;
   /** A fresh, empty scope in `dir` (an existing empty directory the suite made). */
   scope(dir: string): Promise<DriverScope>;
+}
+
+/**
+ * Thrown by DriverScope.queue (and spoil) when the implementation refuses to
+ * prepare, approve or queue: the contract's error code and message.
+ */
+export class DriverRefusal extends Error {
+  constructor(
+    readonly code: string,
+    message: string,
+  ) {
+    super(message);
+    this.name = "DriverRefusal";
+  }
 }

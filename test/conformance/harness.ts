@@ -5,7 +5,7 @@
  * properties failed).
  */
 import assert from "node:assert/strict";
-import { mkdirSync, mkdtempSync, rmSync } from "node:fs";
+import { chmodSync, mkdirSync, mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, describe, test } from "node:test";
@@ -15,19 +15,33 @@ import { PROPERTIES, type Property, type PropertyContext } from "./properties/in
 /** Temporary directories and scopes for one driver's run of the suite. */
 export class SuiteRun {
   private readonly root: string;
-  private shared: Promise<DriverScope> | null = null;
+  /** One scope per property: its captures share it, other properties' runs and audit locks stay out of it. */
+  private readonly scopes = new Map<string, Promise<DriverScope>>();
   private count = 0;
 
   constructor(readonly driver: Driver) {
-    this.root = mkdtempSync(join(tmpdir(), `oats-conf-${driver.name}-`));
+    this.root = mkdtempSync(join(tmpdir(), `oats-conf-${driver.name.replace(/[^a-z0-9-]/gi, "-")}-`));
+    // A driver may run the child (and itself) as another user: it must reach the scopes and write markers.
+    chmodSync(this.root, 0o711);
   }
 
   context(name: string, diagnostic: (message: string) => void): PropertyContext {
     return {
       driver: this.driver,
-      tempDir: (prefix) => mkdtempSync(join(this.root, prefix)),
+      tempDir: (prefix) => {
+        const dir = mkdtempSync(join(this.root, prefix));
+        chmodSync(dir, 0o777);
+        return dir;
+      },
       freshScope: () => this.driver.scope(this.newDir(`scope-${name}-`)),
-      sharedScope: () => (this.shared ??= this.driver.scope(this.newDir("scope-shared-"))),
+      scope: () => {
+        let scope = this.scopes.get(name);
+        if (scope === undefined) {
+          scope = this.driver.scope(this.newDir(`scope-${name}-`));
+          this.scopes.set(name, scope);
+        }
+        return scope;
+      },
       diagnostic,
     };
   }

@@ -87,7 +87,7 @@ export const cancelTakesTree: Property = {
   title: "8. cancel (run cancel, SIGINT or SIGTERM to the dispatcher) takes the whole process tree, the log stops growing (watched by size), and it ends RESULT: CANCELLED keeping what it captured",
   async run(context) {
     context.diagnostic(`signals go to: ${context.driver.dispatcher}`);
-    const scope = await context.sharedScope();
+    const scope = await context.scope();
     const vias: CancelVia[] = ["command", "SIGINT", "SIGTERM"];
     const results = await Promise.allSettled(vias.map((via) => cancelled(context, scope, via)));
     const failures = results.flatMap((result, index) => (result.status === "rejected" ? [`${vias[index]}: ${(result.reason as Error).message}`] : []));

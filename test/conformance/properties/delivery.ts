@@ -24,7 +24,7 @@ export const farSideDelivery: Property = {
   name: "far-side-delivery",
   title: "9. the finished log reaches the far side, read back from the receiving end, never from the local run directory",
   async run(context) {
-    const scope = await context.freshScope();
+    const scope = await context.scope();
     const far = await context.driver.transport.farSide();
     try {
       const passing = await scope.queue({ name: captureName("deliver-ok"), script: sh("echo 'first line'", "echo 'to stderr' >&2", "printf 'last line'") });

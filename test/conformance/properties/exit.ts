@@ -23,7 +23,7 @@ export const exitStatus: Property = {
   name: "exit-status",
   title: "3. the real exit status survives: 42 and 0 are both asserted, and death by signal is recorded as the signal",
   async run(context) {
-    const scope = await context.sharedScope();
+    const scope = await context.scope();
     const [failed, passed, killed] = await Promise.all([
       dispatched(scope, "exit-42", sh("echo about to fail", "exit 42")),
       dispatched(scope, "exit-0", sh("echo fine", "exit 0")),
@@ -56,7 +56,7 @@ export const failedRunComplete: Property = {
   name: "failed-run-complete",
   title: "4. a failed run still writes a complete log (footer, real exit code, RESULT: FAILED, the output before the failure); a passing run says OK",
   async run(context) {
-    const scope = await context.sharedScope();
+    const scope = await context.scope();
     const [failed, passed] = await Promise.all([
       dispatched(scope, "failed", sh("echo 'step one done'", "echo 'step two went wrong' >&2", "exit 3")),
       dispatched(scope, "passed", sh("echo 'all steps done'")),

@@ -3,53 +3,52 @@
  * redaction corpus (test/conformance/redaction-corpus.json, the
  * specification of redaction) is printed by a real capture whose record
  * names the case's credentials and whose profile holds its patterns; the log
- * must hold the expected output, and over-masking cases stay untouched. The
- * credential values are looked for in the log file's bytes and the record
- * here, not asked of the driver.
+ * must hold the case's output, the record its redaction statement, and
+ * over-masking cases stay untouched. Every refusal of the corpus is refused
+ * before anything runs. The credential values are looked for in the log
+ * file's bytes and the record here, not asked of the driver.
  */
 import assert from "node:assert/strict";
 import { existsSync, readFileSync } from "node:fs";
 import { join } from "node:path";
-import type { CaptureRequest, DriverScope, RedactPattern } from "../driver.js";
-import { assertRan, captureName, node, sh, texts, type Property } from "./support.js";
+import { DriverRefusal, type CaptureRequest, type DriverScope, type RedactPattern } from "../driver.js";
+import { assertRan, captureName, limited, node, sh, shQuote, texts, type Property, type PropertyContext } from "./support.js";
 
 type Rule = { name: string; kind: "literal"; value: string } | { name: string; kind: "pattern"; source: string; flags?: string };
 
 interface CorpusCase {
   readonly name: string;
   readonly rules: readonly Rule[];
-  readonly input: string;
-  readonly expected: string;
+  readonly input: readonly string[];
+  readonly output: readonly string[];
+  readonly statement: ReadonlyArray<{ rule: string; count: number }>;
+}
+
+interface CorpusRefusal {
+  readonly name: string;
+  readonly rules: readonly Rule[];
+  readonly code: string;
 }
 
 const HERE = join(import.meta.dirname, "..");
 export const CORPUS = join(HERE, "redaction-corpus.json");
 const SAMPLE = join(HERE, "redaction-corpus.sample.json");
 
-/** The corpus cases (over-masking cases expect their input back unless they say otherwise). */
-export function loadCorpus(): { path: string; cases: CorpusCase[] } {
+export function loadCorpus(): { path: string; cases: CorpusCase[]; refusals: CorpusRefusal[] } {
   const path = existsSync(CORPUS) ? CORPUS : SAMPLE;
-  const value = JSON.parse(readFileSync(path, "utf8")) as { cases?: unknown[]; overMasking?: unknown[] };
-  const cases: CorpusCase[] = [];
-  for (const [list, over] of [
-    [value.cases ?? [], false],
-    [value.overMasking ?? [], true],
-  ] as const) {
-    for (const raw of list) {
-      const item = raw as Partial<CorpusCase>;
-      assert.equal(typeof item.input, "string", `corpus case ${JSON.stringify(raw)}: input is a string`);
-      assert.ok(Array.isArray(item.rules), `corpus case ${JSON.stringify(raw)}: rules is a list`);
-      const expected = item.expected ?? (over ? item.input : undefined);
-      assert.equal(typeof expected, "string", `corpus case ${JSON.stringify(raw)}: expected is a string`);
-      assert.ok(!/[\n]/.test(item.input!), `corpus case ${item.name}: one line`);
-      cases.push({ name: item.name ?? item.input!, rules: item.rules!, input: item.input!, expected: expected! });
-    }
+  const value = JSON.parse(readFileSync(path, "utf8")) as { format?: string; cases?: CorpusCase[]; refusals?: CorpusRefusal[] };
+  assert.equal(value.format, "oats.redaction-corpus.v1", `${path} is a redaction corpus`);
+  const cases = value.cases ?? [];
+  for (const item of cases) {
+    assert.ok(Array.isArray(item.rules) && Array.isArray(item.input) && Array.isArray(item.output) && Array.isArray(item.statement), `corpus case ${item.name}: rules, input, output, statement`);
+    assert.equal(item.input.length, item.output.length, `corpus case ${item.name}: one output line per input line`);
+    for (const line of item.input) assert.ok(!line.includes("\n"), `corpus case ${item.name}: one line each`);
   }
   assert.ok(cases.length > 0, `the corpus ${path} has cases`);
-  return { path, cases };
+  return { path, cases, refusals: value.refusals ?? [] };
 }
 
-/** The capture that configures exactly `rules`: literals as credentials, patterns in the profile. */
+/** The capture that configures exactly `rules`: literals as credentials, patterns in the profile, in the given order. */
 function configured(rules: readonly Rule[]): Pick<CaptureRequest, "credentials" | "profile"> {
   const credentials: Record<string, string> = {};
   const redact: RedactPattern[] = [];
@@ -64,54 +63,69 @@ function configured(rules: readonly Rule[]): Pick<CaptureRequest, "credentials" 
       redact.push({ name: match[1]!, source: rule.source, ...(rule.flags === undefined ? {} : { flags: rule.flags }) });
     }
   }
-  return { credentials, profile: { redact } };
+  return { credentials, ...(redact.length === 0 ? {} : { profile: { redact } }) };
 }
 
-function count(haystack: string, needle: string): number {
-  return haystack.split(needle).length - 1;
-}
-
+/** One capture prints every input line of the cases that share these rules; returns what did not hold. */
 async function runGroup(scope: DriverScope, rules: readonly Rule[], cases: readonly CorpusCase[]): Promise<string[]> {
   const problems: string[] = [];
+  const input = cases.flatMap((item) => item.input);
+  const expected = cases.flatMap((item) => item.output);
   const capture = await scope.queue({
     name: captureName("redact"),
     ...configured(rules),
     // Node writes exactly these characters; a shell would interpret some.
-    script: node(`process.stdout.write(${JSON.stringify(cases.map((c) => `${c.input}\n`).join(""))});`),
+    script: node(`process.stdout.write(${JSON.stringify(input.map((line) => `${line}\n`).join(""))});`),
   });
   const outcome = await scope.dispatch(capture).done;
-  assertRan(outcome, `the corpus capture for rules ${rules.map((rule) => rule.name).join(", ")}`);
+  assertRan(outcome, `the corpus capture for ${cases.map((item) => item.name).join("; ")}`);
   const run = await scope.readRun(outcome.runId);
   const got = texts(run.lines, "out");
-  cases.forEach((item, index) => {
-    if (got[index] !== item.expected) problems.push(`${item.name}: expected ${JSON.stringify(item.expected)}, the log has ${JSON.stringify(got[index])}`);
-  });
-  if (got.length !== cases.length) problems.push(`${cases.length} lines printed, ${got.length} in the log`);
-
-  // The redaction statement: rule names and counts, never content.
-  const statement = (run.record?.["redactions"] ?? []) as Array<{ rule: string; count: number }>;
-  for (const rule of rules) {
-    const expected = cases.reduce((sum, item) => sum + count(item.expected, `[REDACTED:${rule.name}]`), 0);
-    const stated = statement.find((entry) => entry.rule === rule.name)?.count ?? 0;
-    if (stated !== expected) problems.push(`the record states ${stated} redactions by ${rule.name}, the expected output has ${expected}`);
+  let at = 0;
+  for (const item of cases) {
+    const mine = got.slice(at, at + item.output.length);
+    at += item.output.length;
+    if (JSON.stringify(mine) !== JSON.stringify(item.output)) problems.push(`${item.name}: expected ${JSON.stringify(item.output)}, the log has ${JSON.stringify(mine)}`);
   }
+  if (got.length !== expected.length) problems.push(`${cases.map((item) => item.name).join("; ")}: ${expected.length} lines printed, ${got.length} in the log`);
+
+  // The redaction statement: every rule, in order, with its count; names and counts, never content.
+  const statement = rules.map((rule) => ({ rule: rule.name, count: cases.reduce((sum, item) => sum + (item.statement.find((entry) => entry.rule === rule.name)?.count ?? 0), 0) }));
+  const stated = ((run.record?.["redactions"] ?? []) as Array<{ rule: string; count: number }>).map((entry) => ({ rule: entry.rule, count: entry.count }));
+  if (JSON.stringify(stated) !== JSON.stringify(statement)) problems.push(`${cases.map((item) => item.name).join("; ")}: the record states ${JSON.stringify(stated)}, the corpus ${JSON.stringify(statement)}`);
+
   const fileText = readFileSync(run.logPath, "utf8");
   const recordText = JSON.stringify(run.record);
   for (const rule of rules) {
-    if (rule.kind !== "literal" || cases.some((item) => item.expected.includes(rule.value))) continue;
+    if (rule.kind !== "literal" || expected.some((line) => line.includes(rule.value))) continue;
     if (fileText.includes(rule.value)) problems.push(`the log file holds the value of ${rule.name}`);
     if (recordText.includes(rule.value)) problems.push(`the record holds the value of ${rule.name}`);
   }
   return problems;
 }
 
+/** A corpus refusal: refused at prepare or at dispatch, and nothing runs. */
+async function refused(context: PropertyContext, scope: DriverScope, item: CorpusRefusal): Promise<string[]> {
+  const marker = join(context.tempDir("oats-conf-redact-refusal-"), "ran");
+  try {
+    const capture = await scope.queue({ name: captureName("redact-refusal"), ...configured(item.rules), script: sh(`touch ${shQuote(marker)}`) });
+    const outcome = await scope.dispatch(capture).done;
+    if (outcome.kind !== "refused") return [`refusal ${item.name}: it ran (${outcome.runId})`];
+    if (outcome.code !== item.code) return [`refusal ${item.name}: refused with ${outcome.code}, the corpus says ${item.code}: ${outcome.message}`];
+  } catch (error) {
+    if (!(error instanceof DriverRefusal)) throw error;
+    if (error.code !== item.code) return [`refusal ${item.name}: refused with ${error.code}, the corpus says ${item.code}: ${error.message}`];
+  }
+  return existsSync(marker) ? [`refusal ${item.name}: the marker exists, something ran`] : [];
+}
+
 export const redaction: Property = {
   name: "redaction",
   title: "7. credential values the record names and the profile's patterns are masked in the log before it is written; over-masking is asserted too (the corpus)",
   async run(context) {
-    const scope = await context.sharedScope();
+    const scope = await context.scope();
     const corpus = loadCorpus();
-    context.diagnostic(`corpus ${corpus.path}: ${corpus.cases.length} cases`);
+    context.diagnostic(`corpus ${corpus.path}: ${corpus.cases.length} cases, ${corpus.refusals.length} refusals`);
     const groups = new Map<string, { rules: readonly Rule[]; cases: CorpusCase[] }>();
     for (const item of corpus.cases) {
       const key = JSON.stringify(item.rules);
@@ -119,7 +133,9 @@ export const redaction: Property = {
       group.cases.push(item);
       groups.set(key, group);
     }
-    const problems = (await Promise.all([...groups.values()].map((group) => runGroup(scope, group.rules, group.cases)))).flat();
+    const problems = (
+      await limited(4, [...[...groups.values()].map((group) => () => runGroup(scope, group.rules, group.cases)), ...corpus.refusals.map((item) => () => refused(context, scope, item))])
+    ).flat();
 
     // A credential split across two writes and one on stderr: redaction works on lines, not on chunks.
     const secret = "split-secret-4c1d";

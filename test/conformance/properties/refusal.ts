@@ -39,7 +39,7 @@ export const refusedDispatchNoRun: Property = {
   name: "refused-dispatch-no-run",
   title: "5. a refused dispatch (not approved, mismatched, classification, audit unavailable) starts no run and writes no run record; a control dispatch runs",
   async run(context) {
-    const scope = await context.freshScope();
+    const scope = await context.scope();
 
     const unapproved = markerCapture(context, "refuse-unapproved", { approve: false });
     await assertNoRun(scope, await scope.queue(unapproved.request), unapproved.marker, "not approved", "approval-required");
@@ -64,7 +64,7 @@ export const trustUnapproved: Property = {
   name: "trust-unapproved",
   title: "trust chain: a capture that was never approved, or whose approval was revoked, never starts a run (no run, no marker)",
   async run(context) {
-    const scope = await context.freshScope();
+    const scope = await context.scope();
     const never = markerCapture(context, "trust-never", { approve: false });
     await assertNoRun(scope, await scope.queue(never.request), never.marker, "never approved", "approval-required");
 
@@ -78,7 +78,7 @@ export const trustTampered: Property = {
   name: "trust-tampered",
   title: "trust chain: a capture whose retained executable was changed after approval never starts a run (no new run, no marker)",
   async run(context) {
-    const scope = await context.freshScope();
+    const scope = await context.scope();
     const control = markerCapture(context, "trust-tamper");
     const capture = await scope.queue(control.request);
     await assertControlRuns(scope, capture, control.marker);

@@ -12,12 +12,12 @@ import type { DispatchOutcome, Driver, DriverScope, LogLine, PropertyName } from
 
 export interface PropertyContext {
   readonly driver: Driver;
-  /** A fresh empty directory, removed when the suite ends (for markers and pid files). */
+  /** A fresh empty directory anyone may write (the child may run as another user), removed when the suite ends: for markers and pid files. */
   tempDir(prefix: string): string;
-  /** A scope of its own, for a property that lists runs or moves the scope away. */
+  /** The property's scope, made on first use and shared by its captures (no other property's runs are in it). */
+  scope(): Promise<DriverScope>;
+  /** Another new, empty scope, for a property that needs more than one or moves one away. */
   freshScope(): Promise<DriverScope>;
-  /** A scope shared with other properties (capture names are prefixed per property). */
-  sharedScope(): Promise<DriverScope>;
   diagnostic(message: string): void;
 }
 
@@ -60,6 +60,20 @@ export function stampMicros(stamp: string): number {
   assert.ok(match, `a stamp is yyyy-mm-ddThh:mm:ss.uuuuuuZ (UTC, microseconds), got ${JSON.stringify(stamp)}`);
   const millis = Date.UTC(Number(match[1]), Number(match[2]) - 1, Number(match[3]), Number(match[4]), Number(match[5]), Number(match[6]));
   return millis * 1000 + Number(match[7]);
+}
+
+/** Run `tasks` at most `limit` at a time (one scope's audit log is appended under a lock). */
+export async function limited<T>(limit: number, tasks: ReadonlyArray<() => Promise<T>>): Promise<T[]> {
+  const results: T[] = new Array(tasks.length);
+  let next = 0;
+  const worker = async () => {
+    while (next < tasks.length) {
+      const index = next++;
+      results[index] = await tasks[index]!();
+    }
+  };
+  await Promise.all(Array.from({ length: Math.min(limit, tasks.length) }, worker));
+  return results;
 }
 
 export async function waitFor<T>(what: string, probe: () => T | undefined | null | false | Promise<T | undefined | null | false>, timeoutMs = 20_000, everyMs = 50): Promise<T> {

@@ -12,7 +12,7 @@ export const textNotTerminal: Property = {
   name: "text-not-terminal",
   title: "10. the log carries text, not a terminal: ANSI escapes stripped, carriage returns resolved, stderr captured, a final line without newline kept",
   async run(context) {
-    const scope = await context.sharedScope();
+    const scope = await context.scope();
     const [shell, script] = await Promise.all(
       [
         sh(
