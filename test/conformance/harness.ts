@@ -58,6 +58,16 @@ export class SuiteRun {
   }
 }
 
+/** Every property the driver does not skip against `run`'s driver, timing properties first (see Property.timing): the failures by property. */
+export async function attemptAll(run: SuiteRun): Promise<Array<{ property: PropertyName; error: Error | null }>> {
+  const outcomes: Array<{ property: PropertyName; error: Error | null }> = [];
+  for (const timing of [true, false]) {
+    const batch = PROPERTIES.filter((property) => (property.timing === true) === timing && run.driver.skips[property.name] === undefined);
+    outcomes.push(...(await Promise.all(batch.map(async (property) => ({ property: property.name, error: await attempt(run, property) })))));
+  }
+  return outcomes;
+}
+
 /** The property's outcome against a driver: null when it held, the failure otherwise. */
 export async function attempt(run: SuiteRun, property: Property, log: (message: string) => void = () => undefined): Promise<Error | null> {
   try {
@@ -74,7 +84,7 @@ export async function attempt(run: SuiteRun, property: Property, log: (message: 
  * skipping something else (or stops) fails here, by name.
  */
 export function registerSuite(driver: Driver, expectedSkips: readonly PropertyName[]): void {
-  describe(`conformance: ${driver.name} driver over the ${driver.transport.name} transport`, { concurrency: true }, () => {
+  describe(`conformance: ${driver.name} driver over the ${driver.transport.name} transport`, () => {
     const run = new SuiteRun(driver);
     after(() => run.cleanup());
 
@@ -86,14 +96,22 @@ export function registerSuite(driver: Driver, expectedSkips: readonly PropertyNa
       }
     });
 
-    for (const property of PROPERTIES) {
-      test(`${property.title} [${property.name}]`, { timeout: 180_000 }, async (t) => {
-        const reason = driver.skips[property.name];
-        if (reason !== undefined) {
-          t.skip(`${driver.name} cannot observe ${property.name}: ${reason}`);
-          return;
+    // Timing properties first, among themselves; then the rest, all at once.
+    for (const [phase, properties] of [
+      ["timing", PROPERTIES.filter((property) => property.timing === true)],
+      ["the others", PROPERTIES.filter((property) => property.timing !== true)],
+    ] as const) {
+      describe(phase, { concurrency: true }, () => {
+        for (const property of properties) {
+          test(`${property.title} [${property.name}]`, { timeout: 180_000 }, async (t) => {
+            const reason = driver.skips[property.name];
+            if (reason !== undefined) {
+              t.skip(`${driver.name} cannot observe ${property.name}: ${reason}`);
+              return;
+            }
+            await property.run(run.context(property.name, (message) => t.diagnostic(message)));
+          });
         }
-        await property.run(run.context(property.name, (message) => t.diagnostic(message)));
       });
     }
   });

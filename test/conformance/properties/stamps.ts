@@ -37,6 +37,7 @@ function assertSpacedBySeconds(stamps: number[], what: string): void {
 
 export const stampPerLine: Property = {
   name: "stamp-per-line",
+  timing: true,
   title: "1. every captured line carries a distinct UTC stamp, taken when the line is read, not when a buffer flushes",
   async run(context) {
     const scope = await context.scope();
@@ -69,6 +70,7 @@ export const stampPerLine: Property = {
 
 export const gapPreserved: Property = {
   name: "gap-preserved",
+  timing: true,
   title: "2. a real gap in the source appears as a gap in the log: a 3 s sleep shows as a 3 to 8 s gap",
   async run(context) {
     const scope = await context.scope();

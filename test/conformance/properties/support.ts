@@ -25,6 +25,12 @@ export interface Property {
   readonly name: PropertyName;
   /** The property as the issue states it, for the test's name. */
   readonly title: string;
+  /**
+   * Timing-sensitive: it measures time between stamps, so it runs before the
+   * others, alongside only other timing properties (an in-process dispatcher
+   * shares its event loop with every other capture the suite runs).
+   */
+  readonly timing?: boolean;
   run(context: PropertyContext): Promise<void>;
 }
 
