@@ -53,6 +53,8 @@ export async function evidenceFixture(options: ScriptOptions): Promise<EvidenceF
       classificationConfig: "./conf/class.yaml",
       env: { PATH: "/usr/local/bin:/usr/bin:/bin" },
       credentials: [...(options.credentials ?? [])],
+      // Tests run as root: only a privileged composition may run there (src/captures/privilege.ts).
+      privileged: true,
     }),
   );
   const prepared = await prepareCapture(scope, specPath);
