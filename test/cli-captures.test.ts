@@ -209,10 +209,10 @@ describe("oats capture prepare -> approve -> queue add -> dispatch [--exec]", ()
     assert.equal(execJson.envelope.result!["exec"], true);
     assert.match(execJson.stderr, /capture output --fast\n/);
 
-    // --quiet --exec: only the child's output.
+    // --quiet --exec: the child's output only in the run's log (issue 11); stdout is the run id.
     const quiet = runOats([...fixture.at, "--quiet", "dispatch", "nightly", "--exec"]);
     assert.equal(quiet.status, 3);
-    assert.equal(quiet.stdout, "capture output --fast\n");
+    assert.match(quiet.stdout, /^sha256-[0-9a-f]{64}\n$/);
 
     // audit show: every step of the flow, one line each.
     const audit = runOats([...fixture.at, "audit", "show"]);

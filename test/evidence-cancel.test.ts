@@ -12,7 +12,7 @@ import { appendFileSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { describe, test } from "node:test";
 import { OatsError, cancelRun, fsckScope, groupMembers, listRuns, parseLog, processStart, readAudit, readRun, runDispatchPlanWithEvidence, sealInterruptedRun, verifyRun } from "../src/index.js";
-import { REPO, tempDir } from "./helpers.js";
+import { REPO, runJson, tempDir } from "./helpers.js";
 import { evidenceFixture } from "./support/evidence-fixture.js";
 import { alive, logSize, logText, runDir, runningRun, waitFor } from "./support/evidence-run.js";
 
@@ -97,6 +97,20 @@ describe("run evidence: cancel", () => {
       assert.equal(verifyRun(f.scope, handle).result, "CANCELLED");
     });
   }
+});
+
+describe("run evidence: oats run cancel", () => {
+  test("Given a real dispatcher (the CLI) running a child, When another process runs `oats run cancel <handle>`, Then it reports CANCELLED, the dispatcher exits with the child's 143 and the log stops growing", async () => {
+    const f = await evidenceFixture({ script: `#!/bin/sh\n${TICKER}\n` });
+    const cli = dispatcher(f.scope, f.job);
+    const handle = await runningRun(f.scope, 3);
+    const cancelled = runJson(["--scope", f.scope, "run", "cancel", handle]);
+    assert.equal(cancelled.status, 0, cancelled.stderr);
+    assert.equal(cancelled.envelope.result!["result"], "CANCELLED");
+    assert.equal((await cli.exited).code, 143);
+    assert.equal(readRun(f.scope, handle).footer.at(-1), "# RESULT: CANCELLED");
+    await assertStopped(f.scope, handle);
+  });
 });
 
 describe("run evidence: a dispatcher killed mid-run", () => {

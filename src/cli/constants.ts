@@ -37,6 +37,8 @@ export const COMMAND_NAMES = [
   "run verify",
   "run cancel",
   "run seal",
+  "push",
+  "outbox ls",
   "audit show",
   "audit verify",
   "audit head",
