@@ -15,6 +15,8 @@ import { gcCommand } from "./commands/gc.js";
 import { pinCommand, pinsCommand, unpinCommand } from "./commands/pin.js";
 import { repairCommand } from "./commands/repair.js";
 import { importCommand } from "./commands/import.js";
+import { pullCommand } from "./commands/pull.js";
+import { pushCommand } from "./commands/push.js";
 import { instanceShow } from "./commands/instance-show.js";
 import { ls } from "./commands/ls.js";
 import { path } from "./commands/path.js";
@@ -73,6 +75,8 @@ export const COMMANDS: readonly CommandSpec[] = [
   auditHead,
   exportCommand,
   importCommand,
+  pushCommand,
+  pullCommand,
   sourceRetain,
   schema,
   completion,
