@@ -6,6 +6,8 @@ import { encodeRecord, readRecordBytes } from "../resolution/store.js";
 import { TREE_EXEC, integrityText, parseIntegrity, type Integrity } from "../retention/integrity.js";
 import type { ArtifactKind } from "../retention/ids.js";
 import { readBlob } from "../retention/store/blobs.js";
+import { bytesDigest, canonicalJsonBytes } from "../retention/digest/json.js";
+import { compositionOf } from "../captures/composition.js";
 import { resolveScope } from "../retention/store/components.js";
 import { verifyTree } from "../retention/verify.js";
 import { writeTreeLayer } from "./layer.js";
@@ -72,7 +74,7 @@ export interface PushReport {
 }
 
 interface Plan {
-  readonly resolutions: { id: string; bytes: Buffer; capture: string | null; trees: TreeRef[]; blobs: string[] }[];
+  readonly resolutions: { id: string; bytes: Buffer; capture: string | null; trees: TreeRef[]; blobs: string[]; blobBytes: Map<string, Buffer> }[];
   readonly trees: TreeRef[];
 }
 
@@ -103,9 +105,14 @@ async function plan(realScope: string, refs: readonly ExportRef[]): Promise<Plan
     if (reencoded !== id) throw new OatsError("integrity-mismatch", `resolution ${id}: the record re-encodes to ${reencoded}`, { id, expected: id, actual: reencoded });
     const recordTrees: TreeRef[] = [];
     for (const ref of referencedArtifacts(record)) recordTrees.push(await execOf({ kind: ref.kind, key: ref.key, integrity: ref.integrity }));
-    const blobs = pinnedBlobs(record);
-    for (const digest of blobs) readBlob(realScope, digest); // present and intact before anything leaves
-    resolutions.push({ id, bytes, capture: record.capture?.name ?? null, trees: recordTrees, blobs });
+    // Present and intact before anything leaves.
+    const blobBytes = new Map(pinnedBlobs(record).map((digest) => [digest, readBlob(realScope, digest)]));
+    if (record.capture) {
+      // The composition an operator approves travels too (derived from the record, so always the same bytes): `oats approve` on the pulling host shows and records it.
+      const composition = canonicalJsonBytes(compositionOf(record));
+      blobBytes.set(bytesDigest(composition), composition);
+    }
+    resolutions.push({ id, bytes, capture: record.capture?.name ?? null, trees: recordTrees, blobs: [...blobBytes.keys()], blobBytes });
   }
   return { resolutions, trees };
 }
@@ -217,7 +224,7 @@ export async function pushToRegistry(scope: string, refs: readonly ExportRef[], 
       for (const ref of resolution.trees) trees.push(await layerOf(ref));
       const blobs: BlobLayer[] = [];
       for (const digest of resolution.blobs) {
-        const bytes = readBlob(realScope, digest);
+        const bytes = resolution.blobBytes.get(digest)!;
         await ensureBlob(oatsToOci(digest), bytes.length, `blob ${digest}`, () => bufferSource(bytes, oatsToOci(digest)));
         blobs.push({ blob: digest, size: bytes.length });
       }
