@@ -28,7 +28,8 @@ import { MAX_RECORD_BYTES } from "../resolution/store.js";
  * - Tags: `oats-json-v1-<hex>` names a resolution id (a tag cannot hold
  *   `:`), and a capture record is also tagged with its capture name.
  *
- * The manifest is serialised as canonical JSON (sorted keys, no spaces), so
+ * The manifest is serialised as canonical JSON (oats.json.v1: sorted keys,
+ * no spaces, one trailing LF), so
  * two hosts pushing the same resolution push byte-identical manifests.
  */
 
