@@ -27,7 +27,7 @@ import {
 import { openRegistry } from "../src/fleet/target.js";
 import { putManifest } from "../src/fleet/oci/manifests.js";
 import { bufferSource, putBlob } from "../src/fleet/oci/upload.js";
-import { retainTree } from "../src/retention/index.js";
+import { digestTree, retainTree } from "../src/retention/index.js";
 import { snapshotTree, tempDir } from "./helpers.js";
 import { tarBytes, type RawEntry } from "./support/raw-tar.js";
 import { NO_REGISTRY, registryBinary, startRegistry, type Registry } from "./support/registry.js";
@@ -103,16 +103,23 @@ after(async () => {
   await registry?.stop();
 });
 
-/** Put a trees manifest whose one layer is `entries` as a tar, claiming `integrity`; returns the pull reference. */
-async function craftedTrees(repository: string, entries: RawEntry[], integrity = `oats.tree-exec.v1:sha256-${HEX("a")}`): Promise<string> {
+/** Put a trees manifest whose layers are `layers` (each entries as a tar, claiming an integrity); returns the pull reference. */
+async function craftedLayers(repository: string, layers: { key: string; entries: RawEntry[]; integrity: string }[]): Promise<string> {
   const reference = registry!.ref(repository, ":crafted");
   const { session } = openRegistry(reference);
-  const layer = tarBytes(entries);
-  await putBlob(session, bufferSource(layer, ociDigest(layer)));
   await putBlob(session, bufferSource(EMPTY_CONFIG, ociDigest(EMPTY_CONFIG)));
-  const manifest = treesManifest([{ kind: "capture", key: "evil", integrity, digest: ociDigest(layer), size: layer.length }]);
-  await putManifest(session, "crafted", encodeManifest(manifest).bytes, OCI_MANIFEST_MEDIA_TYPE);
+  const trees = [];
+  for (const layer of layers) {
+    const bytes = tarBytes(layer.entries);
+    await putBlob(session, bufferSource(bytes, ociDigest(bytes)));
+    trees.push({ kind: "capture" as const, key: layer.key, integrity: layer.integrity, digest: ociDigest(bytes), size: bytes.length });
+  }
+  await putManifest(session, "crafted", encodeManifest(treesManifest(trees)).bytes, OCI_MANIFEST_MEDIA_TYPE);
   return reference;
+}
+
+function craftedTrees(repository: string, entries: RawEntry[], integrity = `oats.tree-exec.v1:sha256-${HEX("a")}`): Promise<string> {
+  return craftedLayers(repository, [{ key: "evil", entries, integrity }]);
 }
 
 async function occupiedScope(): Promise<string> {
@@ -155,8 +162,14 @@ describe("pulls of hostile layers from a real registry", { skip }, () => {
     await refusedPull(await craftedTrees("hostile/symlink", [{ name: "link", type: "2", linkname: "../../outside" }]), "artifact-not-contained", "escaping-symlink");
   });
 
-  test("Given a well-formed layer whose tree is not the integrity its annotation claims When pulled Then integrity-mismatch in staging, nothing published", async () => {
-    const reference = await craftedTrees("hostile/claim", [{ name: "./", type: "5" }, { name: "run", body: "#!/bin/sh\n", mode: 0o755 }]);
+  test("Given a good tree layer and a well-formed one whose tree is not the integrity its annotation claims When pulled Then integrity-mismatch in staging, and not even the good tree is published", async () => {
+    const good = join(tempDir("oats-fleet-good-"), "tree");
+    mkdirSync(good);
+    writeFileSync(join(good, "run"), "#!/bin/sh\n", { mode: 0o755 });
+    const integrity = `oats.tree-exec.v1:${(await digestTree(good))["oats.tree-exec.v1"]}`;
+    const entries: RawEntry[] = [{ name: "./", type: "5" }, { name: "run", body: "#!/bin/sh\n", mode: 0o755 }];
+    // Layers are sorted by kind and key: "aaa-good" is published first by an importer that publishes as it verifies.
+    const reference = await craftedLayers("hostile/claim", [{ key: "aaa-good", entries, integrity }, { key: "evil", entries, integrity: `oats.tree-exec.v1:sha256-${HEX("a")}` }]);
     const scope = await occupiedScope();
     const before = snapshotTree(scope);
     await assert.rejects(pullFromRegistry(scope, reference), (error: unknown) => error instanceof OatsError && error.code === "integrity-mismatch" && error.details["key"] === "evil");
