@@ -77,8 +77,8 @@ function freshScope(): string {
   return scope;
 }
 
-function push(scope: string, refs: string[], to: string) {
-  const run = runJson(["--scope", scope, "push", ...refs, "--to", to]);
+function push(scope: string, refs: string[], to: string, extra: string[] = []) {
+  const run = runJson(["--scope", scope, "push", ...refs, "--to", to, ...extra]);
   assert.equal(run.status, 0, run.stdout + run.stderr);
   return run.envelope.result as {
     manifests: { digest: string; resolution: string | null; tags: string[]; status: string }[];
@@ -115,6 +115,19 @@ function expectRefusedPull(reference: string, code: string, reason?: string) {
 }
 
 describe("oats push / oats pull through a real registry", { skip }, () => {
+  test("Given a destination that is not a registry, or a pull reference without a tag or digest When run Then each is refused before anything is read", () => {
+    const fixture = captureFixture("refs");
+    const capture = prepared(fixture);
+    const wrong = runJson(["--scope", fixture.scope, "push", capture.id, "--to", "ftp://127.0.0.1/x"]);
+    assert.equal(wrong.status, 2, wrong.stdout);
+    assert.equal(wrong.envelope.error!.code, "usage");
+    const plainRemote = runJson(["--scope", fixture.scope, "push", capture.id, "--to", "oci://registry.example/x", "--insecure"]);
+    assert.equal(plainRemote.envelope.error!.code, "registry-refused", plainRemote.stdout);
+    assert.equal(plainRemote.envelope.error!.details["reason"], "insecure-remote");
+    const untagged = expectRefusedPull(reg().ref("fleet/demo"), "invalid-artifact-reference");
+    assert.equal(untagged.status, 4);
+  });
+
   test("Given a capture prepared in scope A When it is pushed and pulled into scope B Then the record id is the same, dispatch in B is refused until B approves it, and then it runs", () => {
     const fixture = captureFixture();
     const capture = prepared(fixture);
@@ -166,7 +179,8 @@ describe("oats push / oats pull through a real registry", { skip }, () => {
     const first = push(fixture.scope, [capture.id], to);
     assert.ok(first.uploadedBytes > 0);
     const before = storageState(reg().root);
-    const second = push(fixture.scope, [capture.id], to);
+    // The same repository named as oci:// with --insecure (plain HTTP, allowed for a loopback registry).
+    const second = push(fixture.scope, [capture.id], to.replace(/^http:/, "oci:"), ["--insecure"]);
     assert.equal(second.uploadedBytes, 0);
     assert.deepEqual(second.blobs.filter((blob) => blob.status === "uploaded"), []);
     assert.equal(second.manifests[0]!.status, "kept");
