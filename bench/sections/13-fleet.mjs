@@ -57,7 +57,8 @@ async function curlUpload(base, repository, file, digest) {
   if (started.status !== 202) throw new Error(`upload session: HTTP ${started.status}`);
   const location = new URL(started.headers.get("location"), `http://${base}`);
   location.searchParams.set("digest", digest);
-  const put = await run("curl", ["-sS", "-f", "-o", "/dev/null", "-X", "PUT", "-H", "Content-Type: application/octet-stream", "--data-binary", `@${file}`, location.href], { capture: false });
+  // -T streams the file (--data-binary @file would read it all into memory first).
+  const put = await run("curl", ["-sS", "-f", "-o", "/dev/null", "-H", "Content-Type: application/octet-stream", "-T", file, location.href], { capture: false });
   return put;
 }
 
