@@ -13,6 +13,7 @@ import type { DeliverySection, RunRecord } from "./run-record.js";
 import { sealRun } from "./run-seal.js";
 import { runRedactor } from "./run-policy.js";
 import { currentEuid, privilegeGate } from "../captures/privilege.js";
+import { afterRunSealed } from "./after-seal.js";
 import { createRunDir, groupMembers, newHandle, processStart, writeControl, type RunBase, type RunControl } from "./run-store.js";
 
 /**
@@ -49,7 +50,7 @@ export interface RunWithEvidenceOptions {
   readonly keep?: boolean;
   // No redactor, required classes or evidence judge here: they come from the plan (run-policy.ts), so no caller can weaken them.
   readonly delivery?: DeliverySection;
-  /** Called once the run is sealed and its end audited (helper out: enqueue for delivery). A failure is reported in `warnings`, never unseals. */
+  /** Called once the run is sealed and its end audited; default: afterRunSealed (queue in the outbox, push when the posture is delivered-later). A failure is reported in `warnings`, never unseals. */
   readonly onSealed?: (scope: string, record: RunRecord, handle: string, runId: string) => Promise<void> | void;
   /** SIGTERM to SIGKILL, for a cancel (default 3000 ms). */
   readonly graceMs?: number;
@@ -111,7 +112,7 @@ export function baseOf(plan: DispatchPlan, handle: string, startedAt: string, op
     classification: plan.classification.effective,
     environment: Object.keys(plan.env).sort(),
     startedAt,
-    delivery: options.delivery ?? { posture: "none", to: null },
+    delivery: options.delivery ?? (!plan.delivery ? { posture: "none", to: null } : { posture: plan.delivery.posture, to: plan.delivery.to }),
     required: [...plan.evidence.required],
   };
 }
@@ -268,9 +269,11 @@ export async function runDispatchPlanWithEvidence(scope: string, plan: DispatchP
     if (!keep) await discardDispatchPlan(plan).catch(() => undefined);
   }
   if (sealed.auditError !== null) warnings.push(`the run-end audit entry could not be written: ${sealed.auditError}`);
-  if (options.onSealed) {
+  // By default a sealed run is queued for delivery (and pushed when dispatch found the far side reachable).
+  const onSealed = options.onSealed ?? ((sealedScope: string, _record: RunRecord, sealedHandle: string, runId: string) => afterRunSealed(sealedScope, sealedHandle, runId, plan.delivery ?? null));
+  {
     try {
-      await options.onSealed(realScope, sealed.record, handle, sealed.id);
+      await onSealed(realScope, sealed.record, handle, sealed.id);
     } catch (error) {
       warnings.push(`after sealing: ${error instanceof Error ? error.message : String(error)}`);
     }
