@@ -97,7 +97,7 @@ describe("checkEvidencePosture at dispatch (real probes)", () => {
     }
   });
 
-  test("Given a malformed destination, Then it is refused before anything is probed: unknown scheme and no scheme are usage, a relative or unnormalised path is invalid-input, oci:// is usage until its transport exists", () => {
+  test("Given a malformed destination, Then it is refused before anything is probed: unknown scheme and no scheme are usage, a relative or unnormalised path is invalid-input, oci:// must name a repository (plain http:// only on loopback)", () => {
     assert.throws(() => transportFor("ftp://host/x"), refused("usage", "unknown-scheme"));
     assert.throws(() => transportFor("__proto__:x"), refused("usage", "unknown-scheme"));
     assert.throws(() => transportFor("/mnt/evidence"), refused("usage", "no-scheme"));
@@ -105,7 +105,9 @@ describe("checkEvidencePosture at dispatch (real probes)", () => {
     assert.throws(() => transportFor("dir:/mnt/../etc"), refused("invalid-input"));
     assert.throws(() => transportFor("dir:/mnt//x"), refused("invalid-input"));
     assert.throws(() => transportFor(""), refused("invalid-input"));
-    assert.throws(() => transportFor("oci://registry.example/evidence"), refused("usage", "transport-not-built"));
+    assert.equal(transportFor("oci://registry.example/evidence").describe(), "oci://registry.example/evidence");
+    assert.throws(() => transportFor("http://registry.example/evidence"), refused("registry-refused", "insecure-remote"));
+    assert.throws(() => transportFor("oci://registry.example/evidence:latest"), refused("invalid-input"));
     assert.equal(transportFor("dir:/mnt/evidence/").describe(), "dir:/mnt/evidence");
   });
 });
