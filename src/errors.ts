@@ -21,6 +21,7 @@ export const ERROR_CODES = {
   "resolution-not-found": "missing",
   "blob-not-found": "missing",
   "job-not-found": "missing",
+  "run-not-found": "missing",
   "invalid-artifact-reference": "invalid",
   "invalid-artifact-store": "invalid",
   "invalid-artifact": "invalid",
@@ -35,6 +36,8 @@ export const ERROR_CODES = {
   "classification-refused": "refused",
   "audit-unavailable": "refused",
   "secret-in-record": "refused",
+  // An OCI registry that cannot be used safely or at all: details.reason says why (unreachable, tls, insecure-remote, redirect-other-host, unauthorized, auth-realm, protocol).
+  "registry-refused": "refused",
   busy: "busy",
   usage: "usage",
   "internal-error": "internal",

@@ -5,3 +5,5 @@ export * from "./captures/index.js";
 export * from "./acquisition/index.js";
 export * from "./scope/index.js";
 export * from "./lifecycle/index.js";
+export * from "./evidence/index.js";
+export * from "./evidence/delivery.js";

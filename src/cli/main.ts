@@ -15,6 +15,8 @@ import { gcCommand } from "./commands/gc.js";
 import { pinCommand, pinsCommand, unpinCommand } from "./commands/pin.js";
 import { repairCommand } from "./commands/repair.js";
 import { importCommand } from "./commands/import.js";
+import { pullCommand } from "./commands/pull.js";
+import { outboxLs, pushCommand } from "./commands/push.js";
 import { instanceShow } from "./commands/instance-show.js";
 import { ls } from "./commands/ls.js";
 import { path } from "./commands/path.js";
@@ -25,6 +27,11 @@ import { resolutionLs } from "./commands/resolution-ls.js";
 import { resolutionShow } from "./commands/resolution-show.js";
 import { resolutionVerify } from "./commands/resolution-verify.js";
 import { retain } from "./commands/retain.js";
+import { runCancel } from "./commands/run-cancel.js";
+import { runLs } from "./commands/run-ls.js";
+import { runSeal } from "./commands/run-seal.js";
+import { runShow } from "./commands/run-show.js";
+import { runVerify } from "./commands/run-verify.js";
 import { schema } from "./commands/schema.js";
 import { sourceRetain } from "./commands/source-retain.js";
 import { verify } from "./commands/verify.js";
@@ -68,11 +75,18 @@ export const COMMANDS: readonly CommandSpec[] = [
   queueAdd,
   queueLs,
   dispatch,
+  runLs,
+  runShow,
+  runVerify,
+  runCancel,
+  runSeal,
   auditShow,
   auditVerify,
   auditHead,
   exportCommand,
   importCommand,
+  pushCommand,
+  pullCommand,
   sourceRetain,
   schema,
   completion,
@@ -81,6 +95,7 @@ export const COMMANDS: readonly CommandSpec[] = [
   unpinCommand,
   pinsCommand,
   repairCommand,
+  outboxLs,
 ];
 
 /** Descriptions of the command groups (`oats resolution --help`). */
@@ -89,7 +104,9 @@ export const GROUPS: Record<string, string> = {
   instance: "instances and the resolution each one runs (show)",
   capture: "captures: pin what a queued capture will run (prepare); approve it with `oats approve`",
   queue: "queued capture jobs, each naming a capture resolution (add, ls)",
+  run: "runs of dispatched captures: the sealed record and stamped log of each (ls, show, verify, cancel, seal)",
   audit: "the hash-chained audit log of the capture flow (show, verify, head)",
+  outbox: "the run-evidence outbox: sealed runs queued for delivery by `oats push` (ls)",
   source: "source trees (souls and others) keyed by their qualified identity (retain)",
 };
 
