@@ -3,7 +3,7 @@ import { join } from "node:path";
 import { CLI, WORK, dataset, fmtMs, interleave, median, notes, settle, timeRow, warm } from "../lib.mjs";
 import { describeNodeModules, haveTool, nixEnv, nodeModulesTree, removeReadOnly, runEnv } from "../tools.mjs";
 
-// ---------------------------------------------------------------- 17. retain vs git, restic, nix (issue 13; info)
+// ---------------------------------------------------------------- 22. retain vs git, restic, nix (issue 13; info)
 
 const RUNS = 3;
 const PIPELINE = "cp -a \"$1\" \"$2\" && sync -f \"$2\" && cd \"$2\" && find . -type f | sort | xargs sha256sum > /dev/null";
@@ -22,16 +22,16 @@ const RESTIC_ENV = { RESTIC_PASSWORD: "oats-bench-only" };
  * Info rows: the goals of issue 13 for retain are judged elsewhere (rows 3a, 3b).
  */
 async function benchRetainTools() {
-  console.error("\n[17] retain vs git (core.fsync), restic, nix-store --add-fixed, cp + sync + sha256sum");
+  console.error("\n[22] retain vs git (core.fsync), restic, nix-store --add-fixed, cp + sync + sha256sum");
   const tree = nodeModulesTree();
   const workloads = [
     { id: "a", label: "8 x 128 MiB", dir: dataset("big"), git: false },
     { id: "b", label: "20k small files", dir: dataset("small"), git: true },
     { id: "c", label: describeNodeModules(tree), dir: tree.dir, git: true },
   ];
-  const hasGit = haveTool("git", "git", "17");
-  const hasRestic = haveTool("restic", "restic", "17");
-  const hasNix = haveTool("nix-store", "nix-bin", "17");
+  const hasGit = haveTool("git", "git", "22");
+  const hasRestic = haveTool("restic", "restic", "22");
+  const hasNix = haveTool("nix-store", "nix-bin", "22");
   const base = join(WORK, "tools-retain");
   for (const workload of workloads) {
     warm(workload.dir);
@@ -70,7 +70,7 @@ async function benchRetainTools() {
           await runEnv("git", [...git, "commit", "-q", "-m", "bench"]);
         },
       });
-    } else if (hasGit) notes.push(`[17${workload.id}] git left out on ${workload.label}: zlib at 32 MiB/s here makes one run half a minute`);
+    } else if (hasGit) notes.push(`[22${workload.id}] git left out on ${workload.label}: zlib at 32 MiB/s here makes one run half a minute`);
     if (hasRestic) {
       first.push({
         name: "restic backup",
@@ -86,7 +86,7 @@ async function benchRetainTools() {
     const best = (names) => names.filter((name) => times[name]).map((name) => [name, median(times[name])]).sort((a, b) => a[1] - b[1]);
     const others = best(first.slice(1).map((side) => side.name));
     const listed = others.map(([name, ms]) => `${name} ${fmtMs(ms)}`).join(", ");
-    timeRow({ id: `17${workload.id}`, what: `first retain of ${workload.label}: \`oats retain\` vs the fastest of ${listed} (info)`, oursMs: median(times[oats.name]), baseMs: others[0][1], goal: null, baseExtra: ` ${others[0][0]}` });
+    timeRow({ id: `22${workload.id}`, what: `first retain of ${workload.label}: \`oats retain\` vs the fastest of ${listed} (info)`, oursMs: median(times[oats.name]), baseMs: others[0][1], goal: null, baseExtra: ` ${others[0][0]}` });
 
     // Again, unchanged: into the scope, repository and store of the last round.
     const last = RUNS - 1;
@@ -97,7 +97,7 @@ async function benchRetainTools() {
       const againTimes = await interleave(again, RUNS);
       const sorted = again.slice(1).map((side) => [side.name, median(againTimes[side.name])]).sort((a, b) => a[1] - b[1]);
       timeRow({
-        id: `17${workload.id}2`,
+        id: `22${workload.id}2`,
         what: `retain of ${workload.label} again, unchanged: \`oats retain --expect\` vs the fastest of ${sorted.map(([name, ms]) => `${name} ${fmtMs(ms)}`).join(", ")} (info)`,
         oursMs: median(againTimes[again[0].name]),
         baseMs: sorted[0][1],

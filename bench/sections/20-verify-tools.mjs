@@ -3,7 +3,7 @@ import { join } from "node:path";
 import { CLI, WORK, dataset, interleave, log, median, missingRow, notes, retainTree, timeRow, warm } from "../lib.mjs";
 import { coldPossible, describeNodeModules, dropCaches, haveTool, nixEnv, nodeModulesTree, removeReadOnly, runEnv } from "../tools.mjs";
 
-// ---------------------------------------------------------------- 15. verify vs nix-store --verify-path (issue 13)
+// ---------------------------------------------------------------- 20. verify vs nix-store --verify-path (issue 13)
 
 const RUNS = 3;
 
@@ -16,15 +16,15 @@ const RUNS = 3;
  * rows read every file once first.
  */
 async function benchVerifyTools() {
-  console.error("\n[15] verify vs nix-store --verify-path, cold and warm page cache");
+  console.error("\n[20] verify vs nix-store --verify-path, cold and warm page cache");
   const nodeModules = nodeModulesTree();
   const workloads = [
     { id: "a", label: "8 x 128 MiB", dir: dataset("big") },
     { id: "b", label: "20k small files", dir: dataset("small") },
     { id: "c", label: describeNodeModules(nodeModules), dir: nodeModules.dir },
   ];
-  const hasNix = haveTool("nix-store", "nix-bin", "15");
-  const cold = coldPossible("15");
+  const hasNix = haveTool("nix-store", "nix-bin", "20");
+  const cold = coldPossible("20");
   const scope = join(WORK, "tools-verify-scope");
   const nixRoot = join(WORK, "tools-nix");
   removeReadOnly(scope);
@@ -46,14 +46,14 @@ async function benchVerifyTools() {
     const coldSides = sides.map((side) => ({ ...side, prepare: () => void dropCaches() }));
     const what = (temperature) => `verify ${workload.label}, ${temperature}: \`oats verify\` vs \`nix-store --verify-path\``;
     const coldTimes = await interleave(coldSides, RUNS);
-    if (nix) timeRow({ id: `15${workload.id}`, what: what(cold ? "COLD cache" : "cache NOT dropped"), oursMs: median(coldTimes[oats.name]), baseMs: median(coldTimes[nix.name]), goal: 1.0, baseExtra: " nix" });
-    else missingRow(`15${workload.id}`, what("COLD cache"), "<= 1.0x", "nix-store not available");
+    if (nix) timeRow({ id: `20${workload.id}`, what: what(cold ? "COLD cache" : "cache NOT dropped"), oursMs: median(coldTimes[oats.name]), baseMs: median(coldTimes[nix.name]), goal: 1.0, baseExtra: " nix" });
+    else missingRow(`20${workload.id}`, what("COLD cache"), "<= 1.0x", "nix-store not available");
     warm(workload.dir);
     warm(receipt.dir);
     const warmTimes = await interleave(sides, RUNS);
-    if (nix) timeRow({ id: `15${workload.id}w`, what: `${what("warm")} (info)`, oursMs: median(warmTimes[oats.name]), baseMs: median(warmTimes[nix.name]), goal: null, headline: false, baseExtra: " nix" });
+    if (nix) timeRow({ id: `20${workload.id}w`, what: `${what("warm")} (info)`, oursMs: median(warmTimes[oats.name]), baseMs: median(warmTimes[nix.name]), goal: null, headline: false, baseExtra: " nix" });
   }
-  if (!cold) notes.push("[15] the cold rows are not cold: the page cache could not be dropped");
+  if (!cold) notes.push("[20] the cold rows are not cold: the page cache could not be dropped");
   removeReadOnly(scope);
   removeReadOnly(nixRoot);
 }
