@@ -11,6 +11,7 @@ import { faultPoint } from "./faults.js";
 import { ManifestBuilder, firstDifference, writeManifest } from "./manifest.js";
 import { EXEC_REVISIONS_DIR, assertContained, stagingName, storeRoot } from "./layout.js";
 import { maskAdoptedModes } from "./modes.js";
+import { DigestWorker, parallelism, type Measure } from "../parallel/pool.js";
 import { withRevisionLock } from "./publish-lock.js";
 import { StagingWriter, makeDurable, perFileDurability, removeTree } from "./staging-writer.js";
 
@@ -98,6 +99,8 @@ export async function verifyRevision(
   plan: Pick<PublishPlan, "kind" | "key" | "nameFormat" | "formats" | "onProgress" | "signal" | "maxDepth">,
   dir: string,
   expected: string,
+  /** Where the walk and hash run (a worker lane); on this thread, with progress, otherwise. */
+  measure?: Measure,
 ): Promise<TreeDigests> {
   let stats;
   try {
@@ -109,7 +112,9 @@ export async function verifyRevision(
   if (!stats.isDirectory()) {
     throw new OatsError("invalid-artifact", `retained revision is not a real directory (${stats.isSymbolicLink() ? "a symlink" : "a file"}): ${dir}`, { kind: plan.kind, key: plan.key, dir });
   }
-  const digests = await digestListing(await walkTree(dir, walkOptions(plan)), plan.formats, digestOptions(plan, "verify"));
+  const digests = measure
+    ? await measure({ dir, formats: plan.formats, ...walkOptions(plan) })
+    : await digestListing(await walkTree(dir, walkOptions(plan)), plan.formats, digestOptions(plan, "verify"));
   const actual = digests[plan.nameFormat]!;
   if (actual !== expected) {
     const difference = await firstDifference(dir);
@@ -135,12 +140,37 @@ function place(plan: PublishPlan) {
  * source: a source that drifted from what it claims is still refused, so
  * "kept" never vouches for a tree that was not read. Null when the expected
  * revision is not there.
+ *
+ * Both reads are made in full, and at once when there is a second core: the
+ * stored revision is walked and hashed in a worker thread while this thread
+ * hashes the source. The verdicts and their precedence are those of doing
+ * one after the other: a source that differs is refused first, whatever the
+ * stored copy holds; then a damaged stored revision is refused.
  */
 async function keptIfPresent(plan: PublishPlan, destination: (value: string) => string): Promise<PublishResult | null> {
   if (!plan.expected || !(await exists(destination(plan.expected)))) return null;
-  const measured = (await digestListing(plan.listing, [plan.nameFormat], digestOptions(plan, "read")))[plan.nameFormat]!;
-  if (measured !== plan.expected) throw mismatch(plan, plan.expected, measured, { source: plan.listing.root.absolute, reason: "source-differs" });
-  return kept(plan, destination(plan.expected), plan.expected);
+  const dir = destination(plan.expected);
+  const worker = parallelism() > 1 ? new DigestWorker() : null;
+  try {
+    // Started first, awaited second; settled so that a refusal waits for the source's verdict.
+    const stored = worker ? settle(kept(plan, dir, plan.expected, worker.measure)) : null;
+    const measured = (await digestListing(plan.listing, [plan.nameFormat], digestOptions(plan, "read")))[plan.nameFormat]!;
+    if (measured !== plan.expected) throw mismatch(plan, plan.expected, measured, { source: plan.listing.root.absolute, reason: "source-differs" });
+    if (!stored) return await kept(plan, dir, plan.expected);
+    const outcome = await stored;
+    if (!outcome.ok) throw outcome.error;
+    return outcome.value;
+  } finally {
+    await worker?.close();
+  }
+}
+
+async function settle<T>(promise: Promise<T>): Promise<{ ok: true; value: T } | { ok: false; error: unknown }> {
+  try {
+    return { ok: true, value: await promise };
+  } catch (error) {
+    return { ok: false, error };
+  }
 }
 
 export async function publishTree(plan: PublishPlan): Promise<PublishResult> {
@@ -323,9 +353,9 @@ async function exists(path: string): Promise<boolean> {
   }
 }
 
-async function kept(plan: PublishPlan, dir: string, expected: string): Promise<PublishResult | null> {
+async function kept(plan: PublishPlan, dir: string, expected: string, measure?: Measure): Promise<PublishResult | null> {
   if (!(await exists(dir))) return null;
-  const digests = await verifyRevision(plan, dir, expected);
+  const digests = await verifyRevision(plan, dir, expected, measure);
   plan.checkExisting?.(dir);
   // Retaining again restarts gc's grace period (the revision's mtime), best effort: a read-only store keeps its time.
   await utimes(dir, new Date(), new Date()).catch(() => undefined);
