@@ -11,6 +11,7 @@ import { faultPoint } from "./faults.js";
 import { ManifestBuilder, firstDifference, writeManifest } from "./manifest.js";
 import { EXEC_REVISIONS_DIR, assertContained, stagingName, storeRoot } from "./layout.js";
 import { maskAdoptedModes } from "./modes.js";
+import { mayMatch, newestRevision } from "./kept-candidate.js";
 import { DigestWorker, parallelism, type Measure } from "../parallel/pool.js";
 import { withRevisionLock } from "./publish-lock.js";
 import { StagingWriter, makeDurable, perFileDurability, removeTree } from "./staging-writer.js";
@@ -173,9 +174,37 @@ async function settle<T>(promise: Promise<T>): Promise<{ ok: true; value: T } | 
   }
 }
 
+/**
+ * Without an expected digest, a source that hashes to the key's newest
+ * revision (kept-candidate.ts) is kept without a copy: the source is hashed
+ * (no staging is written) while a worker verifies that revision, and the
+ * two are compared as keptIfPresent compares them. A source that hashes to
+ * another present revision is kept after verifying that one. Null
+ * otherwise: the source is then copied as for a first retain (and read
+ * again; what that read measures is what is retained, as before).
+ */
+async function keptIfUnchanged(plan: PublishPlan, parent: string, destination: (value: string) => string): Promise<PublishResult | null> {
+  const candidate = newestRevision(parent);
+  if (!candidate || !mayMatch(candidate.dir, plan.listing)) return null;
+  const worker = parallelism() > 1 ? new DigestWorker() : null;
+  try {
+    const stored = worker ? settle(kept(plan, candidate.dir, candidate.value, worker.measure)) : null;
+    const measured = (await digestListing(plan.listing, [plan.nameFormat], digestOptions(plan, "read")))[plan.nameFormat]!;
+    if (measured === candidate.value) {
+      if (!stored) return await kept(plan, candidate.dir, measured);
+      const outcome = await stored;
+      if (!outcome.ok) throw outcome.error;
+      return outcome.value;
+    }
+    return await kept(plan, destination(measured), measured);
+  } finally {
+    await worker?.close();
+  }
+}
+
 export async function publishTree(plan: PublishPlan): Promise<PublishResult> {
   const { segments, root, parent, destination } = place(plan);
-  const present = await keptIfPresent(plan, destination);
+  const present = plan.expected ? await keptIfPresent(plan, destination) : await keptIfUnchanged(plan, parent, destination);
   if (present) return present;
 
   const { created, staging } = await createStaging(plan, parent, segments);
