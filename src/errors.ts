@@ -21,6 +21,7 @@ export const ERROR_CODES = {
   "resolution-not-found": "missing",
   "blob-not-found": "missing",
   "job-not-found": "missing",
+  "run-not-found": "missing",
   "invalid-artifact-reference": "invalid",
   "invalid-artifact-store": "invalid",
   "invalid-artifact": "invalid",

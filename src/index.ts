@@ -5,3 +5,4 @@ export * from "./captures/index.js";
 export * from "./acquisition/index.js";
 export * from "./scope/index.js";
 export * from "./lifecycle/index.js";
+export * from "./evidence/index.js";

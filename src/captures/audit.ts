@@ -19,7 +19,7 @@ import { currentPrincipal } from "./classification.js";
  * and says so in `details.audit`.
  */
 
-export const AUDIT_ACTIONS = ["retain", "prepare", "approve", "revoke", "queue", "dispatch", "security-event", "gc", "pin", "unpin", "repair"] as const;
+export const AUDIT_ACTIONS = ["retain", "prepare", "approve", "revoke", "queue", "dispatch", "security-event", "gc", "pin", "unpin", "repair", "run-start", "run-end"] as const;
 export type AuditAction = (typeof AUDIT_ACTIONS)[number];
 export type AuditOutcome = "ok" | "kept" | "refused" | "event";
 

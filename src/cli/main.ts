@@ -25,6 +25,11 @@ import { resolutionLs } from "./commands/resolution-ls.js";
 import { resolutionShow } from "./commands/resolution-show.js";
 import { resolutionVerify } from "./commands/resolution-verify.js";
 import { retain } from "./commands/retain.js";
+import { runCancel } from "./commands/run-cancel.js";
+import { runLs } from "./commands/run-ls.js";
+import { runSeal } from "./commands/run-seal.js";
+import { runShow } from "./commands/run-show.js";
+import { runVerify } from "./commands/run-verify.js";
 import { schema } from "./commands/schema.js";
 import { sourceRetain } from "./commands/source-retain.js";
 import { verify } from "./commands/verify.js";
@@ -68,6 +73,11 @@ export const COMMANDS: readonly CommandSpec[] = [
   queueAdd,
   queueLs,
   dispatch,
+  runLs,
+  runShow,
+  runVerify,
+  runCancel,
+  runSeal,
   auditShow,
   auditVerify,
   auditHead,
@@ -89,6 +99,7 @@ export const GROUPS: Record<string, string> = {
   instance: "instances and the resolution each one runs (show)",
   capture: "captures: pin what a queued capture will run (prepare); approve it with `oats approve`",
   queue: "queued capture jobs, each naming a capture resolution (add, ls)",
+  run: "runs of dispatched captures: the sealed record and stamped log of each (ls, show, verify, cancel, seal)",
   audit: "the hash-chained audit log of the capture flow (show, verify, head)",
   source: "source trees (souls and others) keyed by their qualified identity (retain)",
 };

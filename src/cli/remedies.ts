@@ -6,6 +6,8 @@
  * Returns null when the reason says nothing the code's own remedy does not.
  */
 
+import { RUN_REMEDIES } from "./run-remedies.js";
+
 interface RefusalLike {
   readonly code: string;
   readonly details: Record<string, unknown>;
@@ -18,6 +20,7 @@ const BUNDLE_DAMAGED =
   "the bundle is truncated, damaged or not an oats bundle (the reason is named above); nothing was imported. Export it again from the source scope (`oats export`) and copy it whole.";
 
 const BY_REASON: Record<string, string> = {
+  ...RUN_REMEDIES,
   // The scope and the source.
   "scope-missing": "pass --scope (or set OATS_SCOPE to) an existing deployment directory; oats never creates the scope itself.",
   "scope-not-a-directory": "pass --scope (or set OATS_SCOPE to) a directory, not a file; oats never creates the scope itself.",

@@ -21,6 +21,7 @@ const REMEDIES: Record<string, string> = {
     "no such resolution record (or instance reference) in this scope; check --scope and the id or instance name (`oats resolution ls` lists the records).",
   "blob-not-found": "no such pinned blob in this scope; check --scope and the digest.",
   "job-not-found": "no such queued job in this scope; check --scope and the job id (`oats queue ls` lists the jobs).",
+  "run-not-found": "no run with that handle or id (or prefix) in this scope; check --scope, and `oats run ls` lists the runs.",
   "approval-required":
     "nothing ran: the executable's exact digest is not approved (or its approval was revoked). Inspect it, then approve that exact digest with `oats approve <kind> <key> <integrity> --reason <why>`.",
   "classification-refused":

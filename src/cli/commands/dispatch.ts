@@ -30,13 +30,31 @@ function planLines(plan: DispatchPlan): string[] {
   ];
 }
 
+/**
+ * SIGINT and SIGTERM to the dispatcher cancel the run (the child's whole
+ * process group goes; the run is sealed CANCELLED) instead of killing the
+ * dispatcher and leaving an unsealed run. Handlers live only while it runs.
+ */
+async function withCancelSignals<T>(body: (signal: AbortSignal) => Promise<T>): Promise<T> {
+  const controller = new AbortController();
+  const cancel = () => controller.abort();
+  process.on("SIGINT", cancel);
+  process.on("SIGTERM", cancel);
+  try {
+    return await body(controller.signal);
+  } finally {
+    process.removeListener("SIGINT", cancel);
+    process.removeListener("SIGTERM", cancel);
+  }
+}
+
 export const dispatch: CommandSpec = {
   name: "dispatch",
   define(command) {
     command
       .description("resolve a queued job into what would run, re-verifying everything and checking approval and classification now; --exec runs it")
       .argument("<job>", "the queued job's id (`oats queue ls` lists them)")
-      .option("--exec", "run the plan and exit with the child's exit code (in --json mode the child's stdout goes to stderr)")
+      .option("--exec", "run the plan as a recorded run (`oats run show`) and exit with the child's exit code (128 + signal number for a signal); its output is shown live unless --quiet (in --json mode on stderr)")
       .option("--harness <label>", "a label the harness gives itself, recorded in the audit log (never the principal)")
       .option("--keep-run-copy", "with --exec: keep the private copy the child ran from (reported) instead of removing it");
   },
@@ -58,13 +76,22 @@ export const dispatch: CommandSpec = {
         quietLines: [plan.resolution],
       };
     }
+    // Every exec'd dispatch is a run (src/evidence): logged, sealed, audited at start and end.
     // In --json mode stdout carries only the envelope: the child's stdout goes to stderr.
-    const run = await library.runDispatchPlan(plan, { stdio: context.json ? ["inherit", 2, "inherit"] : "inherit", keep });
+    const evidence = await import("../../evidence/index.js");
+    const output = context.quiet ? "quiet" : context.json ? { stdout: process.stderr, stderr: process.stderr } : "inherit";
+    const run = await withCancelSignals((signal) => evidence.runDispatchPlanWithEvidence(context.scope, plan, { output, signal, keep }));
+    const runResult = { runId: run.runId, handle: run.handle, exit: run.exit, result: run.result, status: run.record.evidence.status };
     return {
-      result: { ...planResult(plan), exec: true, exitCode: run.code, kept: run.kept },
-      lines: [`dispatched ${head}: exit ${run.code}`, ...(run.kept === null ? [] : [`  kept run copy  ${run.kept}`])],
-      quietLines: [],
-      exitCode: run.code,
+      result: { ...planResult(plan), exec: true, exitCode: run.exitCode, kept: run.kept, ...runResult, warnings: run.warnings },
+      lines: [
+        `dispatched ${head}: exit ${run.exitCode}`,
+        `  run            ${run.handle} ${run.result} (${run.record.evidence.status}) ${run.runId}`,
+        ...(run.kept === null ? [] : [`  kept run copy  ${run.kept}`]),
+      ],
+      quietLines: [run.runId],
+      exitCode: run.exitCode,
+      warnings: run.warnings,
     };
   },
 };

@@ -1,0 +1,23 @@
+import type { ReadRun, RunSummary } from "../../evidence/index.js";
+
+/** The evidence library, loaded only when a run command runs. */
+export function loadEvidenceLibrary() {
+  return import("../../evidence/index.js");
+}
+
+/** `OK`, or `OK failed-evidence` when the record declares an unmet required class. */
+export function resultText(run: { result: string | null; status: string | null; state: string }): string {
+  if (run.result === null) return run.state === "running" ? "RUNNING" : "UNSEALED";
+  return run.status === "failed-evidence" ? `${run.result} failed-evidence` : run.result;
+}
+
+export function summaryLine(run: RunSummary): string {
+  const exit = run.exit === null ? "" : run.exit.signal !== null ? ` ${run.exit.signal}` : run.exit.code !== null ? ` exit ${run.exit.code}` : "";
+  if (run.error !== null) return `${run.handle}  DAMAGED  ${run.error}`;
+  return `${run.handle}  ${resultText(run)}${exit}  job ${run.job ?? "?"}  ${run.runId ?? "(not sealed)"}`;
+}
+
+/** The log as stored: `<stamp> <stream> <text>`, then the footer. */
+export function logLines(run: ReadRun): string[] {
+  return [...run.lines.map((line) => `${line.at} ${line.stream} ${line.text}`), ...run.footer];
+}

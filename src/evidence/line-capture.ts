@@ -1,0 +1,121 @@
+import { StringDecoder } from "node:string_decoder";
+import { formatStamp, type LogLine, type Stream } from "./log-format.js";
+
+/**
+ * Bytes of a child's stdout or stderr to log lines (docs/design/evidence.md,
+ * "Capturing lines"). A line is stamped when the chunk that completes it is
+ * read (push), never when anything is flushed; one StampClock is shared by
+ * both streams of a run, so stamps are strictly increasing across them.
+ *
+ * Text, not a terminal: UTF-8 is decoded (invalid bytes become U+FFFD, a
+ * character split across chunks is joined), ANSI CSI/OSC and other escape
+ * sequences are removed, the text after the last carriage return of a line
+ * wins (`\r\n` is a newline), and other C0 controls but tab are dropped. A
+ * final line without a newline is kept by end(). A line longer than
+ * maxLineChars is cut into pieces of that size, each stamped when cut;
+ * `split` counts them so the footer can say so.
+ */
+
+export const MAX_LINE_CHARS = 64 * 1024;
+
+export interface StampClock {
+  /** The next stamp: now, or one microsecond after the previous stamp if now is not later. */
+  next(): string;
+  /** Microseconds since the epoch of the last stamp handed out (0 before the first). */
+  last(): number;
+}
+
+/** A monotonic clock anchored to the wall clock once, when it is created. */
+export function createStampClock(now: () => number = Date.now): StampClock {
+  const wall = now() * 1000;
+  const origin = process.hrtime.bigint();
+  let previous = 0;
+  return {
+    next() {
+      const elapsed = Number((process.hrtime.bigint() - origin) / 1000n);
+      let micros = Math.floor(wall + elapsed);
+      if (micros <= previous) micros = previous + 1;
+      previous = micros;
+      return formatStamp(micros);
+    },
+    last: () => previous,
+  };
+}
+
+// CSI (ESC [ ... final), OSC (ESC ] ... BEL or ESC \), other ESC sequences (charset, keypad), and 8-bit CSI/OSC.
+const ESCAPES = /\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|\x1b[PX^_][^\x1b]*(?:\x1b\\)?|\x1b[ -/]*[0-~]|\x9b[0-?]*[ -/]*[@-~]|\x9d[^\x07\x1b]*(?:\x07|\x1b\\)?/g;
+const CONTROLS = /[\x00-\x08\x0b-\x1f\x7f]/g;
+
+/** One raw line (without its newline) as it is logged. */
+export function cleanLine(raw: string): string {
+  let text = raw.endsWith("\r") ? raw.slice(0, -1) : raw;
+  text = text.replace(ESCAPES, "");
+  const cr = text.lastIndexOf("\r");
+  if (cr >= 0) text = text.slice(cr + 1);
+  return text.replace(CONTROLS, "");
+}
+
+export class LineCapture {
+  private readonly decoder = new StringDecoder("utf8");
+  private pending = "";
+  private ended = false;
+  /** Lines cut because they were longer than maxLineChars. */
+  split = 0;
+  /** Complete lines emitted. */
+  count = 0;
+
+  constructor(
+    private readonly stream: Stream,
+    private readonly clock: StampClock,
+    private readonly emit: (line: LogLine) => void,
+    private readonly maxLineChars: number = MAX_LINE_CHARS,
+  ) {}
+
+  /** A chunk as it was read: every line it completes is stamped now, in order. */
+  push(chunk: Buffer | string): void {
+    if (this.ended) return;
+    const text = typeof chunk === "string" ? chunk : this.decoder.write(chunk);
+    let start = 0;
+    for (;;) {
+      const newline = text.indexOf("\n", start);
+      if (newline < 0) break;
+      const raw = this.pending + text.slice(start, newline);
+      this.pending = "";
+      this.line(raw);
+      start = newline + 1;
+    }
+    this.pending += text.slice(start);
+    while (this.pending.length > this.maxLineChars) {
+      const piece = this.pending.slice(0, this.maxLineChars);
+      this.pending = this.pending.slice(this.maxLineChars);
+      this.split += 1;
+      this.out(cleanLine(piece));
+    }
+  }
+
+  /** End of stream: the final line is kept even without a newline. */
+  end(): void {
+    if (this.ended) return;
+    const rest = this.pending + this.decoder.end();
+    this.pending = "";
+    this.ended = true;
+    if (rest.length > 0) this.line(rest);
+  }
+
+  private line(raw: string): void {
+    if (raw.length > this.maxLineChars) {
+      // A long line that arrived within one chunk: cut it the same way.
+      for (let at = 0; at < raw.length; at += this.maxLineChars) {
+        if (at + this.maxLineChars < raw.length) this.split += 1;
+        this.out(cleanLine(raw.slice(at, at + this.maxLineChars)));
+      }
+      return;
+    }
+    this.out(cleanLine(raw));
+  }
+
+  private out(text: string): void {
+    this.count += 1;
+    this.emit({ at: this.clock.next(), stream: this.stream, text });
+  }
+}

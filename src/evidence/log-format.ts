@@ -1,0 +1,132 @@
+import { OatsError } from "../errors.js";
+
+/**
+ * The run log (docs/design/evidence.md, "The log"): UTF-8, one entry per
+ * line, `<stamp> <stream> <text>\n`, where the stamp is a microsecond UTC
+ * time (`2026-12-01T03:40:00.123456Z`) and the stream is `out` or `err`.
+ * When the child has ended, footer lines that start with `# ` follow:
+ * `# exit: code 42` | `# exit: signal SIGKILL` | `# exit: unknown`, then
+ * `# RESULT: OK|FAILED|CANCELLED|INTERRUPTED`, optionally preceded by
+ * `# note: ...` lines. Pure: nothing here touches a file.
+ */
+
+export const STREAMS = ["out", "err"] as const;
+export type Stream = (typeof STREAMS)[number];
+export const RESULTS = ["OK", "FAILED", "CANCELLED", "INTERRUPTED"] as const;
+export type RunResult = (typeof RESULTS)[number];
+
+export interface LogLine {
+  /** The stamp text, `YYYY-MM-DDTHH:MM:SS.ffffffZ`. */
+  readonly at: string;
+  readonly stream: Stream;
+  readonly text: string;
+}
+
+export interface RunExit {
+  readonly code: number | null;
+  readonly signal: string | null;
+}
+
+export interface ParsedLog {
+  readonly lines: LogLine[];
+  /** The footer lines, verbatim without their newline (`# exit: code 0`, ...); empty while the run is open. */
+  readonly footer: string[];
+  /** From the footer; null when there is no footer yet. */
+  readonly exit: RunExit | null;
+  readonly result: RunResult | null;
+}
+
+const STAMP = /^(\d{4})-(\d{2})-(\d{2})T(\d{2}):(\d{2}):(\d{2})\.(\d{6})Z$/;
+
+/** Microseconds since the epoch as a stamp. */
+export function formatStamp(micros: number): string {
+  const millis = Math.floor(micros / 1000);
+  const rest = micros - millis * 1000;
+  const iso = new Date(millis).toISOString(); // ...HH:MM:SS.mmmZ
+  return `${iso.slice(0, 23)}${String(rest).padStart(3, "0")}Z`;
+}
+
+/** A stamp back to microseconds since the epoch; NaN when it is not a stamp. */
+export function parseStamp(stamp: string): number {
+  const match = STAMP.exec(stamp);
+  if (!match) return Number.NaN;
+  const millis = Date.parse(`${stamp.slice(0, 23)}Z`);
+  if (Number.isNaN(millis) || new Date(millis).toISOString().slice(0, 23) !== stamp.slice(0, 23)) return Number.NaN;
+  return millis * 1000 + Number(match[7]!.slice(3));
+}
+
+export function formatLogLine(line: LogLine): string {
+  return `${line.at} ${line.stream} ${line.text}\n`;
+}
+
+export function exitText(exit: RunExit | null): string {
+  if (exit === null || (exit.code === null && exit.signal === null)) return "unknown";
+  return exit.signal !== null ? `signal ${exit.signal}` : `code ${exit.code}`;
+}
+
+/** The footer written after the child ends: notes, exit, result. */
+export function formatFooter(exit: RunExit | null, result: RunResult, notes: readonly string[] = []): string {
+  return [...notes.map((note) => `# note: ${note}`), `# exit: ${exitText(exit)}`, `# RESULT: ${result}`].map((line) => `${line}\n`).join("");
+}
+
+function bad(message: string, line: number): OatsError {
+  return new OatsError("invalid-artifact", `run log line ${line}: ${message}`, { line, reason: "run-log-malformed" });
+}
+
+function parseExit(text: string, line: number): RunExit {
+  if (text === "unknown") return { code: null, signal: null };
+  const code = /^code (0|[1-9]\d{0,2})$/.exec(text);
+  if (code) return { code: Number(code[1]), signal: null };
+  const signal = /^signal (SIG[A-Z0-9]+)$/.exec(text);
+  if (signal) return { code: null, signal: signal[1]! };
+  throw bad(`exit status ${JSON.stringify(text)} is not "code N", "signal SIGX" or "unknown"`, line);
+}
+
+/**
+ * Parse a whole log. Stamps must be strictly increasing; after the first
+ * footer line only footer lines may follow, and a footer ends with exactly
+ * one `# exit:` then one `# RESULT:` line. A log without a trailing newline
+ * (torn by a crash) is refused here; sealInterruptedRun trims it first.
+ */
+export function parseLog(text: string): ParsedLog {
+  if (text.length > 0 && !text.endsWith("\n")) throw bad("the log does not end with a newline (a torn write)", text.split("\n").length);
+  const rows = text.length === 0 ? [] : text.slice(0, -1).split("\n");
+  const lines: LogLine[] = [];
+  const footer: string[] = [];
+  let exit: RunExit | null = null;
+  let result: RunResult | null = null;
+  let last = -Infinity;
+  rows.forEach((row, index) => {
+    const number = index + 1;
+    if (row.startsWith("# ")) {
+      if (result !== null) throw bad("nothing may follow the RESULT line", number);
+      footer.push(row);
+      if (row.startsWith("# exit: ")) {
+        if (exit !== null) throw bad("a second exit line", number);
+        exit = parseExit(row.slice("# exit: ".length), number);
+      } else if (row.startsWith("# RESULT: ")) {
+        const word = row.slice("# RESULT: ".length);
+        if (!(RESULTS as readonly string[]).includes(word)) throw bad(`unknown result ${JSON.stringify(word)}`, number);
+        if (exit === null) throw bad("RESULT before exit", number);
+        result = word as RunResult;
+      } else if (!row.startsWith("# note: ") || exit !== null) {
+        throw bad(`unexpected footer line ${JSON.stringify(row.slice(0, 80))}`, number);
+      }
+      return;
+    }
+    if (footer.length > 0) throw bad("a captured line after the footer", number);
+    const first = row.indexOf(" ");
+    const second = first < 0 ? -1 : row.indexOf(" ", first + 1);
+    if (second < 0) throw bad("not `<stamp> <stream> <text>`", number);
+    const at = row.slice(0, first);
+    const stream = row.slice(first + 1, second);
+    const micros = parseStamp(at);
+    if (Number.isNaN(micros)) throw bad(`bad stamp ${JSON.stringify(at.slice(0, 40))}`, number);
+    if (!(STREAMS as readonly string[]).includes(stream)) throw bad(`bad stream ${JSON.stringify(stream.slice(0, 20))}`, number);
+    if (micros <= last) throw bad("stamps are not strictly increasing", number);
+    last = micros;
+    lines.push({ at, stream: stream as Stream, text: row.slice(second + 1) });
+  });
+  if (footer.length > 0 && result === null) throw bad("the footer has no RESULT line", rows.length);
+  return { lines, footer, exit, result };
+}

@@ -1,0 +1,217 @@
+import { closeSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { OatsError } from "../errors.js";
+import { readAudit, type AuditEntry } from "../captures/audit.js";
+import { bytesDigest } from "../retention/digest/json.js";
+import { resolveScope } from "../retention/store/components.js";
+import { formatStamp, parseLog, type LogLine, type RunExit, type RunResult } from "./log-format.js";
+import type { RunRecord } from "./run-record.js";
+import { CANCEL_FILE } from "./run-exec.js";
+import { openLogForSeal, sealRun, type EvidenceJudge } from "./run-seal.js";
+import { checkRunDir, findRun, groupMembers, isSameProcess, listHandles, readControl, readLogBytes, readRecord, runsRoot, type RunControl } from "./run-store.js";
+
+/**
+ * Reading and managing runs: ls, show, verify, cancel, seal. Pure reads
+ * except cancel (a request file the dispatcher watches) and seal (closing
+ * a run whose dispatcher is gone).
+ */
+
+export type RunState = "running" | "sealed" | "unsealed";
+
+export interface RunSummary {
+  readonly handle: string;
+  readonly runId: string | null;
+  readonly state: RunState;
+  readonly job: string | null;
+  readonly resolution: string | null;
+  readonly startedAt: string | null;
+  readonly result: RunResult | null;
+  readonly exit: RunExit | null;
+  /** complete | failed-evidence for a sealed run. */
+  readonly status: string | null;
+  /** Set when the run's files cannot be read (fsck says more). */
+  readonly error: string | null;
+}
+
+export interface ReadRun {
+  readonly handle: string;
+  readonly dir: string;
+  readonly runId: string | null;
+  readonly state: RunState;
+  readonly record: RunRecord | null;
+  readonly control: RunControl | null;
+  readonly logBytes: number;
+  readonly lines: LogLine[];
+  readonly footer: string[];
+}
+
+export interface RunVerdict {
+  readonly handle: string;
+  readonly runId: string;
+  readonly result: RunResult;
+  readonly status: "complete" | "failed-evidence";
+  readonly checks: { readonly record: true; readonly log: true; readonly audit: { readonly start: number; readonly end: number } };
+  readonly record: RunRecord;
+}
+
+function stateOf(dir: string): { state: RunState; control: RunControl | null; sealed: ReturnType<typeof readRecord> } {
+  checkRunDir(dir);
+  const sealed = readRecord(dir);
+  if (sealed !== null) return { state: "sealed", control: null, sealed };
+  const control = readControl(dir);
+  return { state: isSameProcess(control.dispatcher) ? "running" : "unsealed", control, sealed };
+}
+
+export function listRuns(scope: string): RunSummary[] {
+  const realScope = resolveScope(scope);
+  return listHandles(realScope).map((handle) => {
+    const empty = { handle, runId: null, job: null, resolution: null, startedAt: null, result: null, exit: null, status: null };
+    try {
+      const { state, control, sealed } = stateOf(join(runsRoot(realScope), handle));
+      if (sealed !== null) {
+        const { record } = sealed;
+        return { handle, runId: sealed.id, state, job: record.job, resolution: record.resolution, startedAt: record.startedAt, result: record.result, exit: record.exit, status: record.evidence.status, error: null };
+      }
+      return { ...empty, state, job: control!.base.job, resolution: control!.base.resolution, startedAt: control!.base.startedAt, error: null };
+    } catch (error) {
+      return { ...empty, state: "unsealed" as const, error: error instanceof Error ? error.message : String(error) };
+    }
+  });
+}
+
+export function readRun(scope: string, ref: string): ReadRun {
+  const realScope = resolveScope(scope);
+  const { handle, dir } = findRun(realScope, ref);
+  const { state, control, sealed } = stateOf(dir);
+  const bytes = readLogBytes(dir);
+  // An open log may end in a line being written: show the whole lines only.
+  const text = bytes.toString("utf8");
+  const parsed = parseLog(state === "sealed" ? text : text.slice(0, text.lastIndexOf("\n") + 1));
+  return { handle, dir, runId: sealed?.id ?? null, state, record: sealed?.record ?? null, control, logBytes: bytes.length, lines: parsed.lines, footer: parsed.footer };
+}
+
+function mismatch(handle: string, check: string, message: string, details: Record<string, unknown> = {}): OatsError {
+  return new OatsError("integrity-mismatch", `run ${handle}: ${message}`, { handle, check, reason: `run-${check}-mismatch`, ...details });
+}
+
+function sameRef(entry: AuditEntry | undefined, ref: { seq: number; hash: string }): entry is AuditEntry {
+  return entry !== undefined && entry.seq === ref.seq && entry.hash === ref.hash;
+}
+
+/**
+ * A sealed run, checked: the record's bytes are canonical, valid and hash to
+ * the id (the id given, when a full id was given); the log hashes to the
+ * record's digest, has its byte count, parses, has the line count and a
+ * footer that agrees with the record's exit and result; the audit log (its
+ * chain verified) holds the run-start entry the record names and a run-end
+ * entry naming this run id with the same exit and result.
+ */
+export function verifyRun(scope: string, ref: string): RunVerdict {
+  const realScope = resolveScope(scope);
+  const { handle, dir } = findRun(realScope, ref);
+  checkRunDir(dir);
+  const sealed = readRecord(dir);
+  if (sealed === null) {
+    const control = readControl(dir);
+    const running = isSameProcess(control.dispatcher);
+    throw new OatsError("invalid-input", `run ${handle} is not sealed${running ? " (it is still running)" : " and its dispatcher is gone"}`, { handle, reason: running ? "run-running" : "run-unsealed" });
+  }
+  const { record, id } = sealed;
+  if (ref.replace(/^oats\.json\.v1:/, "").length === id.length && ref.replace(/^oats\.json\.v1:/, "") !== id && ref !== handle) throw mismatch(handle, "record", `record hashes to ${id}, not ${ref}`);
+  if (record.handle !== handle) throw mismatch(handle, "record", `record names handle ${record.handle}`);
+  const bytes = readLogBytes(dir);
+  const digest = bytesDigest(bytes);
+  if (digest !== record.log.digest || bytes.length !== record.log.bytes) throw mismatch(handle, "log", `log hashes to ${digest} (${bytes.length} bytes), the record says ${record.log.digest} (${record.log.bytes} bytes)`, { expected: record.log.digest, actual: digest });
+  const parsed = parseLog(bytes.toString("utf8"));
+  if (parsed.lines.length !== record.log.lines || parsed.result !== record.result || parsed.exit?.code !== record.exit.code || parsed.exit?.signal !== record.exit.signal) {
+    throw mismatch(handle, "log", "the log's lines or footer disagree with the record");
+  }
+  const { entries } = readAudit(realScope);
+  const start = entries[record.startAudit.seq - entries[0]!.seq] ?? entries.find((entry) => entry.seq === record.startAudit.seq);
+  if (!sameRef(start, record.startAudit) || start.action !== "run-start" || start.subject?.["handle"] !== handle) throw mismatch(handle, "audit", `the audit log has no run-start entry seq ${record.startAudit.seq} for this run`);
+  const dispatch = entries.find((entry) => entry.seq === record.dispatchAudit.seq);
+  if (!sameRef(dispatch, record.dispatchAudit) || dispatch.action !== "dispatch" || dispatch.subject?.["job"] !== record.job) throw mismatch(handle, "audit", `the audit log has no dispatch entry seq ${record.dispatchAudit.seq} for job ${record.job}`);
+  const end = entries.find((entry) => entry.action === "run-end" && entry.subject?.["handle"] === handle && entry.details["runId"] === id);
+  const endExit = end?.details["exit"] as RunExit | undefined;
+  if (end === undefined || end.details["result"] !== record.result || endExit?.code !== record.exit.code || endExit?.signal !== record.exit.signal) throw mismatch(handle, "audit", `the audit log has no run-end entry for run ${id} with its exit and result`);
+  return { handle, runId: id, result: record.result, status: record.evidence.status, checks: { record: true, log: true, audit: { start: start.seq, end: end.seq } }, record };
+}
+
+/**
+ * Ask a running run's dispatcher to cancel it: a `cancel` file in the run
+ * directory, which the dispatcher watches. Only a dispatcher that is really
+ * alive (pid and start time as control.json names them) can act on it; a run
+ * whose dispatcher is gone is refused with the remedy `oats run seal`.
+ * Waits up to `waitMs` for the run to be sealed.
+ */
+export async function cancelRun(scope: string, ref: string, options: { waitMs?: number } = {}): Promise<ReadRun> {
+  const realScope = resolveScope(scope);
+  const { handle, dir } = findRun(realScope, ref);
+  const { state, control } = stateOf(dir);
+  if (state === "sealed") throw new OatsError("invalid-input", `run ${handle} is already sealed; nothing to cancel`, { handle, reason: "run-sealed" });
+  if (state === "unsealed") throw new OatsError("invalid-input", `run ${handle} has no live dispatcher (pid ${control!.dispatcher.pid} is gone or is another process); close it with \`oats run seal\``, { handle, reason: "run-unsealed" });
+  writeFileSync(join(dir, CANCEL_FILE), `${new Date().toISOString()}\n`, { flag: "wx", mode: 0o600 });
+  const deadline = Date.now() + (options.waitMs ?? 30_000);
+  while (Date.now() < deadline) {
+    if (readRecord(dir) !== null) return readRun(realScope, handle);
+    if (!isSameProcess(control!.dispatcher)) break;
+    await new Promise((done) => setTimeout(done, 50));
+  }
+  const after = readRun(realScope, handle);
+  if (after.state === "sealed") return after;
+  throw new OatsError("busy", `run ${handle}: cancel was requested but the run is not sealed yet${after.state === "unsealed" ? " (its dispatcher is gone: `oats run seal` closes it)" : ""}`, { handle, reason: after.state === "unsealed" ? "run-unsealed" : "run-cancel-pending" });
+}
+
+/**
+ * Close a run whose dispatcher is gone as INTERRUPTED: a torn last line is
+ * cut off (a note says how many bytes), every whole line stays, the footer
+ * says `exit: unknown`, and the record and run-end entry are written as the
+ * dispatcher would have. Processes still in the run's group (verified: the
+ * group leader, if alive, has the start time control.json recorded) are
+ * killed first, so nothing writes to the log after it is sealed.
+ */
+export async function sealInterruptedRun(scope: string, ref: string, options: { evidence?: EvidenceJudge } = {}): Promise<ReadRun> {
+  const realScope = resolveScope(scope);
+  const { handle, dir } = findRun(realScope, ref);
+  const { state, control } = stateOf(dir);
+  if (state === "sealed") throw new OatsError("invalid-input", `run ${handle} is already sealed`, { handle, reason: "run-sealed" });
+  if (state === "running") throw new OatsError("busy", `run ${handle} is still running (dispatcher pid ${control!.dispatcher.pid}); cancel it with \`oats run cancel\``, { handle, reason: "run-running" });
+  if (control!.startAudit === null) throw new OatsError("invalid-input", `run ${handle} never started (no run-start audit entry was written); nothing ran, remove its directory`, { handle, reason: "run-never-started", dir });
+  const notes: string[] = [];
+  const child = control!.child;
+  if (child !== null && (isSameProcess(child) || (groupMembers(child.pid).length > 0 && !isAnotherLeader(child)))) {
+    let killed = 0;
+    for (let round = 0; round < 200 && groupMembers(child.pid).length > 0; round += 1) {
+      killed = Math.max(killed, groupMembers(child.pid).length);
+      try {
+        process.kill(-child.pid, "SIGKILL");
+      } catch {
+        break;
+      }
+      await new Promise((done) => setTimeout(done, 10));
+    }
+    if (killed > 0) notes.push(`${killed} process${killed === 1 ? "" : "es"} of the run's group outlived the dispatcher and were killed at seal`);
+  }
+  const { fd, torn } = openLogForSeal(dir);
+  let lines: number;
+  let last: number;
+  try {
+    const parsed = parseLog(readLogBytes(dir).toString("utf8"));
+    if (parsed.footer.length > 0) throw new OatsError("invalid-artifact-store", `run ${handle} has a footer but no record; it cannot be sealed again`, { handle, reason: "run-damaged" });
+    lines = parsed.lines.length;
+    last = parsed.lines.length > 0 ? Date.parse(parsed.lines.at(-1)!.at.slice(0, 23) + "Z") * 1000 + Number(parsed.lines.at(-1)!.at.slice(23, 26)) : 0;
+  } catch (error) {
+    closeSync(fd);
+    throw error;
+  }
+  if (torn > 0) notes.push(`a torn last line (${torn} bytes without a newline) was cut off`);
+  notes.push("interrupted: the dispatcher ended before the run was sealed; sealed by `oats run seal`");
+  const endedAt = formatStamp(Math.max(Date.now() * 1000, last + 1));
+  await sealRun({ realScope, dir, base: control!.base, startAudit: control!.startAudit, exit: { code: null, signal: null }, result: "INTERRUPTED", lines, notes, endedAt, redactions: [], ...(options.evidence ? { evidence: options.evidence } : {}) }, fd);
+  return readRun(realScope, handle);
+}
+
+/** The group's leader pid is alive but is a different process than the child (the pid was reused): never signal it. */
+function isAnotherLeader(child: { pid: number; start: string }): boolean {
+  return !isSameProcess(child) && groupMembers(child.pid).includes(child.pid);
+}
