@@ -12,9 +12,13 @@ import { verifyTreeWith, type VerifyOptions } from "./verify.js";
 type Ref = { kind?: unknown; key: unknown; integrity: unknown };
 
 /** Every ref verified, failures included, in the order given; `onVerified` counts them as they finish. */
-export function verifyTrees(scope: string, refs: readonly Ref[], options: VerifyOptions & { onVerified?: (done: number, total: number) => void } = {}): Promise<Settled<ArtifactReceipt>[]> {
-  const { onVerified, ...verify } = options;
-  return settleInLanes(refs, (ref, measure) => verifyTreeWith(scope, ref, measure ? { ...(verify.maxDepth === undefined ? {} : { maxDepth: verify.maxDepth }) } : verify, measure), onVerified);
+export function verifyTrees(
+  scope: string,
+  refs: readonly Ref[],
+  options: VerifyOptions & { onVerified?: (done: number, total: number) => void; callerBusy?: boolean } = {},
+): Promise<Settled<ArtifactReceipt>[]> {
+  const { onVerified, callerBusy, ...verify } = options;
+  return settleInLanes(refs, (ref, measure) => verifyTreeWith(scope, ref, measure ? { ...(verify.maxDepth === undefined ? {} : { maxDepth: verify.maxDepth }) } : verify, measure), { ...(onVerified ? { onSettled: onVerified } : {}), ...(callerBusy ? { callerBusy } : {}) });
 }
 
 /**

@@ -112,15 +112,20 @@ export type Settled<R> = { readonly ok: true; readonly value: R } | { readonly o
  * events) and one worker each for the others (a worker's Measure), started only
  * when a lane takes its first item. Every item is run (a failure does not
  * stop the others); the outcomes are in the order of `items`. `onSettled`
- * is called as each finishes, with the number finished so far.
+ * is called as each finishes, with the number finished so far. With
+ * `callerBusy` (the calling thread has its own work meanwhile, e.g. a copy),
+ * every lane is a worker, one fewer than parallelism() (at least one).
  */
 export async function settleInLanes<T, R>(
   items: readonly T[],
   task: (item: T, measure: Measure | undefined) => Promise<R>,
-  onSettled?: (done: number, total: number) => void,
+  options: { onSettled?: (done: number, total: number) => void; callerBusy?: boolean } = {},
 ): Promise<Settled<R>[]> {
+  const { onSettled } = options;
   const results: Settled<R>[] = new Array(items.length);
-  const lanes = Math.min(parallelism(), items.length);
+  const callerBusy = options.callerBusy === true && parallelism() > 1;
+  const lanes = Math.min(callerBusy ? parallelism() - 1 : parallelism(), items.length);
+  const first = callerBusy ? 1 : 0;
   let taken = 0;
   let done = 0;
   const workers: DigestWorker[] = [];
@@ -141,9 +146,9 @@ export async function settleInLanes<T, R>(
     }
   };
   try {
-    // Lane 0 last: the workers' start-up is then under way while the calling thread reads.
-    const running = Array.from({ length: lanes - 1 }, (_, index) => lane(index + 1));
-    running.push(lane(0));
+    // Lane 0 (the calling thread) last: the workers' start-up is then under way while it reads.
+    const running = Array.from({ length: lanes - (first === 0 ? 1 : 0) }, (_, index) => lane(index + 1));
+    if (first === 0 && lanes > 0) running.push(lane(0));
     await Promise.all(running);
   } finally {
     await Promise.all(workers.map((worker) => worker.close()));
