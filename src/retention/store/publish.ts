@@ -12,7 +12,7 @@ import { ManifestBuilder, firstDifference, writeManifest } from "./manifest.js";
 import { EXEC_REVISIONS_DIR, assertContained, stagingName, storeRoot } from "./layout.js";
 import { maskAdoptedModes } from "./modes.js";
 import { mayMatch, newestRevision } from "./kept-candidate.js";
-import { DigestWorker, parallelism, type Measure } from "../parallel/pool.js";
+import { acquireWorker, parallelism, releaseWorker, type Measure } from "../parallel/pool.js";
 import { withRevisionLock } from "./publish-lock.js";
 import { StagingWriter, makeDurable, perFileDurability, removeTree } from "./staging-writer.js";
 
@@ -151,7 +151,7 @@ function place(plan: PublishPlan) {
 async function keptIfPresent(plan: PublishPlan, destination: (value: string) => string): Promise<PublishResult | null> {
   if (!plan.expected || !(await exists(destination(plan.expected)))) return null;
   const dir = destination(plan.expected);
-  const worker = parallelism() > 1 ? new DigestWorker() : null;
+  const worker = parallelism() > 1 ? acquireWorker() : null;
   try {
     // Started first, awaited second; settled so that a refusal waits for the source's verdict.
     const stored = worker ? settle(kept(plan, dir, plan.expected, worker.measure)) : null;
@@ -162,7 +162,7 @@ async function keptIfPresent(plan: PublishPlan, destination: (value: string) => 
     if (!outcome.ok) throw outcome.error;
     return outcome.value;
   } finally {
-    await worker?.close();
+    if (worker) await releaseWorker(worker);
   }
 }
 
@@ -186,7 +186,7 @@ async function settle<T>(promise: Promise<T>): Promise<{ ok: true; value: T } | 
 async function keptIfUnchanged(plan: PublishPlan, parent: string, destination: (value: string) => string): Promise<PublishResult | null> {
   const candidate = newestRevision(parent);
   if (!candidate || !mayMatch(candidate.dir, plan.listing)) return null;
-  const worker = parallelism() > 1 ? new DigestWorker() : null;
+  const worker = parallelism() > 1 ? acquireWorker() : null;
   try {
     const stored = worker ? settle(kept(plan, candidate.dir, candidate.value, worker.measure)) : null;
     const measured = (await digestListing(plan.listing, [plan.nameFormat], digestOptions(plan, "read")))[plan.nameFormat]!;
@@ -198,7 +198,7 @@ async function keptIfUnchanged(plan: PublishPlan, parent: string, destination: (
     }
     return await kept(plan, destination(measured), measured);
   } finally {
-    await worker?.close();
+    if (worker) await releaseWorker(worker);
   }
 }
 
