@@ -94,10 +94,12 @@ try {
   writeFileSync(join(inputs, "classification.yaml"), "schemaVersion: 1\nwings: {demo: internal}\nrepos: {}\ndefaults: [{match: 'client-*', level: confidential}]\nfallback: confidential\nprincipals: {}\n");
   // The run gets only the pinned env and named credentials, so the spec pins PATH (hello.mjs starts with #!/usr/bin/env node).
   const path = [dirname(process.execPath), "/usr/bin", "/bin"].join(":");
+  // A capture runs as root only if its approved composition says so: the demo run as root says so.
+  const privileged = process.geteuid?.() === 0 ? "privileged: true\n" : "";
   const spec = (args) =>
     writeFileSync(
       join(inputs, "capture.yaml"),
-      `name: hello-nightly\nexecutable:\n  capability: demo.hello\n  dir: ${JSON.stringify(resolve(repo, payload))}\n  lock: ${JSON.stringify(resolve(repo, lock))}\n  path: bin/hello.mjs\n  args: ${JSON.stringify(args)}\ntarget: {wing: demo}\nclassification: internal\nclassificationConfig: ./classification.yaml\nenv: {PATH: ${JSON.stringify(path)}}\n`,
+      `name: hello-nightly\nexecutable:\n  capability: demo.hello\n  dir: ${JSON.stringify(resolve(repo, payload))}\n  lock: ${JSON.stringify(resolve(repo, lock))}\n  path: bin/hello.mjs\n  args: ${JSON.stringify(args)}\ntarget: {wing: demo}\nclassification: internal\nclassificationConfig: ./classification.yaml\nenv: {PATH: ${JSON.stringify(path)}}\n${privileged}`,
     );
   spec(["scheduler"]);
   const prepared = oats(["--scope", scopeA, "capture", "prepare", join(inputs, "capture.yaml")], 0, (run) => run.stdout.startsWith("prepared capture hello-nightly"));

@@ -36,6 +36,8 @@ export const ERROR_CODES = {
   "classification-refused": "refused",
   "audit-unavailable": "refused",
   "secret-in-record": "refused",
+  // An OCI registry that cannot be used safely or at all: details.reason says why (unreachable, tls, insecure-remote, redirect-other-host, unauthorized, auth-realm, protocol).
+  "registry-refused": "refused",
   busy: "busy",
   usage: "usage",
   "internal-error": "internal",

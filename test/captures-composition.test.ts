@@ -39,6 +39,7 @@ interface Spec {
   env: Record<string, string>;
   loaderEnv?: string[];
   credentials: string[];
+  privileged?: boolean;
 }
 
 function config(principals: Record<string, string>, wingLevel = "internal"): string {
@@ -66,6 +67,8 @@ async function approvedCapture(policy: RecurrencePolicy = "capture") {
     classificationConfig: "./class.yaml",
     env: { PATH: "/usr/bin:/bin", LOG_LEVEL: "info" },
     credentials: ["API_TOKEN"],
+    // Tests run as root: only a privileged composition may run there (privilege.ts).
+    privileged: true,
   };
   const specPath = join(home, "spec.yaml");
   const write = (value: Spec) => writeFileSync(specPath, stringify(value));
@@ -96,7 +99,7 @@ async function dispatchChanged(change: (spec: Spec) => void, expected: string[])
   assert.notEqual(again.composition.subject.integrity, f.prepared.composition.subject.integrity);
   await addJob(f.scope, { job: "changed", resolution: again.id });
   await assert.rejects(
-    resolveQueuedCapture(f.scope, "changed", { env: { API_TOKEN: "t" } }),
+    resolveQueuedCapture(f.scope, "changed", { env: { API_TOKEN: "tok-1" } }),
     refusedWith("approval-required", (error) => {
       assert.deepEqual(error.details["changes"], expected);
       for (const field of expected) assert.ok(error.message.includes(field), error.message);
@@ -109,7 +112,7 @@ async function dispatchChanged(change: (spec: Spec) => void, expected: string[])
 describe("an approval covers the whole composition", () => {
   test("Given an approved composition, When dispatched, Then it runs, and the plan names the approved composition", async () => {
     const f = await approvedCapture();
-    const plan = await resolveQueuedCapture(f.scope, "nightly", { env: { API_TOKEN: "t" } });
+    const plan = await resolveQueuedCapture(f.scope, "nightly", { env: { API_TOKEN: "tok-1" } });
     assert.deepEqual(plan.composition, f.prepared.composition.subject);
     const run = await runDispatchPlan(plan, { stdio: "pipe" });
     assert.equal(run.code, 0, run.stderr);

@@ -107,6 +107,8 @@ async function fixture(options: FixtureOptions = {}): Promise<Fixture> {
       classificationConfig: "./conf/class.yaml",
       env: { PATH: PINNED_PATH, LOG_LEVEL: "info" },
       credentials: ["API_TOKEN"],
+      // Tests run as root: only a privileged composition may run there (privilege.ts).
+      privileged: true,
     }),
   );
   const prepared = await prepareCapture(scope, specPath);

@@ -837,7 +837,8 @@ describe("dispatch details: resolveQueuedCapture / runDispatchPlan", () => {
       const path = `bin/run${extension}`;
       const fx = fixture({
         entry: { path, body: "process.stdout.write('ran ' + process.argv.slice(2).join(' '));\n", mode: 0o644 },
-        spec: baseSpec({ executable: { tree: "./tool", path, args: ["--fast"] } }),
+        // Tests run as root: only a privileged composition may run there (privilege.ts).
+        spec: baseSpec({ executable: { tree: "./tool", path, args: ["--fast"] }, privileged: true }),
       });
       await queued(fx);
       const plan = await resolveQueuedCapture(fx.scope, "nightly", { env: {} });
@@ -861,13 +862,13 @@ describe("dispatch details: resolveQueuedCapture / runDispatchPlan", () => {
   test("Given a script that prints its environment and exits 7, When the plan runs, Then the exit code passes through and the child sees only the plan's env", async () => {
     const fx = fixture({
       entry: { path: "bin/run", body: "#!/bin/sh\nenv\necho \"args: $*\" >&2\nexit 7\n", mode: 0o755 },
-      spec: baseSpec({ env: { PATH: "/usr/bin:/bin" }, credentials: ["API_TOKEN"] }),
+      spec: baseSpec({ env: { PATH: "/usr/bin:/bin" }, credentials: ["API_TOKEN"], privileged: true }),
     });
     await queued(fx);
     process.env["OATS_UNIT_CANARY"] = "must-not-leak";
     let plan;
     try {
-      plan = await resolveQueuedCapture(fx.scope, "nightly", { env: { API_TOKEN: "t-7", OATS_UNIT_CANARY: "must-not-leak-either" } });
+      plan = await resolveQueuedCapture(fx.scope, "nightly", { env: { API_TOKEN: "t-77", OATS_UNIT_CANARY: "must-not-leak-either" } });
       const run = await runDispatchPlan(plan, { stdio: "pipe" });
       assert.equal(run.code, 7);
       assert.equal(run.stderr, "args: --fast\n");
@@ -881,15 +882,15 @@ describe("dispatch details: resolveQueuedCapture / runDispatchPlan", () => {
       assert.equal(seen["PWD"], plan.run.root);
       delete seen["PWD"];
       const guarded = nodeOptionsWithGuard(undefined, plan.run.guard);
-      assert.deepEqual(seen, { PATH: "/usr/bin:/bin", API_TOKEN: "t-7", NODE_OPTIONS: guarded });
-      assert.deepEqual(plan.env, { PATH: "/usr/bin:/bin", API_TOKEN: "t-7", NODE_OPTIONS: guarded });
+      assert.deepEqual(seen, { PATH: "/usr/bin:/bin", API_TOKEN: "t-77", NODE_OPTIONS: guarded });
+      assert.deepEqual(plan.env, { PATH: "/usr/bin:/bin", API_TOKEN: "t-77", NODE_OPTIONS: guarded });
     } finally {
       delete process.env["OATS_UNIT_CANARY"];
     }
   });
 
   test("Given a plan whose command cannot start, When run, Then invalid-artifact rather than a crash", async () => {
-    const fx = fixture();
+    const fx = fixture({ spec: baseSpec({ privileged: true }) });
     await queued(fx);
     const plan = await resolveQueuedCapture(fx.scope, "nightly", { env: {} });
     const broken = { ...plan, executable: { ...plan.executable, command: join(fx.work, "nowhere") } };

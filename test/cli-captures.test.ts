@@ -83,6 +83,8 @@ function captureFixture(options: FixtureOptions = {}): CaptureFixture {
       classificationConfig: "./class.yaml",
       env: { PATH: "/usr/bin:/bin" },
       credentials: ["API_TOKEN"],
+      // Tests run as root: only a privileged composition may run there (privilege.ts).
+      privileged: true,
     })}\n`,
   );
   const scope = join(dir, "scope");

@@ -86,6 +86,8 @@ async function fixture(options: Options): Promise<Fixture> {
       env: options.env ?? { PATH: `${NODE_DIR}:/usr/bin:/bin` },
       ...(options.env && Object.hasOwn(options.env, "NODE_OPTIONS") ? { loaderEnv: ["NODE_OPTIONS"] } : {}),
       credentials: [],
+      // Tests run as root: only a privileged composition may run there (privilege.ts).
+      privileged: true,
     }),
   );
   const prepared = await prepareCapture(scope, join(home, "spec.yaml"));

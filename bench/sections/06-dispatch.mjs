@@ -33,9 +33,10 @@ async function benchDispatch() {
   mkdirSync(scope, { recursive: true });
   mkdirSync(inputs, { recursive: true });
   writeFileSync(join(inputs, "class.yaml"), "schemaVersion: 1\nwings: {bench: internal}\nrepos: {}\ndefaults: []\nfallback: confidential\nprincipals: {}\n");
+  // As root, only a privileged composition may run (src/captures/privilege.ts).
   writeFileSync(
     join(inputs, "spec.yaml"),
-    `name: bench-capture\nexecutable: {tree: ${JSON.stringify(tree)}, path: bin/run, args: [--bench]}\ntarget: {wing: bench}\nclassification: internal\nclassificationConfig: ./class.yaml\nenv: {PATH: /usr/bin:/bin}\ncredentials: [BENCH_TOKEN]\n`,
+    `name: bench-capture\nexecutable: {tree: ${JSON.stringify(tree)}, path: bin/run, args: [--bench]}\ntarget: {wing: bench}\nclassification: internal\nclassificationConfig: ./class.yaml\nenv: {PATH: /usr/bin:/bin}\ncredentials: [BENCH_TOKEN]\n${process.geteuid?.() === 0 ? "privileged: true\n" : ""}`,
   );
   const prepared = await oats.prepareCapture(scope, join(inputs, "spec.yaml"));
   await oats.approve(scope, prepared.composition.subject, { reason: "bench" });
@@ -48,7 +49,7 @@ async function benchDispatch() {
       name: "dispatch",
       inProcess: true,
       run: async () => {
-        const plan = await oats.resolveQueuedCapture(scope, "bench-job", { env: { BENCH_TOKEN: "x" } });
+        const plan = await oats.resolveQueuedCapture(scope, "bench-job", { env: { BENCH_TOKEN: "bench-token" } });
         await oats.discardDispatchPlan(plan);
         if (plan.verified.length !== 1 || plan.executable.subject.integrity !== prepared.subject.integrity) throw new Error("dispatch did not verify the executable tree");
       },
@@ -57,7 +58,7 @@ async function benchDispatch() {
       name: "exec",
       inProcess: true,
       run: async () => {
-        const plan = await oats.resolveQueuedCapture(scope, "bench-job", { env: { BENCH_TOKEN: "x" } });
+        const plan = await oats.resolveQueuedCapture(scope, "bench-job", { env: { BENCH_TOKEN: "bench-token" } });
         const ran = await oats.runDispatchPlan(plan, { stdio: "pipe" });
         if (ran.code !== 0 || ran.stdout !== "captured\n") throw new Error(`the dispatched entry point failed: ${ran.code} ${ran.stderr}`);
       },

@@ -12,7 +12,7 @@ import { LEVELS } from "./classification.js";
  *   {format, capture, executable: {kind, key, integrity}, entrypoint: {path, args},
  *    env: {NAME: value}, loaderEnv: [NAME], credentials: [NAME],
  *    target: {wing?, repo?}, classification: {declared, config, configPath},
- *    profile}
+ *    profile, privileged?}
  *
  * - `executable.integrity` is the tree's oats.tree-exec.v1 digest (bytes and
  *   owner-exec bits of every file).
@@ -22,6 +22,10 @@ import { LEVELS } from "./classification.js";
  * - `loaderEnv` names the pinned variables that change how an interpreter or
  *   the loader behaves: a spec may pin them only by listing them, and the
  *   approver sees them apart.
+ * - `privileged: true` is present only when the capture may run as root;
+ *   absent, dispatch as uid 0 is refused (privilege.ts). Absent is not
+ *   written as false, so compositions approved before the field existed
+ *   keep their digests.
  *
  * The composition is a pure function of the capture record, and its
  * oats.json.v1 digest is what an operator approves: the approval subject is
@@ -99,6 +103,7 @@ const compositionSchema = z
     target: z.object({ wing: z.string().optional(), repo: z.string().optional() }).strict(),
     classification: z.object({ declared: z.enum(LEVELS), config: digest, configPath: z.string() }).strict(),
     profile: digest.nullable(),
+    privileged: z.literal(true).optional(),
   })
   .strict();
 
@@ -129,6 +134,7 @@ export function compositionOf(record: ResolutionRecord): CaptureComposition {
     target: { ...capture.target },
     classification: { declared: capture.classification.declared, config: capture.classification.config, configPath: capture.classification.configPath },
     profile: capture.profile,
+    ...(capture.privileged === true ? { privileged: true as const } : {}),
   };
 }
 
@@ -166,6 +172,7 @@ export function compositionChanges(approved: CaptureComposition, current: Captur
   keyed("target", approved.target, current.target);
   keyed("classification", approved.classification, current.classification);
   if (!same(approved.profile, current.profile)) changes.push("profile");
+  if (approved.privileged !== current.privileged) changes.push("privileged");
   return changes;
 }
 
@@ -182,5 +189,6 @@ export function compositionSummary(composition: CaptureComposition): string[] {
     `target       ${Object.entries(target).map(([key, value]) => `${key}=${value}`).join(" ") || "(none)"}`,
     `declared     ${classification.declared}; config ${classification.config} at ${classification.configPath}`,
     `profile      ${composition.profile ?? "(none)"}`,
+    ...(composition.privileged === true ? ["privileged   yes: may run as root (uid 0)"] : []),
   ];
 }

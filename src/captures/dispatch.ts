@@ -27,6 +27,10 @@ import { captureSubject, prepareCapture } from "./prepare-capture.js";
 import { guardSpecifier, launcher, nodeOptionsWithGuard } from "./node-guard.js";
 import { readJob } from "./queue.js";
 import { copyVerifiedTree, removeRunCopy, type RunCopy } from "./run-copy.js";
+import { checkEvidencePosture, type EvidencePostureResult } from "../evidence/posture-check.js";
+import { currentEuid, privilegeGate } from "./privilege.js";
+import { evidencePolicy, parseCaptureProfileBytes, type ProfileEvidencePolicy } from "./spec.js";
+import { MIN_CREDENTIAL_LENGTH, credentialValueProblem } from "../evidence/redact.js";
 
 /**
  * resolveQueuedCapture(scope, job): the dispatch plan of a queued capture,
@@ -50,12 +54,26 @@ import { copyVerifiedTree, removeRunCopy, type RunCopy } from "./run-copy.js";
  * 5. classification: effective = strictest of declared, derived from the
  *    pinned config and derived from the current config (if present); a
  *    confidential capture needs a principal that both configs name sovereign;
+ * 5b. with `exec`, the evidence posture (src/evidence/posture.ts): an
+ *    unwritable outbox refuses every tier (`audit-unavailable`), and a
+ *    configured far side that cannot be reached refuses confidential work
+ *    (`classification-refused`); the plan carries it as `delivery`;
+ * 5c. with `exec`, a dispatcher running as root (euid 0) needs a composition
+ *    approved as privileged (privilege.ts);
  * 6. an audit entry for the dispatch, fsync'd; `audit-unavailable` otherwise.
  *
  * The environment of the plan holds the pinned non-secret env and only the
  * credential variables the record names, taken from `options.env` (default:
  * this process's environment) now, plus the Node guard appended to
- * NODE_OPTIONS (node-guard.ts). Nothing else from the caller leaks in.
+ * NODE_OPTIONS (node-guard.ts). Nothing else from the caller leaks in. A
+ * credential value that a run log could not mask (shorter than 4
+ * characters, or with a line break or control character: redact.ts) is
+ * refused (`invalid-input`, naming the variable, never the value).
+ *
+ * The plan carries what the pinned profile asks of the run (`evidence`: the
+ * required evidence classes and redaction patterns), read from the pinned,
+ * hash-checked blob whose digest the approval covers: nothing at run time
+ * changes it.
  *
  * Every dispatch audit entry, allowed or refused, records the harness label
  * and whether it differs from the principal; a label that differs is also a
@@ -75,6 +93,14 @@ export interface DispatchOptions {
   /** Recorded in the audit entry: the caller will run the plan. */
   readonly exec?: boolean;
   readonly lockWaitMs?: number;
+  /**
+   * Where run evidence goes (src/evidence/posture-check.ts): `to` (else
+   * OATS_EVIDENCE_TO in `env`, else none). Checked only when `exec`: the
+   * posture may refuse before anything runs.
+   */
+  readonly delivery?: { readonly to?: string | null; readonly allowSameFilesystem?: boolean };
+  /** The effective uid the child would run as (default: this process's); uid 0 needs a privileged composition. */
+  readonly euid?: number;
 }
 
 export interface DispatchPlan {
@@ -100,7 +126,13 @@ export interface DispatchPlan {
   readonly harness: string | null;
   /** Set when a prepare-on-tick job re-prepared: the resolution the job names. */
   readonly preparedFrom: string | null;
+  /** Whether the approved composition lets the capture run as root. */
+  readonly privileged: boolean;
+  /** From the pinned profile: the evidence classes a run must capture and the redaction patterns. */
+  readonly evidence: ProfileEvidencePolicy;
   readonly audit: { readonly seq: number; readonly hash: string };
+  /** The evidence posture checked at dispatch (exec only; null otherwise): what the sealed record's `delivery` says. */
+  readonly delivery: (EvidencePostureResult & { readonly allowSameFilesystem: boolean }) | null;
   /** Where the plan runs: the private copy of the executable tree that was verified. */
   readonly run: {
     /** The private run directory (0700); removing it removes the copy. */
@@ -233,7 +265,7 @@ export async function resolveQueuedCapture(scope: string, jobId: string, options
       verified.push({ kind: ref.kind, key: ref.key, integrity: integrityText(ref.integrity) });
     }
     const pinnedConfig = parseConfigOnce(readBlob(realScope, capture.classification.config), `pinned classification config ${capture.classification.config}`);
-    if (capture.profile !== null) readBlob(realScope, capture.profile);
+    const profile = capture.profile === null ? null : parseCaptureProfileBytes(readBlob(realScope, capture.profile), `pinned capture profile ${capture.profile}`);
     readBlob(realScope, capture.spec.blob);
     const runCopy = copy ?? (copy = await copyVerifiedTree(realScope, entrypoint.artifact));
     const path = resolveEntrypointIn(runCopy.root, capture.entrypoint, entrypoint);
@@ -255,7 +287,16 @@ export async function resolveQueuedCapture(scope: string, jobId: string, options
     });
     classificationGate({ effective: classification.effective, principal, config: pinnedConfig });
     if (current !== null) classificationGate({ effective: classification.effective, principal, config: current });
+    if (options.exec === true) privilegeGate({ capture: capture.name, privileged: capture.privileged === true, euid: options.euid ?? currentEuid() });
     await harnessEvent();
+
+    // 5b. Evidence posture (exec only): the outbox must be writable, and
+    // confidential work needs its configured far side reachable.
+    const allowSameFilesystem = options.delivery?.allowSameFilesystem === true;
+    const delivery =
+      options.exec === true
+        ? { ...(await checkEvidencePosture(realScope, classification.effective, { to: options.delivery?.to ?? null, env: options.env ?? process.env, allowSameFilesystem })), allowSameFilesystem }
+        : null;
 
     // The environment: pinned values and the named credentials, nothing else.
     const source = options.env ?? process.env;
@@ -267,6 +308,10 @@ export async function resolveQueuedCapture(scope: string, jobId: string, options
       if (ref.kind !== "env") continue;
       const value = Object.hasOwn(source, ref.name) ? source[ref.name] : undefined;
       if (typeof value === "string") {
+        const problem = credentialValueProblem(value);
+        if (problem !== null) {
+          throw new OatsError("invalid-input", `credential ${ref.name} cannot be masked in the run log: its value is ${problem}`, { credential: ref.name, reason: "credential-unmaskable", minLength: MIN_CREDENTIAL_LENGTH });
+        }
         env[ref.name] = value;
         provided.push(ref.name);
       } else {
@@ -291,6 +336,7 @@ export async function resolveQueuedCapture(scope: string, jobId: string, options
           verified: verified.length,
           ...harnessDetails,
           exec: options.exec === true,
+          ...(delivery === null ? {} : { delivery: { posture: delivery.posture, to: delivery.to, farSide: delivery.farSide } }),
           ...(preparedFrom === null ? {} : { preparedFrom }),
         },
       },
@@ -309,7 +355,10 @@ export async function resolveQueuedCapture(scope: string, jobId: string, options
       principal,
       harness,
       preparedFrom,
+      privileged: capture.privileged === true,
+      evidence: evidencePolicy(profile),
       audit: { seq: entry.seq, hash: entry.hash },
+      delivery,
       run: { dir: runCopy.dir, root: runCopy.root, cwd: runCopy.root, guard },
     };
   } catch (error) {
@@ -321,7 +370,8 @@ export async function resolveQueuedCapture(scope: string, jobId: string, options
 }
 
 /**
- * Run a plan: exactly its command, argv and env, from its run copy (the
+ * Run a plan (refused as root unless the plan is privileged: privilege.ts):
+ * exactly its command, argv and env, from its run copy (the
  * working directory is the copy's root), with stdio passed through, never
  * through a shell. Resolves with the child's exit code (128 + signal number
  * when it was killed by a signal). `stdio` may also be spawn's array form,
@@ -332,10 +382,12 @@ export async function resolveQueuedCapture(scope: string, jobId: string, options
  */
 export async function runDispatchPlan(
   plan: DispatchPlan,
-  options: { stdio?: "inherit" | "pipe" | StdioOptions; keep?: boolean } = {},
+  options: { stdio?: "inherit" | "pipe" | StdioOptions; keep?: boolean; euid?: number } = {},
 ): Promise<{ code: number; stdout: string; stderr: string; kept: string | null }> {
   let outcome: { code: number; stdout: string; stderr: string };
   try {
+    // Again here: a plan resolved without `exec` may still be handed to this function.
+    privilegeGate({ capture: plan.composition.key, privileged: plan.privileged, euid: options.euid ?? currentEuid() });
     outcome = await new Promise((resolvePromise, reject) => {
       const child = spawn(plan.executable.command, [...plan.executable.argv], { cwd: plan.run.cwd, env: { ...plan.env }, stdio: options.stdio ?? "inherit", shell: false });
       let stdout = "";

@@ -177,6 +177,7 @@ async function prepareCaptureLeased(scope: string, specInput: LoadedCaptureSpec 
         env: { ...spec.env },
         credentials: spec.credentials.map((name) => ({ kind: "env" as const, name })),
         spec: { path: loaded.path, blob: specBlob },
+        ...(spec.privileged === true ? { privileged: true as const } : {}),
       },
       evidence: [],
       unresolved: [],

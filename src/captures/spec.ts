@@ -6,6 +6,8 @@ import { identifierSchema } from "../retention/ids.js";
 import { entrypointPathSchema } from "../resolution/record.js";
 import { LEVELS } from "./classification.js";
 import { isLoaderEnvName } from "./composition.js";
+import { DEFAULT_REQUIRED_EVIDENCE, EVIDENCE_CLASSES, type EvidenceClass } from "../evidence/evidence-classes.js";
+import { redactPatternsSchema, type RedactPattern } from "../evidence/redact-pattern.js";
 
 /**
  * A capture spec: what an operator asks `oats capture prepare` to pin.
@@ -30,9 +32,17 @@ import { isLoaderEnvName } from "./composition.js";
  *                                         PYTHONPATH, ...): pinned only when listed here
  *   credentials: [API_TOKEN]              optional names of credential variables
  *
+ *   privileged: true                      optional: the capture may run as root (uid 0);
+ *                                         absent or false, dispatch as root is refused
+ *
  * Relative paths resolve against the spec file's directory. The capture
  * profile (also YAML) is `{schemaVersion: 1, requiredArtifactClasses?: [...],
- * retention?: {keepLast?, maxAgeDays?}}`; its exact bytes are pinned.
+ * retention?: {keepLast?, maxAgeDays?}, evidence?: {required: [class...]},
+ * redact?: [{name, pattern, flags?}]}`; its exact bytes are pinned, and its
+ * digest is part of the approved composition. `evidence.required` names the
+ * evidence classes a run record must carry (evidence-classes.ts; all of
+ * them when the profile or the key is absent); `redact` names the patterns
+ * masked in run logs (redact-pattern.ts says which patterns are refused).
  */
 
 export const MAX_SPEC_BYTES = 1 << 20;
@@ -73,6 +83,7 @@ export const specSchema = z
     env: z.record(envName, z.string()).default({}),
     loaderEnv: z.array(envName).default([]),
     credentials: z.array(envName).default([]),
+    privileged: z.boolean().optional(),
   })
   .strict()
   .superRefine((spec, context) => {
@@ -112,11 +123,37 @@ export const profileSchema = z
       .object({ keepLast: z.number().int().min(1).optional(), maxAgeDays: z.number().int().min(1).optional() })
       .strict()
       .optional(),
+    evidence: z
+      .object({
+        required: z.array(z.enum(EVIDENCE_CLASSES)).refine((classes) => new Set(classes).size === classes.length, "an evidence class is listed twice"),
+      })
+      .strict()
+      .optional(),
+    redact: redactPatternsSchema.optional(),
   })
   .strict();
 
 export type CaptureProfile = z.infer<typeof profileSchema>;
 
+
+/** What a pinned profile (or none) asks of a run: the required evidence classes and the redaction patterns. */
+export interface ProfileEvidencePolicy {
+  readonly required: readonly EvidenceClass[];
+  readonly redact: readonly RedactPattern[];
+}
+
+export function evidencePolicy(profile: CaptureProfile | null): ProfileEvidencePolicy {
+  return {
+    required: profile?.evidence === undefined ? [...DEFAULT_REQUIRED_EVIDENCE] : EVIDENCE_CLASSES.filter((name) => profile.evidence!.required.includes(name)),
+    redact: profile?.redact ?? [],
+  };
+}
+
+/** Parse the exact bytes of a pinned profile (read back from its blob at dispatch). */
+export function parseCaptureProfileBytes(bytes: Buffer, origin: string): CaptureProfile {
+  const value = parseYamlText(decodeUtf8(bytes, origin, { profile: origin }), origin, { profile: origin });
+  return parseWith(profileSchema, value, origin, { profile: origin });
+}
 
 /** Validate a spec value; relative paths resolve against `baseDir`. */
 export function parseCaptureSpec(value: unknown, baseDir: string, origin = "capture spec"): CaptureSpec {

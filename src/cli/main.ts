@@ -15,6 +15,8 @@ import { gcCommand } from "./commands/gc.js";
 import { pinCommand, pinsCommand, unpinCommand } from "./commands/pin.js";
 import { repairCommand } from "./commands/repair.js";
 import { importCommand } from "./commands/import.js";
+import { pullCommand } from "./commands/pull.js";
+import { outboxLs, pushCommand } from "./commands/push.js";
 import { instanceShow } from "./commands/instance-show.js";
 import { ls } from "./commands/ls.js";
 import { path } from "./commands/path.js";
@@ -83,6 +85,8 @@ export const COMMANDS: readonly CommandSpec[] = [
   auditHead,
   exportCommand,
   importCommand,
+  pushCommand,
+  pullCommand,
   sourceRetain,
   schema,
   completion,
@@ -91,6 +95,7 @@ export const COMMANDS: readonly CommandSpec[] = [
   unpinCommand,
   pinsCommand,
   repairCommand,
+  outboxLs,
 ];
 
 /** Descriptions of the command groups (`oats resolution --help`). */
@@ -101,6 +106,7 @@ export const GROUPS: Record<string, string> = {
   queue: "queued capture jobs, each naming a capture resolution (add, ls)",
   run: "runs of dispatched captures: the sealed record and stamped log of each (ls, show, verify, cancel, seal)",
   audit: "the hash-chained audit log of the capture flow (show, verify, head)",
+  outbox: "the run-evidence outbox: sealed runs queued for delivery by `oats push` (ls)",
   source: "source trees (souls and others) keyed by their qualified identity (retain)",
 };
 

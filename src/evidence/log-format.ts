@@ -76,7 +76,7 @@ function bad(message: string, line: number): OatsError {
 function parseExit(text: string, line: number): RunExit {
   if (text === "unknown") return { code: null, signal: null };
   const code = /^code (0|[1-9]\d{0,2})$/.exec(text);
-  if (code) return { code: Number(code[1]), signal: null };
+  if (code && Number(code[1]) <= 255) return { code: Number(code[1]), signal: null };
   const signal = /^signal (SIG[A-Z0-9]+)$/.exec(text);
   if (signal) return { code: null, signal: signal[1]! };
   throw bad(`exit status ${JSON.stringify(text)} is not "code N", "signal SIGX" or "unknown"`, line);

@@ -7,7 +7,7 @@ import { resolveScope } from "../retention/store/components.js";
 import { formatStamp, parseLog, type LogLine, type RunExit, type RunResult } from "./log-format.js";
 import type { RunRecord } from "./run-record.js";
 import { CANCEL_FILE } from "./run-exec.js";
-import { openLogForSeal, sealRun, type EvidenceJudge } from "./run-seal.js";
+import { openLogForSeal, sealRun } from "./run-seal.js";
 import { checkRunDir, findRun, groupMembers, isSameProcess, listHandles, readControl, readLogBytes, readRecord, runsRoot, type RunControl } from "./run-store.js";
 
 /**
@@ -54,7 +54,7 @@ export interface RunVerdict {
   readonly record: RunRecord;
 }
 
-function stateOf(dir: string): { state: RunState; control: RunControl | null; sealed: ReturnType<typeof readRecord> } {
+export function stateOf(dir: string): { state: RunState; control: RunControl | null; sealed: ReturnType<typeof readRecord> } {
   checkRunDir(dir);
   const sealed = readRecord(dir);
   if (sealed !== null) return { state: "sealed", control: null, sealed };
@@ -109,6 +109,15 @@ function sameRef(entry: AuditEntry | undefined, ref: { seq: number; hash: string
 export function verifyRun(scope: string, ref: string): RunVerdict {
   const realScope = resolveScope(scope);
   const { handle, dir } = findRun(realScope, ref);
+  const bare = ref.replace(/^oats\.json\.v1:/, "");
+  const verdict = verifySealedRun(realScope, handle, dir, readAudit(realScope).entries);
+  // A full id given must be the id the record hashes to (a prefix found it; the bytes decide).
+  if (bare.startsWith("sha256-") && bare.length === verdict.runId.length && bare !== verdict.runId) throw mismatch(handle, "record", `record hashes to ${verdict.runId}, not ${bare}`);
+  return verdict;
+}
+
+/** verifyRun for one run directory, against audit entries already read (fsck reads them once for every run); null entries skip the audit check. */
+export function verifySealedRun(realScope: string, handle: string, dir: string, entries: readonly AuditEntry[] | null): RunVerdict {
   checkRunDir(dir);
   const sealed = readRecord(dir);
   if (sealed === null) {
@@ -117,7 +126,6 @@ export function verifyRun(scope: string, ref: string): RunVerdict {
     throw new OatsError("invalid-input", `run ${handle} is not sealed${running ? " (it is still running)" : " and its dispatcher is gone"}`, { handle, reason: running ? "run-running" : "run-unsealed" });
   }
   const { record, id } = sealed;
-  if (ref.replace(/^oats\.json\.v1:/, "").length === id.length && ref.replace(/^oats\.json\.v1:/, "") !== id && ref !== handle) throw mismatch(handle, "record", `record hashes to ${id}, not ${ref}`);
   if (record.handle !== handle) throw mismatch(handle, "record", `record names handle ${record.handle}`);
   const bytes = readLogBytes(dir);
   const digest = bytesDigest(bytes);
@@ -126,15 +134,19 @@ export function verifyRun(scope: string, ref: string): RunVerdict {
   if (parsed.lines.length !== record.log.lines || parsed.result !== record.result || parsed.exit?.code !== record.exit.code || parsed.exit?.signal !== record.exit.signal) {
     throw mismatch(handle, "log", "the log's lines or footer disagree with the record");
   }
-  const { entries } = readAudit(realScope);
-  const start = entries[record.startAudit.seq - entries[0]!.seq] ?? entries.find((entry) => entry.seq === record.startAudit.seq);
-  if (!sameRef(start, record.startAudit) || start.action !== "run-start" || start.subject?.["handle"] !== handle) throw mismatch(handle, "audit", `the audit log has no run-start entry seq ${record.startAudit.seq} for this run`);
-  const dispatch = entries.find((entry) => entry.seq === record.dispatchAudit.seq);
-  if (!sameRef(dispatch, record.dispatchAudit) || dispatch.action !== "dispatch" || dispatch.subject?.["job"] !== record.job) throw mismatch(handle, "audit", `the audit log has no dispatch entry seq ${record.dispatchAudit.seq} for job ${record.job}`);
-  const end = entries.find((entry) => entry.action === "run-end" && entry.subject?.["handle"] === handle && entry.details["runId"] === id);
-  const endExit = end?.details["exit"] as RunExit | undefined;
-  if (end === undefined || end.details["result"] !== record.result || endExit?.code !== record.exit.code || endExit?.signal !== record.exit.signal) throw mismatch(handle, "audit", `the audit log has no run-end entry for run ${id} with its exit and result`);
-  return { handle, runId: id, result: record.result, status: record.evidence.status, checks: { record: true, log: true, audit: { start: start.seq, end: end.seq } }, record };
+  let audit = { start: -1, end: -1 };
+  if (entries !== null) {
+    const bySeq = (seq: number) => entries.find((entry) => entry.seq === seq);
+    const start = bySeq(record.startAudit.seq);
+    if (!sameRef(start, record.startAudit) || start.action !== "run-start" || start.subject?.["handle"] !== handle) throw mismatch(handle, "audit", `the audit log has no run-start entry seq ${record.startAudit.seq} for this run`);
+    const dispatch = bySeq(record.dispatchAudit.seq);
+    if (!sameRef(dispatch, record.dispatchAudit) || dispatch.action !== "dispatch" || dispatch.subject?.["job"] !== record.job) throw mismatch(handle, "audit", `the audit log has no dispatch entry seq ${record.dispatchAudit.seq} for job ${record.job}`);
+    const end = entries.find((entry) => entry.action === "run-end" && entry.subject?.["handle"] === handle && entry.details["runId"] === id);
+    const endExit = end?.details["exit"] as RunExit | undefined;
+    if (end === undefined || end.details["result"] !== record.result || endExit?.code !== record.exit.code || endExit?.signal !== record.exit.signal) throw mismatch(handle, "audit", `the audit log has no run-end entry for run ${id} with its exit and result`);
+    audit = { start: start.seq, end: end.seq };
+  }
+  return { handle, runId: id, result: record.result, status: record.evidence.status, checks: { record: true, log: true, audit }, record };
 }
 
 /**
@@ -170,7 +182,7 @@ export async function cancelRun(scope: string, ref: string, options: { waitMs?: 
  * group leader, if alive, has the start time control.json recorded) are
  * killed first, so nothing writes to the log after it is sealed.
  */
-export async function sealInterruptedRun(scope: string, ref: string, options: { evidence?: EvidenceJudge } = {}): Promise<ReadRun> {
+export async function sealInterruptedRun(scope: string, ref: string): Promise<ReadRun> {
   const realScope = resolveScope(scope);
   const { handle, dir } = findRun(realScope, ref);
   const { state, control } = stateOf(dir);
@@ -207,7 +219,7 @@ export async function sealInterruptedRun(scope: string, ref: string, options: { 
   if (torn > 0) notes.push(`a torn last line (${torn} bytes without a newline) was cut off`);
   notes.push("interrupted: the dispatcher ended before the run was sealed; sealed by `oats run seal`");
   const endedAt = formatStamp(Math.max(Date.now() * 1000, last + 1));
-  await sealRun({ realScope, dir, base: control!.base, startAudit: control!.startAudit, exit: { code: null, signal: null }, result: "INTERRUPTED", lines, notes, endedAt, redactions: [], ...(options.evidence ? { evidence: options.evidence } : {}) }, fd);
+  await sealRun({ realScope, dir, base: control!.base, startAudit: control!.startAudit, exit: { code: null, signal: null }, result: "INTERRUPTED", lines, notes, endedAt, redactions: [] }, fd);
   return readRun(realScope, handle);
 }
 

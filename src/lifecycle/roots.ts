@@ -14,6 +14,7 @@ import { readRegularFile } from "../retention/store/files.js";
 import { AGENTS_DIR, retainedTreeDir, type ArtifactRef } from "../retention/store/layout.js";
 import { namesIn } from "../retention/inventory.js";
 import { listPins } from "./pins.js";
+import { checkRunDir, listHandles, readControl, readRecord, strayNames } from "../evidence/run-store.js";
 
 /**
  * gc's roots and what they reach (docs/design/lifecycle.md). Pure reading:
@@ -50,20 +51,29 @@ function addRoot(roots: RootSet, id: string, why: string): void {
 }
 
 /**
- * Run evidence (`.agents/runs/`) has no fixed format yet: every record id
- * written anywhere in it keeps that record. Reading too much is safe;
- * reading too little would not be.
+ * Run evidence (`.agents/runs/`): every run keeps the resolution it ran,
+ * read from its sealed record (record.json, checked: canonical, schema) or,
+ * for a run still open, from its control file. A run whose files cannot be
+ * read refuses the collection. Anything else in the runs store is not a run
+ * but is kept safe all the same: every record id written anywhere in it keeps
+ * that record (reading too much is safe; reading too little would not be).
  */
 function runRoots(realScope: string, roots: RootSet): number {
   if (!inspectStoreAt(realScope, RUNS_DIR).complete) return 0;
-  let files = 0;
+  let runs = 0;
+  for (const handle of listHandles(realScope)) {
+    const dir = join(realScope, ...RUNS_DIR, handle);
+    checkRunDir(dir);
+    const sealed = readRecord(dir);
+    addRoot(roots, sealed === null ? readControl(dir).base.resolution : sealed.record.resolution, `run:${handle}`);
+    runs += 1;
+  }
   const walk = (dir: string): void => {
     for (const name of namesIn(dir)) {
       const path = join(dir, name);
       const stats = lstatSync(path);
       if (stats.isDirectory()) walk(path);
       else if (stats.isFile()) {
-        files += 1;
         const text = readRegularFile(path, {
           limit: MAX_RUN_FILE_BYTES,
           refuse: (failure) => new OatsError("invalid-artifact-store", `run evidence ${path} cannot be read (${failure}); gc cannot tell which records it needs`, { path, reason: failure }),
@@ -72,8 +82,11 @@ function runRoots(realScope: string, roots: RootSet): number {
       }
     }
   };
-  walk(join(realScope, ...RUNS_DIR));
-  return files;
+  for (const name of strayNames(realScope)) {
+    const path = join(realScope, ...RUNS_DIR, name);
+    if (lstatSync(path).isDirectory()) walk(path);
+  }
+  return runs;
 }
 
 export function collectRoots(realScope: string): RootSet {

@@ -157,6 +157,8 @@ export const captureSchema = z
     env: z.record(envNameSchema, z.string()),
     credentials: z.array(credentialRefSchema),
     spec: z.object({ path: z.string().regex(/^\//, "must be absolute"), blob: digestValue }).strict(),
+    /** Present (and true) only when the capture may run as root; absent keeps older records' bytes. */
+    privileged: z.literal(true).optional(),
   })
   .strict()
   .superRefine((capture, context) => {

@@ -15,7 +15,7 @@ import { OatsError, type ErrorCode, type ErrorKind } from "../errors.js";
  * notices alone exit 0.
  */
 
-export const FINDING_CLASSES = ["revisions", "records", "blobs", "instances", "jobs", "pins", "approvals", "audit", "manifests", "staging", "leases", "run-copies", "quarantine", "unknown"] as const;
+export const FINDING_CLASSES = ["revisions", "records", "blobs", "instances", "jobs", "pins", "approvals", "audit", "manifests", "staging", "leases", "run-copies", "runs", "quarantine", "unknown"] as const;
 export type FindingClass = (typeof FINDING_CLASSES)[number];
 
 export type FindingKind = ErrorKind | "notice";

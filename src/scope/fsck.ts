@@ -4,6 +4,7 @@ import { resolveScope } from "../retention/store/components.js";
 import { FINDING_CLASSES, findingOf, guarded, mostSerious, notice, type Finding, type FindingClass } from "./findings.js";
 import { checkChains } from "./fsck-chains.js";
 import { checkLeases, checkPins, checkQuarantine, checkRunCopies, isRunCopy } from "./fsck-lifecycle.js";
+import { checkRuns } from "./fsck-runs.js";
 import { checkBlobs, checkInstances, checkJobs, checkRecords, revisionKey } from "./fsck-stores.js";
 
 /**
@@ -29,6 +30,8 @@ export interface ScopeFsckCounts {
   readonly pins: number;
   /** Trees repair moved into `.agents/quarantine/` (each one is also a notice). */
   readonly quarantine: number;
+  /** Run directories under `.agents/runs/` (sealed ones verified). */
+  readonly runs: number;
   /** Entries of the approvals ledger and of the audit log (up to the first broken link). */
   readonly approvals: number;
   readonly audit: number;
@@ -113,7 +116,8 @@ async function checkStores(realScope: string, revisions: ReadonlySet<string>, fi
   const quarantine = checkQuarantine(realScope, findings);
   await yieldToIo();
   const { approvals, audit } = checkChains(realScope, findings);
-  return { records: records.checked, blobs: blobs.checked, instances, jobs, pins, quarantine, approvals, audit };
+  const runs = checkRuns(realScope, findings);
+  return { records: records.checked, blobs: blobs.checked, instances, jobs, pins, quarantine, runs, approvals, audit };
 }
 
 /** Let pending I/O callbacks (the revision verification's reads) run. */

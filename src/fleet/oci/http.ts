@@ -1,0 +1,181 @@
+import http from "node:http";
+import https from "node:https";
+import { Readable } from "node:stream";
+import { OatsError, errnoCode } from "../../errors.js";
+import { isLoopbackHost } from "./reference.js";
+
+/**
+ * One HTTP exchange with a registry, nothing more: no auth, no redirects.
+ * The trust rules that hold for every hop live here so no caller can skip
+ * them: HTTPS with the system CA store, plain HTTP only to a loopback host,
+ * and every network failure turned into a typed refusal that names the host
+ * and never a header (headers may carry credentials).
+ */
+
+export type Method = "GET" | "HEAD" | "POST" | "PUT" | "PATCH" | "DELETE";
+
+export interface Exchange {
+  readonly method: Method;
+  readonly url: URL;
+  readonly headers?: Record<string, string>;
+  /** Made afresh for each send, so a request can be repeated after an auth challenge. */
+  readonly body?: () => Buffer | Readable;
+}
+
+export interface TransportOptions {
+  /** Milliseconds without any socket activity before the exchange is abandoned. */
+  readonly idleTimeoutMs?: number;
+}
+
+const TLS_CODES = /^(ERR_TLS_|ERR_SSL_|EPROTO$|CERT_|UNABLE_TO_|DEPTH_ZERO_SELF_SIGNED_CERT$|SELF_SIGNED_CERT_IN_CHAIN$|ERR_OSSL_|HOSTNAME_MISMATCH$)/;
+const LOST_CODES = new Set(["ECONNRESET", "EPIPE", "ECONNABORTED", "ERR_STREAM_PREMATURE_CLOSE", "UND_ERR_SOCKET"]);
+
+export function registryRefusal(reason: string, message: string, details: Record<string, unknown> = {}, cause?: unknown): OatsError {
+  return new OatsError("registry-refused", message, { reason, ...details }, cause === undefined ? undefined : { cause: stripCause(cause) });
+}
+
+/** A cause without request objects: a ClientRequest error may hold the headers we sent. */
+function stripCause(cause: unknown): unknown {
+  if (!(cause instanceof Error)) return undefined;
+  const plain = new Error(cause.message);
+  const code = errnoCode(cause);
+  if (code) (plain as Error & { code?: string }).code = code;
+  return plain;
+}
+
+/** The origin rule: https anywhere, http only to loopback. */
+export function checkOrigin(url: URL): void {
+  if (url.protocol === "https:") return;
+  if (url.protocol === "http:" && isLoopbackHost(url.hostname)) return;
+  throw registryRefusal(
+    "insecure-remote",
+    `refusing plain HTTP to ${url.host}: only loopback registries (127.0.0.0/8, ::1, localhost) may be used without TLS`,
+    { host: url.host, protocol: url.protocol.replace(/:$/, "") },
+  );
+}
+
+/** True when the failure is a connection lost mid-exchange (a resumable upload may retry). */
+export function isConnectionLost(error: unknown): boolean {
+  return error instanceof OatsError && error.code === "registry-refused" && error.details["reason"] === "connection-lost";
+}
+
+export function classifyNetworkError(error: unknown, url: URL): OatsError {
+  if (error instanceof OatsError) return error;
+  const code = errnoCode(error) ?? "";
+  const host = url.host;
+  if (TLS_CODES.test(code) || /certificate|ssl|tls/i.test(error instanceof Error ? error.message : "")) {
+    return registryRefusal("tls", `the TLS connection to ${host} failed (${code || "handshake"}); the registry's certificate must verify against the system CA store`, { host, errno: code }, error);
+  }
+  if (LOST_CODES.has(code) || /socket hang up|aborted/i.test(error instanceof Error ? error.message : "")) {
+    return registryRefusal("connection-lost", `the connection to ${host} was lost mid-exchange`, { host, errno: code || "ECONNRESET" }, error);
+  }
+  return registryRefusal("unreachable", `the registry at ${host} cannot be reached (${code || "network error"})`, { host, errno: code }, error);
+}
+
+const agents = {
+  http: new http.Agent({ keepAlive: true, maxSockets: 8 }),
+  https: new https.Agent({ keepAlive: true, maxSockets: 8 }),
+};
+
+/** Send one exchange and resolve with the response head; the body is the caller's to read or drain. */
+export function send(exchange: Exchange, options: TransportOptions = {}): Promise<http.IncomingMessage> {
+  const { url } = exchange;
+  checkOrigin(url);
+  const secure = url.protocol === "https:";
+  const body = exchange.body?.();
+  const headers: Record<string, string> = { "user-agent": "oats-retention", ...exchange.headers };
+  if (Buffer.isBuffer(body)) headers["content-length"] = String(body.length);
+  else if (body === undefined && (exchange.method === "PUT" || exchange.method === "POST" || exchange.method === "PATCH")) headers["content-length"] = "0";
+  return new Promise((resolve, reject) => {
+    let settled = false;
+    const fail = (error: unknown): void => {
+      if (settled) return;
+      settled = true;
+      if (body instanceof Readable) body.destroy();
+      reject(classifyNetworkError(error, url));
+    };
+    const request = (secure ? https : http).request(
+      url,
+      {
+        method: exchange.method,
+        headers,
+        agent: secure ? agents.https : agents.http,
+        // Node's default: system CAs plus its bundle; never relaxed here.
+        rejectUnauthorized: true,
+      },
+      (response) => {
+        if (settled) {
+          response.resume();
+          return;
+        }
+        settled = true;
+        resolve(response);
+      },
+    );
+    request.setTimeout(options.idleTimeoutMs ?? 60_000, () => request.destroy(Object.assign(new Error("idle timeout"), { code: "ETIMEDOUT" })));
+    request.on("error", fail);
+    if (body instanceof Readable) {
+      body.on("error", (error) => {
+        request.destroy();
+        if (!settled) {
+          settled = true;
+          reject(error instanceof OatsError ? error : new OatsError("internal-error", `reading the upload source failed: ${error.message}`, { step: "upload-source", errno: errnoCode(error) }));
+        }
+      });
+      body.pipe(request);
+    } else {
+      request.end(body);
+    }
+  });
+}
+
+/** Read a whole response body of at most `limit` bytes; a longer one is refused as `tooLarge()` says. */
+export async function readBody(response: http.IncomingMessage, limit: number, tooLarge: () => OatsError): Promise<Buffer> {
+  const declared = Number(response.headers["content-length"]);
+  if (Number.isFinite(declared) && declared > limit) {
+    response.destroy();
+    throw tooLarge();
+  }
+  const chunks: Buffer[] = [];
+  let total = 0;
+  try {
+    for await (const chunk of response) {
+      total += (chunk as Buffer).length;
+      if (total > limit) {
+        response.destroy();
+        throw tooLarge();
+      }
+      chunks.push(chunk as Buffer);
+    }
+  } catch (error) {
+    if (error instanceof OatsError) throw error;
+    throw classifyNetworkError(error, new URL(`http://${(response as unknown as { req?: { host?: string } }).req?.host ?? "registry"}`));
+  }
+  return Buffer.concat(chunks);
+}
+
+/** Discard a body we do not need, so the socket returns to the pool. */
+export function drain(response: http.IncomingMessage): Promise<void> {
+  return new Promise((resolve) => {
+    response.on("end", resolve).on("error", () => resolve()).on("close", resolve);
+    response.resume();
+  });
+}
+
+/**
+ * The registry's error codes from a distribution-spec error body, only as
+ * bare codes: a hostile registry could echo our request (credentials
+ * included) into `message` or `detail`, so neither is ever repeated.
+ */
+export function registryErrorCodes(body: Buffer): string[] {
+  try {
+    const parsed = JSON.parse(body.toString("utf8")) as { errors?: Array<{ code?: unknown }> };
+    if (!Array.isArray(parsed.errors)) return [];
+    return parsed.errors
+      .map((entry) => entry?.code)
+      .filter((code): code is string => typeof code === "string" && /^[A-Z_]{1,64}$/.test(code))
+      .slice(0, 8);
+  } catch {
+    return [];
+  }
+}

@@ -1,0 +1,208 @@
+import { createReadStream } from "node:fs";
+import type { IncomingMessage } from "node:http";
+import { Readable } from "node:stream";
+import { OatsError } from "../../errors.js";
+import { checkDigest } from "./blobs.js";
+import { drain, isConnectionLost, readBody, registryErrorCodes, registryRefusal } from "./http.js";
+import type { RegistrySession } from "./session.js";
+
+/**
+ * Uploading blobs (distribution spec "pushing blobs"): POST opens a session,
+ * then either one PUT ?digest= with the whole body (monolithic) or PATCHes
+ * with Content-Range followed by an empty PUT ?digest= (chunked). A
+ * connection lost mid-upload is resumed: GET on the session's URL says how
+ * many bytes the registry holds and we continue from there; if the session
+ * is gone or its state is ambiguous, the upload restarts from a new POST.
+ * The registry's answer (Docker-Content-Digest, Location) must name the
+ * digest we sent, or the upload is an integrity-mismatch.
+ */
+
+export interface BlobSource {
+  readonly digest: string;
+  readonly size: number;
+  /** The bytes [start, end) afresh; called again for each retry. */
+  open(start: number, end: number): Readable;
+}
+
+export function bufferSource(bytes: Buffer, digest: string): BlobSource {
+  return { digest, size: bytes.length, open: (start, end) => Readable.from([bytes.subarray(start, end)]) };
+}
+
+export function fileSource(path: string, digest: string, size: number): BlobSource {
+  return { digest, size, open: (start, end) => (end > start ? createReadStream(path, { start, end: end - 1 }) : Readable.from([])) };
+}
+
+export interface UploadOptions {
+  /** Bytes per PATCH; a blob no larger than this goes up in one PUT (default 32 MiB). */
+  readonly chunkSize?: number;
+  /** Force chunked uploads even for small blobs. */
+  readonly chunked?: boolean;
+  /** Connection losses survived per blob (default 5). */
+  readonly retries?: number;
+}
+
+export interface UploadResult {
+  readonly digest: string;
+  readonly size: number;
+  /** How often a lost connection was resumed from the registry's offset, and how often the upload started over. */
+  readonly resumed: number;
+  readonly restarted: number;
+}
+
+const DEFAULT_CHUNK = 32 * 1024 * 1024;
+
+async function openSession(session: RegistrySession): Promise<URL> {
+  const url = session.url("blobs/uploads/");
+  const response = await session.request({ method: "POST", url });
+  const body = await readBody(response, 65536, () => session.unexpected(response, "POST of an upload"));
+  if (response.statusCode !== 202) throw session.unexpected(response, "POST of an upload", registryErrorCodes(body));
+  return session.sameOrigin(response.headers.location, url, "an upload session");
+}
+
+/** The registry's count of bytes received, from `Range: 0-<last>`; null when the answer is ambiguous (distribution says 0-0 for both 0 and 1 byte). */
+function offsetOf(response: IncomingMessage): number | null {
+  const match = /^0-(\d+)$/.exec(String(response.headers.range ?? ""));
+  if (!match) return null;
+  const last = Number(match[1]);
+  return last === 0 ? null : last + 1;
+}
+
+async function uploadStatus(session: RegistrySession, location: URL): Promise<{ location: URL; offset: number } | null> {
+  try {
+    const response = await session.request({ method: "GET", url: location });
+    await drain(response);
+    if (response.statusCode !== 204) return null;
+    const offset = offsetOf(response);
+    if (offset === null) return null;
+    return { location: session.sameOrigin(response.headers.location ?? location.href, location, "an upload status"), offset };
+  } catch (error) {
+    if (isConnectionLost(error)) return null;
+    throw error;
+  }
+}
+
+function checkAnswer(session: RegistrySession, response: IncomingMessage, digest: string, location: URL): void {
+  const answered = response.headers["docker-content-digest"];
+  if (typeof answered === "string" && answered !== digest) {
+    throw new OatsError("integrity-mismatch", `${session.host} stored the blob as ${answered}, not the ${digest} that was sent`, { host: session.host, expected: digest, actual: answered });
+  }
+  const where = response.headers.location;
+  if (where) {
+    const last = decodeURIComponent(session.sameOrigin(where, location, "the uploaded blob").pathname.split("/").pop() ?? "");
+    if (/^[a-z0-9]+:[a-f0-9]+$/.test(last) && last !== digest) {
+      throw new OatsError("integrity-mismatch", `${session.host} placed the uploaded blob at ${last}, not at the ${digest} that was sent`, { host: session.host, expected: digest, actual: last });
+    }
+  }
+}
+
+async function finish(session: RegistrySession, location: URL, source: BlobSource, from: number | null): Promise<void> {
+  const url = new URL(location);
+  url.searchParams.set("digest", source.digest);
+  const withBody = from !== null && from < source.size;
+  const response = await session.request({
+    method: "PUT",
+    url,
+    headers: withBody ? { "content-type": "application/octet-stream", "content-length": String(source.size - from) } : {},
+    ...(withBody ? { body: () => source.open(from, source.size) } : {}),
+  });
+  const body = await readBody(response, 65536, () => session.unexpected(response, "PUT of a blob"));
+  if (response.statusCode !== 201) {
+    const codes = registryErrorCodes(body);
+    if (codes.includes("DIGEST_INVALID") || codes.includes("SIZE_INVALID")) {
+      throw new OatsError("integrity-mismatch", `${session.host} received bytes that are not ${source.digest}`, { host: session.host, expected: source.digest, registryErrors: codes });
+    }
+    throw session.unexpected(response, "PUT of a blob", codes);
+  }
+  checkAnswer(session, response, source.digest, location);
+}
+
+async function patch(session: RegistrySession, location: URL, source: BlobSource, start: number, end: number): Promise<URL> {
+  const response = await session.request({
+    method: "PATCH",
+    url: location,
+    headers: { "content-type": "application/octet-stream", "content-range": `${start}-${end - 1}`, "content-length": String(end - start) },
+    body: () => source.open(start, end),
+  });
+  const body = await readBody(response, 65536, () => session.unexpected(response, "PATCH of a blob"));
+  if (response.statusCode !== 202) throw session.unexpected(response, "PATCH of a blob", registryErrorCodes(body));
+  const offset = offsetOf(response);
+  if (offset !== null && offset !== end) {
+    throw registryRefusal("protocol", `${session.host} holds ${offset} bytes of the upload after a PATCH up to ${end}`, { host: session.host, expected: end, actual: offset });
+  }
+  return session.sameOrigin(response.headers.location ?? location.href, location, "an upload session");
+}
+
+export async function putBlob(session: RegistrySession, source: BlobSource, options: UploadOptions = {}): Promise<UploadResult> {
+  checkDigest(source.digest);
+  if (!Number.isSafeInteger(source.size) || source.size < 0) throw new OatsError("invalid-input", "a blob size is a non-negative integer", { size: source.size });
+  const chunkSize = Math.max(1, options.chunkSize ?? DEFAULT_CHUNK);
+  const chunked = options.chunked === true || source.size > chunkSize;
+  let retries = options.retries ?? 5;
+  let resumed = 0;
+  let restarted = 0;
+  let location: URL | null = null;
+  let offset = 0;
+  // Set after a resume until the next PATCH or PUT lands: a registry that reported an offset and then refuses to continue from it gets one clean restart.
+  let resuming = false;
+  for (;;) {
+    try {
+      location ??= await openSession(session);
+      if (!chunked) {
+        await finish(session, location, source, 0);
+      } else {
+        while (offset < source.size) {
+          const end = Math.min(source.size, offset + chunkSize);
+          location = await patch(session, location, source, offset, end);
+          offset = end;
+          resuming = false;
+        }
+        await finish(session, location, source, null);
+      }
+      return { digest: source.digest, size: source.size, resumed, restarted };
+    } catch (error) {
+      const refusedResume = resuming && error instanceof OatsError && error.code === "registry-refused" && error.details["reason"] === "protocol";
+      resuming = false;
+      if (!(isConnectionLost(error) || refusedResume) || retries-- <= 0) throw error;
+      const status: { location: URL; offset: number } | null = chunked && location && !refusedResume ? await uploadStatus(session, location) : null;
+      if (status && status.offset <= source.size) {
+        location = status.location;
+        offset = status.offset;
+        resumed++;
+        resuming = true;
+      } else {
+        if (location) await cancel(session, location);
+        location = null;
+        offset = 0;
+        restarted++;
+      }
+    }
+  }
+}
+
+/** Abandon an upload session; failures are ignored (the registry expires it anyway). */
+async function cancel(session: RegistrySession, location: URL): Promise<void> {
+  try {
+    await drain(await session.request({ method: "DELETE", url: location }));
+  } catch {
+    // best effort
+  }
+}
+
+/** Ask the registry to link a blob it holds in `from` into this repository; false when it did not (then upload it). */
+export async function mountBlob(session: RegistrySession, digest: string, from: string): Promise<boolean> {
+  checkDigest(digest);
+  const url = session.url("blobs/uploads/");
+  url.searchParams.set("mount", digest);
+  url.searchParams.set("from", from);
+  const response = await session.request({ method: "POST", url });
+  const body = await readBody(response, 65536, () => session.unexpected(response, "a blob mount"));
+  if (response.statusCode === 201) {
+    checkAnswer(session, response, digest, url);
+    return true;
+  }
+  if (response.statusCode === 202) {
+    await cancel(session, session.sameOrigin(response.headers.location, url, "an upload session"));
+    return false;
+  }
+  throw session.unexpected(response, "a blob mount", registryErrorCodes(body));
+}

@@ -1,0 +1,39 @@
+import { join } from "node:path";
+import { readAudit, type AuditEntry } from "../captures/audit.js";
+import { stateOf, verifySealedRun } from "../evidence/run-api.js";
+import { RUNS_STORE, listHandles, runsRoot, strayNames } from "../evidence/run-store.js";
+import { guarded, notice, type Finding } from "./findings.js";
+
+/**
+ * Run evidence (`.agents/runs/`): every sealed run is verified as `oats run
+ * verify` does (record digest, log digest, audit cross-reference, the audit
+ * log read once for all runs); an unsealed run whose dispatcher is gone is
+ * reported (a notice naming `oats run seal`); a running run is left alone;
+ * anything else in the store is a notice. Nothing is written.
+ */
+export function checkRuns(realScope: string, findings: Finding[]): number {
+  let checked = 0;
+  guarded(findings, "runs", RUNS_STORE.join("/"), () => {
+    const handles = listHandles(realScope);
+    for (const name of strayNames(realScope)) findings.push(notice("runs", join(runsRoot(realScope), name), "not a run directory; left alone"));
+    if (handles.length === 0) return;
+    let entries: AuditEntry[] | null;
+    try {
+      entries = readAudit(realScope).entries;
+    } catch {
+      entries = null; // a broken audit chain is the audit class's finding; runs are still checked without it
+    }
+    for (const handle of handles) {
+      checked += 1;
+      const dir = join(runsRoot(realScope), handle);
+      guarded(findings, "runs", handle, () => {
+        const { state, control } = stateOf(dir);
+        if (state === "sealed") verifySealedRun(realScope, handle, dir, entries);
+        else if (state === "unsealed") {
+          findings.push({ ...notice("runs", dir, `an unsealed run whose dispatcher (pid ${control!.dispatcher.pid}) is gone; \`oats run seal ${handle}\` closes it as INTERRUPTED, keeping its lines`), subject: handle, details: { handle, reason: "run-unsealed" } });
+        }
+      });
+    }
+  });
+  return checked;
+}

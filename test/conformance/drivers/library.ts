@@ -1,0 +1,249 @@
+/**
+ * The library driver: the suite through the API exported from src/index.ts,
+ * in this process. Preparing goes through prepareCapture, approve and
+ * addJob; dispatch through resolveQueuedCapture and the evidence run; the
+ * far side through pushEvidence and readDelivered.
+ *
+ * The dispatcher is this process: SIGINT/SIGTERM "to the dispatcher" are
+ * the library's equivalent, an abort of the run's AbortSignal (the CLI
+ * wires its signal handlers to exactly that; the CLI driver sends real
+ * signals).
+ */
+import { chmodSync, readFileSync, statSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { Writable } from "node:stream";
+import {
+  addJob,
+  approve,
+  cancelRun,
+  isOatsError,
+  listRuns,
+  prepareCapture,
+  readRun,
+  resolveQueuedCapture,
+  revoke,
+  runDispatchPlanWithEvidence,
+  verifyRun,
+  type PrepareCaptureResult,
+} from "../../../src/index.js";
+import * as oats from "../../../src/index.js";
+import { makeUnwritable } from "../../support/unwritable.js";
+import { DriverRefusal, type CancelVia, type CaptureRequest, type DeliveredRun, type DispatchOutcome, type Driver, type DriverScope, type ExitStatus, type FarSide, type QueuedCapture, type RunningDispatch, type RunResult, type RunView, type Spoil, type Transport } from "../driver.js";
+import { writeCaptureFiles } from "./capture-files.js";
+
+/** Delivery (helper out's push and far-side reader), reached by name until src/index.ts exports it. */
+interface Delivery {
+  pushEvidence(scope: string, options: { to: string }): Promise<{ delivered: ReadonlyArray<{ runId: string }> }>;
+  readDelivered(to: string, runId: string): Promise<Map<string, Buffer> | null>;
+}
+const delivery = oats as unknown as Partial<Delivery>;
+/** Why far-side delivery cannot be driven yet, or null when it can. */
+export const DELIVERY_MISSING: string | null =
+  typeof delivery.pushEvidence === "function" && typeof delivery.readDelivered === "function" ? null : "pushEvidence and readDelivered are not exported by src/index.ts (evidence delivery is not merged yet)";
+
+/** What the child printed, as the operator's terminal got it (before anything was stripped or masked). */
+export interface RawOutput {
+  stdout: string;
+  stderr: string;
+}
+
+function collector(): { stream: Writable; text: () => string } {
+  const chunks: Buffer[] = [];
+  const stream = new Writable({
+    write(chunk: Buffer, _encoding, done) {
+      chunks.push(Buffer.from(chunk));
+      done();
+    },
+  });
+  return { stream, text: () => Buffer.concat(chunks).toString("utf8") };
+}
+
+/** An OatsError on the way to a queued capture is the driver's typed refusal. */
+async function refusals<T>(body: () => Promise<T>): Promise<T> {
+  try {
+    return await body();
+  } catch (error) {
+    if (isOatsError(error)) throw new DriverRefusal(error.code, error.message);
+    throw error;
+  }
+}
+
+/** The effective uid the library is told the dispatcher has when the suite does not ask for uid 0. */
+export const ORDINARY_EUID = 65534;
+
+const sleep = (ms: number) => new Promise<void>((done) => setTimeout(done, ms));
+
+/** A file inside a retained (read-only) revision directory, changed as a writer outside oats would. */
+function writeRetained(path: string, change: (path: string) => void): void {
+  const dir = join(path, "..");
+  const dirMode = statSync(dir).mode & 0o7777;
+  const mode = statSync(path).mode & 0o7777;
+  chmodSync(dir, dirMode | 0o200);
+  chmodSync(path, mode | 0o200);
+  change(path);
+  chmodSync(path, mode);
+  chmodSync(dir, dirMode);
+}
+
+export function runViewOf(run: { handle: string; dir: string; runId: string | null; record: unknown; lines: readonly { at: string; stream: "out" | "err"; text: string }[]; footer: readonly string[] }): RunView {
+  const record = run.record as (Record<string, any> & { exit: ExitStatus; result: RunResult }) | null;
+  return {
+    handle: run.handle,
+    runId: run.runId,
+    lines: run.lines.map((line) => ({ at: line.at, stream: line.stream, text: line.text })),
+    footer: run.footer.map((line) => line.replace(/^# /, "")),
+    exit: record === null ? null : { code: record.exit.code, signal: record.exit.signal },
+    result: record === null ? null : record.result,
+    record,
+    logPath: join(run.dir, "log"),
+  };
+}
+
+export class LibraryScope implements DriverScope {
+  private readonly prepared = new Map<string, { prepared: PrepareCaptureResult; files: ReturnType<typeof writeCaptureFiles> }>();
+  /** Raw output by run id (for the mutant driver: what the terminal got). */
+  readonly raw = new Map<string, RawOutput>();
+
+  constructor(readonly dir: string) {}
+
+  async queue(request: CaptureRequest): Promise<QueuedCapture> {
+    return refusals(async () => {
+      const files = writeCaptureFiles(join(this.dir, "..", `${request.name}.home`), request);
+      const prepared = await prepareCapture(this.dir, files.spec);
+      if (request.approve !== false) await approve(this.dir, prepared.composition.subject, { reason: "conformance suite" });
+      await addJob(this.dir, { job: request.name, resolution: prepared.id });
+      this.prepared.set(request.name, { prepared, files });
+      return { name: request.name, job: request.name, request };
+    });
+  }
+
+  async spoil(capture: QueuedCapture, how: Spoil): Promise<QueuedCapture> {
+    const known = this.prepared.get(capture.name);
+    if (known === undefined) throw new Error(`capture ${capture.name} was not queued by this scope`);
+    if (how === "revoke") {
+      await revoke(this.dir, known.prepared.composition.subject, { reason: "conformance suite: revoked" });
+      return capture;
+    }
+    if (how === "tamper") {
+      writeRetained(join(known.prepared.retained.dir, known.files.entry), (path) => writeFileSync(path, `${readFileSync(path, "utf8")}\necho tampered\n`));
+      return capture;
+    }
+    // mismatch: the same capture re-prepared with another pinned env value, queued as a new job.
+    const files = writeCaptureFiles(join(this.dir, "..", `${capture.name}.mismatch`), capture.request, { envExtra: { CONFORMANCE_CHANGED: "1" } });
+    const prepared = await prepareCapture(this.dir, files.spec);
+    const job = `${capture.name}-changed`;
+    await addJob(this.dir, { job, resolution: prepared.id });
+    return { ...capture, job };
+  }
+
+  async withAuditUnavailable<T>(body: () => Promise<T>): Promise<T> {
+    const auditDir = join(this.dir, ".agents", "audit");
+    const { probe, restore } = makeUnwritable(auditDir, join(auditDir, "audit.jsonl"));
+    try {
+      let refused = false;
+      try {
+        probe();
+      } catch {
+        refused = true;
+      }
+      if (!refused) throw new Error("the audit directory still accepts writes");
+      return await body();
+    } finally {
+      restore();
+    }
+  }
+
+  dispatch(capture: QueuedCapture, options: { uid0?: boolean } = {}): RunningDispatch {
+    const abort = new AbortController();
+    const before = new Set(listRuns(this.dir).map((run) => run.handle));
+    const stdout = collector();
+    const stderr = collector();
+    let ended = false;
+    const done = (async (): Promise<DispatchOutcome> => {
+      try {
+        let plan;
+        try {
+          plan = await resolveQueuedCapture(this.dir, capture.job, { exec: true, env: { ...capture.request.credentials }, euid: options.uid0 === true ? 0 : ORDINARY_EUID });
+        } catch (error) {
+          if (isOatsError(error)) return { kind: "refused", code: error.code, message: error.message };
+          throw error;
+        }
+        try {
+          const run = await runDispatchPlanWithEvidence(this.dir, plan, { output: { stdout: stdout.stream, stderr: stderr.stream }, signal: abort.signal });
+          this.raw.set(run.runId, { stdout: stdout.text(), stderr: stderr.text() });
+          return { kind: "ran", runId: run.runId, handle: run.handle, exit: { code: run.exit.code, signal: run.exit.signal }, exitCode: run.exitCode, result: run.result };
+        } catch (error) {
+          if (isOatsError(error)) return { kind: "refused", code: error.code, message: error.message };
+          throw error;
+        }
+      } finally {
+        ended = true;
+      }
+    })();
+    const handle = async (): Promise<string> => {
+      for (;;) {
+        const mine = listRuns(this.dir).find((run) => !before.has(run.handle) && run.job === capture.job);
+        if (mine !== undefined) return mine.handle;
+        if (ended) throw new Error(`the dispatch of ${capture.job} ended without a run: ${JSON.stringify(await done)}`);
+        await sleep(20);
+      }
+    };
+    return {
+      done,
+      logPath: async () => join(this.dir, ".agents", "runs", await handle(), "log"),
+      cancel: async (via: CancelVia) => {
+        if (via === "command") await cancelRun(this.dir, await handle());
+        else abort.abort(new Error(`${via} to the dispatcher`));
+      },
+    };
+  }
+
+  async listRuns() {
+    return listRuns(this.dir).map((run) => ({ handle: run.handle, runId: run.runId, result: run.result }));
+  }
+
+  async readRun(ref: string): Promise<RunView> {
+    return runViewOf(readRun(this.dir, ref));
+  }
+
+  async verifyRun(ref: string) {
+    try {
+      const verdict = verifyRun(this.dir, ref);
+      return { ok: verdict.status === "complete", detail: `${verdict.result} ${verdict.status}` };
+    } catch (error) {
+      return { ok: false, detail: (error as Error).message };
+    }
+  }
+
+  async push(far: FarSide) {
+    const result = await delivery.pushEvidence!(this.dir, { to: far.to });
+    return { delivered: result.delivered.map((entry) => entry.runId) };
+  }
+
+  readDelivered(far: FarSide, runId: string) {
+    return readDeliveredRun(far, runId);
+  }
+}
+
+/** A run as the far side holds it, through the transport's reader (never the scope). */
+export async function readDeliveredRun(far: FarSide, runId: string): Promise<DeliveredRun | null> {
+  const files = await delivery.readDelivered!(far.to, runId);
+  if (files === null) return null;
+  const recordBytes = files.get("record.json");
+  const log = files.get("log");
+  if (recordBytes === undefined || log === undefined) return null;
+  return { recordBytes, log };
+}
+
+export function libraryDriver(transport: Transport): Driver {
+  return {
+    name: "library",
+    transport,
+    skips: DELIVERY_MISSING === null ? {} : { "far-side-delivery": DELIVERY_MISSING },
+    uid0: `simulated: resolveQueuedCapture is told the dispatcher's effective uid (DispatchOptions.euid: 0 for uid 0, ${ORDINARY_EUID} otherwise); the child runs as this process (uid ${process.getuid?.()})`,
+    dispatcher: "this process; SIGINT/SIGTERM are the library's equivalent, an abort of the run's AbortSignal",
+    async scope(dir: string) {
+      return new LibraryScope(dir);
+    },
+  };
+}

@@ -1,0 +1,102 @@
+import assert from "node:assert/strict";
+import { createHash, randomBytes } from "node:crypto";
+import { writeFileSync } from "node:fs";
+import net from "node:net";
+import { after, before, test } from "node:test";
+import { OatsError } from "../src/errors.js";
+import { ociTransport, runManifest, runTag } from "../src/evidence/transports/oci.js";
+import { OciClient } from "../src/fleet/oci/index.js";
+import { startFakeRegistry } from "./support/fake-registry.js";
+import { NO_REGISTRY, registryBinary, sha256, startRegistry, type Registry } from "./support/registry.js";
+
+/** Sealed runs as OCI artifacts: put, read back from the registry, idempotence, refusals. */
+
+const HAVE = registryBinary() !== null;
+let registry: Registry;
+let tls: Registry;
+
+before(async () => {
+  if (HAVE) [registry, tls] = await Promise.all([startRegistry(), startRegistry({ tls: true })]);
+});
+after(async () => {
+  await Promise.all([registry?.stop(), tls?.stop()]);
+});
+
+function bundle(seed = randomBytes(8).toString("hex")) {
+  const record = Buffer.from(JSON.stringify({ format: "oats.run.v1", seed }));
+  const runId = `oats.json.v1:${createHash("sha256").update(record).digest("hex")}`;
+  const files = new Map<string, Buffer>([
+    ["record.json", record],
+    ["log", Buffer.from(`2026-12-01T03:40:00.000000Z out hello ${seed}\n# exit: code 0\n# RESULT: OK\n`)],
+    ["audit.jsonl", Buffer.from(`{"action":"run-start","seed":"${seed}"}\n`)],
+  ]);
+  return { runId, seq: 1, files };
+}
+
+test("a sealed run goes up as one artifact and reads back, byte for byte, from the registry", async (t) => {
+  if (!HAVE) return t.skip(NO_REGISTRY);
+  const transport = ociTransport(registry.ref("oats/evidence"));
+  assert.equal(transport.describe(), `http://${registry.host}/oats/evidence`);
+  assert.deepEqual(await transport.probe(), { state: "reachable", reason: null });
+  const run = bundle();
+  assert.equal(await transport.readBack(run.runId), null);
+  await transport.put(run);
+  const back = await transport.readBack(run.runId);
+  assert.deepEqual([...back!.keys()].sort(), ["audit.jsonl", "log", "record.json"]);
+  for (const [name, bytes] of run.files) assert.ok(back!.get(name)!.equals(bytes), name);
+  // The manifest is exactly the deterministic one, under the run's tag.
+  const client = new OciClient(registry.ref("oats/evidence"));
+  const manifest = await client.getManifest(runTag(run.runId));
+  assert.ok(manifest.bytes.equals(runManifest(run.runId, run.files).bytes));
+  // A second put of the same run changes nothing and succeeds.
+  await transport.put(run);
+  assert.equal((await client.getManifest(runTag(run.runId))).digest, manifest.digest);
+  // The same run id with other content is refused, and the registry keeps the first.
+  const other = { ...run, files: new Map(run.files).set("log", Buffer.from("forged\n")) };
+  await assert.rejects(transport.put(other), (error: unknown) => error instanceof OatsError && error.code === "integrity-mismatch" && error.details["reason"] === "other-content");
+  assert.ok((await transport.readBack(run.runId))!.get("log")!.equals(run.files.get("log")!));
+});
+
+test("read back verifies: a log corrupted in the registry's storage is integrity-mismatch, not a delivered run", async (t) => {
+  if (!HAVE) return t.skip(NO_REGISTRY);
+  const transport = ociTransport(registry.ref("oats/evidence-corrupt"));
+  const run = bundle();
+  await transport.put(run);
+  const log = run.files.get("log")!;
+  const tampered = Buffer.from(log);
+  tampered[0] = 0x21;
+  writeFileSync(registry.blobPath(sha256(log)), tampered);
+  await assert.rejects(transport.readBack(run.runId), (error: unknown) => error instanceof OatsError && error.code === "integrity-mismatch");
+});
+
+test("probe: a down registry and an untrusted certificate are unreachable with their reason; a bad destination is refused", async (t) => {
+  if (!HAVE) return t.skip(NO_REGISTRY);
+  const port = await new Promise<number>((resolve) => {
+    const probe = net.createServer().listen(0, "127.0.0.1", () => {
+      const { port } = probe.address() as net.AddressInfo;
+      probe.close(() => resolve(port));
+    });
+  });
+  assert.deepEqual(await ociTransport(`http://127.0.0.1:${port}/oats/evidence`).probe(), { state: "unreachable", reason: "unreachable" });
+  assert.deepEqual(await ociTransport(tls.ref("oats/evidence")).probe(), { state: "unreachable", reason: "tls" });
+  assert.throws(() => ociTransport(registry.ref("oats/evidence", ":latest")), (error: unknown) => error instanceof OatsError && error.code === "invalid-input");
+  assert.throws(() => ociTransport("http://10.1.2.3/oats/evidence"), (error: unknown) => error instanceof OatsError && error.code === "registry-refused");
+  await assert.rejects(ociTransport(registry.ref("oats/evidence")).readBack("not-a-run-id"), (error: unknown) => error instanceof OatsError && error.code === "invalid-input");
+});
+
+test("read back refuses a tag that names another run or an artifact of another type", async (t) => {
+  const run = bundle();
+  const otherRun = bundle();
+  const cases = [
+    [runManifest(otherRun.runId, otherRun.files).bytes, "integrity-mismatch"],
+    [Buffer.from(JSON.stringify({ schemaVersion: 2, mediaType: "application/vnd.oci.image.manifest.v1+json", artifactType: "application/vnd.other", layers: [] })), "invalid-artifact"],
+  ] as const;
+  for (const [bytes, code] of cases) {
+    const fake = await startFakeRegistry((request, response) => {
+      if (request.url?.includes("/manifests/")) response.writeHead(200, { "content-type": "application/vnd.oci.image.manifest.v1+json" }).end(bytes);
+      else response.writeHead(404).end();
+    });
+    t.after(() => fake.close());
+    await assert.rejects(ociTransport(`http://${fake.host}/oats/evidence`).readBack(run.runId), (error: unknown) => error instanceof OatsError && error.code === code);
+  }
+});
