@@ -40,7 +40,7 @@ async function benchKept(name, ids, runs) {
 
 export const parts = {
   kept: async () => {
-    await benchKept("small", ["20a", "20b"], 5);
+    await benchKept("small", ["20a", "20b"], 3);
     await benchKept("big", ["20c", "20d"], 3);
   },
 };

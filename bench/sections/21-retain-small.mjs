@@ -47,7 +47,7 @@ async function benchRetainSmall() {
         },
       },
     ],
-    5,
+    3,
   );
   timeRow({ id: "21", what: "retainTree 20k small files vs cp -a + sync -f + find|sort|xargs sha256sum", oursMs: median(times.oats), baseMs: median(times.baseline), goal: 1.5 });
 
