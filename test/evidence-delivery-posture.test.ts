@@ -97,7 +97,7 @@ describe("checkEvidencePosture at dispatch (real probes)", () => {
     }
   });
 
-  test("Given a malformed destination, Then it is refused before anything is probed: unknown scheme and no scheme are usage, a relative or unnormalised path is invalid-input, oci:// is usage until its transport exists", () => {
+  test("Given a malformed destination, Then it is refused before anything is probed: unknown scheme and no scheme are usage, a relative or unnormalised path is invalid-input, oci:// is the registry transport", () => {
     assert.throws(() => transportFor("ftp://host/x"), refused("usage", "unknown-scheme"));
     assert.throws(() => transportFor("__proto__:x"), refused("usage", "unknown-scheme"));
     assert.throws(() => transportFor("/mnt/evidence"), refused("usage", "no-scheme"));
@@ -105,7 +105,8 @@ describe("checkEvidencePosture at dispatch (real probes)", () => {
     assert.throws(() => transportFor("dir:/mnt/../etc"), refused("invalid-input"));
     assert.throws(() => transportFor("dir:/mnt//x"), refused("invalid-input"));
     assert.throws(() => transportFor(""), refused("invalid-input"));
-    assert.throws(() => transportFor("oci://registry.example/evidence"), refused("usage", "transport-not-built"));
+    // oci:// is the registry transport (issue 12): parsed here, nothing contacted.
+    assert.equal(transportFor("oci://registry.example/evidence").describe(), "oci://registry.example/evidence");
     assert.equal(transportFor("dir:/mnt/evidence/").describe(), "dir:/mnt/evidence");
   });
 });
@@ -144,7 +145,8 @@ describe("oats push and oats outbox ls", () => {
     assert.deepEqual([noTo.status, noTo.envelope.error!.code], [2, "usage"]);
     const unknown = runJson(["--scope", scope, "push", "--to", "ftp://x/y"]);
     assert.deepEqual([unknown.status, unknown.envelope.error!.code], [2, "usage"]);
-    const refs = runJson(["--scope", scope, "push", "sha256-abc", "--to", "oci://localhost:5000/x"]);
+    // Refs are artifacts for a registry (issue 12's branch of the same command), never the outbox.
+    const refs = runJson(["--scope", scope, "push", `sha256-${"a".repeat(64)}`, "--to", `dir:${tempDir("oats-far-")}`]);
     assert.deepEqual([refs.status, refs.envelope.error!.code], [2, "usage"]);
     const gone = runJson(["--scope", scope, "push"], { env: { OATS_EVIDENCE_TO: `dir:${join(tempDir("oats-far-"), "gone")}` } });
     assert.deepEqual([gone.status, gone.envelope.error!.code, gone.envelope.error!.details["reason"]], [3, "artifact-not-found", "far-side-unreachable"]);
