@@ -97,7 +97,7 @@ describe("checkEvidencePosture at dispatch (real probes)", () => {
     }
   });
 
-  test("Given a malformed destination, Then it is refused before anything is probed: unknown scheme and no scheme are usage, a relative or unnormalised path is invalid-input, oci:// is the registry transport", () => {
+  test("Given a malformed destination, Then it is refused before anything is probed: unknown scheme and no scheme are usage, a relative or unnormalised path is invalid-input, oci:// must name a repository (plain http:// only on loopback)", () => {
     assert.throws(() => transportFor("ftp://host/x"), refused("usage", "unknown-scheme"));
     assert.throws(() => transportFor("__proto__:x"), refused("usage", "unknown-scheme"));
     assert.throws(() => transportFor("/mnt/evidence"), refused("usage", "no-scheme"));
@@ -105,8 +105,9 @@ describe("checkEvidencePosture at dispatch (real probes)", () => {
     assert.throws(() => transportFor("dir:/mnt/../etc"), refused("invalid-input"));
     assert.throws(() => transportFor("dir:/mnt//x"), refused("invalid-input"));
     assert.throws(() => transportFor(""), refused("invalid-input"));
-    // oci:// is the registry transport (issue 12): parsed here, nothing contacted.
     assert.equal(transportFor("oci://registry.example/evidence").describe(), "oci://registry.example/evidence");
+    assert.throws(() => transportFor("http://registry.example/evidence"), refused("registry-refused", "insecure-remote"));
+    assert.throws(() => transportFor("oci://registry.example/evidence:latest"), refused("invalid-input"));
     assert.equal(transportFor("dir:/mnt/evidence/").describe(), "dir:/mnt/evidence");
   });
 });
@@ -145,8 +146,7 @@ describe("oats push and oats outbox ls", () => {
     assert.deepEqual([noTo.status, noTo.envelope.error!.code], [2, "usage"]);
     const unknown = runJson(["--scope", scope, "push", "--to", "ftp://x/y"]);
     assert.deepEqual([unknown.status, unknown.envelope.error!.code], [2, "usage"]);
-    // Refs are artifacts for a registry (issue 12's branch of the same command), never the outbox.
-    const refs = runJson(["--scope", scope, "push", `sha256-${"a".repeat(64)}`, "--to", `dir:${tempDir("oats-far-")}`]);
+    const refs = runJson(["--scope", scope, "push", "sha256-abc", "--to", "oci://localhost:5000/x"]);
     assert.deepEqual([refs.status, refs.envelope.error!.code], [2, "usage"]);
     const gone = runJson(["--scope", scope, "push"], { env: { OATS_EVIDENCE_TO: `dir:${join(tempDir("oats-far-"), "gone")}` } });
     assert.deepEqual([gone.status, gone.envelope.error!.code, gone.envelope.error!.details["reason"]], [3, "artifact-not-found", "far-side-unreachable"]);

@@ -82,7 +82,7 @@ function dirFactory(rest: string, text: string, context: TransportContext): Evid
   return dirTransport(rest.length > 1 ? rest.replace(/\/$/, "") : rest, options);
 }
 
-/** `oci://host[:port]/repository`, or `http://` for a loopback registry (transports/oci.ts; the client enforces loopback). */
+/** `oci://host[:port]/repository` (HTTPS; `--insecure` for plain HTTP), or `http://` to a loopback registry only: src/evidence/transports/oci.ts. */
 function ociFactory(_rest: string, text: string, context: TransportContext): EvidenceTransport {
   return ociTransport(text, context.insecure === true ? { insecure: true } : {});
 }
