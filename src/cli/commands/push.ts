@@ -29,7 +29,7 @@ function destination(context: CliContext, options: Record<string, unknown>, env:
 async function pushOutbox(context: CliContext, options: Record<string, unknown>): Promise<CommandOutcome> {
   const delivery = await loadDelivery();
   const to = destination(context, options, process.env);
-  const result = await delivery.pushEvidence(context.scope, { to, dryRun: options["dryRun"] === true, allowSameFilesystem: options["allowSameFilesystem"] === true });
+  const result = await delivery.pushEvidence(context.scope, { to, dryRun: options["dryRun"] === true, allowSameFilesystem: options["allowSameFilesystem"] === true, insecure: options["insecure"] === true });
   const lines = result.dryRun
     ? [
         `${result.pending.length} run${result.pending.length === 1 ? "" : "s"} to deliver to ${result.to} (dry run: nothing sent); ${result.alreadyDelivered} already delivered`,
