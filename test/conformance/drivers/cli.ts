@@ -7,15 +7,18 @@
  * The tests run as root, and a capture not approved as privileged is refused
  * as root (property 6), so this driver is an ordinary operator for real: every
  * command runs as `nobody` (uid/gid 65534) in a scope nobody owns, with its own
- * chain-log state directory. `dispatch(..., {uid0: true})` runs the dispatch
- * as root, really uid 0.
+ * chain-log state directory. `dispatch(..., {uid0: true})` enters uid 0 for
+ * real: the scope is handed to root (chown -R -h 0:0, as an operator moving
+ * the store to root would; a store refuses run directories owned by another
+ * account), and that dispatch and every later command in the scope run as
+ * root.
  *
  * The dispatcher is the `oats dispatch --exec` process: SIGINT and SIGTERM
  * are sent to it, for real. The run's log path is found by the driver from
  * the run directories (`.agents/runs/<handle>/`, docs/design/evidence.md)
  * while the dispatch is in flight; the suite watches the file itself.
  */
-import { spawn } from "node:child_process";
+import { spawn, spawnSync } from "node:child_process";
 import { chmodSync, chownSync, mkdirSync, readdirSync, readFileSync, statSync, writeFileSync } from "node:fs";
 import { hostname, tmpdir } from "node:os";
 import { join } from "node:path";
@@ -114,7 +117,7 @@ function runView(result: Record<string, any>): RunView {
 class CliScope implements DriverScope {
   private readonly prepared = new Map<string, { result: Record<string, any>; entry: string }>();
   private readonly homes: string;
-  private readonly operator: As;
+  private operator: As;
   private readonly root: As = { root: true, state: process.env["OATS_STATE_DIR"] ?? tmpdir() };
 
   constructor(readonly dir: string) {
@@ -194,9 +197,18 @@ class CliScope implements DriverScope {
     });
   }
 
+  /** From now on the scope is root's, and every command runs as root. */
+  private enterRoot(): void {
+    if (this.operator.root) return;
+    const chowned = spawnSync("chown", ["-R", "-h", "0:0", this.dir], { encoding: "utf8" });
+    if (chowned.status !== 0) throw new Error(`chown -R 0:0 ${this.dir}: ${chowned.stderr}`);
+    this.operator = this.root;
+  }
+
   dispatch(capture: QueuedCapture, options: { uid0?: boolean } = {}): RunningDispatch {
+    if (options.uid0 === true) this.enterRoot();
     const before = new Set(this.handlesOf(capture.job));
-    const { child, done: ran } = oats(this.dir, ["dispatch", capture.job, "--exec"], options.uid0 === true ? this.root : this.operator, { ...capture.request.credentials });
+    const { child, done: ran } = oats(this.dir, ["dispatch", capture.job, "--exec"], this.operator, { ...capture.request.credentials });
     let ended = false;
     const done = ran.then((run): DispatchOutcome => {
       ended = true;
@@ -242,7 +254,7 @@ class CliScope implements DriverScope {
 
   async push(far: FarSide) {
     // The share is the operator's to write.
-    if (far.to.startsWith("dir:")) chownSync(far.to.slice("dir:".length), NOBODY.uid, NOBODY.gid);
+    if (far.to.startsWith("dir:") && !this.operator.root) chownSync(far.to.slice("dir:".length), NOBODY.uid, NOBODY.gid);
     const result = await ok(this.dir, ["push", "--to", far.to], this.operator);
     return { delivered: ((result["delivered"] ?? []) as Array<{ runId: string }>).map((entry) => entry.runId) };
   }
@@ -263,7 +275,7 @@ export function cliDriver(transport: Transport): Driver {
         : DELIVERY_MISSING === null
           ? {}
           : { "far-side-delivery": DELIVERY_MISSING },
-    uid0: "entered for real: the dispatch runs as root (every other command runs as nobody)",
+    uid0: "entered for real: the scope is handed to root (chown -R) and the dispatch, and every later command in that scope, runs as root",
     dispatcher: "the `oats dispatch --exec` child process (a real kill)",
     async scope(dir: string) {
       return new CliScope(dir);
