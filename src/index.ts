@@ -6,3 +6,4 @@ export * from "./acquisition/index.js";
 export * from "./scope/index.js";
 export * from "./lifecycle/index.js";
 export * from "./evidence/index.js";
+export * from "./evidence/delivery.js";

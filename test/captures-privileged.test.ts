@@ -19,6 +19,7 @@ import { readAudit } from "../src/captures/audit.js";
 import { currentPrincipal } from "../src/captures/classification.js";
 import { compositionChanges, compositionOf, compositionSubject, parseComposition } from "../src/captures/composition.js";
 import { resolveQueuedCapture, runDispatchPlan, type DispatchOptions } from "../src/captures/dispatch.js";
+import { runDispatchPlanWithEvidence } from "../src/evidence/run-exec.js";
 import { prepareCapture } from "../src/captures/prepare-capture.js";
 import { addJob } from "../src/captures/queue.js";
 import { OatsError } from "../src/errors.js";
@@ -186,6 +187,22 @@ describe("privileged: dispatch as root", { skip: IS_ROOT ? false : "these tests 
     await assert.rejects(runDispatchPlan(plan, { stdio: "pipe" }), refusedPrivileged);
     assert.equal(existsSync(f.marker), false);
     assert.deepEqual(runCopies(f.scope), []);
+  });
+
+  test("Given a plan resolved without exec for a non-privileged composition, When handed to runDispatchPlanWithEvidence as root, Then it is refused before the run starts (no run directory, a refused run-start entry), and the marker is absent; with an injected non-root euid it runs as a recorded run", async () => {
+    const f = await capture();
+    const plan = await resolveQueuedCapture(f.scope, "nightly", {});
+    await assert.rejects(runDispatchPlanWithEvidence(f.scope, plan, { output: "quiet" }), refusedPrivileged);
+    assert.equal(existsSync(f.marker), false);
+    assert.deepEqual(runCopies(f.scope), []);
+    const runs = join(f.scope, ".agents", "runs");
+    assert.deepEqual(existsSync(runs) ? readdirSync(runs).filter((name) => !name.startsWith(".")) : [], []);
+    const last = readAudit(f.scope).entries.at(-1)!;
+    assert.deepEqual([last.action, last.outcome], ["run-start", "refused"]);
+    const again = await resolveQueuedCapture(f.scope, "nightly", {});
+    const run = await runDispatchPlanWithEvidence(f.scope, again, { output: "quiet", euid: NOBODY });
+    assert.equal(run.exitCode, 5);
+    assert.ok(existsSync(f.marker));
   });
 
   test("Given an approved non-privileged composition, When the spec is re-prepared as privileged, Then dispatch under the old approval is approval-required naming privileged, and nothing ran", async () => {

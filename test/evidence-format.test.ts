@@ -48,6 +48,14 @@ describe("line capture", () => {
     for (let i = 1; i < lines.length; i += 1) assert.ok(parseStamp(lines[i]!.at) > parseStamp(lines[i - 1]!.at));
   });
 
+  test("Given a clock that does not move (lines read within one microsecond), Then stamps still strictly increase, one microsecond apart", () => {
+    const clock = createStampClock(() => Date.UTC(2026, 11, 1, 4), () => 5n);
+    const stamps = Array.from({ length: 5 }, () => clock.next());
+    assert.deepEqual(stamps, [0, 1, 2, 3, 4].map((n) => `2026-12-01T04:00:00.00000${n}Z`));
+    assert.equal(new Set(stamps).size, 5);
+    for (let i = 1; i < 5; i += 1) assert.equal(parseStamp(stamps[i]!) - parseStamp(stamps[i - 1]!), 1);
+  });
+
   test("Given a line is completed by a later chunk, Then it is stamped when that chunk is pushed, not before and not at end()", async () => {
     const lines: LogLine[] = [];
     const lc = new LineCapture("err", createStampClock(), (line) => lines.push(line));

@@ -27,6 +27,7 @@ import { captureSubject, prepareCapture } from "./prepare-capture.js";
 import { guardSpecifier, launcher, nodeOptionsWithGuard } from "./node-guard.js";
 import { readJob } from "./queue.js";
 import { copyVerifiedTree, removeRunCopy, type RunCopy } from "./run-copy.js";
+import { checkEvidencePosture, type EvidencePostureResult } from "../evidence/posture-check.js";
 import { currentEuid, privilegeGate } from "./privilege.js";
 import { evidencePolicy, parseCaptureProfileBytes, type ProfileEvidencePolicy } from "./spec.js";
 import { MIN_CREDENTIAL_LENGTH, credentialValueProblem } from "../evidence/redact.js";
@@ -53,7 +54,11 @@ import { MIN_CREDENTIAL_LENGTH, credentialValueProblem } from "../evidence/redac
  * 5. classification: effective = strictest of declared, derived from the
  *    pinned config and derived from the current config (if present); a
  *    confidential capture needs a principal that both configs name sovereign;
- *    with `exec`, a dispatcher running as root (euid 0) needs a composition
+ * 5b. with `exec`, the evidence posture (src/evidence/posture.ts): an
+ *    unwritable outbox refuses every tier (`audit-unavailable`), and a
+ *    configured far side that cannot be reached refuses confidential work
+ *    (`classification-refused`); the plan carries it as `delivery`;
+ * 5c. with `exec`, a dispatcher running as root (euid 0) needs a composition
  *    approved as privileged (privilege.ts);
  * 6. an audit entry for the dispatch, fsync'd; `audit-unavailable` otherwise.
  *
@@ -88,6 +93,12 @@ export interface DispatchOptions {
   /** Recorded in the audit entry: the caller will run the plan. */
   readonly exec?: boolean;
   readonly lockWaitMs?: number;
+  /**
+   * Where run evidence goes (src/evidence/posture-check.ts): `to` (else
+   * OATS_EVIDENCE_TO in `env`, else none). Checked only when `exec`: the
+   * posture may refuse before anything runs.
+   */
+  readonly delivery?: { readonly to?: string | null; readonly allowSameFilesystem?: boolean };
   /** The effective uid the child would run as (default: this process's); uid 0 needs a privileged composition. */
   readonly euid?: number;
 }
@@ -120,6 +131,8 @@ export interface DispatchPlan {
   /** From the pinned profile: the evidence classes a run must capture and the redaction patterns. */
   readonly evidence: ProfileEvidencePolicy;
   readonly audit: { readonly seq: number; readonly hash: string };
+  /** The evidence posture checked at dispatch (exec only; null otherwise): what the sealed record's `delivery` says. */
+  readonly delivery: (EvidencePostureResult & { readonly allowSameFilesystem: boolean }) | null;
   /** Where the plan runs: the private copy of the executable tree that was verified. */
   readonly run: {
     /** The private run directory (0700); removing it removes the copy. */
@@ -268,6 +281,14 @@ export async function resolveQueuedCapture(scope: string, jobId: string, options
     if (options.exec === true) privilegeGate({ capture: capture.name, privileged: capture.privileged === true, euid: options.euid ?? currentEuid() });
     await harnessEvent();
 
+    // 5b. Evidence posture (exec only): the outbox must be writable, and
+    // confidential work needs its configured far side reachable.
+    const allowSameFilesystem = options.delivery?.allowSameFilesystem === true;
+    const delivery =
+      options.exec === true
+        ? { ...(await checkEvidencePosture(realScope, classification.effective, { to: options.delivery?.to ?? null, env: options.env ?? process.env, allowSameFilesystem })), allowSameFilesystem }
+        : null;
+
     // The environment: pinned values and the named credentials, nothing else.
     const source = options.env ?? process.env;
     const env: Record<string, string> = {};
@@ -306,6 +327,7 @@ export async function resolveQueuedCapture(scope: string, jobId: string, options
           verified: verified.length,
           ...harnessDetails,
           exec: options.exec === true,
+          ...(delivery === null ? {} : { delivery: { posture: delivery.posture, to: delivery.to, farSide: delivery.farSide } }),
           ...(preparedFrom === null ? {} : { preparedFrom }),
         },
       },
@@ -327,6 +349,7 @@ export async function resolveQueuedCapture(scope: string, jobId: string, options
       privileged: capture.privileged === true,
       evidence: evidencePolicy(profile),
       audit: { seq: entry.seq, hash: entry.hash },
+      delivery,
       run: { dir: runCopy.dir, root: runCopy.root, cwd: runCopy.root, guard },
     };
   } catch (error) {

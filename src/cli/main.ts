@@ -19,6 +19,7 @@ import { instanceShow } from "./commands/instance-show.js";
 import { ls } from "./commands/ls.js";
 import { path } from "./commands/path.js";
 import { prepare } from "./commands/prepare.js";
+import { outboxLs, push } from "./commands/push.js";
 import { queueAdd, queueLs } from "./commands/queue.js";
 import { reconstruct } from "./commands/reconstruct.js";
 import { resolutionLs } from "./commands/resolution-ls.js";
@@ -91,6 +92,8 @@ export const COMMANDS: readonly CommandSpec[] = [
   unpinCommand,
   pinsCommand,
   repairCommand,
+  push,
+  outboxLs,
 ];
 
 /** Descriptions of the command groups (`oats resolution --help`). */
@@ -101,6 +104,7 @@ export const GROUPS: Record<string, string> = {
   queue: "queued capture jobs, each naming a capture resolution (add, ls)",
   run: "runs of dispatched captures: the sealed record and stamped log of each (ls, show, verify, cancel, seal)",
   audit: "the hash-chained audit log of the capture flow (show, verify, head)",
+  outbox: "the run-evidence outbox: sealed runs queued for delivery by `oats push` (ls)",
   source: "source trees (souls and others) keyed by their qualified identity (retain)",
 };
 

@@ -7,7 +7,7 @@ import { resolveScope } from "../retention/store/components.js";
 import { formatStamp, parseLog, type LogLine, type RunExit, type RunResult } from "./log-format.js";
 import type { RunRecord } from "./run-record.js";
 import { CANCEL_FILE } from "./run-exec.js";
-import { openLogForSeal, sealRun, type EvidenceJudge } from "./run-seal.js";
+import { openLogForSeal, sealRun } from "./run-seal.js";
 import { checkRunDir, findRun, groupMembers, isSameProcess, listHandles, readControl, readLogBytes, readRecord, runsRoot, type RunControl } from "./run-store.js";
 
 /**
@@ -182,7 +182,7 @@ export async function cancelRun(scope: string, ref: string, options: { waitMs?: 
  * group leader, if alive, has the start time control.json recorded) are
  * killed first, so nothing writes to the log after it is sealed.
  */
-export async function sealInterruptedRun(scope: string, ref: string, options: { evidence?: EvidenceJudge } = {}): Promise<ReadRun> {
+export async function sealInterruptedRun(scope: string, ref: string): Promise<ReadRun> {
   const realScope = resolveScope(scope);
   const { handle, dir } = findRun(realScope, ref);
   const { state, control } = stateOf(dir);
@@ -219,7 +219,7 @@ export async function sealInterruptedRun(scope: string, ref: string, options: { 
   if (torn > 0) notes.push(`a torn last line (${torn} bytes without a newline) was cut off`);
   notes.push("interrupted: the dispatcher ended before the run was sealed; sealed by `oats run seal`");
   const endedAt = formatStamp(Math.max(Date.now() * 1000, last + 1));
-  await sealRun({ realScope, dir, base: control!.base, startAudit: control!.startAudit, exit: { code: null, signal: null }, result: "INTERRUPTED", lines, notes, endedAt, redactions: [], ...(options.evidence ? { evidence: options.evidence } : {}) }, fd);
+  await sealRun({ realScope, dir, base: control!.base, startAudit: control!.startAudit, exit: { code: null, signal: null }, result: "INTERRUPTED", lines, notes, endedAt, redactions: [] }, fd);
   return readRun(realScope, handle);
 }
 

@@ -10,7 +10,10 @@ import { resolveScope } from "../retention/store/components.js";
 import { createStampClock, LineCapture } from "./line-capture.js";
 import { formatLogLine, type LogLine, type RunExit, type RunResult } from "./log-format.js";
 import type { DeliverySection, RunRecord } from "./run-record.js";
-import { sealRun, type EvidenceJudge } from "./run-seal.js";
+import { sealRun } from "./run-seal.js";
+import { runRedactor } from "./run-policy.js";
+import { currentEuid, privilegeGate } from "../captures/privilege.js";
+import { afterRunSealed } from "./after-seal.js";
 import { createRunDir, groupMembers, newHandle, processStart, writeControl, type RunBase, type RunControl } from "./run-store.js";
 
 /**
@@ -35,7 +38,7 @@ export interface Redactor {
   statement(): Array<{ rule: string; count: number }>;
 }
 
-/** Until redaction (helper red's redact.ts) is passed in: nothing masked, nothing to state. */
+/** A redactor that masks nothing (for callers of LineCapture outside a run); a run's redactor comes from its plan (run-policy.ts). */
 export const identityRedactor: Redactor = { apply: (text) => text, statement: () => [] };
 
 export interface RunWithEvidenceOptions {
@@ -45,18 +48,17 @@ export interface RunWithEvidenceOptions {
   readonly signal?: AbortSignal;
   /** Keep the plan's run copy (see runDispatchPlan). */
   readonly keep?: boolean;
-  readonly redactor?: Redactor;
-  /** The profile's required evidence classes (recorded; judged by `evidence`). */
-  readonly required?: readonly string[];
-  readonly evidence?: EvidenceJudge;
+  // No redactor, required classes or evidence judge here: they come from the plan (run-policy.ts), so no caller can weaken them.
   readonly delivery?: DeliverySection;
-  /** Called once the run is sealed and its end audited (helper out: enqueue for delivery). A failure is reported in `warnings`, never unseals. */
+  /** Called once the run is sealed and its end audited; default: afterRunSealed (queue in the outbox, push when the posture is delivered-later). A failure is reported in `warnings`, never unseals. */
   readonly onSealed?: (scope: string, record: RunRecord, handle: string, runId: string) => Promise<void> | void;
   /** SIGTERM to SIGKILL, for a cancel (default 3000 ms). */
   readonly graceMs?: number;
   /** How long a group that outlives its child may keep the pipes open (default 2000 ms). */
   readonly drainMs?: number;
   readonly lockWaitMs?: number;
+  /** The effective uid the child runs as (default: this process's): uid 0 needs a privileged plan (captures/privilege.ts). */
+  readonly euid?: number;
 }
 
 export interface RunOutcome {
@@ -110,15 +112,15 @@ export function baseOf(plan: DispatchPlan, handle: string, startedAt: string, op
     classification: plan.classification.effective,
     environment: Object.keys(plan.env).sort(),
     startedAt,
-    delivery: options.delivery ?? { posture: "none", to: null },
-    required: [...(options.required ?? [])],
+    delivery: options.delivery ?? (!plan.delivery ? { posture: "none", to: null } : { posture: plan.delivery.posture, to: plan.delivery.to }),
+    required: [...plan.evidence.required],
   };
 }
 
 export async function runDispatchPlanWithEvidence(scope: string, plan: DispatchPlan, options: RunWithEvidenceOptions = {}): Promise<RunOutcome> {
   const keep = options.keep === true;
   const appendOptions = options.lockWaitMs === undefined ? {} : { lockWaitMs: options.lockWaitMs };
-  const redactor = options.redactor ?? identityRedactor;
+  let redactor: Redactor;
   const clock = createStampClock();
   const handle = newHandle();
   let realScope: string;
@@ -127,6 +129,20 @@ export async function runDispatchPlanWithEvidence(scope: string, plan: DispatchP
   let control: RunControl;
   try {
     realScope = resolveScope(scope);
+  } catch (error) {
+    if (!keep) await discardDispatchPlan(plan).catch(() => undefined);
+    throw error;
+  }
+  try {
+    // Again here: a plan resolved without `exec` may still be handed to this function.
+    privilegeGate({ capture: plan.composition.key, privileged: plan.privileged, euid: options.euid ?? currentEuid() });
+  } catch (error) {
+    if (!keep) await discardDispatchPlan(plan).catch(() => undefined);
+    throw await auditRefusal(realScope, "run-start", { job: plan.job, resolution: plan.resolution }, error, {}, appendOptions);
+  }
+  try {
+    // The credential values and profile patterns were validated at dispatch and prepare; a refusal here still starts nothing.
+    redactor = runRedactor(plan);
     ({ dir, logFd } = createRunDir(realScope, handle));
   } catch (error) {
     if (!keep) await discardDispatchPlan(plan).catch(() => undefined);
@@ -246,16 +262,18 @@ export async function runDispatchPlanWithEvidence(scope: string, plan: DispatchP
   let sealed;
   try {
     sealed = await sealRun(
-      { realScope, dir, base: control.base, startAudit: control.startAudit!, exit, result, lines: out.count + err.count, notes, endedAt: clock.next(), redactions: redactor.statement(), ...(options.evidence ? { evidence: options.evidence } : {}), appendOptions },
+      { realScope, dir, base: control.base, startAudit: control.startAudit!, exit, result, lines: out.count + err.count, notes, endedAt: clock.next(), redactions: redactor.statement(), appendOptions },
       logFd,
     );
   } finally {
     if (!keep) await discardDispatchPlan(plan).catch(() => undefined);
   }
   if (sealed.auditError !== null) warnings.push(`the run-end audit entry could not be written: ${sealed.auditError}`);
-  if (options.onSealed) {
+  // By default a sealed run is queued for delivery (and pushed when dispatch found the far side reachable).
+  const onSealed = options.onSealed ?? ((sealedScope: string, _record: RunRecord, sealedHandle: string, runId: string) => afterRunSealed(sealedScope, sealedHandle, runId, plan.delivery ?? null));
+  {
     try {
-      await options.onSealed(realScope, sealed.record, handle, sealed.id);
+      await onSealed(realScope, sealed.record, handle, sealed.id);
     } catch (error) {
       warnings.push(`after sealing: ${error instanceof Error ? error.message : String(error)}`);
     }

@@ -6,6 +6,7 @@ import { bytesDigest } from "../retention/digest/json.js";
 import { formatFooter, type RunExit, type RunResult } from "./log-format.js";
 import { sealRecord, type EvidenceSection, type RunRecord } from "./run-record.js";
 import { LOG_FILE, writeRecord, type RunBase } from "./run-store.js";
+import { judgeRunEvidence } from "./run-policy.js";
 
 /**
  * Sealing, shared by the dispatcher (run-exec.ts) and `oats run seal`
@@ -16,7 +17,7 @@ import { LOG_FILE, writeRecord, type RunBase } from "./run-store.js";
  * sealed run that `oats run verify` reports as missing its end entry.
  */
 
-/** What the record says it captured, judged against the profile's required classes (helper red replaces this with evidence-classes.ts). */
+/** What the record says it captured, judged against the profile's required classes. */
 export type EvidenceJudge = (facts: EvidenceFacts) => EvidenceSection;
 
 export interface EvidenceFacts {
@@ -28,12 +29,9 @@ export interface EvidenceFacts {
   readonly environment: readonly string[];
 }
 
-/** The classes a sealed record carries by construction; exit-status only when the exit is known. */
+/** The one judge of a sealed record's evidence (run-policy.ts, evidence-classes.ts); callers cannot replace it. */
 export function defaultEvidence(facts: EvidenceFacts): EvidenceSection {
-  const captured = ["log", "approval", "classification", "environment-names", "redaction-statement"];
-  if (facts.exit.code !== null || facts.exit.signal !== null) captured.push("exit-status");
-  const gaps = facts.required.filter((name) => !captured.includes(name)).map((name) => ({ class: name, reason: name === "exit-status" ? "the exit status of an interrupted run is unknown" : "not captured by this dispatcher" }));
-  return { required: [...facts.required], captured: captured.sort(), gaps, status: gaps.length === 0 ? "complete" : "failed-evidence" };
+  return judgeRunEvidence(facts);
 }
 
 export interface SealInput {
@@ -47,7 +45,6 @@ export interface SealInput {
   readonly notes: readonly string[];
   readonly endedAt: string;
   readonly redactions: readonly { rule: string; count: number }[];
-  readonly evidence?: EvidenceJudge;
   readonly appendOptions?: AppendOptions;
 }
 
@@ -112,7 +109,7 @@ export async function sealRun(input: SealInput, logFd: number): Promise<Sealed> 
     result: input.result,
     log: { digest: log.digest, lines: input.lines, bytes: log.bytes },
     redactions,
-    evidence: (input.evidence ?? defaultEvidence)(facts),
+    evidence: defaultEvidence(facts),
   };
   const { bytes, id } = sealRecord(record);
   writeRecord(input.dir, bytes);

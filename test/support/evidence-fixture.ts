@@ -25,6 +25,8 @@ export interface ScriptOptions {
   readonly args?: readonly string[];
   readonly credentials?: readonly string[];
   readonly job?: string;
+  /** Approve the composition (default true); false leaves a capture dispatch must refuse. */
+  readonly approve?: boolean;
 }
 
 export async function evidenceFixture(options: ScriptOptions): Promise<EvidenceFixture> {
@@ -51,10 +53,12 @@ export async function evidenceFixture(options: ScriptOptions): Promise<EvidenceF
       classificationConfig: "./conf/class.yaml",
       env: { PATH: "/usr/local/bin:/usr/bin:/bin" },
       credentials: [...(options.credentials ?? [])],
+      // Tests run as root: only a privileged composition may run there (src/captures/privilege.ts).
+      privileged: true,
     }),
   );
   const prepared = await prepareCapture(scope, specPath);
-  await approve(scope, prepared.composition.subject, { reason: "evidence test" });
+  if (options.approve !== false) await approve(scope, prepared.composition.subject, { reason: "evidence test" });
   const job = options.job ?? "probe";
   await addJob(scope, { job, resolution: prepared.id });
   return { scope, home, job, resolution: prepared.id, plan: (env = {}) => resolveQueuedCapture(scope, job, { exec: true, env }) };

@@ -56,7 +56,8 @@ export const dispatch: CommandSpec = {
       .argument("<job>", "the queued job's id (`oats queue ls` lists them)")
       .option("--exec", "run the plan as a recorded run (`oats run show`) and exit with the child's exit code (128 + signal number for a signal); its output is shown live unless --quiet (in --json mode on stderr)")
       .option("--harness <label>", "a label the harness gives itself, recorded in the audit log (never the principal)")
-      .option("--keep-run-copy", "with --exec: keep the private copy the child ran from (reported) instead of removing it");
+      .option("--keep-run-copy", "with --exec: keep the private copy the child ran from (reported) instead of removing it")
+      .option("--evidence-to <destination>", "with --exec: the far side for the run's evidence (dir:/path; default $OATS_EVIDENCE_TO); unreachable refuses confidential work, buffers the rest");
   },
   async run(context, [job], options) {
     const library = await loadCapturesLibrary();
@@ -65,7 +66,9 @@ export const dispatch: CommandSpec = {
     const keep = options["keepRunCopy"] === true;
     if (keep && !exec) throw usageError("--keep-run-copy keeps the copy a run ran from: it needs --exec", { flag: "--keep-run-copy" });
     // Every refusal happens here, before anything runs.
-    const plan = await library.resolveQueuedCapture(context.scope, job!, { exec, ...(harness === undefined ? {} : { harness }) });
+    const evidenceTo = options["evidenceTo"] as string | undefined;
+    if (evidenceTo !== undefined && !exec) throw usageError("--evidence-to names where a run's evidence goes: it needs --exec", { flag: "--evidence-to" });
+    const plan = await library.resolveQueuedCapture(context.scope, job!, { exec, ...(harness === undefined ? {} : { harness }), ...(evidenceTo === undefined ? {} : { delivery: { to: evidenceTo } }) });
     const head = `job ${plan.job}: resolution ${plan.resolution}`;
     if (!exec) {
       // The plan's run copy was the verification; nothing will run from it.
@@ -87,6 +90,8 @@ export const dispatch: CommandSpec = {
       lines: [
         `dispatched ${head}: exit ${run.exitCode}`,
         `  run            ${run.handle} ${run.result} (${run.record.evidence.status}) ${run.runId}`,
+        // Said only when a far side is configured: "none" is the default and says nothing new.
+        ...(plan.delivery === null || plan.delivery.posture === "none" ? [] : [`  ${plan.delivery.receipt}`]),
         ...(run.kept === null ? [] : [`  kept run copy  ${run.kept}`]),
       ],
       quietLines: [run.runId],

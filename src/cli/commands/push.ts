@@ -1,0 +1,81 @@
+import { OatsError } from "../../errors.js";
+import type { CommandOutcome, CommandSpec, CliContext } from "../context.js";
+import { usageError } from "../envelope.js";
+
+/**
+ * `oats push`: a small dispatcher on operands and scheme.
+ *
+ * - no operands: deliver the run-evidence outbox to `--to` (default
+ *   $OATS_EVIDENCE_TO); `--dry-run` lists what would be sent;
+ * - operands (resolution ids, `kind:key@integrity`): push those artifacts to
+ *   an OCI registry (issue 12; not built yet, a usage refusal until then).
+ *
+ * A new kind of push adds a branch in `run`, not a new command.
+ */
+
+function loadDelivery() {
+  return import("../../evidence/delivery.js");
+}
+
+function destination(context: CliContext, options: Record<string, unknown>, env: NodeJS.ProcessEnv): string {
+  const given = options["to"];
+  if (typeof given === "string" && given !== "") return given;
+  const configured = env["OATS_EVIDENCE_TO"];
+  if (typeof configured === "string" && configured !== "") return configured;
+  throw usageError("oats push needs a destination: --to dir:/path (or OATS_EVIDENCE_TO)", { flag: "--to", scope: context.scope });
+}
+
+async function pushOutbox(context: CliContext, options: Record<string, unknown>): Promise<CommandOutcome> {
+  const delivery = await loadDelivery();
+  const to = destination(context, options, process.env);
+  const result = await delivery.pushEvidence(context.scope, { to, dryRun: options["dryRun"] === true, allowSameFilesystem: options["allowSameFilesystem"] === true });
+  const lines = result.dryRun
+    ? [
+        `${result.pending.length} run${result.pending.length === 1 ? "" : "s"} to deliver to ${result.to} (dry run: nothing sent); ${result.alreadyDelivered} already delivered`,
+        ...result.pending.map((entry) => `  ${entry.seq} ${entry.runId}`),
+      ]
+    : [
+        `delivered ${result.delivered.length} run${result.delivered.length === 1 ? "" : "s"} to ${result.to}, each read back and verified; ${result.alreadyDelivered} already delivered`,
+        ...result.delivered.map((entry) => `  ${entry.seq} ${entry.runId}`),
+        ...result.queuedNow.map((run) => `  queued first (the outbox had missed it): ${run}`),
+      ];
+  const warnings = result.notQueued.map((run) => `sealed run ${run.handle} could not be queued (${run.code}): ${run.reason}`);
+  return { result: { scope: context.scope, ...result }, lines, warnings, quietLines: (result.dryRun ? result.pending : result.delivered).map((entry) => entry.runId) };
+}
+
+export const push: CommandSpec = {
+  name: "push",
+  define(command) {
+    command
+      .description("deliver the run-evidence outbox to a far side (no operands), verifying each run by reading it back before marking it delivered")
+      .argument("[refs...]", "artifacts to push to an OCI registry (not built yet); without refs, the evidence outbox is pushed")
+      .option("--to <destination>", "where to: dir:/abs/path (a share on another filesystem); default $OATS_EVIDENCE_TO")
+      .option("--dry-run", "list the runs that would be delivered; send nothing")
+      .option("--allow-same-filesystem", "accept a dir: share on the scope's own filesystem (by default that is an unmounted share, so unreachable)");
+  },
+  async run(context, operands, options) {
+    const refs = (operands[0] as unknown as string[] | undefined) ?? [];
+    if (refs.length === 0) return pushOutbox(context, options);
+    throw new OatsError("usage", `pushing artifacts (${refs.join(" ")}) to an OCI registry is not built yet; without refs, oats push delivers the evidence outbox`, { refs, reason: "not-built" });
+  },
+};
+
+export const outboxLs: CommandSpec = {
+  name: "outbox ls",
+  define(command) {
+    command
+      .description("list the run-evidence outbox in order: each queued run and the destinations that read it back")
+      .option("--to <destination>", "only this destination's deliveries (default: every destination with a mark)");
+  },
+  async run(context, _operands, options) {
+    const delivery = await loadDelivery();
+    const to = typeof options["to"] === "string" ? options["to"] : undefined;
+    const entries = delivery.listOutbox(context.scope, to === undefined ? {} : { to, allowSameFilesystem: true });
+    const lines = entries.map((entry) => `${entry.seq} ${entry.runId} ${entry.handle} ${entry.delivered.length === 0 ? "queued" : `delivered to ${entry.delivered.map((mark) => mark.to).join(", ")}`}`);
+    return {
+      result: { scope: context.scope, entries, queued: entries.filter((entry) => entry.delivered.length === 0).length },
+      lines: lines.length ? lines : [`the evidence outbox of ${context.scope} is empty`],
+      quietLines: lines,
+    };
+  },
+};

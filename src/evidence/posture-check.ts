@@ -1,0 +1,78 @@
+import { OatsError } from "../errors.js";
+import type { Level } from "../captures/classification.js";
+import { resolveScope } from "../retention/store/components.js";
+import { outboxWritable } from "./outbox.js";
+import { evidencePosture, type DeliveryPosture, type FarSide } from "./posture.js";
+import { resolveTransport } from "./push.js";
+import type { EvidenceTransport } from "./transport.js";
+
+/**
+ * The posture check at dispatch (the shell around posture.ts): call it
+ * after classification and before the child starts. Where the far side is
+ * configured, first match wins:
+ *
+ *   1. `options.to` (the CLI's `dispatch --evidence-to <dest>`),
+ *   2. `OATS_EVIDENCE_TO` in `options.env` (default: process.env),
+ *   3. none.
+ *
+ * A malformed destination is refused (`usage` / `invalid-input`) before the
+ * far side is probed. A refused posture throws: `audit-unavailable`
+ * (reason outbox-unwritable) for every tier when the outbox cannot be
+ * written, `classification-refused` (reason evidence-far-side-unreachable)
+ * for confidential work when a configured far side cannot be reached.
+ */
+
+export interface EvidencePostureOptions {
+  readonly to?: string | EvidenceTransport | null;
+  readonly env?: Readonly<Record<string, string | undefined>>;
+  readonly allowSameFilesystem?: boolean;
+}
+
+export interface EvidencePostureResult {
+  readonly posture: DeliveryPosture;
+  readonly buffered: boolean;
+  readonly to: string | null;
+  readonly farSide: FarSide;
+  /** Why the far side is unreachable (the transport's probe), or null. */
+  readonly probe: string | null;
+  /** One line for the receipt. */
+  readonly receipt: string;
+}
+
+export function evidenceDestination(options: EvidencePostureOptions = {}): string | EvidenceTransport | null {
+  if (options.to !== undefined && options.to !== null) return options.to;
+  const env = options.env ?? process.env;
+  const configured = Object.hasOwn(env, "OATS_EVIDENCE_TO") ? env["OATS_EVIDENCE_TO"] : undefined;
+  return typeof configured === "string" && configured !== "" ? configured : null;
+}
+
+export async function checkEvidencePosture(scope: string, level: Level, options: EvidencePostureOptions = {}): Promise<EvidencePostureResult> {
+  const realScope = resolveScope(scope);
+  const destination = evidenceDestination(options);
+  const transport = destination === null ? null : resolveTransport(realScope, destination, options.allowSameFilesystem === true);
+  const probe = transport === null ? null : await transport.probe();
+  const farSide: FarSide = probe === null ? "none" : probe.state;
+  const writable = outboxWritable(realScope);
+  const decided = evidencePosture({ level, farSide, outboxWritable: writable.writable });
+  const to = transport?.describe() ?? null;
+  if (!decided.proceed) {
+    if (!writable.writable) {
+      const error = writable.error;
+      error.details["evidence"] = { level, to, farSide };
+      throw error;
+    }
+    throw new OatsError("classification-refused", `confidential work needs its evidence far side, and ${to} cannot be reached (${probe?.reason ?? "unknown"}); nothing was started`, {
+      reason: "evidence-far-side-unreachable",
+      level,
+      to,
+      probe: probe?.reason ?? null,
+    });
+  }
+  const receipt =
+    decided.posture === "delivered-later"
+      ? `evidence: queued for ${to} (reachable); \`oats push --to ${to}\` delivers it`
+      : decided.posture === "buffered"
+        ? `evidence: buffered locally, ${to} cannot be reached (${probe?.reason ?? "unknown"}); \`oats push --to ${to}\` delivers it later`
+        : "evidence: queued locally (no far side configured: OATS_EVIDENCE_TO or --evidence-to)";
+  return { posture: decided.posture, buffered: decided.buffered, to, farSide, probe: probe?.reason ?? null, receipt };
+}

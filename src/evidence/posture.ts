@@ -1,0 +1,46 @@
+import type { Level } from "../captures/classification.js";
+
+/**
+ * The evidence posture of a dispatch (pure): may the run start, given its
+ * effective classification, whether the far side can be reached now and
+ * whether the local outbox can be written?
+ *
+ * | outbox   | far side    | public / internal            | confidential                     |
+ * |----------|-------------|------------------------------|----------------------------------|
+ * | unwritable | any       | refused (outbox-unwritable)  | refused (outbox-unwritable)      |
+ * | writable | reachable   | runs, delivered-later        | runs, delivered-later            |
+ * | writable | unreachable | runs, buffered (receipt says)| refused (far-side-unreachable)   |
+ * | writable | none        | runs, none (queued locally)  | runs, none (queued locally)      |
+ *
+ * "none" is a deployment without a far side configured: the run is still
+ * queued in the outbox (a later `oats push --to` delivers it), but no
+ * delivery was promised. A deployment that must never keep confidential
+ * evidence only locally configures a far side; from then on an unreachable
+ * far side refuses confidential work before anything runs.
+ */
+
+export type FarSide = "reachable" | "unreachable" | "none";
+export type DeliveryPosture = "delivered-later" | "buffered" | "none";
+
+export interface PostureInput {
+  readonly level: Level;
+  readonly farSide: FarSide;
+  readonly outboxWritable: boolean;
+}
+
+export type Posture =
+  | { readonly proceed: true; readonly buffered: boolean; readonly posture: DeliveryPosture; readonly reason: string }
+  | { readonly proceed: false; readonly buffered: false; readonly posture: null; readonly reason: "outbox-unwritable" | "far-side-unreachable" };
+
+export function evidencePosture(input: PostureInput): Posture {
+  if (!input.outboxWritable) return { proceed: false, buffered: false, posture: null, reason: "outbox-unwritable" };
+  switch (input.farSide) {
+    case "reachable":
+      return { proceed: true, buffered: false, posture: "delivered-later", reason: "far-side-reachable" };
+    case "unreachable":
+      if (input.level === "confidential") return { proceed: false, buffered: false, posture: null, reason: "far-side-unreachable" };
+      return { proceed: true, buffered: true, posture: "buffered", reason: "far-side-unreachable" };
+    case "none":
+      return { proceed: true, buffered: true, posture: "none", reason: "no-far-side" };
+  }
+}
