@@ -22,7 +22,7 @@ import { spawn, spawnSync } from "node:child_process";
 import { chmodSync, chownSync, mkdirSync, readdirSync, readFileSync, statSync, writeFileSync } from "node:fs";
 import { hostname, tmpdir } from "node:os";
 import { join } from "node:path";
-import { DELIVERY_MISSING, readDeliveredRun } from "./library.js";
+import { readDeliveredRun } from "./library.js";
 import { REPO, type Envelope } from "../../helpers.js";
 import { makeUnwritable } from "../../support/unwritable.js";
 import { DriverRefusal, PROPERTY_NAMES, type CancelVia, type CaptureRequest, type DispatchOutcome, type Driver, type DriverScope, type ExitStatus, type FarSide, type QueuedCapture, type RunningDispatch, type RunResult, type RunView, type Spoil, type Transport } from "../driver.js";
@@ -269,12 +269,7 @@ export function cliDriver(transport: Transport): Driver {
   return {
     name: "cli",
     transport,
-    skips:
-      process.getuid?.() !== 0
-        ? Object.fromEntries(PROPERTY_NAMES.map((name) => [name, "the CLI driver runs its operator as nobody and needs root to become it"]))
-        : DELIVERY_MISSING === null
-          ? {}
-          : { "far-side-delivery": DELIVERY_MISSING },
+    skips: process.getuid?.() === 0 ? {} : Object.fromEntries(PROPERTY_NAMES.map((name) => [name, "the CLI driver runs its operator as nobody and needs root to become it"])),
     uid0: "entered for real: the scope is handed to root (chown -R) and the dispatch, and every later command in that scope, runs as root",
     dispatcher: "the `oats dispatch --exec` child process (a real kill)",
     async scope(dir: string) {
