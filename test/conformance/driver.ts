@@ -203,6 +203,8 @@ export interface Driver {
   readonly uid0: string;
   /** What receives SIGINT/SIGTERM for `cancel("SIGINT" | "SIGTERM")`. */
   readonly dispatcher: string;
+  /** How many properties may run at once through this driver (a CLI step is a process start; a library step is a call). */
+  readonly parallel: number;
   /** A fresh, empty scope in `dir` (an existing empty directory the suite made). */
   scope(dir: string): Promise<DriverScope>;
 }

@@ -101,9 +101,9 @@ export function registerSuite(driver: Driver, expectedSkips: readonly PropertyNa
       ["timing", PROPERTIES.filter((property) => property.timing === true)],
       ["the others", PROPERTIES.filter((property) => property.timing !== true)],
     ] as const) {
-      describe(phase, { concurrency: true }, () => {
+      describe(phase, { concurrency: driver.parallel }, () => {
         for (const property of properties) {
-          test(`${property.title} [${property.name}]`, { timeout: 180_000 }, async (t) => {
+          test(`${property.title} [${property.name}]`, { timeout: 300_000 }, async (t) => {
             const reason = driver.skips[property.name];
             if (reason !== undefined) {
               t.skip(`${driver.name} cannot observe ${property.name}: ${reason}`);

@@ -272,6 +272,8 @@ export function cliDriver(transport: Transport): Driver {
     skips: process.getuid?.() === 0 ? {} : Object.fromEntries(PROPERTY_NAMES.map((name) => [name, "the CLI driver runs its operator as nobody and needs root to become it"])),
     uid0: "entered for real: the scope is handed to root (chown -R) and the dispatch, and every later command in that scope, runs as root",
     dispatcher: "the `oats dispatch --exec` child process (a real kill)",
+    // Each step starts a Node process: two properties at a time keep a small machine responsive enough for the timing checks.
+    parallel: 2,
     async scope(dir: string) {
       return new CliScope(dir);
     },

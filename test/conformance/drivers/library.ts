@@ -29,7 +29,7 @@ import {
   type PrepareCaptureResult,
 } from "../../../src/index.js";
 import { makeUnwritable } from "../../support/unwritable.js";
-import { DriverRefusal, type CancelVia, type CaptureRequest, type DeliveredRun, type DispatchOutcome, type Driver, type DriverScope, type ExitStatus, type FarSide, type QueuedCapture, type RunningDispatch, type RunResult, type RunView, type Spoil, type Transport } from "../driver.js";
+import { DriverRefusal, PROPERTY_NAMES, type CancelVia, type CaptureRequest, type DeliveredRun, type DispatchOutcome, type Driver, type DriverScope, type ExitStatus, type FarSide, type QueuedCapture, type RunningDispatch, type RunResult, type RunView, type Spoil, type Transport } from "../driver.js";
 import { writeCaptureFiles } from "./capture-files.js";
 
 /** What the child printed, as the operator's terminal got it (before anything was stripped or masked). */
@@ -233,6 +233,7 @@ export function libraryDriver(transport: Transport): Driver {
     transport,
     skips: {},
     uid0: `simulated: resolveQueuedCapture and runDispatchPlanWithEvidence are told the dispatcher's effective uid (their euid option: 0 for uid 0, ${ORDINARY_EUID} otherwise); the child runs as this process (uid ${process.getuid?.()})`,
+    parallel: PROPERTY_NAMES.length,
     dispatcher: "this process; SIGINT/SIGTERM are the library's equivalent, an abort of the run's AbortSignal",
     async scope(dir: string) {
       return new LibraryScope(dir);
