@@ -2,6 +2,7 @@ import { isAbsolute, normalize } from "node:path";
 import { z } from "zod";
 import { OatsError } from "../errors.js";
 import { dirTransport, type DirTransportOptions } from "./transports/dir.js";
+import { ociTransport } from "./transports/oci.js";
 
 /**
  * The seam between the outbox and a far side. The outbox owns order,
@@ -78,14 +79,16 @@ function dirFactory(rest: string, text: string, context: TransportContext): Evid
   return dirTransport(rest.length > 1 ? rest.replace(/\/$/, "") : rest, options);
 }
 
+/** `oci://host[:port]/repository` (HTTPS), or `http://` to a loopback registry only: src/evidence/transports/oci.ts. */
 function ociFactory(_rest: string, text: string): EvidenceTransport {
-  throw new OatsError("usage", `evidence delivery to an OCI registry is not built yet: ${text} (use dir:/path)`, { to: text, reason: "transport-not-built", scheme: "oci" });
+  return ociTransport(text);
 }
 
 /** Schemes by name; a Map, so a destination like `__proto__:x` names nothing. */
 const SCHEMES = new Map<string, Factory>([
   ["dir", dirFactory],
   ["oci", ociFactory],
+  ["http", ociFactory],
 ]);
 
 function invalidDestination(text: string, reason: string): OatsError {
