@@ -19,14 +19,14 @@
  * while the dispatch is in flight; the suite watches the file itself.
  */
 import { spawn, spawnSync } from "node:child_process";
-import { chmodSync, chownSync, mkdirSync, readdirSync, readFileSync, statSync, writeFileSync } from "node:fs";
+import { chownSync, mkdirSync, readdirSync, readFileSync } from "node:fs";
 import { hostname, tmpdir } from "node:os";
 import { join } from "node:path";
 import { readDeliveredRun } from "./library.js";
 import { REPO, type Envelope } from "../../helpers.js";
-import { makeUnwritable } from "../../support/unwritable.js";
-import { DriverRefusal, PROPERTY_NAMES, type CancelVia, type CaptureRequest, type DispatchOutcome, type Driver, type DriverScope, type ExitStatus, type FarSide, type QueuedCapture, type RunningDispatch, type RunResult, type RunView, type Spoil, type Transport } from "../driver.js";
+import { DriverRefusal, PROPERTY_NAMES, type CancelVia, type CaptureRequest, type DispatchOutcome, type Driver, type DriverScope, type FarSide, type QueuedCapture, type RunningDispatch, type RunView, type Spoil, type Transport } from "../driver.js";
 import { writeCaptureFiles } from "./capture-files.js";
+import { runViewOf, tamperRetained, withAuditUnavailable, type ReadRunFields } from "./scope-ops.js";
 
 const BIN = join(REPO, "dist/cli/bin.js");
 /** The ordinary operator's principal, as dispatch computes it. */
@@ -85,33 +85,8 @@ async function ok(scope: string, args: string[], as: As, env: Record<string, str
   return ran.envelope.result ?? {};
 }
 
-function writeRetained(path: string, change: (path: string) => void): void {
-  const dir = join(path, "..");
-  const dirMode = statSync(dir).mode & 0o7777;
-  const mode = statSync(path).mode & 0o7777;
-  chmodSync(dir, dirMode | 0o200);
-  chmodSync(path, mode | 0o200);
-  change(path);
-  chmodSync(path, mode);
-  chmodSync(dir, dirMode);
-}
-
 function subjectArgs(subject: { kind: string; key: string; integrity: string }): string[] {
   return [subject.kind, subject.key, subject.integrity];
-}
-
-function runView(result: Record<string, any>): RunView {
-  const record = (result["record"] ?? null) as (Record<string, any> & { exit: ExitStatus; result: RunResult }) | null;
-  return {
-    handle: result["handle"],
-    runId: result["runId"] ?? null,
-    lines: (result["lines"] ?? []).map((line: { at: string; stream: "out" | "err"; text: string }) => ({ at: line.at, stream: line.stream, text: line.text })),
-    footer: (result["footer"] ?? []).map((line: string) => line.replace(/^# /, "")),
-    exit: record === null ? null : { code: record.exit.code, signal: record.exit.signal },
-    result: record === null ? null : record.result,
-    record,
-    logPath: join(result["dir"], "log"),
-  };
 }
 
 class CliScope implements DriverScope {
@@ -147,7 +122,7 @@ class CliScope implements DriverScope {
       return capture;
     }
     if (how === "tamper") {
-      writeRetained(join(known.result["retained"]["dir"], known.entry), (path) => writeFileSync(path, `${readFileSync(path, "utf8")}\necho tampered\n`));
+      tamperRetained(join(known.result["retained"]["dir"], known.entry));
       return capture;
     }
     const files = writeCaptureFiles(join(this.homes, `${capture.name}.mismatch`), capture.request, { principal: PRINCIPAL, envExtra: { CONFORMANCE_CHANGED: "1" } });
@@ -157,21 +132,8 @@ class CliScope implements DriverScope {
     return { ...capture, job };
   }
 
-  async withAuditUnavailable<T>(body: () => Promise<T>): Promise<T> {
-    const auditDir = join(this.dir, ".agents", "audit");
-    const { probe, restore } = makeUnwritable(auditDir, join(auditDir, "audit.jsonl"));
-    try {
-      let refused = false;
-      try {
-        probe();
-      } catch {
-        refused = true;
-      }
-      if (!refused) throw new Error("the audit directory still accepts writes");
-      return await body();
-    } finally {
-      restore();
-    }
+  withAuditUnavailable<T>(body: () => Promise<T>): Promise<T> {
+    return withAuditUnavailable(this.dir, body);
   }
 
   /** The handles whose control.json names `job` (the run directories as the store lays them out). */
@@ -244,7 +206,7 @@ class CliScope implements DriverScope {
   }
 
   async readRun(ref: string): Promise<RunView> {
-    return runView(await ok(this.dir, ["run", "show", ref], this.operator));
+    return runViewOf((await ok(this.dir, ["run", "show", ref], this.operator)) as ReadRunFields);
   }
 
   async verifyRun(ref: string) {

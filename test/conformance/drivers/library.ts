@@ -9,7 +9,6 @@
  * wires its signal handlers to exactly that; the CLI driver sends real
  * signals).
  */
-import { chmodSync, readFileSync, statSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { Writable } from "node:stream";
 import {
@@ -28,9 +27,9 @@ import {
   verifyRun,
   type PrepareCaptureResult,
 } from "../../../src/index.js";
-import { makeUnwritable } from "../../support/unwritable.js";
-import { DriverRefusal, PROPERTY_NAMES, type CancelVia, type CaptureRequest, type DeliveredRun, type DispatchOutcome, type Driver, type DriverScope, type ExitStatus, type FarSide, type QueuedCapture, type RunningDispatch, type RunResult, type RunView, type Spoil, type Transport } from "../driver.js";
+import { DriverRefusal, PROPERTY_NAMES, type CancelVia, type CaptureRequest, type DeliveredRun, type DispatchOutcome, type Driver, type DriverScope, type FarSide, type QueuedCapture, type RunningDispatch, type RunView, type Spoil, type Transport } from "../driver.js";
 import { writeCaptureFiles } from "./capture-files.js";
+import { runViewOf, tamperRetained, withAuditUnavailable } from "./scope-ops.js";
 
 /** What the child printed, as the operator's terminal got it (before anything was stripped or masked). */
 export interface RawOutput {
@@ -64,32 +63,6 @@ export const ORDINARY_EUID = 65534;
 
 const sleep = (ms: number) => new Promise<void>((done) => setTimeout(done, ms));
 
-/** A file inside a retained (read-only) revision directory, changed as a writer outside oats would. */
-function writeRetained(path: string, change: (path: string) => void): void {
-  const dir = join(path, "..");
-  const dirMode = statSync(dir).mode & 0o7777;
-  const mode = statSync(path).mode & 0o7777;
-  chmodSync(dir, dirMode | 0o200);
-  chmodSync(path, mode | 0o200);
-  change(path);
-  chmodSync(path, mode);
-  chmodSync(dir, dirMode);
-}
-
-export function runViewOf(run: { handle: string; dir: string; runId: string | null; record: unknown; lines: readonly { at: string; stream: "out" | "err"; text: string }[]; footer: readonly string[] }): RunView {
-  const record = run.record as (Record<string, any> & { exit: ExitStatus; result: RunResult }) | null;
-  return {
-    handle: run.handle,
-    runId: run.runId,
-    lines: run.lines.map((line) => ({ at: line.at, stream: line.stream, text: line.text })),
-    footer: run.footer.map((line) => line.replace(/^# /, "")),
-    exit: record === null ? null : { code: record.exit.code, signal: record.exit.signal },
-    result: record === null ? null : record.result,
-    record,
-    logPath: join(run.dir, "log"),
-  };
-}
-
 export class LibraryScope implements DriverScope {
   private readonly prepared = new Map<string, { prepared: PrepareCaptureResult; files: ReturnType<typeof writeCaptureFiles> }>();
   /** Raw output by run id (for the mutant driver: what the terminal got). */
@@ -116,7 +89,7 @@ export class LibraryScope implements DriverScope {
       return capture;
     }
     if (how === "tamper") {
-      writeRetained(join(known.prepared.retained.dir, known.files.entry), (path) => writeFileSync(path, `${readFileSync(path, "utf8")}\necho tampered\n`));
+      tamperRetained(join(known.prepared.retained.dir, known.files.entry));
       return capture;
     }
     // mismatch: the same capture re-prepared with another pinned env value, queued as a new job.
@@ -127,21 +100,8 @@ export class LibraryScope implements DriverScope {
     return { ...capture, job };
   }
 
-  async withAuditUnavailable<T>(body: () => Promise<T>): Promise<T> {
-    const auditDir = join(this.dir, ".agents", "audit");
-    const { probe, restore } = makeUnwritable(auditDir, join(auditDir, "audit.jsonl"));
-    try {
-      let refused = false;
-      try {
-        probe();
-      } catch {
-        refused = true;
-      }
-      if (!refused) throw new Error("the audit directory still accepts writes");
-      return await body();
-    } finally {
-      restore();
-    }
+  withAuditUnavailable<T>(body: () => Promise<T>): Promise<T> {
+    return withAuditUnavailable(this.dir, body);
   }
 
   dispatch(capture: QueuedCapture, options: { uid0?: boolean } = {}): RunningDispatch {
