@@ -159,10 +159,14 @@ export interface FarSide {
   cleanup(): Promise<void>;
 }
 
-/** A transport the whole suite runs against (dir now; OCI with issue 12). */
+/** A transport the whole suite runs against (a dir share; an OCI registry). */
 export interface Transport {
   readonly name: string;
+  /** Why this machine cannot run it (the entry files skip it by name, loudly), or null. */
+  readonly unavailable: string | null;
   farSide(): Promise<FarSide>;
+  /** Stop what the transport started for its far sides (a registry). */
+  close(): Promise<void>;
 }
 
 /** Ways to make a queued capture refusable after it was approved (run-time trust chain and property 5). */

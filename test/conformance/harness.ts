@@ -84,9 +84,17 @@ export async function attempt(run: SuiteRun, property: Property, log: (message: 
  * skipping something else (or stops) fails here, by name.
  */
 export function registerSuite(driver: Driver, expectedSkips: readonly PropertyName[]): void {
-  describe(`conformance: ${driver.name} driver over the ${driver.transport.name} transport`, () => {
+  const title = `conformance: ${driver.name} driver over the ${driver.transport.name} transport`;
+  if (driver.transport.unavailable !== null) {
+    test(title, (t) => t.skip(`the ${driver.transport.name} transport cannot run here: ${driver.transport.unavailable}`));
+    return;
+  }
+  describe(title, () => {
     const run = new SuiteRun(driver);
-    after(() => run.cleanup());
+    after(async () => {
+      run.cleanup();
+      await driver.transport.close();
+    });
 
     test("the driver skips exactly the properties the suite expects, by name, each with a reason", () => {
       assert.deepEqual(Object.keys(driver.skips).sort(), [...expectedSkips].sort());
