@@ -10,13 +10,12 @@ import { chmodSync, mkdirSync, readFileSync, readdirSync, lstatSync, writeFileSy
 import { join } from "node:path";
 import { after, before, test } from "node:test";
 import { runJson, runOats, tempDir } from "./helpers.js";
-import { NO_REGISTRY, REGISTRY_PASSWORD, REGISTRY_USER, registryBinary, startRegistry, type Registry } from "./support/registry.js";
+import { HTPASSWD_SKIP, REGISTRY_PASSWORD, REGISTRY_USER, startRegistry, type Registry } from "./support/registry.js";
 
-const HAVE = registryBinary() !== null;
 let registry: Registry;
 
 before(async () => {
-  if (HAVE) registry = await startRegistry({ auth: "htpasswd" });
+  if (!HTPASSWD_SKIP) registry = await startRegistry({ auth: "htpasswd" });
 });
 after(async () => {
   await registry?.stop();
@@ -62,7 +61,7 @@ function captureScope(): { scope: string; spec: string } {
 }
 
 test("oats push and pull with registry credentials: output, records and audit never hold them, failing or succeeding", async (t) => {
-  if (!HAVE) return t.skip(NO_REGISTRY);
+  if (HTPASSWD_SKIP) return t.skip(HTPASSWD_SKIP);
   const { scope, spec } = captureScope();
   const prepared = runJson(["--scope", scope, "capture", "prepare", spec]);
   assert.equal(prepared.status, 0, prepared.stderr);
@@ -73,7 +72,7 @@ test("oats push and pull with registry credentials: output, records and audit ne
   const outputs: string[] = [];
 
   // Anonymous and wrong credentials: refused as registry-refused (unauthorized), in JSON and in human mode.
-  for (const extra of [{}, { OATS_REGISTRY_USER: REGISTRY_USER, OATS_REGISTRY_PASSWORD: WRONG }]) {
+  for (const extra of [{}, { OATS_REGISTRY_USER: REGISTRY_USER, OATS_REGISTRY_PASSWORD: WRONG }] as Array<Record<string, string>>) {
     const json = runJson(["--scope", scope, "push", id, "--to", to], { env: env(extra) });
     assert.equal(json.envelope.error?.code, "registry-refused", json.stdout);
     assert.equal(json.envelope.error?.details["reason"], "unauthorized");
