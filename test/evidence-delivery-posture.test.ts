@@ -2,7 +2,7 @@ import assert from "node:assert/strict";
 import { mkdirSync, symlinkSync } from "node:fs";
 import { join } from "node:path";
 import { describe, test } from "node:test";
-import { runJson, snapshotTree, tempDir } from "./helpers.js";
+import { runJson, runOats, snapshotTree, tempDir } from "./helpers.js";
 import { OatsError } from "../src/errors.js";
 import { checkEvidencePosture, enqueueSealedRun, evidencePosture, transportFor } from "../src/index.js";
 import { makeShare } from "./support/shares.js";
@@ -150,6 +150,10 @@ describe("oats push and oats outbox ls", () => {
     assert.deepEqual([refs.status, refs.envelope.error!.code], [2, "usage"]);
     const gone = runJson(["--scope", scope, "push"], { env: { OATS_EVIDENCE_TO: `dir:${join(tempDir("oats-far-"), "gone")}` } });
     assert.deepEqual([gone.status, gone.envelope.error!.code, gone.envelope.error!.details["reason"]], [3, "artifact-not-found", "far-side-unreachable"]);
+    // Human mode: the code, then the remedy for the reason.
+    const human = runOats(["--scope", scope, "push", "--to", `dir:${join(tempDir("oats-far-"), "gone")}`]);
+    assert.equal(human.status, 3);
+    assert.match(human.stderr, /^oats: artifact-not-found: .*\nthe far side named above cannot be reached .*everything stays queued/);
     assert.deepEqual(snapshotTree(join(scope, ".agents/outbox")), before);
   });
 });

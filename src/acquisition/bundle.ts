@@ -22,6 +22,8 @@ import { readRegularFile } from "../retention/store/files.js";
 import { parseArtifactRef, retainedTreeDir, type ArtifactRef } from "../retention/store/layout.js";
 import { revisionParentSegments } from "../retention/store/publish.js";
 import { verifyTree } from "../retention/verify.js";
+import { verifyAllTrees } from "../retention/verify-many.js";
+import { settleInLanes } from "../retention/parallel/pool.js";
 import { extractLimits, extractTar, type ExtractLimits } from "./extract.js";
 import { withExtractionDir } from "./staging.js";
 import { exportProgress } from "./bundle-progress.js";
@@ -480,17 +482,21 @@ function mismatch(bundle: string, what: string, expected: string, actual: string
 
 /** Every item against its digest, every record against the strict reader and schema, every record's references present. */
 async function verifyBundle(bundle: string, root: string, manifest: BundleManifest, maxDepth: number, watch: Pick<ImportOptions, "onProgress" | "signal">): Promise<VerifiedBundle> {
-  for (const row of manifest.artifacts) {
+  // The trees on every core (worker lanes hash without progress events); the first refusal in manifest order, as a loop would meet it.
+  const trees = await settleInLanes(manifest.artifacts, async (row, measure) => {
     const dir = join(root, row.path);
     const listing = await walkTree(dir, { maxDepth });
     // The extractor kept symlinks inside the bundle; each must also stay inside its own tree.
     await checkSymlinks(dir, listing);
-    const actual = (await digestListing(listing, [TREE_EXEC], { ...watch, phase: "verify" }))[TREE_EXEC]!;
+    const digests = measure ? await measure({ dir, formats: [TREE_EXEC], maxDepth }) : await digestListing(listing, [TREE_EXEC], { ...watch, phase: "verify" });
+    const actual = digests[TREE_EXEC]!;
     const expected = row.integrity.slice(TREE_EXEC.length + 1);
     if (actual !== expected) {
       throw mismatch(bundle, `${row.kind} ${row.key}`, row.integrity, `${TREE_EXEC}:${actual}`, { kind: row.kind, key: row.key, path: row.path, format: TREE_EXEC });
     }
-  }
+  });
+  for (const tree of trees) if (!tree.ok) throw tree.error;
+  throwIfAborted(watch.signal);
   const blobs = new Map<string, Buffer>();
   for (const row of manifest.blobs) {
     const bytes = readExtracted(bundle, root, row.path, MAX_BLOB_BYTES);
@@ -550,11 +556,14 @@ function exists(path: string): boolean {
  * refusal now, not halfway through the publication.
  */
 async function checkTarget(scope: string, verified: VerifiedBundle): Promise<void> {
+  const present = [];
   for (const row of verified.manifest.artifacts) {
     const ref = { kind: row.kind, key: row.key, integrity: row.integrity };
     if (!inspectStore(scope, row.kind, revisionParentSegments(row.key, TREE_EXEC)).complete) continue;
-    if (exists(retainedTreeDir(scope, ref))) await verifyTree(scope, ref);
+    if (exists(retainedTreeDir(scope, ref))) present.push(ref);
   }
+  // On every core; the first refusal in manifest order, as a loop would meet it.
+  await verifyAllTrees(scope, present);
   if (verified.manifest.blobs.length > 0 && inspectStoreAt(scope, BLOBS_DIR).complete) {
     for (const [digest, bytes] of verified.blobs) {
       if (!exists(join(scope, ...BLOBS_DIR, digest))) continue;

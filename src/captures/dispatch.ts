@@ -4,7 +4,7 @@ import { OatsError, isOatsError } from "../errors.js";
 import { bytesDigest } from "../retention/digest/json.js";
 import { integrityText } from "../retention/integrity.js";
 import { resolveScope } from "../retention/store/components.js";
-import { verifyTree } from "../retention/verify.js";
+import { verifyTrees } from "../retention/verify-many.js";
 import { checkReadiness, referencedArtifacts, resolveEntrypointIn } from "../resolution/read.js";
 import type { ResolutionRecord } from "../resolution/record.js";
 import { readRecordBytes } from "../resolution/store.js";
@@ -250,9 +250,18 @@ export async function resolveQueuedCapture(scope: string, jobId: string, options
     // it, hashed as it is read, into the private run directory it runs from.
     const entrypoint = record.entrypoints[capture.entrypoint]!;
     const verified: ApprovalSubject[] = [];
-    for (const ref of referencedArtifacts(record)) {
-      if (sameArtifact(ref, entrypoint.artifact)) copy = await copyVerifiedTree(realScope, ref);
-      else await verifyTree(realScope, ref);
+    // The other trees are verified in worker lanes while this thread copies the executable one;
+    // the refusal is the first a loop in record order would meet.
+    const refs = referencedArtifacts(record);
+    const isEntry = (ref: (typeof refs)[number]) => sameArtifact(ref, entrypoint.artifact);
+    const copying = refs.some(isEntry) ? settleCopy(copyVerifiedTree(realScope, entrypoint.artifact)) : null;
+    const checked = await verifyTrees(realScope, refs.filter((ref) => !isEntry(ref)), { callerBusy: copying !== null });
+    const copied = await copying;
+    if (copied?.ok) copy = copied.value;
+    let next = 0;
+    for (const ref of refs) {
+      const outcome: { ok: boolean; error?: unknown } = isEntry(ref) ? copied! : checked[next++]!;
+      if (!outcome.ok) throw outcome.error;
       verified.push({ kind: ref.kind, key: ref.key, integrity: integrityText(ref.integrity) });
     }
     const pinnedConfig = parseConfigOnce(readBlob(realScope, capture.classification.config), `pinned classification config ${capture.classification.config}`);
@@ -399,4 +408,13 @@ export async function runDispatchPlan(
 /** Remove the run copy of a plan that will not be run (or has run). Idempotent. */
 export async function discardDispatchPlan(plan: Pick<DispatchPlan, "run">): Promise<void> {
   await removeRunCopy(plan.run);
+}
+
+/** A copy's outcome, kept for its turn in record order (a refusal of an earlier artifact comes first). */
+async function settleCopy(copying: Promise<RunCopy>): Promise<{ ok: true; value: RunCopy } | { ok: false; error: unknown }> {
+  try {
+    return { ok: true, value: await copying };
+  } catch (error) {
+    return { ok: false, error };
+  }
 }

@@ -45,4 +45,11 @@ export const COMMAND_NAMES = [
   "unpin",
   "pins",
   "repair",
+  "run ls",
+  "run show",
+  "run verify",
+  "run cancel",
+  "run seal",
+  "push",
+  "outbox ls",
 ] as const;

@@ -7,6 +7,7 @@
  */
 
 import { RUN_REMEDIES } from "./run-remedies.js";
+import { DELIVERY_REMEDIES } from "./delivery-remedies.js";
 
 interface RefusalLike {
   readonly code: string;
@@ -21,6 +22,7 @@ const BUNDLE_DAMAGED =
 
 const BY_REASON: Record<string, string> = {
   ...RUN_REMEDIES,
+  ...DELIVERY_REMEDIES,
   // The scope and the source.
   "scope-missing": "pass --scope (or set OATS_SCOPE to) an existing deployment directory; oats never creates the scope itself.",
   "scope-not-a-directory": "pass --scope (or set OATS_SCOPE to) a directory, not a file; oats never creates the scope itself.",
