@@ -58,6 +58,8 @@ function captureFixture(name = "nightly"): Fixture {
       classificationConfig: "./class.yaml",
       profile: "./profile.yaml",
       env: { PATH: "/usr/bin:/bin" },
+      // Tests run as root: only a privileged composition may run there (privilege.ts).
+      privileged: process.geteuid?.() === 0,
     })}\n`,
   );
   const scope = join(dir, "scope");
