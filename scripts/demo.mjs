@@ -2,8 +2,9 @@
 // (dist/cli/bin.js) as child processes, never through a shell. It retains the
 // fixture capability, verifies it, copies the retained revision into a second
 // scope, changes one byte there and shows the typed refusal. Exits 0 when
-// every step behaved as expected. It ends by preparing, queueing, approving
-// and dispatching a capture of the same capability.
+// every step behaved as expected. It then prepares, queues, approves and
+// dispatches a capture of the same capability, and ends by showing the sealed
+// run of that capture (`oats run show`).
 import { spawnSync } from "node:child_process";
 import { chmodSync, cpSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -134,6 +135,13 @@ try {
 
   say("15. fsck of scope B finds the tampered revision: exit 5, the code of its most serious finding.");
   oats(["--scope", scopeB, "fsck"], 5, (run) => /^DAMAGED {2}capability demo\.hello /m.test(run.stdout) && run.stderr.startsWith("oats: integrity-mismatch: "));
+
+  say("16. The dispatch in step 11 was recorded as a run: its log (every line stamped when it was\n    read), its exit status and result, sealed into a record whose digest is the run's id, with\n    its start and end in the audit log. `run verify` re-checks all three.");
+  const runs = oats(["--scope", scopeA, "--json", "run", "ls"], 0, (run) => JSON.parse(run.stdout).result.runs.length === 1);
+  const runId = JSON.parse(runs.stdout).result.runs[0]?.runId;
+  if (!runId) throw new Error("run ls did not list the sealed run of step 11");
+  oats(["--scope", scopeA, "run", "verify", runId], 0, (run) => run.stdout.startsWith("verified run "));
+  oats(["--scope", scopeA, "run", "show", runId.slice(0, 16)], 0, (run) => /^\S+Z out hello, scheduler/m.test(run.stdout) && run.stdout.includes("# RESULT: OK"));
 } catch (error) {
   failures += 1;
   console.error(`demo failed: ${error instanceof Error ? error.message : String(error)}`);
@@ -147,4 +155,4 @@ if (failures) {
   console.log(`\n${failures} step(s) did not behave as expected.`);
   process.exit(1);
 }
-console.log("\nEverything behaved as expected: the retained copy verifies, the tampered one is refused (exit 5),\nand the capture ran only once its exact composition was approved.");
+console.log("\nEverything behaved as expected: the retained copy verifies, the tampered one is refused (exit 5),\nthe capture ran only once its exact composition was approved, and its run is sealed and verifies.");

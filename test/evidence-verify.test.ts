@@ -118,7 +118,7 @@ describe("run lookup and the run directory", () => {
 
 describe("gc and runs", () => {
   test("Given a sealed run whose job was removed, When gc --delete runs, Then the resolution the run names (and its tree) stays; a run whose record is damaged refuses gc and nothing is deleted", async () => {
-    const { f, outcome, dir } = await sealedRun();
+    const { f, dir } = await sealedRun();
     const jobs = join(f.scope, ".agents/queue");
     for (const name of existsSync(jobs) ? readdirSync(jobs) : []) if (!name.startsWith(".")) renameSync(join(jobs, name), join(f.home, name));
     assert.deepEqual(readdirSync(jobs).filter((name) => !name.startsWith(".")), [], "no job keeps the record any more");

@@ -128,6 +128,8 @@ export interface DispatchPlan {
   readonly preparedFrom: string | null;
   /** Whether the approved composition lets the capture run as root. */
   readonly privileged: boolean;
+  /** The effective uid this dispatch was resolved for (DispatchOptions.euid, else this process's); the runners check it again. */
+  readonly euid: number | null;
   /** From the pinned profile: the evidence classes a run must capture and the redaction patterns. */
   readonly evidence: ProfileEvidencePolicy;
   readonly audit: { readonly seq: number; readonly hash: string };
@@ -287,7 +289,8 @@ export async function resolveQueuedCapture(scope: string, jobId: string, options
     });
     classificationGate({ effective: classification.effective, principal, config: pinnedConfig });
     if (current !== null) classificationGate({ effective: classification.effective, principal, config: current });
-    if (options.exec === true) privilegeGate({ capture: capture.name, privileged: capture.privileged === true, euid: options.euid ?? currentEuid() });
+    const euid = options.euid ?? currentEuid();
+    if (options.exec === true) privilegeGate({ capture: capture.name, privileged: capture.privileged === true, euid });
     await harnessEvent();
 
     // 5b. Evidence posture (exec only): the outbox must be writable, and
@@ -356,6 +359,7 @@ export async function resolveQueuedCapture(scope: string, jobId: string, options
       harness,
       preparedFrom,
       privileged: capture.privileged === true,
+      euid,
       evidence: evidencePolicy(profile),
       audit: { seq: entry.seq, hash: entry.hash },
       delivery,
@@ -387,7 +391,7 @@ export async function runDispatchPlan(
   let outcome: { code: number; stdout: string; stderr: string };
   try {
     // Again here: a plan resolved without `exec` may still be handed to this function.
-    privilegeGate({ capture: plan.composition.key, privileged: plan.privileged, euid: options.euid ?? currentEuid() });
+    privilegeGate({ capture: plan.composition.key, privileged: plan.privileged, euid: options.euid ?? plan.euid });
     outcome = await new Promise((resolvePromise, reject) => {
       const child = spawn(plan.executable.command, [...plan.executable.argv], { cwd: plan.run.cwd, env: { ...plan.env }, stdio: options.stdio ?? "inherit", shell: false });
       let stdout = "";

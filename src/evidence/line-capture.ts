@@ -25,14 +25,14 @@ export interface StampClock {
   last(): number;
 }
 
-/** A monotonic clock anchored to the wall clock once, when it is created. */
-export function createStampClock(now: () => number = Date.now): StampClock {
+/** A monotonic clock anchored to the wall clock once, when it is created (both sources injectable, for tests of collisions). */
+export function createStampClock(now: () => number = Date.now, hrtime: () => bigint = process.hrtime.bigint): StampClock {
   const wall = now() * 1000;
-  const origin = process.hrtime.bigint();
+  const origin = hrtime();
   let previous = 0;
   return {
     next() {
-      const elapsed = Number((process.hrtime.bigint() - origin) / 1000n);
+      const elapsed = Number((hrtime() - origin) / 1000n);
       let micros = Math.floor(wall + elapsed);
       if (micros <= previous) micros = previous + 1;
       previous = micros;

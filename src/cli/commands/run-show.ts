@@ -18,7 +18,7 @@ export const runShow: CommandSpec = {
       : [
           `  job ${record.job}, resolution ${record.resolution}`,
           `  started ${record.startedAt}, ended ${record.endedAt}, principal ${record.principal}`,
-          `  log ${record.log.lines} lines, ${record.log.bytes} bytes, ${record.log.digest}`,
+          `  log ${record.log.lines} line${record.log.lines === 1 ? "" : "s"}, ${record.log.bytes} bytes, ${record.log.digest}`,
           `  redactions ${record.redactions.length === 0 ? "none" : record.redactions.map((row) => `${row.rule} x${row.count}`).join(", ")}`,
           `  evidence ${record.evidence.status}${record.evidence.gaps.length === 0 ? "" : `; gaps: ${record.evidence.gaps.map((gap) => `${gap.class} (${gap.reason})`).join(", ")}`}`,
         ];

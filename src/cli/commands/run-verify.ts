@@ -23,7 +23,7 @@ export const runVerify: CommandSpec = {
       lines: [
         `verified run ${verdict.handle}: ${verdict.result}${verdict.status === "failed-evidence" ? " failed-evidence" : ""} ${verdict.runId}`,
         `  record  hashes to its id`,
-        `  log     ${record.log.lines} lines, ${record.log.bytes} bytes, ${record.log.digest}`,
+        `  log     ${record.log.lines} line${record.log.lines === 1 ? "" : "s"}, ${record.log.bytes} bytes, ${record.log.digest}`,
         `  audit   run-start seq ${verdict.checks.audit.start}, run-end seq ${verdict.checks.audit.end}`,
       ],
       quietLines: [verdict.runId],
