@@ -14,6 +14,9 @@ import { join } from "node:path";
 import { after, before, describe, test } from "node:test";
 import { REPO, runJson, runOats, snapshotTree, tempDir } from "./helpers.js";
 import { NO_REGISTRY, registryBinary, startRegistry, type Registry } from "./support/registry.js";
+import { OCI_MANIFEST_MEDIA_TYPE } from "../src/fleet/mapping.js";
+import { getManifest, putManifest } from "../src/fleet/oci/manifests.js";
+import { openRegistry } from "../src/fleet/target.js";
 
 let registry: Registry | null = null;
 const skip = registryBinary() === null ? NO_REGISTRY : false;
@@ -58,6 +61,8 @@ function captureFixture(name = "nightly"): Fixture {
       classificationConfig: "./class.yaml",
       profile: "./profile.yaml",
       env: { PATH: "/usr/bin:/bin" },
+      // Tests run as root: only a privileged composition may run there (privilege.ts).
+      privileged: process.geteuid?.() === 0,
     })}\n`,
   );
   const scope = join(dir, "scope");
@@ -186,6 +191,23 @@ describe("oats push / oats pull through a real registry", { skip }, () => {
     assert.equal(second.manifests[0]!.status, "kept");
     assert.equal(second.manifests[0]!.digest, first.manifests[0]!.digest);
     assert.deepEqual(storageState(reg().root), before, "no file of the registry's storage was written");
+  });
+
+  test("Given a resolution's tag rewritten in the registry to a manifest that is not exactly ours When it is pushed again Then push does not keep it: it pushes its own manifest under the tag again", async () => {
+    const fixture = captureFixture("retagged");
+    const capture = prepared(fixture);
+    const to = reg().ref("fleet/retagged");
+    const first = push(fixture.scope, [capture.id], to);
+    const tag = `oats-json-v1-${capture.id.slice(7)}`;
+    const { session } = openRegistry(to);
+    const served = await getManifest(session, tag, { accept: [OCI_MANIFEST_MEDIA_TYPE] });
+    const altered = JSON.parse(served.bytes.toString());
+    altered.annotations["vnd.oats.note"] = "written by someone else";
+    await putManifest(session, tag, Buffer.from(JSON.stringify(altered)), OCI_MANIFEST_MEDIA_TYPE);
+    const second = push(fixture.scope, [capture.id], to);
+    assert.equal(second.manifests[0]!.status, "pushed");
+    assert.equal(second.uploadedBytes, 0, "every blob was present");
+    assert.equal((await getManifest(session, tag, { accept: [OCI_MANIFEST_MEDIA_TYPE] })).digest, first.manifests[0]!.digest, "the tag names our manifest again");
   });
 
   test("Given a tree pushed without a record When the registry already has its layer Then a second trees push HEADs it and uploads nothing", () => {
