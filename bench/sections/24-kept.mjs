@@ -40,7 +40,7 @@ async function benchKept(name, ids, runs) {
 
 export const parts = {
   kept: async () => {
-    await benchKept("small", ["20a", "20b"], 3);
-    await benchKept("big", ["20c", "20d"], 3);
+    await benchKept("small", ["24a", "24b"], 3);
+    await benchKept("big", ["24c", "24d"], 3);
   },
 };

@@ -83,7 +83,7 @@ async function benchBundleRatio(name, ids) {
 
 export const parts = {
   "bundle-ratio": async () => {
-    await benchBundleRatio("small", ["22a", "22b"]);
-    await benchBundleRatio("big", ["22c", "22d"]);
+    await benchBundleRatio("small", ["26a", "26b"]);
+    await benchBundleRatio("big", ["26c", "26d"]);
   },
 };

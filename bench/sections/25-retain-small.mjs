@@ -49,7 +49,7 @@ async function benchRetainSmall() {
     ],
     3,
   );
-  timeRow({ id: "21", what: "retainTree 20k small files vs cp -a + sync -f + find|sort|xargs sha256sum", oursMs: median(times.oats), baseMs: median(times.baseline), goal: 1.5 });
+  timeRow({ id: "25", what: "retainTree 20k small files vs cp -a + sync -f + find|sort|xargs sha256sum", oursMs: median(times.oats), baseMs: median(times.baseline), goal: 1.5 });
 
   const scope = join(scopes, "rss");
   mkdirSync(scope);
@@ -66,7 +66,7 @@ async function benchRetainSmall() {
   const kib = Number(child.stderr.match(/maxrss-kib=(\d+)/)?.[1] ?? child.stdout.match(/"maxRSS":(\d+)/)?.[1] ?? NaN);
   const empty = viaTime ? Number((await run("/usr/bin/time", ["-f", "maxrss-kib=%M", process.execPath, "-e", "0"])).stderr.match(/maxrss-kib=(\d+)/)?.[1]) : NaN;
   addRow({
-    id: "21b",
+    id: "25b",
     what: "peak RSS, retainTree of 20k small files (library in a child process)",
     headline: true,
     ours: `${(kib / 1024).toFixed(1)} MiB`,
