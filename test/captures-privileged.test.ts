@@ -25,7 +25,7 @@ import { addJob } from "../src/captures/queue.js";
 import { OatsError } from "../src/errors.js";
 import { resolutionRecordSchema } from "../src/resolution/record.js";
 import { jsonDigest } from "../src/retention/digest/json.js";
-import { REPO, runJson, tempDir } from "./helpers.js";
+import { REPO, runJson, runOats, tempDir } from "./helpers.js";
 
 const IS_ROOT = process.geteuid?.() === 0;
 const NOBODY = 65534;
@@ -226,6 +226,10 @@ describe("privileged: dispatch as root", { skip: IS_ROOT ? false : "these tests 
     assert.equal(refused.envelope.error!.code, "classification-refused");
     assert.equal(refused.envelope.error!.details["reason"], "privileged-account");
     assert.equal(existsSync(f.marker), false);
+    const human = runOats(["--scope", f.scope, "dispatch", "nightly", "--exec"]);
+    assert.equal(human.status, 6, human.stderr);
+    assert.match(human.stderr, /only a composition approved as privileged runs/, "the remedy names the privileged fix, not the classification config");
+    assert.doesNotMatch(human.stderr, /sovereign/);
     const plan = runJson(["--scope", f.scope, "dispatch", "nightly"]);
     assert.equal(plan.status, 0, plan.stderr);
     assert.equal(existsSync(f.marker), false);

@@ -2,7 +2,7 @@ import assert from "node:assert/strict";
 import { mkdirSync, symlinkSync } from "node:fs";
 import { join } from "node:path";
 import { describe, test } from "node:test";
-import { runJson, snapshotTree, tempDir } from "./helpers.js";
+import { runJson, runOats, snapshotTree, tempDir } from "./helpers.js";
 import { OatsError } from "../src/errors.js";
 import { checkEvidencePosture, enqueueSealedRun, evidencePosture, transportFor } from "../src/index.js";
 import { makeShare } from "./support/shares.js";
@@ -97,7 +97,7 @@ describe("checkEvidencePosture at dispatch (real probes)", () => {
     }
   });
 
-  test("Given a malformed destination, Then it is refused before anything is probed: unknown scheme and no scheme are usage, a relative or unnormalised path is invalid-input, oci:// is usage until its transport exists", () => {
+  test("Given a malformed destination, Then it is refused before anything is probed: unknown scheme and no scheme are usage, a relative or unnormalised path is invalid-input, oci:// must name a repository (plain http:// only on loopback)", () => {
     assert.throws(() => transportFor("ftp://host/x"), refused("usage", "unknown-scheme"));
     assert.throws(() => transportFor("__proto__:x"), refused("usage", "unknown-scheme"));
     assert.throws(() => transportFor("/mnt/evidence"), refused("usage", "no-scheme"));
@@ -105,7 +105,9 @@ describe("checkEvidencePosture at dispatch (real probes)", () => {
     assert.throws(() => transportFor("dir:/mnt/../etc"), refused("invalid-input"));
     assert.throws(() => transportFor("dir:/mnt//x"), refused("invalid-input"));
     assert.throws(() => transportFor(""), refused("invalid-input"));
-    assert.throws(() => transportFor("oci://registry.example/evidence"), refused("usage", "transport-not-built"));
+    assert.equal(transportFor("oci://registry.example/evidence").describe(), "oci://registry.example/evidence");
+    assert.throws(() => transportFor("http://registry.example/evidence"), refused("registry-refused", "insecure-remote"));
+    assert.throws(() => transportFor("oci://registry.example/evidence:latest"), refused("invalid-input"));
     assert.equal(transportFor("dir:/mnt/evidence/").describe(), "dir:/mnt/evidence");
   });
 });
@@ -148,6 +150,10 @@ describe("oats push and oats outbox ls", () => {
     assert.deepEqual([refs.status, refs.envelope.error!.code], [2, "usage"]);
     const gone = runJson(["--scope", scope, "push"], { env: { OATS_EVIDENCE_TO: `dir:${join(tempDir("oats-far-"), "gone")}` } });
     assert.deepEqual([gone.status, gone.envelope.error!.code, gone.envelope.error!.details["reason"]], [3, "artifact-not-found", "far-side-unreachable"]);
+    // Human mode: the code, then the remedy for the reason.
+    const human = runOats(["--scope", scope, "push", "--to", `dir:${join(tempDir("oats-far-"), "gone")}`]);
+    assert.equal(human.status, 3);
+    assert.match(human.stderr, /^oats: artifact-not-found: .*\nthe far side named above cannot be reached .*everything stays queued/);
     assert.deepEqual(snapshotTree(join(scope, ".agents/outbox")), before);
   });
 });

@@ -246,3 +246,34 @@ describe("a push killed between put and mark", () => {
     assert.deepEqual(listOutbox(scope).map((entry) => entry.delivered.length), [1, 1, 1]);
   });
 });
+
+describe("two pushers at once", () => {
+  test("Given two processes pushing the same outbox to the same share at once, Then every run is delivered by exactly one of them, in order, and the share holds each once", async () => {
+    const { scope, runs } = await scopeWithRuns(4);
+    for (const run of runs) await enqueueSealedRun(scope, run.handle);
+    const { share } = makeShare();
+    const go = join(tempDir("oats-go-"), "go");
+    let ready = 0;
+    const pusher = () =>
+      new Promise<number[]>((resolve, reject) => {
+        const child = spawn(process.execPath, ["--import", "tsx", join(REPO, "test/support/push-child.ts"), scope, share, "0", go, "150"], { cwd: REPO, stdio: ["ignore", "pipe", "pipe"] });
+        let out = "";
+        let err = "";
+        child.stdout.on("data", (chunk) => {
+          out += chunk;
+          if (String(chunk).includes("READY") && ++ready === 2) writeFileSync(go, "");
+        });
+        child.stderr.on("data", (chunk) => (err += chunk));
+        child.on("exit", (code) => {
+          const done = /DONE (\[.*\])/.exec(out);
+          if (code === 0 && done) resolve(JSON.parse(done[1]!));
+          else reject(new Error(`pusher failed (${code}): ${out} ${err}`));
+        });
+      });
+    const [a, b] = await Promise.all([pusher(), pusher()]);
+    assert.deepEqual([...a, ...b].sort(), [1, 2, 3, 4], `each run delivered once: ${JSON.stringify([a, b])}`);
+    for (const part of [a, b]) assert.deepEqual(part, [...part].sort(), "each pusher went in order");
+    assert.deepEqual(readdirSync(join(share, "runs")).sort(), runs.map((run) => hex(run.runId)).sort());
+    assert.deepEqual(listOutbox(scope).map((entry) => entry.delivered.length), [1, 1, 1, 1]);
+  });
+});

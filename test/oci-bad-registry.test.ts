@@ -159,3 +159,53 @@ test("a registry that is down is registry-refused (unreachable), before and duri
   });
   await assert.rejects(async () => drain(await cut.getBlob(sha256(bytes))), refused("registry-refused", "connection-lost"));
 });
+
+test("a registry that says it holds other than what a PATCH sent, or that stops answering, is refused", async (t) => {
+  let held = 0;
+  const { client } = await fake(t, (request, response, body) => {
+    if (request.method === "POST") response.writeHead(202, { location: "/v2/oats/fleet/blobs/uploads/u1" }).end();
+    else if (request.method === "PATCH") {
+      held += body.length;
+      response.writeHead(202, { location: "/v2/oats/fleet/blobs/uploads/u1", range: `0-${held - 2}` }).end();
+    } else {
+      // It would even accept the final PUT: only the Range check stands between this and a "successful" upload.
+      const digest = new URL(request.url ?? "/", "http://x").searchParams.get("digest") ?? "";
+      response.writeHead(201, { "docker-content-digest": digest }).end();
+    }
+  });
+  const bytes = randomBytes(300);
+  await assert.rejects(client.putBlob(bufferSource(bytes, sha256(bytes)), { chunked: true, chunkSize: 100 }), refused("registry-refused", "protocol"));
+  const silent = await startFakeRegistry(() => undefined);
+  t.after(() => silent.close());
+  await assert.rejects(new OciClient(`http://${silent.host}/oats/fleet`, { idleTimeoutMs: 200 }).headBlob(sha256(bytes)), refused("registry-refused", "unreachable"));
+});
+
+test("a registry that reports an offset after a lost connection and then refuses to continue from it gets one clean restart", async (t) => {
+  const bytes = randomBytes(300);
+  let session = 0;
+  let patches = 0;
+  let held: Buffer[] = [];
+  const { client } = await fake(t, (request, response, body) => {
+    const url = new URL(request.url ?? "/", "http://x");
+    if (request.method === "POST") {
+      session++;
+      held = [];
+      response.writeHead(202, { location: `/v2/oats/fleet/blobs/uploads/s${session}` }).end();
+    } else if (request.method === "PATCH") {
+      patches++;
+      if (patches === 2) return void response.socket?.destroy();
+      if (patches === 3) return void response.writeHead(404, { "content-type": "application/json" }).end('{"errors":[{"code":"BLOB_UPLOAD_INVALID"}]}');
+      held.push(body);
+      const size = Buffer.concat(held).length;
+      response.writeHead(202, { location: url.pathname, range: `0-${size - 1}` }).end();
+    } else if (request.method === "GET") response.writeHead(204, { location: url.pathname, range: "0-99" }).end();
+    else if (request.method === "DELETE") response.writeHead(204).end();
+    else if (request.method === "PUT") {
+      const ok = sha256(Buffer.concat(held)) === url.searchParams.get("digest");
+      response.writeHead(ok ? 201 : 400, ok ? { "docker-content-digest": sha256(Buffer.concat(held)) } : {}).end();
+    }
+  });
+  const result = await client.putBlob(bufferSource(bytes, sha256(bytes)), { chunked: true, chunkSize: 100 });
+  assert.deepEqual({ resumed: result.resumed, restarted: result.restarted }, { resumed: 1, restarted: 1 });
+  assert.equal(session, 2);
+});

@@ -1,12 +1,17 @@
 import assert from "node:assert/strict";
 import { createHash, randomBytes } from "node:crypto";
-import { writeFileSync } from "node:fs";
+import { readFileSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
 import net from "node:net";
 import { after, before, test } from "node:test";
 import { OatsError } from "../src/errors.js";
+import type { EvidenceFileName } from "../src/evidence/transport.js";
 import { ociTransport, runManifest, runTag } from "../src/evidence/transports/oci.js";
 import { OciClient } from "../src/fleet/oci/index.js";
+import { enqueueSealedRun, listOutbox, outboxEntries, pushEvidence, readDelivered } from "../src/index.js";
+import { runJson, snapshotTree, tempDir } from "./helpers.js";
 import { startFakeRegistry } from "./support/fake-registry.js";
+import { makeSealedRun } from "./support/sealed-runs.js";
 import { NO_REGISTRY, registryBinary, sha256, startRegistry, type Registry } from "./support/registry.js";
 
 /** Sealed runs as OCI artifacts: put, read back from the registry, idempotence, refusals. */
@@ -24,8 +29,8 @@ after(async () => {
 
 function bundle(seed = randomBytes(8).toString("hex")) {
   const record = Buffer.from(JSON.stringify({ format: "oats.run.v1", seed }));
-  const runId = `oats.json.v1:${createHash("sha256").update(record).digest("hex")}`;
-  const files = new Map<string, Buffer>([
+  const runId = `sha256-${createHash("sha256").update(record).digest("hex")}`;
+  const files = new Map<EvidenceFileName, Buffer>([
     ["record.json", record],
     ["log", Buffer.from(`2026-12-01T03:40:00.000000Z out hello ${seed}\n# exit: code 0\n# RESULT: OK\n`)],
     ["audit.jsonl", Buffer.from(`{"action":"run-start","seed":"${seed}"}\n`)],
@@ -99,4 +104,34 @@ test("read back refuses a tag that names another run or an artifact of another t
     t.after(() => fake.close());
     await assert.rejects(ociTransport(`http://${fake.host}/oats/evidence`).readBack(run.runId), (error: unknown) => error instanceof OatsError && error.code === code);
   }
+});
+
+test("the outbox delivers sealed runs to a registry, proves it by reading back, and a second push sends nothing (library and CLI)", async (t) => {
+  if (!HAVE) return t.skip(NO_REGISTRY);
+  const scope = tempDir("oats-scope-");
+  const runs = [await makeSealedRun(scope, { index: 1 }), await makeSealedRun(scope, { index: 2 })];
+  for (const run of runs) await enqueueSealedRun(scope, run.handle);
+  const to = registry.ref("oats/runs");
+  const pushed = await pushEvidence(scope, { to });
+  assert.deepEqual(pushed.delivered.map((entry) => entry.runId), runs.map((run) => run.runId));
+  assert.equal(pushed.to, to);
+  for (const entry of outboxEntries(scope)) {
+    const back = await readDelivered(to, entry.runId);
+    assert.ok(back, entry.runId);
+    for (const file of entry.files) assert.ok(back.has(file.name), file.name);
+  }
+  assert.ok((await readDelivered(to, runs[0]!.runId))!.get("record.json")!.equals(readFileSync(join(scope, ".agents/runs", runs[0]!.handle, "record.json"))));
+  assert.deepEqual(listOutbox(scope, { to }).map((entry) => entry.delivered.map((mark) => mark.to)), [[to], [to]]);
+  const again = await pushEvidence(scope, { to });
+  assert.deepEqual(again.delivered, []);
+  // The CLI path: a third run through `oats push --to`, and a down registry is refused with the outbox untouched.
+  const third = await makeSealedRun(scope, { index: 3 });
+  await enqueueSealedRun(scope, third.handle);
+  const before = snapshotTree(join(scope, ".agents/outbox"));
+  const down = runJson(["--scope", scope, "push", "--to", "http://127.0.0.1:1/oats/runs"]);
+  assert.notEqual(down.status, 0, down.stderr);
+  assert.deepEqual(snapshotTree(join(scope, ".agents/outbox")), before);
+  const cli = runJson(["--scope", scope, "push", "--to", to]);
+  assert.equal(cli.status, 0, cli.stderr);
+  assert.deepEqual(cli.envelope.result!["delivered"].map((entry: { runId: string }) => entry.runId), [third.runId]);
 });

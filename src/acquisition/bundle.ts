@@ -1,8 +1,7 @@
 import { withPublishLease } from "../retention/store/lease.js";
-import { closeSync, constants, createReadStream, fsyncSync, linkSync, lstatSync, openSync, readdirSync, renameSync, statSync, unlinkSync, writeSync } from "node:fs";
+import { closeSync, constants, createReadStream, fsyncSync, linkSync, lstatSync, openSync, readdirSync, renameSync, statSync, unlinkSync } from "node:fs";
 import { basename, dirname, join, resolve } from "node:path";
 import { randomBytes } from "node:crypto";
-import { Header, Pax, type HeaderData } from "tar";
 import { z } from "zod";
 import { OatsError, asStepError, errnoCode, isOatsError } from "../errors.js";
 import { BLOBS_DIR, MAX_BLOB_BYTES, parseBlobDigest, putBlob, readBlob } from "../retention/store/blobs.js";
@@ -12,8 +11,8 @@ import { resolutionRecordSchema, type ResolutionRecord } from "../resolution/rec
 import { MAX_RECORD_BYTES, RESOLUTIONS_DIR, encodeRecord, parseResolutionId, readRecordBytes, resolutionPath, writeResolution } from "../resolution/store.js";
 import { bytesDigest, canonicalJsonBytes } from "../retention/digest/json.js";
 import { digestListing } from "../retention/digest/tree.js";
-import { walkTree, type FileEntry, type SymlinkEntry } from "../retention/digest/walk.js";
-import type { FileConsumer, FileInfo } from "../retention/digest/file-reader.js";
+import { walkTree } from "../retention/digest/walk.js";
+import { TarWriter, TreeSink } from "./tar-writer.js";
 import { ARTIFACT_KINDS, IDENTIFIER_MAX_LENGTH, IDENTIFIER_PATTERN, SOURCE_KEY_PATTERN, type ArtifactKind } from "../retention/ids.js";
 import { TREE_EXEC, TREE_LEGACY, digestHex, integrityText, type Integrity } from "../retention/integrity.js";
 import { adoptTree } from "../retention/retain.js";
@@ -23,6 +22,8 @@ import { readRegularFile } from "../retention/store/files.js";
 import { parseArtifactRef, retainedTreeDir, type ArtifactRef } from "../retention/store/layout.js";
 import { revisionParentSegments } from "../retention/store/publish.js";
 import { verifyTree } from "../retention/verify.js";
+import { verifyAllTrees } from "../retention/verify-many.js";
+import { settleInLanes } from "../retention/parallel/pool.js";
 import { extractLimits, extractTar, type ExtractLimits } from "./extract.js";
 import { withExtractionDir } from "./staging.js";
 import { exportProgress } from "./bundle-progress.js";
@@ -125,109 +126,6 @@ export function parseExportRef(input: ExportRef): ParsedExportRef {
   }
   if (typeof input !== "object" || input === null) throw new OatsError("invalid-artifact-reference", "an export reference is a string or {kind, key, integrity}", { ref: input });
   return { type: "artifact", ref: parseArtifactRef(input) };
-}
-
-// ------------------------------------------------------------------ tar writing
-
-const ZEROS = Buffer.alloc(1024);
-const FIXED_MTIME = new Date(0);
-const WRITE_BUFFER = 1 << 20;
-
-/**
- * A plain ustar writer (PAX headers for long or non-ASCII names and link
- * text) into a file descriptor, buffered. Output is reproducible: mtime 0,
- * owner 0, file modes 0755 or 0644 from the exec bit, symlinks 0777.
- */
-class TarWriter {
-  private readonly buffer = Buffer.allocUnsafe(WRITE_BUFFER);
-  private used = 0;
-  bytes = 0;
-
-  constructor(private readonly fd: number) {}
-
-  private writeFd(data: Buffer): void {
-    let done = 0;
-    while (done < data.length) done += writeSync(this.fd, data, done, data.length - done);
-  }
-
-  write(data: Buffer): void {
-    this.bytes += data.length;
-    if (data.length >= WRITE_BUFFER / 2) {
-      this.flush();
-      this.writeFd(data);
-      return;
-    }
-    if (this.used + data.length > WRITE_BUFFER) this.flush();
-    data.copy(this.buffer, this.used);
-    this.used += data.length;
-  }
-
-  flush(): void {
-    if (this.used === 0) return;
-    this.writeFd(this.buffer.subarray(0, this.used));
-    this.used = 0;
-  }
-
-  pad(size: number): void {
-    const rest = size % 512;
-    if (rest !== 0) this.write(ZEROS.subarray(0, 512 - rest));
-  }
-
-  header(data: HeaderData & { path: string }): void {
-    const header = new Header({ uid: 0, gid: 0, uname: "", gname: "", mtime: FIXED_MTIME, ...data });
-    if (header.encode()) {
-      this.write(new Pax({ path: data.path, ...(data.linkpath !== undefined ? { linkpath: data.linkpath } : {}) }).encode());
-    }
-    this.write(header.block!);
-  }
-
-  file(path: string, exec: boolean, size: number): void {
-    this.header({ path, type: "File", mode: exec ? 0o755 : 0o644, size });
-  }
-
-  wholeFile(path: string, bytes: Buffer): void {
-    this.file(path, false, bytes.length);
-    this.write(bytes);
-    this.pad(bytes.length);
-  }
-
-  directory(path: string): void {
-    this.header({ path: `${path}/`, type: "Directory", mode: 0o755, size: 0 });
-  }
-
-  symlink(path: string, target: string): void {
-    this.header({ path, type: "SymbolicLink", linkpath: target, mode: 0o777, size: 0 });
-  }
-
-  end(): void {
-    this.write(ZEROS);
-    this.flush();
-  }
-}
-
-/** Feeds every leaf of a tree, as it is hashed, into the bundle under `prefix/`. */
-class TreeSink implements FileConsumer {
-  constructor(
-    private readonly tar: TarWriter,
-    private readonly prefix: string,
-  ) {}
-  whole(entry: FileEntry, info: FileInfo, data: Buffer): void {
-    this.tar.file(`${this.prefix}/${entry.path}`, (info.mode & 0o100) !== 0, info.size);
-    this.tar.write(data);
-    this.tar.pad(info.size);
-  }
-  start(entry: FileEntry, info: FileInfo): void {
-    this.tar.file(`${this.prefix}/${entry.path}`, (info.mode & 0o100) !== 0, info.size);
-  }
-  chunk(data: Buffer): void {
-    this.tar.write(data);
-  }
-  end(_entry: FileEntry, info: FileInfo): void {
-    this.tar.pad(info.size);
-  }
-  symlink(entry: SymlinkEntry): void {
-    this.tar.symlink(`${this.prefix}/${entry.path}`, entry.target);
-  }
 }
 
 // ------------------------------------------------------------------ export
@@ -584,17 +482,21 @@ function mismatch(bundle: string, what: string, expected: string, actual: string
 
 /** Every item against its digest, every record against the strict reader and schema, every record's references present. */
 async function verifyBundle(bundle: string, root: string, manifest: BundleManifest, maxDepth: number, watch: Pick<ImportOptions, "onProgress" | "signal">): Promise<VerifiedBundle> {
-  for (const row of manifest.artifacts) {
+  // The trees on every core (worker lanes hash without progress events); the first refusal in manifest order, as a loop would meet it.
+  const trees = await settleInLanes(manifest.artifacts, async (row, measure) => {
     const dir = join(root, row.path);
     const listing = await walkTree(dir, { maxDepth });
     // The extractor kept symlinks inside the bundle; each must also stay inside its own tree.
     await checkSymlinks(dir, listing);
-    const actual = (await digestListing(listing, [TREE_EXEC], { ...watch, phase: "verify" }))[TREE_EXEC]!;
+    const digests = measure ? await measure({ dir, formats: [TREE_EXEC], maxDepth }) : await digestListing(listing, [TREE_EXEC], { ...watch, phase: "verify" });
+    const actual = digests[TREE_EXEC]!;
     const expected = row.integrity.slice(TREE_EXEC.length + 1);
     if (actual !== expected) {
       throw mismatch(bundle, `${row.kind} ${row.key}`, row.integrity, `${TREE_EXEC}:${actual}`, { kind: row.kind, key: row.key, path: row.path, format: TREE_EXEC });
     }
-  }
+  });
+  for (const tree of trees) if (!tree.ok) throw tree.error;
+  throwIfAborted(watch.signal);
   const blobs = new Map<string, Buffer>();
   for (const row of manifest.blobs) {
     const bytes = readExtracted(bundle, root, row.path, MAX_BLOB_BYTES);
@@ -654,11 +556,14 @@ function exists(path: string): boolean {
  * refusal now, not halfway through the publication.
  */
 async function checkTarget(scope: string, verified: VerifiedBundle): Promise<void> {
+  const present = [];
   for (const row of verified.manifest.artifacts) {
     const ref = { kind: row.kind, key: row.key, integrity: row.integrity };
     if (!inspectStore(scope, row.kind, revisionParentSegments(row.key, TREE_EXEC)).complete) continue;
-    if (exists(retainedTreeDir(scope, ref))) await verifyTree(scope, ref);
+    if (exists(retainedTreeDir(scope, ref))) present.push(ref);
   }
+  // On every core; the first refusal in manifest order, as a loop would meet it.
+  await verifyAllTrees(scope, present);
   if (verified.manifest.blobs.length > 0 && inspectStoreAt(scope, BLOBS_DIR).complete) {
     for (const [digest, bytes] of verified.blobs) {
       if (!exists(join(scope, ...BLOBS_DIR, digest))) continue;
@@ -688,31 +593,54 @@ export async function importBundle(scope: string, bundlePath: string, options: I
     const { onProgress, signal } = options;
     const watch = { ...(onProgress ? { onProgress } : {}), ...(signal ? { signal } : {}) };
     await extractTar(createReadStream(bundle), staging, { origin: bundle, prefix: null, limits, ...watch });
-    const manifest = readManifest(bundle, staging);
-    checkContents(bundle, staging, manifest);
-    const verified = await verifyBundle(bundle, staging, manifest, limits.maxDepth, watch);
-    await checkTarget(realScope, verified);
-    throwIfAborted(signal);
-
-    // Publication: trees, then blobs, then the records that name them.
-    const artifacts: ImportReport["artifacts"][number][] = [];
-    for (const row of manifest.artifacts) {
-      // Verified above; adopted (moved, made durable, read back once) rather than copied a second time.
-      const receipt = await adoptTree(realScope, { kind: row.kind, key: row.key, source: join(staging, row.path), expect: row.integrity }, { maxDepth: limits.maxDepth });
-      artifacts.push({ kind: row.kind, key: row.key, integrity: row.integrity, status: receipt.status === "kept" ? "kept" : "retained" });
-    }
-    const blobs: ImportReport["blobs"][number][] = [];
-    for (const row of manifest.blobs) {
-      const put = putBlob(realScope, verified.blobs.get(row.digest)!);
-      if (put.digest !== parseBlobDigest(row.digest)) throw new OatsError("internal-error", `blob ${row.digest} was published as ${put.digest}`, { digest: row.digest });
-      blobs.push({ digest: row.digest, status: put.status });
-    }
-    const resolutions: ImportReport["resolutions"][number][] = [];
-    for (const row of manifest.resolutions) {
-      const written = writeResolution(realScope, verified.records.get(row.id)!.record);
-      if (written.id !== row.id) throw new OatsError("internal-error", `resolution ${row.id} was published as ${written.id}`, { id: row.id });
-      resolutions.push({ id: row.id, status: written.status });
-    }
-    return { bundle, artifacts, resolutions, blobs };
+    return { bundle, ...(await importStaged(realScope, bundle, staging, limits.maxDepth, watch)) };
   }));
+}
+
+/**
+ * The verified half of import, for a staging directory laid out as an
+ * extracted bundle (`manifest.json`, `artifacts/…`, `resolutions/…`,
+ * `blobs/…`): the manifest strictly, the content exactly as listed, every
+ * item against its digest, records complete, the target checked; only then
+ * publication (trees, blobs, then records). `oats import` extracts a bundle
+ * into staging; `oats pull` (src/fleet/pull.ts) fills staging from a
+ * registry's layers; both then publish only through here. `origin` names the
+ * source in refusals. The caller holds the publish lease and owns staging.
+ */
+export async function importStaged(
+  realScope: string,
+  origin: string,
+  staging: string,
+  maxDepth: number,
+  watch: Pick<ImportOptions, "onProgress" | "signal"> = {},
+): Promise<Omit<ImportReport, "bundle">> {
+  const bundle = origin;
+  const limits = { maxDepth };
+  const signal = watch.signal;
+  const manifest = readManifest(bundle, staging);
+  checkContents(bundle, staging, manifest);
+  const verified = await verifyBundle(bundle, staging, manifest, limits.maxDepth, watch);
+  await checkTarget(realScope, verified);
+  throwIfAborted(signal);
+
+  // Publication: trees, then blobs, then the records that name them.
+  const artifacts: ImportReport["artifacts"][number][] = [];
+  for (const row of manifest.artifacts) {
+    // Verified above; adopted (moved, made durable, read back once) rather than copied a second time.
+    const receipt = await adoptTree(realScope, { kind: row.kind, key: row.key, source: join(staging, row.path), expect: row.integrity }, { maxDepth: limits.maxDepth });
+    artifacts.push({ kind: row.kind, key: row.key, integrity: row.integrity, status: receipt.status === "kept" ? "kept" : "retained" });
+  }
+  const blobs: ImportReport["blobs"][number][] = [];
+  for (const row of manifest.blobs) {
+    const put = putBlob(realScope, verified.blobs.get(row.digest)!);
+    if (put.digest !== parseBlobDigest(row.digest)) throw new OatsError("internal-error", `blob ${row.digest} was published as ${put.digest}`, { digest: row.digest });
+    blobs.push({ digest: row.digest, status: put.status });
+  }
+  const resolutions: ImportReport["resolutions"][number][] = [];
+  for (const row of manifest.resolutions) {
+    const written = writeResolution(realScope, verified.records.get(row.id)!.record);
+    if (written.id !== row.id) throw new OatsError("internal-error", `resolution ${row.id} was published as ${written.id}`, { id: row.id });
+    resolutions.push({ id: row.id, status: written.status });
+  }
+  return { artifacts, resolutions, blobs };
 }

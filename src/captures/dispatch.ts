@@ -4,7 +4,7 @@ import { OatsError, isOatsError } from "../errors.js";
 import { bytesDigest } from "../retention/digest/json.js";
 import { integrityText } from "../retention/integrity.js";
 import { resolveScope } from "../retention/store/components.js";
-import { verifyTree } from "../retention/verify.js";
+import { verifyTrees } from "../retention/verify-many.js";
 import { checkReadiness, referencedArtifacts, resolveEntrypointIn } from "../resolution/read.js";
 import type { ResolutionRecord } from "../resolution/record.js";
 import { readRecordBytes } from "../resolution/store.js";
@@ -128,6 +128,8 @@ export interface DispatchPlan {
   readonly preparedFrom: string | null;
   /** Whether the approved composition lets the capture run as root. */
   readonly privileged: boolean;
+  /** The effective uid this dispatch was resolved for (DispatchOptions.euid, else this process's); the runners check it again. */
+  readonly euid: number | null;
   /** From the pinned profile: the evidence classes a run must capture and the redaction patterns. */
   readonly evidence: ProfileEvidencePolicy;
   readonly audit: { readonly seq: number; readonly hash: string };
@@ -250,9 +252,18 @@ export async function resolveQueuedCapture(scope: string, jobId: string, options
     // it, hashed as it is read, into the private run directory it runs from.
     const entrypoint = record.entrypoints[capture.entrypoint]!;
     const verified: ApprovalSubject[] = [];
-    for (const ref of referencedArtifacts(record)) {
-      if (sameArtifact(ref, entrypoint.artifact)) copy = await copyVerifiedTree(realScope, ref);
-      else await verifyTree(realScope, ref);
+    // The other trees are verified in worker lanes while this thread copies the executable one;
+    // the refusal is the first a loop in record order would meet.
+    const refs = referencedArtifacts(record);
+    const isEntry = (ref: (typeof refs)[number]) => sameArtifact(ref, entrypoint.artifact);
+    const copying = refs.some(isEntry) ? settleCopy(copyVerifiedTree(realScope, entrypoint.artifact)) : null;
+    const checked = await verifyTrees(realScope, refs.filter((ref) => !isEntry(ref)), { callerBusy: copying !== null });
+    const copied = await copying;
+    if (copied?.ok) copy = copied.value;
+    let next = 0;
+    for (const ref of refs) {
+      const outcome: { ok: boolean; error?: unknown } = isEntry(ref) ? copied! : checked[next++]!;
+      if (!outcome.ok) throw outcome.error;
       verified.push({ kind: ref.kind, key: ref.key, integrity: integrityText(ref.integrity) });
     }
     const pinnedConfig = parseConfigOnce(readBlob(realScope, capture.classification.config), `pinned classification config ${capture.classification.config}`);
@@ -278,7 +289,8 @@ export async function resolveQueuedCapture(scope: string, jobId: string, options
     });
     classificationGate({ effective: classification.effective, principal, config: pinnedConfig });
     if (current !== null) classificationGate({ effective: classification.effective, principal, config: current });
-    if (options.exec === true) privilegeGate({ capture: capture.name, privileged: capture.privileged === true, euid: options.euid ?? currentEuid() });
+    const euid = options.euid ?? currentEuid();
+    if (options.exec === true) privilegeGate({ capture: capture.name, privileged: capture.privileged === true, euid });
     await harnessEvent();
 
     // 5b. Evidence posture (exec only): the outbox must be writable, and
@@ -347,6 +359,7 @@ export async function resolveQueuedCapture(scope: string, jobId: string, options
       harness,
       preparedFrom,
       privileged: capture.privileged === true,
+      euid,
       evidence: evidencePolicy(profile),
       audit: { seq: entry.seq, hash: entry.hash },
       delivery,
@@ -378,7 +391,7 @@ export async function runDispatchPlan(
   let outcome: { code: number; stdout: string; stderr: string };
   try {
     // Again here: a plan resolved without `exec` may still be handed to this function.
-    privilegeGate({ capture: plan.composition.key, privileged: plan.privileged, euid: options.euid ?? currentEuid() });
+    privilegeGate({ capture: plan.composition.key, privileged: plan.privileged, euid: options.euid ?? plan.euid });
     outcome = await new Promise((resolvePromise, reject) => {
       const child = spawn(plan.executable.command, [...plan.executable.argv], { cwd: plan.run.cwd, env: { ...plan.env }, stdio: options.stdio ?? "inherit", shell: false });
       let stdout = "";
@@ -399,4 +412,13 @@ export async function runDispatchPlan(
 /** Remove the run copy of a plan that will not be run (or has run). Idempotent. */
 export async function discardDispatchPlan(plan: Pick<DispatchPlan, "run">): Promise<void> {
   await removeRunCopy(plan.run);
+}
+
+/** A copy's outcome, kept for its turn in record order (a refusal of an earlier artifact comes first). */
+async function settleCopy(copying: Promise<RunCopy>): Promise<{ ok: true; value: RunCopy } | { ok: false; error: unknown }> {
+  try {
+    return { ok: true, value: await copying };
+  } catch (error) {
+    return { ok: false, error };
+  }
 }

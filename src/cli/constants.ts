@@ -52,4 +52,12 @@ export const COMMAND_NAMES = [
   "unpin",
   "pins",
   "repair",
+  "run ls",
+  "run show",
+  "run verify",
+  "run cancel",
+  "run seal",
+  "push",
+  "pull",
+  "outbox ls",
 ] as const;

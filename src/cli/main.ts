@@ -15,11 +15,12 @@ import { gcCommand } from "./commands/gc.js";
 import { pinCommand, pinsCommand, unpinCommand } from "./commands/pin.js";
 import { repairCommand } from "./commands/repair.js";
 import { importCommand } from "./commands/import.js";
+import { pullCommand } from "./commands/pull.js";
+import { outboxLs, pushCommand } from "./commands/push.js";
 import { instanceShow } from "./commands/instance-show.js";
 import { ls } from "./commands/ls.js";
 import { path } from "./commands/path.js";
 import { prepare } from "./commands/prepare.js";
-import { outboxLs, push } from "./commands/push.js";
 import { queueAdd, queueLs } from "./commands/queue.js";
 import { reconstruct } from "./commands/reconstruct.js";
 import { resolutionLs } from "./commands/resolution-ls.js";
@@ -84,6 +85,8 @@ export const COMMANDS: readonly CommandSpec[] = [
   auditHead,
   exportCommand,
   importCommand,
+  pushCommand,
+  pullCommand,
   sourceRetain,
   schema,
   completion,
@@ -92,7 +95,6 @@ export const COMMANDS: readonly CommandSpec[] = [
   unpinCommand,
   pinsCommand,
   repairCommand,
-  push,
   outboxLs,
 ];
 

@@ -7,6 +7,7 @@
  */
 
 import { RUN_REMEDIES } from "./run-remedies.js";
+import { DELIVERY_REMEDIES } from "./delivery-remedies.js";
 
 interface RefusalLike {
   readonly code: string;
@@ -21,6 +22,10 @@ const BUNDLE_DAMAGED =
 
 const BY_REASON: Record<string, string> = {
   ...RUN_REMEDIES,
+  ...DELIVERY_REMEDIES,
+  // Dispatch as root (captures/privilege.ts): the generic classification remedy would mislead.
+  "privileged-account":
+    "nothing ran: as root, only a composition approved as privileged runs. Dispatch as an ordinary user, or add \"privileged\": true to the capture spec, prepare it again and approve that composition.",
   // The scope and the source.
   "scope-missing": "pass --scope (or set OATS_SCOPE to) an existing deployment directory; oats never creates the scope itself.",
   "scope-not-a-directory": "pass --scope (or set OATS_SCOPE to) a directory, not a file; oats never creates the scope itself.",

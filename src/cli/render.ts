@@ -47,7 +47,7 @@ const REMEDIES: Record<string, string> = {
   "provenance-mismatch":
     "the tree's .oats-installation.json does not match the lock's rows; reinstall the capability from its locked source, or use the lock it was installed from.",
   "registry-refused":
-    "nothing was published: the registry was refused or could not be used (details.reason: insecure-remote, tls, unreachable, connection-lost, redirect-other-host, auth-realm, unauthorized, protocol). Use https:// registries with a certificate the system trusts (plain HTTP only on loopback), check credentials (OATS_REGISTRY_USER/OATS_REGISTRY_PASSWORD or the Docker/Podman auth file), then retry; see docs/design/fleet-transport.md.",
+    "nothing was published: the registry was refused or could not be used (details.reason: insecure-remote, tls, unreachable, connection-lost, redirect-other-host, auth-realm, unauthorized, protocol). Use https:// registries with a certificate the system trusts (plain HTTP only on loopback), check credentials (OATS_REGISTRY_USER/OATS_REGISTRY_PASSWORD or the Docker/Podman auth file), then retry; see docs/design/fleet.md (Transport, auth and trust boundary).",
   busy: "another oats process holds the store lock; wait for it to finish and retry.",
   "internal-error": "an unexpected failure; nothing was published. Retry, and report the message above if it persists.",
 };

@@ -29,6 +29,8 @@ export interface PushOptions {
   readonly to: string | EvidenceTransport;
   /** A share on the same filesystem as the scope counts as reachable. */
   readonly allowSameFilesystem?: boolean;
+  /** Plain HTTP to an oci:// registry (loopback only). */
+  readonly insecure?: boolean;
   /** List what would be sent; touch nothing on the far side. */
   readonly dryRun?: boolean;
   readonly lockWaitMs?: number;
@@ -48,8 +50,8 @@ export interface PushResult {
   readonly notQueued: readonly { handle: string; code: string; reason: string }[];
 }
 
-export function resolveTransport(scope: string, to: string | EvidenceTransport, allowSameFilesystem = false): EvidenceTransport {
-  return typeof to === "string" ? transportFor(to, { localPath: outboxRoot(scope), allowSameFilesystem }) : to;
+export function resolveTransport(scope: string, to: string | EvidenceTransport, allowSameFilesystem = false, insecure = false): EvidenceTransport {
+  return typeof to === "string" ? transportFor(to, { localPath: outboxRoot(scope), allowSameFilesystem, insecure }) : to;
 }
 
 function unreachable(transport: EvidenceTransport, reason: string | null): OatsError {
@@ -82,7 +84,7 @@ export function checkReadBack(entry: OutboxEntry, to: string, back: Map<string, 
 
 export async function pushEvidence(scope: string, options: PushOptions): Promise<PushResult> {
   const realScope = resolveScope(scope);
-  const transport = resolveTransport(realScope, options.to, options.allowSameFilesystem === true);
+  const transport = resolveTransport(realScope, options.to, options.allowSameFilesystem === true, options.insecure === true);
   const to = transport.describe();
   const pendingOf = (entries: OutboxEntry[], marks: Map<number, DeliveryMark>) => entries.filter((entry) => !marks.has(entry.seq)).map((entry) => ({ seq: entry.seq, runId: entry.runId }));
   if (options.dryRun === true) {

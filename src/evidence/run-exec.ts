@@ -12,7 +12,7 @@ import { formatLogLine, type LogLine, type RunExit, type RunResult } from "./log
 import type { DeliverySection, RunRecord } from "./run-record.js";
 import { sealRun } from "./run-seal.js";
 import { runRedactor } from "./run-policy.js";
-import { currentEuid, privilegeGate } from "../captures/privilege.js";
+import { privilegeGate } from "../captures/privilege.js";
 import { afterRunSealed } from "./after-seal.js";
 import { createRunDir, groupMembers, newHandle, processStart, writeControl, type RunBase, type RunControl } from "./run-store.js";
 
@@ -57,7 +57,7 @@ export interface RunWithEvidenceOptions {
   /** How long a group that outlives its child may keep the pipes open (default 2000 ms). */
   readonly drainMs?: number;
   readonly lockWaitMs?: number;
-  /** The effective uid the child runs as (default: this process's): uid 0 needs a privileged plan (captures/privilege.ts). */
+  /** The effective uid the child runs as (default: the one the plan was resolved for): uid 0 needs a privileged plan (captures/privilege.ts). */
   readonly euid?: number;
 }
 
@@ -135,7 +135,7 @@ export async function runDispatchPlanWithEvidence(scope: string, plan: DispatchP
   }
   try {
     // Again here: a plan resolved without `exec` may still be handed to this function.
-    privilegeGate({ capture: plan.composition.key, privileged: plan.privileged, euid: options.euid ?? currentEuid() });
+    privilegeGate({ capture: plan.composition.key, privileged: plan.privileged, euid: options.euid ?? plan.euid });
   } catch (error) {
     if (!keep) await discardDispatchPlan(plan).catch(() => undefined);
     throw await auditRefusal(realScope, "run-start", { job: plan.job, resolution: plan.resolution }, error, {}, appendOptions);

@@ -2,6 +2,7 @@ import { isAbsolute, normalize } from "node:path";
 import { z } from "zod";
 import { OatsError } from "../errors.js";
 import { dirTransport, type DirTransportOptions } from "./transports/dir.js";
+import { ociTransport } from "./transports/oci.js";
 
 /**
  * The seam between the outbox and a far side. The outbox owns order,
@@ -11,8 +12,9 @@ import { dirTransport, type DirTransportOptions } from "./transports/dir.js";
  * the outbox compares the digest of every file it returns with the digest it
  * queued, and only then marks the entry delivered.
  *
- * A new transport (an OCI registry, issue 12) implements this interface and
- * registers its scheme in SCHEMES; the outbox, the posture and the
+ * A new transport implements this interface and registers its scheme in
+ * SCHEMES (as the OCI registry transport of issue 12 does: `oci://`, and
+ * `http://` for a loopback registry); the outbox, the posture and the
  * properties do not change.
  */
 
@@ -54,6 +56,8 @@ export interface TransportContext {
   readonly localPath?: string;
   /** Accept a share on the same filesystem as localPath (an unmounted mount point then receives the evidence). */
   readonly allowSameFilesystem?: boolean;
+  /** Plain HTTP to an oci:// registry (loopback only; the OCI client refuses anything else). */
+  readonly insecure?: boolean;
 }
 
 const DESTINATION = z
@@ -78,14 +82,16 @@ function dirFactory(rest: string, text: string, context: TransportContext): Evid
   return dirTransport(rest.length > 1 ? rest.replace(/\/$/, "") : rest, options);
 }
 
-function ociFactory(_rest: string, text: string): EvidenceTransport {
-  throw new OatsError("usage", `evidence delivery to an OCI registry is not built yet: ${text} (use dir:/path)`, { to: text, reason: "transport-not-built", scheme: "oci" });
+/** `oci://host[:port]/repository` (HTTPS; `--insecure` for plain HTTP), or `http://` to a loopback registry only: src/evidence/transports/oci.ts. */
+function ociFactory(_rest: string, text: string, context: TransportContext): EvidenceTransport {
+  return ociTransport(text, context.insecure === true ? { insecure: true } : {});
 }
 
 /** Schemes by name; a Map, so a destination like `__proto__:x` names nothing. */
 const SCHEMES = new Map<string, Factory>([
   ["dir", dirFactory],
   ["oci", ociFactory],
+  ["http", ociFactory],
 ]);
 
 function invalidDestination(text: string, reason: string): OatsError {

@@ -3,7 +3,7 @@ import { join, resolve, sep } from "node:path";
 import { OatsError, errnoCode } from "../errors.js";
 import { retainedTreeDir } from "../retention/store/layout.js";
 import { resolveScope } from "../retention/store/components.js";
-import { verifyTree } from "../retention/verify.js";
+import { verifyAllTrees } from "../retention/verify-many.js";
 import type { ArtifactRefRecord, ResolutionRecord } from "./record.js";
 import { readRecordBytes } from "./store.js";
 
@@ -104,7 +104,8 @@ export async function readResolution(scope: string, id: string, options: ReadRes
   const realScope = resolveScope(scope);
   const { id: canonicalId, path, record } = readRecordBytes(realScope, id);
   if (options.verify) {
-    for (const ref of referencedArtifacts(record)) await verifyTree(realScope, ref);
+    // On every core; the refusal is the one a loop in record order would meet first.
+    await verifyAllTrees(realScope, referencedArtifacts(record));
   }
   const entrypoints: Record<string, string> = Object.create(null);
   for (const [name, entrypoint] of Object.entries(record.entrypoints)) entrypoints[name] = await resolveEntrypoint(realScope, name, entrypoint);

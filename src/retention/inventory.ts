@@ -7,7 +7,7 @@ import { inspectStore, inspectStoreAt, resolveScope } from "./store/components.j
 import { EXEC_REVISIONS_DIR, EXTRACT_STORE, FILE_STORES, RUN_COPIES_STORE, STAGING_PREFIX, hostTag, parseStagingName } from "./store/layout.js";
 import { isManifestName } from "./store/manifest.js";
 import { removeTree } from "./store/staging-writer.js";
-import { verifyTree } from "./verify.js";
+import { verifyTrees } from "./verify-many.js";
 
 /** What the store holds: retained revisions, and anything else found where revisions live. */
 
@@ -140,16 +140,18 @@ export interface FsckReport {
 /** Verify every revision; report, never repair. */
 export async function fsck(scope: string, options: { onArtifact?: (done: number, total: number) => void } = {}): Promise<FsckReport> {
   const listing = listStore(scope);
+  // On every core; outcomes in store order, as a one-by-one loop would report them.
+  const settled = await verifyTrees(scope, listing.revisions, options.onArtifact ? { onVerified: options.onArtifact } : {});
   const outcomes: FsckOutcome[] = [];
   for (const [index, entry] of listing.revisions.entries()) {
-    try {
-      await verifyTree(scope, entry);
+    const outcome = settled[index]!;
+    if (outcome.ok) {
       outcomes.push({ ...entry, ok: true });
-    } catch (error) {
-      if (!(error instanceof OatsError) || error.kind === "internal") throw error;
-      outcomes.push({ ...entry, ok: false, error: error.toJSON() });
+      continue;
     }
-    options.onArtifact?.(index + 1, listing.revisions.length);
+    const error = outcome.error;
+    if (!(error instanceof OatsError) || error.kind === "internal") throw error;
+    outcomes.push({ ...entry, ok: false, error: error.toJSON() });
   }
   const ok = outcomes.filter((outcome) => outcome.ok).length;
   return { checked: outcomes.length, ok, damaged: outcomes.length - ok, outcomes, staging: listing.staging, unexpected: listing.unexpected, orphanManifests: listing.orphanManifests };

@@ -8,6 +8,7 @@ import { receipt, type ArtifactReceipt } from "./receipt.js";
 import { inspectStore, resolveScope } from "./store/components.js";
 import { parseArtifactRef, retainedTreeDir } from "./store/layout.js";
 import { revisionParentSegments, verifyRevision } from "./store/publish.js";
+import type { Measure } from "./parallel/pool.js";
 
 /**
  * Verification reads the stored revision only. It consults no source, no
@@ -22,7 +23,12 @@ export interface VerifyOptions {
 }
 
 /** Verify any retained tree named by `{kind, key, integrity}`. */
-export async function verifyTree(scope: string, ref: { kind?: unknown; key: unknown; integrity: unknown }, options: VerifyOptions = {}): Promise<ArtifactReceipt> {
+export function verifyTree(scope: string, ref: { kind?: unknown; key: unknown; integrity: unknown }, options: VerifyOptions = {}): Promise<ArtifactReceipt> {
+  return verifyTreeWith(scope, ref, options);
+}
+
+/** verifyTree with the walk and hash run by `measure` (a worker lane of parallel/pool.ts); verifyTrees uses it. */
+export async function verifyTreeWith(scope: string, ref: { kind?: unknown; key: unknown; integrity: unknown }, options: VerifyOptions, measure?: Measure): Promise<ArtifactReceipt> {
   const parsed = parseArtifactRef(ref);
   const realScope = resolveScope(scope);
   const segments = revisionParentSegments(parsed.key, parsed.integrity.format as typeof TREE_LEGACY | typeof TREE_EXEC);
@@ -37,7 +43,7 @@ export async function verifyTree(scope: string, ref: { kind?: unknown; key: unkn
   }
   const nameFormat = parsed.integrity.format === TREE_LEGACY ? TREE_LEGACY : TREE_EXEC;
   const formats = nameFormat === TREE_LEGACY ? [TREE_LEGACY, TREE_EXEC] as const : [TREE_EXEC] as const;
-  const digests = await verifyRevision({ kind: parsed.kind, key: parsed.key, nameFormat, formats, ...(options.onProgress ? { onProgress: options.onProgress } : {}), ...(options.maxDepth === undefined ? {} : { maxDepth: options.maxDepth }) }, dir, parsed.integrity.value);
+  const digests = await verifyRevision({ kind: parsed.kind, key: parsed.key, nameFormat, formats, ...(options.onProgress ? { onProgress: options.onProgress } : {}), ...(options.maxDepth === undefined ? {} : { maxDepth: options.maxDepth }) }, dir, parsed.integrity.value, measure);
   return receipt(parsed.kind, parsed.key, nameFormat, digests, dir, "verified");
 }
 

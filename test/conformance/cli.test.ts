@@ -1,11 +1,15 @@
 /**
  * The conformance suite (issue 11) through the CLI driver (dist/cli/bin.js
- * as real child processes; `npm run build` first), once per transport.
+ * as real child processes; `npm run build` first), over the dir transport.
+ * Every transport runs the whole suite through the library driver
+ * (library.test.ts); `oats push --to` is one command whatever the scheme, and
+ * a CLI suite costs a few hundred process starts, so it runs over one.
  */
+import { PROPERTY_NAMES } from "./driver.js";
 import { cliDriver } from "./drivers/cli.js";
-import { DELIVERY_MISSING } from "./drivers/library.js";
 import { TRANSPORTS } from "./drivers/transports.js";
 import { registerSuite } from "./harness.js";
 
-// Until evidence delivery is merged the drivers skip far-side delivery, by name; then nothing.
-for (const transport of TRANSPORTS) registerSuite(cliDriver(transport), DELIVERY_MISSING === null ? [] : ["far-side-delivery"]);
+// As root (the tests' account) nothing is skipped; without root the driver cannot become its operator (nobody) and skips everything, by name.
+const expected = process.getuid?.() === 0 ? [] : [...PROPERTY_NAMES];
+for (const transport of TRANSPORTS.filter((candidate) => candidate.name === "dir")) registerSuite(cliDriver(transport), expected);

@@ -159,10 +159,14 @@ export interface FarSide {
   cleanup(): Promise<void>;
 }
 
-/** A transport the whole suite runs against (dir now; OCI with issue 12). */
+/** A transport the whole suite runs against (a dir share; an OCI registry). */
 export interface Transport {
   readonly name: string;
+  /** Why this machine cannot run it (the entry files skip it by name, loudly), or null. */
+  readonly unavailable: string | null;
   farSide(): Promise<FarSide>;
+  /** Stop what the transport started for its far sides (a registry). */
+  close(): Promise<void>;
 }
 
 /** Ways to make a queued capture refusable after it was approved (run-time trust chain and property 5). */
@@ -203,6 +207,8 @@ export interface Driver {
   readonly uid0: string;
   /** What receives SIGINT/SIGTERM for `cancel("SIGINT" | "SIGTERM")`. */
   readonly dispatcher: string;
+  /** How many properties may run at once through this driver (a CLI step is a process start; a library step is a call). */
+  readonly parallel: number;
   /** A fresh, empty scope in `dir` (an existing empty directory the suite made). */
   scope(dir: string): Promise<DriverScope>;
 }

@@ -84,9 +84,17 @@ export async function attempt(run: SuiteRun, property: Property, log: (message: 
  * skipping something else (or stops) fails here, by name.
  */
 export function registerSuite(driver: Driver, expectedSkips: readonly PropertyName[]): void {
-  describe(`conformance: ${driver.name} driver over the ${driver.transport.name} transport`, () => {
+  const title = `conformance: ${driver.name} driver over the ${driver.transport.name} transport`;
+  if (driver.transport.unavailable !== null) {
+    test(title, (t) => t.skip(`the ${driver.transport.name} transport cannot run here: ${driver.transport.unavailable}`));
+    return;
+  }
+  describe(title, () => {
     const run = new SuiteRun(driver);
-    after(() => run.cleanup());
+    after(async () => {
+      run.cleanup();
+      await driver.transport.close();
+    });
 
     test("the driver skips exactly the properties the suite expects, by name, each with a reason", () => {
       assert.deepEqual(Object.keys(driver.skips).sort(), [...expectedSkips].sort());
@@ -101,9 +109,9 @@ export function registerSuite(driver: Driver, expectedSkips: readonly PropertyNa
       ["timing", PROPERTIES.filter((property) => property.timing === true)],
       ["the others", PROPERTIES.filter((property) => property.timing !== true)],
     ] as const) {
-      describe(phase, { concurrency: true }, () => {
+      describe(phase, { concurrency: driver.parallel }, () => {
         for (const property of properties) {
-          test(`${property.title} [${property.name}]`, { timeout: 180_000 }, async (t) => {
+          test(`${property.title} [${property.name}]`, { timeout: 300_000 }, async (t) => {
             const reason = driver.skips[property.name];
             if (reason !== undefined) {
               t.skip(`${driver.name} cannot observe ${property.name}: ${reason}`);

@@ -1,3 +1,4 @@
+import { existsSync } from "node:fs";
 import { dirTransport } from "../../src/evidence/transports/dir.js";
 import { pushEvidence } from "../../src/evidence/push.js";
 import type { EvidenceTransport } from "../../src/evidence/transport.js";
@@ -8,13 +9,19 @@ import type { EvidenceTransport } from "../../src/evidence/transport.js";
  * killed (SIGKILL, by the test). The transport is the real dir: transport;
  * the wrapper only holds the process at that point.
  */
-const [scope, share, stopAfter] = process.argv.slice(2) as [string, string, string];
+const [scope, share, stopAfter, goFile, delayMs] = process.argv.slice(2) as [string, string, string, string?, string?];
+// Two pushers start together: each waits for the go file, and each put takes a while, so they overlap.
+if (goFile) {
+  process.stdout.write("READY\n");
+  while (!existsSync(goFile)) await new Promise((resolve) => setTimeout(resolve, 5));
+}
 const real = dirTransport(share, { allowSameFilesystem: true });
 const holding: EvidenceTransport = {
   describe: () => real.describe(),
   probe: () => real.probe(),
   async put(bundle) {
     await real.put(bundle);
+    if (delayMs) await new Promise((resolve) => setTimeout(resolve, Number(delayMs)));
     if (bundle.seq === Number(stopAfter)) {
       process.stdout.write(`PUT ${bundle.seq}\n`);
       await new Promise(() => setInterval(() => undefined, 1000));
@@ -22,5 +29,5 @@ const holding: EvidenceTransport = {
   },
   readBack: (runId) => real.readBack(runId),
 };
-await pushEvidence(scope, { to: holding });
-process.stdout.write("DONE\n");
+const result = await pushEvidence(scope, { to: holding });
+process.stdout.write(`DONE ${JSON.stringify(result.delivered.map((entry) => entry.seq))}\n`);

@@ -105,11 +105,25 @@ async function startTokenServer(dir: string, requests: Registry["tokenRequests"]
   return { port: (server.address() as net.AddressInfo).port, cert, close: () => new Promise((resolve) => server.close(() => resolve())) };
 }
 
+/** A bcrypt hash of the test password: python3's crypt module (gone in Python 3.13), else apache2-utils' `htpasswd -B`; null when neither works. */
+function bcryptHash(): string | null {
+  const python = spawnSync("python3", ["-W", "ignore", "-c", "import crypt,sys; print(crypt.crypt(sys.argv[1], crypt.mksalt(crypt.METHOD_BLOWFISH)))", REGISTRY_PASSWORD], { encoding: "utf8" });
+  const fromPython = python.status === 0 ? (python.stdout ?? "").trim() : "";
+  if (/^\$2[aby]\$/.test(fromPython)) return fromPython;
+  const apache = spawnSync("htpasswd", ["-nbB", REGISTRY_USER, REGISTRY_PASSWORD], { encoding: "utf8" });
+  const fromApache = apache.status === 0 ? (apache.stdout ?? "").trim().split(":")[1] ?? "" : "";
+  return /^\$2[aby]\$/.test(fromApache) ? fromApache : null;
+}
+
+const HASH = bcryptHash();
+
+/** Why the htpasswd mode cannot run here, or null when it can. */
+export const HTPASSWD_SKIP: string | null =
+  registryBinary() === null ? NO_REGISTRY : HASH === null ? "no bcrypt hash generator (python3's crypt module, or htpasswd -B from apache2-utils) for the registry's htpasswd auth" : null;
+
 function htpasswdLine(): string {
-  const made = spawnSync("python3", ["-W", "ignore", "-c", "import crypt,sys; print(crypt.crypt(sys.argv[1], crypt.mksalt(crypt.METHOD_BLOWFISH)))", REGISTRY_PASSWORD], { encoding: "utf8" });
-  const hash = made.stdout?.trim() ?? "";
-  if (made.status !== 0 || !/^\$2[aby]\$/.test(hash)) throw new Error(`cannot make a bcrypt hash with python3's crypt: ${made.stderr}`);
-  return `${REGISTRY_USER}:${hash}\n`;
+  if (HASH === null) throw new Error(HTPASSWD_SKIP ?? "no bcrypt");
+  return `${REGISTRY_USER}:${HASH}\n`;
 }
 
 function waitReady(port: number, child: ChildProcess, output: () => string): Promise<void> {

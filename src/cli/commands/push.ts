@@ -1,6 +1,6 @@
-import { OatsError } from "../../errors.js";
 import type { CommandOutcome, CommandSpec, CliContext } from "../context.js";
 import { usageError } from "../envelope.js";
+import { pushArtifacts } from "./push-artifacts.js";
 
 /**
  * `oats push`: a small dispatcher on operands and scheme.
@@ -8,7 +8,8 @@ import { usageError } from "../envelope.js";
  * - no operands: deliver the run-evidence outbox to `--to` (default
  *   $OATS_EVIDENCE_TO); `--dry-run` lists what would be sent;
  * - operands (resolution ids, `kind:key@integrity`): push those artifacts to
- *   an OCI registry (issue 12; not built yet, a usage refusal until then).
+ *   an OCI registry (`oci://`, or `http://` for a loopback registry;
+ *   push-artifacts.ts).
  *
  * A new kind of push adds a branch in `run`, not a new command.
  */
@@ -28,7 +29,7 @@ function destination(context: CliContext, options: Record<string, unknown>, env:
 async function pushOutbox(context: CliContext, options: Record<string, unknown>): Promise<CommandOutcome> {
   const delivery = await loadDelivery();
   const to = destination(context, options, process.env);
-  const result = await delivery.pushEvidence(context.scope, { to, dryRun: options["dryRun"] === true, allowSameFilesystem: options["allowSameFilesystem"] === true });
+  const result = await delivery.pushEvidence(context.scope, { to, dryRun: options["dryRun"] === true, allowSameFilesystem: options["allowSameFilesystem"] === true, insecure: options["insecure"] === true });
   const lines = result.dryRun
     ? [
         `${result.pending.length} run${result.pending.length === 1 ? "" : "s"} to deliver to ${result.to} (dry run: nothing sent); ${result.alreadyDelivered} already delivered`,
@@ -43,20 +44,23 @@ async function pushOutbox(context: CliContext, options: Record<string, unknown>)
   return { result: { scope: context.scope, ...result }, lines, warnings, quietLines: (result.dryRun ? result.pending : result.delivered).map((entry) => entry.runId) };
 }
 
-export const push: CommandSpec = {
+export const pushCommand: CommandSpec = {
   name: "push",
   define(command) {
     command
-      .description("deliver the run-evidence outbox to a far side (no operands), verifying each run by reading it back before marking it delivered")
-      .argument("[refs...]", "artifacts to push to an OCI registry (not built yet); without refs, the evidence outbox is pushed")
-      .option("--to <destination>", "where to: dir:/abs/path (a share on another filesystem); default $OATS_EVIDENCE_TO")
+      .description("push resolutions or artifacts to an OCI registry (only what it lacks is uploaded), or with no refs deliver the run-evidence outbox, verifying each run by reading it back before marking it delivered")
+      .argument("[refs...]", "a resolution id sha256-<64 hex> or an artifact <kind>:<key>@<integrity>; without refs, the evidence outbox is pushed")
+      .option("--to <destination>", "oci://host[:port]/repository[:tag] for refs; dir:/abs/path (a share on another filesystem) for the outbox; default $OATS_EVIDENCE_TO")
+      .option("--insecure", "plain HTTP to an oci:// registry (loopback only)")
       .option("--dry-run", "list the runs that would be delivered; send nothing")
       .option("--allow-same-filesystem", "accept a dir: share on the scope's own filesystem (by default that is an unmounted share, so unreachable)");
   },
   async run(context, operands, options) {
-    const refs = (operands[0] as unknown as string[] | undefined) ?? [];
+    const refs = (operands as readonly unknown[]).flat().filter((ref) => ref !== undefined).map(String);
     if (refs.length === 0) return pushOutbox(context, options);
-    throw new OatsError("usage", `pushing artifacts (${refs.join(" ")}) to an OCI registry is not built yet; without refs, oats push delivers the evidence outbox`, { refs, reason: "not-built" });
+    const to = typeof options["to"] === "string" ? options["to"] : "";
+    if (/^(oci|http):\/\//.test(to)) return pushArtifacts(context, refs, to, options);
+    throw usageError(`pushing refs needs a registry: --to oci://host[:port]/repository (got ${JSON.stringify(to)})`, { flag: "--to", to });
   },
 };
 

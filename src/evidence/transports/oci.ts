@@ -1,5 +1,7 @@
 import { OatsError } from "../../errors.js";
 import { OciClient, OCI_MANIFEST, sha256Digest, bufferSource, formatOciReference, type SessionOptions } from "../../fleet/oci/index.js";
+import { runHex } from "../run-id.js";
+import type { EvidenceBundle, EvidenceTransport, ProbeResult } from "../transport.js";
 
 /**
  * The `oci://` evidence transport: a sealed run as one OCI artifact in a
@@ -31,27 +33,9 @@ const FILE_MEDIA_TYPES: Record<string, string> = {
   "audit.jsonl": "application/vnd.oats.run.audit.v1+jsonl",
 };
 const FILE_NAME = /^[a-z0-9][a-z0-9._-]{0,63}$/;
-const RUN_ID = /^(?:oats\.json\.v1:)?(?:sha256-)?([0-9a-f]{64})$/;
 /** A read-back file larger than this is refused rather than buffered (the dir: transport's bound). */
 const READ_LIMIT = 2 * 1024 * 1024 * 1024 - 1;
 
-/** The shapes of src/evidence/transport.ts, restated so this module stands alone. */
-export interface OciEvidenceBundle {
-  readonly runId: string;
-  readonly seq: number;
-  readonly files: ReadonlyMap<string, Buffer>;
-}
-
-export interface OciProbeResult {
-  readonly state: "reachable" | "unreachable";
-  readonly reason: string | null;
-}
-
-function runHex(runId: unknown): string {
-  const match = typeof runId === "string" ? RUN_ID.exec(runId) : null;
-  if (!match) throw new OatsError("invalid-input", `not a run id: ${JSON.stringify(String(runId).slice(0, 100))}`, { runId: String(runId).slice(0, 100) });
-  return match[1]!;
-}
 
 export function runTag(runId: string): string {
   return `run-${runHex(runId)}`;
@@ -111,7 +95,7 @@ function readLayers(bytes: Buffer, runId: string, to: string): Array<{ name: str
   });
 }
 
-export class OciEvidenceTransport {
+export class OciEvidenceTransport implements EvidenceTransport {
   readonly client: OciClient;
   readonly #to: string;
 
@@ -128,7 +112,7 @@ export class OciEvidenceTransport {
     return this.#to;
   }
 
-  async probe(): Promise<OciProbeResult> {
+  async probe(): Promise<ProbeResult> {
     try {
       await this.client.ping();
       return { state: "reachable", reason: null };
@@ -138,7 +122,7 @@ export class OciEvidenceTransport {
     }
   }
 
-  async put(bundle: OciEvidenceBundle): Promise<void> {
+  async put(bundle: EvidenceBundle): Promise<void> {
     const tag = runTag(bundle.runId);
     const { bytes, layers } = runManifest(bundle.runId, bundle.files);
     const digest = sha256Digest(bytes);

@@ -2,6 +2,7 @@ import { closeSync, constants, fstat, fstatSync, openSync, read, readSync, close
 import { OatsError } from "../../errors.js";
 import { afterRead } from "./read-hook.js";
 import { DirectoryCursor } from "./directory-cursor.js";
+import { prefetchMode, startPrefetch, worthPrefetching, type Prefetcher } from "./prefetch.js";
 import { changedOrUnreadable, type FileEntry, type LeafEntry, type SymlinkEntry } from "./walk.js";
 
 /**
@@ -32,6 +33,13 @@ export const CHUNK_SIZE = 1 << 20;
 /** Files up to this size are read whole, synchronously. */
 export const SMALL_FILE_SIZE = 256 << 10;
 const YIELD_EVERY_MS = 8;
+/**
+ * Block reads (getrusage's ru_inblock) within one run of RUN_LENGTH leaves
+ * that mark a cold page cache and start the read-ahead workers (prefetch.ts).
+ * A warm run does none, whatever the load of the machine; a cold one about
+ * one per file.
+ */
+const COLD_BLOCK_READS = 16;
 /** Small files are consumed in synchronous runs of at most this many leaves; the clock is read between runs. */
 const RUN_LENGTH = 128;
 
@@ -296,8 +304,23 @@ export async function readLeavesInOrder(leaves: readonly LeafEntry[], consumer: 
   };
   const whole = consumer.whole ? (consumer as FileConsumer & Required<Pick<FileConsumer, "whole">>) : null;
   const cursor = new DirectoryCursor();
+  let prefetch: Prefetcher | null = null;
+  // Block reads the kernel did for this process (all threads): they grow only when the page cache misses.
+  let blockReads = process.resourceUsage().fsRead;
+  const mode = prefetchMode();
+  let watchCold = mode === "auto" && worthPrefetching(leaves, 0);
+  if (mode === "always") prefetch = startPrefetch(leaves, 0);
   try {
     for (let index = 0; index < leaves.length; index++) {
+      if (prefetch) prefetch.advance(index);
+      else if (watchCold && index > 0) {
+        const now = process.resourceUsage().fsRead;
+        if (now - blockReads >= COLD_BLOCK_READS) {
+          watchCold = false;
+          if (worthPrefetching(leaves, index)) prefetch = startPrefetch(leaves, index);
+        }
+        blockReads = now;
+      }
       if (performance.now() - lastYield > YIELD_EVERY_MS) {
         await new Promise((resolve) => setImmediate(resolve));
         lastYield = performance.now();
@@ -355,6 +378,7 @@ export async function readLeavesInOrder(leaves: readonly LeafEntry[], consumer: 
       }
     }
   } finally {
+    prefetch?.stop();
     cursor.close();
     if (prefetched) {
       const pending: Promise<OpenedFile> = prefetched.file;

@@ -11,6 +11,8 @@ import { faultPoint } from "./faults.js";
 import { ManifestBuilder, firstDifference, writeManifest } from "./manifest.js";
 import { EXEC_REVISIONS_DIR, assertContained, stagingName, storeRoot } from "./layout.js";
 import { maskAdoptedModes } from "./modes.js";
+import { mayMatch, newestRevision } from "./kept-candidate.js";
+import { acquireWorker, parallelism, releaseWorker, type Measure } from "../parallel/pool.js";
 import { withRevisionLock } from "./publish-lock.js";
 import { StagingWriter, makeDurable, perFileDurability, removeTree } from "./staging-writer.js";
 
@@ -98,6 +100,8 @@ export async function verifyRevision(
   plan: Pick<PublishPlan, "kind" | "key" | "nameFormat" | "formats" | "onProgress" | "signal" | "maxDepth">,
   dir: string,
   expected: string,
+  /** Where the walk and hash run (a worker lane); on this thread, with progress, otherwise. */
+  measure?: Measure,
 ): Promise<TreeDigests> {
   let stats;
   try {
@@ -109,7 +113,9 @@ export async function verifyRevision(
   if (!stats.isDirectory()) {
     throw new OatsError("invalid-artifact", `retained revision is not a real directory (${stats.isSymbolicLink() ? "a symlink" : "a file"}): ${dir}`, { kind: plan.kind, key: plan.key, dir });
   }
-  const digests = await digestListing(await walkTree(dir, walkOptions(plan)), plan.formats, digestOptions(plan, "verify"));
+  const digests = measure
+    ? await measure({ dir, formats: plan.formats, ...walkOptions(plan) })
+    : await digestListing(await walkTree(dir, walkOptions(plan)), plan.formats, digestOptions(plan, "verify"));
   const actual = digests[plan.nameFormat]!;
   if (actual !== expected) {
     const difference = await firstDifference(dir);
@@ -135,17 +141,70 @@ function place(plan: PublishPlan) {
  * source: a source that drifted from what it claims is still refused, so
  * "kept" never vouches for a tree that was not read. Null when the expected
  * revision is not there.
+ *
+ * Both reads are made in full, and at once when there is a second core: the
+ * stored revision is walked and hashed in a worker thread while this thread
+ * hashes the source. The verdicts and their precedence are those of doing
+ * one after the other: a source that differs is refused first, whatever the
+ * stored copy holds; then a damaged stored revision is refused.
  */
 async function keptIfPresent(plan: PublishPlan, destination: (value: string) => string): Promise<PublishResult | null> {
   if (!plan.expected || !(await exists(destination(plan.expected)))) return null;
-  const measured = (await digestListing(plan.listing, [plan.nameFormat], digestOptions(plan, "read")))[plan.nameFormat]!;
-  if (measured !== plan.expected) throw mismatch(plan, plan.expected, measured, { source: plan.listing.root.absolute, reason: "source-differs" });
-  return kept(plan, destination(plan.expected), plan.expected);
+  const dir = destination(plan.expected);
+  const worker = parallelism() > 1 ? acquireWorker() : null;
+  try {
+    // Started first, awaited second; settled so that a refusal waits for the source's verdict.
+    const stored = worker ? settle(kept(plan, dir, plan.expected, worker.measure)) : null;
+    const measured = (await digestListing(plan.listing, [plan.nameFormat], digestOptions(plan, "read")))[plan.nameFormat]!;
+    if (measured !== plan.expected) throw mismatch(plan, plan.expected, measured, { source: plan.listing.root.absolute, reason: "source-differs" });
+    if (!stored) return await kept(plan, dir, plan.expected);
+    const outcome = await stored;
+    if (!outcome.ok) throw outcome.error;
+    return outcome.value;
+  } finally {
+    if (worker) await releaseWorker(worker);
+  }
+}
+
+async function settle<T>(promise: Promise<T>): Promise<{ ok: true; value: T } | { ok: false; error: unknown }> {
+  try {
+    return { ok: true, value: await promise };
+  } catch (error) {
+    return { ok: false, error };
+  }
+}
+
+/**
+ * Without an expected digest, a source that hashes to the key's newest
+ * revision (kept-candidate.ts) is kept without a copy: the source is hashed
+ * (no staging is written) while a worker verifies that revision, and the
+ * two are compared as keptIfPresent compares them. A source that hashes to
+ * another present revision is kept after verifying that one. Null
+ * otherwise: the source is then copied as for a first retain (and read
+ * again; what that read measures is what is retained, as before).
+ */
+async function keptIfUnchanged(plan: PublishPlan, parent: string, destination: (value: string) => string): Promise<PublishResult | null> {
+  const candidate = newestRevision(parent);
+  if (!candidate || !mayMatch(candidate.dir, plan.listing)) return null;
+  const worker = parallelism() > 1 ? acquireWorker() : null;
+  try {
+    const stored = worker ? settle(kept(plan, candidate.dir, candidate.value, worker.measure)) : null;
+    const measured = (await digestListing(plan.listing, [plan.nameFormat], digestOptions(plan, "read")))[plan.nameFormat]!;
+    if (measured === candidate.value) {
+      if (!stored) return await kept(plan, candidate.dir, measured);
+      const outcome = await stored;
+      if (!outcome.ok) throw outcome.error;
+      return outcome.value;
+    }
+    return await kept(plan, destination(measured), measured);
+  } finally {
+    if (worker) await releaseWorker(worker);
+  }
 }
 
 export async function publishTree(plan: PublishPlan): Promise<PublishResult> {
   const { segments, root, parent, destination } = place(plan);
-  const present = await keptIfPresent(plan, destination);
+  const present = plan.expected ? await keptIfPresent(plan, destination) : await keptIfUnchanged(plan, parent, destination);
   if (present) return present;
 
   const { created, staging } = await createStaging(plan, parent, segments);
@@ -323,9 +382,9 @@ async function exists(path: string): Promise<boolean> {
   }
 }
 
-async function kept(plan: PublishPlan, dir: string, expected: string): Promise<PublishResult | null> {
+async function kept(plan: PublishPlan, dir: string, expected: string, measure?: Measure): Promise<PublishResult | null> {
   if (!(await exists(dir))) return null;
-  const digests = await verifyRevision(plan, dir, expected);
+  const digests = await verifyRevision(plan, dir, expected, measure);
   plan.checkExisting?.(dir);
   // Retaining again restarts gc's grace period (the revision's mtime), best effort: a read-only store keeps its time.
   await utimes(dir, new Date(), new Date()).catch(() => undefined);

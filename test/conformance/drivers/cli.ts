@@ -7,23 +7,26 @@
  * The tests run as root, and a capture not approved as privileged is refused
  * as root (property 6), so this driver is an ordinary operator for real: every
  * command runs as `nobody` (uid/gid 65534) in a scope nobody owns, with its own
- * chain-log state directory. `dispatch(..., {uid0: true})` runs the dispatch
- * as root, really uid 0.
+ * chain-log state directory. `dispatch(..., {uid0: true})` enters uid 0 for
+ * real: the scope is handed to root (chown -R -h 0:0, as an operator moving
+ * the store to root would; a store refuses run directories owned by another
+ * account), and that dispatch and every later command in the scope run as
+ * root.
  *
  * The dispatcher is the `oats dispatch --exec` process: SIGINT and SIGTERM
  * are sent to it, for real. The run's log path is found by the driver from
  * the run directories (`.agents/runs/<handle>/`, docs/design/evidence.md)
  * while the dispatch is in flight; the suite watches the file itself.
  */
-import { spawn } from "node:child_process";
-import { chmodSync, chownSync, mkdirSync, readdirSync, readFileSync, statSync, writeFileSync } from "node:fs";
+import { spawn, spawnSync } from "node:child_process";
+import { chownSync, mkdirSync, readdirSync, readFileSync } from "node:fs";
 import { hostname, tmpdir } from "node:os";
 import { join } from "node:path";
-import { DELIVERY_MISSING, readDeliveredRun } from "./library.js";
+import { readDeliveredRun } from "./library.js";
 import { REPO, type Envelope } from "../../helpers.js";
-import { makeUnwritable } from "../../support/unwritable.js";
-import { DriverRefusal, PROPERTY_NAMES, type CancelVia, type CaptureRequest, type DispatchOutcome, type Driver, type DriverScope, type ExitStatus, type FarSide, type QueuedCapture, type RunningDispatch, type RunResult, type RunView, type Spoil, type Transport } from "../driver.js";
+import { DriverRefusal, PROPERTY_NAMES, type CancelVia, type CaptureRequest, type DispatchOutcome, type Driver, type DriverScope, type FarSide, type QueuedCapture, type RunningDispatch, type RunView, type Spoil, type Transport } from "../driver.js";
 import { writeCaptureFiles } from "./capture-files.js";
+import { runViewOf, tamperRetained, withAuditUnavailable, type ReadRunFields } from "./scope-ops.js";
 
 const BIN = join(REPO, "dist/cli/bin.js");
 /** The ordinary operator's principal, as dispatch computes it. */
@@ -82,39 +85,14 @@ async function ok(scope: string, args: string[], as: As, env: Record<string, str
   return ran.envelope.result ?? {};
 }
 
-function writeRetained(path: string, change: (path: string) => void): void {
-  const dir = join(path, "..");
-  const dirMode = statSync(dir).mode & 0o7777;
-  const mode = statSync(path).mode & 0o7777;
-  chmodSync(dir, dirMode | 0o200);
-  chmodSync(path, mode | 0o200);
-  change(path);
-  chmodSync(path, mode);
-  chmodSync(dir, dirMode);
-}
-
 function subjectArgs(subject: { kind: string; key: string; integrity: string }): string[] {
   return [subject.kind, subject.key, subject.integrity];
-}
-
-function runView(result: Record<string, any>): RunView {
-  const record = (result["record"] ?? null) as (Record<string, any> & { exit: ExitStatus; result: RunResult }) | null;
-  return {
-    handle: result["handle"],
-    runId: result["runId"] ?? null,
-    lines: (result["lines"] ?? []).map((line: { at: string; stream: "out" | "err"; text: string }) => ({ at: line.at, stream: line.stream, text: line.text })),
-    footer: (result["footer"] ?? []).map((line: string) => line.replace(/^# /, "")),
-    exit: record === null ? null : { code: record.exit.code, signal: record.exit.signal },
-    result: record === null ? null : record.result,
-    record,
-    logPath: join(result["dir"], "log"),
-  };
 }
 
 class CliScope implements DriverScope {
   private readonly prepared = new Map<string, { result: Record<string, any>; entry: string }>();
   private readonly homes: string;
-  private readonly operator: As;
+  private operator: As;
   private readonly root: As = { root: true, state: process.env["OATS_STATE_DIR"] ?? tmpdir() };
 
   constructor(readonly dir: string) {
@@ -144,7 +122,7 @@ class CliScope implements DriverScope {
       return capture;
     }
     if (how === "tamper") {
-      writeRetained(join(known.result["retained"]["dir"], known.entry), (path) => writeFileSync(path, `${readFileSync(path, "utf8")}\necho tampered\n`));
+      tamperRetained(join(known.result["retained"]["dir"], known.entry));
       return capture;
     }
     const files = writeCaptureFiles(join(this.homes, `${capture.name}.mismatch`), capture.request, { principal: PRINCIPAL, envExtra: { CONFORMANCE_CHANGED: "1" } });
@@ -154,21 +132,8 @@ class CliScope implements DriverScope {
     return { ...capture, job };
   }
 
-  async withAuditUnavailable<T>(body: () => Promise<T>): Promise<T> {
-    const auditDir = join(this.dir, ".agents", "audit");
-    const { probe, restore } = makeUnwritable(auditDir, join(auditDir, "audit.jsonl"));
-    try {
-      let refused = false;
-      try {
-        probe();
-      } catch {
-        refused = true;
-      }
-      if (!refused) throw new Error("the audit directory still accepts writes");
-      return await body();
-    } finally {
-      restore();
-    }
+  withAuditUnavailable<T>(body: () => Promise<T>): Promise<T> {
+    return withAuditUnavailable(this.dir, body);
   }
 
   /** The handles whose control.json names `job` (the run directories as the store lays them out). */
@@ -194,9 +159,18 @@ class CliScope implements DriverScope {
     });
   }
 
+  /** From now on the scope is root's, and every command runs as root. */
+  private enterRoot(): void {
+    if (this.operator.root) return;
+    const chowned = spawnSync("chown", ["-R", "-h", "0:0", this.dir], { encoding: "utf8" });
+    if (chowned.status !== 0) throw new Error(`chown -R 0:0 ${this.dir}: ${chowned.stderr}`);
+    this.operator = this.root;
+  }
+
   dispatch(capture: QueuedCapture, options: { uid0?: boolean } = {}): RunningDispatch {
+    if (options.uid0 === true) this.enterRoot();
     const before = new Set(this.handlesOf(capture.job));
-    const { child, done: ran } = oats(this.dir, ["dispatch", capture.job, "--exec"], options.uid0 === true ? this.root : this.operator, { ...capture.request.credentials });
+    const { child, done: ran } = oats(this.dir, ["dispatch", capture.job, "--exec"], this.operator, { ...capture.request.credentials });
     let ended = false;
     const done = ran.then((run): DispatchOutcome => {
       ended = true;
@@ -232,7 +206,7 @@ class CliScope implements DriverScope {
   }
 
   async readRun(ref: string): Promise<RunView> {
-    return runView(await ok(this.dir, ["run", "show", ref], this.operator));
+    return runViewOf((await ok(this.dir, ["run", "show", ref], this.operator)) as ReadRunFields);
   }
 
   async verifyRun(ref: string) {
@@ -242,7 +216,7 @@ class CliScope implements DriverScope {
 
   async push(far: FarSide) {
     // The share is the operator's to write.
-    if (far.to.startsWith("dir:")) chownSync(far.to.slice("dir:".length), NOBODY.uid, NOBODY.gid);
+    if (far.to.startsWith("dir:") && !this.operator.root) chownSync(far.to.slice("dir:".length), NOBODY.uid, NOBODY.gid);
     const result = await ok(this.dir, ["push", "--to", far.to], this.operator);
     return { delivered: ((result["delivered"] ?? []) as Array<{ runId: string }>).map((entry) => entry.runId) };
   }
@@ -257,14 +231,11 @@ export function cliDriver(transport: Transport): Driver {
   return {
     name: "cli",
     transport,
-    skips:
-      process.getuid?.() !== 0
-        ? Object.fromEntries(PROPERTY_NAMES.map((name) => [name, "the CLI driver runs its operator as nobody and needs root to become it"]))
-        : DELIVERY_MISSING === null
-          ? {}
-          : { "far-side-delivery": DELIVERY_MISSING },
-    uid0: "entered for real: the dispatch runs as root (every other command runs as nobody)",
+    skips: process.getuid?.() === 0 ? {} : Object.fromEntries(PROPERTY_NAMES.map((name) => [name, "the CLI driver runs its operator as nobody and needs root to become it"])),
+    uid0: "entered for real: the scope is handed to root (chown -R) and the dispatch, and every later command in that scope, runs as root",
     dispatcher: "the `oats dispatch --exec` child process (a real kill)",
+    // Each step starts a Node process: two properties at a time keep a small machine responsive enough for the timing checks.
+    parallel: 2,
     async scope(dir: string) {
       return new CliScope(dir);
     },

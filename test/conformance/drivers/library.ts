@@ -9,7 +9,6 @@
  * wires its signal handlers to exactly that; the CLI driver sends real
  * signals).
  */
-import { chmodSync, readFileSync, statSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { Writable } from "node:stream";
 import {
@@ -19,6 +18,8 @@ import {
   isOatsError,
   listRuns,
   prepareCapture,
+  pushEvidence,
+  readDelivered,
   readRun,
   resolveQueuedCapture,
   revoke,
@@ -26,20 +27,9 @@ import {
   verifyRun,
   type PrepareCaptureResult,
 } from "../../../src/index.js";
-import * as oats from "../../../src/index.js";
-import { makeUnwritable } from "../../support/unwritable.js";
-import { DriverRefusal, type CancelVia, type CaptureRequest, type DeliveredRun, type DispatchOutcome, type Driver, type DriverScope, type ExitStatus, type FarSide, type QueuedCapture, type RunningDispatch, type RunResult, type RunView, type Spoil, type Transport } from "../driver.js";
+import { DriverRefusal, PROPERTY_NAMES, type CancelVia, type CaptureRequest, type DeliveredRun, type DispatchOutcome, type Driver, type DriverScope, type FarSide, type QueuedCapture, type RunningDispatch, type RunView, type Spoil, type Transport } from "../driver.js";
 import { writeCaptureFiles } from "./capture-files.js";
-
-/** Delivery (helper out's push and far-side reader), reached by name until src/index.ts exports it. */
-interface Delivery {
-  pushEvidence(scope: string, options: { to: string }): Promise<{ delivered: ReadonlyArray<{ runId: string }> }>;
-  readDelivered(to: string, runId: string): Promise<Map<string, Buffer> | null>;
-}
-const delivery = oats as unknown as Partial<Delivery>;
-/** Why far-side delivery cannot be driven yet, or null when it can. */
-export const DELIVERY_MISSING: string | null =
-  typeof delivery.pushEvidence === "function" && typeof delivery.readDelivered === "function" ? null : "pushEvidence and readDelivered are not exported by src/index.ts (evidence delivery is not merged yet)";
+import { runViewOf, tamperRetained, withAuditUnavailable } from "./scope-ops.js";
 
 /** What the child printed, as the operator's terminal got it (before anything was stripped or masked). */
 export interface RawOutput {
@@ -73,32 +63,6 @@ export const ORDINARY_EUID = 65534;
 
 const sleep = (ms: number) => new Promise<void>((done) => setTimeout(done, ms));
 
-/** A file inside a retained (read-only) revision directory, changed as a writer outside oats would. */
-function writeRetained(path: string, change: (path: string) => void): void {
-  const dir = join(path, "..");
-  const dirMode = statSync(dir).mode & 0o7777;
-  const mode = statSync(path).mode & 0o7777;
-  chmodSync(dir, dirMode | 0o200);
-  chmodSync(path, mode | 0o200);
-  change(path);
-  chmodSync(path, mode);
-  chmodSync(dir, dirMode);
-}
-
-export function runViewOf(run: { handle: string; dir: string; runId: string | null; record: unknown; lines: readonly { at: string; stream: "out" | "err"; text: string }[]; footer: readonly string[] }): RunView {
-  const record = run.record as (Record<string, any> & { exit: ExitStatus; result: RunResult }) | null;
-  return {
-    handle: run.handle,
-    runId: run.runId,
-    lines: run.lines.map((line) => ({ at: line.at, stream: line.stream, text: line.text })),
-    footer: run.footer.map((line) => line.replace(/^# /, "")),
-    exit: record === null ? null : { code: record.exit.code, signal: record.exit.signal },
-    result: record === null ? null : record.result,
-    record,
-    logPath: join(run.dir, "log"),
-  };
-}
-
 export class LibraryScope implements DriverScope {
   private readonly prepared = new Map<string, { prepared: PrepareCaptureResult; files: ReturnType<typeof writeCaptureFiles> }>();
   /** Raw output by run id (for the mutant driver: what the terminal got). */
@@ -125,7 +89,7 @@ export class LibraryScope implements DriverScope {
       return capture;
     }
     if (how === "tamper") {
-      writeRetained(join(known.prepared.retained.dir, known.files.entry), (path) => writeFileSync(path, `${readFileSync(path, "utf8")}\necho tampered\n`));
+      tamperRetained(join(known.prepared.retained.dir, known.files.entry));
       return capture;
     }
     // mismatch: the same capture re-prepared with another pinned env value, queued as a new job.
@@ -136,25 +100,13 @@ export class LibraryScope implements DriverScope {
     return { ...capture, job };
   }
 
-  async withAuditUnavailable<T>(body: () => Promise<T>): Promise<T> {
-    const auditDir = join(this.dir, ".agents", "audit");
-    const { probe, restore } = makeUnwritable(auditDir, join(auditDir, "audit.jsonl"));
-    try {
-      let refused = false;
-      try {
-        probe();
-      } catch {
-        refused = true;
-      }
-      if (!refused) throw new Error("the audit directory still accepts writes");
-      return await body();
-    } finally {
-      restore();
-    }
+  withAuditUnavailable<T>(body: () => Promise<T>): Promise<T> {
+    return withAuditUnavailable(this.dir, body);
   }
 
   dispatch(capture: QueuedCapture, options: { uid0?: boolean } = {}): RunningDispatch {
     const abort = new AbortController();
+    const euid = options.uid0 === true ? 0 : ORDINARY_EUID;
     const before = new Set(listRuns(this.dir).map((run) => run.handle));
     const stdout = collector();
     const stderr = collector();
@@ -163,13 +115,13 @@ export class LibraryScope implements DriverScope {
       try {
         let plan;
         try {
-          plan = await resolveQueuedCapture(this.dir, capture.job, { exec: true, env: { ...capture.request.credentials }, euid: options.uid0 === true ? 0 : ORDINARY_EUID });
+          plan = await resolveQueuedCapture(this.dir, capture.job, { exec: true, env: { ...capture.request.credentials }, euid });
         } catch (error) {
           if (isOatsError(error)) return { kind: "refused", code: error.code, message: error.message };
           throw error;
         }
         try {
-          const run = await runDispatchPlanWithEvidence(this.dir, plan, { output: { stdout: stdout.stream, stderr: stderr.stream }, signal: abort.signal });
+          const run = await runDispatchPlanWithEvidence(this.dir, plan, { output: { stdout: stdout.stream, stderr: stderr.stream }, signal: abort.signal, euid });
           this.raw.set(run.runId, { stdout: stdout.text(), stderr: stderr.text() });
           return { kind: "ran", runId: run.runId, handle: run.handle, exit: { code: run.exit.code, signal: run.exit.signal }, exitCode: run.exitCode, result: run.result };
         } catch (error) {
@@ -216,7 +168,7 @@ export class LibraryScope implements DriverScope {
   }
 
   async push(far: FarSide) {
-    const result = await delivery.pushEvidence!(this.dir, { to: far.to });
+    const result = await pushEvidence(this.dir, { to: far.to });
     return { delivered: result.delivered.map((entry) => entry.runId) };
   }
 
@@ -227,7 +179,7 @@ export class LibraryScope implements DriverScope {
 
 /** A run as the far side holds it, through the transport's reader (never the scope). */
 export async function readDeliveredRun(far: FarSide, runId: string): Promise<DeliveredRun | null> {
-  const files = await delivery.readDelivered!(far.to, runId);
+  const files = await readDelivered(far.to, runId);
   if (files === null) return null;
   const recordBytes = files.get("record.json");
   const log = files.get("log");
@@ -239,8 +191,9 @@ export function libraryDriver(transport: Transport): Driver {
   return {
     name: "library",
     transport,
-    skips: DELIVERY_MISSING === null ? {} : { "far-side-delivery": DELIVERY_MISSING },
-    uid0: `simulated: resolveQueuedCapture is told the dispatcher's effective uid (DispatchOptions.euid: 0 for uid 0, ${ORDINARY_EUID} otherwise); the child runs as this process (uid ${process.getuid?.()})`,
+    skips: {},
+    uid0: `simulated: resolveQueuedCapture and runDispatchPlanWithEvidence are told the dispatcher's effective uid (their euid option: 0 for uid 0, ${ORDINARY_EUID} otherwise); the child runs as this process (uid ${process.getuid?.()})`,
+    parallel: PROPERTY_NAMES.length,
     dispatcher: "this process; SIGINT/SIGTERM are the library's equivalent, an abort of the run's AbortSignal",
     async scope(dir: string) {
       return new LibraryScope(dir);

@@ -16,8 +16,7 @@
  *   group, so a grandchild lives on (the driver records the child's pid
  *   from inside the script to find it).
  */
-import { mkdtempSync, readFileSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { mkdirSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import type { CaptureRequest, DispatchOutcome, Driver, DriverScope, LogLine, QueuedCapture, RunningDispatch, RunView } from "../driver.js";
 import type { LibraryScope } from "./library.js";
@@ -42,12 +41,16 @@ function rawLines(raw: string): string[] {
 class MutantScope implements DriverScope {
   private readonly requests = new Map<string, CaptureRequest>();
   private readonly pidFiles = new Map<string, string>();
-  private readonly pidDir = mkdtempSync(join(tmpdir(), "oats-conf-mutant-"));
+  /** Beside the scope, so the suite's cleanup takes it too. */
+  private readonly pidDir: string;
 
   constructor(
     private readonly base: LibraryScope,
     private readonly defect: Defect,
-  ) {}
+  ) {
+    this.pidDir = `${base.dir}.pids`;
+    mkdirSync(this.pidDir);
+  }
 
   get dir(): string {
     return this.base.dir;

@@ -7,7 +7,7 @@
 import assert from "node:assert/strict";
 import { existsSync } from "node:fs";
 import { join } from "node:path";
-import { assertRan, captureName, sh, shQuote, type Property } from "./support.js";
+import { assertRan, assertRefused, captureName, sh, shQuote, type Property } from "./support.js";
 
 export const privilegedAccount: Property = {
   name: "privileged-account",
@@ -28,7 +28,9 @@ export const privilegedAccount: Property = {
 
     const plain = await scope.queue({ name: captureName("priv-plain"), script: sh(`touch ${shQuote(markers.plain)}`, "echo ran") });
     const refused = await scope.dispatch(plain, { uid0: true }).done;
-    assert.equal(refused.kind, "refused", `a capture not approved as privileged is refused as uid 0: ${JSON.stringify(refused)}`);
+    // classification-refused is the gate's code (docs/design/captures.md): refused for this reason, not another.
+    assertRefused(refused, "a capture not approved as privileged, dispatched as uid 0", "classification-refused");
+    assert.match(refused.message, /root|uid 0|privileged/i, "and it says why: root without a privileged composition");
     assert.equal(existsSync(markers.plain), false, "refused before the child started: the marker is absent");
     assert.deepEqual(await scope.listRuns(), runs, "no run record was written for it");
 

@@ -78,7 +78,9 @@ export const gapPreserved: Property = {
     const { run } = await runLines(scope, "gap", sh("echo warming up", "sleep 1", "echo before", "sleep 3", "echo after"));
     const [before, after] = stampsOf(run.lines, ["before", "after"]);
     const gap = after! - before!;
-    // 2.9 s, not 3: the first line may be read a little after it was written; the sleep itself is 3 s.
-    assert.ok(gap >= 2_900_000 && gap <= 8_000_000, `a 3 s sleep shows as a ${gap / 1e6} s gap (3 to 8 s)`);
+    // 2.5 s, not 3: a stamp is taken when the dispatcher reads the line, and on
+    // an overloaded machine the first line may be read a few hundred ms late
+    // (seen: 2.86 s at load 60 on 2 cores). A flush-time stamp gives 0.
+    assert.ok(gap >= 2_500_000 && gap <= 8_000_000, `a 3 s sleep shows as a ${gap / 1e6} s gap (3 to 8 s, 2.5 s allowed for a late read)`);
   },
 };

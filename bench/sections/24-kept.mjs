@@ -1,0 +1,46 @@
+import { mkdirSync } from "node:fs";
+import { join } from "node:path";
+import { TREE_EXEC, WORK, dataset, digestTree, interleave, median, notes, removeTree, retainTree, timeRow, warm } from "../lib.mjs";
+
+// ---------------------------------------------------------------- 20. retain of an unchanged, already retained tree
+
+/**
+ * retainTree of a tree that is already retained (status `kept`), with and
+ * without `expect`, against digestTree of the same tree, both in process.
+ * The kept retain still reads the whole source and verifies the whole stored
+ * revision; the goal (issue 13) is that the two reads share the two cores.
+ */
+async function benchKept(name, ids, runs) {
+  const label = name === "small" ? "20k small files" : "8 x 128 MiB";
+  console.error(`\n[${ids[0]}, ${ids[1]}] retain again of the unchanged ${label} (kept) vs digestTree of it`);
+  const source = dataset(name);
+  const scope = join(WORK, `kept-${name}`);
+  removeTree(scope);
+  mkdirSync(scope, { recursive: true });
+  const first = await retainTree(scope, { kind: "capture", key: `kept-${name}`, source });
+  warm(source);
+  warm(first.dir);
+  const kept = (expect) => async () => {
+    const receipt = await retainTree(scope, { kind: "capture", key: `kept-${name}`, source, ...(expect ? { expect: first.integrity } : {}) });
+    if (receipt.status !== "kept") notes.push(`[${ids[0]}] expected kept, got ${receipt.status}`);
+  };
+  const times = await interleave(
+    [
+      { name: "digest", inProcess: true, run: () => digestTree(source, [TREE_EXEC]) },
+      { name: "kept --expect", inProcess: true, run: kept(true) },
+      { name: "kept", inProcess: true, run: kept(false) },
+    ],
+    runs,
+  );
+  removeTree(scope);
+  const base = median(times.digest);
+  timeRow({ id: ids[0], what: `retain again, unchanged ${label}, with expect (kept: source read + stored copy verified) vs digestTree`, oursMs: median(times["kept --expect"]), baseMs: base, goal: 1.2, baseExtra: " digest" });
+  timeRow({ id: ids[1], what: `retain again, unchanged ${label}, without expect (kept) vs digestTree`, oursMs: median(times.kept), baseMs: base, goal: 1.2, baseExtra: " digest" });
+}
+
+export const parts = {
+  kept: async () => {
+    await benchKept("small", ["24a", "24b"], 3);
+    await benchKept("big", ["24c", "24d"], 3);
+  },
+};

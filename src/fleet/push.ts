@@ -1,0 +1,251 @@
+import { OatsError } from "../errors.js";
+import { parseExportRef, pinnedBlobs, type ExportRef } from "../acquisition/bundle.js";
+import { withExtractionDir } from "../acquisition/staging.js";
+import { referencedArtifacts } from "../resolution/read.js";
+import { encodeRecord, readRecordBytes } from "../resolution/store.js";
+import { TREE_EXEC, integrityText, parseIntegrity, type Integrity } from "../retention/integrity.js";
+import type { ArtifactKind } from "../retention/ids.js";
+import { readBlob } from "../retention/store/blobs.js";
+import { bytesDigest, canonicalJsonBytes } from "../retention/digest/json.js";
+import { compositionOf } from "../captures/composition.js";
+import { resolveScope } from "../retention/store/components.js";
+import { verifyTree } from "../retention/verify.js";
+import { writeTreeLayer } from "./layer.js";
+import {
+  EMPTY_CONFIG,
+  OCI_MANIFEST_MEDIA_TYPE,
+  captureTag,
+  encodeManifest,
+  oatsToOci,
+  ociDigest,
+  parsePulledManifest,
+  resolutionManifest,
+  resolutionTag,
+  treesManifest,
+  type BlobLayer,
+  type OciManifest,
+  type TreeLayer,
+} from "./mapping.js";
+import { openRegistry, type FleetTarget } from "./target.js";
+import { headBlob } from "./oci/blobs.js";
+import { getManifest, putManifest } from "./oci/manifests.js";
+import { bufferSource, fileSource, putBlob } from "./oci/upload.js";
+import type { RegistrySession } from "./oci/session.js";
+
+/**
+ * `oats push <ref...> --to oci://host/repo`: every named resolution becomes
+ * one artifact manifest (tagged `oats-json-v1-<hex>` and, for a capture,
+ * with its name); artifacts named on their own become one trees manifest
+ * (tagged with the reference's tag, if it has one). Only what the registry
+ * lacks is uploaded: each blob is HEADed first.
+ *
+ * The second push of a resolution is cheap: when the registry already has a
+ * manifest under the resolution's tag whose config is the record's exact
+ * bytes and whose layers name exactly the record's trees and blobs, and
+ * every one of those blobs is present, nothing is written, not even the
+ * layers (building a tree's tar means reading the whole tree). That trusts
+ * the registry's claim of which tar digest a tree has; a registry (or a
+ * writer to it) that lies there can make pushed content unpullable, never
+ * pullable as something else: pull verifies every OCI and oats digest.
+ */
+
+export interface PushOptions {
+  /** Plain HTTP (loopback registries only). */
+  readonly insecure?: boolean;
+  readonly signal?: AbortSignal;
+}
+
+export interface PushedManifest {
+  readonly reference: string;
+  readonly digest: string;
+  readonly artifactType: string;
+  readonly resolution: string | null;
+  readonly tags: string[];
+  readonly status: "pushed" | "kept";
+}
+
+export interface PushReport {
+  readonly registry: string;
+  readonly repository: string;
+  readonly manifests: PushedManifest[];
+  readonly blobs: { readonly digest: string; readonly size: number; readonly what: string; readonly status: "uploaded" | "present" }[];
+  /** Bytes uploaded (0 when the registry had everything). */
+  readonly uploadedBytes: number;
+}
+
+interface Plan {
+  readonly resolutions: { id: string; bytes: Buffer; capture: string | null; trees: TreeRef[]; blobs: string[]; blobBytes: Map<string, Buffer> }[];
+  readonly trees: TreeRef[];
+}
+
+type TreeRef = { kind: ArtifactKind; key: string; integrity: Integrity };
+
+const treeId = (ref: { kind: string; key: string; integrity: Integrity | string }) =>
+  `${ref.kind}\0${ref.key}\0${typeof ref.integrity === "string" ? ref.integrity : integrityText(ref.integrity)}`;
+
+/** Read every record and blob, and name every tree by its exec digest (a legacy-named capability is verified to learn it). */
+async function plan(realScope: string, refs: readonly ExportRef[]): Promise<Plan> {
+  const parsed = refs.map((ref) => parseExportRef(ref));
+  const resolutions: Plan["resolutions"] = [];
+  const trees: TreeRef[] = [];
+  const execOf = async (ref: { kind: ArtifactKind; key: string; integrity: Integrity }): Promise<TreeRef> => {
+    if (ref.integrity.format === TREE_EXEC) return ref;
+    const verified = await verifyTree(realScope, ref);
+    return { kind: ref.kind, key: ref.key, integrity: verified.execIntegrity };
+  };
+  for (const item of parsed) {
+    if (item.type === "artifact") {
+      const ref = await execOf({ kind: item.ref.kind, key: item.ref.key, integrity: parseIntegrity(item.ref.integrity) });
+      if (!trees.some((tree) => treeId(tree) === treeId(ref))) trees.push(ref);
+      continue;
+    }
+    if (resolutions.some((row) => row.id === item.id)) continue;
+    const { id, record } = readRecordBytes(realScope, item.id);
+    const { id: reencoded, bytes } = encodeRecord(record);
+    if (reencoded !== id) throw new OatsError("integrity-mismatch", `resolution ${id}: the record re-encodes to ${reencoded}`, { id, expected: id, actual: reencoded });
+    const recordTrees: TreeRef[] = [];
+    for (const ref of referencedArtifacts(record)) recordTrees.push(await execOf({ kind: ref.kind, key: ref.key, integrity: ref.integrity }));
+    // Present and intact before anything leaves.
+    const blobBytes = new Map(pinnedBlobs(record).map((digest) => [digest, readBlob(realScope, digest)]));
+    if (record.capture) {
+      // The composition an operator approves travels too (derived from the record, so always the same bytes): `oats approve` on the pulling host shows and records it.
+      const composition = canonicalJsonBytes(compositionOf(record));
+      blobBytes.set(bytesDigest(composition), composition);
+    }
+    resolutions.push({ id, bytes, capture: record.capture?.name ?? null, trees: recordTrees, blobs: [...blobBytes.keys()], blobBytes });
+  }
+  return { resolutions, trees };
+}
+
+/** The registry's manifest under `tag`, if it is exactly what this resolution maps to (all but the tar digests, which it vouches for). */
+async function existingResolution(session: RegistrySession, resolution: Plan["resolutions"][number]): Promise<{ digest: string; manifest: OciManifest } | null> {
+  let served;
+  try {
+    served = await getManifest(session, resolutionTag(resolution.id), { accept: [OCI_MANIFEST_MEDIA_TYPE] });
+  } catch (error) {
+    if (error instanceof OatsError && (error.code === "artifact-not-found" || error.code === "invalid-artifact" || error.code === "integrity-mismatch")) return null;
+    throw error;
+  }
+  let pulled;
+  try {
+    pulled = parsePulledManifest(served.bytes, "registry");
+  } catch {
+    return null;
+  }
+  if (pulled.resolution?.id !== resolution.id) return null;
+  const want = new Set([...resolution.trees.map((tree) => `t\0${treeId(tree)}`), ...resolution.blobs.map((blob) => `b\0${blob}`)]);
+  const have = new Set(pulled.layers.map((layer) => (layer.type === "tree" ? `t\0${treeId(layer)}` : `b\0${layer.blob}`)));
+  if (want.size !== have.size || [...want].some((each) => !have.has(each))) return null;
+  const trees = pulled.layers.filter((layer): layer is Extract<typeof layer, { type: "tree" }> => layer.type === "tree");
+  const blobs: BlobLayer[] = pulled.layers.filter((layer) => layer.type === "blob").map((layer) => ({ blob: (layer as BlobLayer).blob, size: layer.size }));
+  // Rebuilt from our own mapping: the bytes must be what we would push, or it is not ours to keep.
+  const manifest = resolutionManifest({ id: resolution.id, recordBytes: resolution.bytes, capture: resolution.capture, trees, blobs });
+  const encoded = encodeManifest(manifest);
+  if (encoded.digest !== served.digest) return null;
+  for (const digest of [manifest.config.digest, ...manifest.layers.map((layer) => layer.digest)]) {
+    if ((await headBlob(session, digest)) === null) return null;
+  }
+  return { digest: encoded.digest, manifest };
+}
+
+export async function pushToRegistry(scope: string, refs: readonly ExportRef[], to: string, options: PushOptions = {}): Promise<PushReport> {
+  if (!Array.isArray(refs) || refs.length === 0) throw new OatsError("invalid-input", "push needs at least one artifact reference or resolution id", {});
+  const target: FleetTarget = openRegistry(to, options);
+  const realScope = resolveScope(scope);
+  const work = await plan(realScope, refs);
+  const { session } = target;
+  const report: PushReport = { registry: target.registry, repository: target.repository, manifests: [], blobs: [], uploadedBytes: 0 };
+  const blobsDone = new Set<string>();
+
+  const ensureBlob = async (digest: string, size: number, what: string, source: () => Parameters<typeof putBlob>[1]) => {
+    if (blobsDone.has(digest)) return;
+    blobsDone.add(digest);
+    const present = await headBlob(session, digest);
+    if (present !== null && present.size === size) {
+      report.blobs.push({ digest, size, what, status: "present" });
+      return;
+    }
+    await putBlob(session, source());
+    report.blobs.push({ digest, size, what, status: "uploaded" });
+    (report as { uploadedBytes: number }).uploadedBytes += size;
+  };
+  const tagAll = async (manifestBytes: Buffer, digest: string, tags: string[]): Promise<string[]> => {
+    const written: string[] = [];
+    for (const tag of tags) {
+      const { digest: stored } = await putManifest(session, tag, manifestBytes, OCI_MANIFEST_MEDIA_TYPE);
+      if (stored !== digest) throw new OatsError("integrity-mismatch", `${target.registry} stored ${tag} as ${stored}, not ${digest}`, { expected: digest, actual: stored, tag });
+      written.push(tag);
+    }
+    return written;
+  };
+
+  // Resolutions the registry already holds completely need no layer at all.
+  const pending: Plan["resolutions"] = [];
+  for (const resolution of work.resolutions) {
+    const existing = await existingResolution(session, resolution);
+    if (existing === null) {
+      pending.push(resolution);
+      continue;
+    }
+    const captureName = resolution.capture === null ? null : captureTag(resolution.capture);
+    const tags = [resolutionTag(resolution.id)];
+    if (captureName !== null) {
+      // The human tag follows the newest push; rewritten only when it names something else.
+      let current: string | null = null;
+      try {
+        current = (await getManifest(session, captureName, { accept: [OCI_MANIFEST_MEDIA_TYPE] })).digest;
+      } catch (error) {
+        if (!(error instanceof OatsError) || error.code !== "artifact-not-found") throw error;
+      }
+      if (current !== existing.digest) tags.push(...(await tagAll(encodeManifest(existing.manifest).bytes, existing.digest, [captureName])));
+      else tags.push(captureName);
+    }
+    report.manifests.push({ reference: `${target.registry}/${target.repository}@${existing.digest}`, digest: existing.digest, artifactType: existing.manifest.artifactType, resolution: resolution.id, tags, status: "kept" });
+  }
+  if (pending.length === 0 && work.trees.length === 0) return report;
+
+  return withExtractionDir(realScope, async (dir) => {
+    const layers = new Map<string, TreeLayer & { path: string }>();
+    let count = 0;
+    const layerOf = async (ref: TreeRef) => {
+      const id = treeId(ref);
+      let layer = layers.get(id);
+      if (!layer) {
+        layer = await writeTreeLayer(realScope, ref, dir, `layer-${count++}.tar`);
+        layers.set(id, layer);
+      }
+      const ready = layer;
+      await ensureBlob(ready.digest, ready.size, `${ref.kind} ${ref.key} ${integrityText(ref.integrity)}`, () => fileSource(ready.path, ready.digest, ready.size));
+      return ready;
+    };
+
+    for (const resolution of pending) {
+      const trees: TreeLayer[] = [];
+      for (const ref of resolution.trees) trees.push(await layerOf(ref));
+      const blobs: BlobLayer[] = [];
+      for (const digest of resolution.blobs) {
+        const bytes = resolution.blobBytes.get(digest)!;
+        await ensureBlob(oatsToOci(digest), bytes.length, `blob ${digest}`, () => bufferSource(bytes, oatsToOci(digest)));
+        blobs.push({ blob: digest, size: bytes.length });
+      }
+      await ensureBlob(oatsToOci(resolution.id), resolution.bytes.length, `resolution ${resolution.id}`, () => bufferSource(resolution.bytes, oatsToOci(resolution.id)));
+      const manifest = resolutionManifest({ id: resolution.id, recordBytes: resolution.bytes, capture: resolution.capture, trees, blobs });
+      const { bytes, digest } = encodeManifest(manifest);
+      const captureName = resolution.capture === null ? null : captureTag(resolution.capture);
+      const tags = await tagAll(bytes, digest, [resolutionTag(resolution.id), ...(captureName !== null ? [captureName] : [])]);
+      report.manifests.push({ reference: `${target.registry}/${target.repository}@${digest}`, digest, artifactType: manifest.artifactType, resolution: resolution.id, tags, status: "pushed" });
+    }
+
+    if (work.trees.length > 0) {
+      const trees: TreeLayer[] = [];
+      for (const ref of work.trees) trees.push(await layerOf(ref));
+      await ensureBlob(ociDigest(EMPTY_CONFIG), EMPTY_CONFIG.length, "empty config", () => bufferSource(EMPTY_CONFIG, ociDigest(EMPTY_CONFIG)));
+      const manifest = treesManifest(trees);
+      const { bytes, digest } = encodeManifest(manifest);
+      const tags = target.tag !== null ? await tagAll(bytes, digest, [target.tag]) : [];
+      if (target.tag === null) await tagAll(bytes, digest, [digest]);
+      report.manifests.push({ reference: `${target.registry}/${target.repository}@${digest}`, digest, artifactType: manifest.artifactType, resolution: null, tags, status: "pushed" });
+    }
+    return report;
+  });
+}

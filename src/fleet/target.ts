@@ -1,0 +1,18 @@
+import { parseOciReference } from "./oci/reference.js";
+import { RegistrySession } from "./oci/session.js";
+
+/** A registry repository named by an `oci://` (or loopback `http://`) reference, with its session. */
+export interface FleetTarget {
+  /** `host[:port]` */
+  readonly registry: string;
+  readonly repository: string;
+  readonly tag: string | null;
+  readonly digest: string | null;
+  readonly session: RegistrySession;
+}
+
+export function openRegistry(reference: string, options: { insecure?: boolean } = {}): FleetTarget {
+  const parsed = parseOciReference(reference);
+  const session = new RegistrySession(parsed, { insecure: options.insecure === true });
+  return { registry: parsed.registry.host, repository: parsed.repository, tag: parsed.tag, digest: parsed.digest, session };
+}

@@ -1,0 +1,58 @@
+import { parentPort } from "node:worker_threads";
+import { OatsError } from "../../errors.js";
+import { digestListing } from "../digest/tree.js";
+import type { TreeFormat } from "../integrity.js";
+import { walkTree } from "../digest/walk.js";
+
+/**
+ * A worker thread of the digest pool (pool.ts): it walks and hashes one
+ * directory per message, exactly as the calling thread would (walkTree,
+ * digestListing), and answers with the digests or the error. It loads the
+ * digest modules alone, so a worker starts in tens of milliseconds.
+ */
+
+export interface DigestRequest {
+  readonly id: number;
+  readonly dir: string;
+  readonly formats: readonly TreeFormat[];
+  readonly maxDepth?: number;
+}
+
+export type SerializedError =
+  | { readonly oats: true; readonly code: OatsError["code"]; readonly message: string; readonly details: Record<string, unknown> }
+  | { readonly oats: false; readonly message: string; readonly code?: string; readonly stack?: string };
+
+export type DigestAnswer = { readonly id: number; readonly digests: Record<string, string> } | { readonly id: number; readonly error: SerializedError };
+
+function serialize(error: unknown): SerializedError {
+  if (error instanceof OatsError) return { oats: true, code: error.code, message: error.message, details: structuredSafe(error.details) };
+  const plain = error as { message?: unknown; code?: unknown; stack?: unknown } | null;
+  return {
+    oats: false,
+    message: typeof plain?.message === "string" ? plain.message : String(error),
+    ...(typeof plain?.code === "string" ? { code: plain.code } : {}),
+    ...(typeof plain?.stack === "string" ? { stack: plain.stack } : {}),
+  };
+}
+
+/** Details are plain data by convention; anything that cannot be cloned is sent as its JSON. */
+function structuredSafe(details: Record<string, unknown>): Record<string, unknown> {
+  try {
+    structuredClone(details);
+    return details;
+  } catch {
+    return JSON.parse(JSON.stringify(details)) as Record<string, unknown>;
+  }
+}
+
+parentPort!.on("message", (request: DigestRequest) => {
+  void (async () => {
+    try {
+      const listing = await walkTree(request.dir, request.maxDepth === undefined ? {} : { maxDepth: request.maxDepth });
+      const digests = await digestListing(listing, request.formats);
+      parentPort!.postMessage({ id: request.id, digests } satisfies DigestAnswer);
+    } catch (error) {
+      parentPort!.postMessage({ id: request.id, error: serialize(error) } satisfies DigestAnswer);
+    }
+  })();
+});

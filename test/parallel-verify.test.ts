@@ -1,0 +1,178 @@
+/**
+ * Verification on every core (src/retention/parallel): several revisions
+ * verified in worker lanes give the same outcomes, in the same order, as
+ * one by one; a retain of an unchanged tree reads the source and verifies
+ * the stored revision at once, with the same verdicts and the same
+ * precedence as reading them in turn.
+ */
+import assert from "node:assert/strict";
+import { execFileSync } from "node:child_process";
+import { appendFileSync, chmodSync, mkdirSync, readdirSync, rmSync, utimesSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { after, test } from "node:test";
+import { OatsError } from "../src/errors.js";
+import { fsck, retainTree, verifyTree } from "../src/index.js";
+import { DigestWorker, measureHere, setParallelism } from "../src/retention/parallel/pool.js";
+import { setFaultHook } from "../src/retention/store/faults.js";
+import { verifyAllTrees, verifyTrees } from "../src/retention/verify-many.js";
+import { snapshotTree, tempDir } from "./helpers.js";
+
+after(() => setParallelism(null));
+
+function makeTree(files: Record<string, string>): string {
+  const dir = join(tempDir("oats-par-src-"), "tree");
+  for (const [path, text] of Object.entries(files)) {
+    mkdirSync(join(dir, path, ".."), { recursive: true });
+    writeFileSync(join(dir, path), text);
+  }
+  return dir;
+}
+
+function tamper(file: string): void {
+  chmodSync(file, 0o644);
+  appendFileSync(file, "tampered\n");
+}
+
+const errorOf = async (promise: Promise<unknown>): Promise<OatsError> => {
+  try {
+    await promise;
+  } catch (error) {
+    assert.ok(error instanceof OatsError, `expected an OatsError, got ${String(error)}`);
+    return error;
+  }
+  assert.fail("expected a refusal");
+};
+
+const noStaging = (step: string) => {
+  throw new Error(`no staging expected, reached ${step}`);
+};
+
+test("a worker measures a tree exactly as the calling thread does, and sends back the walk's refusal as the same OatsError", async () => {
+  const tree = makeTree({ "a.txt": "a", "sub/b.txt": "bb" });
+  const worker = new DigestWorker();
+  try {
+    const job = { dir: tree, formats: ["oats.tree-exec.v1", "oats.tree-legacy.v0"] as const };
+    assert.deepEqual(await worker.measure(job), await measureHere(job));
+    execFileSync("mkfifo", [join(tree, "sub", "pipe")]);
+    const here = await errorOf(measureHere(job));
+    const there = await errorOf(worker.measure(job));
+    assert.equal(here.code, "invalid-artifact");
+    assert.deepEqual(there.toJSON(), here.toJSON());
+  } finally {
+    await worker.close();
+  }
+});
+
+async function scopeWithRevisions(count: number) {
+  const scope = tempDir("oats-par-scope-");
+  const refs = [];
+  for (let i = 0; i < count; i++) {
+    const receipt = await retainTree(scope, { kind: "capture", key: `k${i}`, source: makeTree({ "x.txt": `tree ${i}`, [`d/f${i}.txt`]: "y".repeat(i * 100) }) });
+    refs.push({ kind: "capture", key: `k${i}`, integrity: receipt.integrity, dir: receipt.dir });
+  }
+  return { scope, refs };
+}
+
+test("fsck on every lane reports the same outcomes, in store order, as one lane; a damaged revision in the middle stays in its place", async () => {
+  const { scope, refs } = await scopeWithRevisions(5);
+  tamper(join(refs[1]!.dir, "x.txt"));
+  tamper(join(refs[3]!.dir, "d", "f3.txt"));
+  setParallelism(1);
+  const one = await fsck(scope);
+  setParallelism(3);
+  const done: number[] = [];
+  const many = await fsck(scope, { onArtifact: (n, total) => (assert.equal(total, 5), done.push(n)) });
+  setParallelism(null);
+  assert.deepEqual(many, one);
+  assert.deepEqual(done, [1, 2, 3, 4, 5]);
+  assert.deepEqual(many.outcomes.map((outcome) => outcome.ok), [true, false, true, false, true]);
+  assert.deepEqual(many.outcomes.map((outcome) => outcome.key), ["k0", "k1", "k2", "k3", "k4"]);
+  assert.equal(many.outcomes[1]!.error!.details["reason"], "damaged-revision");
+});
+
+test("verifyTrees settles every ref in the order given; verifyAllTrees refuses with the first failure in that order", async () => {
+  const { scope, refs } = await scopeWithRevisions(4);
+  tamper(join(refs[2]!.dir, "x.txt"));
+  rmSync(refs[3]!.dir, { recursive: true, force: true });
+  setParallelism(2);
+  try {
+    const settled = await verifyTrees(scope, refs);
+    assert.deepEqual(settled.map((outcome) => outcome.ok), [true, true, false, false]);
+    const sequential = [];
+    for (const ref of refs) sequential.push(await verifyTree(scope, ref).then((value) => ({ ok: true, value }), (error) => ({ ok: false, error: (error as OatsError).toJSON() })));
+    assert.deepEqual(settled.map((outcome) => (outcome.ok ? outcome : { ok: false, error: (outcome.error as OatsError).toJSON() })), sequential);
+    const refusal = await errorOf(verifyAllTrees(scope, refs));
+    assert.equal(refusal.code, "integrity-mismatch");
+    assert.equal(refusal.details["reason"], "damaged-revision");
+    assert.equal((await verifyAllTrees(scope, refs.slice(0, 2))).length, 2);
+  } finally {
+    setParallelism(null);
+  }
+});
+
+for (const lanes of [1, 2]) {
+  test(`retain of an unchanged tree with --expect (${lanes} lane${lanes > 1 ? "s" : ""}): kept without staging; a changed source is refused before a damaged store; a damaged store is refused`, async () => {
+    setParallelism(lanes);
+    const scope = tempDir("oats-par-kept-");
+    const source = makeTree({ "a.txt": "one", "b/c.txt": "two" });
+    try {
+      const first = await retainTree(scope, { kind: "capture", key: "nightly", source });
+      setFaultHook(noStaging);
+      assert.deepEqual(await retainTree(scope, { kind: "capture", key: "nightly", source, expect: first.integrity }), { ...first, status: "kept" });
+      // Damage the stored copy and change the source: the source's refusal comes first, as in a sequential read.
+      tamper(join(first.dir, "a.txt"));
+      writeFileSync(join(source, "a.txt"), "ONE");
+      const before = snapshotTree(scope);
+      const differs = await errorOf(retainTree(scope, { kind: "capture", key: "nightly", source, expect: first.integrity }));
+      assert.equal(differs.details["reason"], "source-differs");
+      writeFileSync(join(source, "a.txt"), "one");
+      const damaged = await errorOf(retainTree(scope, { kind: "capture", key: "nightly", source, expect: first.integrity }));
+      assert.equal(damaged.code, "integrity-mismatch");
+      assert.equal(damaged.details["reason"], "damaged-revision");
+      assert.deepEqual(snapshotTree(scope), before);
+    } finally {
+      setFaultHook(null);
+      setParallelism(null);
+    }
+  });
+
+  test(`retain of an unchanged tree without --expect (${lanes} lane${lanes > 1 ? "s" : ""}): kept without a copy; a damaged newest revision is refused; a changed tree is retained anew`, async () => {
+    setParallelism(lanes);
+    const scope = tempDir("oats-par-noexpect-");
+    const source = makeTree({ "a.txt": "one", "b/c.txt": "two" });
+    try {
+      const first = await retainTree(scope, { kind: "capture", key: "nightly", source });
+      setFaultHook(noStaging);
+      assert.deepEqual(await retainTree(scope, { kind: "capture", key: "nightly", source }), { ...first, status: "kept" });
+      setFaultHook(null);
+      // Same shape, other content: not the candidate, copied and retained as a new revision.
+      writeFileSync(join(source, "a.txt"), "uno");
+      const second = await retainTree(scope, { kind: "capture", key: "nightly", source });
+      assert.equal(second.status, "retained");
+      assert.notEqual(second.integrity, first.integrity);
+      // Back to the first content: it hashes to a revision that is not the newest, which is verified and kept.
+      writeFileSync(join(source, "a.txt"), "one");
+      utimesSync(first.dir, new Date(1_000_000), new Date(1_000_000));
+      setFaultHook(noStaging);
+      assert.deepEqual(await retainTree(scope, { kind: "capture", key: "nightly", source }), { ...first, status: "kept" });
+      // Another shape (a file added): retained anew.
+      setFaultHook(null);
+      writeFileSync(join(source, "new.txt"), "new");
+      assert.equal((await retainTree(scope, { kind: "capture", key: "nightly", source })).status, "retained");
+      rmSync(join(source, "new.txt"));
+      // The newest revision damaged, the source unchanged: refused, and nothing was written.
+      utimesSync(first.dir, new Date(), new Date());
+      tamper(join(first.dir, "b", "c.txt"));
+      const before = snapshotTree(scope);
+      setFaultHook(noStaging);
+      const damaged = await errorOf(retainTree(scope, { kind: "capture", key: "nightly", source }));
+      assert.equal(damaged.code, "integrity-mismatch");
+      assert.equal(damaged.details["reason"], "damaged-revision");
+      assert.deepEqual(snapshotTree(scope), before);
+      assert.equal(readdirSync(join(first.dir, "..")).filter((name) => name.startsWith(".staging-")).length, 0);
+    } finally {
+      setFaultHook(null);
+      setParallelism(null);
+    }
+  });
+}

@@ -1,0 +1,133 @@
+import assert from "node:assert/strict";
+import { execFileSync } from "node:child_process";
+import { chmodSync, mkdirSync, renameSync, symlinkSync, unlinkSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { setTimeout as sleep } from "node:timers/promises";
+import { afterEach, test } from "node:test";
+import { OatsError } from "../src/errors.js";
+import { digestTree } from "../src/index.js";
+import { prefetchesStarted, setPrefetchMode, startPrefetch } from "../src/retention/digest/prefetch.js";
+import { setReadHook } from "../src/retention/digest/read-hook.js";
+import { walkTree } from "../src/retention/digest/walk.js";
+import { tempDir } from "./helpers.js";
+
+/**
+ * The read-ahead workers (src/retention/digest/prefetch.ts) only warm the
+ * page cache: a digest read with them is the digest read without them, the
+ * reader's checks still refuse what changed, and a leaf swapped for
+ * something hostile after the walk (a FIFO no one writes, a symlink to one)
+ * neither hangs them nor is followed.
+ */
+
+afterEach(() => {
+  setPrefetchMode("auto");
+  setReadHook(null);
+});
+
+const FILES = 700; // above PREFETCH_MIN_FILES, so "auto" may start workers
+
+function bigTree(): string {
+  const root = tempDir("oats-prefetch-");
+  for (let d = 0; d < 7; d++) mkdirSync(join(root, `dir-${d}`, "sub"), { recursive: true });
+  for (let i = 0; i < FILES; i++) {
+    const path = join(root, `dir-${i % 7}`, i % 3 ? "sub" : "", `file-${String(i).padStart(4, "0")}.js`);
+    writeFileSync(path, `// ${i}\n${"x".repeat(i * 7)}\n`);
+    if (i % 10 === 0) chmodSync(path, 0o755);
+  }
+  writeFileSync(join(root, "large.bin"), Buffer.alloc(600 << 10, 7)); // read in chunks, past the workers' limit
+  symlinkSync("dir-0/file-0000.js", join(root, "link"));
+  return root;
+}
+
+test("a digest read with the read-ahead workers is the digest read without them", async () => {
+  const root = bigTree();
+  setPrefetchMode("never");
+  const without = await digestTree(root);
+  const before = prefetchesStarted();
+  setPrefetchMode("always");
+  const withWorkers = await digestTree(root);
+  assert.equal(prefetchesStarted(), before + 1);
+  assert.deepEqual(withWorkers, without);
+});
+
+test("with the workers running, a file changed between its read and its check is still refused", async () => {
+  const root = bigTree();
+  await sleep(30); // past the coarse clock tick of the files' creation, so the rewrite moves mtime
+  setPrefetchMode("always");
+  const target = "dir-3/sub/file-0010.js";
+  setReadHook((path) => {
+    if (path === target) writeFileSync(join(root, target), "rewritten while read\n");
+  });
+  await assert.rejects(digestTree(root), (error: unknown) => {
+    assert.ok(error instanceof OatsError, String(error));
+    assert.equal(error.code, "invalid-artifact");
+    assert.equal(error.details.reason, "changed-while-reading");
+    assert.equal(error.details.path, target);
+    return true;
+  });
+});
+
+test("a leaf swapped for a FIFO or a symlink after the walk does not hang the workers", async (t) => {
+  const root = bigTree();
+  const listing = await walkTree(root);
+  const files = listing.leaves.filter((leaf) => leaf.type === "file");
+  const fifo = files[5]!.absolute;
+  const linkedFifo = files[50]!.absolute;
+  const outside = join(tempDir("oats-prefetch-outside-"), "fifo");
+  try {
+    unlinkSync(fifo);
+    execFileSync("mkfifo", [fifo]);
+    execFileSync("mkfifo", [outside]);
+  } catch (error) {
+    t.skip(`mkfifo is not available here: ${String(error)}`);
+    return;
+  }
+  unlinkSync(linkedFifo);
+  symlinkSync(outside, linkedFifo);
+  // The directory of a later file swapped for a symlink to the FIFO's directory.
+  const swappedDir = join(root, "dir-6");
+  renameSync(swappedDir, `${swappedDir}.moved`);
+  symlinkSync(join(outside, ".."), swappedDir);
+  const prefetcher = startPrefetch(listing.leaves, 0);
+  assert.ok(prefetcher, "the workers started");
+  prefetcher.advance(listing.leaves.length);
+  // A blocking open of either FIFO would never return: the workers would never exit.
+  const outcome = await Promise.race([prefetcher.finished.then(() => "finished"), sleep(20_000).then(() => "hung")]);
+  prefetcher.stop();
+  assert.equal(outcome, "finished");
+  // The reader, not the workers, is what refuses the swap.
+  setPrefetchMode("always");
+  await assert.rejects(digestTree(root), (error: unknown) => error instanceof OatsError && error.code === "invalid-artifact");
+});
+
+test("the workers stop when the reader stops early, however far behind they are", async () => {
+  // More leaves than the workers' window, so they wait for a reader that never comes.
+  const root = tempDir("oats-prefetch-wide-");
+  for (let i = 0; i < 3000; i++) writeFileSync(join(root, `f-${String(i).padStart(4, "0")}`), String(i));
+  const listing = await walkTree(root);
+  const prefetcher = startPrefetch(listing.leaves, 0);
+  assert.ok(prefetcher);
+  // The reader never advances: the workers wait at the window's edge until told to stop.
+  prefetcher.stop();
+  const outcome = await Promise.race([prefetcher.finished.then(() => "finished"), sleep(20_000).then(() => "hung")]);
+  assert.equal(outcome, "finished");
+});
+
+test("a cold page cache starts the workers on their own (auto), and the digest is unchanged", async (t) => {
+  const root = bigTree();
+  const warm = await digestTree(root);
+  try {
+    execFileSync("sync");
+    writeFileSync("/proc/sys/vm/drop_caches", "3\n");
+  } catch (error) {
+    t.skip(`cannot drop the page cache here (needs root): ${String(error)}`);
+    return;
+  }
+  const before = prefetchesStarted();
+  const cold = await digestTree(root);
+  assert.equal(prefetchesStarted(), before + 1, "a cold read started the read-ahead");
+  assert.deepEqual(cold, warm);
+  // Warm again: no block reads, no workers.
+  await digestTree(root);
+  assert.equal(prefetchesStarted(), before + 1, "a warm read did not");
+});
