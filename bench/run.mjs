@@ -13,7 +13,7 @@
  *   --runs N       timed runs per side for the digest comparisons (default 7)
  *   --only LIST    comma-separated subset of the parts the files in bench/sections/ export:
  *                  big,small,retain,fsync,fsync-big,rss,start,alt,resolution,dispatch,tarball,bundle,approvals,extract-depth,fsck,
- *                  gc,verify-tools,digest-tools,retain-tools,kept,retain-small,bundle-ratio,lanes
+ *                  gc,verify-tools,digest-tools,retain-tools,kept,retain-small,bundle-ratio,lanes,redact,evidence,fleet
  *   --json FILE    also write the results as JSON
  *
  * Every figure is a ratio against a baseline measured in the same run, on the

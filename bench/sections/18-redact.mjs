@@ -17,7 +17,7 @@ const PATTERNS = [
 function corpus() {
   const lines = [];
   for (let i = 0; i < LINES; i++) {
-    if (i % 100 === 0) lines.push(`step ${i}: Authorization: Bearer ${TOKEN} clone ${GHP}`);
+    if (i % 100 === 0) lines.push(`step ${i}: token ${TOKEN} clone ${GHP}`);
     else lines.push(`step ${i}: processed record ${i * 7919} of the nightly report, checksum ${(i * 2654435761 >>> 0).toString(16)} ok`);
   }
   return lines;

@@ -120,6 +120,18 @@ function estimatedSteps(ranges: readonly number[], length: number): number {
   return steps;
 }
 
+/** The longest line on which every pattern's estimate stays under DIRECT_STEPS (computed once per redactor). */
+function directLimit(patterns: readonly CompiledPattern[]): number {
+  let low = 0;
+  let high = 1 << 24;
+  while (low < high) {
+    const middle = Math.ceil((low + high) / 2);
+    if (patterns.every((pattern) => estimatedSteps(pattern.ranges, middle) <= DIRECT_STEPS)) low = middle;
+    else high = middle - 1;
+  }
+  return low;
+}
+
 function patternMatches(regexp: RegExp, text: string, rule: number, into: Match[]): void {
   regexp.lastIndex = 0;
   for (let match = regexp.exec(text); match !== null; match = regexp.exec(text)) {
@@ -190,6 +202,7 @@ export function createRedactor(rules: readonly RedactionRule[]): Redactor {
   const counts = rules.map(() => 0);
   const masks = rules.map((rule) => `[REDACTED:${rule.name}]`);
   let budgeted: ReturnType<typeof budgetedRunner> | null = null;
+  const direct = directLimit(patterns);
   return {
     apply(text: string): string {
       if (rules.length === 0) return text;
@@ -198,7 +211,7 @@ export function createRedactor(rules: readonly RedactionRule[]): Redactor {
         for (let at = text.indexOf(value); at !== -1; at = text.indexOf(value, at + 1)) matches.push({ start: at, end: at + value.length, rule: index });
       }
       if (patterns.length > 0) {
-        if (patterns.every((pattern) => estimatedSteps(pattern.ranges, text.length) <= DIRECT_STEPS)) {
+        if (text.length <= direct) {
           for (const pattern of patterns) patternMatches(pattern.regexp, text, pattern.index, matches);
         } else {
           budgeted ??= budgetedRunner(patterns);
