@@ -196,7 +196,7 @@ describe("oats capture prepare -> approve -> queue add -> dispatch [--exec]", ()
     const exec = runOats([...fixture.at, "dispatch", "nightly", "--exec"], { env: { API_TOKEN: SECRET } });
     assert.equal(exec.status, 3, exec.stdout + exec.stderr);
     assert.match(exec.stdout, /^capture output --fast\ntoken reached the child\n/);
-    assert.match(exec.stdout, new RegExp(`dispatched job nightly: resolution ${id}: exit 3\n$`));
+    assert.match(exec.stdout, new RegExp(`dispatched job nightly: resolution ${id}: exit 3\n  run            \\S+ FAILED \\(complete\\) sha256-[0-9a-f]{64}\n$`));
     assert.doesNotMatch(exec.stderr, /oats: /, "a child's exit code is not an oats refusal");
     assert.ok(existsSync(fixture.marker), "the executable ran");
 

@@ -51,5 +51,6 @@ export const COMMAND_NAMES = [
   "run cancel",
   "run seal",
   "push",
+  "pull",
   "outbox ls",
 ] as const;
