@@ -146,7 +146,8 @@ describe("oats push and oats outbox ls", () => {
     assert.deepEqual([noTo.status, noTo.envelope.error!.code], [2, "usage"]);
     const unknown = runJson(["--scope", scope, "push", "--to", "ftp://x/y"]);
     assert.deepEqual([unknown.status, unknown.envelope.error!.code], [2, "usage"]);
-    const refs = runJson(["--scope", scope, "push", "sha256-abc", "--to", "oci://localhost:5000/x"]);
+    // Refs are artifacts for a registry (issue 12's branch of the same command), never the outbox.
+    const refs = runJson(["--scope", scope, "push", `sha256-${"a".repeat(64)}`, "--to", `dir:${tempDir("oats-far-")}`]);
     assert.deepEqual([refs.status, refs.envelope.error!.code], [2, "usage"]);
     const gone = runJson(["--scope", scope, "push"], { env: { OATS_EVIDENCE_TO: `dir:${join(tempDir("oats-far-"), "gone")}` } });
     assert.deepEqual([gone.status, gone.envelope.error!.code, gone.envelope.error!.details["reason"]], [3, "artifact-not-found", "far-side-unreachable"]);
