@@ -75,12 +75,19 @@ export const gapPreserved: Property = {
   async run(context) {
     const scope = await context.scope();
     // A line and a second first: the gap is measured once the run is in its stride, not against its start-up.
-    const { run } = await runLines(scope, "gap", sh("echo warming up", "sleep 1", "echo before", "sleep 3", "echo after"));
-    const [before, after] = stampsOf(run.lines, ["before", "after"]);
-    const gap = after! - before!;
+    const measure = async () => {
+      const { run } = await runLines(scope, "gap", sh("echo warming up", "sleep 1", "echo before", "sleep 3", "echo after"));
+      const [before, after] = stampsOf(run.lines, ["before", "after"]);
+      return after! - before!;
+    };
     // 2.5 s, not 3: a stamp is taken when the dispatcher reads the line, and on
-    // an overloaded machine the first line may be read a few hundred ms late
-    // (seen: 2.86 s at load 60 on 2 cores). A flush-time stamp gives 0.
-    assert.ok(gap >= 2_500_000 && gap <= 8_000_000, `a 3 s sleep shows as a ${gap / 1e6} s gap (3 to 8 s, 2.5 s allowed for a late read)`);
+    // an overloaded machine the first line may be read late (seen: 2.86 s at
+    // load 60 and 2.33 s at load 80 on 2 cores), so a gap out of bounds is
+    // measured once more. A flush-time stamp gives 0 every time.
+    const within = (gap: number) => gap >= 2_500_000 && gap <= 8_000_000;
+    const first = await measure();
+    const gap = within(first) ? first : await measure();
+    if (gap !== first) context.diagnostic(`the first gap was ${first / 1e6} s; measured again`);
+    assert.ok(within(gap), `a 3 s sleep shows as a ${gap / 1e6} s gap (3 to 8 s, 2.5 s allowed for a late read; first try ${first / 1e6} s)`);
   },
 };
