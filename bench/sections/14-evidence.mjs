@@ -8,7 +8,8 @@ const LINES = 200_000;
 
 /** A prepared, approved, queued capture of `script` (bin/run.mjs, a Node program) in a fresh scope. */
 async function captureScope(name, script) {
-  const scope = join(WORK, `${name}-scope`);
+  // A fresh path each run: the operator's private chain state remembers a scope by its path.
+  const scope = join(WORK, `${name}-scope-${process.pid}`);
   const inputs = join(WORK, `${name}-inputs`);
   removeTree(scope);
   removeTree(inputs);

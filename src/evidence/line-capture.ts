@@ -46,8 +46,12 @@ export function createStampClock(now: () => number = Date.now, hrtime: () => big
 const ESCAPES = /\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|\x1b[PX^_][^\x1b]*(?:\x1b\\)?|\x1b[ -/]*[0-~]|\x9b[0-?]*[ -/]*[@-~]|\x9d[^\x07\x1b]*(?:\x07|\x1b\\)?/g;
 const CONTROLS = /[\x00-\x08\x0b-\x1f\x7f]/g;
 
+const NEEDS_CLEANING = /[\x00-\x08\x0b-\x1f\x7f\x9b\x9d]/;
+
 /** One raw line (without its newline) as it is logged. */
 export function cleanLine(raw: string): string {
+  // Most lines are plain text: one scan instead of three replaces.
+  if (!NEEDS_CLEANING.test(raw)) return raw;
   let text = raw.endsWith("\r") ? raw.slice(0, -1) : raw;
   text = text.replace(ESCAPES, "");
   const cr = text.lastIndexOf("\r");

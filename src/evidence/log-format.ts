@@ -38,12 +38,18 @@ export interface ParsedLog {
 
 const STAMP = /^(\d{4})-(\d{2})-(\d{2})T(\d{2}):(\d{2}):(\d{2})\.(\d{6})Z$/;
 
+// The `YYYY-MM-DDTHH:MM:SS.` of the last second formatted: lines come many to a second.
+let cachedSecond = Number.NaN;
+let cachedPrefix = "";
+
 /** Microseconds since the epoch as a stamp. */
 export function formatStamp(micros: number): string {
-  const millis = Math.floor(micros / 1000);
-  const rest = micros - millis * 1000;
-  const iso = new Date(millis).toISOString(); // ...HH:MM:SS.mmmZ
-  return `${iso.slice(0, 23)}${String(rest).padStart(3, "0")}Z`;
+  const second = Math.floor(micros / 1_000_000);
+  if (second !== cachedSecond) {
+    cachedPrefix = new Date(second * 1000).toISOString().slice(0, 20);
+    cachedSecond = second;
+  }
+  return `${cachedPrefix}${String(micros - second * 1_000_000).padStart(6, "0")}Z`;
 }
 
 /** A stamp back to microseconds since the epoch; NaN when it is not a stamp. */
