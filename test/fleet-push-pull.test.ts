@@ -58,6 +58,8 @@ function captureFixture(name = "nightly"): Fixture {
       classificationConfig: "./class.yaml",
       profile: "./profile.yaml",
       env: { PATH: "/usr/bin:/bin" },
+      // Tests run as root: only a privileged composition may run there (src/captures/privilege.ts).
+      privileged: true,
     })}\n`,
   );
   const scope = join(dir, "scope");

@@ -33,6 +33,8 @@ export async function deliveryCapture(level: "public" | "internal" | "confidenti
       classificationConfig: "./conf/class.yaml",
       env: { PATH: "/usr/local/bin:/usr/bin:/bin" },
       credentials: [],
+      // Tests run as root: only a privileged composition may run there (src/captures/privilege.ts).
+      privileged: true,
     }),
   );
   const prepared = await prepareCapture(scope, join(home, "spec.yaml"));
