@@ -23,6 +23,12 @@ export interface StampClock {
   next(): string;
   /** Microseconds since the epoch of the last stamp handed out (0 before the first). */
   last(): number;
+  /**
+   * `count` consecutive stamps taken now, as microseconds: the first is now
+   * (or one after the previous stamp), the others follow it by 1 us each.
+   * One clock reading for a whole chunk's lines.
+   */
+  reserve(count: number): number;
 }
 
 /** A monotonic clock anchored to the wall clock once, when it is created (both sources injectable, for tests of collisions). */
@@ -30,15 +36,17 @@ export function createStampClock(now: () => number = Date.now, hrtime: () => big
   const wall = now() * 1000;
   const origin = hrtime();
   let previous = 0;
+  const reserve = (count: number): number => {
+    const elapsed = Number((hrtime() - origin) / 1000n);
+    let micros = Math.floor(wall + elapsed);
+    if (micros <= previous) micros = previous + 1;
+    previous = micros + Math.max(count, 1) - 1;
+    return micros;
+  };
   return {
-    next() {
-      const elapsed = Number((hrtime() - origin) / 1000n);
-      let micros = Math.floor(wall + elapsed);
-      if (micros <= previous) micros = previous + 1;
-      previous = micros;
-      return formatStamp(micros);
-    },
+    next: () => formatStamp(reserve(1)),
     last: () => previous,
+    reserve,
   };
 }
 
@@ -73,28 +81,37 @@ export class LineCapture {
     private readonly clock: StampClock,
     private readonly emit: (line: LogLine) => void,
     private readonly maxLineChars: number = MAX_LINE_CHARS,
+    /** When given, gets each chunk's lines at once instead of emit: the stamp of texts[i] is first + i microseconds. */
+    private readonly emitBatch?: (stream: Stream, first: number, texts: readonly string[]) => void,
   ) {}
 
-  /** A chunk as it was read: every line it completes is stamped now, in order. */
+  /** A chunk as it was read: every line it completes is stamped now, in order (one clock reading for the chunk, then +1 us a line). */
   push(chunk: Buffer | string): void {
     if (this.ended) return;
     const text = typeof chunk === "string" ? chunk : this.decoder.write(chunk);
+    const texts: string[] = [];
     let start = 0;
-    for (;;) {
-      const newline = text.indexOf("\n", start);
-      if (newline < 0) break;
-      const raw = this.pending + text.slice(start, newline);
+    let newline = text.indexOf("\n");
+    if (newline >= 0) {
+      this.line(this.pending + text.slice(0, newline), texts);
       this.pending = "";
-      this.line(raw);
       start = newline + 1;
+      // Most chunks are plain text: one scan of the chunk instead of one a line.
+      const plain = this.maxLineChars >= text.length && !NEEDS_CLEANING.test(text);
+      for (newline = text.indexOf("\n", start); newline >= 0; newline = text.indexOf("\n", start)) {
+        if (plain) texts.push(text.slice(start, newline));
+        else this.line(text.slice(start, newline), texts);
+        start = newline + 1;
+      }
     }
-    this.pending += text.slice(start);
+    this.pending += start === 0 ? text : text.slice(start);
     while (this.pending.length > this.maxLineChars) {
       const piece = this.pending.slice(0, this.maxLineChars);
       this.pending = this.pending.slice(this.maxLineChars);
       this.split += 1;
-      this.out(cleanLine(piece));
+      texts.push(cleanLine(piece));
     }
+    this.out(texts);
   }
 
   /** End of stream: the final line is kept even without a newline. */
@@ -103,23 +120,34 @@ export class LineCapture {
     const rest = this.pending + this.decoder.end();
     this.pending = "";
     this.ended = true;
-    if (rest.length > 0) this.line(rest);
+    if (rest.length > 0) {
+      const texts: string[] = [];
+      this.line(rest, texts);
+      this.out(texts);
+    }
   }
 
-  private line(raw: string): void {
+  private line(raw: string, into: string[]): void {
     if (raw.length > this.maxLineChars) {
       // A long line that arrived within one chunk: cut it the same way.
       for (let at = 0; at < raw.length; at += this.maxLineChars) {
         if (at + this.maxLineChars < raw.length) this.split += 1;
-        this.out(cleanLine(raw.slice(at, at + this.maxLineChars)));
+        into.push(cleanLine(raw.slice(at, at + this.maxLineChars)));
       }
       return;
     }
-    this.out(cleanLine(raw));
+    into.push(cleanLine(raw));
   }
 
-  private out(text: string): void {
-    this.count += 1;
-    this.emit({ at: this.clock.next(), stream: this.stream, text });
+  /** The chunk's lines, stamped now: a batch sink gets them at once, a line sink one by one. */
+  private out(texts: string[]): void {
+    if (texts.length === 0) return;
+    const first = this.clock.reserve(texts.length);
+    this.count += texts.length;
+    if (this.emitBatch !== undefined) {
+      this.emitBatch(this.stream, first, texts);
+      return;
+    }
+    for (let index = 0; index < texts.length; index += 1) this.emit({ at: formatStamp(first + index), stream: this.stream, text: texts[index]! });
   }
 }

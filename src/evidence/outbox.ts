@@ -210,7 +210,8 @@ function writeEntry(scope: string, entries: string, sealed: SealedRun): EnqueueR
     handle: sealed.handle,
     enqueuedAt: new Date().toISOString(),
     audit: sealed.auditSeqs,
-    files: [...files].map(([name, bytes]) => ({ name, digest: bytesDigest(bytes), bytes: bytes.length })),
+    // The log (megabytes) was hashed when readSealedRun checked it; the same bytes are written below.
+    files: [...files].map(([name, bytes]) => ({ name, digest: name === "log" ? sealed.logDigest : bytesDigest(bytes), bytes: bytes.length })),
   };
   const name = entryName(seq, sealed.runId);
   const staging = join(entries, stagingName());

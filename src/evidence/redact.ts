@@ -48,6 +48,12 @@ export interface RedactionStatementEntry {
 
 export interface Redactor {
   apply(text: string): string;
+  /**
+   * False only when apply would mask nothing in any line of `text` (lines
+   * joined by newlines): no pattern rule, and no credential value occurs in
+   * it (a value has no line break, so it cannot span lines).
+   */
+  mayMatch(text: string): boolean;
   /** Every rule, in the order given, with the number of masks it wrote so far (0 included). */
   statement(): RedactionStatementEntry[];
 }
@@ -204,6 +210,11 @@ export function createRedactor(rules: readonly RedactionRule[]): Redactor {
   let budgeted: ReturnType<typeof budgetedRunner> | null = null;
   const direct = directLimit(patterns);
   return {
+    mayMatch(text: string): boolean {
+      if (patterns.length > 0) return true;
+      for (const { value } of literals) if (text.includes(value)) return true;
+      return false;
+    },
     apply(text: string): string {
       if (rules.length === 0) return text;
       const matches: Match[] = [];

@@ -7,8 +7,8 @@ import { OatsError } from "../errors.js";
 import { audit, auditRefusal } from "../captures/audit.js";
 import { discardDispatchPlan, type DispatchPlan } from "../captures/dispatch.js";
 import { resolveScope } from "../retention/store/components.js";
-import { createStampClock, LineCapture } from "./line-capture.js";
-import { formatLogLine, type LogLine, type RunExit, type RunResult } from "./log-format.js";
+import { createStampClock, LineCapture, MAX_LINE_CHARS } from "./line-capture.js";
+import { formatStamp, type RunExit, type RunResult, type Stream } from "./log-format.js";
 import type { DeliverySection, RunRecord } from "./run-record.js";
 import { sealRun } from "./run-seal.js";
 import { runRedactor } from "./run-policy.js";
@@ -35,6 +35,8 @@ import { createRunDir, groupMembers, newHandle, processStart, writeControl, type
 
 export interface Redactor {
   apply(text: string): string;
+  /** False only when apply would change no line of `text` (lines joined by newlines); lets a chunk of plain lines skip apply. */
+  mayMatch?(text: string): boolean;
   statement(): Array<{ rule: string; count: number }>;
 }
 
@@ -166,16 +168,28 @@ export async function runDispatchPlanWithEvidence(scope: string, plan: DispatchP
   const output = options.output ?? "inherit";
   const tee = output === "quiet" ? null : output === "inherit" ? { stdout: process.stdout as Writable, stderr: process.stderr as Writable } : output;
   let pending = "";
-  const write = (line: LogLine) => {
-    pending += formatLogLine({ ...line, text: redactor.apply(line.text).replace(/[\r\n]/g, " ") });
+  // A chunk's lines at once: one redaction pre-check for the chunk, each line redacted before it is appended.
+  const write = (stream: Stream, first: number, texts: readonly string[]) => {
+    const check = redactor.mayMatch === undefined || redactor.mayMatch(texts.join("\n"));
+    let block = "";
+    for (let index = 0; index < texts.length; index += 1) {
+      let text = texts[index]!;
+      if (check) {
+        const masked = redactor.apply(text);
+        // A cleaned line has no CR or LF; only a mask could bring one.
+        if (masked !== text) text = masked.replace(/[\r\n]/g, " ");
+      }
+      block += `${formatStamp(first + index)} ${stream} ${text}\n`;
+    }
+    pending += block;
   };
   const flush = () => {
     if (pending.length === 0) return;
     writeSync(logFd, pending);
     pending = "";
   };
-  const out = new LineCapture("out", clock, write);
-  const err = new LineCapture("err", clock, write);
+  const out = new LineCapture("out", clock, () => undefined, MAX_LINE_CHARS, write);
+  const err = new LineCapture("err", clock, () => undefined, MAX_LINE_CHARS, write);
   const notes: string[] = [];
   let cancelled: string | null = null;
   let startError: Error | null = null;

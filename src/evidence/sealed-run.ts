@@ -38,6 +38,8 @@ export interface SealedRun {
   readonly runId: string;
   readonly recordBytes: Buffer;
   readonly logBytes: Buffer;
+  /** bytesDigest(logBytes), computed once when the log was checked against the record (the outbox entry reuses it). */
+  readonly logDigest: string;
   readonly auditBytes: Buffer;
   readonly auditSeqs: number[];
 }
@@ -83,9 +85,10 @@ export function readSealedRun(scope: string, handle: string): SealedRun {
   if (record.handle !== handle) throw new OatsError("integrity-mismatch", `run ${handle}: its record names handle ${record.handle}`, { handle, recorded: record.handle });
   const runId = runIdFromHex(runHex(id));
   const logBytes = readRegularFile(join(dir, LOG_FILE), { limit: LOG_LIMIT, refuse: refuse(handle, LOG_FILE) });
-  if (bytesDigest(logBytes).slice("sha256-".length) !== bytesDigestHex(record.log.digest) || logBytes.length !== record.log.bytes) {
-    throw new OatsError("integrity-mismatch", `run ${handle}: the log does not match its sealed record`, { handle, runId, expected: record.log.digest, actual: bytesDigest(logBytes), expectedBytes: record.log.bytes, actualBytes: logBytes.length });
+  const logDigest = bytesDigest(logBytes);
+  if (logDigest.slice("sha256-".length) !== bytesDigestHex(record.log.digest) || logBytes.length !== record.log.bytes) {
+    throw new OatsError("integrity-mismatch", `run ${handle}: the log does not match its sealed record`, { handle, runId, expected: record.log.digest, actual: logDigest, expectedBytes: record.log.bytes, actualBytes: logBytes.length });
   }
   const audit = auditLinesFor(scope, handle, runId, [record.startAudit, record.dispatchAudit]);
-  return { handle, runId, recordBytes, logBytes, auditBytes: audit.bytes, auditSeqs: audit.seqs };
+  return { handle, runId, recordBytes, logBytes, logDigest, auditBytes: audit.bytes, auditSeqs: audit.seqs };
 }
