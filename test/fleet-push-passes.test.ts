@@ -70,6 +70,7 @@ describe("push: the hashing pass and the upload pass of a layer", { skip }, () =
       assert.equal(calls, 1, "one upload pass, not retried");
       assert.ok(caught instanceof OatsError, `expected an OatsError, got ${String(caught)}`);
       assert.equal(caught.code, "integrity-mismatch");
+      assert.equal(caught.details["reason"], "changed-between-passes", "the upload pass checks the tar against the hashing pass");
       const { session } = openRegistry(to);
       assert.equal(await headBlob(session, layer.digest), null, "no blob under the hashed digest");
       await assert.rejects(getManifest(session, "v1"), (error: unknown) => error instanceof OatsError && error.code === "artifact-not-found", "nothing tagged");

@@ -21,9 +21,10 @@ import type { BlobSource } from "./oci/upload.js";
  * the manifest), and, when the registry lacks it, again straight into the
  * upload. Each pass hashes the tree from the very bytes it tars, as export
  * does, so a revision damaged or changed while it is read never becomes a
- * layer; the second pass also hashes the tar it sends, and a tar that is not
- * the first pass's digest and size is refused before its last bytes leave
- * (the registry, told the first digest, would refuse it as well).
+ * layer; the second pass hashes the tar it sends, and a tar that is not the
+ * first pass's digest and size (a tree changed between the passes) is
+ * refused before its last bytes leave (the registry, told the first digest,
+ * would refuse it as well).
  */
 
 type TreeRef = { kind: ArtifactKind; key: string; integrity: Integrity };
@@ -59,7 +60,14 @@ class PacedSink implements FileConsumer {
   }
 }
 
-async function generateLayer(realScope: string, ref: TreeRef, out: TarOutput, pace?: () => void | Promise<void>): Promise<{ digest: string; size: number }> {
+/**
+ * With `checkTree`, the tree is hashed as oats.tree-exec.v1 from the bytes
+ * tarred and must be `ref`'s. The upload pass goes without: the tar encodes
+ * every path, type, exec bit, content and link target, so a tar with the
+ * hashing pass's sha256 and size is that pass's verified tree (one sha256
+ * pass over the tree fewer).
+ */
+async function generateLayer(realScope: string, ref: TreeRef, out: TarOutput, checkTree: boolean, pace?: () => void | Promise<void>): Promise<{ digest: string; size: number }> {
   if (ref.integrity.format !== TREE_EXEC) throw new OatsError("internal-error", "a tree layer is made from an oats.tree-exec.v1 reference", { integrity: integrityText(ref.integrity) });
   const source = retainedTreeDir(realScope, ref);
   const hash = createHash("sha256");
@@ -68,8 +76,8 @@ async function generateLayer(realScope: string, ref: TreeRef, out: TarOutput, pa
     const listing = await walkTree(source);
     tar.header({ path: "./", type: "Directory", mode: 0o755, size: 0 });
     const sink = new TreeSink(tar, "");
-    const digests = await digestListing(listing, [TREE_EXEC], { sink: pace ? new PacedSink(sink, pace) : sink, sinkOrder: "bytes" });
-    if (digests[TREE_EXEC] !== ref.integrity.value) {
+    const digests = await digestListing(listing, checkTree ? [TREE_EXEC] : [], { sink: pace ? new PacedSink(sink, pace) : sink, sinkOrder: "bytes" });
+    if (checkTree && digests[TREE_EXEC] !== ref.integrity.value) {
       // The full verification names the first path that differs.
       await verifyTree(realScope, ref);
       throw new OatsError("integrity-mismatch", `${ref.kind} ${ref.key}: expected ${integrityText(ref.integrity)}, read ${TREE_EXEC}:${digests[TREE_EXEC]} while making its layer`, {
@@ -91,7 +99,7 @@ async function generateLayer(realScope: string, ref: TreeRef, out: TarOutput, pa
 
 /** The first pass: the layer's OCI digest and size, from a tar generated into a hash only. */
 export async function hashTreeLayer(realScope: string, ref: TreeRef): Promise<TreeLayer> {
-  const { digest, size } = await generateLayer(realScope, ref, () => {});
+  const { digest, size } = await generateLayer(realScope, ref, () => {}, true);
   return { kind: ref.kind, key: ref.key, integrity: integrityText(ref.integrity), digest, size };
 }
 
@@ -100,10 +108,9 @@ const STOPPED = Symbol("upload stream closed");
 /**
  * The second pass, as an upload source: each `open` generates the whole tar
  * again (bytes before `start` are skipped, so a resumed upload continues
- * correctly) and ends the stream only when the tree and the tar are exactly
- * the first pass's; otherwise it fails with integrity-mismatch
- * (`changed-while-exporting`, or `changed-between-passes`) while still
- * holding back its last bytes.
+ * correctly) and ends the stream only when the tar is exactly the first
+ * pass's digest and size; otherwise it fails with integrity-mismatch
+ * (`changed-between-passes`) while still holding back its last bytes.
  */
 export function treeLayerSource(realScope: string, ref: TreeRef, layer: { digest: string; size: number }): BlobSource {
   return {
@@ -149,7 +156,7 @@ export function treeLayerSource(realScope: string, ref: TreeRef, layer: { digest
       };
       const run = async () => {
         layerTestHooks.beforeUploadPass?.(retainedTreeDir(realScope, ref));
-        const made = await generateLayer(realScope, ref, emit, pace);
+        const made = await generateLayer(realScope, ref, emit, false, pace);
         if (stopped) return;
         if (made.digest !== layer.digest || made.size !== layer.size) {
           throw new OatsError("integrity-mismatch", `${ref.kind} ${ref.key}: its layer was ${layer.digest} (${layer.size} bytes) when hashed and ${made.digest} (${made.size} bytes) when uploaded`, {
