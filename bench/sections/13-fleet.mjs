@@ -68,7 +68,7 @@ async function curlUpload(base, repository, file, digest) {
  * registry started here. Pull (manifest, blobs streamed with their OCI
  * digests checked, safe extraction into staging, every oats digest, durable
  * publication) against `tar xf` of the same layer files plus `sha256sum` of
- * them; push (layer tars written and hashed from the trees, HEADs, uploads,
+ * them; push (layer tars hashed from the trees, HEADs, the tars generated again into the uploads,
  * manifest) against one `curl` upload of the same bytes as one blob; and a
  * second push of the same resolution (nothing to upload).
  */

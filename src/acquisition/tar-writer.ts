@@ -14,9 +14,12 @@ const ZEROS = Buffer.alloc(1024);
 const FIXED_MTIME = new Date(0);
 const WRITE_BUFFER = 1 << 20;
 
+/** Where a writer's bytes go instead of a file: called in order; `data` is only valid during the call. */
+export type TarOutput = (data: Buffer) => void;
+
 /**
  * A plain ustar writer (PAX headers for long or non-ASCII names and link
- * text) into a file descriptor, buffered. Output is reproducible: mtime 0,
+ * text) into a file descriptor or a `TarOutput`, buffered. Output is reproducible: mtime 0,
  * owner 0, file modes 0755 or 0644 from the exec bit, symlinks 0777. With a
  * `hash`, every byte written is also fed to it (a fleet layer's OCI digest
  * is known when its file is complete, without reading it back).
@@ -27,12 +30,16 @@ export class TarWriter {
   bytes = 0;
 
   constructor(
-    private readonly fd: number,
+    private readonly fd: number | TarOutput,
     private readonly hash?: Hash,
   ) {}
 
   private writeFd(data: Buffer): void {
     this.hash?.update(data);
+    if (typeof this.fd === "function") {
+      this.fd(data);
+      return;
+    }
     let done = 0;
     while (done < data.length) done += writeSync(this.fd, data, done, data.length - done);
   }

@@ -1,6 +1,5 @@
 import { OatsError } from "../errors.js";
 import { parseExportRef, pinnedBlobs, type ExportRef } from "../acquisition/bundle.js";
-import { withExtractionDir } from "../acquisition/staging.js";
 import { referencedArtifacts } from "../resolution/read.js";
 import { encodeRecord, readRecordBytes } from "../resolution/store.js";
 import { TREE_EXEC, integrityText, parseIntegrity, type Integrity } from "../retention/integrity.js";
@@ -10,7 +9,7 @@ import { bytesDigest, canonicalJsonBytes } from "../retention/digest/json.js";
 import { compositionOf } from "../captures/composition.js";
 import { resolveScope } from "../retention/store/components.js";
 import { verifyTree } from "../retention/verify.js";
-import { writeTreeLayer } from "./layer.js";
+import { hashTreeLayer, treeLayerSource } from "./layer.js";
 import {
   EMPTY_CONFIG,
   OCI_MANIFEST_MEDIA_TYPE,
@@ -29,7 +28,7 @@ import {
 import { openRegistry, type FleetTarget } from "./target.js";
 import { headBlob } from "./oci/blobs.js";
 import { getManifest, putManifest } from "./oci/manifests.js";
-import { bufferSource, fileSource, putBlob } from "./oci/upload.js";
+import { bufferSource, putBlob, type UploadOptions } from "./oci/upload.js";
 import type { RegistrySession } from "./oci/session.js";
 
 /**
@@ -157,7 +156,7 @@ export async function pushToRegistry(scope: string, refs: readonly ExportRef[], 
   const report: PushReport = { registry: target.registry, repository: target.repository, manifests: [], blobs: [], uploadedBytes: 0 };
   const blobsDone = new Set<string>();
 
-  const ensureBlob = async (digest: string, size: number, what: string, source: () => Parameters<typeof putBlob>[1]) => {
+  const ensureBlob = async (digest: string, size: number, what: string, source: () => Parameters<typeof putBlob>[1], upload: UploadOptions = {}) => {
     if (blobsDone.has(digest)) return;
     blobsDone.add(digest);
     const present = await headBlob(session, digest);
@@ -165,7 +164,7 @@ export async function pushToRegistry(scope: string, refs: readonly ExportRef[], 
       report.blobs.push({ digest, size, what, status: "present" });
       return;
     }
-    await putBlob(session, source());
+    await putBlob(session, source(), upload);
     report.blobs.push({ digest, size, what, status: "uploaded" });
     (report as { uploadedBytes: number }).uploadedBytes += size;
   };
@@ -204,48 +203,46 @@ export async function pushToRegistry(scope: string, refs: readonly ExportRef[], 
   }
   if (pending.length === 0 && work.trees.length === 0) return report;
 
-  return withExtractionDir(realScope, async (dir) => {
-    const layers = new Map<string, TreeLayer & { path: string }>();
-    let count = 0;
-    const layerOf = async (ref: TreeRef) => {
-      const id = treeId(ref);
-      let layer = layers.get(id);
-      if (!layer) {
-        layer = await writeTreeLayer(realScope, ref, dir, `layer-${count++}.tar`);
-        layers.set(id, layer);
-      }
-      const ready = layer;
-      await ensureBlob(ready.digest, ready.size, `${ref.kind} ${ref.key} ${integrityText(ref.integrity)}`, () => fileSource(ready.path, ready.digest, ready.size));
-      return ready;
-    };
-
-    for (const resolution of pending) {
-      const trees: TreeLayer[] = [];
-      for (const ref of resolution.trees) trees.push(await layerOf(ref));
-      const blobs: BlobLayer[] = [];
-      for (const digest of resolution.blobs) {
-        const bytes = resolution.blobBytes.get(digest)!;
-        await ensureBlob(oatsToOci(digest), bytes.length, `blob ${digest}`, () => bufferSource(bytes, oatsToOci(digest)));
-        blobs.push({ blob: digest, size: bytes.length });
-      }
-      await ensureBlob(oatsToOci(resolution.id), resolution.bytes.length, `resolution ${resolution.id}`, () => bufferSource(resolution.bytes, oatsToOci(resolution.id)));
-      const manifest = resolutionManifest({ id: resolution.id, recordBytes: resolution.bytes, capture: resolution.capture, trees, blobs });
-      const { bytes, digest } = encodeManifest(manifest);
-      const captureName = resolution.capture === null ? null : captureTag(resolution.capture);
-      const tags = await tagAll(bytes, digest, [resolutionTag(resolution.id), ...(captureName !== null ? [captureName] : [])]);
-      report.manifests.push({ reference: `${target.registry}/${target.repository}@${digest}`, digest, artifactType: manifest.artifactType, resolution: resolution.id, tags, status: "pushed" });
+  const layers = new Map<string, TreeLayer>();
+  const layerOf = async (ref: TreeRef) => {
+    const id = treeId(ref);
+    let layer = layers.get(id);
+    if (!layer) {
+      layer = await hashTreeLayer(realScope, ref);
+      layers.set(id, layer);
     }
+    const ready = layer;
+    // One streamed PUT: the tar is generated again as it is sent (a lost connection restarts the blob; each PATCH would mean another pass over the tree).
+    await ensureBlob(ready.digest, ready.size, `${ref.kind} ${ref.key} ${integrityText(ref.integrity)}`, () => treeLayerSource(realScope, ref, ready), { chunked: false, chunkSize: Number.MAX_SAFE_INTEGER });
+    return ready;
+  };
 
-    if (work.trees.length > 0) {
-      const trees: TreeLayer[] = [];
-      for (const ref of work.trees) trees.push(await layerOf(ref));
-      await ensureBlob(ociDigest(EMPTY_CONFIG), EMPTY_CONFIG.length, "empty config", () => bufferSource(EMPTY_CONFIG, ociDigest(EMPTY_CONFIG)));
-      const manifest = treesManifest(trees);
-      const { bytes, digest } = encodeManifest(manifest);
-      const tags = target.tag !== null ? await tagAll(bytes, digest, [target.tag]) : [];
-      if (target.tag === null) await tagAll(bytes, digest, [digest]);
-      report.manifests.push({ reference: `${target.registry}/${target.repository}@${digest}`, digest, artifactType: manifest.artifactType, resolution: null, tags, status: "pushed" });
+  for (const resolution of pending) {
+    const trees: TreeLayer[] = [];
+    for (const ref of resolution.trees) trees.push(await layerOf(ref));
+    const blobs: BlobLayer[] = [];
+    for (const digest of resolution.blobs) {
+      const bytes = resolution.blobBytes.get(digest)!;
+      await ensureBlob(oatsToOci(digest), bytes.length, `blob ${digest}`, () => bufferSource(bytes, oatsToOci(digest)));
+      blobs.push({ blob: digest, size: bytes.length });
     }
-    return report;
-  });
+    await ensureBlob(oatsToOci(resolution.id), resolution.bytes.length, `resolution ${resolution.id}`, () => bufferSource(resolution.bytes, oatsToOci(resolution.id)));
+    const manifest = resolutionManifest({ id: resolution.id, recordBytes: resolution.bytes, capture: resolution.capture, trees, blobs });
+    const { bytes, digest } = encodeManifest(manifest);
+    const captureName = resolution.capture === null ? null : captureTag(resolution.capture);
+    const tags = await tagAll(bytes, digest, [resolutionTag(resolution.id), ...(captureName !== null ? [captureName] : [])]);
+    report.manifests.push({ reference: `${target.registry}/${target.repository}@${digest}`, digest, artifactType: manifest.artifactType, resolution: resolution.id, tags, status: "pushed" });
+  }
+
+  if (work.trees.length > 0) {
+    const trees: TreeLayer[] = [];
+    for (const ref of work.trees) trees.push(await layerOf(ref));
+    await ensureBlob(ociDigest(EMPTY_CONFIG), EMPTY_CONFIG.length, "empty config", () => bufferSource(EMPTY_CONFIG, ociDigest(EMPTY_CONFIG)));
+    const manifest = treesManifest(trees);
+    const { bytes, digest } = encodeManifest(manifest);
+    const tags = target.tag !== null ? await tagAll(bytes, digest, [target.tag]) : [];
+    if (target.tag === null) await tagAll(bytes, digest, [digest]);
+    report.manifests.push({ reference: `${target.registry}/${target.repository}@${digest}`, digest, artifactType: manifest.artifactType, resolution: null, tags, status: "pushed" });
+  }
+  return report;
 }
