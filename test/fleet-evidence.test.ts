@@ -9,9 +9,10 @@
  */
 import assert from "node:assert/strict";
 import { createHash } from "node:crypto";
-import { chmodSync, cpSync, lstatSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
+import { chmodSync, cpSync, lstatSync, mkdirSync, readFileSync, readdirSync, symlinkSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { after, before, describe, test } from "node:test";
+import type { EvidenceFileName } from "../src/evidence/transport.js";
 import { ociTransport } from "../src/evidence/transports/oci.js";
 import { runJson, runOats, snapshotTree, tempDir } from "./helpers.js";
 import { NO_REGISTRY, registryBinary, startRegistry, type Registry } from "./support/registry.js";
@@ -110,7 +111,7 @@ function expectRefused(scope: string, args: string[], code: string, reason?: str
 /** A far side (a registry repository of its own) serving the run's id with the given files: OCI digests consistent, evidence not. */
 async function servedAs(repository: string, files: Map<string, Buffer>): Promise<string> {
   const to = reg().ref(repository);
-  await ociTransport(to).put({ runId: sent.runId, seq: 0, files });
+  await ociTransport(to).put({ runId: sent.runId, seq: 0, files: files as Map<EvidenceFileName, Buffer> });
   return to;
 }
 
@@ -230,6 +231,16 @@ describe("run evidence from one scope to another: oats push, oats pull", { skip 
     const fsck = runJson(["--scope", scopeB, "fsck"]);
     assert.notEqual(fsck.status, 0, fsck.stdout);
     assert.ok(fsck.stdout.includes(sent.runId), "fsck names the damaged received run");
+  });
+
+  test("Given a symlink planted where the received run would go When B pulls the run Then it is refused without following it and nothing is written through it", () => {
+    const scopeB = freshScope();
+    const elsewhere = tempDir("oats-elsewhere-");
+    mkdirSync(join(scopeB, ".agents/received-runs"), { recursive: true });
+    writeFileSync(join(scopeB, ".agents/received-runs/.gitignore"), "*\n");
+    symlinkSync(elsewhere, join(scopeB, ".agents/received-runs", sent.runId));
+    expectRefused(scopeB, [`${sent.to}:run-${hex(sent.runId)}`], "invalid-artifact-store", "symlink");
+    assert.deepEqual(readdirSync(elsewhere), [], "nothing was written through the symlink");
   });
 
   test("Given the run pushed to a dir: share When another scope pulls it with --run Then it is received; a tampered share is refused; a dir: pull without --run is a usage error", () => {
