@@ -5,3 +5,6 @@ export { RUNS_STORE, findRun, listHandles, processStart, groupMembers, isSamePro
 export { defaultEvidence, type EvidenceFacts, type EvidenceJudge } from "./run-seal.js";
 export { runDispatchPlanWithEvidence, identityRedactor, CANCEL_FILE, type Redactor, type RunWithEvidenceOptions, type RunOutcome } from "./run-exec.js";
 export { listRuns, readRun, verifyRun, cancelRun, sealInterruptedRun, type RunState, type RunSummary, type ReadRun, type RunVerdict } from "./run-api.js";
+export { receiveRun, RECEIVED_STORE, type ReceiveOptions, type ReceiveReport } from "./received-store.js";
+export { checkReceivedRun, type ReceivedRunCheck } from "./received-check.js";
+export { listReceivedRuns, findReceived, readReceivedRun, verifyReceivedRun, type ReceivedSummary, type ReceivedRun, type ReceivedVerdict } from "./received-api.js";

@@ -2,6 +2,8 @@ import { join } from "node:path";
 import { readAudit, type AuditEntry } from "../captures/audit.js";
 import { stateOf, verifySealedRun } from "../evidence/run-api.js";
 import { RUNS_STORE, listHandles, runsRoot, strayNames } from "../evidence/run-store.js";
+import { listReceivedIds, receivedRoot } from "../evidence/received-store.js";
+import { verifyReceivedRun } from "../evidence/received-api.js";
 import { guarded, notice, type Finding } from "./findings.js";
 
 /**
@@ -9,7 +11,9 @@ import { guarded, notice, type Finding } from "./findings.js";
  * verify` does (record digest, log digest, audit cross-reference, the audit
  * log read once for all runs); an unsealed run whose dispatcher is gone is
  * reported (a notice naming `oats run seal`); a running run is left alone;
- * anything else in the store is a notice. Nothing is written.
+ * anything else in the store is a notice. Received runs
+ * (`.agents/received-runs/`) are re-checked against their delivered audit
+ * lines (received-api.ts); a damaged one is a finding. Nothing is written.
  */
 export function checkRuns(realScope: string, findings: Finding[]): number {
   let checked = 0;
@@ -33,6 +37,14 @@ export function checkRuns(realScope: string, findings: Finding[]): number {
           findings.push({ ...notice("runs", dir, `an unsealed run whose dispatcher (pid ${control!.dispatcher.pid}) is gone; \`oats run seal ${handle}\` closes it as INTERRUPTED, keeping its lines`), subject: handle, details: { handle, reason: "run-unsealed" } });
         }
       });
+    }
+  });
+  guarded(findings, "runs", "received-runs", () => {
+    const { ids, strays } = listReceivedIds(realScope);
+    for (const name of strays) findings.push(notice("runs", join(receivedRoot(realScope), name), "not a received run directory; left alone"));
+    for (const runId of ids) {
+      checked += 1;
+      guarded(findings, "runs", runId, () => void verifyReceivedRun({ runId, dir: join(receivedRoot(realScope), runId) }));
     }
   });
   return checked;

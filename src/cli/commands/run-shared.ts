@@ -21,3 +21,11 @@ export function summaryLine(run: RunSummary): string {
 export function logLines(run: ReadRun): string[] {
   return [...run.lines.map((line) => `${line.at} ${line.stream} ${line.text}`), ...run.footer];
 }
+
+/** A local run's ref that names no local run may name a received one: its location, or null (the local error stands). */
+export async function receivedFor(scope: string, ref: string, error: unknown): Promise<{ runId: string; dir: string } | null> {
+  if (!(error instanceof Error) || (error as { code?: unknown }).code !== "run-not-found") return null;
+  const library = await loadEvidenceLibrary();
+  const { resolveScope } = await import("../../retention/store/components.js");
+  return library.findReceived(resolveScope(scope), ref);
+}

@@ -1,17 +1,45 @@
 import { OatsError } from "../../errors.js";
 import type { CommandSpec } from "../context.js";
-import { loadEvidenceLibrary } from "./run-shared.js";
+import type { ReceivedVerdict } from "../../evidence/index.js";
+import { loadEvidenceLibrary, receivedFor } from "./run-shared.js";
+
+function evidenceFailure(runId: string, handle: string, gaps: { class: string; reason: string }[]): OatsError {
+  return new OatsError("integrity-mismatch", `run ${handle} verifies but is sealed failed-evidence: required evidence missing: ${gaps.map((gap) => `${gap.class} (${gap.reason})`).join(", ")}`, { handle, runId, gaps, reason: "run-failed-evidence" });
+}
+
+function verifiedReceived(verdict: ReceivedVerdict) {
+  const { record, ...rest } = verdict;
+  return {
+    result: { ...rest, received: true, evidence: record.evidence },
+    lines: [
+      `verified received run ${verdict.handle}: ${verdict.result}${verdict.status === "failed-evidence" ? " failed-evidence" : ""} ${verdict.runId}`,
+      `  from    ${verdict.from ?? "?"}`,
+      `  record  hashes to its id`,
+      `  log     ${record.log.lines} line${record.log.lines === 1 ? "" : "s"}, ${record.log.bytes} bytes, ${record.log.digest}`,
+      `  audit   checked against the delivered audit lines only (${verdict.checks.audit.lines}: run-start seq ${verdict.checks.audit.start}, run-end seq ${verdict.checks.audit.end}); the sending host's audit chain is not verifiable here`,
+    ],
+    quietLines: [verdict.runId],
+    ...(verdict.status === "failed-evidence" ? { failure: evidenceFailure(verdict.runId, verdict.handle, record.evidence.gaps) } : {}),
+  };
+}
 
 export const runVerify: CommandSpec = {
   name: "run verify",
   define(command) {
     command
-      .description("check a sealed run: the record hashes to its id, the log to the record's digest, and the audit log holds its run-start and run-end entries; failed-evidence exits non-zero")
+      .description("check a sealed run: the record hashes to its id, the log to the record's digest, and the audit log holds its run-start and run-end entries (a received run: against its delivered audit lines only); failed-evidence exits non-zero")
       .argument("<run>", "the run's handle or id (sha256-<64 hex>), or a unique prefix of either");
   },
   async run(context, [ref]) {
     const library = await loadEvidenceLibrary();
-    const verdict = library.verifyRun(context.scope, ref!);
+    let verdict;
+    try {
+      verdict = library.verifyRun(context.scope, ref!);
+    } catch (error) {
+      const found = await receivedFor(context.scope, ref!, error);
+      if (found === null) throw error;
+      return verifiedReceived(library.verifyReceivedRun(found));
+    }
     const { record, ...rest } = verdict;
     const gaps = record.evidence.gaps.map((gap) => `${gap.class} (${gap.reason})`);
     const failure =

@@ -1,0 +1,110 @@
+import { join } from "node:path";
+import { OatsError } from "../errors.js";
+import { resolveScope } from "../retention/store/components.js";
+import { parseLog, type LogLine } from "./log-format.js";
+import { checkReceivedRun } from "./received-check.js";
+import { listReceivedIds, readReceivedFiles, receivedOrigin, receivedRoot } from "./received-store.js";
+import { bareRunRef, parseRunRecord, type RunRecord } from "./run-record.js";
+
+/**
+ * Reading received runs (`.agents/received-runs/`) for `oats run ls/show/
+ * verify` and fsck. A received run is found by its id (or a unique prefix)
+ * or by the sending host's handle. Verification re-checks the record digest,
+ * the log digest and the delivered audit lines (received-check.ts); there is
+ * no cross-reference with this scope's audit log, which never saw the run.
+ */
+
+export interface ReceivedSummary {
+  readonly runId: string;
+  readonly from: string | null;
+  readonly handle: string | null;
+  readonly job: string | null;
+  readonly result: string | null;
+  readonly status: string | null;
+  readonly exit: RunRecord["exit"] | null;
+  readonly error: string | null;
+}
+
+export interface ReceivedRun {
+  readonly runId: string;
+  readonly from: string | null;
+  readonly dir: string;
+  readonly record: RunRecord;
+  readonly lines: LogLine[];
+  readonly footer: string[];
+}
+
+export interface ReceivedVerdict {
+  readonly runId: string;
+  readonly from: string | null;
+  readonly handle: string;
+  readonly result: string;
+  readonly status: "complete" | "failed-evidence";
+  readonly checks: { readonly record: true; readonly log: true; readonly audit: { readonly start: number; readonly end: number; readonly lines: number; readonly chain: "not-verifiable-here" } };
+  readonly record: RunRecord;
+}
+
+function recordOf(dir: string, runId: string): RunRecord {
+  const bytes = readReceivedFiles(dir).get("record.json");
+  if (bytes === undefined) throw new OatsError("invalid-artifact-store", `received run ${runId} has no record.json`, { runId, reason: "missing" });
+  return parseRunRecord(bytes, `received run ${runId} record.json`).record;
+}
+
+export function listReceivedRuns(scope: string): ReceivedSummary[] {
+  const realScope = resolveScope(scope);
+  return listReceivedIds(realScope).ids.map((runId) => {
+    const dir = join(receivedRoot(realScope), runId);
+    const from = receivedOrigin(dir);
+    try {
+      const record = recordOf(dir, runId);
+      return { runId, from, handle: record.handle, job: record.job, result: record.result, status: record.evidence.status, exit: record.exit, error: null };
+    } catch (error) {
+      return { runId, from, handle: null, job: null, result: null, status: null, exit: null, error: error instanceof Error ? error.message : String(error) };
+    }
+  });
+}
+
+/** The received run a ref names, or null when none does (the caller then says run-not-found). */
+export function findReceived(realScope: string, ref: string): { runId: string; dir: string } | null {
+  const wanted = bareRunRef(String(ref));
+  if (wanted.length === 0 || /[/\0]/.test(wanted)) return null;
+  const matches = new Set<string>();
+  for (const runId of listReceivedIds(realScope).ids) {
+    const dir = join(receivedRoot(realScope), runId);
+    if (runId === wanted) return { runId, dir };
+    if (wanted.startsWith("sha256-") && runId.startsWith(wanted)) matches.add(runId);
+    else if (!wanted.startsWith("sha256-")) {
+      try {
+        if (recordOf(dir, runId).handle.startsWith(wanted)) matches.add(runId);
+      } catch {
+        // a damaged received run is found by id only; fsck reports it
+      }
+    }
+  }
+  if (matches.size > 1) throw new OatsError("invalid-input", `${ref} names ${matches.size} received runs; give more of the id`, { ref, matches: [...matches], reason: "ambiguous-run" });
+  const [runId] = matches;
+  return runId === undefined ? null : { runId, dir: join(receivedRoot(realScope), runId) };
+}
+
+export function readReceivedRun(realScope: string, found: { runId: string; dir: string }): ReceivedRun {
+  const record = recordOf(found.dir, found.runId);
+  const log = readReceivedFiles(found.dir).get("log") ?? Buffer.alloc(0);
+  const parsed = parseLog(log.toString("utf8"));
+  return { runId: found.runId, from: receivedOrigin(found.dir), dir: found.dir, record, lines: parsed.lines, footer: parsed.footer };
+}
+
+/** Re-check a received run at rest: record digest = its id, log digest, the delivered audit lines. */
+export function verifyReceivedRun(found: { runId: string; dir: string }): ReceivedVerdict {
+  const from = receivedOrigin(found.dir);
+  const check = checkReceivedRun(found.runId, readReceivedFiles(found.dir), `this scope (received from ${from ?? "an unknown far side"})`);
+  const { record } = check;
+  return {
+    runId: check.runId,
+    from,
+    handle: record.handle,
+    result: record.result,
+    status: record.evidence.status,
+    checks: { record: true, log: true, audit: { ...check.audit, lines: check.auditLines, chain: "not-verifiable-here" } },
+    record,
+  };
+}
