@@ -63,6 +63,24 @@ test("a worker measures a tree exactly as the calling thread does, and sends bac
   }
 });
 
+test("Given two jobs handed to one worker at once, Then the second waits its turn: both settle with their own tree's digests, and the worker is reusable only when both have", async () => {
+  const one = makeTree({ "a.txt": "one" });
+  const two = makeTree({ "a.txt": "two", "b/c.txt": "three" });
+  const worker = new DigestWorker();
+  try {
+    const formats = ["oats.tree-exec.v1"] as const;
+    const first = worker.measure({ dir: one, formats });
+    const second = worker.measure({ dir: two, formats });
+    assert.equal(worker.reusable, false, "busy while jobs are queued");
+    const [a, b] = await Promise.all([first, second]);
+    assert.deepEqual(a, await measureHere({ dir: one, formats }));
+    assert.deepEqual(b, await measureHere({ dir: two, formats }));
+    assert.equal(worker.reusable, true);
+  } finally {
+    await worker.close();
+  }
+});
+
 async function scopeWithRevisions(count: number) {
   const scope = tempDir("oats-par-scope-");
   const refs = [];

@@ -73,7 +73,7 @@ export class DigestWorker {
       const pending = this.pending;
       if (!pending || pending.id !== answer.id) return;
       this.pending = null;
-      this.worker.unref();
+      if (!this.held) this.worker.unref();
       if ("error" in answer) pending.reject(rebuild(answer.error));
       else pending.resolve(answer.digests as TreeDigests);
     });
@@ -89,8 +89,22 @@ export class DigestWorker {
     this.worker.unref();
   }
 
+  // The worker thread takes one job at a time; a second caller waits its turn
+  // rather than failing (the lanes never share a worker, but a caller that
+  // hands its Measure on cannot know whether the last job has settled).
+  private queued = 0;
+  private tail: Promise<unknown> = Promise.resolve();
+
   readonly measure: Measure = (job) => {
-    if (this.pending) throw new Error("DigestWorker runs one job at a time");
+    this.queued += 1;
+    const turn = this.tail.then(() => this.start(job));
+    this.tail = turn.catch(() => undefined);
+    return turn.finally(() => {
+      this.queued -= 1;
+    });
+  };
+
+  private start(job: Parameters<Measure>[0]): Promise<TreeDigests> {
     if (this.failure) return Promise.reject(new OatsError("internal-error", `digest worker failed: ${this.failure.message}`, { reason: "worker-failed" }));
     const id = ++this.next;
     return new Promise<TreeDigests>((resolve, reject) => {
@@ -99,15 +113,27 @@ export class DigestWorker {
       const request: DigestRequest = { id, dir: job.dir, formats: [...job.formats], ...(job.maxDepth === undefined ? {} : { maxDepth: job.maxDepth }) };
       this.worker.postMessage(request);
     });
-  };
+  }
+
+  private held = false;
+
+  /** Referenced while a caller holds it (acquireWorker), unreferenced in the idle pool. */
+  hold(held: boolean): void {
+    this.held = held;
+    if (held) this.worker.ref();
+    else if (this.pending === null) this.worker.unref();
+  }
 
   /** Idle and usable: it may be handed to the next caller. */
   get reusable(): boolean {
-    return this.pending === null && this.failure === null;
+    return this.pending === null && this.queued === 0 && this.failure === null;
   }
 
   async close(): Promise<void> {
     this.failure ??= new Error("closed");
+    // An unref'd worker does not hold the event loop, so a caller awaiting
+    // its termination could find the process exiting under it.
+    this.worker.ref();
     await this.worker.terminate();
   }
 }
@@ -122,13 +148,18 @@ const idle: DigestWorker[] = [];
 
 /** An idle worker, or a new one. Hand it back with releaseWorker. */
 export function acquireWorker(): DigestWorker {
-  return idle.pop() ?? new DigestWorker();
+  const worker = idle.pop() ?? new DigestWorker();
+  // Held for as long as a caller has it: a caller awaiting its answer must keep the process alive.
+  worker.hold(true);
+  return worker;
 }
 
 /** Keep a worker for the next call if it is idle and healthy; terminate it otherwise (a refusal left it mid-job). */
 export async function releaseWorker(worker: DigestWorker): Promise<void> {
-  if (worker.reusable && idle.length < parallelism()) idle.push(worker);
-  else await worker.close();
+  if (worker.reusable && idle.length < parallelism()) {
+    worker.hold(false);
+    idle.push(worker);
+  } else await worker.close();
 }
 
 export type Settled<R> = { readonly ok: true; readonly value: R } | { readonly ok: false; readonly error: unknown };
