@@ -1,10 +1,10 @@
-import { chmodSync, closeSync, constants, fsyncSync, lstatSync, mkdirSync, openSync, readdirSync, renameSync, rmSync, unlinkSync, writeSync } from "node:fs";
+import { chmodSync, lstatSync, mkdirSync, readdirSync, renameSync, rmSync, unlinkSync } from "node:fs";
 import { join } from "node:path";
 import { z } from "zod";
 import { OatsError, asStepError, errnoCode } from "../errors.js";
 import { canonicalJson, canonicalJsonBytes, bytesDigest } from "../retention/digest/json.js";
 import { ensureStoreAt, fsyncDirectory, inspectStoreAt, resolveScope } from "../retention/store/components.js";
-import { readRegularFile, writeStagedFile } from "../retention/store/files.js";
+import { readRegularFile, writeNewFileDurably, writeStagedFile } from "../retention/store/files.js";
 import { AGENTS_DIR, assertContained, stagingName } from "../retention/store/layout.js";
 import { DEFAULT_LOCK_WAIT_MS, withFileLock } from "../retention/store/publish-lock.js";
 import { readSealedRun, type SealedRun } from "./sealed-run.js";
@@ -143,14 +143,7 @@ function entryNames(entriesDir: string): { name: string; seq: number; hex: strin
 }
 
 function writePrivateFile(dir: string, name: string, bytes: Buffer): void {
-  const fd = openSync(join(dir, name), constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL | constants.O_NOFOLLOW, 0o600);
-  try {
-    let done = 0;
-    while (done < bytes.length) done += writeSync(fd, bytes, done, bytes.length - done);
-    fsyncSync(fd);
-  } finally {
-    closeSync(fd);
-  }
+  writeNewFileDurably(join(dir, name), bytes, 0o600);
 }
 
 export interface EnqueueResult {

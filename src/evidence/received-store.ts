@@ -1,9 +1,9 @@
-import { chmodSync, closeSync, constants, fsyncSync, lstatSync, mkdirSync, openSync, readdirSync, renameSync, rmSync, writeSync } from "node:fs";
+import { chmodSync, lstatSync, mkdirSync, readdirSync, renameSync, rmSync } from "node:fs";
 import { join } from "node:path";
 import { OatsError, errnoCode } from "../errors.js";
 import { canonicalJsonBytes } from "../retention/digest/json.js";
 import { ensureStoreAt, fsyncDirectory, inspectStoreAt, resolveScope } from "../retention/store/components.js";
-import { readRegularFile } from "../retention/store/files.js";
+import { readRegularFile, writeNewFileDurably } from "../retention/store/files.js";
 import { AGENTS_DIR, assertContained, stagingName } from "../retention/store/layout.js";
 import { checkReceivedRun, RECEIVED_FILES, type ReceivedRunCheck } from "./received-check.js";
 import { runHex, runIdFromHex } from "./run-id.js";
@@ -95,13 +95,7 @@ function sameEvidence(existing: ReadonlyMap<string, Buffer>, check: ReceivedRunC
 }
 
 function writeNew(path: string, bytes: Buffer): void {
-  const fd = openSync(path, constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL | constants.O_NOFOLLOW, 0o600);
-  try {
-    writeSync(fd, bytes);
-    fsyncSync(fd);
-  } finally {
-    closeSync(fd);
-  }
+  writeNewFileDurably(path, bytes, 0o600);
 }
 
 /** Compare a run directory already in place with what was checked: kept, or integrity-mismatch. */

@@ -1,8 +1,8 @@
-import { closeSync, constants, fstatSync, fsyncSync, lstatSync, mkdirSync, openSync, readdirSync, renameSync, rmdirSync, statSync, unlinkSync, writeSync } from "node:fs";
+import { closeSync, constants, fstatSync, fsyncSync, lstatSync, mkdirSync, openSync, readdirSync, renameSync, rmdirSync, statSync, unlinkSync } from "node:fs";
 import { OatsError, errnoCode } from "../../errors.js";
 import { bytesDigest } from "../../retention/digest/json.js";
 import { inDirectory } from "../../retention/digest/walk.js";
-import { readRegularFile } from "../../retention/store/files.js";
+import { readRegularFile, writeNewFileDurably } from "../../retention/store/files.js";
 import { assertContained, stagingName } from "../../retention/store/layout.js";
 import { runHex } from "../run-id.js";
 import type { EvidenceBundle, EvidenceTransport, ProbeResult } from "../transport.js";
@@ -234,15 +234,8 @@ export function dirTransport(share: string, options: DirTransportOptions = {}): 
       stagingFd = openSync(stagingAt, DIRECTORY_FLAGS);
       if (fstatSync(stagingFd).uid !== process.getuid?.()) throw new OatsError("invalid-artifact-store", `the staging directory on ${to} was replaced by another user`, { to, reason: "staging-replaced" });
       for (const [name, bytes] of bundle.files) {
-        const fd = openSync(inDirectory(stagingFd, `${runsPath}/${staging}`, name), constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL | constants.O_NOFOLLOW, 0o644);
         written.push(name);
-        try {
-          let done = 0;
-          while (done < bytes.length) done += writeSync(fd, bytes, done, bytes.length - done);
-          fsyncSync(fd);
-        } finally {
-          closeSync(fd);
-        }
+        writeNewFileDurably(inDirectory(stagingFd, `${runsPath}/${staging}`, name), bytes, 0o644);
       }
       fsyncSync(stagingFd);
       try {

@@ -10,16 +10,26 @@ import { stagingName } from "./layout.js";
  * never through a symlink. Each caller turns a failure into its own refusal.
  */
 
-/** Write `bytes` to a new dot-prefixed staging file in `dir`, fsync'd; returns its path. */
-export function writeStagedFile(dir: string, suffix: string, bytes: Buffer | string): string {
-  const staged = join(dir, `${stagingName()}${suffix}`);
-  const fd = openSync(staged, constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL | constants.O_NOFOLLOW, 0o644);
+/**
+ * Create `path` (never through a symlink, never over an existing file), write
+ * all of `bytes` (a write may be short: loop until done) and fsync it.
+ */
+export function writeNewFileDurably(path: string, bytes: Buffer | string, mode: number): void {
+  const data = typeof bytes === "string" ? Buffer.from(bytes) : bytes;
+  const fd = openSync(path, constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL | constants.O_NOFOLLOW, mode);
   try {
-    writeSync(fd, typeof bytes === "string" ? Buffer.from(bytes) : bytes);
+    let done = 0;
+    while (done < data.length) done += writeSync(fd, data, done, data.length - done);
     fsyncSync(fd);
   } finally {
     closeSync(fd);
   }
+}
+
+/** Write `bytes` to a new dot-prefixed staging file in `dir`, fsync'd; returns its path. */
+export function writeStagedFile(dir: string, suffix: string, bytes: Buffer | string): string {
+  const staged = join(dir, `${stagingName()}${suffix}`);
+  writeNewFileDurably(staged, bytes, 0o644);
   return staged;
 }
 
