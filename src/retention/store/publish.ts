@@ -8,7 +8,8 @@ import type { ArtifactKind } from "../ids.js";
 import { TREE_LEGACY, type TreeFormat } from "../integrity.js";
 import { ensureStore, fsyncDirectory, removeCreatedStore } from "./components.js";
 import { faultPoint } from "./faults.js";
-import { ManifestBuilder, firstDifference, writeManifest } from "./manifest.js";
+import { firstDifference, writeManifest } from "./manifest.js";
+import { ManifestRecorder } from "./manifest-encoding.js";
 import { EXEC_REVISIONS_DIR, assertContained, stagingName, storeRoot } from "./layout.js";
 import { maskAdoptedModes } from "./modes.js";
 import { mayMatch, newestRevision } from "./kept-candidate.js";
@@ -321,8 +322,8 @@ async function adoptIntoStaging(plan: PublishPlan, root: string, parent: string,
 }
 
 /** Read the durable staged tree back in every format, feeding the manifest. */
-async function verifyStaged(plan: PublishPlan, staging: string, totalBytes?: number): Promise<{ staged: TreeDigests; manifest: ManifestBuilder }> {
-  const manifest = new ManifestBuilder();
+async function verifyStaged(plan: PublishPlan, staging: string, totalBytes?: number): Promise<{ staged: TreeDigests; manifest: ManifestRecorder }> {
+  const manifest = new ManifestRecorder();
   try {
     faultPoint("verify-staged", staging);
     const staged = await digestListing(await walkTree(staging, walkOptions(plan)), plan.formats, { ...digestOptions(plan, "verify", totalBytes), sink: manifest, sinkOrder: "bytes" });
@@ -333,7 +334,7 @@ async function verifyStaged(plan: PublishPlan, staging: string, totalBytes?: num
 }
 
 /** Rename the verified staging into place under the revision lock; a concurrent winner is verified and reported kept. */
-async function commit(plan: PublishPlan, parent: string, dir: string, staging: string, staged: TreeDigests, manifest: ManifestBuilder): Promise<PublishResult> {
+async function commit(plan: PublishPlan, parent: string, dir: string, staging: string, staged: TreeDigests, manifest: ManifestRecorder): Promise<PublishResult> {
   const measured = staged[plan.nameFormat]!;
   announce(plan, "publish");
   const outcome = await withRevisionLock(parent, `sha256-${measured.slice(7)}`, plan.lockWaitMs, async () => {
@@ -341,7 +342,7 @@ async function commit(plan: PublishPlan, parent: string, dir: string, staging: s
     try {
       faultPoint("rename", dir);
       await rename(staging, dir);
-      writeManifest(dir, manifest.rows);
+      writeManifest(dir, manifest);
       fsyncDirectory(parent);
     } catch (error) {
       throw asStepError("rename", error, { from: staging, to: dir });
