@@ -9,6 +9,7 @@ import { canonicalJsonBytes } from "../retention/digest/json.js";
 import { digestListing } from "../retention/digest/tree.js";
 import { walkTree } from "../retention/digest/walk.js";
 import { TarWriter, TreeSink } from "./tar-writer.js";
+import { SyncBehind } from "./sync-behind.js";
 import { TREE_EXEC, TREE_LEGACY, integrityText, type Integrity } from "../retention/integrity.js";
 import { fsyncDirectory, inspectStore, resolveScope } from "../retention/store/components.js";
 import { parseArtifactRef, retainedTreeDir, type ArtifactRef } from "../retention/store/layout.js";
@@ -154,8 +155,9 @@ export async function exportBundle(scope: string, refs: readonly ExportRef[], ou
   }
   let open = true;
   let bytes = 0;
+  const behind = new SyncBehind(fd);
   try {
-    const tar = new TarWriter(fd);
+    const tar = new TarWriter(fd, undefined, behind);
     tar.wholeFile(BUNDLE_MANIFEST, canonicalJsonBytes(manifest));
     const listings = [];
     for (const tree of treeList) listings.push(await walkTree(tree.dir));
@@ -182,6 +184,7 @@ export async function exportBundle(scope: string, refs: readonly ExportRef[], ou
     throwIfAborted(options.signal);
     tar.end();
     bytes = tar.bytes;
+    await behind.settle();
     fsyncSync(fd);
     closeSync(fd);
     open = false;
@@ -199,7 +202,11 @@ export async function exportBundle(scope: string, refs: readonly ExportRef[], ou
     }
     fsyncDirectory(dirname(out));
   } catch (error) {
-    if (open) closeSync(fd);
+    if (open) {
+      // Never close the descriptor under a background sync (its number could be reused meanwhile).
+      await behind.settle().catch(() => undefined);
+      closeSync(fd);
+    }
     try {
       unlinkSync(temp);
       noteRemoved(error, "temp", temp);

@@ -3,6 +3,7 @@ import type { Hash } from "node:crypto";
 import { BLOCK_SIZE, END_OF_ARCHIVE, encodeEntryHeader, type TarEntryHeader } from "./tar-format.js";
 import type { FileConsumer, FileInfo } from "../retention/digest/file-reader.js";
 import type { FileEntry, SymlinkEntry } from "../retention/digest/walk.js";
+import type { SyncBehind } from "./sync-behind.js";
 
 /**
  * The one tar writer of the project: bundles (bundle.ts) and fleet tree
@@ -32,6 +33,8 @@ export class TarWriter {
   constructor(
     private readonly fd: number | TarOutput,
     private readonly hash?: Hash,
+    /** Told of every write into `fd`, to start the file's writeback early (export). */
+    private readonly behind?: SyncBehind,
   ) {}
 
   private writeFd(data: Buffer): void {
@@ -42,6 +45,7 @@ export class TarWriter {
     }
     let done = 0;
     while (done < data.length) done += writeSync(this.fd, data, done, data.length - done);
+    this.behind?.wrote(data.length);
   }
 
   write(data: Buffer): void {
