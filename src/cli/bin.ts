@@ -3,7 +3,10 @@
  * The `oats` entry point. It stays tiny so a cold `oats --version` costs
  * about as much as starting node: a lone `--version`/`-V` (with or without
  * `--json`) is answered from package.json without loading commander, zod or
- * the library. Everything else loads ./main.js.
+ * the library. Everything else loads main.ts as bundled by `npm run build`
+ * (scripts/bundle-cli.mjs: dist/cli/bundle/oats.mjs and its chunks), so a
+ * command opens a handful of files instead of a few hundred modules; run from
+ * source (tsx), it loads main.ts.
  *
  * In JSON mode stdout carries exactly one envelope line. `--json` is detected
  * here, before any module is loaded, and stdout is pointed at stderr for
@@ -29,6 +32,12 @@ function internalFailure(error: unknown): number {
   return 1;
 }
 
+/** The bundle beside the built bin.js; main.ts itself when run from source. */
+function entry(): string {
+  const here = import.meta.url;
+  return here.endsWith(".ts") ? new URL("./main.ts", here).href : new URL("./bundle/oats.mjs", here).href;
+}
+
 if (rest.length === 1 && (rest[0] === "--version" || rest[0] === "-V")) {
   try {
     const version = packageVersion();
@@ -39,7 +48,7 @@ if (rest.length === 1 && (rest[0] === "--version" || rest[0] === "-V")) {
 } else {
   if (json) process.stdout.write = process.stderr.write.bind(process.stderr) as typeof process.stdout.write;
   try {
-    const { main } = await import("./main.js");
+    const { main } = (await import(entry())) as typeof import("./main.js");
     process.exitCode = await main(argv, { json, writeOut });
   } catch (error) {
     process.exitCode = internalFailure(error);
