@@ -11,7 +11,7 @@ import { dirname, join } from "node:path";
 import { after, test } from "node:test";
 import { OatsError } from "../src/errors.js";
 import { retainTree } from "../src/index.js";
-import { setParallelism } from "../src/retention/parallel/pool.js";
+import { setParallelism, workersHeld } from "../src/retention/parallel/pool.js";
 import { startEarlyCheck } from "../src/retention/store/kept-early.js";
 import { resolveScope } from "../src/retention/store/components.js";
 import { snapshotTree, tempDir } from "./helpers.js";
@@ -40,6 +40,8 @@ const errorOf = async (promise: Promise<unknown>): Promise<OatsError> => {
     await promise;
   } catch (error) {
     assert.ok(error instanceof OatsError, `expected an OatsError, got ${String(error)}`);
+    // A refusal hands back the worker of its early check (held, it would keep the process alive).
+    assert.equal(workersHeld(), 0);
     return error;
   }
   assert.fail("expected a refusal");
@@ -47,7 +49,7 @@ const errorOf = async (promise: Promise<unknown>): Promise<OatsError> => {
 
 const request = (scope: string, expected?: string) => ({ scope: resolveScope(scope), kind: "capture" as const, key: "nightly", nameFormat: EXEC, formats: [EXEC], ...(expected ? { expected } : {}) });
 
-test("startEarlyCheck: the expected revision, else the newest; none without a revision or a second core; a damaged revision's refusal is held, not thrown", async () => {
+test("startEarlyCheck: the expected revision, else the newest; none without a revision or a second core; it only reads; a damaged revision's refusal is held, not thrown", async () => {
   setParallelism(2);
   const scope = tempDir("oats-early-unit-");
   const source = makeTree({ "a.txt": "one", "b/c.txt": "two" });
@@ -62,6 +64,8 @@ test("startEarlyCheck: the expected revision, else the newest; none without a re
     const expected = startEarlyCheck(request(scope, first.integrity.value))!;
     assert.equal(expected.dir, first.dir);
     assert.deepEqual(await expected.outcome, { ok: true, digests: { [EXEC]: first.integrity.value } });
+    // Only read: the revision's mtime (gc's grace period) is for the retain to restart once the source agrees.
+    assert.equal(lstatSync(first.dir).mtimeMs, OLD.getTime());
     await expected.release();
     await expected.release(); // idempotent
 
@@ -115,34 +119,41 @@ for (const expect of [true, false]) {
     try {
       const first = await retainTree(scope, { kind: "capture", key: "nightly", source });
       const ask = () => retainTree(scope, { kind: "capture", key: "nightly", source, ...(expect ? { expect: first.integrity } : {}) });
-      // The stored copy damaged: refused, and its mtime (gc's grace period) is not restarted.
-      tamper(join(first.dir, "b", "c.txt"));
+      // A source the walk refuses (a FIFO), one that hashes to something else, one that is gone: the source's
+      // refusal, whether the stored copy is intact (its read finishes in the worker meanwhile) or damaged; and
+      // the revision's mtime (gc's grace period) is not restarted by a refused retain.
+      const sourceRefusals = async () => {
+        execFileSync("mkfifo", [join(source, "b", "pipe")]);
+        const special = await errorOf(ask());
+        assert.equal(special.code, "invalid-artifact");
+        assert.equal(special.details["reason"], "special-file");
+        rmSync(join(source, "b", "pipe"));
+        if (expect) {
+          writeFileSync(join(source, "a.txt"), "ONE");
+          const differs = await errorOf(ask());
+          assert.equal(differs.details["reason"], "source-differs");
+          writeFileSync(join(source, "a.txt"), "one");
+        }
+        const moved = `${source}.gone`;
+        renameSync(source, moved);
+        const missing = await errorOf(ask());
+        assert.equal(missing.code, "invalid-input");
+        assert.equal(missing.details["reason"], "source-missing");
+        renameSync(moved, source);
+      };
       utimesSync(first.dir, OLD, OLD);
-      const before = snapshotTree(scope);
-      const damaged = await errorOf(ask());
-      assert.equal(damaged.details["reason"], "damaged-revision");
+      let before = snapshotTree(scope);
+      await sourceRefusals();
       assert.equal(lstatSync(first.dir).mtimeMs, OLD.getTime());
       assert.deepEqual(snapshotTree(scope), before);
 
-      // A source the walk refuses (a FIFO), then one that is gone: the source's refusal, whatever the store holds.
-      execFileSync("mkfifo", [join(source, "b", "pipe")]);
-      const special = await errorOf(ask());
-      assert.equal(special.code, "invalid-artifact");
-      assert.equal(special.details["reason"], "special-file");
-      rmSync(join(source, "b", "pipe"));
-      if (expect) {
-        // With --expect, a source that hashes to something else is refused before the damaged store is.
-        writeFileSync(join(source, "a.txt"), "ONE");
-        const differs = await errorOf(ask());
-        assert.equal(differs.details["reason"], "source-differs");
-        writeFileSync(join(source, "a.txt"), "one");
-      }
-      const moved = `${source}.gone`;
-      renameSync(source, moved);
-      const missing = await errorOf(ask());
-      assert.equal(missing.code, "invalid-input");
-      assert.equal(missing.details["reason"], "source-missing");
-      renameSync(moved, source);
+      // The stored copy damaged: refused, untouched; the source's refusals still come first.
+      tamper(join(first.dir, "b", "c.txt"));
+      utimesSync(first.dir, OLD, OLD);
+      before = snapshotTree(scope);
+      const damaged = await errorOf(ask());
+      assert.equal(damaged.details["reason"], "damaged-revision");
+      await sourceRefusals();
       assert.equal(lstatSync(first.dir).mtimeMs, OLD.getTime());
       assert.deepEqual(snapshotTree(scope), before);
     } finally {
@@ -161,6 +172,7 @@ test("a kept retain restarts the revision's mtime only once both reads agree, an
       utimesSync(first.dir, OLD, OLD);
       const again = await retainTree(scope, { kind: "capture", key: "nightly", source, ...(expect ? { expect: first.integrity } : {}) });
       assert.deepEqual(again, { ...first, status: "kept" });
+      assert.equal(workersHeld(), 0);
       assert.ok(lstatSync(first.dir).mtimeMs > OLD.getTime());
     }
   } finally {
