@@ -6,13 +6,16 @@
  */
 import assert from "node:assert/strict";
 import { execFileSync } from "node:child_process";
-import { appendFileSync, chmodSync, cpSync, lstatSync, mkdirSync, renameSync, rmSync, symlinkSync, utimesSync, writeFileSync } from "node:fs";
+import { appendFileSync, chmodSync, cpSync, lstatSync, mkdirSync, readFileSync, renameSync, rmSync, symlinkSync, utimesSync, writeFileSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { after, test } from "node:test";
 import { OatsError } from "../src/errors.js";
 import { retainTree } from "../src/index.js";
 import { setParallelism, workersHeld } from "../src/retention/parallel/pool.js";
+import { walkTree } from "../src/retention/digest/walk.js";
+import { mayMatch } from "../src/retention/store/kept-candidate.js";
 import { startEarlyCheck } from "../src/retention/store/kept-early.js";
+import { manifestPath } from "../src/retention/store/manifest.js";
 import { resolveScope } from "../src/retention/store/components.js";
 import { snapshotTree, tempDir } from "./helpers.js";
 
@@ -178,4 +181,40 @@ test("a kept retain restarts the revision's mtime only once both reads agree, an
   } finally {
     setParallelism(null);
   }
+});
+
+test("mayMatch scans the canonical manifest: same paths and types in order, else false; a manifest in another form is no verdict (true)", async () => {
+  const files = { "a.txt": "one", 'b/q"uote\\d.txt': "two", "b/ünï.txt": "three", "c/d/e.txt": "four" };
+  const source = makeTree(files);
+  // A symlink whose target reads like a manifest row: escaped inside its string, it must not be taken for one.
+  // (to a file whose name reads like one too, so that the link is not broken).
+  writeFileSync(join(source, "b", 'x","type":"file"},{"path":"zz'), "five");
+  symlinkSync('x","type":"file"},{"path":"zz', join(source, "b", "link"));
+  const scope = tempDir("oats-early-maymatch-");
+  const first = await retainTree(scope, { kind: "capture", key: "nightly", source });
+  const listing = async (dir: string) => walkTree(dir);
+  assert.equal(mayMatch(first.dir, await listing(source)), true);
+  const variant = (change: (dir: string) => void) => {
+    const dir = join(tempDir("oats-early-variant-"), "tree");
+    cpSync(source, dir, { recursive: true, verbatimSymlinks: true });
+    change(dir);
+    return listing(dir);
+  };
+  assert.equal(mayMatch(first.dir, await variant((dir) => writeFileSync(join(dir, "a.txt"), "other content, same shape"))), true);
+  assert.equal(mayMatch(first.dir, await variant((dir) => writeFileSync(join(dir, "c/d/f.txt"), "added"))), false, "a leaf added at the end");
+  assert.equal(mayMatch(first.dir, await variant((dir) => writeFileSync(join(dir, "0.txt"), "added"))), false, "a leaf added at the start");
+  assert.equal(mayMatch(first.dir, await variant((dir) => rmSync(join(dir, "c/d/e.txt")))), false, "the last leaf removed");
+  assert.equal(mayMatch(first.dir, await variant((dir) => rmSync(join(dir, "b/ünï.txt")))), false, "a leaf removed");
+  assert.equal(mayMatch(first.dir, await variant((dir) => renameSync(join(dir, "a.txt"), join(dir, "A.txt")))), false, "a leaf renamed");
+  assert.equal(
+    mayMatch(first.dir, await variant((dir) => (rmSync(join(dir, "a.txt")), symlinkSync("target", join(dir, "a.txt"))))),
+    false,
+    "a file become a symlink",
+  );
+  const manifest = manifestPath(first.dir);
+  const canonical = readFileSync(manifest, "utf8");
+  writeFileSync(manifest, JSON.stringify(JSON.parse(canonical), null, 2));
+  assert.equal(mayMatch(first.dir, await variant((dir) => rmSync(join(dir, "a.txt")))), true, "not the form oats writes: no verdict");
+  rmSync(manifest);
+  assert.equal(mayMatch(first.dir, await variant((dir) => rmSync(join(dir, "a.txt")))), true, "no manifest: no verdict");
 });
