@@ -67,9 +67,11 @@ export function mayMatch(revisionDir: string, listing: TreeListing): boolean {
   let at = HEAD.length;
   for (const leaf of listing.leaves) {
     const row = text.indexOf(PATH_KEY, at);
-    const path = `${PATH_KEY}${JSON.stringify(leaf.path)},`;
-    if (row === -1 || !text.startsWith(path, row)) return false;
-    const type = text.indexOf(TYPE_KEY, row + path.length);
+    if (row === -1) return false;
+    const path = JSON.stringify(leaf.path);
+    const end = row + PATH_KEY.length + path.length;
+    if (!text.startsWith(path, row + PATH_KEY.length) || text.charCodeAt(end) !== COMMA) return false;
+    const type = text.indexOf(TYPE_KEY, end);
     if (type === -1 || !text.startsWith(leaf.type === "file" ? FILE_TYPE : SYMLINK_TYPE, type)) return false;
     at = type + TYPE_KEY.length;
   }
@@ -80,5 +82,6 @@ const HEAD = '{"rows":[';
 const TAIL = '],"schemaVersion":1}\n';
 const PATH_KEY = '"path":';
 const TYPE_KEY = '"type":"';
+const COMMA = 0x2c;
 const FILE_TYPE = '"type":"file"}';
 const SYMLINK_TYPE = '"type":"symlink"}';
