@@ -183,7 +183,7 @@ test("a kept retain restarts the revision's mtime only once both reads agree, an
   }
 });
 
-test("mayMatch scans the canonical manifest: same paths and types in order, else false; a manifest in another form is no verdict (true)", async () => {
+test("mayMatch: same paths and types in order as the manifest, else false; names and link targets that read like manifest rows; an unreadable manifest is no verdict (true)", async () => {
   const files = { "a.txt": "one", 'b/q"uote\\d.txt': "two", "b/ünï.txt": "three", "c/d/e.txt": "four" };
   const source = makeTree(files);
   // A symlink whose target reads like a manifest row: escaped inside its string, it must not be taken for one.
@@ -213,8 +213,8 @@ test("mayMatch scans the canonical manifest: same paths and types in order, else
   );
   const manifest = manifestPath(first.dir);
   const canonical = readFileSync(manifest, "utf8");
-  writeFileSync(manifest, JSON.stringify(JSON.parse(canonical), null, 2));
-  assert.equal(mayMatch(first.dir, await variant((dir) => rmSync(join(dir, "a.txt")))), true, "not the form oats writes: no verdict");
+  writeFileSync(manifest, canonical.slice(0, canonical.length >> 1));
+  assert.equal(mayMatch(first.dir, await variant((dir) => rmSync(join(dir, "a.txt")))), true, "a manifest cut short: no verdict");
   rmSync(manifest);
   assert.equal(mayMatch(first.dir, await variant((dir) => rmSync(join(dir, "a.txt")))), true, "no manifest: no verdict");
 });
