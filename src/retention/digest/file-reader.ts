@@ -39,9 +39,9 @@ const YIELD_EVERY_MS = 8;
  * A warm run does none, whatever the load of the machine; a cold one about
  * one per file.
  */
-const COLD_BLOCK_READS = 16;
+export const COLD_BLOCK_READS = 16;
 /** Small files are consumed in synchronous runs of at most this many leaves; the clock is read between runs. */
-const RUN_LENGTH = 128;
+export const RUN_LENGTH = 128;
 
 export interface FileInfo {
   /** Permission bits (mode & 0o7777). */
@@ -334,26 +334,42 @@ export class LeafReader {
   // Block reads the kernel did for this process (all threads): they grow only when the page cache misses.
   private blockReads = process.resourceUsage().fsRead;
   private watchCold: boolean;
+  private nextColdCheck = 1;
+  private coldSeen = false;
 
+  /**
+   * With `watchCold: false` the caller watches for a cold cache itself and
+   * calls coldAt() (lanes.ts: getrusage() on the calling thread, while
+   * another thread of the process is busy in system calls, measured up to
+   * hundreds of microseconds here).
+   */
   constructor(
     private readonly leaves: readonly LeafEntry[],
     private readonly consumer: FileConsumer,
+    options: { watchCold?: boolean } = {},
   ) {
     this.whole = consumer.whole ? (consumer as FileConsumer & Required<Pick<FileConsumer, "whole">>) : null;
     const mode = prefetchMode();
-    this.watchCold = mode === "auto" && worthPrefetching(leaves, 0);
+    this.watchCold = options.watchCold !== false && mode === "auto" && worthPrefetching(leaves, 0);
     if (mode === "always") this.prefetch = startPrefetch(leaves, 0);
+  }
+
+  /** The page cache missed around leaf `index`: start the read-ahead workers there, once. */
+  coldAt(index: number): void {
+    if (this.coldSeen || prefetchMode() !== "auto") return;
+    this.coldSeen = true;
+    this.watchCold = false;
+    if (worthPrefetching(this.leaves, index)) this.prefetch = startPrefetch(this.leaves, index);
   }
 
   /** The reader is at leaf `index`: move the read-ahead window, or start it when the cache misses; yield to the event loop every few ms. */
   async at(index: number): Promise<void> {
     if (this.prefetch) this.prefetch.advance(index);
-    else if (this.watchCold && index > 0) {
+    else if (this.watchCold && index >= this.nextColdCheck) {
+      // getrusage() costs some 10 us: once per RUN_LENGTH leaves, however the lanes cut the ranges.
+      this.nextColdCheck = index + RUN_LENGTH;
       const now = process.resourceUsage().fsRead;
-      if (now - this.blockReads >= COLD_BLOCK_READS) {
-        this.watchCold = false;
-        if (worthPrefetching(this.leaves, index)) this.prefetch = startPrefetch(this.leaves, index);
-      }
+      if (now - this.blockReads >= COLD_BLOCK_READS) this.coldAt(index);
       this.blockReads = now;
     }
     if (performance.now() - this.lastYield > YIELD_EVERY_MS) {

@@ -5,6 +5,7 @@ import { OatsError, errnoCode } from "../../errors.js";
 import type { TreeFormat } from "../integrity.js";
 import { packagePayloadExecFraming, treeExecFraming } from "./exec.js";
 import { readLeavesInOrder, type FileConsumer, type FileInfo } from "./file-reader.js";
+import { readLeaves } from "./lanes.js";
 import type { TreeFraming } from "./framing.js";
 import { EMIT_EVERY_BYTES, EMIT_EVERY_FILES, throwIfAborted, type ProgressListener, type ProgressPhase } from "../progress.js";
 import { treeLegacyFraming } from "./legacy.js";
@@ -176,7 +177,8 @@ export async function digestListing(
         return sink?.symlink(entry);
       },
     };
-    await readLeavesInOrder(pass.order, consumer);
+    // Two lanes only for a hash alone: a sink (a copy) keeps its one thread and its memory bound.
+    await (sink ? readLeavesInOrder(pass.order, consumer) : readLeaves(pass.order, consumer));
     for (const hash of hashes) digests[hash.framing.format] = hash.value();
   }
   if (onProgress) emit();
