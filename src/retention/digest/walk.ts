@@ -141,6 +141,8 @@ export const DEFAULT_MAX_DEPTH = 256;
 export interface WalkOptions {
   /** The most segments a path in the tree may have; a deeper tree is `invalid-artifact` (`too-deep`). */
   readonly maxDepth?: number;
+  /** Called once, as soon as the walk has listed `files` leaves (a digest starts its second lane's worker then, tree.ts). */
+  readonly whenLarge?: { readonly files: number; readonly then: () => void };
 }
 
 function tooDeep(path: string, depth: number, limit: number): OatsError {
@@ -265,6 +267,7 @@ function readSymlink(at: string, path: string): string {
  */
 export async function walkTree(rootAbsolute: string, options: WalkOptions = {}): Promise<TreeListing> {
   const maxDepth = options.maxDepth ?? DEFAULT_MAX_DEPTH;
+  const large = options.whenLarge ? options.whenLarge.files : -1;
   const leaves: LeafEntry[] = [];
   const directories: DirectoryEntry[] = [];
   const stack: Frame[] = [];
@@ -299,7 +302,7 @@ export async function walkTree(rootAbsolute: string, options: WalkOptions = {}):
       } else if (entry.isFile()) {
         const file: FileEntry = { type: "file", name, path: childPath, absolute: childAbsolute, parent };
         parent.children.push(file);
-        leaves.push(file);
+        if (leaves.push(file) === large) options.whenLarge!.then();
       } else if (entry.isSymbolicLink()) {
         const link: SymlinkEntry = { type: "symlink", name, path: childPath, absolute: childAbsolute, target: readSymlink(inDirectory(frame.fd, parent.absolute, name), childPath), parent };
         parent.children.push(link);
