@@ -62,6 +62,12 @@ export interface FileConsumer {
   end(entry: FileEntry, info: FileInfo): void | Promise<void>;
   /** Symlinks arrive in their place in the order, between files. */
   symlink(entry: SymlinkEntry): void | Promise<void>;
+  /**
+   * Optional, for a consumer that hashes oats.tree-exec.v1 alone: `count`
+   * leaves in a row (lanes.ts), already framed as their records in `bytes`,
+   * `files` of them files with `contentBytes` bytes of content between them.
+   */
+  records?(bytes: Buffer, count: number, files: number, contentBytes: number): void;
 }
 
 interface OpenedFile {

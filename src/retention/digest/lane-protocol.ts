@@ -46,9 +46,10 @@ export const PROGRESS = 2;
 export const DONE = 1 << 16;
 export const TAKEN = 1 << 17;
 export const COUNT_MASK = DONE - 1;
-/** Then per leaf: its size and its mode (the first fstat's); a symlink's are unused. */
+/** Then per leaf, LEAF_WORDS words: its size and its mode (the first fstat's; a symlink's are unused), and where its bytes end in the slot. */
 export const SIZES = 3;
-export const META_WORDS = SIZES + 2 * CHUNK;
+export const LEAF_WORDS = 3;
+export const META_WORDS = SIZES + LEAF_WORDS * CHUNK;
 
 /** What the worker is sent to read: the leaves as flat arrays (a structured clone of 20,000 objects would cost more). */
 export interface LaneJob {
@@ -64,9 +65,17 @@ export interface LaneJob {
   readonly dirInos: Float64Array;
   readonly rootDev: number;
   readonly rootIno: number;
-  /** Per leaf: its directory's index, or -1 for a symlink; its name. */
+  /** Per leaf: its directory's index (a symlink's as -index - 1); its name. */
   readonly leafDirs: Int32Array;
   readonly leafNames: string[];
+  /**
+   * Whether the slot holds each leaf's oats.tree-exec.v1 record (the pass
+   * hashes that one framing alone: the calling thread then hashes a chunk's
+   * records in one call), or only the files' contents.
+   */
+  readonly records: boolean;
+  /** With records: per leaf, a symlink's target ("" for a file). */
+  readonly leafTargets: string[] | null;
   /** Whether to watch for a cold page cache (prefetchMode() "auto" and enough files). */
   readonly watchCold: boolean;
   /** Tests only (setLaneTestHook): append a byte to the file at this path right after the worker read it. */

@@ -2,8 +2,9 @@ import { appendFileSync } from "node:fs";
 import { parentPort } from "node:worker_threads";
 import { setReadHook } from "./read-hook.js";
 import { DirectoryCursor } from "./directory-cursor.js";
+import { execHeadLength, execSymlinkLength, writeExecHead, writeExecSymlink } from "./exec.js";
 import { COLD_BLOCK_READS, readSmallFile } from "./file-reader.js";
-import { AT, BUSY, BY_WORKER, CHUNK, CLAIMS, COLD, DONE, FREE, HOLDS, META_WORDS, PROGRESS, SIZES, SLOTS, SLOT_BYTES, STATE, STOP, UNCLAIMED, type LaneJob } from "./lane-protocol.js";
+import { AT, BUSY, BY_WORKER, CHUNK, CLAIMS, COLD, DONE, FREE, HOLDS, LEAF_WORDS, META_WORDS, PROGRESS, SIZES, SLOTS, SLOT_BYTES, STATE, STOP, UNCLAIMED, type LaneJob } from "./lane-protocol.js";
 import type { DirectoryEntry, FileEntry } from "./walk.js";
 
 /**
@@ -21,7 +22,8 @@ import type { DirectoryEntry, FileEntry } from "./walk.js";
 /** A warm chunk of small files takes about 0.5 ms here; one from a cold disk ten times that. */
 const SLOW_CHUNK_MS = 2;
 
-function rebuild(job: LaneJob): FileEntry[] {
+/** The files of the job (undefined at a symlink's index) and, for records, every symlink's path. */
+function rebuild(job: LaneJob): { files: FileEntry[]; linkPaths: string[] } {
   const root: DirectoryEntry = { type: "directory", name: "", path: "", absolute: job.root, children: [], parent: null, dev: job.rootDev, ino: job.rootIno, mode: 0 };
   const dirs: DirectoryEntry[] = [root];
   for (let i = 0; i < job.dirNames.length; i++) {
@@ -31,15 +33,16 @@ function rebuild(job: LaneJob): FileEntry[] {
     dirs.push({ type: "directory", name, path, absolute: `${job.root}/${path}`, children: [], parent, dev: job.dirDevs[i]!, ino: job.dirInos[i]!, mode: 0 });
   }
   const files: FileEntry[] = new Array(job.leafNames.length);
+  const linkPaths: string[] = [];
   for (let i = 0; i < job.leafNames.length; i++) {
     const at = job.leafDirs[i]!;
-    if (at < 0) continue;
-    const parent = dirs[at]!;
+    const parent = dirs[at < 0 ? -at - 1 : at]!;
     const name = job.leafNames[i]!;
     const path = parent.path ? `${parent.path}/${name}` : name;
-    files[i] = { type: "file", name, path, absolute: `${job.root}/${path}`, parent };
+    if (at < 0) linkPaths[i] = path;
+    else files[i] = { type: "file", name, path, absolute: `${job.root}/${path}`, parent };
   }
-  return files;
+  return { files, linkPaths };
 }
 
 /**
@@ -49,29 +52,43 @@ function rebuild(job: LaneJob): FileEntry[] {
  * returns false after a failed read: the lane then stops for good, since its
  * cursor may hold a directory that failed its check.
  */
-function fill(files: FileEntry[], chunk: number, total: number, data: Buffer, meta: Int32Array, base: number, cursor: DirectoryCursor): boolean {
+function fill(job: LaneJob, leaves: { files: FileEntry[]; linkPaths: string[] }, chunk: number, data: Buffer, meta: Int32Array, base: number, cursor: DirectoryCursor): boolean {
+  const { files, linkPaths } = leaves;
   const from = chunk * CHUNK;
-  const to = Math.min(total, from + CHUNK);
+  const to = Math.min(files.length, from + CHUNK);
+  const records = job.records;
   let used = 0;
   let ok = true;
   let index = from;
   for (; index < to; index++) {
     const file = files[index];
-    const word = base + SIZES + 2 * (index - from);
+    const word = base + SIZES + LEAF_WORDS * (index - from);
     if (file !== undefined) {
+      const pathLength = records ? Buffer.byteLength(file.path) : 0;
+      const head = records ? execHeadLength(pathLength) : 0;
+      if (used + head > SLOT_BYTES) break;
       let before;
       try {
-        before = readSmallFile(file, cursor.pathOf(file), data, used, SLOT_BYTES - used);
+        before = readSmallFile(file, cursor.pathOf(file), data, used + head, SLOT_BYTES - used - head);
       } catch {
         ok = false;
         break;
       }
       // Too large for what is left of the slot, or for the slot.
       if (before === null) break;
+      if (records) writeExecHead(data, used, file.path, pathLength, before.mode, before.size);
       meta[word] = before.size;
       meta[word + 1] = before.mode;
-      used += before.size;
+      used += head + before.size;
+    } else if (records) {
+      const path = linkPaths[index]!;
+      const target = job.leafTargets![index]!;
+      const pathLength = Buffer.byteLength(path);
+      const targetLength = Buffer.byteLength(target);
+      if (used + execSymlinkLength(pathLength, targetLength) > SLOT_BYTES) break;
+      used = writeExecSymlink(data, used, path, pathLength, target, targetLength);
     }
+    meta[word + 2] = used;
     // Published: the calling thread may hash it from now on. Failing, the rest is the calling thread's.
     if (Atomics.compareExchange(meta, base + PROGRESS, index - from, index - from + 1) !== index - from) return ok;
   }
@@ -82,8 +99,8 @@ function fill(files: FileEntry[], chunk: number, total: number, data: Buffer, me
 function run(job: LaneJob): number {
   const control = new Int32Array(job.control);
   const meta = new Int32Array(job.meta);
-  const files = rebuild(job);
-  const total = files.length;
+  const leaves = rebuild(job);
+  const total = leaves.files.length;
   const chunks = Math.ceil(total / CHUNK);
   const cursor = new DirectoryCursor();
   let claimed = 0;
@@ -115,7 +132,7 @@ function run(job: LaneJob): number {
       claimed += 1;
       const slot = Buffer.from(job.data, (chunk % SLOTS) * SLOT_BYTES, SLOT_BYTES);
       const started = performance.now();
-      if (!fill(files, chunk, total, slot, meta, base, cursor)) break;
+      if (!fill(job, leaves, chunk, slot, meta, base, cursor)) break;
       if (blockReads >= 0 && performance.now() - started > SLOW_CHUNK_MS) {
         const now = process.resourceUsage().fsRead;
         if (now - blockReads >= COLD_BLOCK_READS) {

@@ -2,7 +2,7 @@ import { Worker, isMainThread } from "node:worker_threads";
 import { parallelism, workersHeld } from "../parallel/cores.js";
 import { LeafReader, readLeavesInOrder, type FileConsumer } from "./file-reader.js";
 import { prefetchMode, worthPrefetching } from "./prefetch.js";
-import { AT, BY_CALLER, CHUNK, CLAIMS, COLD, COUNT_MASK, DONE, FREE, META_WORDS, PROGRESS, SIZES, SLOTS, SLOT_BYTES, STATE, STOP, TAKEN, UNCLAIMED, type LaneJob } from "./lane-protocol.js";
+import { AT, BY_CALLER, CHUNK, CLAIMS, COLD, COUNT_MASK, DONE, FREE, LEAF_WORDS, META_WORDS, PROGRESS, SIZES, SLOTS, SLOT_BYTES, STATE, STOP, TAKEN, UNCLAIMED, type LaneJob } from "./lane-protocol.js";
 import type { DirectoryEntry, LeafEntry } from "./walk.js";
 
 /**
@@ -134,6 +134,7 @@ function wanted(leaves: readonly LeafEntry[]): boolean {
 export async function readLeaves(leaves: readonly LeafEntry[], consumer: FileConsumer): Promise<void> {
   if (!consumer.whole || leaves.length === 0 || !wanted(leaves)) return readLeavesInOrder(leaves, consumer);
   const whole = consumer.whole.bind(consumer);
+  const records = consumer.records?.bind(consumer);
   const chunks = Math.ceil(leaves.length / CHUNK);
   const control = new SharedArrayBuffer(4 * (CLAIMS + chunks));
   const meta = new SharedArrayBuffer(4 * META_WORDS * SLOTS);
@@ -145,7 +146,7 @@ export async function readLeaves(leaves: readonly LeafEntry[], consumer: FileCon
   idle = null;
   active = lane;
   stats.passes += 1;
-  lane.worker.postMessage(job(leaves, control, meta, dataBuffer, prefetchMode() === "auto" && worthPrefetching(leaves, 0)));
+  lane.worker.postMessage(job(leaves, control, meta, dataBuffer, records !== undefined, prefetchMode() === "auto" && worthPrefetching(leaves, 0)));
   const reader = new LeafReader(leaves, consumer, { watchCold: false });
   try {
     for (let chunk = 0; chunk < chunks; chunk++) {
@@ -161,18 +162,31 @@ export async function readLeaves(leaves: readonly LeafEntry[], consumer: FileCon
       const base = (chunk % SLOTS) * META_WORDS;
       const count = takePublished(words, base);
       if (count > 0) await reader.at(from);
-      let offset = (chunk % SLOTS) * SLOT_BYTES;
-      for (let k = 0; k < count; k++) {
-        const leaf = leaves[from + k]!;
-        let pending: void | Promise<void>;
-        if (leaf.type === "symlink") pending = consumer.symlink(leaf);
-        else {
-          const size = words[base + SIZES + 2 * k]!;
-          const fileMode = words[base + SIZES + 2 * k + 1]!;
-          pending = whole(leaf, { mode: fileMode & 0o7777, size }, data.subarray(offset, offset + size));
-          offset += size;
+      const slot = (chunk % SLOTS) * SLOT_BYTES;
+      if (records && count > 0) {
+        // One call for the chunk's records: what the worker framed is what whole() and symlink() would have fed.
+        let files = 0;
+        let contentBytes = 0;
+        for (let k = 0; k < count; k++) {
+          if (leaves[from + k]!.type !== "file") continue;
+          files += 1;
+          contentBytes += words[base + SIZES + LEAF_WORDS * k]!;
         }
-        if (pending) await pending;
+        records(data.subarray(slot, slot + words[base + SIZES + LEAF_WORDS * (count - 1) + 2]!), count, files, contentBytes);
+      } else {
+        let offset = slot;
+        for (let k = 0; k < count; k++) {
+          const leaf = leaves[from + k]!;
+          let pending: void | Promise<void>;
+          if (leaf.type === "symlink") pending = consumer.symlink(leaf);
+          else {
+            const size = words[base + SIZES + LEAF_WORDS * k]!;
+            const fileMode = words[base + SIZES + LEAF_WORDS * k + 1]!;
+            pending = whole(leaf, { mode: fileMode & 0o7777, size }, data.subarray(offset, offset + size));
+            offset += size;
+          }
+          if (pending) await pending;
+        }
       }
       stats.fromWorker += count;
       if (count < to - from) stats.takeovers += 1;
@@ -209,7 +223,7 @@ function takePublished(words: Int32Array, base: number): number {
 }
 
 /** The leaves as flat arrays: each directory once, by index, with the dev and ino the walk saw. */
-function job(leaves: readonly LeafEntry[], control: SharedArrayBuffer, meta: SharedArrayBuffer, data: SharedArrayBuffer, watchCold: boolean): LaneJob {
+function job(leaves: readonly LeafEntry[], control: SharedArrayBuffer, meta: SharedArrayBuffer, data: SharedArrayBuffer, records: boolean, watchCold: boolean): LaneJob {
   let root: DirectoryEntry = leaves[0]!.parent;
   while (root.parent) root = root.parent;
   const index = new Map<DirectoryEntry, number>([[root, 0]]);
@@ -232,10 +246,13 @@ function job(leaves: readonly LeafEntry[], control: SharedArrayBuffer, meta: Sha
   };
   const leafDirs = new Int32Array(leaves.length);
   const leafNames: string[] = new Array(leaves.length);
+  const leafTargets: string[] | null = records ? new Array(leaves.length) : null;
   for (let i = 0; i < leaves.length; i++) {
     const leaf = leaves[i]!;
     leafNames[i] = leaf.name;
-    leafDirs[i] = leaf.type === "file" ? indexOf(leaf.parent) : -1;
+    const at = indexOf(leaf.parent);
+    leafDirs[i] = leaf.type === "file" ? at : -at - 1;
+    if (leafTargets) leafTargets[i] = leaf.type === "symlink" ? leaf.target : "";
   }
   return {
     control,
@@ -250,6 +267,8 @@ function job(leaves: readonly LeafEntry[], control: SharedArrayBuffer, meta: Sha
     dirInos: Float64Array.from(dirInos),
     leafDirs,
     leafNames,
+    records,
+    leafTargets,
     watchCold,
     testHook,
   };

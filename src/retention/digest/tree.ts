@@ -172,6 +172,17 @@ export async function digestListing(
         fileDone();
         return sink?.end(entry, info);
       },
+      ...(hashes.length === 1 && hashes[0]!.framing === treeExecFraming && !sink
+        ? {
+            records(bytes: Buffer, _count: number, files: number, contentBytes: number) {
+              if (signal?.aborted) throwIfAborted(signal);
+              hashes[0]!.update(bytes);
+              bytesDone += contentBytes;
+              filesDone += files;
+              if (onProgress && (filesDone >= nextFiles || bytesDone >= nextBytes)) emit();
+            },
+          }
+        : {}),
       symlink(entry: SymlinkEntry) {
         for (const hash of hashes) if (hash.framing.includes(entry.path)) hash.feed(hash.framing.symlink(entry.path, entry.target));
         return sink?.symlink(entry);
