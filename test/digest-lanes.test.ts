@@ -7,7 +7,7 @@ import { join } from "node:path";
 import { afterEach, test } from "node:test";
 import { OatsError } from "../src/errors.js";
 import { digestTree } from "../src/index.js";
-import { killLaneWorker, laneStats, LANE_MIN_FILES, lanesReady, setLaneMode, setLaneTestHook } from "../src/retention/digest/lanes.js";
+import { killLaneWorker, laneStats, LANE_MIN_FILES, lanesReady, setLaneMode, setLaneTestHook, setLoadProbe } from "../src/retention/digest/lanes.js";
 import { setReadHook } from "../src/retention/digest/read-hook.js";
 import { walkTree } from "../src/retention/digest/walk.js";
 import { digestListing } from "../src/retention/digest/tree.js";
@@ -28,6 +28,7 @@ const FORMATS = ["oats.tree-legacy.v0", EXEC, "oats.package-payload-exec.v1"] as
 
 afterEach(() => {
   setLaneMode("auto");
+  setLoadProbe(null);
   setReadHook(null);
 });
 
@@ -129,6 +130,7 @@ test("auto takes two lanes only from LANE_MIN_FILES files on, and not while a po
   if (availableParallelism() < 2) return t.skip("one core: auto never takes a second lane here");
   const small = laneTree(LANE_MIN_FILES - 200);
   const large = laneTree(LANE_MIN_FILES + 100);
+  setLoadProbe(() => 0.5);
   let before = laneStats().passes;
   await digestTree(small);
   assert.equal(laneStats().passes, before, "a small tree stays on one thread");
@@ -142,6 +144,10 @@ test("auto takes two lanes only from LANE_MIN_FILES files on, and not while a po
   } finally {
     await releaseWorker(worker);
   }
+  setLoadProbe(() => availableParallelism());
+  before = laneStats().passes;
+  await digestTree(large);
+  assert.equal(laneStats().passes, before, "every core is busy: one lane");
 });
 
 test("a leaf swapped after the walk, where the worker reads, is refused exactly as the serial read refuses it", async (t) => {

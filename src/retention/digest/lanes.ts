@@ -1,3 +1,4 @@
+import { loadavg } from "node:os";
 import { Worker, isMainThread } from "node:worker_threads";
 import { parallelism, workersHeld } from "../parallel/cores.js";
 import { LeafReader, readLeavesInOrder, type FileConsumer } from "./file-reader.js";
@@ -95,7 +96,7 @@ export function setLaneTestHook(hook: LaneJob["testHook"]): void {
  * process alive.
  */
 export function prepareLanes(): void {
-  if (mode === "never" || !isMainThread || (mode === "auto" && (parallelism() < 2 || workersHeld() > 0))) return;
+  if (mode === "never" || !isMainThread || (mode === "auto" && !coreFree())) return;
   idle ??= new LaneWorker();
 }
 
@@ -117,11 +118,30 @@ export function killLaneWorker(): Promise<number> | undefined {
   return active?.worker.terminate();
 }
 
+/**
+ * Whether another core is free for the worker: more than one, no pool worker
+ * held (the other cores read trees already), and a load average below the
+ * cores. A second lane costs some 15% more CPU than one (its start, its own
+ * heap and JIT, the shared-memory handover); when every core is taken it
+ * only competes with the calling thread, and measured slower here at load
+ * averages of 7 to 14 on 2 cores.
+ */
+function coreFree(): boolean {
+  const cores = parallelism();
+  return cores >= 2 && workersHeld() === 0 && loadProbe() < cores;
+}
+
+let loadProbe = (): number => loadavg()[0]!;
+
+/** Tests: the one-minute load average auto mode sees (null: the machine's). */
+export function setLoadProbe(probe: (() => number) | null): void {
+  loadProbe = probe ?? ((): number => loadavg()[0]!);
+}
+
 function wanted(leaves: readonly LeafEntry[]): boolean {
   if (mode === "never" || !isMainThread) return false;
   if (mode === "always") return true;
-  // A pool worker held by someone means the other cores are reading already.
-  if (parallelism() < 2 || workersHeld() > 0) return false;
+  if (!coreFree()) return false;
   let files = 0;
   for (let i = 0; i < leaves.length && files < LANE_MIN_FILES; i++) if (leaves[i]!.type === "file") files += 1;
   return files >= LANE_MIN_FILES;
