@@ -7,7 +7,7 @@ import { join } from "node:path";
 import { afterEach, test } from "node:test";
 import { OatsError } from "../src/errors.js";
 import { digestTree } from "../src/index.js";
-import { killLaneWorker, laneStats, LANE_MIN_FILES, lanesReady, setLaneMode, setLaneTestHook, setLoadProbe } from "../src/retention/digest/lanes.js";
+import { killLaneWorker, laneStats, LANE_MIN_FILES, lanesReady, setLaneMode, setLaneTestHook } from "../src/retention/digest/lanes.js";
 import { setReadHook } from "../src/retention/digest/read-hook.js";
 import { walkTree } from "../src/retention/digest/walk.js";
 import { digestListing } from "../src/retention/digest/tree.js";
@@ -28,7 +28,6 @@ const FORMATS = ["oats.tree-legacy.v0", EXEC, "oats.package-payload-exec.v1"] as
 
 afterEach(() => {
   setLaneMode("auto");
-  setLoadProbe(null);
   setReadHook(null);
 });
 
@@ -130,7 +129,6 @@ test("auto takes two lanes only from LANE_MIN_FILES files on, and not while a po
   if (availableParallelism() < 2) return t.skip("one core: auto never takes a second lane here");
   const small = laneTree(LANE_MIN_FILES - 200);
   const large = laneTree(LANE_MIN_FILES + 100);
-  setLoadProbe(() => 0.5);
   let before = laneStats().passes;
   await digestTree(small);
   assert.equal(laneStats().passes, before, "a small tree stays on one thread");
@@ -144,10 +142,6 @@ test("auto takes two lanes only from LANE_MIN_FILES files on, and not while a po
   } finally {
     await releaseWorker(worker);
   }
-  setLoadProbe(() => availableParallelism());
-  before = laneStats().passes;
-  await digestTree(large);
-  assert.equal(laneStats().passes, before, "every core is busy: one lane");
 });
 
 test("a leaf swapped after the walk, where the worker reads, is refused exactly as the serial read refuses it", async (t) => {
@@ -220,22 +214,25 @@ test("a leaf swapped after the walk, where the worker reads, is refused exactly 
 });
 
 test("a file that changes between the worker's read and its check is not hashed from the worker's bytes", async () => {
-  const root = laneTree();
-  const listing = await walkTree(root);
-  const files = listing.leaves.filter((leaf) => leaf.type === "file");
-  const target = files[files.length - 100]!.path;
-  await lanesOn();
-  slowCaller(50);
-  // In the worker, right after it read the file: one byte appended, for real.
-  setLaneTestHook({ appendAfterRead: target });
-  const before = laneStats().fromWorker;
-  const result = await outcome(digestListing(listing, [EXEC]));
-  setLaneTestHook(null);
-  setReadHook(null);
-  assert.ok(laneStats().fromWorker > before, "the worker took part");
-  assert.equal(readFileSync(join(root, target)).at(-1), 0x2b, "the worker's hook ran");
-  // The calling thread read it again after the change: the tree as it is now, never as it was.
-  assert.deepEqual(result, { digests: { [EXEC]: referenceExec(root) } });
+  // The calling thread may take the file over when the worker is not scheduled in time (a loaded machine): then again.
+  let hooked = 0;
+  for (let attempt = 0; attempt < 6 && hooked === 0; attempt++) {
+    const root = laneTree();
+    const listing = await walkTree(root);
+    const files = listing.leaves.filter((leaf) => leaf.type === "file");
+    const target = files[files.length - 100]!.path;
+    await lanesOn();
+    slowCaller(100);
+    // In the worker, right after it read the file: one byte appended, for real.
+    setLaneTestHook({ appendAfterRead: target });
+    const result = await outcome(digestListing(listing, [EXEC]));
+    setLaneTestHook(null);
+    setReadHook(null);
+    if (readFileSync(join(root, target)).at(-1) === 0x2b) hooked += 1;
+    // Whoever read it last, the digest is of the tree as it is now, never of the bytes the worker read before the change.
+    assert.deepEqual(result, { digests: { [EXEC]: referenceExec(root) } });
+  }
+  assert.equal(hooked, 1, "the worker read the file and its hook ran");
 });
 
 test("a worker that dies mid-tree leaves its leaves to the calling thread: the digest is still the serial one", async () => {

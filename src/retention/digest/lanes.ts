@@ -1,4 +1,3 @@
-import { loadavg } from "node:os";
 import { Worker, isMainThread } from "node:worker_threads";
 import { parallelism, workersHeld } from "../parallel/cores.js";
 import { LeafReader, readLeavesInOrder, type FileConsumer } from "./file-reader.js";
@@ -119,23 +118,14 @@ export function killLaneWorker(): Promise<number> | undefined {
 }
 
 /**
- * Whether another core is free for the worker: more than one, no pool worker
- * held (the other cores read trees already), and a load average below the
- * cores. A second lane costs some 15% more CPU than one (its start, its own
- * heap and JIT, the shared-memory handover); when every core is taken it
- * only competes with the calling thread, and measured slower here at load
- * averages of 7 to 14 on 2 cores.
+ * Whether another core may be free for the worker: more than one, and no
+ * pool worker held (the other cores read trees already). The machine's
+ * load is not asked: measured at load averages of 12 to 14 on 2 cores, two
+ * lanes still took 0.80x (20k files) and 0.92x (node_modules) of one in
+ * process, and the same in a fresh process (docs/design/performance.md).
  */
 function coreFree(): boolean {
-  const cores = parallelism();
-  return cores >= 2 && workersHeld() === 0 && loadProbe() < cores;
-}
-
-let loadProbe = (): number => loadavg()[0]!;
-
-/** Tests: the one-minute load average auto mode sees (null: the machine's). */
-export function setLoadProbe(probe: (() => number) | null): void {
-  loadProbe = probe ?? ((): number => loadavg()[0]!);
+  return parallelism() >= 2 && workersHeld() === 0;
 }
 
 function wanted(leaves: readonly LeafEntry[]): boolean {
