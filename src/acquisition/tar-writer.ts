@@ -1,8 +1,9 @@
 import { writeSync } from "node:fs";
 import type { Hash } from "node:crypto";
-import { Header, Pax, type HeaderData } from "tar";
+import { BLOCK_SIZE, END_OF_ARCHIVE, encodeEntryHeader, type TarEntryHeader } from "./tar-format.js";
 import type { FileConsumer, FileInfo } from "../retention/digest/file-reader.js";
 import type { FileEntry, SymlinkEntry } from "../retention/digest/walk.js";
+import type { SyncBehind } from "./sync-behind.js";
 
 /**
  * The one tar writer of the project: bundles (bundle.ts) and fleet tree
@@ -10,8 +11,7 @@ import type { FileEntry, SymlinkEntry } from "../retention/digest/walk.js";
  * byte-reproducible tar form.
  */
 
-const ZEROS = Buffer.alloc(1024);
-const FIXED_MTIME = new Date(0);
+const ZEROS = Buffer.alloc(BLOCK_SIZE);
 const WRITE_BUFFER = 1 << 20;
 
 /** Where a writer's bytes go instead of a file: called in order; `data` is only valid during the call. */
@@ -26,12 +26,15 @@ export type TarOutput = (data: Buffer) => void;
  */
 export class TarWriter {
   private readonly buffer = Buffer.allocUnsafe(WRITE_BUFFER);
+  private readonly block = Buffer.alloc(BLOCK_SIZE);
   private used = 0;
   bytes = 0;
 
   constructor(
     private readonly fd: number | TarOutput,
     private readonly hash?: Hash,
+    /** Told of every write into `fd`, to start the file's writeback early (export). */
+    private readonly behind?: SyncBehind,
   ) {}
 
   private writeFd(data: Buffer): void {
@@ -42,6 +45,7 @@ export class TarWriter {
     }
     let done = 0;
     while (done < data.length) done += writeSync(this.fd, data, done, data.length - done);
+    this.behind?.wrote(data.length);
   }
 
   write(data: Buffer): void {
@@ -63,16 +67,15 @@ export class TarWriter {
   }
 
   pad(size: number): void {
-    const rest = size % 512;
-    if (rest !== 0) this.write(ZEROS.subarray(0, 512 - rest));
+    const rest = size % BLOCK_SIZE;
+    if (rest !== 0) this.write(ZEROS.subarray(0, BLOCK_SIZE - rest));
   }
 
-  header(data: HeaderData & { path: string }): void {
-    const header = new Header({ uid: 0, gid: 0, uname: "", gname: "", mtime: FIXED_MTIME, ...data });
-    if (header.encode()) {
-      this.write(new Pax({ path: data.path, ...(data.linkpath !== undefined ? { linkpath: data.linkpath } : {}) }).encode());
-    }
-    this.write(header.block!);
+  /** One entry's header (tar-format.ts), preceded by a pax header when its path or link text needs one. */
+  header(entry: TarEntryHeader): void {
+    const pax = encodeEntryHeader(this.block, entry);
+    if (pax) this.write(pax);
+    this.write(this.block);
   }
 
   file(path: string, exec: boolean, size: number): void {
@@ -94,7 +97,7 @@ export class TarWriter {
   }
 
   end(): void {
-    this.write(ZEROS);
+    this.write(END_OF_ARCHIVE);
     this.flush();
   }
 }
