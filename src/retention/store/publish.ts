@@ -8,7 +8,8 @@ import type { ArtifactKind } from "../ids.js";
 import { TREE_LEGACY, type TreeFormat } from "../integrity.js";
 import { ensureStore, fsyncDirectory, removeCreatedStore } from "./components.js";
 import { faultPoint } from "./faults.js";
-import { ManifestBuilder, firstDifference, writeManifest } from "./manifest.js";
+import { ManifestBuilder, firstDifference, writeManifest, type ManifestRow } from "./manifest.js";
+import { adoptedAsVerified, type AdoptVerified } from "./adopted-read.js";
 import { EXEC_REVISIONS_DIR, assertContained, stagingName, storeRoot } from "./layout.js";
 import { maskAdoptedModes } from "./modes.js";
 import { mayMatch, newestRevision } from "./kept-candidate.js";
@@ -53,7 +54,13 @@ export interface PublishPlan {
   readonly signal?: AbortSignal;
   /** The deepest path a walked tree may have; DEFAULT_MAX_DEPTH otherwise. */
   readonly maxDepth?: number;
+  /**
+   * publishAdopted only: what the caller's own read of `listing` measured
+   * (see AdoptVerified); the staged tree is then not read back.
+   */
+  readonly verified?: AdoptVerified;
 }
+
 
 /** The digest options of one phase of a plan. */
 function digestOptions(plan: Pick<PublishPlan, "onProgress" | "signal">, phase: ProgressPhase, totalBytes?: number): DigestOptions {
@@ -281,7 +288,7 @@ export async function publishAdopted(plan: PublishPlan): Promise<PublishResult> 
     maskAdoptedModes(staging, plan.listing);
     announce(plan, "sync");
     await makeDurable(staging, plan.listing, { perFile: perFileDurability(plan.listing), filesSynced: false });
-    const { staged, manifest } = await verifyStaged(plan, staging);
+    const { staged, manifest } = plan.verified ? await adoptedAsVerified(plan, plan.verified, staging) : await verifyStaged(plan, staging);
     const measured = staged[plan.nameFormat]!;
     if (plan.expected && measured !== plan.expected) throw mismatch(plan, plan.expected, measured, { source: plan.listing.root.absolute, reason: "source-differs" });
     plan.checkStaged?.(staging);
@@ -333,7 +340,7 @@ async function verifyStaged(plan: PublishPlan, staging: string, totalBytes?: num
 }
 
 /** Rename the verified staging into place under the revision lock; a concurrent winner is verified and reported kept. */
-async function commit(plan: PublishPlan, parent: string, dir: string, staging: string, staged: TreeDigests, manifest: ManifestBuilder): Promise<PublishResult> {
+async function commit(plan: PublishPlan, parent: string, dir: string, staging: string, staged: TreeDigests, manifest: { readonly rows: readonly ManifestRow[] }): Promise<PublishResult> {
   const measured = staged[plan.nameFormat]!;
   announce(plan, "publish");
   const outcome = await withRevisionLock(parent, `sha256-${measured.slice(7)}`, plan.lockWaitMs, async () => {
