@@ -267,7 +267,9 @@ export async function publishTree(plan: PublishPlan): Promise<PublishResult> {
  *    syncfs);
  * 4. the durable staged tree is read back once, in every format and into
  *    the manifest (`verify-staged`), and what it hashes to must be the
- *    expected digest (`source-differs`);
+ *    expected digest (`source-differs`); with `plan.verified` the caller's
+ *    read stands instead, once the moved directory is the one it read
+ *    (adopted-read.ts);
  * 5. checkStaged (provenance) runs on the staged tree;
  * 6. it is renamed into place under the revision lock; a concurrent winner
  *    is verified and reported kept.
