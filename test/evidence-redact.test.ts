@@ -10,7 +10,7 @@ import { join } from "node:path";
 import { describe, test } from "node:test";
 import { isOatsError } from "../src/errors.js";
 import { analysePattern, PatternRefusal } from "../src/evidence/redact-pattern.js";
-import { createRedactor, credentialValueProblem, redactionRules, type RedactionRule } from "../src/evidence/redact.js";
+import { budgetedOutcome, createRedactor, credentialValueProblem, redactionRules, type Match, type RedactionRule } from "../src/evidence/redact.js";
 import { REPO } from "./helpers.js";
 
 interface Corpus {
@@ -138,5 +138,24 @@ describe("redaction beyond the corpus", () => {
     assert.match(reason("(?<n>a)\\k<n>", "u"), /backreference/);
     assert.match(reason("abc", "y"), /flags/);
     assert.match(reason("("), /compile/);
+  });
+});
+
+describe("the budgeted runner's outcome", () => {
+  const patterns = [{ index: 3 }, { index: 5 }];
+  test("a watchdog that fires after the last rule finished keeps every span (it is not an exhausted budget)", () => {
+    const into: Match[] = [];
+    assert.deepEqual(budgetedOutcome(patterns, true, 2, [[0, 4], [6, 9, 10, 12]], into), { exhausted: null });
+    assert.deepEqual(into, [{ start: 0, end: 4, rule: 3 }, { start: 6, end: 9, rule: 5 }, { start: 10, end: 12, rule: 5 }]);
+  });
+  test("a watchdog that fires inside a rule names that rule and keeps no partial spans", () => {
+    const into: Match[] = [];
+    assert.deepEqual(budgetedOutcome(patterns, true, 1, [[0, 4]], into), { exhausted: 5 });
+    assert.deepEqual(into, []);
+  });
+  test("a run without a timeout keeps every span", () => {
+    const into: Match[] = [];
+    assert.deepEqual(budgetedOutcome(patterns, false, 2, [[], [1, 2]], into), { exhausted: null });
+    assert.deepEqual(into, [{ start: 1, end: 2, rule: 5 }]);
   });
 });

@@ -17,7 +17,7 @@ import { retainedTreeDir } from "../retention/store/layout.js";
 import { revisionParentSegments } from "../retention/store/publish.js";
 import { verifyAllTrees } from "../retention/verify-many.js";
 import type { VerifiedTree } from "../retention/adopt-verified.js";
-import { ManifestBuilder } from "../retention/store/manifest.js";
+import { ManifestRecorder } from "../retention/store/manifest-encoding.js";
 import { settleInLanes } from "../retention/parallel/pool.js";
 import { throwIfAborted } from "../retention/progress.js";
 import { BUNDLE_MANIFEST, MAX_MANIFEST_BYTES, artifactId, manifestSchema, pinnedBlobs, type BundleManifest } from "./bundle-format.js";
@@ -109,7 +109,7 @@ export interface VerifiedBundle {
   readonly manifest: BundleManifest;
   /**
    * Per artifact row, the verification read of a tree hashed on this thread
-   * (walk, digest, manifest rows), which publication adopts instead of
+   * (walk, digest, manifest), which publication adopts instead of
    * reading the tree again (adoptVerifiedTree); undefined for a tree a worker
    * lane hashed, which publication reads back as before.
    */
@@ -130,14 +130,14 @@ export async function verifyBundle(bundle: string, root: string, manifest: Bundl
     const listing = await walkTree(dir, { maxDepth });
     // The extractor kept symlinks inside the bundle; each must also stay inside its own tree.
     await checkSymlinks(dir, listing);
-    const rows = measure ? null : new ManifestBuilder();
-    const digests = measure ? await measure({ dir, formats: [TREE_EXEC], maxDepth }) : await digestListing(listing, [TREE_EXEC], { ...watch, phase: "verify", sink: rows!, sinkOrder: "bytes" });
+    const manifestOf = measure ? null : new ManifestRecorder();
+    const digests = measure ? await measure({ dir, formats: [TREE_EXEC], maxDepth }) : await digestListing(listing, [TREE_EXEC], { ...watch, phase: "verify", sink: manifestOf!, sinkOrder: "bytes" });
     const actual = digests[TREE_EXEC]!;
     const expected = row.integrity.slice(TREE_EXEC.length + 1);
     if (actual !== expected) {
       throw mismatch(bundle, `${row.kind} ${row.key}`, row.integrity, `${TREE_EXEC}:${actual}`, { kind: row.kind, key: row.key, path: row.path, format: TREE_EXEC });
     }
-    return rows ? { listing, digests, rows: rows.rows } : undefined;
+    return manifestOf ? { listing, digests, manifest: manifestOf } : undefined;
   });
   const verifiedTrees: (VerifiedTree | undefined)[] = [];
   for (const tree of trees) {

@@ -3,7 +3,11 @@
  * The `oats` entry point. It stays tiny so a cold `oats --version` costs
  * about as much as starting node: a lone `--version`/`-V` (with or without
  * `--json`) is answered from package.json without loading commander, zod or
- * the library. Everything else loads ./main.js.
+ * the library. Everything else runs main.ts as bundled by `npm run build`
+ * (scripts/bundle-cli.mjs: dist/cli/bundle/oats.cjs and its V8 code cache,
+ * run by load-bundle.ts), so a command opens a handful of files instead of a
+ * few hundred modules and compiles little; run from source (tsx), it loads
+ * main.ts.
  *
  * In JSON mode stdout carries exactly one envelope line. `--json` is detected
  * here, before any module is loaded, and stdout is pointed at stderr for
@@ -29,6 +33,12 @@ function internalFailure(error: unknown): number {
   return 1;
 }
 
+/** The bundle beside the built bin.js (load-bundle.ts); main.ts itself when run from source. */
+async function loadMain(): Promise<typeof import("./main.js").main> {
+  if (import.meta.url.endsWith(".ts")) return (await import("./main.js")).main;
+  return (await import("./load-bundle.js")).loadBundle().main;
+}
+
 if (rest.length === 1 && (rest[0] === "--version" || rest[0] === "-V")) {
   try {
     const version = packageVersion();
@@ -39,7 +49,7 @@ if (rest.length === 1 && (rest[0] === "--version" || rest[0] === "-V")) {
 } else {
   if (json) process.stdout.write = process.stderr.write.bind(process.stderr) as typeof process.stdout.write;
   try {
-    const { main } = await import("./main.js");
+    const main = await loadMain();
     process.exitCode = await main(argv, { json, writeOut });
   } catch (error) {
     process.exitCode = internalFailure(error);

@@ -82,7 +82,7 @@ interface CompiledPattern {
   readonly ranges: readonly number[];
 }
 
-interface Match {
+export interface Match {
   start: number;
   end: number;
   rule: number;
@@ -170,17 +170,28 @@ function budgetedRunner(patterns: readonly CompiledPattern[]) {
     }`);
   return (text: string, into: Match[]): { exhausted: number | null } => {
     context["text"] = text;
+    let timedOut = false;
     try {
       script.runInContext(context, { timeout: LINE_BUDGET_MS });
     } catch (error) {
       if ((error as { code?: string }).code !== "ERR_SCRIPT_EXECUTION_TIMEOUT") throw error;
-      return { exhausted: patterns[context["done"] as number]!.index };
+      timedOut = true;
     }
-    (context["found"] as number[][]).forEach((spans, position) => {
-      for (let at = 0; at < spans.length; at += 2) into.push({ start: spans[at]!, end: spans[at + 1]!, rule: patterns[position]!.index });
-    });
-    return { exhausted: null };
+    return budgetedOutcome(patterns, timedOut, context["done"] as number, context["found"] as number[][], into);
   };
+}
+
+/**
+ * What one budgeted run found. The watchdog can fire after the last rule has
+ * already finished (the script is then only returning): every rule's spans
+ * are complete, so that is a finished run, not an exhausted budget.
+ */
+export function budgetedOutcome(patterns: readonly { index: number }[], timedOut: boolean, done: number, found: readonly number[][], into: Match[]): { exhausted: number | null } {
+  if (timedOut && done < patterns.length) return { exhausted: patterns[done]!.index };
+  found.forEach((spans, position) => {
+    for (let at = 0; at < spans.length; at += 2) into.push({ start: spans[at]!, end: spans[at + 1]!, rule: patterns[position]!.index });
+  });
+  return { exhausted: null };
 }
 
 /** Merge overlapping matches; each merged span is named after its longest match (the earlier rule on a tie). */

@@ -20,7 +20,7 @@ export interface VerifiedTree extends AdoptVerified {
 
 /**
  * adoptTree of a tree the caller has already walked, checked and hashed into
- * manifest rows (importBundle's verification of a private extraction
+ * its manifest (importBundle's verification of a private extraction
  * directory): the same publication (move, modes, durability, the expected
  * digest, rename under the lock) without a second walk and read of the tree.
  * See AdoptVerified for why that read guards nothing here.
@@ -48,7 +48,7 @@ export function adoptVerifiedTree(
       expected: expected.value,
       formats: [TREE_EXEC],
       lockWaitMs: options.lockWaitMs ?? DEFAULT_LOCK_WAIT_MS,
-      verified: { digests: verified.digests, rows: verified.rows },
+      verified: { digests: verified.digests, manifest: verified.manifest },
       ...(options.signal ? { signal: options.signal } : {}),
       ...(options.maxDepth === undefined ? {} : { maxDepth: options.maxDepth }),
     });

@@ -11,6 +11,7 @@ import { checkProvenance, expectedProvenance } from "./provenance.js";
 import { receipt, type ArtifactReceipt } from "./receipt.js";
 import { checkSourceOutsideStore, checkSymlinks } from "./source-check.js";
 import { inspectStore, resolveScope } from "./store/components.js";
+import { startEarlyCheck, type EarlyCheck } from "./store/kept-early.js";
 import { storeRoot } from "./store/layout.js";
 import { DEFAULT_LOCK_WAIT_MS } from "./store/publish-lock.js";
 import { withPublishLease } from "./store/lease.js";
@@ -57,6 +58,8 @@ type Transfer = "copy" | "adopt";
 
 const publishers = { copy: publishTree, adopt: publishAdopted } as const;
 
+const depth = (options: RetainOptions): { maxDepth?: number } => (options.maxDepth === undefined ? {} : { maxDepth: options.maxDepth });
+
 /**
  * Retain a materialized capability under the revision its lock row names
  * (`<id>/sha256-<hex>/`, oats.tree-legacy.v0), after checking the tree
@@ -86,6 +89,27 @@ async function capabilityArtifact(transfer: Transfer, scope: string, sourceDir: 
   const expected = parseTreeIntegrity(rows.capability.integrity, [TREE_LEGACY]);
   const provenance = expectedProvenance(id, rows);
   const realScope = resolveScope(scope);
+  const formats = [TREE_LEGACY, TREE_EXEC] as const;
+  // The stored revision's read starts before the source's walk (store/kept-early.ts).
+  const early = startEarlyCheck({ scope: realScope, kind: "capability", key: id, nameFormat: TREE_LEGACY, formats, expected: expected.value, ...depth(options) });
+  try {
+    return await capabilityPublished(transfer, realScope, sourceDir, id, expected.value, provenance, formats, early, options);
+  } finally {
+    await early?.release();
+  }
+}
+
+async function capabilityPublished(
+  transfer: Transfer,
+  realScope: string,
+  sourceDir: string,
+  id: string,
+  expected: string,
+  provenance: ReturnType<typeof expectedProvenance>,
+  formats: readonly [typeof TREE_LEGACY, typeof TREE_EXEC],
+  early: EarlyCheck | null,
+  options: RetainOptions,
+): Promise<ArtifactReceipt> {
   const listing = await checkedSource(realScope, "capability", id, sourceDir, revisionParentSegments(id, TREE_LEGACY), options.maxDepth);
   throwIfAborted(options.signal);
   const checkStaged = (dir: string) => checkProvenance(dir, provenance);
@@ -95,10 +119,11 @@ async function capabilityArtifact(transfer: Transfer, scope: string, sourceDir: 
     key: id,
     listing,
     nameFormat: TREE_LEGACY,
-    expected: expected.value,
-    formats: [TREE_LEGACY, TREE_EXEC],
+    expected,
+    formats,
     checkStaged,
     checkExisting: checkStaged,
+    early,
     lockWaitMs: options.lockWaitMs ?? DEFAULT_LOCK_WAIT_MS,
     ...(options.onProgress ? { onProgress: options.onProgress } : {}),
     ...(options.signal ? { signal: options.signal } : {}),
@@ -131,7 +156,26 @@ async function tree(transfer: Transfer, scope: string, request: RetainTreeReques
   const key = assertArtifactKey(kind, request.key);
   const expected = request.expect === undefined ? undefined : parseTreeIntegrity(request.expect, [TREE_EXEC]);
   const realScope = resolveScope(scope);
-  const listing = await checkedSource(realScope, kind, key, request.source, revisionParentSegments(key, TREE_EXEC), options.maxDepth);
+  // An adoption without an expected digest is never kept without its copy (publishAdopted): nothing to start early.
+  const early = transfer === "copy" || expected ? startEarlyCheck({ scope: realScope, kind, key, nameFormat: TREE_EXEC, formats: [TREE_EXEC], ...(expected ? { expected: expected.value } : {}), ...depth(options) }) : null;
+  try {
+    return await treePublished(transfer, realScope, kind, key, request.source, expected?.value, early, options);
+  } finally {
+    await early?.release();
+  }
+}
+
+async function treePublished(
+  transfer: Transfer,
+  realScope: string,
+  kind: ArtifactKind,
+  key: string,
+  source: string,
+  expected: string | undefined,
+  early: EarlyCheck | null,
+  options: RetainOptions,
+): Promise<ArtifactReceipt> {
+  const listing = await checkedSource(realScope, kind, key, source, revisionParentSegments(key, TREE_EXEC), options.maxDepth);
   throwIfAborted(options.signal);
   const published = await publishers[transfer]({
     scope: realScope,
@@ -139,8 +183,9 @@ async function tree(transfer: Transfer, scope: string, request: RetainTreeReques
     key,
     listing,
     nameFormat: TREE_EXEC,
-    ...(expected ? { expected: expected.value } : {}),
+    ...(expected ? { expected } : {}),
     formats: [TREE_EXEC],
+    early,
     lockWaitMs: options.lockWaitMs ?? DEFAULT_LOCK_WAIT_MS,
     ...(options.onProgress ? { onProgress: options.onProgress } : {}),
     ...(options.signal ? { signal: options.signal } : {}),

@@ -29,16 +29,26 @@ const PREFETCH_LIMIT = 256 << 10;
 
 const FLAGS = constants.O_RDONLY | constants.O_NOFOLLOW | constants.O_NONBLOCK;
 
-// CommonJS, evaluated: no module file to find next to the compiled one. Slots: 0 the reader's position, 1 stop.
+/*
+ * CommonJS, evaluated: no module file to find next to the compiled one.
+ * Slots: 0 the reader's position, 1 stop. The paths are UTF-8 bytes in one
+ * SharedArrayBuffer (leaf i is bytes[ends[i - 1], ends[i]), empty for a
+ * symlink), opened as Buffer paths: an array of 20,000 strings in
+ * workerData was cloned into each worker's heap, some 6 MiB of RSS per
+ * worker (docs/design/performance.md, row 25b).
+ */
 const SOURCE = `
 const { workerData } = require("node:worker_threads");
 const { openSync, readSync, closeSync } = require("node:fs");
-const { paths, shared, flags, limit, window, stride, from } = workerData;
+const { bytes, ends, shared, flags, limit, window, stride, from } = workerData;
 const view = new Int32Array(shared);
+const names = Buffer.from(bytes);
+const end = new Int32Array(ends);
 const buffer = Buffer.allocUnsafe(limit);
-for (let i = from; i < paths.length; i += stride) {
-  const path = paths[i];
-  if (!path) continue;
+for (let i = from; i < end.length; i += stride) {
+  const start = i === 0 ? 0 : end[i - 1];
+  if (start === end[i]) continue;
+  const path = names.subarray(start, end[i]);
   for (;;) {
     if (Atomics.load(view, 1) !== 0) process.exit(0);
     const at = Atomics.load(view, 0);
@@ -89,16 +99,34 @@ export function worthPrefetching(leaves: readonly LeafEntry[], from: number): bo
   return files >= PREFETCH_MIN_FILES;
 }
 
+/** The absolute paths of the files among `leaves`, packed as the workers read them (SOURCE). */
+function packPaths(leaves: readonly LeafEntry[]): { bytes: SharedArrayBuffer; ends: SharedArrayBuffer } {
+  // Two passes over the strings rather than a Buffer per path: 20,000 small objects would outlive the young generation.
+  let total = 0;
+  for (const leaf of leaves) if (leaf.type === "file") total += Buffer.byteLength(leaf.absolute);
+  const bytes = new SharedArrayBuffer(total);
+  const ends = new SharedArrayBuffer(4 * leaves.length);
+  const into = Buffer.from(bytes);
+  const end = new Int32Array(ends);
+  let at = 0;
+  for (let i = 0; i < leaves.length; i++) {
+    const leaf = leaves[i]!;
+    if (leaf.type === "file") at += into.write(leaf.absolute, at);
+    end[i] = at;
+  }
+  return { bytes, ends };
+}
+
 /** Read-ahead workers for `leaves` from index `from` on. */
 export function startPrefetch(leaves: readonly LeafEntry[], from: number): Prefetcher | null {
-  const paths = leaves.map((leaf) => (leaf.type === "file" ? leaf.absolute : ""));
+  const { bytes, ends } = packPaths(leaves);
   const shared = new SharedArrayBuffer(8);
   const view = new Int32Array(shared);
   Atomics.store(view, 0, from);
   let workers: Worker[] | null = [];
   try {
     for (let k = 0; k < PREFETCH_WORKERS; k++) {
-      workers.push(new Worker(SOURCE, { eval: true, workerData: { paths, shared, flags: FLAGS, limit: PREFETCH_LIMIT, window: WINDOW, stride: PREFETCH_WORKERS, from: from + k }, stdout: false, stderr: false }));
+      workers.push(new Worker(SOURCE, { eval: true, workerData: { bytes, ends, shared, flags: FLAGS, limit: PREFETCH_LIMIT, window: WINDOW, stride: PREFETCH_WORKERS, from: from + k }, stdout: false, stderr: false }));
     }
   } catch {
     for (const worker of workers) void worker.terminate().catch(() => undefined);

@@ -66,6 +66,44 @@ export interface TreeListing {
   readonly directories: DirectoryEntry[];
 }
 
+/**
+ * A file or symlink of a listing holds its name and parent; its path and
+ * absolute path are spelled on each use. A listing of 20,000 files is held
+ * twice during a retain (the source and the staged copy), and each of its
+ * strings outlives the young generation: with both paths stored, the leaves
+ * took about 5 MiB per listing and their survival grew V8's young
+ * generation to its 32 MiB maximum (docs/design/performance.md, row 25b).
+ * A path is one concatenation with the parent directory's stored path.
+ */
+class Leaf {
+  constructor(
+    readonly name: string,
+    readonly parent: DirectoryEntry,
+  ) {}
+  get path(): string {
+    const above = this.parent.path;
+    return above ? `${above}/${this.name}` : this.name;
+  }
+  get absolute(): string {
+    return `${this.parent.absolute}/${this.name}`;
+  }
+}
+
+class FileLeaf extends Leaf implements FileEntry {
+  readonly type = "file";
+}
+
+class SymlinkLeaf extends Leaf implements SymlinkEntry {
+  readonly type = "symlink";
+  constructor(
+    name: string,
+    parent: DirectoryEntry,
+    readonly target: string,
+  ) {
+    super(name, parent);
+  }
+}
+
 const utf8 = new TextDecoder("utf-8", { fatal: true });
 /** Built on first use: constructing it loads ICU collation data (~10 ms), which only legacy digests need. */
 let collator: Intl.Collator | undefined;
@@ -287,9 +325,9 @@ export async function walkTree(rootAbsolute: string, options: WalkOptions = {}):
       const parent = frame.directory;
       const name = entry.name;
       const childPath = parent.path ? `${parent.path}/${name}` : name;
-      const childAbsolute = `${parent.absolute}/${name}`;
       if (frame.depth + 1 > maxDepth) throw tooDeep(childPath, frame.depth + 1, maxDepth);
       if (entry.isDirectory()) {
+        const childAbsolute = `${parent.absolute}/${name}`;
         const child = openDirectory(inDirectory(frame.fd, parent.absolute, name), childPath);
         const directory: DirectoryEntry = { type: "directory", name, path: childPath, absolute: childAbsolute, children: [], parent, dev: child.dev, ino: child.ino, mode: child.mode };
         const below: Frame = { directory, fd: child.fd, listed: [], depth: frame.depth + 1, next: 0 };
@@ -297,11 +335,11 @@ export async function walkTree(rootAbsolute: string, options: WalkOptions = {}):
         below.listed = listDirectory(child.fd, childAbsolute, childPath);
         parent.children.push(directory);
       } else if (entry.isFile()) {
-        const file: FileEntry = { type: "file", name, path: childPath, absolute: childAbsolute, parent };
+        const file = new FileLeaf(name, parent);
         parent.children.push(file);
         leaves.push(file);
       } else if (entry.isSymbolicLink()) {
-        const link: SymlinkEntry = { type: "symlink", name, path: childPath, absolute: childAbsolute, target: readSymlink(inDirectory(frame.fd, parent.absolute, name), childPath), parent };
+        const link = new SymlinkLeaf(name, parent, readSymlink(inDirectory(frame.fd, parent.absolute, name), childPath));
         parent.children.push(link);
         leaves.push(link);
       } else {

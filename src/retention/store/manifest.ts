@@ -2,11 +2,11 @@ import { createHash, type Hash } from "node:crypto";
 import { readFileSync, renameSync, unlinkSync } from "node:fs";
 import { basename, dirname, join } from "node:path";
 import { z } from "zod";
-import { canonicalJsonBytes } from "../digest/json.js";
 import type { FileConsumer, FileInfo } from "../digest/file-reader.js";
 import { digestListing } from "../digest/tree.js";
 import { walkTree, type FileEntry, type SymlinkEntry } from "../digest/walk.js";
 import { writeStagedFile } from "./files.js";
+import { manifestDocument } from "./manifest-encoding.js";
 
 /**
  * A per-revision manifest, `.manifest-sha256-<hex>.json` beside the revision:
@@ -64,11 +64,15 @@ export function isManifestName(name: string): boolean {
   return name.startsWith(".manifest-");
 }
 
-/** Write the manifest beside its revision: staged, fsync'd, renamed. Best effort: a failure loses only diagnostics. */
-export function writeManifest(revisionDir: string, rows: readonly ManifestRow[]): void {
+/**
+ * Write the manifest document (a ManifestRecorder's) beside its revision:
+ * staged, fsync'd, renamed. Best effort: a failure, encoding included,
+ * loses only diagnostics.
+ */
+export function writeManifest(revisionDir: string, document: { bytes(): Buffer }): void {
   let staged: string | null = null;
   try {
-    staged = writeStagedFile(dirname(revisionDir), ".manifest", manifestBytes(rows));
+    staged = writeStagedFile(dirname(revisionDir), ".manifest", document.bytes());
     renameSync(staged, manifestPath(revisionDir));
   } catch {
     try {
@@ -79,24 +83,10 @@ export function writeManifest(revisionDir: string, rows: readonly ManifestRow[])
   }
 }
 
-/**
- * canonicalJsonBytes({ schemaVersion: 1, rows }), encoded a row at a time:
- * the same bytes ("rows" sorts before "schemaVersion"), without the
- * encoder's whole-document intermediates, which on a 20,000-file tree were
- * the retain's peak of memory.
- */
+/** canonicalJsonBytes({ schemaVersion: 1, rows }), encoded a row at a time (manifest-encoding.ts). */
 export function manifestBytes(rows: readonly ManifestRow[]): Buffer {
-  const parts: Buffer[] = [Buffer.from('{"rows":[')];
-  for (let i = 0; i < rows.length; i++) {
-    if (i > 0) parts.push(COMMA);
-    const row = canonicalJsonBytes(rows[i]);
-    parts.push(row.subarray(0, row.length - 1)); // without the document's closing newline
-  }
-  parts.push(Buffer.from('],"schemaVersion":1}\n'));
-  return Buffer.concat(parts);
+  return manifestDocument(rows);
 }
-
-const COMMA = Buffer.from(",");
 
 function readManifest(revisionDir: string): ManifestRow[] | null {
   try {

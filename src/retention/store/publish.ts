@@ -1,4 +1,4 @@
-import { lstat, mkdir, rename, utimes } from "node:fs/promises";
+import { lstat, mkdir, rename } from "node:fs/promises";
 import { join } from "node:path";
 import { OatsError, asStepError, errnoCode } from "../../errors.js";
 import { FRAMINGS, digestListing, type DigestOptions, type ProgressListener, type TreeDigests } from "../digest/tree.js";
@@ -8,12 +8,14 @@ import type { ArtifactKind } from "../ids.js";
 import { TREE_LEGACY, type TreeFormat } from "../integrity.js";
 import { ensureStore, fsyncDirectory, removeCreatedStore } from "./components.js";
 import { faultPoint } from "./faults.js";
-import { ManifestBuilder, firstDifference, writeManifest, type ManifestRow } from "./manifest.js";
+import { firstDifference, writeManifest } from "./manifest.js";
+import { ManifestRecorder } from "./manifest-encoding.js";
 import { adoptedAsVerified, type AdoptVerified } from "./adopted-read.js";
 import { EXEC_REVISIONS_DIR, assertContained, stagingName, storeRoot } from "./layout.js";
 import { maskAdoptedModes } from "./modes.js";
-import { mayMatch, newestRevision } from "./kept-candidate.js";
-import { acquireWorker, parallelism, releaseWorker, type Measure } from "../parallel/pool.js";
+import type { EarlyCheck } from "./kept-early.js";
+import { kept, keptIfPresent, keptIfUnchanged } from "./kept.js";
+import type { Measure } from "../parallel/pool.js";
 import { withRevisionLock } from "./publish-lock.js";
 import { StagingWriter, makeDurable, perFileDurability, removeTree } from "./staging-writer.js";
 
@@ -55,15 +57,20 @@ export interface PublishPlan {
   /** The deepest path a walked tree may have; DEFAULT_MAX_DEPTH otherwise. */
   readonly maxDepth?: number;
   /**
+   * The stored revision's verification, started before the source was
+   * walked (kept-early.ts); used when it is the revision this plan meets,
+   * and released once the kept path is decided either way.
+   */
+  readonly early?: EarlyCheck | null;
+  /**
    * publishAdopted only: what the caller's own read of `listing` measured
    * (see AdoptVerified); the staged tree is then not read back.
    */
   readonly verified?: AdoptVerified;
 }
 
-
 /** The digest options of one phase of a plan. */
-function digestOptions(plan: Pick<PublishPlan, "onProgress" | "signal">, phase: ProgressPhase, totalBytes?: number): DigestOptions {
+export function digestOptions(plan: Pick<PublishPlan, "onProgress" | "signal">, phase: ProgressPhase, totalBytes?: number): DigestOptions {
   return {
     phase,
     ...(plan.onProgress ? { onProgress: plan.onProgress } : {}),
@@ -91,7 +98,7 @@ export function revisionParentSegments(key: string, format: TreeFormat): string[
   return format === TREE_LEGACY ? [key] : [key, EXEC_REVISIONS_DIR];
 }
 
-function mismatch(plan: Pick<PublishPlan, "kind" | "key" | "nameFormat">, expected: string, actual: string, details: Record<string, unknown>, note = ""): OatsError {
+export function mismatch(plan: Pick<PublishPlan, "kind" | "key" | "nameFormat">, expected: string, actual: string, details: Record<string, unknown>, note = ""): OatsError {
   return new OatsError("integrity-mismatch", `${plan.kind} ${plan.key}: expected ${plan.nameFormat}:${expected}, found ${plan.nameFormat}:${actual}${note}`, {
     kind: plan.kind,
     key: plan.key,
@@ -141,72 +148,6 @@ function place(plan: PublishPlan) {
   const parent = assertContained(root, join(root, ...segments), `artifact ${plan.key}`);
   const destination = (value: string) => assertContained(root, join(parent, `sha256-${value.slice("sha256-".length)}`), `artifact ${plan.key}`);
   return { segments, root, parent, destination };
-}
-
-/**
- * The revision is already here, but the request was to retain *this*
- * source: a source that drifted from what it claims is still refused, so
- * "kept" never vouches for a tree that was not read. Null when the expected
- * revision is not there.
- *
- * Both reads are made in full, and at once when there is a second core: the
- * stored revision is walked and hashed in a worker thread while this thread
- * hashes the source. The verdicts and their precedence are those of doing
- * one after the other: a source that differs is refused first, whatever the
- * stored copy holds; then a damaged stored revision is refused.
- */
-async function keptIfPresent(plan: PublishPlan, destination: (value: string) => string): Promise<PublishResult | null> {
-  if (!plan.expected || !(await exists(destination(plan.expected)))) return null;
-  const dir = destination(plan.expected);
-  const worker = parallelism() > 1 ? acquireWorker() : null;
-  try {
-    // Started first, awaited second; settled so that a refusal waits for the source's verdict.
-    const stored = worker ? settle(kept(plan, dir, plan.expected, worker.measure)) : null;
-    const measured = (await digestListing(plan.listing, [plan.nameFormat], digestOptions(plan, "read")))[plan.nameFormat]!;
-    if (measured !== plan.expected) throw mismatch(plan, plan.expected, measured, { source: plan.listing.root.absolute, reason: "source-differs" });
-    if (!stored) return await kept(plan, dir, plan.expected);
-    const outcome = await stored;
-    if (!outcome.ok) throw outcome.error;
-    return outcome.value;
-  } finally {
-    if (worker) await releaseWorker(worker);
-  }
-}
-
-async function settle<T>(promise: Promise<T>): Promise<{ ok: true; value: T } | { ok: false; error: unknown }> {
-  try {
-    return { ok: true, value: await promise };
-  } catch (error) {
-    return { ok: false, error };
-  }
-}
-
-/**
- * Without an expected digest, a source that hashes to the key's newest
- * revision (kept-candidate.ts) is kept without a copy: the source is hashed
- * (no staging is written) while a worker verifies that revision, and the
- * two are compared as keptIfPresent compares them. A source that hashes to
- * another present revision is kept after verifying that one. Null
- * otherwise: the source is then copied as for a first retain (and read
- * again; what that read measures is what is retained, as before).
- */
-async function keptIfUnchanged(plan: PublishPlan, parent: string, destination: (value: string) => string): Promise<PublishResult | null> {
-  const candidate = newestRevision(parent);
-  if (!candidate || !mayMatch(candidate.dir, plan.listing)) return null;
-  const worker = parallelism() > 1 ? acquireWorker() : null;
-  try {
-    const stored = worker ? settle(kept(plan, candidate.dir, candidate.value, worker.measure)) : null;
-    const measured = (await digestListing(plan.listing, [plan.nameFormat], digestOptions(plan, "read")))[plan.nameFormat]!;
-    if (measured === candidate.value) {
-      if (!stored) return await kept(plan, candidate.dir, measured);
-      const outcome = await stored;
-      if (!outcome.ok) throw outcome.error;
-      return outcome.value;
-    }
-    return await kept(plan, destination(measured), measured);
-  } finally {
-    if (worker) await releaseWorker(worker);
-  }
 }
 
 export async function publishTree(plan: PublishPlan): Promise<PublishResult> {
@@ -284,7 +225,7 @@ export async function publishAdopted(plan: PublishPlan): Promise<PublishResult> 
   if (present) return present;
 
   const moved = await adoptIntoStaging(plan, root, parent, segments);
-  if (moved === "cross-device") return publishTree(plan);
+  if (moved === "cross-device") return publishTree({ ...plan, early: null });
   const { created, staging } = moved;
   try {
     maskAdoptedModes(staging, plan.listing);
@@ -330,8 +271,8 @@ async function adoptIntoStaging(plan: PublishPlan, root: string, parent: string,
 }
 
 /** Read the durable staged tree back in every format, feeding the manifest. */
-async function verifyStaged(plan: PublishPlan, staging: string, totalBytes?: number): Promise<{ staged: TreeDigests; manifest: ManifestBuilder }> {
-  const manifest = new ManifestBuilder();
+async function verifyStaged(plan: PublishPlan, staging: string, totalBytes?: number): Promise<{ staged: TreeDigests; manifest: ManifestRecorder }> {
+  const manifest = new ManifestRecorder();
   try {
     faultPoint("verify-staged", staging);
     const staged = await digestListing(await walkTree(staging, walkOptions(plan)), plan.formats, { ...digestOptions(plan, "verify", totalBytes), sink: manifest, sinkOrder: "bytes" });
@@ -342,7 +283,7 @@ async function verifyStaged(plan: PublishPlan, staging: string, totalBytes?: num
 }
 
 /** Rename the verified staging into place under the revision lock; a concurrent winner is verified and reported kept. */
-async function commit(plan: PublishPlan, parent: string, dir: string, staging: string, staged: TreeDigests, manifest: { readonly rows: readonly ManifestRow[] }): Promise<PublishResult> {
+async function commit(plan: PublishPlan, parent: string, dir: string, staging: string, staged: TreeDigests, manifest: { bytes(): Buffer }): Promise<PublishResult> {
   const measured = staged[plan.nameFormat]!;
   announce(plan, "publish");
   const outcome = await withRevisionLock(parent, `sha256-${measured.slice(7)}`, plan.lockWaitMs, async () => {
@@ -350,7 +291,7 @@ async function commit(plan: PublishPlan, parent: string, dir: string, staging: s
     try {
       faultPoint("rename", dir);
       await rename(staging, dir);
-      writeManifest(dir, manifest.rows);
+      writeManifest(dir, manifest);
       fsyncDirectory(parent);
     } catch (error) {
       throw asStepError("rename", error, { from: staging, to: dir });
@@ -381,7 +322,7 @@ async function createStaging(plan: PublishPlan, parent: string, segments: string
   }
 }
 
-async function exists(path: string): Promise<boolean> {
+export async function exists(path: string): Promise<boolean> {
   try {
     await lstat(path);
     return true;
@@ -389,15 +330,6 @@ async function exists(path: string): Promise<boolean> {
     if (errnoCode(error) === "ENOENT") return false;
     throw error;
   }
-}
-
-async function kept(plan: PublishPlan, dir: string, expected: string, measure?: Measure): Promise<PublishResult | null> {
-  if (!(await exists(dir))) return null;
-  const digests = await verifyRevision(plan, dir, expected, measure);
-  plan.checkExisting?.(dir);
-  // Retaining again restarts gc's grace period (the revision's mtime), best effort: a read-only store keeps its time.
-  await utimes(dir, new Date(), new Date()).catch(() => undefined);
-  return { dir, digests, status: "kept" };
 }
 
 /** Remove staging; if that fails too, say so on the error that caused it. */

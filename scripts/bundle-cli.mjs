@@ -1,0 +1,122 @@
+/**
+ * Bundles the CLI (src/cli/main.ts with commander, zod, proper-lockfile and
+ * the library it loads) into one CommonJS script, dist/cli/bundle/oats.cjs,
+ * and makes its V8 code cache, dist/cli/bundle/oats.cjs.cache. `npm run
+ * build` runs it after tsc; dist/cli/bin.js runs the bundle through
+ * dist/cli/load-bundle.js for everything but a lone --version.
+ *
+ * Why (docs/design/performance.md, "Cold start"): unbundled, `oats verify`
+ * opened about 220 module files (zod alone 99) and spent 70-150 ms
+ * resolving, reading and compiling them before any work. One script with a
+ * code cache is read in two files and mostly not compiled at all. Modules a
+ * command reaches only through `await import()` (the library, zod's schemas)
+ * stay lazy inside the bundle: esbuild evaluates them on first import.
+ *
+ * The library (dist/index.js and the rest of tsc's output) is unchanged; the
+ * worker threads and the run guard still start from tsc's files, found
+ * through import.meta.url (see sourceUrls below).
+ *
+ * `node scripts/bundle-cli.mjs --warm-cache` is the child that makes the
+ * cache: it runs a few commands on a scratch scope, so the functions they
+ * compile are in it, then writes it.
+ */
+import { build } from "esbuild";
+import { spawnSync } from "node:child_process";
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { readFile, rm } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { dirname, join, relative, resolve, sep } from "node:path";
+import { fileURLToPath, pathToFileURL } from "node:url";
+
+const root = resolve(dirname(fileURLToPath(import.meta.url)), "..");
+const src = join(root, "src");
+const outdir = join(root, "dist", "cli", "bundle");
+
+/**
+ * In the bundle, import.meta does not exist (CommonJS) and the bundle's own
+ * location is not the source file's: `new URL("./digest-worker.js",
+ * import.meta.url)` (parallel/pool.ts), `./run-guard.mjs`
+ * (captures/node-guard.ts) and `../../package.json` (cli/version.ts) would
+ * all miss. Each source file's import.meta.url becomes the URL of tsc's
+ * output for that file, computed from the bundle's own path at run time, so
+ * the installed package can live anywhere.
+ */
+const sourceUrls = {
+  name: "source-urls",
+  setup(b) {
+    b.onLoad({ filter: /\.(ts|mjs)$/ }, async (args) => {
+      if (!args.path.startsWith(src + sep)) return undefined;
+      let text = await readFile(args.path, "utf8");
+      if (text.includes("import.meta.url")) {
+        const compiled = join(root, "dist", relative(src, args.path)).replace(/\.ts$/, ".js");
+        const spelled = relative(outdir, compiled).split(sep).join("/");
+        text = text.replaceAll("import.meta.url", `new URL(${JSON.stringify(spelled)}, require("node:url").pathToFileURL(__filename)).href`);
+      }
+      // `import { z } from "zod"` binds zod's namespace object as a value, so
+      // the bundler keeps all of it, 40-odd locales included (366 KB of
+      // 755 KB). Imported as a namespace, `z.object(...)` is a static
+      // reference and only what is used is kept. The source only ever reads
+      // properties of z (a test checks the locales stay out).
+      text = text.replaceAll('import { z } from "zod";', 'import * as z from "zod";');
+      return { contents: text, loader: args.path.endsWith(".ts") ? "ts" : "js" };
+    });
+  },
+};
+
+/** Commands that compile what most runs need: help, digest, retain, verify, ls, fsck on a scratch scope. */
+async function warmCache() {
+  const { loadBundle, CODE_CACHE_URL } = await import(pathToFileURL(join(root, "dist", "cli", "load-bundle.js")).href);
+  const { main, script } = loadBundle({ cache: false });
+  const scratch = mkdtempSync(join(tmpdir(), "oats-code-cache-"));
+  try {
+    const tree = join(scratch, "tree");
+    mkdirSync(join(tree, "bin"), { recursive: true });
+    writeFileSync(join(tree, "bin", "run.mjs"), "console.log('hello');\n", { mode: 0o755 });
+    writeFileSync(join(tree, "README"), "a tree to warm the code cache with\n");
+    const scope = join(scratch, "scope");
+    mkdirSync(scope);
+    const env = { ...process.env, OATS_STATE_DIR: join(scratch, "state") };
+    let out = "";
+    const run = async (argv) => {
+      out = "";
+      await main(argv, { json: false, writeOut: () => {}, writeErr: () => {}, env });
+      await main(["--json", ...argv], { json: true, writeOut: (text) => void (out += text), writeErr: () => {}, env });
+    };
+    await run(["--help"]);
+    await run(["digest", tree]);
+    await run(["--scope", scope, "retain", tree, "--id", "warm"]);
+    const retained = JSON.parse(out);
+    if (!retained.ok) throw new Error(`warming the code cache: retain failed: ${out}`);
+    const { integrity } = retained.result;
+    await run(["--scope", scope, "verify", "warm", "--integrity", `${integrity.format}:${integrity.value}`]);
+    await run(["--scope", scope, "verify", "warm", "--integrity", `sha256-${"0".repeat(64)}`]);
+    await run(["--scope", scope, "ls"]);
+    await run(["--scope", scope, "fsck"]);
+    writeFileSync(CODE_CACHE_URL, script.createCachedData());
+  } finally {
+    rmSync(scratch, { recursive: true, force: true });
+  }
+}
+
+if (process.argv.includes("--warm-cache")) {
+  await warmCache();
+  // A retain's digest workers may still be closing; the cache is written.
+  process.exit(0);
+}
+
+await rm(outdir, { recursive: true, force: true });
+await build({
+  absWorkingDir: root,
+  entryPoints: { oats: join(src, "cli", "main.ts") },
+  bundle: true,
+  platform: "node",
+  format: "cjs",
+  target: "node20",
+  outdir,
+  outExtension: { ".js": ".cjs" },
+  plugins: [sourceUrls],
+  logLevel: "warning",
+});
+// A fresh process with no flags: V8 rejects a cache made under other flags.
+const warm = spawnSync(process.execPath, [fileURLToPath(import.meta.url), "--warm-cache"], { stdio: "inherit", env: { ...process.env, NODE_OPTIONS: "" } });
+if (warm.status !== 0) throw new Error(`making the CLI's code cache failed (exit ${warm.status})`);

@@ -1,0 +1,95 @@
+import { lstatSync } from "node:fs";
+import { join } from "node:path";
+import type { TreeDigests } from "../digest/tree.js";
+import type { ArtifactKind } from "../ids.js";
+import type { TreeFormat } from "../integrity.js";
+import { acquireWorker, parallelism, releaseWorker } from "../parallel/pool.js";
+import { inspectStore } from "./components.js";
+import { newestRevision } from "./kept-candidate.js";
+import { assertContained, storeRoot } from "./layout.js";
+import { revisionParentSegments, verifyRevision } from "./publish.js";
+
+/**
+ * The stored half of a kept retain, started before the source is walked.
+ *
+ * A retain of a tree that is already retained reads two trees in full: the
+ * source (its verdict: does it hash to the revision?) and the stored
+ * revision (is it intact?). They are independent, so the stored one is
+ * verified in a worker thread while this thread checks, walks and hashes
+ * the source; started here, before the source's walk, the worker's read
+ * overlaps everything this thread does, not only the source's hash.
+ *
+ * Only the read starts early. Nothing is decided or written here: the
+ * outcome (verifyRevision's, with its refusals) is held until publish.ts (keptIfPresent, keptIfUnchanged) has the
+ * source's verdict, which takes precedence as in a sequential read; the
+ * provenance check and the mtime touch of a kept revision come after both.
+ * The store is inspected first (inspectStore: no component of the store's
+ * path is a symlink), exactly as the retain would before anything else, so
+ * the worker never reads through a redirected store. A check that is not
+ * used (the source hashed to another revision, a refusal) is released: the
+ * worker is stopped if it is still reading.
+ */
+
+export interface EarlyCheck {
+  /** The revision directory being verified, and the digest its name claims. */
+  readonly dir: string;
+  readonly value: string;
+  /** verifyRevision of `dir` against `value`, its walk and hash in the worker; settled (a refusal is held, not thrown). */
+  readonly outcome: Promise<{ ok: true; digests: TreeDigests } | { ok: false; error: unknown }>;
+  /** Stop the worker (if it is still reading) and hand it back; idempotent. */
+  release(): Promise<void>;
+}
+
+export interface EarlyRequest {
+  readonly scope: string;
+  readonly kind: ArtifactKind;
+  readonly key: string;
+  /** The format whose digest names the revision, and all the formats its verification measures (PublishPlan). */
+  readonly nameFormat: TreeFormat;
+  readonly formats: readonly TreeFormat[];
+  /** The expected value of the name format; without it, the key's newest revision is the candidate. */
+  readonly expected?: string;
+  readonly maxDepth?: number;
+}
+
+/**
+ * Start verifying the revision a kept retain would meet, in a worker; null
+ * when there is no second core, or no such revision. Throws what
+ * inspectStore throws (the retain's first refusal, unchanged).
+ */
+export function startEarlyCheck(request: EarlyRequest): EarlyCheck | null {
+  const segments = revisionParentSegments(request.key, request.nameFormat);
+  const { complete } = inspectStore(request.scope, request.kind, segments);
+  if (!complete || parallelism() < 2) return null;
+  const root = storeRoot(request.scope, request.kind);
+  const parent = assertContained(root, join(root, ...segments), `artifact ${request.key}`);
+  let dir: string;
+  let value: string;
+  if (request.expected !== undefined) {
+    value = request.expected;
+    dir = assertContained(root, join(parent, `sha256-${value.slice("sha256-".length)}`), `artifact ${request.key}`);
+    // Absent (or not listable): the retain's own path meets it, in its own order.
+    if (!present(dir)) return null;
+  } else {
+    const candidate = newestRevision(parent);
+    if (!candidate) return null;
+    ({ dir, value } = candidate);
+  }
+  const worker = acquireWorker();
+  const plan = { kind: request.kind, key: request.key, nameFormat: request.nameFormat, formats: request.formats, ...(request.maxDepth === undefined ? {} : { maxDepth: request.maxDepth }) };
+  const outcome = verifyRevision(plan, dir, value, worker.measure).then(
+    (digests) => ({ ok: true as const, digests }),
+    (error: unknown) => ({ ok: false as const, error }),
+  );
+  let released: Promise<void> | null = null;
+  return { dir, value, outcome, release: () => (released ??= releaseWorker(worker)) };
+}
+
+function present(path: string): boolean {
+  try {
+    lstatSync(path);
+    return true;
+  } catch {
+    return false;
+  }
+}

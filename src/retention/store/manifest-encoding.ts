@@ -1,0 +1,81 @@
+import { createHash, type Hash } from "node:crypto";
+import { canonicalJson } from "../digest/json.js";
+import type { FileConsumer, FileInfo } from "../digest/file-reader.js";
+import type { FileEntry, SymlinkEntry } from "../digest/walk.js";
+import type { ManifestRow } from "./manifest.js";
+
+/**
+ * The manifest document is canonicalJsonBytes({ schemaVersion: 1, rows }):
+ * "rows" sorts before "schemaVersion", so it is this head, the rows'
+ * canonical encodings joined by commas, and this tail. Encoding it a row at
+ * a time gives the same bytes without holding every row as an object.
+ */
+const HEAD = '{"rows":[';
+const TAIL = '],"schemaVersion":1}\n';
+
+/** One row's canonical JSON, without the document's closing newline. */
+export function encodeManifestRow(row: ManifestRow): string {
+  const text = canonicalJson(row);
+  return text.slice(0, text.length - 1);
+}
+
+const CHUNK_BYTES = 64 << 10;
+
+/**
+ * A leaf consumer that measures the manifest of the tree it is fed (as
+ * ManifestBuilder does) and keeps only its encoded bytes. A row held as an
+ * object with its strings costs several times its ~130 encoded bytes, and
+ * every one of 20,000 of them lived until the revision was published: they
+ * were the largest part of a retain's heap (docs/design/performance.md, row
+ * 25b). The bytes live in fixed chunks outside the JavaScript heap.
+ */
+export class ManifestRecorder implements FileConsumer {
+  private readonly full: Buffer[] = [];
+  private block = Buffer.allocUnsafe(CHUNK_BYTES);
+  private used = 0;
+  private rows = 0;
+  private hash: Hash | null = null;
+
+  start(): void {
+    this.hash = createHash("sha256");
+  }
+  chunk(data: Buffer): void {
+    this.hash!.update(data);
+  }
+  end(entry: FileEntry, info: FileInfo): void {
+    const sha256 = this.hash!.digest("hex");
+    this.hash = null;
+    this.add({ path: entry.path, type: "file", exec: (info.mode & 0o100) !== 0, size: info.size, sha256 });
+  }
+  symlink(entry: SymlinkEntry): void {
+    this.add({ path: entry.path, type: "symlink", target: entry.target });
+  }
+
+  private add(row: ManifestRow): void {
+    this.append(this.rows === 0 ? encodeManifestRow(row) : `,${encodeManifestRow(row)}`);
+    this.rows += 1;
+  }
+
+  private append(text: string): void {
+    const length = Buffer.byteLength(text);
+    if (this.used + length > this.block.length) {
+      if (this.used > 0) this.full.push(this.block.subarray(0, this.used));
+      this.block = Buffer.allocUnsafe(Math.max(CHUNK_BYTES, length));
+      this.used = 0;
+    }
+    this.used += this.block.write(text, this.used);
+  }
+
+  /** The whole manifest document. */
+  bytes(): Buffer {
+    return Buffer.concat([Buffer.from(HEAD), ...this.full, this.block.subarray(0, this.used), Buffer.from(TAIL)]);
+  }
+}
+
+/** The manifest document of `rows` (ManifestRecorder's bytes for the tree they were measured from). */
+export function manifestDocument(rows: readonly ManifestRow[]): Buffer {
+  const parts: string[] = [HEAD];
+  for (let i = 0; i < rows.length; i++) parts.push(i === 0 ? encodeManifestRow(rows[i]!) : `,${encodeManifestRow(rows[i]!)}`);
+  parts.push(TAIL);
+  return Buffer.from(parts.join(""));
+}

@@ -1,0 +1,128 @@
+/**
+ * The CLI's fixed start cost (docs/design/performance.md, "Cold start"):
+ * dist/cli/bin.js runs the one-script bundle `npm run build` makes
+ * (dist/cli/bundle/oats.cjs) with its V8 code cache, a command opens no
+ * other module of the package, and what the bundle starts from tsc's files
+ * (the digest workers) still resolves. The files a real child process opens
+ * are read from strace; without a working strace those tests skip by name.
+ */
+import assert from "node:assert/strict";
+import { spawnSync } from "node:child_process";
+import { readFileSync, readdirSync, writeFileSync } from "node:fs";
+import { join, relative } from "node:path";
+import { describe, test, type TestContext } from "node:test";
+import { FIXTURE_LOCK, FIXTURE_PAYLOAD, REPO, fixtureCopy, runOats, tempDir } from "./helpers.js";
+
+const BIN = join(REPO, "dist/cli/bin.js");
+const BUNDLE = join(REPO, "dist/cli/bundle");
+const PACKAGE_VERSION = (JSON.parse(readFileSync(join(REPO, "package.json"), "utf8")) as { version: string }).version;
+const EXEC = "oats.tree-exec.v1:sha256-82f8a3ffa30e6a05a161d469ff412e364cf55bfd02e74bc6114810f9c95c2a45";
+/** Unbundled, `oats digest` opened 75 files of the package and `oats verify` 221; now these, whatever the command. */
+const STARTED = ["dist/cli/bin.js", "dist/cli/bundle/oats.cjs", "dist/cli/bundle/oats.cjs.cache", "dist/cli/load-bundle.js", "dist/cli/version.js", "package.json"];
+
+const straceWorks = spawnSync("strace", ["-f", "-e", "trace=openat", "-o", "/dev/null", process.execPath, "-e", "0"]).status === 0;
+
+/** Run the built CLI under strace; the package files (relative to the repository) it opened. */
+function traced(t: TestContext, args: string[]): { status: number | null; stdout: string; stderr: string; opened: string[] } | undefined {
+  if (!straceWorks) {
+    t.skip("strace is missing or cannot trace here (no ptrace): the files a CLI run opens cannot be observed");
+    return undefined;
+  }
+  const log = join(tempDir("oats-strace-"), "trace");
+  const run = spawnSync("strace", ["-f", "-qq", "-e", "trace=open,openat,openat2", "-o", log, process.execPath, BIN, ...args], { cwd: REPO, encoding: "utf8", input: "" });
+  const opened = new Set<string>();
+  for (const line of readFileSync(log, "utf8").split("\n")) {
+    const match = /open(?:at2?)?\((?:[^,]*, )?"([^"]+)".*\) = (-?\d+)/.exec(line);
+    if (!match || Number(match[2]) < 0) continue;
+    const rel = relative(REPO, match[1]!);
+    if (!rel.startsWith("..") && /^(dist|node_modules)\/|^package\.json$/.test(rel)) opened.add(rel);
+  }
+  return { status: run.status, stdout: run.stdout, stderr: run.stderr, opened: [...opened].sort() };
+}
+
+function retainedScope(): string {
+  const scope = tempDir("oats-start-");
+  const other = fixtureCopy();
+  writeFileSync(join(other, "extra"), "another revision\n");
+  for (const args of [["--lock", FIXTURE_LOCK, FIXTURE_PAYLOAD, "--id", "demo.hello"], [other, "--id", "demo.other"], [FIXTURE_PAYLOAD, "--id", "demo.third"]]) {
+    const run = runOats(["--scope", scope, "retain", ...args]);
+    assert.equal(run.status, 0, run.stderr);
+  }
+  return scope;
+}
+
+describe("the built CLI runs from its bundle", () => {
+  const bundle = () => readFileSync(join(BUNDLE, "oats.cjs"), "utf8");
+
+  test("npm run build made dist/cli/bundle/oats.cjs and its code cache, and the bundle holds commander, zod and proper-lockfile", () => {
+    assert.deepEqual(readdirSync(BUNDLE).sort(), ["oats.cjs", "oats.cjs.cache"]);
+    const text = bundle();
+    for (const module of ["node_modules/commander/", "node_modules/zod/v4/core/", "node_modules/proper-lockfile/"]) assert.ok(text.includes(`// ${module}`), `${module} is bundled`);
+    // A require or import of a dependency would be resolved from node_modules at run time: the bundle has none.
+    const dependencies = Object.keys((JSON.parse(readFileSync(join(REPO, "package.json"), "utf8")) as { dependencies: Record<string, string> }).dependencies);
+    assert.ok(dependencies.includes("zod"));
+    for (const name of dependencies) assert.doesNotMatch(text, new RegExp(`(?:from|import\\(|require\\()\\s*["']${name}(?:/[^"']*)?["']`), name);
+  });
+
+  test("zod's locales stay out of the bundle: only English, which zod itself registers", () => {
+    const locales = [...bundle().matchAll(/\/\/ node_modules\/zod\/v4\/locales\/([\w-]+)\.js/g)].map((match) => match[1]).filter((name) => name !== "index");
+    assert.deepEqual(locales, ["en"]);
+  });
+
+  test("this Node accepts the code cache the build made (a plain child, as `oats` runs)", () => {
+    const script = `const { loadBundle } = await import(${JSON.stringify(join(REPO, "dist/cli/load-bundle.js"))}); console.log(JSON.stringify(loadBundle().script.cachedDataRejected));`;
+    const run = spawnSync(process.execPath, ["--input-type=module", "-e", script], { encoding: "utf8", env: { ...process.env, NODE_OPTIONS: "" } });
+    assert.equal(run.status, 0, run.stderr);
+    assert.equal(run.stdout, "false\n");
+  });
+
+  test("`oats digest` opens bin.js, the loader, the bundle, its cache, version.js and package.json: no node_modules, no tsc module tree", (t) => {
+    const run = traced(t, ["digest", FIXTURE_PAYLOAD]);
+    if (!run) return;
+    assert.equal(run.status, 0, run.stderr);
+    assert.equal(run.stdout, `${EXEC}\n`);
+    assert.deepEqual(run.opened, STARTED);
+  });
+
+  test("`oats --help` opens the same files", (t) => {
+    const run = traced(t, ["--help"]);
+    if (!run) return;
+    assert.equal(run.status, 0, run.stderr);
+    assert.match(run.stdout, /^Usage: oats /);
+    assert.deepEqual(run.opened, STARTED);
+  });
+
+  test("`oats verify`, `oats ls` and a refusal open the same files: the library and zod come from the bundle", (t) => {
+    const scope = retainedScope();
+    for (const args of [
+      ["--scope", scope, "verify", "demo.hello", "--lock", FIXTURE_LOCK],
+      ["--scope", scope, "--json", "ls"],
+      ["--scope", scope, "verify", "demo.hello", "--integrity", `sha256-${"0".repeat(64)}`],
+    ]) {
+      const run = traced(t, args);
+      if (!run) return;
+      assert.equal(run.status, args.includes("--integrity") ? 3 : 0, run.stderr);
+      assert.deepEqual(run.opened, STARTED, args.join(" "));
+    }
+  });
+
+  test("the digest workers the bundle starts come from tsc's files (dist/retention/parallel/digest-worker.js): `oats fsck` of three revisions", (t) => {
+    const scope = retainedScope();
+    const run = traced(t, ["--scope", scope, "--json", "fsck"]);
+    if (!run) return;
+    assert.equal(run.status, 0, run.stderr);
+    const envelope = JSON.parse(run.stdout) as { ok: boolean; result: { ok: boolean; counts: { revisions: number } } };
+    assert.equal(envelope.ok, true);
+    assert.equal(envelope.result.ok, true);
+    assert.equal(envelope.result.counts.revisions, 3);
+    assert.ok(run.opened.includes("dist/retention/parallel/digest-worker.js"), run.opened.join("\n"));
+  });
+
+  test("--version still answers without the bundle", (t) => {
+    const run = traced(t, ["--version"]);
+    if (!run) return;
+    assert.equal(run.status, 0, run.stderr);
+    assert.equal(run.stdout, `${PACKAGE_VERSION}\n`);
+    assert.deepEqual(run.opened, ["dist/cli/bin.js", "dist/cli/version.js", "package.json"]);
+  });
+});

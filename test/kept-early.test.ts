@@ -1,0 +1,220 @@
+/**
+ * The stored half of a kept retain, started before the source is walked
+ * (src/retention/store/kept-early.ts): it only reads; the source's verdict
+ * still comes first, nothing in the store is touched before both verdicts
+ * are in, and a check that is not used is stopped.
+ */
+import assert from "node:assert/strict";
+import { execFileSync } from "node:child_process";
+import { appendFileSync, chmodSync, cpSync, lstatSync, mkdirSync, readFileSync, renameSync, rmSync, symlinkSync, utimesSync, writeFileSync } from "node:fs";
+import { dirname, join } from "node:path";
+import { after, test } from "node:test";
+import { OatsError } from "../src/errors.js";
+import { retainTree } from "../src/index.js";
+import { setParallelism, workersHeld } from "../src/retention/parallel/pool.js";
+import { walkTree } from "../src/retention/digest/walk.js";
+import { mayMatch } from "../src/retention/store/kept-candidate.js";
+import { startEarlyCheck } from "../src/retention/store/kept-early.js";
+import { manifestPath } from "../src/retention/store/manifest.js";
+import { resolveScope } from "../src/retention/store/components.js";
+import { snapshotTree, tempDir } from "./helpers.js";
+
+after(() => setParallelism(null));
+
+const EXEC = "oats.tree-exec.v1" as const;
+const OLD = new Date(1_000_000_000);
+
+function makeTree(files: Record<string, string>): string {
+  const dir = join(tempDir("oats-early-src-"), "tree");
+  for (const [path, text] of Object.entries(files)) {
+    mkdirSync(join(dir, path, ".."), { recursive: true });
+    writeFileSync(join(dir, path), text);
+  }
+  return dir;
+}
+
+function tamper(file: string): void {
+  chmodSync(file, 0o644);
+  appendFileSync(file, "tampered\n");
+}
+
+const errorOf = async (promise: Promise<unknown>): Promise<OatsError> => {
+  try {
+    await promise;
+  } catch (error) {
+    assert.ok(error instanceof OatsError, `expected an OatsError, got ${String(error)}`);
+    // A refusal hands back the worker of its early check (held, it would keep the process alive).
+    assert.equal(workersHeld(), 0);
+    return error;
+  }
+  assert.fail("expected a refusal");
+};
+
+const request = (scope: string, expected?: string) => ({ scope: resolveScope(scope), kind: "capture" as const, key: "nightly", nameFormat: EXEC, formats: [EXEC], ...(expected ? { expected } : {}) });
+
+test("startEarlyCheck: the expected revision, else the newest; none without a revision or a second core; it only reads; a damaged revision's refusal is held, not thrown", async () => {
+  setParallelism(2);
+  const scope = tempDir("oats-early-unit-");
+  const source = makeTree({ "a.txt": "one", "b/c.txt": "two" });
+  try {
+    assert.equal(startEarlyCheck(request(scope)), null, "no store yet");
+    const first = await retainTree(scope, { kind: "capture", key: "nightly", source });
+    writeFileSync(join(source, "a.txt"), "uno");
+    const second = await retainTree(scope, { kind: "capture", key: "nightly", source });
+    utimesSync(first.dir, OLD, OLD);
+
+    assert.equal(startEarlyCheck(request(scope, `sha256-${"0".repeat(64)}`)), null, "an expected revision that is not there");
+    const expected = startEarlyCheck(request(scope, first.integrity.value))!;
+    assert.equal(expected.dir, first.dir);
+    assert.deepEqual(await expected.outcome, { ok: true, digests: { [EXEC]: first.integrity.value } });
+    // Only read: the revision's mtime (gc's grace period) is for the retain to restart once the source agrees.
+    assert.equal(lstatSync(first.dir).mtimeMs, OLD.getTime());
+    await expected.release();
+    await expected.release(); // idempotent
+
+    const newest = startEarlyCheck(request(scope))!;
+    assert.equal(newest.dir, second.dir);
+    assert.equal(newest.value, second.integrity.value);
+    await newest.release();
+
+    setParallelism(1);
+    assert.equal(startEarlyCheck(request(scope, first.integrity.value)), null, "one lane: the retain reads both on its own thread");
+    setParallelism(2);
+
+    tamper(join(first.dir, "b", "c.txt"));
+    const damaged = startEarlyCheck(request(scope, first.integrity.value))!;
+    const outcome = await damaged.outcome;
+    await damaged.release();
+    assert.equal(outcome.ok, false);
+    const refusal = (outcome as { error: unknown }).error as OatsError;
+    assert.equal(refusal.code, "integrity-mismatch");
+    assert.equal(refusal.details["reason"], "damaged-revision");
+  } finally {
+    setParallelism(null);
+  }
+});
+
+test("startEarlyCheck inspects the store first: a store component that is a symlink is refused before any read", async () => {
+  setParallelism(2);
+  const scope = tempDir("oats-early-link-");
+  const source = makeTree({ "a.txt": "one" });
+  try {
+    const first = await retainTree(scope, { kind: "capture", key: "nightly", source });
+    // The key's directory moved away and replaced by a symlink to it.
+    const keyDir = dirname(dirname(first.dir));
+    const elsewhere = join(tempDir("oats-early-elsewhere-"), "nightly");
+    cpSync(keyDir, elsewhere, { recursive: true, verbatimSymlinks: true });
+    rmSync(keyDir, { recursive: true, force: true });
+    symlinkSync(elsewhere, keyDir);
+    assert.throws(() => startEarlyCheck(request(scope, first.integrity.value)), (error: unknown) => error instanceof OatsError && error.code === "invalid-artifact-store");
+    const refused = await errorOf(retainTree(scope, { kind: "capture", key: "nightly", source, expect: first.integrity }));
+    assert.equal(refused.code, "invalid-artifact-store");
+  } finally {
+    setParallelism(null);
+  }
+});
+
+for (const expect of [true, false]) {
+  test(`a refused kept retain ${expect ? "with" : "without"} --expect touches nothing, not even the revision's mtime; the source's refusals come first`, async () => {
+    setParallelism(2);
+    const scope = tempDir("oats-early-refused-");
+    const source = makeTree({ "a.txt": "one", "b/c.txt": "two" });
+    try {
+      const first = await retainTree(scope, { kind: "capture", key: "nightly", source });
+      const ask = () => retainTree(scope, { kind: "capture", key: "nightly", source, ...(expect ? { expect: first.integrity } : {}) });
+      // A source the walk refuses (a FIFO), one that hashes to something else, one that is gone: the source's
+      // refusal, whether the stored copy is intact (its read finishes in the worker meanwhile) or damaged; and
+      // the revision's mtime (gc's grace period) is not restarted by a refused retain.
+      const sourceRefusals = async () => {
+        execFileSync("mkfifo", [join(source, "b", "pipe")]);
+        const special = await errorOf(ask());
+        assert.equal(special.code, "invalid-artifact");
+        assert.equal(special.details["reason"], "special-file");
+        rmSync(join(source, "b", "pipe"));
+        if (expect) {
+          writeFileSync(join(source, "a.txt"), "ONE");
+          const differs = await errorOf(ask());
+          assert.equal(differs.details["reason"], "source-differs");
+          writeFileSync(join(source, "a.txt"), "one");
+        }
+        const moved = `${source}.gone`;
+        renameSync(source, moved);
+        const missing = await errorOf(ask());
+        assert.equal(missing.code, "invalid-input");
+        assert.equal(missing.details["reason"], "source-missing");
+        renameSync(moved, source);
+      };
+      utimesSync(first.dir, OLD, OLD);
+      let before = snapshotTree(scope);
+      await sourceRefusals();
+      assert.equal(lstatSync(first.dir).mtimeMs, OLD.getTime());
+      assert.deepEqual(snapshotTree(scope), before);
+
+      // The stored copy damaged: refused, untouched; the source's refusals still come first.
+      tamper(join(first.dir, "b", "c.txt"));
+      utimesSync(first.dir, OLD, OLD);
+      before = snapshotTree(scope);
+      const damaged = await errorOf(ask());
+      assert.equal(damaged.details["reason"], "damaged-revision");
+      await sourceRefusals();
+      assert.equal(lstatSync(first.dir).mtimeMs, OLD.getTime());
+      assert.deepEqual(snapshotTree(scope), before);
+    } finally {
+      setParallelism(null);
+    }
+  });
+}
+
+test("a kept retain restarts the revision's mtime only once both reads agree, and the early check's worker is handed back for the next call", async () => {
+  setParallelism(2);
+  const scope = tempDir("oats-early-kept-");
+  const source = makeTree({ "a.txt": "one", "b/c.txt": "two" });
+  try {
+    const first = await retainTree(scope, { kind: "capture", key: "nightly", source });
+    for (const expect of [true, false]) {
+      utimesSync(first.dir, OLD, OLD);
+      const again = await retainTree(scope, { kind: "capture", key: "nightly", source, ...(expect ? { expect: first.integrity } : {}) });
+      assert.deepEqual(again, { ...first, status: "kept" });
+      assert.equal(workersHeld(), 0);
+      assert.ok(lstatSync(first.dir).mtimeMs > OLD.getTime());
+    }
+  } finally {
+    setParallelism(null);
+  }
+});
+
+test("mayMatch: same paths and types in order as the manifest, else false; names and link targets that read like manifest rows; an unreadable manifest is no verdict (true)", async () => {
+  const files = { "a.txt": "one", 'b/q"uote\\d.txt': "two", "b/ünï.txt": "three", "c/d/e.txt": "four" };
+  const source = makeTree(files);
+  // A symlink whose target reads like a manifest row: escaped inside its string, it must not be taken for one.
+  // (to a file whose name reads like one too, so that the link is not broken).
+  writeFileSync(join(source, "b", 'x","type":"file"},{"path":"zz'), "five");
+  symlinkSync('x","type":"file"},{"path":"zz', join(source, "b", "link"));
+  const scope = tempDir("oats-early-maymatch-");
+  const first = await retainTree(scope, { kind: "capture", key: "nightly", source });
+  const listing = async (dir: string) => walkTree(dir);
+  assert.equal(mayMatch(first.dir, await listing(source)), true);
+  const variant = (change: (dir: string) => void) => {
+    const dir = join(tempDir("oats-early-variant-"), "tree");
+    cpSync(source, dir, { recursive: true, verbatimSymlinks: true });
+    change(dir);
+    return listing(dir);
+  };
+  assert.equal(mayMatch(first.dir, await variant((dir) => writeFileSync(join(dir, "a.txt"), "other content, same shape"))), true);
+  assert.equal(mayMatch(first.dir, await variant((dir) => writeFileSync(join(dir, "c/d/f.txt"), "added"))), false, "a leaf added at the end");
+  assert.equal(mayMatch(first.dir, await variant((dir) => writeFileSync(join(dir, "0.txt"), "added"))), false, "a leaf added at the start");
+  assert.equal(mayMatch(first.dir, await variant((dir) => rmSync(join(dir, "c/d/e.txt")))), false, "the last leaf removed");
+  assert.equal(mayMatch(first.dir, await variant((dir) => rmSync(join(dir, "b/ünï.txt")))), false, "a leaf removed");
+  assert.equal(mayMatch(first.dir, await variant((dir) => renameSync(join(dir, "a.txt"), join(dir, "A.txt")))), false, "a leaf renamed");
+  assert.equal(
+    mayMatch(first.dir, await variant((dir) => (rmSync(join(dir, "a.txt")), symlinkSync("target", join(dir, "a.txt"))))),
+    false,
+    "a file become a symlink",
+  );
+  const manifest = manifestPath(first.dir);
+  const canonical = readFileSync(manifest, "utf8");
+  writeFileSync(manifest, canonical.slice(0, canonical.length >> 1));
+  assert.equal(mayMatch(first.dir, await variant((dir) => rmSync(join(dir, "a.txt")))), true, "a manifest cut short: no verdict");
+  rmSync(manifest);
+  assert.equal(mayMatch(first.dir, await variant((dir) => rmSync(join(dir, "a.txt")))), true, "no manifest: no verdict");
+});

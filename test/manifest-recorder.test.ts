@@ -1,0 +1,63 @@
+/** The manifest a retain writes, now encoded as the staged copy is read back, is byte for byte the canonical document of its rows. */
+import assert from "node:assert/strict";
+import { chmodSync, mkdirSync, readFileSync, symlinkSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { test } from "node:test";
+import { retainTree } from "../src/index.js";
+import { canonicalJsonBytes } from "../src/retention/digest/json.js";
+import { digestListing } from "../src/retention/digest/tree.js";
+import { walkTree, type SymlinkEntry } from "../src/retention/digest/walk.js";
+import { ManifestRecorder } from "../src/retention/store/manifest-encoding.js";
+import { ManifestBuilder, manifestPath } from "../src/retention/store/manifest.js";
+import { tempDir } from "./helpers.js";
+
+/** Rows enough to fill several of the recorder's 64 KiB chunks, with names that need escapes and multi-byte UTF-8. */
+function awkwardTree(): string {
+  const root = tempDir("oats-manifest-src-");
+  for (let d = 0; d < 6; d++) mkdirSync(join(root, `dir-${d}-é`));
+  for (let i = 0; i < 1500; i++) {
+    const path = join(root, `dir-${i % 6}-é`, `f-${String(i).padStart(4, "0")}-"q"\\-\u2028-\u{1F600}-${"n".repeat(i % 40)}.txt`);
+    writeFileSync(path, i % 50 === 0 ? "" : `content ${i}\n`);
+    if (i % 7 === 0) chmodSync(path, 0o755);
+  }
+  const first = `f-0001-"q"\\-\u2028-\u{1F600}-${"n".repeat(1)}.txt`;
+  symlinkSync(`../dir-1-é/${first}`, join(root, "dir-0-é", "link-\t-é"));
+  symlinkSync(`dir-1-é/${first}`, join(root, "z-link"));
+  return root;
+}
+
+async function rowsOf(dir: string): Promise<ManifestBuilder["rows"]> {
+  const builder = new ManifestBuilder();
+  await digestListing(await walkTree(dir), [], { sink: builder, sinkOrder: "bytes" });
+  return builder.rows;
+}
+
+test("Given a retained tree of 1,500 awkward names, When its manifest is read, Then it is exactly canonicalJsonBytes({ schemaVersion: 1, rows }) of the revision", async () => {
+  const scope = tempDir();
+  const receipt = await retainTree(scope, { kind: "capture", key: "awkward", source: awkwardTree() });
+  assert.equal(receipt.status, "retained");
+  const written = readFileSync(manifestPath(receipt.dir));
+  const rows = await rowsOf(receipt.dir);
+  assert.equal(rows.length, 1502);
+  assert.ok(written.length > 3 * (64 << 10), "the document spans several chunks");
+  assert.ok(written.equals(canonicalJsonBytes({ schemaVersion: 1, rows })));
+});
+
+test("Given an empty tree, When it is retained, Then its manifest is the document with no rows", async () => {
+  const scope = tempDir();
+  const receipt = await retainTree(scope, { kind: "capture", key: "empty", source: tempDir("oats-manifest-empty-") });
+  assert.equal(readFileSync(manifestPath(receipt.dir), "utf8"), '{"rows":[],"schemaVersion":1}\n');
+});
+
+test("Given a row longer than a chunk, When the recorder encodes it between others, Then no byte is lost", () => {
+  const recorder = new ManifestRecorder();
+  const link = (path: string, target: string) => ({ type: "symlink", name: path, path, absolute: `/x/${path}`, target }) as unknown as SymlinkEntry;
+  const rows = [
+    { path: "a", type: "symlink" as const, target: "short" },
+    { path: "b", type: "symlink" as const, target: "é".repeat(40_000) },
+    { path: "c", type: "symlink" as const, target: "t".repeat(70_000) },
+    { path: "d", type: "symlink" as const, target: "end" },
+  ];
+  for (const row of rows) recorder.symlink(link(row.path, row.target));
+  assert.ok(recorder.bytes().equals(canonicalJsonBytes({ schemaVersion: 1, rows })));
+});
