@@ -16,6 +16,8 @@ import { readRegularFile } from "../retention/store/files.js";
 import { retainedTreeDir } from "../retention/store/layout.js";
 import { revisionParentSegments } from "../retention/store/publish.js";
 import { verifyAllTrees } from "../retention/verify-many.js";
+import type { VerifiedTree } from "../retention/adopt-verified.js";
+import { ManifestRecorder } from "../retention/store/manifest-encoding.js";
 import { settleInLanes } from "../retention/parallel/pool.js";
 import { throwIfAborted } from "../retention/progress.js";
 import { BUNDLE_MANIFEST, MAX_MANIFEST_BYTES, artifactId, manifestSchema, pinnedBlobs, type BundleManifest } from "./bundle-format.js";
@@ -105,6 +107,13 @@ export function checkContents(bundle: string, root: string, manifest: BundleMani
 
 export interface VerifiedBundle {
   readonly manifest: BundleManifest;
+  /**
+   * Per artifact row, the verification read of a tree hashed on this thread
+   * (walk, digest, manifest), which publication adopts instead of
+   * reading the tree again (adoptVerifiedTree); undefined for a tree a worker
+   * lane hashed, which publication reads back as before.
+   */
+  readonly trees: readonly (VerifiedTree | undefined)[];
   readonly records: Map<string, { bytes: Buffer; record: ResolutionRecord }>;
   readonly blobs: Map<string, Buffer>;
 }
@@ -121,14 +130,20 @@ export async function verifyBundle(bundle: string, root: string, manifest: Bundl
     const listing = await walkTree(dir, { maxDepth });
     // The extractor kept symlinks inside the bundle; each must also stay inside its own tree.
     await checkSymlinks(dir, listing);
-    const digests = measure ? await measure({ dir, formats: [TREE_EXEC], maxDepth }) : await digestListing(listing, [TREE_EXEC], { ...watch, phase: "verify" });
+    const manifestOf = measure ? null : new ManifestRecorder();
+    const digests = measure ? await measure({ dir, formats: [TREE_EXEC], maxDepth }) : await digestListing(listing, [TREE_EXEC], { ...watch, phase: "verify", sink: manifestOf!, sinkOrder: "bytes" });
     const actual = digests[TREE_EXEC]!;
     const expected = row.integrity.slice(TREE_EXEC.length + 1);
     if (actual !== expected) {
       throw mismatch(bundle, `${row.kind} ${row.key}`, row.integrity, `${TREE_EXEC}:${actual}`, { kind: row.kind, key: row.key, path: row.path, format: TREE_EXEC });
     }
+    return manifestOf ? { listing, digests, manifest: manifestOf } : undefined;
   });
-  for (const tree of trees) if (!tree.ok) throw tree.error;
+  const verifiedTrees: (VerifiedTree | undefined)[] = [];
+  for (const tree of trees) {
+    if (!tree.ok) throw tree.error;
+    verifiedTrees.push(tree.value);
+  }
   throwIfAborted(watch.signal);
   const blobs = new Map<string, Buffer>();
   for (const row of manifest.blobs) {
@@ -170,7 +185,7 @@ export async function verifyBundle(bundle: string, root: string, manifest: Bundl
     }
     records.set(row.id, { bytes, record });
   }
-  return { manifest, records, blobs };
+  return { manifest, trees: verifiedTrees, records, blobs };
 }
 
 function exists(path: string): boolean {

@@ -6,6 +6,7 @@ import { parseBlobDigest, putBlob } from "../retention/store/blobs.js";
 import { writeResolution } from "../resolution/store.js";
 import type { ArtifactKind } from "../retention/ids.js";
 import { adoptTree } from "../retention/retain.js";
+import { adoptVerifiedTree } from "../retention/adopt-verified.js";
 import { resolveScope } from "../retention/store/components.js";
 import { throwIfAborted, type ProgressListener } from "../retention/progress.js";
 import { extractLimits, extractTar, type ExtractLimits } from "./extract.js";
@@ -84,9 +85,12 @@ export async function importStaged(
 
   // Publication: trees, then blobs, then the records that name them.
   const artifacts: ImportReport["artifacts"][number][] = [];
-  for (const row of manifest.artifacts) {
-    // Verified above; adopted (moved, made durable, read back once) rather than copied a second time.
-    const receipt = await adoptTree(realScope, { kind: row.kind, key: row.key, source: join(staging, row.path), expect: row.integrity }, { maxDepth: limits.maxDepth });
+  for (const [index, row] of manifest.artifacts.entries()) {
+    // Verified above; adopted (moved, made durable) rather than copied. Staging is ours alone (0700), so
+    // a tree read on this thread is not read again (adoptVerifiedTree); a worker lane's is read back once.
+    const request = { kind: row.kind, key: row.key, source: join(staging, row.path), expect: row.integrity };
+    const tree = verified.trees[index];
+    const receipt = tree ? await adoptVerifiedTree(realScope, request, tree, { maxDepth: limits.maxDepth }) : await adoptTree(realScope, request, { maxDepth: limits.maxDepth });
     artifacts.push({ kind: row.kind, key: row.key, integrity: row.integrity, status: receipt.status === "kept" ? "kept" : "retained" });
   }
   const blobs: ImportReport["blobs"][number][] = [];

@@ -10,6 +10,7 @@ import { ensureStore, fsyncDirectory, removeCreatedStore } from "./components.js
 import { faultPoint } from "./faults.js";
 import { firstDifference, writeManifest } from "./manifest.js";
 import { ManifestRecorder } from "./manifest-encoding.js";
+import { adoptedAsVerified, type AdoptVerified } from "./adopted-read.js";
 import { EXEC_REVISIONS_DIR, assertContained, stagingName, storeRoot } from "./layout.js";
 import { maskAdoptedModes } from "./modes.js";
 import type { EarlyCheck } from "./kept-early.js";
@@ -61,6 +62,11 @@ export interface PublishPlan {
    * and released once the kept path is decided either way.
    */
   readonly early?: EarlyCheck | null;
+  /**
+   * publishAdopted only: what the caller's own read of `listing` measured
+   * (see AdoptVerified); the staged tree is then not read back.
+   */
+  readonly verified?: AdoptVerified;
 }
 
 /** The digest options of one phase of a plan. */
@@ -202,7 +208,9 @@ export async function publishTree(plan: PublishPlan): Promise<PublishResult> {
  *    syncfs);
  * 4. the durable staged tree is read back once, in every format and into
  *    the manifest (`verify-staged`), and what it hashes to must be the
- *    expected digest (`source-differs`);
+ *    expected digest (`source-differs`); with `plan.verified` the caller's
+ *    read stands instead, once the moved directory is the one it read
+ *    (adopted-read.ts);
  * 5. checkStaged (provenance) runs on the staged tree;
  * 6. it is renamed into place under the revision lock; a concurrent winner
  *    is verified and reported kept.
@@ -223,7 +231,7 @@ export async function publishAdopted(plan: PublishPlan): Promise<PublishResult> 
     maskAdoptedModes(staging, plan.listing);
     announce(plan, "sync");
     await makeDurable(staging, plan.listing, { perFile: perFileDurability(plan.listing), filesSynced: false });
-    const { staged, manifest } = await verifyStaged(plan, staging);
+    const { staged, manifest } = plan.verified ? await adoptedAsVerified(plan, plan.verified, staging) : await verifyStaged(plan, staging);
     const measured = staged[plan.nameFormat]!;
     if (plan.expected && measured !== plan.expected) throw mismatch(plan, plan.expected, measured, { source: plan.listing.root.absolute, reason: "source-differs" });
     plan.checkStaged?.(staging);
@@ -275,7 +283,7 @@ async function verifyStaged(plan: PublishPlan, staging: string, totalBytes?: num
 }
 
 /** Rename the verified staging into place under the revision lock; a concurrent winner is verified and reported kept. */
-async function commit(plan: PublishPlan, parent: string, dir: string, staging: string, staged: TreeDigests, manifest: ManifestRecorder): Promise<PublishResult> {
+async function commit(plan: PublishPlan, parent: string, dir: string, staging: string, staged: TreeDigests, manifest: { bytes(): Buffer }): Promise<PublishResult> {
   const measured = staged[plan.nameFormat]!;
   announce(plan, "publish");
   const outcome = await withRevisionLock(parent, `sha256-${measured.slice(7)}`, plan.lockWaitMs, async () => {
