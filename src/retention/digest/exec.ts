@@ -30,47 +30,27 @@ function writeU64(out: Buffer, value: number, at: number): number {
 const F = 0x46; // "F"
 const S = 0x53; // "S"
 
-/** Bytes of a file record's head (everything before the content) for a path of `pathLength` UTF-8 bytes. */
-export function execHeadLength(pathLength: number): number {
-  return 1 + 8 + pathLength + 1 + 8;
-}
-
-/** Write a file record's head at `at` (execHeadLength(pathLength) bytes); returns where the content goes. */
-export function writeExecHead(out: Buffer, at: number, path: string, pathLength: number, mode: number, size: number): number {
-  out[at] = F;
-  at = writeU64(out, pathLength, at + 1);
-  at += out.write(path, at, "utf8");
-  out[at++] = mode & 0o100 ? 1 : 0;
-  return writeU64(out, size, at);
-}
-
-/** Bytes of a symlink record. */
-export function execSymlinkLength(pathLength: number, targetLength: number): number {
-  return 1 + 8 + pathLength + 8 + targetLength;
-}
-
-/** Write a symlink record at `at`; returns its end. */
-export function writeExecSymlink(out: Buffer, at: number, path: string, pathLength: number, target: string, targetLength: number): number {
-  out[at] = S;
-  at = writeU64(out, pathLength, at + 1);
-  at += out.write(path, at, "utf8");
-  at = writeU64(out, targetLength, at);
-  return at + out.write(target, at, "utf8");
-}
-
 /** One buffer per record: small ones come from Node's shared pool, so a file costs no allocation of its own. */
 function fileRecord(path: string, mode: number, size: number): Buffer[] {
   const length = Buffer.byteLength(path);
-  const out = Buffer.allocUnsafe(execHeadLength(length));
-  writeExecHead(out, 0, path, length, mode, size);
+  const out = Buffer.allocUnsafe(1 + 8 + length + 1 + 8);
+  out[0] = F;
+  let at = writeU64(out, length, 1);
+  at += out.write(path, at, "utf8");
+  out[at++] = mode & 0o100 ? 1 : 0;
+  writeU64(out, size, at);
   return [out];
 }
 
 function symlinkRecord(path: string, target: string): Buffer[] {
   const length = Buffer.byteLength(path);
   const targetLength = Buffer.byteLength(target);
-  const out = Buffer.allocUnsafe(execSymlinkLength(length, targetLength));
-  writeExecSymlink(out, 0, path, length, target, targetLength);
+  const out = Buffer.allocUnsafe(1 + 8 + length + 8 + targetLength);
+  out[0] = S;
+  let at = writeU64(out, length, 1);
+  at += out.write(path, at, "utf8");
+  at = writeU64(out, targetLength, at);
+  out.write(target, at, "utf8");
   return [out];
 }
 

@@ -44,9 +44,9 @@ const YIELD_EVERY_MS = 8;
  * (inode_readahead_blks), with the source warm. At 16 that started two
  * workers (some 28 MiB of RSS) in a warm retain of 20,000 files.
  */
-export const COLD_BLOCK_READS = 512;
+const COLD_BLOCK_READS = 512;
 /** Small files are consumed in synchronous runs of at most this many leaves; the clock is read between runs. */
-export const RUN_LENGTH = 128;
+const RUN_LENGTH = 128;
 
 export interface FileInfo {
   /** Permission bits (mode & 0o7777). */
@@ -67,12 +67,6 @@ export interface FileConsumer {
   end(entry: FileEntry, info: FileInfo): void | Promise<void>;
   /** Symlinks arrive in their place in the order, between files. */
   symlink(entry: SymlinkEntry): void | Promise<void>;
-  /**
-   * Optional, for a consumer that hashes oats.tree-exec.v1 alone: `count`
-   * leaves in a row (lanes.ts), already framed as their records in `bytes`,
-   * `files` of them files with `contentBytes` bytes of content between them.
-   */
-  records?(bytes: Buffer, count: number, files: number, contentBytes: number): void;
 }
 
 interface OpenedFile {
@@ -96,6 +90,16 @@ async function readFully(fd: number, buffer: Buffer, length: number, position: n
   let done = 0;
   while (done < length) {
     const got = await readAsync(fd, buffer.subarray(done), length - done, position + done);
+    if (got === 0) break;
+    done += got;
+  }
+  return done;
+}
+
+function readFullySync(fd: number, buffer: Buffer, length: number): number {
+  let done = 0;
+  while (done < length) {
+    const got = readSync(fd, buffer, done, length - done, done);
     if (got === 0) break;
     done += got;
   }
@@ -144,7 +148,7 @@ function openSmallOrHeadSync(entry: FileEntry, scratch: Buffer, cursor: Director
     if (!before.isFile()) throw changed(entry.path, "no longer a regular file");
     const length = headLength(before);
     const head = length <= scratch.length ? scratch.subarray(0, length) : Buffer.allocUnsafe(length);
-    if (readFullyAt(fd, head, 0, length) !== length) throw changed(entry.path, "short read");
+    if (readFullySync(fd, head, length) !== length) throw changed(entry.path, "short read");
     file = { entry, fd, before, head, closed: false };
     if (length === before.size) {
       afterRead(entry.path);
@@ -231,58 +235,6 @@ async function consumeRest(file: OpenedFile, size: number, consumer: FileConsume
 }
 
 /**
- * Open, fstat, read whole, fstat again and close one file: the small-file
- * read both lanes make (lanes.ts), with every check in one place. The file
- * is read into `buffer` at `offset`. Returns the first fstat, or null when
- * the file is a regular file larger than `limit` (the general path then
- * opens it again); anything else that is not a regular file, a short read
- * or a change between the two fstats is a refusal.
- */
-export function readSmallFile(leaf: FileEntry, path: string, buffer: Buffer, offset: number, limit: number): Stats | null {
-  let fd: number;
-  try {
-    fd = openSync(path, OPEN_FLAGS);
-  } catch (error) {
-    throw error instanceof OatsError ? error : changedOrUnreadable(error, leaf.path);
-  }
-  let before: Stats;
-  let after: Stats | undefined;
-  let got = 0;
-  try {
-    before = fstatSync(fd);
-    if (before.isFile() && before.size <= limit) {
-      got = readFullyAt(fd, buffer, offset, before.size);
-      afterRead(leaf.path);
-      after = fstatSync(fd);
-    }
-  } catch (error) {
-    closeSync(fd);
-    throw changedOrUnreadable(error, leaf.path);
-  }
-  try {
-    closeSync(fd);
-  } catch (error) {
-    throw changedOrUnreadable(error, leaf.path);
-  }
-  if (!before.isFile()) throw changed(leaf.path, "no longer a regular file");
-  if (after === undefined) return null;
-  if (got !== before.size) throw changed(leaf.path, "short read");
-  const what = difference(before, after);
-  if (what) throw changed(leaf.path, what);
-  return before;
-}
-
-function readFullyAt(fd: number, buffer: Buffer, offset: number, length: number): number {
-  let done = 0;
-  while (done < length) {
-    const got = readSync(fd, buffer, offset + done, length - done, done);
-    if (got === 0) break;
-    done += got;
-  }
-  return done;
-}
-
-/**
  * The fast path: leaves from..to-1 that are symlinks or small files, read
  * whole into `scratch` and handed to consumer.whole(), in a plain synchronous
  * loop. Kept small on purpose: V8 optimises a small loop within its first
@@ -306,10 +258,37 @@ function consumeSmallRun(
       if (pending) return { next: index + 1, pending };
       continue;
     }
-    const before = readSmallFile(leaf, cursor.pathOf(leaf), scratch, 0, scratch.length);
-    if (before === null) return { next: index };
-    const size = before.size;
-    const pending = consumer.whole(leaf, { mode: before.mode & 0o7777, size }, scratch.subarray(0, size));
+    let fd: number;
+    try {
+      fd = openSync(cursor.pathOf(leaf), OPEN_FLAGS);
+    } catch (error) {
+      throw error instanceof OatsError ? error : changedOrUnreadable(error, leaf.path);
+    }
+    let before: Stats;
+    let after: Stats | undefined;
+    let got = 0;
+    try {
+      before = fstatSync(fd);
+      if (before.isFile() && before.size <= scratch.length) {
+        got = readFullySync(fd, scratch, before.size);
+        afterRead(leaf.path);
+        after = fstatSync(fd);
+      }
+    } catch (error) {
+      closeSync(fd);
+      throw changedOrUnreadable(error, leaf.path);
+    }
+    try {
+      closeSync(fd);
+    } catch (error) {
+      throw changedOrUnreadable(error, leaf.path);
+    }
+    if (!before.isFile()) throw changed(leaf.path, "no longer a regular file");
+    if (after === undefined) return { next: index };
+    if (got !== before.size) throw changed(leaf.path, "short read");
+    const what = difference(before, after);
+    if (what) throw changed(leaf.path, what);
+    const pending = consumer.whole(leaf, { mode: before.mode & 0o7777, size: got }, scratch.subarray(0, got));
     if (pending) return { next: index + 1, pending };
   }
   return { next: to };
@@ -321,83 +300,41 @@ function consumeSmallRun(
  * themselves is a refusal naming the path.
  */
 export async function readLeavesInOrder(leaves: readonly LeafEntry[], consumer: FileConsumer): Promise<void> {
-  const reader = new LeafReader(leaves, consumer);
-  try {
-    await reader.range(0, leaves.length);
-  } finally {
-    await reader.close();
-  }
-}
-
-/**
- * The reads of one pass, range by range in increasing order (the lanes of
- * lanes.ts hand the calling thread the ranges it reads itself): one
- * directory cursor, one small-file buffer, the cold-cache watch and the
- * read-ahead workers last for the whole pass. close() releases them.
- */
-export class LeafReader {
-  private prefetched: { index: number; file: Promise<OpenedFile> } | null = null;
-  private readonly scratch = Buffer.allocUnsafe(SMALL_FILE_SIZE);
-  private lastYield = performance.now();
-  private readonly whole: (FileConsumer & Required<Pick<FileConsumer, "whole">>) | null;
-  readonly cursor = new DirectoryCursor();
-  private prefetch: Prefetcher | null = null;
+  let prefetched: { index: number; file: Promise<OpenedFile> } | null = null;
+  let scratch: Buffer | null = null;
+  let lastYield = performance.now();
+  const nextFileIndex = (from: number): number => {
+    for (let index = from; index < leaves.length; index++) if (leaves[index]!.type === "file") return index;
+    return -1;
+  };
+  const whole = consumer.whole ? (consumer as FileConsumer & Required<Pick<FileConsumer, "whole">>) : null;
+  const cursor = new DirectoryCursor();
+  let prefetch: Prefetcher | null = null;
   // Block reads the kernel did for this process (all threads): they grow only when the page cache misses.
-  private blockReads = process.resourceUsage().fsRead;
-  private watchCold: boolean;
-  private nextColdCheck = 1;
-  private coldSeen = false;
-
-  /**
-   * With `watchCold: false` the caller watches for a cold cache itself and
-   * calls coldAt() (lanes.ts: getrusage() on the calling thread, while
-   * another thread of the process is busy in system calls, measured up to
-   * hundreds of microseconds here).
-   */
-  constructor(
-    private readonly leaves: readonly LeafEntry[],
-    private readonly consumer: FileConsumer,
-    options: { watchCold?: boolean } = {},
-  ) {
-    this.whole = consumer.whole ? (consumer as FileConsumer & Required<Pick<FileConsumer, "whole">>) : null;
-    const mode = prefetchMode();
-    this.watchCold = options.watchCold !== false && mode === "auto" && worthPrefetching(leaves, 0);
-    if (mode === "always") this.prefetch = startPrefetch(leaves, 0);
-  }
-
-  /** The page cache missed around leaf `index`: start the read-ahead workers there, once. */
-  coldAt(index: number): void {
-    if (this.coldSeen || prefetchMode() !== "auto") return;
-    this.coldSeen = true;
-    this.watchCold = false;
-    if (worthPrefetching(this.leaves, index)) this.prefetch = startPrefetch(this.leaves, index);
-  }
-
-  /** The reader is at leaf `index`: move the read-ahead window, or start it when the cache misses; yield to the event loop every few ms. */
-  async at(index: number): Promise<void> {
-    if (this.prefetch) this.prefetch.advance(index);
-    else if (this.watchCold && index >= this.nextColdCheck) {
-      // getrusage() costs some 10 us: once per RUN_LENGTH leaves, however the lanes cut the ranges.
-      this.nextColdCheck = index + RUN_LENGTH;
-      const now = process.resourceUsage().fsRead;
-      if (now - this.blockReads >= COLD_BLOCK_READS) this.coldAt(index);
-      this.blockReads = now;
-    }
-    if (performance.now() - this.lastYield > YIELD_EVERY_MS) {
-      await new Promise((resolve) => setImmediate(resolve));
-      this.lastYield = performance.now();
-    }
-  }
-
-  /** Read leaves from..to-1 and hand them to the consumer. */
-  async range(from: number, to: number): Promise<void> {
-    const { leaves, consumer, whole, scratch, cursor } = this;
-    for (let index = from; index < to; index++) {
-      await this.at(index);
+  let blockReads = process.resourceUsage().fsRead;
+  const mode = prefetchMode();
+  let watchCold = mode === "auto" && worthPrefetching(leaves, 0);
+  if (mode === "always") prefetch = startPrefetch(leaves, 0);
+  try {
+    for (let index = 0; index < leaves.length; index++) {
+      if (prefetch) prefetch.advance(index);
+      else if (watchCold && index > 0) {
+        const now = process.resourceUsage().fsRead;
+        if (now - blockReads >= COLD_BLOCK_READS) {
+          watchCold = false;
+          if (worthPrefetching(leaves, index)) prefetch = startPrefetch(leaves, index);
+        }
+        blockReads = now;
+      }
+      if (performance.now() - lastYield > YIELD_EVERY_MS) {
+        await new Promise((resolve) => setImmediate(resolve));
+        lastYield = performance.now();
+      }
+      scratch ??= Buffer.allocUnsafe(SMALL_FILE_SIZE);
       if (whole) {
         // A run of small files and symlinks, up to the next prefetched file.
-        const end = Math.min(to, index + RUN_LENGTH, this.prefetched ? this.prefetched.index : Infinity);
-        const run = consumeSmallRun(leaves, index, end, whole, scratch, cursor);
+        const to = Math.min(leaves.length, index + RUN_LENGTH, prefetched ? prefetched.index : Infinity);
+        const run = consumeSmallRun(leaves, index, to, whole, scratch, cursor);
         if (run.pending) await run.pending;
         if (run.next > index) {
           index = run.next - 1;
@@ -412,9 +349,9 @@ export class LeafReader {
         continue;
       }
       let file: OpenedFile;
-      if (this.prefetched?.index === index) {
-        const pending = this.prefetched.file;
-        this.prefetched = null;
+      if (prefetched?.index === index) {
+        const pending = prefetched.file;
+        prefetched = null;
         file = await pending;
       } else {
         file = openSmallOrHeadSync(leaf, scratch, cursor);
@@ -423,11 +360,10 @@ export class LeafReader {
       const info: FileInfo = { mode: file.before.mode & 0o7777, size };
       try {
         if (file.head.length < size) {
-          // The next file of this range only: the one after it may be another lane's.
-          const following = nextFileIndex(leaves, index + 1, to);
+          const following = nextFileIndex(index + 1);
           if (following !== -1) {
-            this.prefetched = { index: following, file: openHeadAsync(leaves[following] as FileEntry, cursor) };
-            this.prefetched.file.catch(() => undefined); // observed when its turn comes
+            prefetched = { index: following, file: openHeadAsync(leaves[following] as FileEntry, cursor) };
+            prefetched.file.catch(() => undefined); // observed when its turn comes
           }
         }
         // Consumers that answer synchronously (hashing) are not awaited: a
@@ -446,23 +382,15 @@ export class LeafReader {
         if (!file.closed) await closeAsync(file.fd).catch(() => undefined);
       }
     }
-  }
-
-  async close(): Promise<void> {
-    this.prefetch?.stop();
-    this.cursor.close();
-    const prefetched = this.prefetched;
-    this.prefetched = null;
+  } finally {
+    prefetch?.stop();
+    cursor.close();
     if (prefetched) {
-      await prefetched.file.then(
+      const pending: Promise<OpenedFile> = prefetched.file;
+      await pending.then(
         (file) => (file.closed ? undefined : closeAsync(file.fd).catch(() => undefined)),
         () => undefined,
       );
     }
   }
-}
-
-function nextFileIndex(leaves: readonly LeafEntry[], from: number, to: number): number {
-  for (let index = from; index < to; index++) if (leaves[index]!.type === "file") return index;
-  return -1;
 }

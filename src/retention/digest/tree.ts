@@ -5,11 +5,10 @@ import { OatsError, errnoCode } from "../../errors.js";
 import type { TreeFormat } from "../integrity.js";
 import { packagePayloadExecFraming, treeExecFraming } from "./exec.js";
 import { readLeavesInOrder, type FileConsumer, type FileInfo } from "./file-reader.js";
-import { LANE_MIN_FILES, prepareLanes, readLeaves } from "./lanes.js";
 import type { TreeFraming } from "./framing.js";
 import { EMIT_EVERY_BYTES, EMIT_EVERY_FILES, throwIfAborted, type ProgressListener, type ProgressPhase } from "../progress.js";
 import { treeLegacyFraming } from "./legacy.js";
-import { legacyOrder, walkTree, type FileEntry, type LeafEntry, type SymlinkEntry, type TreeListing, type WalkOptions } from "./walk.js";
+import { legacyOrder, walkTree, type FileEntry, type LeafEntry, type SymlinkEntry, type TreeListing } from "./walk.js";
 
 export const FRAMINGS: Record<TreeFormat, TreeFraming> = {
   "oats.tree-legacy.v0": treeLegacyFraming,
@@ -172,24 +171,12 @@ export async function digestListing(
         fileDone();
         return sink?.end(entry, info);
       },
-      ...(hashes.length === 1 && hashes[0]!.framing === treeExecFraming && !sink
-        ? {
-            records(bytes: Buffer, _count: number, files: number, contentBytes: number) {
-              if (signal?.aborted) throwIfAborted(signal);
-              hashes[0]!.update(bytes);
-              bytesDone += contentBytes;
-              filesDone += files;
-              if (onProgress && (filesDone >= nextFiles || bytesDone >= nextBytes)) emit();
-            },
-          }
-        : {}),
       symlink(entry: SymlinkEntry) {
         for (const hash of hashes) if (hash.framing.includes(entry.path)) hash.feed(hash.framing.symlink(entry.path, entry.target));
         return sink?.symlink(entry);
       },
     };
-    // Two lanes only for a hash alone: a sink (a copy) keeps its one thread and its memory bound.
-    await (sink ? readLeavesInOrder(pass.order, consumer) : readLeaves(pass.order, consumer));
+    await readLeavesInOrder(pass.order, consumer);
     for (const hash of hashes) digests[hash.framing.format] = hash.value();
   }
   if (onProgress) emit();
@@ -225,15 +212,6 @@ export async function digestTree(
 ): Promise<TreeDigests> {
   throwIfAborted(options.signal);
   const root = await treeRoot(dir);
-  const listing = await walkForDigest(root, options.maxDepth === undefined ? {} : { maxDepth: options.maxDepth });
+  const listing = await walkTree(root, options.maxDepth === undefined ? {} : { maxDepth: options.maxDepth });
   return digestListing(listing, formats, options);
-}
-
-/**
- * walkTree for a tree about to be hashed (no copy): once it has listed
- * enough files for two lanes, the second lane's worker starts loading while
- * the walk goes on, instead of after it.
- */
-export function walkForDigest(root: string, options: WalkOptions = {}): Promise<TreeListing> {
-  return walkTree(root, { ...options, whenLarge: { files: LANE_MIN_FILES, then: prepareLanes } });
 }

@@ -179,8 +179,6 @@ export const DEFAULT_MAX_DEPTH = 256;
 export interface WalkOptions {
   /** The most segments a path in the tree may have; a deeper tree is `invalid-artifact` (`too-deep`). */
   readonly maxDepth?: number;
-  /** Called once, as soon as the walk has listed `files` leaves (a digest starts its second lane's worker then, tree.ts). */
-  readonly whenLarge?: { readonly files: number; readonly then: () => void };
 }
 
 function tooDeep(path: string, depth: number, limit: number): OatsError {
@@ -305,7 +303,6 @@ function readSymlink(at: string, path: string): string {
  */
 export async function walkTree(rootAbsolute: string, options: WalkOptions = {}): Promise<TreeListing> {
   const maxDepth = options.maxDepth ?? DEFAULT_MAX_DEPTH;
-  const large = options.whenLarge ? options.whenLarge.files : -1;
   const leaves: LeafEntry[] = [];
   const directories: DirectoryEntry[] = [];
   const stack: Frame[] = [];
@@ -340,7 +337,7 @@ export async function walkTree(rootAbsolute: string, options: WalkOptions = {}):
       } else if (entry.isFile()) {
         const file = new FileLeaf(name, parent);
         parent.children.push(file);
-        if (leaves.push(file) === large) options.whenLarge!.then();
+        leaves.push(file);
       } else if (entry.isSymbolicLink()) {
         const link = new SymlinkLeaf(name, parent, readSymlink(inDirectory(frame.fd, parent.absolute, name), childPath));
         parent.children.push(link);

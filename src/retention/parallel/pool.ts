@@ -1,6 +1,6 @@
+import { availableParallelism } from "node:os";
 import { Worker } from "node:worker_threads";
 import { OatsError } from "../../errors.js";
-import { countHeld, parallelism } from "./cores.js";
 import { digestListing, type TreeDigests } from "../digest/tree.js";
 import { walkTree } from "../digest/walk.js";
 import type { TreeFormat } from "../integrity.js";
@@ -33,7 +33,17 @@ export type Measure = (job: DigestJob) => Promise<TreeDigests>;
 
 export const measureHere: Measure = async (job) => digestListing(await walkTree(job.dir, job.maxDepth === undefined ? {} : { maxDepth: job.maxDepth }), job.formats);
 
-export { parallelism, setParallelism } from "./cores.js";
+let parallelismOverride: number | null = null;
+
+/** Lanes a pool may use: os.availableParallelism(), unless set (tests, the benchmark's one-by-one baseline). */
+export function parallelism(): number {
+  return parallelismOverride ?? availableParallelism();
+}
+
+/** Set the number of lanes (null: os.availableParallelism() again). Not part of the public API. */
+export function setParallelism(lanes: number | null): void {
+  parallelismOverride = lanes === null ? null : Math.max(1, Math.floor(lanes));
+}
 
 function startWorker(): Worker {
   if (!import.meta.url.endsWith(".ts")) return new Worker(new URL("./digest-worker.js", import.meta.url));
@@ -109,7 +119,6 @@ export class DigestWorker {
 
   /** Referenced while a caller holds it (acquireWorker), unreferenced in the idle pool. */
   hold(held: boolean): void {
-    if (held !== this.held) countHeld(held ? 1 : -1);
     this.held = held;
     if (held) this.worker.ref();
     else if (this.pending === null) this.worker.unref();
@@ -122,8 +131,6 @@ export class DigestWorker {
 
   async close(): Promise<void> {
     this.failure ??= new Error("closed");
-    if (this.held) countHeld(-1);
-    this.held = false;
     // An unref'd worker does not hold the event loop, so a caller awaiting
     // its termination could find the process exiting under it.
     this.worker.ref();

@@ -1,7 +1,7 @@
 import { lstat, mkdir, rename } from "node:fs/promises";
 import { join } from "node:path";
 import { OatsError, asStepError, errnoCode } from "../../errors.js";
-import { FRAMINGS, digestListing, walkForDigest, type DigestOptions, type ProgressListener, type TreeDigests } from "../digest/tree.js";
+import { FRAMINGS, digestListing, type DigestOptions, type ProgressListener, type TreeDigests } from "../digest/tree.js";
 import { noteRemoved, throwIfAborted, type ProgressPhase } from "../progress.js";
 import { walkTree, type TreeListing, type WalkOptions } from "../digest/walk.js";
 import type { ArtifactKind } from "../ids.js";
@@ -129,7 +129,7 @@ export async function verifyRevision(
   }
   const digests = measure
     ? await measure({ dir, formats: plan.formats, ...walkOptions(plan) })
-    : await digestListing(await walkForDigest(dir, walkOptions(plan)), plan.formats, digestOptions(plan, "verify"));
+    : await digestListing(await walkTree(dir, walkOptions(plan)), plan.formats, digestOptions(plan, "verify"));
   const actual = digests[plan.nameFormat]!;
   if (actual !== expected) {
     const difference = await firstDifference(dir);
