@@ -53,8 +53,13 @@ export const options = parseArgs(process.argv.slice(2));
 export const WORK = options.dir;
 export const DATA = join(WORK, "data");
 export const wants = (part) => !options.only || options.only.has(part);
-// The operator's private chain-log state (checkpoints, indexes) of every bench scope goes under the work dir.
-process.env.OATS_STATE_DIR ||= join(WORK, "state");
+// The operator's private chain-log state (checkpoints, indexes) of every bench scope goes under the work dir,
+// fresh for each run: the sections remove and recreate their scopes, and a new scope that gets a removed
+// one's inode would otherwise meet the old one's checkpoint and be refused as a rolled-back log.
+if (!process.env.OATS_STATE_DIR) {
+  process.env.OATS_STATE_DIR = join(WORK, "state");
+  if (!options.clean) rmSync(process.env.OATS_STATE_DIR, { recursive: true, force: true });
+}
 
 if (options.clean) {
   rmSync(WORK, { recursive: true, force: true });
