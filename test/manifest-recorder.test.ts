@@ -61,3 +61,21 @@ test("Given a row longer than a chunk, When the recorder encodes it between othe
   for (const row of rows) recorder.symlink(link(row.path, row.target));
   assert.ok(recorder.bytes().equals(canonicalJsonBytes({ schemaVersion: 1, rows })));
 });
+
+test("Given files 0755 and 0644 and a symlink, When a retain writes its manifest, Then each row says what the file is, measured independently (size, exec bit, SHA-256, link target)", async () => {
+  const { createHash } = await import("node:crypto");
+  const source = tempDir("oats-manifest-rows-");
+  writeFileSync(join(source, "run.sh"), "#!/bin/sh\necho hi\n");
+  chmodSync(join(source, "run.sh"), 0o755);
+  writeFileSync(join(source, "data.txt"), "plain data\n");
+  chmodSync(join(source, "data.txt"), 0o654); // group and other exec bits do not make a file executable here
+  symlinkSync("data.txt", join(source, "link"));
+  const receipt = await retainTree(tempDir(), { kind: "capture", key: "rows", source });
+  const manifest = JSON.parse(readFileSync(manifestPath(receipt.dir), "utf8")) as { rows: unknown[] };
+  const sha = (text: string) => createHash("sha256").update(text).digest("hex");
+  assert.deepEqual(manifest.rows, [
+    { exec: false, path: "data.txt", sha256: sha("plain data\n"), size: 11, type: "file" },
+    { path: "link", target: "data.txt", type: "symlink" },
+    { exec: true, path: "run.sh", sha256: sha("#!/bin/sh\necho hi\n"), size: 18, type: "file" },
+  ]);
+});

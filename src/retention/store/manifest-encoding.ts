@@ -1,8 +1,6 @@
-import { createHash, type Hash } from "node:crypto";
 import { canonicalJson } from "../digest/json.js";
-import type { FileConsumer, FileInfo } from "../digest/file-reader.js";
-import type { FileEntry, SymlinkEntry } from "../digest/walk.js";
 import type { ManifestRow } from "./manifest.js";
+import { ManifestRowSink } from "./manifest-rows.js";
 
 /**
  * The manifest document is canonicalJsonBytes({ schemaVersion: 1, rows }):
@@ -29,29 +27,13 @@ const CHUNK_BYTES = 64 << 10;
  * were the largest part of a retain's heap (docs/design/performance.md, row
  * 25b). The bytes live in fixed chunks outside the JavaScript heap.
  */
-export class ManifestRecorder implements FileConsumer {
+export class ManifestRecorder extends ManifestRowSink {
   private readonly full: Buffer[] = [];
   private block = Buffer.allocUnsafe(CHUNK_BYTES);
   private used = 0;
   private rows = 0;
-  private hash: Hash | null = null;
 
-  start(): void {
-    this.hash = createHash("sha256");
-  }
-  chunk(data: Buffer): void {
-    this.hash!.update(data);
-  }
-  end(entry: FileEntry, info: FileInfo): void {
-    const sha256 = this.hash!.digest("hex");
-    this.hash = null;
-    this.add({ path: entry.path, type: "file", exec: (info.mode & 0o100) !== 0, size: info.size, sha256 });
-  }
-  symlink(entry: SymlinkEntry): void {
-    this.add({ path: entry.path, type: "symlink", target: entry.target });
-  }
-
-  private add(row: ManifestRow): void {
+  protected add(row: ManifestRow): void {
     this.append(this.rows === 0 ? encodeManifestRow(row) : `,${encodeManifestRow(row)}`);
     this.rows += 1;
   }

@@ -1,12 +1,11 @@
-import { createHash, type Hash } from "node:crypto";
 import { readFileSync, renameSync, unlinkSync } from "node:fs";
 import { basename, dirname, join } from "node:path";
 import { z } from "zod";
-import type { FileConsumer, FileInfo } from "../digest/file-reader.js";
 import { digestListing } from "../digest/tree.js";
-import { walkTree, type FileEntry, type SymlinkEntry } from "../digest/walk.js";
+import { walkTree } from "../digest/walk.js";
 import { writeStagedFile } from "./files.js";
 import { manifestDocument } from "./manifest-encoding.js";
+import { ManifestRowSink } from "./manifest-rows.js";
 
 /**
  * A per-revision manifest, `.manifest-sha256-<hex>.json` beside the revision:
@@ -36,23 +35,12 @@ const manifestSchema = z
   })
   .strict();
 
-/** A leaf consumer that builds manifest rows while another pass hashes the tree. */
-export class ManifestBuilder implements FileConsumer {
+/** The manifest rows of the tree it is fed, as objects (firstDifference compares them). */
+export class ManifestBuilder extends ManifestRowSink {
   readonly rows: ManifestRow[] = [];
-  private hash: Hash | null = null;
 
-  start(): void {
-    this.hash = createHash("sha256");
-  }
-  chunk(data: Buffer): void {
-    this.hash!.update(data);
-  }
-  end(entry: FileEntry, info: FileInfo): void {
-    this.rows.push({ path: entry.path, type: "file", exec: (info.mode & 0o100) !== 0, size: info.size, sha256: this.hash!.digest("hex") });
-    this.hash = null;
-  }
-  symlink(entry: SymlinkEntry): void {
-    this.rows.push({ path: entry.path, type: "symlink", target: entry.target });
+  protected add(row: ManifestRow): void {
+    this.rows.push(row);
   }
 }
 
