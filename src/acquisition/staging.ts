@@ -1,10 +1,11 @@
-import { lstatSync, mkdirSync } from "node:fs";
+import { mkdirSync } from "node:fs";
 import { join } from "node:path";
 import { errnoCode } from "../errors.js";
 import { isInterrupted, noteRemoved } from "../retention/progress.js";
 import { ensureStoreAt, inspectStoreAt, removeCreatedStore, resolveScope } from "../retention/store/components.js";
 import { EXTRACT_STORE, stagingName } from "../retention/store/layout.js";
 import { removeTree } from "../retention/store/staging-writer.js";
+import { entryPresent } from "../retention/store/files.js";
 
 /**
  * Where acquisition extracts archives (a package tarball, the tree of a git
@@ -51,19 +52,10 @@ export async function withExtractionDir<T>(scope: string, fn: (dir: string) => P
     throw error;
   } finally {
     // An adopted tree was renamed away: only a directory still here is reported removed.
-    if (dir !== null && failure !== null && isInterrupted(failure) && present(dir)) {
+    if (dir !== null && failure !== null && isInterrupted(failure) && entryPresent(dir)) {
       await removeTree(dir);
       noteRemoved(failure, "extraction", dir);
     } else if (dir !== null) await removeTree(dir);
     removeCreatedStore(created, root);
-  }
-}
-
-function present(path: string): boolean {
-  try {
-    lstatSync(path);
-    return true;
-  } catch {
-    return false;
   }
 }

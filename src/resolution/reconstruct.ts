@@ -15,6 +15,7 @@ import { resolveScope } from "../retention/store/components.js";
 import { checkReadiness, resolveEntrypoint } from "./read.js";
 import { entrypointPathSchema, type ResolutionRecord } from "./record.js";
 import { readRecordBytes, readInstanceRef, writeInstanceRef, writeResolution, type InstanceRef } from "./store.js";
+import { entryPresent } from "../retention/store/files.js";
 
 /**
  * reconstruct(scope, instanceHome): migrate an instance that predates
@@ -380,7 +381,7 @@ export async function reconstruct(scope: string, instanceHome: string): Promise<
       unresolved.push({ pointer, reason });
     };
     const installed = join(realScope, ...INSTALLED_DIR, id);
-    if (!exists(installed)) {
+    if (!entryPresent(installed)) {
       fail(`installed-missing: ${installed} does not exist; it is never re-fetched`);
       continue;
     }
@@ -490,15 +491,6 @@ export async function reconstruct(scope: string, instanceHome: string): Promise<
   }
   const ref = writeInstanceRef(realScope, instance.name, written.id);
   return { id: written.id, record, status, path: written.path, ref, refMoved: true };
-}
-
-function exists(path: string): boolean {
-  try {
-    lstatSync(path);
-    return true;
-  } catch {
-    return false;
-  }
 }
 
 function recordIsReady(scope: string, id: string): boolean {

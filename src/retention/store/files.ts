@@ -1,4 +1,4 @@
-import { closeSync, constants, fstatSync, fsyncSync, openSync, readSync, writeSync } from "node:fs";
+import { closeSync, constants, fstatSync, fsyncSync, lstatSync, openSync, readSync, writeSync } from "node:fs";
 import { join } from "node:path";
 import { errnoCode, type OatsError } from "../../errors.js";
 import { stagingName } from "./layout.js";
@@ -65,5 +65,15 @@ export function readRegularFile(path: string, options: BoundedReadOptions): Buff
     return bytes;
   } finally {
     closeSync(fd);
+  }
+}
+
+/** Whether anything (of any type, a symlink not followed) is at `path`; an entry that cannot be lstat'd counts as absent. */
+export function entryPresent(path: string): boolean {
+  try {
+    lstatSync(path);
+    return true;
+  } catch {
+    return false;
   }
 }

@@ -1,4 +1,3 @@
-import { lstatSync } from "node:fs";
 import { join } from "node:path";
 import type { TreeDigests } from "../digest/tree.js";
 import type { ArtifactKind } from "../ids.js";
@@ -8,6 +7,7 @@ import { inspectStore } from "./components.js";
 import { newestRevision } from "./kept-candidate.js";
 import { assertContained, storeRoot } from "./layout.js";
 import { revisionParentSegments, verifyRevision } from "./publish.js";
+import { entryPresent } from "./files.js";
 
 /**
  * The stored half of a kept retain, started before the source is walked.
@@ -69,7 +69,7 @@ export function startEarlyCheck(request: EarlyRequest): EarlyCheck | null {
     value = request.expected;
     dir = assertContained(root, join(parent, `sha256-${value.slice("sha256-".length)}`), `artifact ${request.key}`);
     // Absent (or not listable): the retain's own path meets it, in its own order.
-    if (!present(dir)) return null;
+    if (!entryPresent(dir)) return null;
   } else {
     const candidate = newestRevision(parent);
     if (!candidate) return null;
@@ -83,13 +83,4 @@ export function startEarlyCheck(request: EarlyRequest): EarlyCheck | null {
   );
   let released: Promise<void> | null = null;
   return { dir, value, outcome, release: () => (released ??= releaseWorker(worker)) };
-}
-
-function present(path: string): boolean {
-  try {
-    lstatSync(path);
-    return true;
-  } catch {
-    return false;
-  }
 }
