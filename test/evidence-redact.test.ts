@@ -159,3 +159,13 @@ describe("the budgeted runner's outcome", () => {
     assert.deepEqual(into, [{ start: 1, end: 2, rule: 5 }]);
   });
 });
+
+describe("the conformance suite's leak search in a run record", () => {
+  test("a value inside a digest or a timestamp is chance, a value in any other text field or key is a leak", async () => {
+    const { recordTextFields } = await import("./conformance/properties/redaction.js");
+    const record = { runId: `sha256-${"7777".padEnd(64, "a")}`, start: "2026-12-01T08:47:07.777712Z", pid: 7777, note: "PIN=7777", lines: [{ text: "x7777" }], "7777": true };
+    const fields = recordTextFields(record);
+    assert.ok(!fields.some((field) => field.startsWith("sha256-") || field.startsWith("2026-")), "digests and stamps are left out");
+    assert.ok(fields.includes("PIN=7777") && fields.includes("x7777") && fields.includes("7777"), "text fields, nested ones and keys are searched");
+  });
+});
