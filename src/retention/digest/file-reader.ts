@@ -32,6 +32,8 @@ import { changedOrUnreadable, type FileEntry, type LeafEntry, type SymlinkEntry 
 export const CHUNK_SIZE = 1 << 20;
 /** Files up to this size are read whole, synchronously. */
 export const SMALL_FILE_SIZE = 256 << 10;
+/** The piece a large file is read in when it is read inline (ReadOptions): it fits a core's cache, and the small-file buffer. */
+export const INLINE_CHUNK_SIZE = SMALL_FILE_SIZE;
 const YIELD_EVERY_MS = 8;
 /**
  * Block reads (getrusage's ru_inblock, 512-byte units) within one run of
@@ -67,6 +69,21 @@ export interface FileConsumer {
   end(entry: FileEntry, info: FileInfo): void | Promise<void>;
   /** Symlinks arrive in their place in the order, between files. */
   symlink(entry: SymlinkEntry): void | Promise<void>;
+}
+
+export interface ReadOptions {
+  /**
+   * Read the rest of a large file on this thread, synchronously, in
+   * INLINE_CHUNK_SIZE pieces, each consumed while it is still in this
+   * core's cache; the default reads chunk n+1 on the thread pool while chunk
+   * n is consumed. Overlapping wins when it lets a second core read while
+   * this one hashes; when every core already hashes a tree of its own (a
+   * worker lane, or this thread while one runs), the pool thread's copy only
+   * competes with them for a core, and reading inline costs some 5-10% less
+   * CPU (docs/design/performance.md, "Large reads when every core hashes").
+   * Every byte is read and checked the same way in both.
+   */
+  readonly inline?: boolean;
 }
 
 interface OpenedFile {
@@ -119,8 +136,8 @@ function difference(a: Stats, b: Stats): string | null {
   return null;
 }
 
-function headLength(stats: Stats): number {
-  return stats.size <= SMALL_FILE_SIZE ? stats.size : Math.min(stats.size, CHUNK_SIZE);
+function headLength(stats: Stats, inline: boolean): number {
+  return stats.size <= SMALL_FILE_SIZE ? stats.size : Math.min(stats.size, inline ? INLINE_CHUNK_SIZE : CHUNK_SIZE);
 }
 
 function checkUnchanged(file: OpenedFile, after: Stats): void {
@@ -135,7 +152,7 @@ function checkUnchanged(file: OpenedFile, after: Stats): void {
  * thousand buffers: its bytes are valid until the next file is opened, which
  * is within the FileConsumer contract.
  */
-function openSmallOrHeadSync(entry: FileEntry, scratch: Buffer, cursor: DirectoryCursor): OpenedFile {
+function openSmallOrHeadSync(entry: FileEntry, scratch: Buffer, cursor: DirectoryCursor, inline: boolean): OpenedFile {
   let fd: number;
   try {
     fd = openSync(cursor.pathOf(entry), OPEN_FLAGS);
@@ -146,7 +163,7 @@ function openSmallOrHeadSync(entry: FileEntry, scratch: Buffer, cursor: Director
   try {
     const before = fstatSync(fd);
     if (!before.isFile()) throw changed(entry.path, "no longer a regular file");
-    const length = headLength(before);
+    const length = headLength(before, inline);
     const head = length <= scratch.length ? scratch.subarray(0, length) : Buffer.allocUnsafe(length);
     if (readFullySync(fd, head, length) !== length) throw changed(entry.path, "short read");
     file = { entry, fd, before, head, closed: false };
@@ -180,7 +197,7 @@ async function openHeadAsync(entry: FileEntry, cursor: DirectoryCursor): Promise
   try {
     const before = await fstatAsync(fd);
     if (!before.isFile()) throw changed(entry.path, "no longer a regular file");
-    const length = headLength(before);
+    const length = headLength(before, false);
     const head = Buffer.allocUnsafe(length);
     if ((await readFully(fd, head, length, 0)) !== length) throw changed(entry.path, "short read");
     file = { entry, fd, before, head, closed: false };
@@ -203,6 +220,60 @@ async function finishAsync(file: OpenedFile): Promise<void> {
     throw changedOrUnreadable(error, file.entry.path);
   }
   checkUnchanged(file, after);
+}
+
+let readInline = 0;
+
+/** Large files whose rest was read inline so far, in this thread (tests: which way the policy chose). */
+export function largeFilesReadInline(): number {
+  return readInline;
+}
+
+function finishSync(file: OpenedFile): void {
+  let after: Stats;
+  try {
+    afterRead(file.entry.path);
+    after = fstatSync(file.fd);
+    file.closed = true;
+    closeSync(file.fd);
+  } catch (error) {
+    throw changedOrUnreadable(error, file.entry.path);
+  }
+  checkUnchanged(file, after);
+}
+
+/**
+ * The rest of a large file read inline (ReadOptions.inline) into `buffer`,
+ * which the head was read into as well: each piece is consumed before the
+ * next read overwrites it. The event loop is still yielded to every few
+ * milliseconds.
+ */
+async function consumeRestInline(file: OpenedFile, size: number, consumer: FileConsumer, buffer: Buffer): Promise<void> {
+  readInline += 1;
+  let position = file.head.length;
+  let lastYield = performance.now();
+  while (position < size) {
+    const wanted = Math.min(buffer.length, size - position);
+    let got = 0;
+    try {
+      while (got < wanted) {
+        const read = readSync(file.fd, buffer, got, wanted - got, position + got);
+        if (read === 0) break;
+        got += read;
+      }
+    } catch (error) {
+      throw changedOrUnreadable(error, file.entry.path);
+    }
+    if (got !== wanted) throw changed(file.entry.path, "short read");
+    position += got;
+    const pending = consumer.chunk(buffer.subarray(0, got));
+    if (pending) await pending;
+    if (performance.now() - lastYield > YIELD_EVERY_MS) {
+      await new Promise((resolve) => setImmediate(resolve));
+      lastYield = performance.now();
+    }
+  }
+  finishSync(file);
 }
 
 /** The rest of a large file, chunk n+1 in flight while chunk n is consumed. */
@@ -299,7 +370,8 @@ function consumeSmallRun(
  * write into staging, say) propagates unchanged, and a failure of the reads
  * themselves is a refusal naming the path.
  */
-export async function readLeavesInOrder(leaves: readonly LeafEntry[], consumer: FileConsumer): Promise<void> {
+export async function readLeavesInOrder(leaves: readonly LeafEntry[], consumer: FileConsumer, options: ReadOptions = {}): Promise<void> {
+  const inline = options.inline === true;
   let prefetched: { index: number; file: Promise<OpenedFile> } | null = null;
   let scratch: Buffer | null = null;
   let lastYield = performance.now();
@@ -354,12 +426,12 @@ export async function readLeavesInOrder(leaves: readonly LeafEntry[], consumer: 
         prefetched = null;
         file = await pending;
       } else {
-        file = openSmallOrHeadSync(leaf, scratch, cursor);
+        file = openSmallOrHeadSync(leaf, scratch, cursor, inline);
       }
       const size = file.before.size;
       const info: FileInfo = { mode: file.before.mode & 0o7777, size };
       try {
-        if (file.head.length < size) {
+        if (file.head.length < size && !inline) {
           const following = nextFileIndex(index + 1);
           if (following !== -1) {
             prefetched = { index: following, file: openHeadAsync(leaves[following] as FileEntry, cursor) };
@@ -374,7 +446,7 @@ export async function readLeavesInOrder(leaves: readonly LeafEntry[], consumer: 
           pending = consumer.chunk(file.head);
           if (pending) await pending;
         }
-        if (file.head.length < size) await consumeRest(file, size, consumer);
+        if (file.head.length < size) await (inline ? consumeRestInline(file, size, consumer, scratch) : consumeRest(file, size, consumer));
         if (!file.closed) await finishAsync(file);
         pending = consumer.end(file.entry, info);
         if (pending) await pending;

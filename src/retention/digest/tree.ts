@@ -8,6 +8,7 @@ import { readLeavesInOrder, type FileConsumer, type FileInfo } from "./file-read
 import type { TreeFraming } from "./framing.js";
 import { EMIT_EVERY_BYTES, EMIT_EVERY_FILES, throwIfAborted, type ProgressListener, type ProgressPhase } from "../progress.js";
 import { treeLegacyFraming } from "./legacy.js";
+import { coresBusy } from "../parallel/busy.js";
 import { legacyOrder, walkTree, type FileEntry, type LeafEntry, type SymlinkEntry, type TreeListing } from "./walk.js";
 
 export const FRAMINGS: Record<TreeFormat, TreeFraming> = {
@@ -176,7 +177,8 @@ export async function digestListing(
         return sink?.symlink(entry);
       },
     };
-    await readLeavesInOrder(pass.order, consumer);
+    // A copy keeps its reads overlapped with its writes; a pure hash reads inline when the cores are taken.
+    await readLeavesInOrder(pass.order, consumer, { inline: !sink && coresBusy() });
     for (const hash of hashes) digests[hash.framing.format] = hash.value();
   }
   if (onProgress) emit();

@@ -3,6 +3,7 @@ import { OatsError } from "../../errors.js";
 import { digestListing } from "../digest/tree.js";
 import type { TreeFormat } from "../integrity.js";
 import { walkTree } from "../digest/walk.js";
+import { markLaneWorker } from "./busy.js";
 
 /**
  * A worker thread of the digest pool (pool.ts): it walks and hashes one
@@ -44,6 +45,8 @@ function structuredSafe(details: Record<string, unknown>): Record<string, unknow
     return JSON.parse(JSON.stringify(details)) as Record<string, unknown>;
   }
 }
+
+markLaneWorker();
 
 parentPort!.on("message", (request: DigestRequest) => {
   void (async () => {

@@ -4,6 +4,7 @@ import { OatsError } from "../../errors.js";
 import { digestListing, type TreeDigests } from "../digest/tree.js";
 import { walkTree } from "../digest/walk.js";
 import type { TreeFormat } from "../integrity.js";
+import { countHeld } from "./busy.js";
 import type { DigestAnswer, DigestRequest, SerializedError } from "./digest-worker.js";
 
 /**
@@ -146,17 +147,12 @@ export class DigestWorker {
  */
 const idle: DigestWorker[] = [];
 
-let held = 0;
-
-/** Workers acquired and not yet released (tests: a refusal must hand back every worker it took). */
-export function workersHeld(): number {
-  return held;
-}
+export { workersHeld } from "./busy.js";
 
 /** An idle worker, or a new one. Hand it back with releaseWorker. */
 export function acquireWorker(): DigestWorker {
   const worker = idle.pop() ?? new DigestWorker();
-  held += 1;
+  countHeld(1);
   // Held for as long as a caller has it: a caller awaiting its answer must keep the process alive.
   worker.hold(true);
   return worker;
@@ -164,7 +160,7 @@ export function acquireWorker(): DigestWorker {
 
 /** Keep a worker for the next call if it is idle and healthy; terminate it otherwise (a refusal left it mid-job). */
 export async function releaseWorker(worker: DigestWorker): Promise<void> {
-  held -= 1;
+  countHeld(-1);
   if (worker.reusable && idle.length < parallelism()) {
     worker.hold(false);
     idle.push(worker);

@@ -1,0 +1,135 @@
+import assert from "node:assert/strict";
+import { appendFileSync, mkdirSync, readFileSync, truncateSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { setTimeout as sleep } from "node:timers/promises";
+import { afterEach, test } from "node:test";
+import { OatsError } from "../src/errors.js";
+import { digestTree } from "../src/index.js";
+import { CHUNK_SIZE, INLINE_CHUNK_SIZE, SMALL_FILE_SIZE, largeFilesReadInline, readLeavesInOrder, type FileConsumer } from "../src/retention/digest/file-reader.js";
+import { setReadHook } from "../src/retention/digest/read-hook.js";
+import { walkTree, type FileEntry } from "../src/retention/digest/walk.js";
+import { acquireWorker, releaseWorker, workersHeld } from "../src/retention/parallel/pool.js";
+import { tempDir } from "./helpers.js";
+
+/**
+ * Large files read inline (file-reader.ts, ReadOptions.inline): the same
+ * bytes in the same order as the overlapped read, the same refusals, and
+ * chosen only for a pure hash while a worker lane runs beside the caller.
+ */
+
+afterEach(() => setReadHook(null));
+
+const SIZES = [0, 1, SMALL_FILE_SIZE, SMALL_FILE_SIZE + 1, 2 * INLINE_CHUNK_SIZE, 2 * INLINE_CHUNK_SIZE + 1, CHUNK_SIZE + 5, 3 * CHUNK_SIZE + 7];
+
+function patterned(size: number, seed: number): Buffer {
+  const bytes = Buffer.allocUnsafe(size);
+  for (let i = 0; i < size; i++) bytes[i] = (i * 31 + seed * 7 + (i >> 12)) & 0xff;
+  return bytes;
+}
+
+async function treeOf(files: Record<string, Buffer>): Promise<string> {
+  const root = tempDir("oats-inline-");
+  for (const [path, content] of Object.entries(files)) {
+    mkdirSync(join(root, path, ".."), { recursive: true });
+    writeFileSync(join(root, path), content);
+  }
+  await sleep(30); // past the coarse timestamp clock, so a change moves mtime
+  return root;
+}
+
+/** Every file as the reader hands it over, by path: the bytes of whole(), or of start, chunks and end. */
+async function consumed(root: string, inline: boolean): Promise<Map<string, Buffer>> {
+  const seen = new Map<string, Buffer>();
+  let current: { path: string; parts: Buffer[] } | null = null;
+  const consumer: FileConsumer = {
+    start(entry: FileEntry) {
+      current = { path: entry.path, parts: [] };
+    },
+    chunk(data: Buffer) {
+      current!.parts.push(Buffer.from(data)); // copied: the buffer is reused
+    },
+    end(entry: FileEntry) {
+      assert.equal(current!.path, entry.path);
+      seen.set(entry.path, Buffer.concat(current!.parts));
+      current = null;
+    },
+    symlink() {},
+  };
+  await readLeavesInOrder((await walkTree(root)).leaves, consumer, { inline });
+  return seen;
+}
+
+test("Given files around every size boundary, When read inline and overlapped, Then both hand over exactly each file's bytes, in order", async () => {
+  const files = Object.fromEntries(SIZES.map((size, index) => [`f-${String(index).padStart(2, "0")}.bin`, patterned(size, index)]));
+  const root = await treeOf(files);
+  const before = largeFilesReadInline();
+  const inline = await consumed(root, true);
+  const large = SIZES.filter((size) => size > SMALL_FILE_SIZE).length;
+  assert.equal(largeFilesReadInline() - before, large, "every file past the small size took the inline path");
+  const overlapped = await consumed(root, false);
+  assert.equal(largeFilesReadInline() - before, large, "the overlapped read never reads inline");
+  for (const [path, content] of Object.entries(files)) {
+    assert.ok(inline.get(path)?.equals(content), `inline ${path}`);
+    assert.ok(overlapped.get(path)?.equals(content), `overlapped ${path}`);
+  }
+});
+
+async function refusedAsChanged(action: Promise<unknown>, path: string): Promise<OatsError> {
+  let caught: unknown;
+  await assert.rejects(action, (error: unknown) => {
+    caught = error;
+    return true;
+  });
+  assert.ok(caught instanceof OatsError, String(caught));
+  assert.equal(caught.code, "invalid-artifact");
+  assert.equal(caught.details.reason, "changed-while-reading");
+  assert.equal(caught.details.path, path);
+  return caught;
+}
+
+test("Given a large file appended to after its last piece was read inline, When read, Then it is refused (size)", async () => {
+  const root = await treeOf({ "big.bin": patterned(3 * CHUNK_SIZE, 1), "z.txt": Buffer.from("after\n") });
+  setReadHook((path) => {
+    if (path === "big.bin") appendFileSync(join(root, "big.bin"), "tail");
+  });
+  const consumer = { start() {}, chunk() {}, end() {}, symlink() {} };
+  const error = await refusedAsChanged(readLeavesInOrder((await walkTree(root)).leaves, consumer, { inline: true }), "big.bin");
+  assert.equal(error.details.changed, "size");
+});
+
+test("Given a large file cut short while it is read inline, When read, Then it is refused as a short read and nothing past the cut is handed over", async () => {
+  const root = await treeOf({ "big.bin": patterned(3 * CHUNK_SIZE, 2) });
+  let handed = 0;
+  const consumer = {
+    start() {},
+    chunk(data: Buffer) {
+      handed += data.length;
+      if (handed === INLINE_CHUNK_SIZE) truncateSync(join(root, "big.bin"), CHUNK_SIZE);
+    },
+    end() {},
+    symlink() {},
+  };
+  const error = await refusedAsChanged(readLeavesInOrder((await walkTree(root)).leaves, consumer, { inline: true }), "big.bin");
+  assert.equal(error.details.changed, "short read");
+  assert.equal(handed, CHUNK_SIZE, "the pieces before the cut, and no more");
+});
+
+test("Given a worker lane held beside the caller, When a tree is digested, Then its large files are read inline, with the digest of an overlapped read", async () => {
+  const root = await treeOf({ "a.bin": patterned(2 * CHUNK_SIZE + 3, 3), "b.txt": Buffer.from("small\n") });
+  const start = largeFilesReadInline();
+  const alone = await digestTree(root);
+  assert.equal(largeFilesReadInline(), start, "alone: overlapped, a second core reads while this one hashes");
+  const worker = acquireWorker();
+  let beside;
+  try {
+    assert.equal(workersHeld() > 0, true);
+    beside = await digestTree(root);
+    assert.equal(largeFilesReadInline(), start + 1, "beside a lane: inline");
+  } finally {
+    await releaseWorker(worker);
+  }
+  assert.deepEqual(beside, alone);
+  await digestTree(root);
+  assert.equal(largeFilesReadInline(), start + 1, "released: overlapped again");
+  assert.ok(readFileSync(join(root, "b.txt")).equals(Buffer.from("small\n")));
+});
