@@ -1,9 +1,12 @@
 /**
  * Bundles the CLI (src/cli/main.ts with commander, zod, proper-lockfile and
- * the library it loads) into one CommonJS script, dist/cli/bundle/oats.cjs,
- * and makes its V8 code cache, dist/cli/bundle/oats.cjs.cache. `npm run
- * build` runs it after tsc; dist/cli/bin.js runs the bundle through
- * dist/cli/load-bundle.js for everything but a lone --version.
+ * the library it loads) into one minified, ASCII-only CommonJS script,
+ * dist/cli/bundle/oats.cjs, lists the modules it holds in
+ * dist/cli/bundle-inputs.json, and makes its V8 code caches:
+ * dist/cli/bundle/oats.cjs.cache (every command) and one per command of
+ * COMMAND_CACHES (oats.cjs.digest.cache, ...). `npm run build` runs it after
+ * tsc; dist/cli/bin.js runs the bundle through dist/cli/load-bundle.js for
+ * everything but a lone --version.
  *
  * Why (docs/design/performance.md, "Cold start"): unbundled, `oats verify`
  * opened about 220 module files (zod alone 99) and spent 70-150 ms
@@ -16,8 +19,8 @@
  * worker threads and the run guard still start from tsc's files, found
  * through import.meta.url (see sourceUrls below).
  *
- * `node scripts/bundle-cli.mjs --warm-cache` is the child that makes the
- * cache: it runs a few commands on a scratch scope, so the functions they
+ * `node scripts/bundle-cli.mjs --warm-cache [command]` is the child that
+ * makes a cache: it runs commands on a scratch scope, so the functions they
  * compile are in it, then writes it.
  */
 import { build } from "esbuild";
@@ -63,9 +66,14 @@ const sourceUrls = {
   },
 };
 
-/** Commands that compile what most runs need: help, digest, retain, verify, ls, fsck on a scratch scope. */
-async function warmCache() {
-  const { loadBundle, CODE_CACHE_URL } = await import(pathToFileURL(join(root, "dist", "cli", "load-bundle.js")).href);
+/**
+ * Run commands on a scratch scope so that the functions they compile are in
+ * the cache, then write it: without `command`, help, digest, retain, verify,
+ * ls and fsck (the cache any command may use); with one (COMMAND_CACHES in
+ * load-bundle.ts), that command alone, so its cache holds little else.
+ */
+async function warmCache(command) {
+  const { loadBundle, codeCacheUrl } = await import(pathToFileURL(join(root, "dist", "cli", "load-bundle.js")).href);
   const { main, script } = loadBundle({ cache: false });
   const scratch = mkdtempSync(join(tmpdir(), "oats-code-cache-"));
   try {
@@ -82,30 +90,40 @@ async function warmCache() {
       await main(argv, { json: false, writeOut: () => {}, writeErr: () => {}, env });
       await main(["--json", ...argv], { json: true, writeOut: (text) => void (out += text), writeErr: () => {}, env });
     };
-    await run(["--help"]);
-    await run(["digest", tree]);
-    await run(["--scope", scope, "retain", tree, "--id", "warm"]);
-    const retained = JSON.parse(out);
-    if (!retained.ok) throw new Error(`warming the code cache: retain failed: ${out}`);
-    const { integrity } = retained.result;
-    await run(["--scope", scope, "verify", "warm", "--integrity", `${integrity.format}:${integrity.value}`]);
-    await run(["--scope", scope, "verify", "warm", "--integrity", `sha256-${"0".repeat(64)}`]);
-    await run(["--scope", scope, "ls"]);
-    await run(["--scope", scope, "fsck"]);
-    writeFileSync(CODE_CACHE_URL, script.createCachedData());
+    const verify = async (integrity) => {
+      await run(["--scope", scope, "verify", "warm", "--integrity", `${integrity.format}:${integrity.value}`]);
+      await run(["--scope", scope, "verify", "warm", "--integrity", `sha256-${"0".repeat(64)}`]);
+    };
+    if (command === "digest") await run(["digest", tree]);
+    else if (command === "verify") {
+      // Retained by tsc's library, not the bundle: the retain's own functions stay out of this cache.
+      const { retainTree } = await import(pathToFileURL(join(root, "dist", "index.js")).href);
+      await verify((await retainTree(scope, { kind: "capability", key: "warm", source: tree })).integrity);
+    } else if (command === undefined) {
+      await run(["--help"]);
+      await run(["digest", tree]);
+      await run(["--scope", scope, "retain", tree, "--id", "warm"]);
+      const retained = JSON.parse(out);
+      if (!retained.ok) throw new Error(`warming the code cache: retain failed: ${out}`);
+      await verify(retained.result.integrity);
+      await run(["--scope", scope, "ls"]);
+      await run(["--scope", scope, "fsck"]);
+    } else throw new Error(`no code cache is made for ${command}`);
+    writeFileSync(codeCacheUrl(command), script.createCachedData());
   } finally {
     rmSync(scratch, { recursive: true, force: true });
   }
 }
 
-if (process.argv.includes("--warm-cache")) {
-  await warmCache();
+const warmIndex = process.argv.indexOf("--warm-cache");
+if (warmIndex !== -1) {
+  await warmCache(process.argv[warmIndex + 1]);
   // A retain's digest workers may still be closing; the cache is written.
   process.exit(0);
 }
 
 await rm(outdir, { recursive: true, force: true });
-await build({
+const { metafile } = await build({
   absWorkingDir: root,
   entryPoints: { oats: join(src, "cli", "main.ts") },
   bundle: true,
@@ -115,8 +133,24 @@ await build({
   outdir,
   outExtension: { ".js": ".cjs" },
   plugins: [sourceUrls],
+  // Smaller to read and hash on every start; names stay for stack traces and error names.
+  minify: true,
+  keepNames: true,
+  charset: "ascii",
+  metafile: true,
   logLevel: "warning",
 });
-// A fresh process with no flags: V8 rejects a cache made under other flags.
-const warm = spawnSync(process.execPath, [fileURLToPath(import.meta.url), "--warm-cache"], { stdio: "inherit", env: { ...process.env, NODE_OPTIONS: "" } });
-if (warm.status !== 0) throw new Error(`making the CLI's code cache failed (exit ${warm.status})`);
+// load-bundle.ts reads the bundle as latin1, which is its text only while every byte is ASCII.
+const emitted = await readFile(join(outdir, "oats.cjs"));
+const wide = emitted.findIndex((byte) => byte > 0x7f);
+if (wide !== -1) throw new Error(`dist/cli/bundle/oats.cjs has a byte that is not ASCII at offset ${wide}`);
+// What the bundle holds, module by module (minified, it names none): the files with bytes in the output, not every file esbuild read.
+const output = Object.values(metafile.outputs).find((entry) => entry.entryPoint !== undefined);
+const held = Object.entries(output.inputs).filter(([, input]) => input.bytesInOutput > 0).map(([path]) => path);
+writeFileSync(join(root, "dist", "cli", "bundle-inputs.json"), `${JSON.stringify(held.sort(), null, 1)}\n`);
+// Each cache in a fresh process with no flags (V8 rejects a cache made under other flags), and alone (a cache holds what its process compiled).
+const { COMMAND_CACHES } = await import(pathToFileURL(join(root, "dist", "cli", "load-bundle.js")).href);
+for (const command of [undefined, ...COMMAND_CACHES]) {
+  const warm = spawnSync(process.execPath, [fileURLToPath(import.meta.url), "--warm-cache", ...(command ? [command] : [])], { stdio: "inherit", env: { ...process.env, NODE_OPTIONS: "" } });
+  if (warm.status !== 0) throw new Error(`making the CLI's code cache${command ? ` for ${command}` : ""} failed (exit ${warm.status})`);
+}

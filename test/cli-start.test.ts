@@ -8,17 +8,19 @@
  */
 import assert from "node:assert/strict";
 import { spawnSync } from "node:child_process";
-import { readFileSync, readdirSync, writeFileSync } from "node:fs";
+import { readFileSync, readdirSync, statSync, writeFileSync } from "node:fs";
 import { join, relative } from "node:path";
 import { describe, test, type TestContext } from "node:test";
+import { cachedCommandOf } from "../src/cli/load-bundle.js";
 import { FIXTURE_LOCK, FIXTURE_PAYLOAD, REPO, fixtureCopy, runOats, tempDir } from "./helpers.js";
 
 const BIN = join(REPO, "dist/cli/bin.js");
 const BUNDLE = join(REPO, "dist/cli/bundle");
 const PACKAGE_VERSION = (JSON.parse(readFileSync(join(REPO, "package.json"), "utf8")) as { version: string }).version;
 const EXEC = "oats.tree-exec.v1:sha256-82f8a3ffa30e6a05a161d469ff412e364cf55bfd02e74bc6114810f9c95c2a45";
-/** Unbundled, `oats digest` opened 75 files of the package and `oats verify` 221; now these, whatever the command. */
-const STARTED = ["dist/cli/bin.js", "dist/cli/bundle/oats.cjs", "dist/cli/bundle/oats.cjs.cache", "dist/cli/load-bundle.js", "dist/cli/version.js", "package.json"];
+/** Unbundled, `oats digest` opened 75 files of the package and `oats verify` 221; now these, with the command's code cache or the general one. */
+const startedWith = (cache: string) => ["dist/cli/bin.js", "dist/cli/bundle/oats.cjs", `dist/cli/bundle/${cache}`, "dist/cli/load-bundle.js", "dist/cli/version.js", "package.json"];
+const STARTED = startedWith("oats.cjs.cache");
 
 const straceWorks = spawnSync("strace", ["-f", "-e", "trace=openat", "-o", "/dev/null", process.execPath, "-e", "0"]).status === 0;
 
@@ -54,10 +56,12 @@ function retainedScope(): string {
 describe("the built CLI runs from its bundle", () => {
   const bundle = () => readFileSync(join(BUNDLE, "oats.cjs"), "utf8");
 
-  test("npm run build made dist/cli/bundle/oats.cjs and its code cache, and the bundle holds commander, zod and proper-lockfile", () => {
-    assert.deepEqual(readdirSync(BUNDLE).sort(), ["oats.cjs", "oats.cjs.cache"]);
+  const inputs = () => JSON.parse(readFileSync(join(REPO, "dist/cli/bundle-inputs.json"), "utf8")) as string[];
+
+  test("npm run build made dist/cli/bundle/oats.cjs, its code caches, and the bundle holds commander, zod and proper-lockfile", () => {
+    assert.deepEqual(readdirSync(BUNDLE).sort(), ["oats.cjs", "oats.cjs.cache", "oats.cjs.digest.cache", "oats.cjs.verify.cache"]);
     const text = bundle();
-    for (const module of ["node_modules/commander/", "node_modules/zod/v4/core/", "node_modules/proper-lockfile/"]) assert.ok(text.includes(`// ${module}`), `${module} is bundled`);
+    for (const module of ["node_modules/commander/", "node_modules/zod/v4/core/", "node_modules/proper-lockfile/"]) assert.ok(inputs().some((input) => input.startsWith(module)), `${module} is bundled`);
     // A require or import of a dependency would be resolved from node_modules at run time: the bundle has none.
     const dependencies = Object.keys((JSON.parse(readFileSync(join(REPO, "package.json"), "utf8")) as { dependencies: Record<string, string> }).dependencies);
     assert.ok(dependencies.includes("zod"));
@@ -65,23 +69,53 @@ describe("the built CLI runs from its bundle", () => {
   });
 
   test("zod's locales stay out of the bundle: only English, which zod itself registers", () => {
-    const locales = [...bundle().matchAll(/\/\/ node_modules\/zod\/v4\/locales\/([\w-]+)\.js/g)].map((match) => match[1]).filter((name) => name !== "index");
+    const locales = inputs()
+      .map((input) => /^node_modules\/zod\/v4\/locales\/([\w-]+)\.js$/.exec(input)?.[1])
+      .filter((name) => name !== undefined && name !== "index");
     assert.deepEqual(locales, ["en"]);
   });
 
-  test("this Node accepts the code cache the build made (a plain child, as `oats` runs)", () => {
-    const script = `const { loadBundle } = await import(${JSON.stringify(join(REPO, "dist/cli/load-bundle.js"))}); console.log(JSON.stringify(loadBundle().script.cachedDataRejected));`;
-    const run = spawnSync(process.execPath, ["--input-type=module", "-e", script], { encoding: "utf8", env: { ...process.env, NODE_OPTIONS: "" } });
-    assert.equal(run.status, 0, run.stderr);
-    assert.equal(run.stdout, "false\n");
+  test("this Node accepts every code cache the build made (a plain child, as `oats` runs)", () => {
+    for (const command of [undefined, "digest", "verify"]) {
+      const script = `const { loadBundle } = await import(${JSON.stringify(join(REPO, "dist/cli/load-bundle.js"))}); console.log(JSON.stringify(loadBundle({ command: ${JSON.stringify(command)} }).script.cachedDataRejected));`;
+      const run = spawnSync(process.execPath, ["--input-type=module", "-e", script], { encoding: "utf8", env: { ...process.env, NODE_OPTIONS: "" } });
+      assert.equal(run.status, 0, run.stderr);
+      assert.equal(run.stdout, "false\n", String(command));
+    }
   });
 
-  test("`oats digest` opens bin.js, the loader, the bundle, its cache, version.js and package.json: no node_modules, no tsc module tree", (t) => {
+  test("a command's own cache holds what that command compiled, not every command's: the digest's is well under half the general one", () => {
+    const size = (name: string) => statSync(join(BUNDLE, name)).size;
+    assert.ok(size("oats.cjs.digest.cache") < size("oats.cjs.cache") / 2, `${size("oats.cjs.digest.cache")} against ${size("oats.cjs.cache")}`);
+    assert.ok(size("oats.cjs.verify.cache") < size("oats.cjs.cache"), `${size("oats.cjs.verify.cache")} against ${size("oats.cjs.cache")}`);
+  });
+
+  test("the bundle is ASCII only, the condition for reading it as latin1 (load-bundle.ts)", () => {
+    const bytes = readFileSync(join(BUNDLE, "oats.cjs"));
+    assert.equal(bytes.findIndex((byte) => byte > 0x7f), -1);
+  });
+
+  test("the cache is chosen by the command's first word, --scope's value and options skipped; any other run takes the general one", () => {
+    const cases: [string[], string | undefined][] = [
+      [["digest", "dir"], "digest"],
+      [["--json", "digest", "dir"], "digest"],
+      [["--scope", "/s", "--quiet", "verify", "key"], "verify"],
+      [["--scope=/s", "verify", "key"], "verify"],
+      [["--scope", "digest", "ls"], undefined],
+      [["ls", "digest"], undefined],
+      [["--", "digest"], undefined],
+      [["--help"], undefined],
+      [[], undefined],
+    ];
+    for (const [argv, expected] of cases) assert.equal(cachedCommandOf(argv), expected, argv.join(" "));
+  });
+
+  test("`oats digest` opens bin.js, the loader, the bundle, its own cache, version.js and package.json: no node_modules, no tsc module tree", (t) => {
     const run = traced(t, ["digest", FIXTURE_PAYLOAD]);
     if (!run) return;
     assert.equal(run.status, 0, run.stderr);
     assert.equal(run.stdout, `${EXEC}\n`);
-    assert.deepEqual(run.opened, STARTED);
+    assert.deepEqual(run.opened, startedWith("oats.cjs.digest.cache"));
   });
 
   test("`oats --help` opens the same files", (t) => {
@@ -102,7 +136,7 @@ describe("the built CLI runs from its bundle", () => {
       const run = traced(t, args);
       if (!run) return;
       assert.equal(run.status, args.includes("--integrity") ? 3 : 0, run.stderr);
-      assert.deepEqual(run.opened, STARTED, args.join(" "));
+      assert.deepEqual(run.opened, startedWith(args.includes("verify") ? "oats.cjs.verify.cache" : "oats.cjs.cache"), args.join(" "));
     }
   });
 

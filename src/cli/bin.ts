@@ -36,7 +36,8 @@ function internalFailure(error: unknown): number {
 /** The bundle beside the built bin.js (load-bundle.ts); main.ts itself when run from source. */
 async function loadMain(): Promise<typeof import("./main.js").main> {
   if (import.meta.url.endsWith(".ts")) return (await import("./main.js")).main;
-  return (await import("./load-bundle.js")).loadBundle().main;
+  const { loadBundle, cachedCommandOf } = await import("./load-bundle.js");
+  return loadBundle({ command: cachedCommandOf(argv) }).main;
 }
 
 if (rest.length === 1 && (rest[0] === "--version" || rest[0] === "-V")) {

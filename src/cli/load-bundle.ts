@@ -18,27 +18,61 @@ import { Script, constants } from "node:vm";
  */
 
 export const BUNDLE_URL = new URL("./bundle/oats.cjs", import.meta.url);
-export const CODE_CACHE_URL = new URL("./bundle/oats.cjs.cache", import.meta.url);
+
+/**
+ * Commands with a code cache of their own, made by running only them: what
+ * a scheduler runs most starts with a cache that holds little else (the
+ * digest's is about half the size of the cache made by every command), which
+ * is less to read and deserialize on every start.
+ */
+export const COMMAND_CACHES = ["digest", "verify"] as const;
+export type CachedCommand = (typeof COMMAND_CACHES)[number];
+
+/** The cache made by every command (no argument), or by `command` alone. */
+export function codeCacheUrl(command?: CachedCommand): URL {
+  return new URL(`./bundle/oats.cjs${command === undefined ? "" : `.${command}`}.cache`, import.meta.url);
+}
+
+/**
+ * The command `argv` will run, guessed before the parser is loaded, when it
+ * has a cache of its own: the first word that is neither an option nor
+ * --scope's value. A wrong guess costs only time: any cache fits the
+ * bundle, and V8 compiles what a cache lacks.
+ */
+export function cachedCommandOf(argv: readonly string[]): CachedCommand | undefined {
+  for (let index = 0; index < argv.length; index++) {
+    const arg = argv[index]!;
+    if (arg === "--") return undefined;
+    if (arg === "--scope") index += 1;
+    else if (!arg.startsWith("-")) return (COMMAND_CACHES as readonly string[]).includes(arg) ? (arg as CachedCommand) : undefined;
+  }
+  return undefined;
+}
 
 export interface LoadedBundle {
   readonly main: typeof import("./main.js").main;
   readonly script: Script;
 }
 
-function readCache(): Buffer | undefined {
+function readCache(url: URL): Buffer | undefined {
   try {
-    return readFileSync(CODE_CACHE_URL);
+    return readFileSync(url);
   } catch (error) {
     if ((error as NodeJS.ErrnoException).code === "ENOENT") return undefined;
     throw error;
   }
 }
 
-/** Compile and run the bundle; `cache: false` compiles without the cache (the build, making it). */
-export function loadBundle(options: { cache?: boolean } = {}): LoadedBundle {
+/**
+ * Compile and run the bundle, with the cache of `command` (cachedCommandOf)
+ * or else the one made by every command; `cache: false` compiles without a
+ * cache (the build, making them).
+ */
+export function loadBundle(options: { cache?: boolean; command?: CachedCommand | undefined } = {}): LoadedBundle {
   const file = fileURLToPath(BUNDLE_URL);
-  const source = readFileSync(file, "utf8");
-  const cachedData = options.cache === false ? undefined : readCache();
+  // The build emits ASCII only (scripts/bundle-cli.mjs): latin1 is the same text, without a UTF-8 decode.
+  const source = readFileSync(file, "latin1");
+  const cachedData = options.cache === false ? undefined : ((options.command && readCache(codeCacheUrl(options.command))) ?? readCache(codeCacheUrl()));
   // The CommonJS wrapper, spelled the same by the build and every run: V8 keys the cache on this exact text.
   const script = new Script(`(function (exports, require, module, __filename, __dirname) {${source}\n})`, {
     filename: file,
