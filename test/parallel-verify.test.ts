@@ -12,10 +12,10 @@ import { join } from "node:path";
 import { after, test } from "node:test";
 import { OatsError } from "../src/errors.js";
 import { fsck, retainTree, verifyTree } from "../src/index.js";
-import { DigestWorker, measureHere, setParallelism } from "../src/retention/parallel/pool.js";
+import { DigestWorker, measureHere, setParallelism, workerExecArgv } from "../src/retention/parallel/pool.js";
 import { setFaultHook } from "../src/retention/store/faults.js";
 import { verifyAllTrees, verifyTrees } from "../src/retention/verify-many.js";
-import { snapshotTree, tempDir } from "./helpers.js";
+import { REPO, snapshotTree, tempDir } from "./helpers.js";
 
 after(() => setParallelism(null));
 
@@ -194,3 +194,27 @@ for (const lanes of [1, 2]) {
     }
   });
 }
+
+test("Given a caller running the built library from `node --input-type=module -e`, When several revisions are verified in lanes, Then the workers start (the option is not handed on) and every revision verifies", async () => {
+  const scope = tempDir("oats-par-eval-");
+  const refs = [];
+  for (const key of ["one", "two", "three"]) {
+    const receipt = await retainTree(scope, { kind: "capture", key, source: makeTree({ "a.txt": `${key}\n`, "b/c.txt": "shared\n" }) });
+    refs.push({ kind: "capture", key, integrity: receipt.integrity });
+  }
+  const script = [
+    `const { setParallelism } = await import(${JSON.stringify(join(REPO, "dist/retention/parallel/pool.js"))});`,
+    `const { verifyTrees } = await import(${JSON.stringify(join(REPO, "dist/retention/verify-many.js"))});`,
+    "setParallelism(3);",
+    `const outcomes = await verifyTrees(${JSON.stringify(scope)}, ${JSON.stringify(refs)});`,
+    "console.log(JSON.stringify(outcomes.map((outcome) => outcome.ok ? 'ok' : outcome.error.code)));",
+  ].join("\n");
+  const out = execFileSync(process.execPath, ["--input-type=module", "-e", script], { encoding: "utf8", env: { ...process.env, NODE_OPTIONS: "" } });
+  assert.equal(out, '["ok","ok","ok"]\n');
+});
+
+test("workerExecArgv drops --input-type in both spellings and keeps every other node option", () => {
+  assert.deepEqual(workerExecArgv(["--input-type=module", "-e", "x", "--max-old-space-size=512"]), ["-e", "x", "--max-old-space-size=512"]);
+  assert.deepEqual(workerExecArgv(["--input-type", "commonjs", "--conditions", "dev"]), ["--conditions", "dev"]);
+  assert.deepEqual(workerExecArgv([]), []);
+});

@@ -46,8 +46,25 @@ export function setParallelism(lanes: number | null): void {
   parallelismOverride = lanes === null ? null : Math.max(1, Math.floor(lanes));
 }
 
+/**
+ * A worker inherits the process's node options, and one of them makes a
+ * worker from a file fail to start: `--input-type`, which a caller running
+ * the library from `node --input-type=module -e ...` has (the worker would
+ * die with ERR_INPUT_TYPE_NOT_ALLOWED and every lane refuse with
+ * internal-error). The rest (memory limits, loaders, conditions) are kept.
+ */
+export function workerExecArgv(execArgv: readonly string[] = process.execArgv): string[] {
+  const kept: string[] = [];
+  for (let index = 0; index < execArgv.length; index++) {
+    const arg = execArgv[index]!;
+    if (arg === "--input-type") index += 1;
+    else if (!arg.startsWith("--input-type=")) kept.push(arg);
+  }
+  return kept;
+}
+
 function startWorker(): Worker {
-  if (!import.meta.url.endsWith(".ts")) return new Worker(new URL("./digest-worker.js", import.meta.url));
+  if (!import.meta.url.endsWith(".ts")) return new Worker(new URL("./digest-worker.js", import.meta.url), { execArgv: workerExecArgv() });
   // Run from source under tsx (the tests): a worker does not inherit the loader, so it registers it first.
   const source = JSON.stringify(new URL("./digest-worker.ts", import.meta.url).href);
   return new Worker(`import("tsx/esm/api").then((tsx) => tsx.register()).then(() => import(${source}));`, { eval: true });
