@@ -3,12 +3,11 @@ import { appendFileSync, mkdirSync, readdirSync, renameSync, writeFileSync } fro
 import { join } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
 import { afterEach, test } from "node:test";
-import { OatsError } from "../src/errors.js";
 import { digestTree, listRetained, retainTree } from "../src/index.js";
 import { readLeavesInOrder } from "../src/retention/digest/file-reader.js";
 import { setReadHook } from "../src/retention/digest/read-hook.js";
 import { walkTree } from "../src/retention/digest/walk.js";
-import { tempDir } from "./helpers.js";
+import { refusedAsChanged, tempDir } from "./helpers.js";
 
 /**
  * A file that changes between being read and being checked is refused,
@@ -42,19 +41,6 @@ function changeOnce(root: string, target: string, change: (absolute: string) => 
     if (path === target && seen.filter((p) => p === target).length === 1) change(join(root, target));
   });
   return seen;
-}
-
-async function refusedAsChanged(action: Promise<unknown>, path: string): Promise<OatsError> {
-  let caught: unknown;
-  await assert.rejects(action, (error: unknown) => {
-    caught = error;
-    return true;
-  });
-  assert.ok(caught instanceof OatsError, String(caught));
-  assert.equal(caught.code, "invalid-artifact");
-  assert.equal(caught.details.reason, "changed-while-reading");
-  assert.equal(caught.details.path, path);
-  return caught;
 }
 
 const small = { "a.txt": "alpha\n", "b/small.txt": "x".repeat(2048), "c.txt": "gamma\n" };

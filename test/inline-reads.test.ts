@@ -3,13 +3,12 @@ import { appendFileSync, mkdirSync, readFileSync, truncateSync, writeFileSync } 
 import { join } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
 import { afterEach, test } from "node:test";
-import { OatsError } from "../src/errors.js";
 import { digestTree } from "../src/index.js";
 import { CHUNK_SIZE, INLINE_CHUNK_SIZE, SMALL_FILE_SIZE, largeFilesReadInline, readLeavesInOrder, type FileConsumer } from "../src/retention/digest/file-reader.js";
 import { setReadHook } from "../src/retention/digest/read-hook.js";
 import { walkTree, type FileEntry } from "../src/retention/digest/walk.js";
 import { acquireWorker, releaseWorker, workersHeld } from "../src/retention/parallel/pool.js";
-import { tempDir } from "./helpers.js";
+import { refusedAsChanged, tempDir } from "./helpers.js";
 
 /**
  * Large files read inline (file-reader.ts, ReadOptions.inline): the same
@@ -73,19 +72,6 @@ test("Given files around every size boundary, When read inline and overlapped, T
     assert.ok(overlapped.get(path)?.equals(content), `overlapped ${path}`);
   }
 });
-
-async function refusedAsChanged(action: Promise<unknown>, path: string): Promise<OatsError> {
-  let caught: unknown;
-  await assert.rejects(action, (error: unknown) => {
-    caught = error;
-    return true;
-  });
-  assert.ok(caught instanceof OatsError, String(caught));
-  assert.equal(caught.code, "invalid-artifact");
-  assert.equal(caught.details.reason, "changed-while-reading");
-  assert.equal(caught.details.path, path);
-  return caught;
-}
 
 test("Given a large file appended to after its last piece was read inline, When read, Then it is refused (size)", async () => {
   const root = await treeOf({ "big.bin": patterned(3 * CHUNK_SIZE, 1), "z.txt": Buffer.from("after\n") });
