@@ -47,24 +47,18 @@ export function setParallelism(lanes: number | null): void {
 }
 
 /**
- * A worker inherits the process's node options, and one of them makes a
- * worker from a file fail to start: `--input-type`, which a caller running
- * the library from `node --input-type=module -e ...` has (the worker would
- * die with ERR_INPUT_TYPE_NOT_ALLOWED and every lane refuse with
- * internal-error). The rest (memory limits, loaders, conditions) are kept.
+ * The worker runs our own files only and needs none of the caller's node
+ * options, while inheriting them can stop it from starting: a caller that
+ * runs the library from `node --input-type=module -e ...` handed on
+ * --input-type, which a worker from a file refuses (ERR_INPUT_TYPE_NOT_ALLOWED:
+ * every lane then refused with internal-error). An empty list is also the
+ * one explicit list Node never rejects (a filtered one holding a
+ * process-wide option such as --expose-gc is ERR_WORKER_INVALID_EXEC_ARGV).
  */
-export function workerExecArgv(execArgv: readonly string[] = process.execArgv): string[] {
-  const kept: string[] = [];
-  for (let index = 0; index < execArgv.length; index++) {
-    const arg = execArgv[index]!;
-    if (arg === "--input-type") index += 1;
-    else if (!arg.startsWith("--input-type=")) kept.push(arg);
-  }
-  return kept;
-}
+const WORKER_EXEC_ARGV: string[] = [];
 
 function startWorker(): Worker {
-  if (!import.meta.url.endsWith(".ts")) return new Worker(new URL("./digest-worker.js", import.meta.url), { execArgv: workerExecArgv() });
+  if (!import.meta.url.endsWith(".ts")) return new Worker(new URL("./digest-worker.js", import.meta.url), { execArgv: WORKER_EXEC_ARGV });
   // Run from source under tsx (the tests): a worker does not inherit the loader, so it registers it first.
   const source = JSON.stringify(new URL("./digest-worker.ts", import.meta.url).href);
   return new Worker(`import("tsx/esm/api").then((tsx) => tsx.register()).then(() => import(${source}));`, { eval: true });
