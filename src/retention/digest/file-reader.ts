@@ -79,8 +79,9 @@ export interface ReadOptions {
    * n is consumed. Overlapping wins when it lets a second core read while
    * this one hashes; when every core already hashes a tree of its own (a
    * worker lane, or this thread while one runs), the pool thread's copy only
-   * competes with them for a core, and reading inline costs some 5-10% less
-   * CPU (docs/design/performance.md, "Large reads when every core hashes").
+   * competes with them for a core, and reading inline costs less CPU (some
+   * 10% in a probe, 16% in fsck's lanes: docs/design/performance.md, "Large
+   * reads when every core hashes").
    * Every byte is read and checked the same way in both.
    */
   readonly inline?: boolean;
