@@ -119,3 +119,24 @@ test("Given a worker lane held beside the caller, When a tree is digested, Then 
   assert.equal(largeFilesReadInline(), start + 1, "released: overlapped again");
   assert.ok(readFileSync(join(root, "b.txt")).equals(Buffer.from("small\n")));
 });
+
+test("Given a large file read inline with a slow consumer, When a timer is due, Then it runs before the file is done: the event loop is still yielded to", async () => {
+  const root = await treeOf({ "big.bin": patterned(32 * CHUNK_SIZE, 4) });
+  let pieces = 0;
+  let piecesWhenTimerRan = -1;
+  const consumer = {
+    start() {},
+    chunk() {
+      pieces += 1;
+      const until = performance.now() + 1; // a hash that takes a millisecond a piece
+      while (performance.now() < until);
+    },
+    end() {},
+    symlink() {},
+  };
+  const leaves = (await walkTree(root)).leaves;
+  setTimeout(() => (piecesWhenTimerRan = pieces), 0);
+  await readLeavesInOrder(leaves, consumer, { inline: true });
+  assert.equal(pieces, (32 * CHUNK_SIZE) / INLINE_CHUNK_SIZE);
+  assert.ok(piecesWhenTimerRan > 0 && piecesWhenTimerRan < pieces, `the timer ran after ${piecesWhenTimerRan} of ${pieces} pieces`);
+});

@@ -114,10 +114,11 @@ async function readFully(fd: number, buffer: Buffer, length: number, position: n
   return done;
 }
 
-function readFullySync(fd: number, buffer: Buffer, length: number): number {
+/** Fill `buffer` from `position` (the file's start by default) until `length` bytes or end of file. */
+function readFullySync(fd: number, buffer: Buffer, length: number, position = 0): number {
   let done = 0;
   while (done < length) {
-    const got = readSync(fd, buffer, done, length - done, done);
+    const got = readSync(fd, buffer, done, length - done, position + done);
     if (got === 0) break;
     done += got;
   }
@@ -168,13 +169,7 @@ function openSmallOrHeadSync(entry: FileEntry, scratch: Buffer, cursor: Director
     const head = length <= scratch.length ? scratch.subarray(0, length) : Buffer.allocUnsafe(length);
     if (readFullySync(fd, head, length) !== length) throw changed(entry.path, "short read");
     file = { entry, fd, before, head, closed: false };
-    if (length === before.size) {
-      afterRead(entry.path);
-      const after = fstatSync(fd);
-      file.closed = true;
-      closeSync(fd);
-      checkUnchanged(file, after);
-    }
+    if (length === before.size) finishSync(file);
     return file;
   } catch (error) {
     if (!file?.closed) closeSync(fd);
@@ -255,13 +250,9 @@ async function consumeRestInline(file: OpenedFile, size: number, consumer: FileC
   let lastYield = performance.now();
   while (position < size) {
     const wanted = Math.min(buffer.length, size - position);
-    let got = 0;
+    let got: number;
     try {
-      while (got < wanted) {
-        const read = readSync(file.fd, buffer, got, wanted - got, position + got);
-        if (read === 0) break;
-        got += read;
-      }
+      got = readFullySync(file.fd, buffer, wanted, position);
     } catch (error) {
       throw changedOrUnreadable(error, file.entry.path);
     }
