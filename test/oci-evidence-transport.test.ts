@@ -11,6 +11,7 @@ import { OciClient } from "../src/fleet/oci/index.js";
 import { enqueueSealedRun, listOutbox, outboxEntries, pushEvidence, readDelivered } from "../src/index.js";
 import { runJson, snapshotTree, tempDir } from "./helpers.js";
 import { startFakeRegistry } from "./support/fake-registry.js";
+import { startInterceptingProxy } from "./support/http-proxy.js";
 import { makeSealedRun } from "./support/sealed-runs.js";
 import { NO_REGISTRY, registryBinary, sha256, startRegistry, type Registry } from "./support/registry.js";
 
@@ -134,4 +135,22 @@ test("the outbox delivers sealed runs to a registry, proves it by reading back, 
   const cli = runJson(["--scope", scope, "push", "--to", to]);
   assert.equal(cli.status, 0, cli.stderr);
   assert.deepEqual(cli.envelope.result!["delivered"].map((entry: { runId: string }) => entry.runId), [third.runId]);
+});
+
+test("a run whose manifest the registry first refuses as naming an unknown blob (a blob it lost track of) is checked, its blob sent again, and delivered", async (t) => {
+  if (!HAVE) return t.skip(NO_REGISTRY);
+  const run = bundle();
+  const logDigest = sha256(run.files.get("log")!);
+  // The proxy claims the log is there on the first HEAD: only the manifest PUT's real refusal can make the transport send it.
+  let lied = 0;
+  const proxy = await startInterceptingProxy(registry.port, ({ method, path }) =>
+    method === "HEAD" && path.endsWith(`/blobs/${logDigest}`) && lied++ === 0 ? { status: 200, headers: { "content-length": String(run.files.get("log")!.length) } } : null,
+  );
+  t.after(() => proxy.close());
+  const transport = ociTransport(`http://${proxy.host}/oats/evidence-lost`);
+  await transport.put(run);
+  assert.equal(lied, 2, "the log's blob was HEADed again after the refusal");
+  assert.equal(proxy.seen.filter((each) => each.method === "PUT" && each.path.includes("/manifests/")).length, 2);
+  const back = await ociTransport(registry.ref("oats/evidence-lost")).readBack(run.runId);
+  assert.ok(back!.get("log")!.equals(run.files.get("log")!));
 });

@@ -27,8 +27,8 @@ import {
 } from "./mapping.js";
 import { openRegistry, type FleetTarget } from "./target.js";
 import { headBlob } from "./oci/blobs.js";
-import { getManifest, putManifest } from "./oci/manifests.js";
-import { bufferSource, putBlob, type UploadOptions } from "./oci/upload.js";
+import { getManifest, putManifestEnsuring } from "./oci/manifests.js";
+import { bufferSource, putBlob, type BlobSource, type UploadOptions } from "./oci/upload.js";
 import type { RegistrySession } from "./oci/session.js";
 
 /**
@@ -147,6 +147,8 @@ async function existingResolution(session: RegistrySession, resolution: Plan["re
   return { digest: encoded.digest, manifest };
 }
 
+const blobsOf = (manifest: OciManifest): string[] => [manifest.config.digest, ...manifest.layers.map((layer) => layer.digest)];
+
 export async function pushToRegistry(scope: string, refs: readonly ExportRef[], to: string, options: PushOptions = {}): Promise<PushReport> {
   if (!Array.isArray(refs) || refs.length === 0) throw new OatsError("invalid-input", "push needs at least one artifact reference or resolution id", {});
   const target: FleetTarget = openRegistry(to, options);
@@ -154,24 +156,34 @@ export async function pushToRegistry(scope: string, refs: readonly ExportRef[], 
   const work = await plan(realScope, refs);
   const { session } = target;
   const report: PushReport = { registry: target.registry, repository: target.repository, manifests: [], blobs: [], uploadedBytes: 0 };
-  const blobsDone = new Set<string>();
+  // Every blob this push has checked or sent, and how to send it again.
+  const blobsDone = new Map<string, { size: number; what: string; source: () => BlobSource; upload: UploadOptions }>();
 
-  const ensureBlob = async (digest: string, size: number, what: string, source: () => Parameters<typeof putBlob>[1], upload: UploadOptions = {}) => {
-    if (blobsDone.has(digest)) return;
-    blobsDone.add(digest);
+  const upload = async (digest: string) => {
+    const blob = blobsDone.get(digest)!;
     const present = await headBlob(session, digest);
-    if (present !== null && present.size === size) {
-      report.blobs.push({ digest, size, what, status: "present" });
-      return;
-    }
-    await putBlob(session, source(), upload);
-    report.blobs.push({ digest, size, what, status: "uploaded" });
-    (report as { uploadedBytes: number }).uploadedBytes += size;
+    if (present !== null && present.size === blob.size) return "present" as const;
+    await putBlob(session, blob.source(), blob.upload);
+    (report as { uploadedBytes: number }).uploadedBytes += blob.size;
+    return "uploaded" as const;
   };
-  const tagAll = async (manifestBytes: Buffer, digest: string, tags: string[]): Promise<string[]> => {
+  const ensureBlob = async (digest: string, size: number, what: string, source: () => BlobSource, options: UploadOptions = {}) => {
+    if (blobsDone.has(digest)) return;
+    blobsDone.set(digest, { size, what, source, upload: options });
+    report.blobs.push({ digest, size, what, status: await upload(digest) });
+  };
+  // Checked again (and sent again if really gone) when the registry refuses a manifest as naming an unknown blob.
+  const ensureAgain = (blobs: readonly string[]) => async () => {
+    for (const digest of blobs) {
+      if (!blobsDone.has(digest) || (await upload(digest)) === "present") continue;
+      const row = report.blobs.find((each) => each.digest === digest);
+      if (row) (row as { status: string }).status = "uploaded";
+    }
+  };
+  const tagAll = async (manifestBytes: Buffer, digest: string, tags: string[], blobs: readonly string[]): Promise<string[]> => {
     const written: string[] = [];
     for (const tag of tags) {
-      const { digest: stored } = await putManifest(session, tag, manifestBytes, OCI_MANIFEST_MEDIA_TYPE);
+      const { digest: stored } = await putManifestEnsuring(session, tag, manifestBytes, OCI_MANIFEST_MEDIA_TYPE, ensureAgain(blobs));
       if (stored !== digest) throw new OatsError("integrity-mismatch", `${target.registry} stored ${tag} as ${stored}, not ${digest}`, { expected: digest, actual: stored, tag });
       written.push(tag);
     }
@@ -196,7 +208,7 @@ export async function pushToRegistry(scope: string, refs: readonly ExportRef[], 
       } catch (error) {
         if (!(error instanceof OatsError) || error.code !== "artifact-not-found") throw error;
       }
-      if (current !== existing.digest) tags.push(...(await tagAll(encodeManifest(existing.manifest).bytes, existing.digest, [captureName])));
+      if (current !== existing.digest) tags.push(...(await tagAll(encodeManifest(existing.manifest).bytes, existing.digest, [captureName], blobsOf(existing.manifest))));
       else tags.push(captureName);
     }
     report.manifests.push({ reference: `${target.registry}/${target.repository}@${existing.digest}`, digest: existing.digest, artifactType: existing.manifest.artifactType, resolution: resolution.id, tags, status: "kept" });
@@ -230,7 +242,7 @@ export async function pushToRegistry(scope: string, refs: readonly ExportRef[], 
     const manifest = resolutionManifest({ id: resolution.id, recordBytes: resolution.bytes, capture: resolution.capture, trees, blobs });
     const { bytes, digest } = encodeManifest(manifest);
     const captureName = resolution.capture === null ? null : captureTag(resolution.capture);
-    const tags = await tagAll(bytes, digest, [resolutionTag(resolution.id), ...(captureName !== null ? [captureName] : [])]);
+    const tags = await tagAll(bytes, digest, [resolutionTag(resolution.id), ...(captureName !== null ? [captureName] : [])], blobsOf(manifest));
     report.manifests.push({ reference: `${target.registry}/${target.repository}@${digest}`, digest, artifactType: manifest.artifactType, resolution: resolution.id, tags, status: "pushed" });
   }
 
@@ -240,8 +252,8 @@ export async function pushToRegistry(scope: string, refs: readonly ExportRef[], 
     await ensureBlob(ociDigest(EMPTY_CONFIG), EMPTY_CONFIG.length, "empty config", () => bufferSource(EMPTY_CONFIG, ociDigest(EMPTY_CONFIG)));
     const manifest = treesManifest(trees);
     const { bytes, digest } = encodeManifest(manifest);
-    const tags = target.tag !== null ? await tagAll(bytes, digest, [target.tag]) : [];
-    if (target.tag === null) await tagAll(bytes, digest, [digest]);
+    const tags = target.tag !== null ? await tagAll(bytes, digest, [target.tag], blobsOf(manifest)) : [];
+    if (target.tag === null) await tagAll(bytes, digest, [digest], blobsOf(manifest));
     report.manifests.push({ reference: `${target.registry}/${target.repository}@${digest}`, digest, artifactType: manifest.artifactType, resolution: null, tags, status: "pushed" });
   }
   return report;

@@ -136,10 +136,13 @@ export class OciEvidenceTransport implements EvidenceTransport {
       throw new OatsError("integrity-mismatch", `${this.#to} already holds run ${bundle.runId} with other content; nothing was replaced`, { to: this.#to, runId: bundle.runId, expected: digest, actual: existing, reason: "other-content" });
     }
     const blobs = [{ bytes: EMPTY_CONFIG.bytes, digest: sha256Digest(EMPTY_CONFIG.bytes) }, ...layers];
-    for (const blob of blobs) {
-      if ((await this.client.headBlob(blob.digest)) === null) await this.client.putBlob(bufferSource(blob.bytes, blob.digest));
-    }
-    if (existing === null) await this.client.putManifest(tag, bytes, OCI_MANIFEST);
+    const ensureBlobs = async () => {
+      for (const blob of blobs) {
+        if ((await this.client.headBlob(blob.digest)) === null) await this.client.putBlob(bufferSource(blob.bytes, blob.digest));
+      }
+    };
+    await ensureBlobs();
+    if (existing === null) await this.client.putManifestEnsuring(tag, bytes, OCI_MANIFEST, ensureBlobs);
   }
 
   async readBack(runId: string): Promise<Map<string, Buffer> | null> {

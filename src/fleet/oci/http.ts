@@ -20,6 +20,8 @@ export interface Exchange {
   readonly headers?: Record<string, string>;
   /** Made afresh for each send, so a request can be repeated after an auth challenge. */
   readonly body?: () => Buffer | Readable;
+  /** Sending it again changes nothing (GET and HEAD always are; a manifest PUT says so): a transient answer is then asked again. */
+  readonly repeatable?: boolean;
 }
 
 export interface TransportOptions {

@@ -1,7 +1,7 @@
 import type { Readable } from "node:stream";
 import { drain } from "./http.js";
 import { getBlob, getBlobBytes, headBlob, type BlobReadOptions } from "./blobs.js";
-import { getManifest, listTags, putManifest, type Manifest, type ManifestReadOptions } from "./manifests.js";
+import { getManifest, listTags, putManifest, putManifestEnsuring, type Manifest, type ManifestReadOptions } from "./manifests.js";
 import { parseOciReference, type OciReference } from "./reference.js";
 import { RegistrySession, type SessionOptions } from "./session.js";
 import { mountBlob, putBlob, type BlobSource, type UploadOptions, type UploadResult } from "./upload.js";
@@ -62,6 +62,11 @@ export class OciClient {
 
   putManifest(reference: string, bytes: Buffer, mediaType: string): Promise<{ digest: string }> {
     return putManifest(this.session, reference, bytes, mediaType);
+  }
+
+  /** `putManifest` for a manifest whose blobs were just checked or sent: a refusal naming an unknown blob runs `ensureBlobs` and asks again (bounded). */
+  putManifestEnsuring(reference: string, bytes: Buffer, mediaType: string, ensureBlobs: () => Promise<void>): Promise<{ digest: string }> {
+    return putManifestEnsuring(this.session, reference, bytes, mediaType, ensureBlobs);
   }
 
   listTags(): Promise<string[]> {

@@ -2,6 +2,7 @@ import { OatsError } from "../../errors.js";
 import { sha256Digest } from "./blobs.js";
 import { drain, readBody, registryErrorCodes } from "./http.js";
 import { DIGEST_PATTERN, TAG_PATTERN } from "./reference.js";
+import { DEFAULT_RETRY, pause, retryDelay, type RetryPolicy } from "./retry.js";
 import type { RegistrySession } from "./session.js";
 
 /**
@@ -95,7 +96,7 @@ export async function putManifest(session: RegistrySession, reference: string, b
     throw new OatsError("invalid-input", "a manifest put by digest must be put under the digest of its bytes", { reference, actual: digest });
   }
   checkDocument(session, reference, bytes, mediaType);
-  const response = await session.request({ method: "PUT", url: session.url(`manifests/${reference}`), headers: { "content-type": mediaType }, body: () => bytes });
+  const response = await session.request({ method: "PUT", url: session.url(`manifests/${reference}`), headers: { "content-type": mediaType }, body: () => bytes, repeatable: true });
   const body = await readBody(response, 65536, () => session.unexpected(response, `PUT of manifest ${reference}`));
   if (response.statusCode !== 201) throw session.unexpected(response, `PUT of manifest ${reference}`, registryErrorCodes(body));
   const answered = response.headers["docker-content-digest"];
@@ -103,6 +104,39 @@ export async function putManifest(session: RegistrySession, reference: string, b
     throw new OatsError("integrity-mismatch", `${session.host} stored manifest ${reference} under ${answered}, not the digest of the bytes sent`, { host: session.host, expected: digest, actual: answered });
   }
   return { digest };
+}
+
+/** The registry's refusal of a manifest that names a blob it says it lacks. */
+export function isBlobUnknown(error: unknown): boolean {
+  if (!(error instanceof OatsError) || error.code !== "registry-refused") return false;
+  const codes = error.details["registryErrors"];
+  return Array.isArray(codes) && (codes.includes("MANIFEST_BLOB_UNKNOWN") || codes.includes("BLOB_UNKNOWN"));
+}
+
+/**
+ * `putManifest` for a manifest whose blobs the caller has just checked or
+ * sent. A refusal naming an unknown blob is asked again, a bounded number of
+ * times, after `ensureBlobs` has checked them again (and sent any that are
+ * really gone): with two writers of the same blob, CNCF distribution's
+ * filesystem driver briefly reads the blob's link as invalid.
+ */
+export async function putManifestEnsuring(
+  session: RegistrySession,
+  reference: string,
+  bytes: Buffer,
+  mediaType: string,
+  ensureBlobs: () => Promise<void>,
+  policy: RetryPolicy = DEFAULT_RETRY,
+): Promise<{ digest: string }> {
+  for (let attempt = 0; ; attempt++) {
+    try {
+      return await putManifest(session, reference, bytes, mediaType);
+    } catch (error) {
+      if (!isBlobUnknown(error) || attempt >= policy.retries) throw error;
+    }
+    await pause(retryDelay(policy, attempt));
+    await ensureBlobs();
+  }
 }
 
 /** The repository's tags (following `Link` pages within the registry's origin). */

@@ -4,6 +4,7 @@ import { answerChallenge, parseChallenge, unauthorized } from "./auth.js";
 import { resolveCredentials, type CredentialOptions, type Credentials } from "./credentials.js";
 import { checkOrigin, drain, registryRefusal, send, type Exchange, type TransportOptions } from "./http.js";
 import type { OciReference } from "./reference.js";
+import { DEFAULT_RETRY, isTransientStatus, pause, retryDelay, type RetryPolicy } from "./retry.js";
 
 /**
  * A registry conversation for one repository: it adds the Authorization
@@ -18,6 +19,8 @@ export interface SessionOptions extends TransportOptions, CredentialOptions {
   readonly insecure?: boolean;
   /** Explicit credentials (null: anonymous); by default they are resolved from the environment and auth files when first challenged. */
   readonly credentials?: Credentials | null;
+  /** How a transient answer (429, 5xx) to a repeatable request is asked again (default: 3 retries from 50 ms). */
+  readonly retry?: RetryPolicy;
 }
 
 const REDIRECTS = new Set([301, 302, 303, 307, 308]);
@@ -77,6 +80,9 @@ export class RegistrySession {
   async request(exchange: Exchange): Promise<IncomingMessage> {
     let current = exchange;
     let challenged = false;
+    let retried = 0;
+    const retry = this.#options.retry ?? DEFAULT_RETRY;
+    const repeatable = exchange.repeatable === true || exchange.method === "GET" || exchange.method === "HEAD";
     for (let hop = 0; ; ) {
       const headers = { ...current.headers };
       if (this.#authorization && current.url.origin === this.origin) headers["authorization"] = this.#authorization;
@@ -96,6 +102,11 @@ export class RegistrySession {
         const target = this.sameOrigin(response.headers.location, current.url, `a redirect of ${current.method}`);
         if (++hop > MAX_HOPS) throw registryRefusal("protocol", `${this.host} redirected more than ${MAX_HOPS} times`, { host: this.host });
         current = { ...exchange, url: target };
+        continue;
+      }
+      if (repeatable && isTransientStatus(status) && retried < retry.retries) {
+        await drain(response);
+        await pause(retryDelay(retry, retried++, response));
         continue;
       }
       return response;
