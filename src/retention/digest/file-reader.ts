@@ -20,7 +20,9 @@ import { changedOrUnreadable, type FileEntry, type LeafEntry, type SymlinkEntry 
  * library caller stays responsive.
  *
  * Memory stays bounded whatever the file sizes: two chunk buffers, one
- * prefetched head, and one small-file buffer.
+ * prefetched head, and one small-file buffer, all kept for the next file
+ * and the next pass on this thread (a fresh buffer's page faults cost more
+ * than the reads that fill it on some machines).
  *
  * Each file is opened inside its directory's descriptor (DirectoryCursor: no
  * directory above it can be swapped for a symlink), without following a
@@ -93,10 +95,45 @@ interface OpenedFile {
   readonly before: Stats;
   /** The whole file when it is small, else its first chunk. */
   readonly head: Buffer;
+  /** The pooled buffer `head` lies in, if it is one (given back once the head is consumed). */
+  readonly pooled: Buffer | null;
   closed: boolean;
 }
 
 const OPEN_FLAGS = constants.O_RDONLY | constants.O_NOFOLLOW | constants.O_NONBLOCK;
+
+/**
+ * CHUNK_SIZE buffers, reused across files and passes on this thread. A
+ * fresh 1 MiB buffer pays a page fault for each of its 256 pages when it
+ * is first filled: 69 of them (a node_modules tree's 23 large files, three
+ * buffers each) took 250 ms on the AMD EPYC machine against 0.8 ms for one
+ * reused buffer (docs/design/performance.md, "Fresh buffers"). A buffer is
+ * given back only when no read into it is in flight and its consumer call
+ * has settled; on a failure it is left to the collector.
+ */
+const POOL_LIMIT = 4;
+const chunkPool: Buffer[] = [];
+
+let chunksAllocated = 0;
+
+/** CHUNK_SIZE buffers this thread has allocated so far (tests: that they are reused). */
+export function chunkBuffersAllocated(): number {
+  return chunksAllocated;
+}
+
+function takeChunk(): Buffer {
+  const reused = chunkPool.pop();
+  if (reused) return reused;
+  chunksAllocated += 1;
+  return Buffer.allocUnsafe(CHUNK_SIZE);
+}
+
+function giveChunk(buffer: Buffer | null): void {
+  if (buffer !== null && chunkPool.length < POOL_LIMIT && !chunkPool.includes(buffer)) chunkPool.push(buffer);
+}
+
+/** The small-file buffer of a finished pass, for the next one on this thread (64 more pages not to fault in). */
+let spareScratch: Buffer | null = null;
 
 const fstatAsync = (fd: number) => new Promise<Stats>((resolve, reject) => fstat(fd, (error, stats) => (error ? reject(error) : resolve(stats))));
 const closeAsync = (fd: number) => new Promise<void>((resolve, reject) => close(fd, (error) => (error ? reject(error) : resolve())));
@@ -166,9 +203,10 @@ function openSmallOrHeadSync(entry: FileEntry, scratch: Buffer, cursor: Director
     const before = fstatSync(fd);
     if (!before.isFile()) throw changed(entry.path, "no longer a regular file");
     const length = headLength(before, inline);
-    const head = length <= scratch.length ? scratch.subarray(0, length) : Buffer.allocUnsafe(length);
+    const pooled = length <= scratch.length ? null : takeChunk();
+    const head = (pooled ?? scratch).subarray(0, length);
     if (readFullySync(fd, head, length) !== length) throw changed(entry.path, "short read");
-    file = { entry, fd, before, head, closed: false };
+    file = { entry, fd, before, head, pooled, closed: false };
     if (length === before.size) finishSync(file);
     return file;
   } catch (error) {
@@ -194,9 +232,10 @@ async function openHeadAsync(entry: FileEntry, cursor: DirectoryCursor): Promise
     const before = await fstatAsync(fd);
     if (!before.isFile()) throw changed(entry.path, "no longer a regular file");
     const length = headLength(before, false);
-    const head = Buffer.allocUnsafe(length);
+    const pooled = takeChunk();
+    const head = pooled.subarray(0, length);
     if ((await readFully(fd, head, length, 0)) !== length) throw changed(entry.path, "short read");
-    file = { entry, fd, before, head, closed: false };
+    file = { entry, fd, before, head, pooled, closed: false };
     if (length === before.size) await finishAsync(file);
     return file;
   } catch (error) {
@@ -270,7 +309,7 @@ async function consumeRestInline(file: OpenedFile, size: number, consumer: FileC
 
 /** The rest of a large file, chunk n+1 in flight while chunk n is consumed. */
 async function consumeRest(file: OpenedFile, size: number, consumer: FileConsumer): Promise<void> {
-  const buffers = [Buffer.allocUnsafe(CHUNK_SIZE), Buffer.allocUnsafe(CHUNK_SIZE)];
+  const buffers = [takeChunk(), takeChunk()];
   let position = file.head.length;
   let turn = 0;
   const next = (at: number): Promise<number> => readFully(file.fd, buffers[turn]!, Math.min(CHUNK_SIZE, size - at), at);
@@ -294,6 +333,9 @@ async function consumeRest(file: OpenedFile, size: number, consumer: FileConsume
       throw error;
     }
   }
+  // Both reads have settled and every chunk has been consumed.
+  giveChunk(buffers[0]!);
+  giveChunk(buffers[1]!);
   // Growth past the first fstat shows up as a size or mtime change in finishAsync.
 }
 
@@ -394,7 +436,10 @@ export async function readLeavesInOrder(leaves: readonly LeafEntry[], consumer: 
         await new Promise((resolve) => setImmediate(resolve));
         lastYield = performance.now();
       }
-      scratch ??= Buffer.allocUnsafe(SMALL_FILE_SIZE);
+      if (scratch === null) {
+        scratch = spareScratch ?? Buffer.allocUnsafe(SMALL_FILE_SIZE);
+        spareScratch = null;
+      }
       if (whole) {
         // A run of small files and symlinks, up to the next prefetched file.
         const to = Math.min(leaves.length, index + RUN_LENGTH, prefetched ? prefetched.index : Infinity);
@@ -442,10 +487,13 @@ export async function readLeavesInOrder(leaves: readonly LeafEntry[], consumer: 
         if (!file.closed) await finishAsync(file);
         pending = consumer.end(file.entry, info);
         if (pending) await pending;
+        giveChunk(file.pooled);
       } finally {
         if (!file.closed) await closeAsync(file.fd).catch(() => undefined);
       }
     }
+    // Every consumer call has settled: nothing holds the scratch buffer any more.
+    if (scratch !== null) spareScratch = scratch;
   } finally {
     prefetch?.stop();
     cursor.close();
