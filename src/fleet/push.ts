@@ -157,25 +157,25 @@ export async function pushToRegistry(scope: string, refs: readonly ExportRef[], 
   const { session } = target;
   const report: PushReport = { registry: target.registry, repository: target.repository, manifests: [], blobs: [], uploadedBytes: 0 };
   // Every blob this push has checked or sent, and how to send it again.
-  const blobsDone = new Map<string, { size: number; what: string; source: () => BlobSource; upload: UploadOptions }>();
+  const blobsDone = new Map<string, { size: number; source: () => BlobSource; options: UploadOptions }>();
 
-  const upload = async (digest: string) => {
+  const sendUnlessPresent = async (digest: string) => {
     const blob = blobsDone.get(digest)!;
     const present = await headBlob(session, digest);
     if (present !== null && present.size === blob.size) return "present" as const;
-    await putBlob(session, blob.source(), blob.upload);
+    await putBlob(session, blob.source(), blob.options);
     (report as { uploadedBytes: number }).uploadedBytes += blob.size;
     return "uploaded" as const;
   };
   const ensureBlob = async (digest: string, size: number, what: string, source: () => BlobSource, options: UploadOptions = {}) => {
     if (blobsDone.has(digest)) return;
-    blobsDone.set(digest, { size, what, source, upload: options });
-    report.blobs.push({ digest, size, what, status: await upload(digest) });
+    blobsDone.set(digest, { size, source, options });
+    report.blobs.push({ digest, size, what, status: await sendUnlessPresent(digest) });
   };
-  // Checked again (and sent again if really gone) when the registry refuses a manifest as naming an unknown blob.
+  // Checked again (and sent again if really gone) when the registry refuses a manifest as naming an unknown blob; a kept manifest's blobs were only HEADed, and are only asked about again through the retried PUT.
   const ensureAgain = (blobs: readonly string[]) => async () => {
     for (const digest of blobs) {
-      if (!blobsDone.has(digest) || (await upload(digest)) === "present") continue;
+      if (!blobsDone.has(digest) || (await sendUnlessPresent(digest)) === "present") continue;
       const row = report.blobs.find((each) => each.digest === digest);
       if (row) (row as { status: string }).status = "uploaded";
     }
