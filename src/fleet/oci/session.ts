@@ -4,7 +4,7 @@ import { answerChallenge, parseChallenge, unauthorized } from "./auth.js";
 import { resolveCredentials, type CredentialOptions, type Credentials } from "./credentials.js";
 import { checkOrigin, drain, registryRefusal, send, type Exchange, type TransportOptions } from "./http.js";
 import type { OciReference } from "./reference.js";
-import { DEFAULT_RETRY, isTransientStatus, pause, retryDelay, type RetryPolicy } from "./retry.js";
+import { DEFAULT_RETRY, isTransientStatus, pause, retryDelay } from "./retry.js";
 
 /**
  * A registry conversation for one repository: it adds the Authorization
@@ -19,8 +19,6 @@ export interface SessionOptions extends TransportOptions, CredentialOptions {
   readonly insecure?: boolean;
   /** Explicit credentials (null: anonymous); by default they are resolved from the environment and auth files when first challenged. */
   readonly credentials?: Credentials | null;
-  /** How a transient answer (429, 5xx) to a repeatable request is asked again (default: 3 retries from 50 ms). */
-  readonly retry?: RetryPolicy;
 }
 
 const REDIRECTS = new Set([301, 302, 303, 307, 308]);
@@ -81,7 +79,6 @@ export class RegistrySession {
     let current = exchange;
     let challenged = false;
     let retried = 0;
-    const retry = this.#options.retry ?? DEFAULT_RETRY;
     const repeatable = exchange.repeatable === true || exchange.method === "GET" || exchange.method === "HEAD";
     for (let hop = 0; ; ) {
       const headers = { ...current.headers };
@@ -104,9 +101,9 @@ export class RegistrySession {
         current = { ...exchange, url: target };
         continue;
       }
-      if (repeatable && isTransientStatus(status) && retried < retry.retries) {
+      if (repeatable && isTransientStatus(status) && retried < DEFAULT_RETRY.retries) {
         await drain(response);
-        await pause(retryDelay(retry, retried++, response));
+        await pause(retryDelay(DEFAULT_RETRY, retried++, response));
         continue;
       }
       return response;
