@@ -1,5 +1,6 @@
 import { mkdirSync, readdirSync, statSync } from "node:fs";
 import { join } from "node:path";
+import { runEnv } from "../tools.mjs";
 import { CLI, DIST, MiB, TREE_EXEC, WORK, cliExists, cliWorks, dataset, digestInOutput, digestOf, digestTree, interleave, median, missingRow, notes, oats, oneLine, options, run, timeRow, warm } from "../lib.mjs";
 
 // ---------------------------------------------------------------- 1. large files vs openssl
@@ -50,7 +51,11 @@ async function benchSmall() {
     if (probe.code !== 0) cliNote = `CLI exited ${probe.code}: ${oneLine(probe.stderr)}`;
     else if (shown !== expected) cliNote = `CLI printed ${shown}, library computed ${expected}`;
     if (cliNote) notes.push(`[2] ${cliNote}`);
-    else sides.push({ name: "cli", run: () => run(process.execPath, [CLI, "digest", dir], { capture: false }) });
+    else {
+      sides.push({ name: "cli", run: () => run(process.execPath, [CLI, "digest", dir], { capture: false }) });
+      // The same build with the small files read from JavaScript (src/retention/digest/native-reads.ts).
+      sides.push({ name: "cli-js", run: () => runEnv(process.execPath, [CLI, "digest", dir], { env: { OATS_NATIVE_READS: "0" } }) });
+    }
   } else cliNote = "dist/cli/bin.js not built";
   // What the CLI costs before it reads a byte: start node, load the CLI and the library, digest an empty tree.
   const empty = join(WORK, "empty-tree");
@@ -63,6 +68,7 @@ async function benchSmall() {
   const base = median(times.pipeline);
   if (times.cli) timeRow({ id: "2", what: "digest 20k small files, CLI `oats digest` end to end vs pipeline", oursMs: median(times.cli), baseMs: base, goal: 1.0 });
   else missingRow("2", "digest 20k small files, CLI `oats digest` end to end vs pipeline", "<= 1.0x", "CLI not usable, see notes");
+  if (times["cli-js"]) timeRow({ id: "2e", what: "same CLI, small files read from JavaScript (OATS_NATIVE_READS=0) (info)", oursMs: median(times["cli-js"]), baseMs: base, goal: null, headline: false });
   timeRow({ id: "2b", what: "same, library call in-process", oursMs: median(times.library), baseMs: base, goal: 1.0, headline: false });
   timeRow({ id: "2d", what: "same, digest module alone in a fresh `node` process (info)", oursMs: median(times.fresh), baseMs: base, goal: null, headline: false });
   if (times["cli-empty"]) {

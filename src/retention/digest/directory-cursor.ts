@@ -21,6 +21,11 @@ export class DirectoryCursor {
     return inDirectory(this.fdOf(file.parent), file.parent.absolute, file.name);
   }
 
+  /** The descriptor of `file`'s directory to open it in (openat), or null where /proc is not available. */
+  descriptorOf(file: FileEntry): number | null {
+    return DIRECTORY_FDS ? this.fdOf(file.parent) : null;
+  }
+
   private fdOf(directory: DirectoryEntry): number {
     const top = this.open[this.open.length - 1];
     if (top?.directory === directory) return top.fd;

@@ -16,3 +16,8 @@ export function setReadHook(next: ReadHook | null): void {
 export function afterRead(path: string): void {
   hook?.(path);
 }
+
+/** Whether a hook is installed (the native reads then call back into it between read and fstat). */
+export function hasReadHook(): boolean {
+  return hook !== null;
+}

@@ -1,0 +1,81 @@
+import { createRequire } from "node:module";
+import { getSystemErrorName } from "node:util";
+
+/**
+ * The small-file reads done by a few lines of C (native/read-small.c),
+ * several files of one directory per call, when the build could compile
+ * them.
+ *
+ * Why: a 2 KiB file costs five system calls, and from JavaScript each is a
+ * binding call that allocates (a /proc/<pid>/fd/<dir>/<name> string whose
+ * procfs lookup is dear, two Stats objects with four Dates each), so a warm
+ * digest of 20,000 small files spent about 16 us a file on open, fstat,
+ * read and close and their garbage. The C loop makes the same calls with
+ * the same checks (openat on the directory's descriptor, which is what the
+ * /proc path stands for) and hands back only offsets, sizes and modes
+ * (docs/design/performance.md, "Small files read natively").
+ *
+ * Nothing depends on it: without a C compiler at build time, on a platform
+ * other than Linux, with OATS_NATIVE_READS=0 in the environment, or after
+ * setNativeReads(false), file-reader.ts reads every file itself, the same
+ * way. Tests run the reads both ways.
+ */
+
+interface Addon {
+  readSmallFiles(dirFd: number, names: string[], buffer: Buffer, limit: number, meta: Float64Array, afterRead?: (index: number) => void): number;
+}
+
+/** Four doubles a file: status, offset (or step, or what changed), size, mode. */
+export const META_FIELDS = 4;
+export const NOT_REGULAR = -1;
+export const TOO_LARGE = -2;
+export const SHORT = -3;
+export const CHANGED = -4;
+
+const STEPS = ["", "open", "fstat", "read", "close"] as const;
+const CHANGES = ["", "inode", "size", "mtime", "ctime"] as const;
+
+function load(): Addon | null {
+  if (process.platform !== "linux" || process.env.OATS_NATIVE_READS === "0") return null;
+  try {
+    // Spelled from the repository's root so it resolves from src/ (tests) and dist/ (the package) alike.
+    const addon = createRequire(import.meta.url)("../../../dist/native/read-small.node") as Partial<Addon>;
+    return typeof addon.readSmallFiles === "function" ? (addon as Addon) : null;
+  } catch {
+    return null;
+  }
+}
+
+/** Loaded on the first read, so a command that reads no tree never opens it. */
+let addon: Addon | null | undefined;
+let enabled = true;
+
+function loaded(): Addon | null {
+  if (addon === undefined) addon = load();
+  return addon;
+}
+
+/** Whether this build has the native reads (tests: that CI really exercises them). */
+export function nativeReadsAvailable(): boolean {
+  return loaded() !== null;
+}
+
+/** Tests and the bench compare the two ways; without the addon the JavaScript reads run either way. */
+export function setNativeReads(on: boolean): void {
+  enabled = on;
+}
+
+export function nativeReads(): Addon | null {
+  return enabled ? loaded() : null;
+}
+
+/** An errno status as the error a failed fs call would have thrown (errnoCode reads its `code`). */
+export function nativeError(errno: number, step: number): Error & { code: string; syscall: string } {
+  const code = getSystemErrorName(-errno);
+  const syscall = STEPS[step] ?? "read";
+  return Object.assign(new Error(`${code}: ${syscall} failed`), { code, errno: -errno, syscall });
+}
+
+export function changeOf(what: number): string {
+  return CHANGES[what] ?? "unknown";
+}

@@ -1,0 +1,222 @@
+import assert from "node:assert/strict";
+import { execFileSync } from "node:child_process";
+import { appendFileSync, closeSync, constants, mkdirSync, openSync, readdirSync, readFileSync, symlinkSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { afterEach, test } from "node:test";
+import { digestTree } from "../src/index.js";
+import { SMALL_FILE_SIZE } from "../src/retention/digest/file-reader.js";
+import { CHANGED, META_FIELDS, NOT_REGULAR, TOO_LARGE, nativeReads, nativeReadsAvailable, setNativeReads } from "../src/retention/digest/native-reads.js";
+import { tempDir } from "./helpers.js";
+
+/**
+ * The small-file reads in C (native/read-small.c) against real files: the
+ * same bytes and digests as the JavaScript reads, every refusal, names that
+ * could leave the directory, the split between two threads and the restart
+ * after a full half. test/change-detection.test.ts runs its changes through
+ * both ways as well.
+ */
+
+afterEach(() => setNativeReads(true));
+
+const KiB = 1 << 10;
+
+function addon() {
+  const native = nativeReads();
+  assert.ok(native, "the native reads are not built (npm run build compiles native/read-small.c with cc)");
+  return native;
+}
+
+function openDirectory(path: string): number {
+  return openSync(path, constants.O_RDONLY | constants.O_DIRECTORY);
+}
+
+function entries(meta: Float64Array, count: number) {
+  return Array.from({ length: count }, (_, at) => {
+    const field = at * META_FIELDS;
+    return { status: meta[field]!, second: meta[field + 1]!, size: meta[field + 2]!, mode: meta[field + 3]! };
+  });
+}
+
+function openDescriptors(): number {
+  return readdirSync("/proc/self/fd").length;
+}
+
+test("Given this build, When the library loads, Then the native reads are there (CI compiles them; without them only the JavaScript reads run)", () => {
+  assert.equal(process.platform, "linux");
+  assert.equal(nativeReadsAvailable(), true, "dist/native/read-small.node did not load: is a C compiler installed? (.ci/run installs gcc)");
+});
+
+test("Given files of one directory, When read in one call, Then each file's bytes, size and mode are reported in order", () => {
+  const dir = tempDir("oats-native-");
+  const contents = ["", "a", "hello\n", "x".repeat(5000)];
+  contents.forEach((content, at) => writeFileSync(join(dir, `f${at}`), content, { mode: at === 2 ? 0o755 : 0o644 }));
+  const fd = openDirectory(dir);
+  try {
+    const buffer = Buffer.alloc(1 << 20);
+    const meta = new Float64Array(16 * META_FIELDS);
+    const count = addon().readSmallFiles(fd, ["f0", "f1", "f2", "f3"], buffer, SMALL_FILE_SIZE, meta);
+    assert.equal(count, 4);
+    const got = entries(meta, count);
+    got.forEach((entry, at) => {
+      assert.equal(entry.status, 0);
+      assert.equal(entry.size, contents[at]!.length);
+      assert.equal(buffer.subarray(entry.second, entry.second + entry.size).toString(), contents[at]);
+    });
+    assert.equal(got[2]!.mode, 0o755);
+    assert.equal(got[1]!.mode, 0o644);
+  } finally {
+    closeSync(fd);
+  }
+});
+
+test("Given forty files, When read by two threads, Then every byte lands at its file's offset, in order", () => {
+  const dir = tempDir("oats-native-");
+  const names = Array.from({ length: 40 }, (_, at) => `n${String(at).padStart(2, "0")}`);
+  names.forEach((name, at) => writeFileSync(join(dir, name), Buffer.alloc(100 + at * 37, at + 1)));
+  const fd = openDirectory(dir);
+  try {
+    const buffer = Buffer.alloc(1 << 20);
+    const meta = new Float64Array(64 * META_FIELDS);
+    const count = addon().readSmallFiles(fd, names, buffer, SMALL_FILE_SIZE, meta);
+    assert.equal(count, 40);
+    entries(meta, count).forEach((entry, at) => {
+      assert.equal(entry.status, 0);
+      assert.deepEqual(buffer.subarray(entry.second, entry.second + entry.size), readFileSync(join(dir, names[at]!)));
+    });
+    // The second half was read into the second half of the buffer.
+    assert.equal(entries(meta, count)[20]!.second, (1 << 20) / 2);
+  } finally {
+    closeSync(fd);
+  }
+});
+
+test("Given a first half that fills its half of the buffer, When read, Then only what was read in order counts and the next call goes on from there", () => {
+  const dir = tempDir("oats-native-");
+  // 200 KiB each: two fill half of 1 MiB, so the first thread stops at its third file.
+  const names = Array.from({ length: 20 }, (_, at) => `m${String(at).padStart(2, "0")}`);
+  names.forEach((name, at) => writeFileSync(join(dir, name), Buffer.alloc(200 * KiB, at + 1)));
+  const fd = openDirectory(dir);
+  try {
+    const buffer = Buffer.alloc(1 << 20);
+    const meta = new Float64Array(64 * META_FIELDS);
+    const native = addon();
+    let from = 0;
+    const seen: number[] = [];
+    while (from < names.length) {
+      const left = names.length - from;
+      const count = native.readSmallFiles(fd, names.slice(from), buffer, SMALL_FILE_SIZE, meta);
+      // Split (16 names or more): two of the first half fit in 512 KiB; alone, five fit in 1 MiB.
+      assert.equal(count, left >= 16 ? 2 : Math.min(5, left), `from ${from}`);
+      for (const entry of entries(meta, count)) {
+        assert.equal(entry.status, 0);
+        seen.push(buffer[entry.second]!);
+      }
+      from += count;
+    }
+    assert.deepEqual(seen, names.map((_, at) => at + 1));
+  } finally {
+    closeSync(fd);
+  }
+});
+
+test("Given names that could leave the directory, When read, Then each is refused before any open (EINVAL, ENAMETOOLONG)", () => {
+  const parent = tempDir("oats-native-");
+  mkdirSync(join(parent, "inner"));
+  writeFileSync(join(parent, "secret"), "outside");
+  const fd = openDirectory(join(parent, "inner"));
+  try {
+    const meta = new Float64Array(4 * META_FIELDS);
+    for (const [name, errno] of [["..", 22], [".", 22], ["", 22], ["../secret", 22], ["a\0b", 22], ["x".repeat(256), 36]] as const) {
+      const count = addon().readSmallFiles(fd, [name], Buffer.alloc(1 << 20), SMALL_FILE_SIZE, meta);
+      assert.equal(count, 1, name);
+      assert.equal(meta[0], errno, JSON.stringify(name));
+    }
+  } finally {
+    closeSync(fd);
+  }
+});
+
+test("Given a symlink, a FIFO, a missing name and a large file, When read, Then each stops the call with its status", () => {
+  const dir = tempDir("oats-native-");
+  writeFileSync(join(dir, "ok"), "fine");
+  writeFileSync(join(dir, "target"), "t");
+  symlinkSync("target", join(dir, "link"));
+  execFileSync("mkfifo", [join(dir, "fifo")]);
+  writeFileSync(join(dir, "large"), Buffer.alloc(SMALL_FILE_SIZE + 1));
+  const fd = openDirectory(dir);
+  try {
+    const meta = new Float64Array(8 * META_FIELDS);
+    const cases = [
+      ["link", 40],
+      ["fifo", NOT_REGULAR],
+      ["gone", 2],
+      ["large", TOO_LARGE],
+    ] as const;
+    for (const [name, status] of cases) {
+      const count = addon().readSmallFiles(fd, ["ok", name, "ok"], Buffer.alloc(1 << 20), SMALL_FILE_SIZE, meta);
+      assert.equal(count, 2, name);
+      assert.equal(meta[0], 0);
+      assert.equal(meta[META_FIELDS], status, name);
+    }
+  } finally {
+    closeSync(fd);
+  }
+});
+
+test("Given a hook that changes the file between read and fstat, When read, Then the change is reported; a hook that throws propagates and leaks no descriptor", () => {
+  const dir = tempDir("oats-native-");
+  writeFileSync(join(dir, "a"), "alpha");
+  writeFileSync(join(dir, "b"), "beta");
+  const fd = openDirectory(dir);
+  try {
+    const meta = new Float64Array(8 * META_FIELDS);
+    const called: number[] = [];
+    const count = addon().readSmallFiles(fd, ["a", "b"], Buffer.alloc(1 << 20), SMALL_FILE_SIZE, meta, (at) => {
+      called.push(at);
+      if (at === 1) appendFileSync(join(dir, "b"), "!");
+    });
+    assert.deepEqual(called, [0, 1]);
+    assert.equal(count, 2);
+    assert.equal(meta[META_FIELDS], CHANGED);
+    assert.equal(meta[META_FIELDS + 1], 2, "size");
+
+    const before = openDescriptors();
+    assert.throws(
+      () =>
+        addon().readSmallFiles(fd, ["a"], Buffer.alloc(1 << 20), SMALL_FILE_SIZE, meta, () => {
+          throw new Error("hook failed");
+        }),
+      /hook failed/,
+    );
+    assert.equal(openDescriptors(), before);
+  } finally {
+    closeSync(fd);
+  }
+});
+
+test("Given arguments of the wrong kind, When called, Then it throws a TypeError and reads nothing", () => {
+  const native = addon();
+  const meta = new Float64Array(4 * META_FIELDS);
+  assert.throws(() => native.readSmallFiles(-1, ["a"], Buffer.alloc(16), 16, meta), TypeError);
+  assert.throws(() => native.readSmallFiles(0, "a" as unknown as string[], Buffer.alloc(16), 16, meta), TypeError);
+  assert.throws(() => native.readSmallFiles(0, ["a"], Buffer.alloc(16), 16, new Float32Array(4) as unknown as Float64Array), TypeError);
+  assert.throws(() => native.readSmallFiles(0, [1 as unknown as string], Buffer.alloc(16), 16, meta), TypeError);
+});
+
+test("Given a tree of many small files, symlinks and files around the size limits, When digested both ways, Then the digests are equal and no descriptor is left open", async () => {
+  const root = tempDir("oats-native-tree-");
+  for (let dir = 0; dir < 5; dir++) {
+    mkdirSync(join(root, `d${dir}`, "deeper"), { recursive: true });
+    for (let at = 0; at < 60; at++) writeFileSync(join(root, `d${dir}`, `f${String(at).padStart(2, "0")}`), Buffer.alloc((at * 977 + dir * 13) % 9000, at));
+    symlinkSync("f01", join(root, `d${dir}`, "f30-link"));
+    for (const size of [0, SMALL_FILE_SIZE - 1, SMALL_FILE_SIZE, SMALL_FILE_SIZE + 1, 3 * (1 << 20) + 5]) writeFileSync(join(root, `d${dir}`, "deeper", `s${size}`), Buffer.alloc(size, size % 251));
+  }
+  for (let at = 0; at < 12; at++) writeFileSync(join(root, `half-${at}`), Buffer.alloc(200 * KiB + at, at));
+  const before = openDescriptors();
+  setNativeReads(true);
+  const native = await digestTree(root, ["oats.tree-exec.v1", "oats.tree-legacy.v0"]);
+  setNativeReads(false);
+  const javascript = await digestTree(root, ["oats.tree-exec.v1", "oats.tree-legacy.v0"]);
+  assert.deepEqual(native, javascript);
+  assert.equal(openDescriptors(), before);
+});
