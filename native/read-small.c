@@ -3,7 +3,7 @@
  * directory per call (src/retention/digest/native-reads.ts is its only caller
  * and says why; docs/design/performance.md, "Small files read natively").
  *
- *   readSmallFiles(dirFd, names, buffer, limit, meta, afterRead?) -> count
+ *   readSmallFiles(dirFd, names, buffer, limit, meta, split, afterRead?) -> count
  *
  * For names[0], names[1], ... in order, each file is
  *   openat(dirFd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC),
@@ -26,12 +26,13 @@
  * with the buffer free). `count` is the number of entries of `meta` written.
  * A name that is empty, ".", "..", or holds a '/' or a NUL is refused with
  * EINVAL, one longer than NAME_MAX with ENAMETOOLONG, before any call: no
- * name can leave the directory. If `afterRead` is a function it is called with the file's index
- * between its read and its second fstat (the test seam of read-hook.ts); an
- * exception it throws closes the file and propagates.
+ * name can leave the directory. If `afterRead` is a function it is called
+ * with the file's index between its read and its second fstat (the test
+ * seam of read-hook.ts); an exception it throws closes the file and
+ * propagates.
  *
- * With no hook, at least PARALLEL_MIN names and a buffer of at least twice
- * `limit`, the second half of the names is read by a second thread into the
+ * With `split`, no hook, at least PARALLEL_MIN names and a buffer of at
+ * least twice `limit`, the second half of the names is read by a second thread into the
  * second half of the buffer while this thread reads the first: on two cores
  * the calls of two files overlap. Its results count only when the first
  * half was read to its end without a stop; otherwise they are dropped (the
@@ -227,9 +228,9 @@ static napi_value throw_type(napi_env env, const char *message) {
 }
 
 static napi_value read_small_files(napi_env env, napi_callback_info info) {
-  size_t argc = 6;
-  napi_value argv[6];
-  if (napi_get_cb_info(env, info, &argc, argv, NULL, NULL) != napi_ok || argc < 5) return throw_type(env, "readSmallFiles: five arguments");
+  size_t argc = 7;
+  napi_value argv[7];
+  if (napi_get_cb_info(env, info, &argc, argv, NULL, NULL) != napi_ok || argc < 6) return throw_type(env, "readSmallFiles: six arguments");
 
   int32_t dir_fd;
   if (napi_get_value_int32(env, argv[0], &dir_fd) != napi_ok || dir_fd < 0) return throw_type(env, "readSmallFiles: dirFd");
@@ -251,11 +252,13 @@ static napi_value read_small_files(napi_env env, napi_callback_info info) {
   if (napi_is_typedarray(env, argv[4], &is_typedarray) != napi_ok || !is_typedarray ||
       napi_get_typedarray_info(env, argv[4], &meta_type, &meta_length, &meta_data, NULL, NULL) != napi_ok || meta_type != napi_float64_array)
     return throw_type(env, "readSmallFiles: meta");
+  bool split;
+  if (napi_get_value_bool(env, argv[5], &split) != napi_ok) return throw_type(env, "readSmallFiles: split");
   napi_value after_read = NULL;
-  if (argc >= 6) {
+  if (argc >= 7) {
     napi_valuetype type;
-    if (napi_typeof(env, argv[5], &type) != napi_ok) return throw_type(env, "readSmallFiles: afterRead");
-    if (type == napi_function) after_read = argv[5];
+    if (napi_typeof(env, argv[6], &type) != napi_ok) return throw_type(env, "readSmallFiles: afterRead");
+    if (type == napi_function) after_read = argv[6];
     else if (type != napi_undefined && type != napi_null) return throw_type(env, "readSmallFiles: afterRead");
   }
   if (count > meta_length / FIELDS) count = (uint32_t)(meta_length / FIELDS);
@@ -281,7 +284,7 @@ static napi_value read_small_files(napi_env env, napi_callback_info info) {
   struct range first = {dir_fd, names, lengths, 0, count, buffer, 0, buffer_length, limit, meta_data, after_read ? &hook : NULL, 0, 0, 0};
   uint32_t done;
   pthread_t helper;
-  int parallel = after_read == NULL && count >= PARALLEL_MIN && limit >= 0 && buffer_length / 2 >= (size_t)limit;
+  int parallel = split && after_read == NULL && count >= PARALLEL_MIN && limit >= 0 && buffer_length / 2 >= (size_t)limit;
   if (parallel) {
     struct range second = first;
     first.to = second.from = count / 2;

@@ -54,7 +54,7 @@ test("Given files of one directory, When read in one call, Then each file's byte
   try {
     const buffer = Buffer.alloc(1 << 20);
     const meta = new Float64Array(16 * META_FIELDS);
-    const count = addon().readSmallFiles(fd, ["f0", "f1", "f2", "f3"], buffer, SMALL_FILE_SIZE, meta);
+    const count = addon().readSmallFiles(fd, ["f0", "f1", "f2", "f3"], buffer, SMALL_FILE_SIZE, meta, true);
     assert.equal(count, 4);
     const got = entries(meta, count);
     got.forEach((entry, at) => {
@@ -69,7 +69,7 @@ test("Given files of one directory, When read in one call, Then each file's byte
   }
 });
 
-test("Given forty files, When read by two threads, Then every byte lands at its file's offset, in order", () => {
+test("Given forty files, When read by two threads and then by one, Then every byte lands at its file's offset, in order", () => {
   const dir = tempDir("oats-native-");
   const names = Array.from({ length: 40 }, (_, at) => `n${String(at).padStart(2, "0")}`);
   names.forEach((name, at) => writeFileSync(join(dir, name), Buffer.alloc(100 + at * 37, at + 1)));
@@ -77,7 +77,7 @@ test("Given forty files, When read by two threads, Then every byte lands at its 
   try {
     const buffer = Buffer.alloc(1 << 20);
     const meta = new Float64Array(64 * META_FIELDS);
-    const count = addon().readSmallFiles(fd, names, buffer, SMALL_FILE_SIZE, meta);
+    const count = addon().readSmallFiles(fd, names, buffer, SMALL_FILE_SIZE, meta, true);
     assert.equal(count, 40);
     entries(meta, count).forEach((entry, at) => {
       assert.equal(entry.status, 0);
@@ -85,6 +85,13 @@ test("Given forty files, When read by two threads, Then every byte lands at its 
     });
     // The second half was read into the second half of the buffer.
     assert.equal(entries(meta, count)[20]!.second, (1 << 20) / 2);
+    // Without `split` one thread reads them all, each file right after the one before.
+    assert.equal(addon().readSmallFiles(fd, names, buffer, SMALL_FILE_SIZE, meta, false), 40);
+    const alone = entries(meta, 40);
+    alone.forEach((entry, at) => {
+      assert.equal(entry.second, at === 0 ? 0 : alone[at - 1]!.second + alone[at - 1]!.size);
+      assert.deepEqual(buffer.subarray(entry.second, entry.second + entry.size), readFileSync(join(dir, names[at]!)));
+    });
   } finally {
     closeSync(fd);
   }
@@ -104,7 +111,7 @@ test("Given a first half that fills its half of the buffer, When read, Then only
     const seen: number[] = [];
     while (from < names.length) {
       const left = names.length - from;
-      const count = native.readSmallFiles(fd, names.slice(from), buffer, SMALL_FILE_SIZE, meta);
+      const count = native.readSmallFiles(fd, names.slice(from), buffer, SMALL_FILE_SIZE, meta, true);
       // Split (16 names or more): two of the first half fit in 512 KiB; alone, five fit in 1 MiB.
       assert.equal(count, left >= 16 ? 2 : Math.min(5, left), `from ${from}`);
       for (const entry of entries(meta, count)) {
@@ -127,7 +134,7 @@ test("Given names that could leave the directory, When read, Then each is refuse
   try {
     const meta = new Float64Array(4 * META_FIELDS);
     for (const [name, errno] of [["..", 22], [".", 22], ["", 22], ["../secret", 22], ["a\0b", 22], ["x".repeat(256), 36]] as const) {
-      const count = addon().readSmallFiles(fd, [name], Buffer.alloc(1 << 20), SMALL_FILE_SIZE, meta);
+      const count = addon().readSmallFiles(fd, [name], Buffer.alloc(1 << 20), SMALL_FILE_SIZE, meta, true);
       assert.equal(count, 1, name);
       assert.equal(meta[0], errno, JSON.stringify(name));
     }
@@ -153,7 +160,7 @@ test("Given a symlink, a FIFO, a missing name and a large file, When read, Then 
       ["large", TOO_LARGE],
     ] as const;
     for (const [name, status] of cases) {
-      const count = addon().readSmallFiles(fd, ["ok", name, "ok"], Buffer.alloc(1 << 20), SMALL_FILE_SIZE, meta);
+      const count = addon().readSmallFiles(fd, ["ok", name, "ok"], Buffer.alloc(1 << 20), SMALL_FILE_SIZE, meta, true);
       assert.equal(count, 2, name);
       assert.equal(meta[0], 0);
       assert.equal(meta[META_FIELDS], status, name);
@@ -171,7 +178,7 @@ test("Given a hook that changes the file between read and fstat, When read, Then
   try {
     const meta = new Float64Array(8 * META_FIELDS);
     const called: number[] = [];
-    const count = addon().readSmallFiles(fd, ["a", "b"], Buffer.alloc(1 << 20), SMALL_FILE_SIZE, meta, (at) => {
+    const count = addon().readSmallFiles(fd, ["a", "b"], Buffer.alloc(1 << 20), SMALL_FILE_SIZE, meta, true, (at) => {
       called.push(at);
       if (at === 1) appendFileSync(join(dir, "b"), "!");
     });
@@ -183,7 +190,7 @@ test("Given a hook that changes the file between read and fstat, When read, Then
     const before = openDescriptors();
     assert.throws(
       () =>
-        addon().readSmallFiles(fd, ["a"], Buffer.alloc(1 << 20), SMALL_FILE_SIZE, meta, () => {
+        addon().readSmallFiles(fd, ["a"], Buffer.alloc(1 << 20), SMALL_FILE_SIZE, meta, true, () => {
           throw new Error("hook failed");
         }),
       /hook failed/,
@@ -197,10 +204,11 @@ test("Given a hook that changes the file between read and fstat, When read, Then
 test("Given arguments of the wrong kind, When called, Then it throws a TypeError and reads nothing", () => {
   const native = addon();
   const meta = new Float64Array(4 * META_FIELDS);
-  assert.throws(() => native.readSmallFiles(-1, ["a"], Buffer.alloc(16), 16, meta), TypeError);
-  assert.throws(() => native.readSmallFiles(0, "a" as unknown as string[], Buffer.alloc(16), 16, meta), TypeError);
-  assert.throws(() => native.readSmallFiles(0, ["a"], Buffer.alloc(16), 16, new Float32Array(4) as unknown as Float64Array), TypeError);
-  assert.throws(() => native.readSmallFiles(0, [1 as unknown as string], Buffer.alloc(16), 16, meta), TypeError);
+  assert.throws(() => native.readSmallFiles(-1, ["a"], Buffer.alloc(16), 16, meta, true), TypeError);
+  assert.throws(() => native.readSmallFiles(0, "a" as unknown as string[], Buffer.alloc(16), 16, meta, true), TypeError);
+  assert.throws(() => native.readSmallFiles(0, ["a"], Buffer.alloc(16), 16, new Float32Array(4) as unknown as Float64Array, true), TypeError);
+  assert.throws(() => native.readSmallFiles(0, [1 as unknown as string], Buffer.alloc(16), 16, meta, true), TypeError);
+  assert.throws(() => native.readSmallFiles(0, ["a"], Buffer.alloc(16), 16, meta, 1 as unknown as boolean), TypeError);
 });
 
 test("Given a tree of many small files, symlinks and files around the size limits, When digested both ways, Then the digests are equal and no descriptor is left open", async () => {

@@ -360,6 +360,7 @@ function consumeSmallRun(
   scratch: Buffer,
   cursor: DirectoryCursor,
   batch: Buffer | null,
+  split: boolean,
 ): { next: number; pending?: Promise<void> } {
   const native = batch === null ? null : nativeReads();
   for (let index = from; index < to; index++) {
@@ -371,7 +372,7 @@ function consumeSmallRun(
     }
     const directoryFd = native === null ? null : cursor.descriptorOf(leaf);
     if (native !== null && directoryFd !== null) {
-      const run = consumeNativeRun(native, directoryFd, leaves, index, to, consumer, batch!);
+      const run = consumeNativeRun(native, directoryFd, leaves, index, to, consumer, batch!, split);
       if (run.pending || run.next === index) return run;
       index = run.next - 1;
       continue;
@@ -419,7 +420,8 @@ const nativeNames: string[] = [];
  * The files from leaves[from] on that share its directory, up to `to`, read
  * by native-reads.ts several per call into `batch` (CHUNK_SIZE: room for
  * two halves read at once, each holding any small file) and handed to the
- * consumer in order. The same refusals as the loop of consumeSmallRun; a
+ * consumer in order, read by two threads when `split` (ReadOptions.inline
+ * unset: a core is free). The same refusals as the loop of consumeSmallRun; a
  * file over SMALL_FILE_SIZE ends the run at its index (the general path
  * takes it), and so does a consumer call that returns a promise.
  */
@@ -431,6 +433,7 @@ function consumeNativeRun(
   to: number,
   consumer: FileConsumer & Required<Pick<FileConsumer, "whole">>,
   batch: Buffer,
+  split: boolean,
 ): { next: number; pending?: Promise<void> } {
   const parent = (leaves[from] as FileEntry).parent;
   nativeNames.length = 0;
@@ -440,7 +443,7 @@ function consumeNativeRun(
     nativeNames.push(leaf.name);
   }
   const hook = hasReadHook() ? (at: number) => afterRead(leaves[from + at]!.path) : undefined;
-  const count = native.readSmallFiles(directoryFd, nativeNames, batch, SMALL_FILE_SIZE, nativeMeta, hook);
+  const count = native.readSmallFiles(directoryFd, nativeNames, batch, SMALL_FILE_SIZE, nativeMeta, split, hook);
   for (let at = 0; at < count; at++) {
     const leaf = leaves[from + at] as FileEntry;
     const field = at * META_FIELDS;
@@ -506,7 +509,8 @@ export async function readLeavesInOrder(leaves: readonly LeafEntry[], consumer: 
         // A run of small files and symlinks, up to the next prefetched file.
         const to = Math.min(leaves.length, index + RUN_LENGTH, prefetched ? prefetched.index : Infinity);
         if (batch === null && nativeReads() !== null) batch = takeChunk();
-        const run = consumeSmallRun(leaves, index, to, whole, scratch, cursor, batch);
+        // A second thread for the native reads only where a core would otherwise idle (as for the overlapped large reads).
+        const run = consumeSmallRun(leaves, index, to, whole, scratch, cursor, batch, !inline);
         if (run.pending) await run.pending;
         if (run.next > index) {
           index = run.next - 1;

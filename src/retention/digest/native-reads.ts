@@ -22,7 +22,8 @@ import { getSystemErrorName } from "node:util";
  */
 
 interface Addon {
-  readSmallFiles(dirFd: number, names: string[], buffer: Buffer, limit: number, meta: Float64Array, afterRead?: (index: number) => void): number;
+  /** `split`: read the second half of the names on a second thread (only where a core would otherwise idle). */
+  readSmallFiles(dirFd: number, names: string[], buffer: Buffer, limit: number, meta: Float64Array, split: boolean, afterRead?: (index: number) => void): number;
 }
 
 /** Four doubles a file: status, offset (or step, or what changed), size, mode. */
