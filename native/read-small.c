@@ -222,57 +222,9 @@ static void *read_range_thread(void *range) {
   return NULL;
 }
 
-/*
- * The names of `all` (from 0), split between this thread and a second one
- * when asked, there is no hook, there are PARALLEL_MIN names or more and
- * each half of the buffer holds any file up to the limit; the count of
- * entries that mean what readSmallFiles says, in order.
- */
-static uint32_t read_names(struct range *all, int split) {
-  size_t length = all->length;
-  uint32_t count = all->to;
-  if (split && all->hook == NULL && count >= PARALLEL_MIN && length / 2 >= (size_t)all->limit) {
-    struct range second = *all;
-    all->to = second.from = count / 2;
-    all->length = length / 2;
-    second.base = all->base + all->length;
-    second.length = length - all->length;
-    pthread_t helper;
-    if (pthread_create(&helper, NULL, read_range_thread, &second) == 0) {
-      read_range(all);
-      pthread_join(helper, NULL);
-      return all->count + (all->count == all->to && !all->stopped ? second.count : 0);
-    }
-    all->to = count;
-    all->length = length;
-  }
-  read_range(all);
-  return all->count;
-}
-
 static napi_value throw_type(napi_env env, const char *message) {
   napi_throw_type_error(env, NULL, message);
   return NULL;
-}
-
-/* names[0, count) as NUL-terminated UTF-8, each cut at NAME_BYTES - 1 bytes (name_error then refuses it); NULL with an exception pending. */
-static char (*copy_names(napi_env env, napi_value array, uint32_t count, size_t *lengths))[NAME_BYTES] {
-  char (*names)[NAME_BYTES] = malloc(((size_t)count + 1) * NAME_BYTES);
-  if (names == NULL) {
-    napi_throw_error(env, NULL, "readSmallFiles: out of memory");
-    return NULL;
-  }
-  for (uint32_t index = 0; index < count; index++) {
-    napi_value value;
-    // One byte more than NAME_MAX can hold tells a name that is too long from one that fits.
-    if (napi_get_element(env, array, index, &value) != napi_ok ||
-        napi_get_value_string_utf8(env, value, names[index], NAME_BYTES, &lengths[index]) != napi_ok) {
-      free(names);
-      throw_type(env, "readSmallFiles: a name is not a string");
-      return NULL;
-    }
-  }
-  return names;
 }
 
 static napi_value read_small_files(napi_env env, napi_callback_info info) {
@@ -312,13 +264,47 @@ static napi_value read_small_files(napi_env env, napi_callback_info info) {
   if (count > meta_length / FIELDS) count = (uint32_t)(meta_length / FIELDS);
   if (count > MAX_NAMES) count = MAX_NAMES;
 
+  char (*names)[NAME_BYTES] = malloc((size_t)count * NAME_BYTES);
   size_t lengths[MAX_NAMES];
-  char (*names)[NAME_BYTES] = copy_names(env, argv[1], count, lengths);
-  if (names == NULL) return NULL;
+  if (names == NULL && count > 0) {
+    napi_throw_error(env, NULL, "readSmallFiles: out of memory");
+    return NULL;
+  }
+  for (uint32_t index = 0; index < count; index++) {
+    napi_value value;
+    // One byte more than NAME_MAX can hold tells a name that is too long from one that fits.
+    if (napi_get_element(env, argv[1], index, &value) != napi_ok ||
+        napi_get_value_string_utf8(env, value, names[index], NAME_BYTES, &lengths[index]) != napi_ok) {
+      free(names);
+      return throw_type(env, "readSmallFiles: a name is not a string");
+    }
+  }
 
   struct hook hook = {env, after_read};
   struct range first = {dir_fd, names, lengths, 0, count, buffer, 0, buffer_length, limit, meta_data, after_read ? &hook : NULL, 0, 0, 0};
-  uint32_t done = read_names(&first, split);
+  uint32_t done;
+  pthread_t helper;
+  int parallel = split && after_read == NULL && count >= PARALLEL_MIN && limit >= 0 && buffer_length / 2 >= (size_t)limit;
+  if (parallel) {
+    struct range second = first;
+    first.to = second.from = count / 2;
+    first.length = buffer_length / 2;
+    second.base = first.length;
+    second.length = buffer_length - first.length;
+    parallel = pthread_create(&helper, NULL, read_range_thread, &second) == 0;
+    if (parallel) {
+      read_range(&first);
+      pthread_join(helper, NULL);
+      done = first.count + (first.count == first.to && !first.stopped ? second.count : 0);
+    } else {
+      first.to = count;
+      first.length = buffer_length;
+    }
+  }
+  if (!parallel) {
+    read_range(&first);
+    done = first.count;
+  }
   free(names);
   if (first.thrown) return NULL;  // the hook's exception propagates
   napi_value result;
@@ -326,136 +312,9 @@ static napi_value read_small_files(napi_env env, napi_callback_info info) {
   return result;
 }
 
-/*
- * Reading ahead: startSmallFiles(dirFd, names, buffer, limit) -> handle
- * starts a thread that reads the files as readSmallFiles does (one thread,
- * no hook) and returns at once; finishSmallFiles(handle, meta) -> count
- * waits for it and writes the same `meta` entries. The caller hashes the
- * files before while these are read. The thread works on a duplicate of
- * dirFd and holds the buffer by a reference, so neither can go away under
- * it; a handle never finished is waited for and freed when it is
- * collected.
- */
-struct ahead {
-  pthread_t thread;
-  int running;
-  int finished;
-  uint32_t count;
-  napi_ref buffer;
-  size_t lengths[MAX_NAMES];
-  double meta[MAX_NAMES * FIELDS];
-  struct range range;
-};
-
-static void *read_ahead_thread(void *data) {
-  struct ahead *ahead = data;
-  ahead->count = read_names(&ahead->range, 1);
-  close(ahead->range.dir_fd);
-  return NULL;
-}
-
-/* Waits for the thread and frees what the handle holds (but not the handle). */
-static void settle(napi_env env, struct ahead *ahead) {
-  if (ahead->running) pthread_join(ahead->thread, NULL);
-  ahead->running = 0;
-  if (ahead->buffer != NULL) napi_delete_reference(env, ahead->buffer);
-  ahead->buffer = NULL;
-  free(ahead->range.names);
-  ahead->range.names = NULL;
-  ahead->finished = 1;
-}
-
-static void finalize_ahead(napi_env env, void *data, void *hint) {
-  (void)hint;
-  struct ahead *ahead = data;
-  if (!ahead->finished) settle(env, ahead);
-  free(ahead);
-}
-
-static napi_value start_small_files(napi_env env, napi_callback_info info) {
-  size_t argc = 4;
-  napi_value argv[4];
-  if (napi_get_cb_info(env, info, &argc, argv, NULL, NULL) != napi_ok || argc < 4) return throw_type(env, "startSmallFiles: four arguments");
-  int32_t dir_fd;
-  if (napi_get_value_int32(env, argv[0], &dir_fd) != napi_ok || dir_fd < 0) return throw_type(env, "startSmallFiles: dirFd");
-  bool is_array = false;
-  uint32_t count;
-  if (napi_is_array(env, argv[1], &is_array) != napi_ok || !is_array || napi_get_array_length(env, argv[1], &count) != napi_ok)
-    return throw_type(env, "startSmallFiles: names");
-  if (count > MAX_NAMES) count = MAX_NAMES;
-  bool is_buffer = false;
-  void *buffer;
-  size_t buffer_length;
-  if (napi_is_buffer(env, argv[2], &is_buffer) != napi_ok || !is_buffer || napi_get_buffer_info(env, argv[2], &buffer, &buffer_length) != napi_ok)
-    return throw_type(env, "startSmallFiles: buffer");
-  int64_t limit;
-  if (napi_get_value_int64(env, argv[3], &limit) != napi_ok || limit < 0) return throw_type(env, "startSmallFiles: limit");
-
-  struct ahead *ahead = calloc(1, sizeof *ahead);
-  if (ahead == NULL) {
-    napi_throw_error(env, NULL, "startSmallFiles: out of memory");
-    return NULL;
-  }
-  char (*names)[NAME_BYTES] = copy_names(env, argv[1], count, ahead->lengths);
-  if (names == NULL) {
-    free(ahead);
-    return NULL;
-  }
-  int own_fd = fcntl(dir_fd, F_DUPFD_CLOEXEC, 0);
-  if (own_fd < 0) {
-    free(names);
-    free(ahead);
-    napi_throw_error(env, NULL, "startSmallFiles: cannot duplicate the directory's descriptor");
-    return NULL;
-  }
-  struct range range = {own_fd, names, ahead->lengths, 0, count, buffer, 0, buffer_length, limit, ahead->meta, NULL, 0, 0, 0};
-  ahead->range = range;
-  napi_value handle;
-  if (napi_create_reference(env, argv[2], 1, &ahead->buffer) != napi_ok ||
-      napi_create_external(env, ahead, finalize_ahead, NULL, &handle) != napi_ok) {
-    if (ahead->buffer != NULL) napi_delete_reference(env, ahead->buffer);
-    close(own_fd);
-    free(names);
-    free(ahead);
-    return NULL;
-  }
-  ahead->running = pthread_create(&ahead->thread, NULL, read_ahead_thread, ahead) == 0;
-  if (!ahead->running) read_ahead_thread(ahead);  // no thread to be had: read now, on this one
-  return handle;
-}
-
-static napi_value finish_small_files(napi_env env, napi_callback_info info) {
-  size_t argc = 2;
-  napi_value argv[2];
-  if (napi_get_cb_info(env, info, &argc, argv, NULL, NULL) != napi_ok || argc < 2) return throw_type(env, "finishSmallFiles: two arguments");
-  napi_valuetype type;
-  struct ahead *ahead;
-  if (napi_typeof(env, argv[0], &type) != napi_ok || type != napi_external || napi_get_value_external(env, argv[0], (void **)&ahead) != napi_ok)
-    return throw_type(env, "finishSmallFiles: handle");
-  bool is_typedarray = false;
-  napi_typedarray_type meta_type;
-  size_t meta_length;
-  void *meta_data;
-  if (napi_is_typedarray(env, argv[1], &is_typedarray) != napi_ok || !is_typedarray ||
-      napi_get_typedarray_info(env, argv[1], &meta_type, &meta_length, &meta_data, NULL, NULL) != napi_ok || meta_type != napi_float64_array)
-    return throw_type(env, "finishSmallFiles: meta");
-  if (ahead->finished) return throw_type(env, "finishSmallFiles: already finished");
-  settle(env, ahead);
-  uint32_t count = ahead->count;
-  if ((size_t)count * FIELDS > meta_length) count = (uint32_t)(meta_length / FIELDS);
-  memcpy(meta_data, ahead->meta, (size_t)count * FIELDS * sizeof(double));
-  napi_value result;
-  if (napi_create_uint32(env, count, &result) != napi_ok) return NULL;
-  return result;
-}
-
 NAPI_MODULE_INIT() {
   napi_value function;
   if (napi_create_function(env, "readSmallFiles", NAPI_AUTO_LENGTH, read_small_files, NULL, &function) != napi_ok) return NULL;
   if (napi_set_named_property(env, exports, "readSmallFiles", function) != napi_ok) return NULL;
-  if (napi_create_function(env, "startSmallFiles", NAPI_AUTO_LENGTH, start_small_files, NULL, &function) != napi_ok) return NULL;
-  if (napi_set_named_property(env, exports, "startSmallFiles", function) != napi_ok) return NULL;
-  if (napi_create_function(env, "finishSmallFiles", NAPI_AUTO_LENGTH, finish_small_files, NULL, &function) != napi_ok) return NULL;
-  if (napi_set_named_property(env, exports, "finishSmallFiles", function) != napi_ok) return NULL;
   return exports;
 }

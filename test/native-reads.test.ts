@@ -4,10 +4,8 @@ import { appendFileSync, closeSync, constants, mkdirSync, openSync, readdirSync,
 import { join } from "node:path";
 import { afterEach, test } from "node:test";
 import { digestTree } from "../src/index.js";
-import { SMALL_FILE_SIZE, readLeavesInOrder } from "../src/retention/digest/file-reader.js";
+import { SMALL_FILE_SIZE } from "../src/retention/digest/file-reader.js";
 import { CHANGED, META_FIELDS, NOT_REGULAR, TOO_LARGE, nativeReads, nativeReadsAvailable, setNativeReads } from "../src/retention/digest/native-reads.js";
-import { nativeRunsReadAhead } from "../src/retention/digest/native-runs.js";
-import { walkTree } from "../src/retention/digest/walk.js";
 import { tempDir } from "./helpers.js";
 
 /**
@@ -229,65 +227,4 @@ test("Given a tree of many small files, symlinks and files around the size limit
   const javascript = await digestTree(root, ["oats.tree-exec.v1", "oats.tree-legacy.v0"]);
   assert.deepEqual(native, javascript);
   assert.equal(openDescriptors(), before);
-});
-
-test("Given a run read ahead, When finished after its directory's descriptor was closed, Then it holds every file's bytes, and it cannot be finished twice", () => {
-  const dir = tempDir("oats-native-");
-  const names = Array.from({ length: 30 }, (_, at) => `r${String(at).padStart(2, "0")}`);
-  names.forEach((name, at) => writeFileSync(join(dir, name), Buffer.alloc(50 + at * 101, at + 7)));
-  const fd = openDirectory(dir);
-  const buffer = Buffer.alloc(1 << 20);
-  const handle = addon().startSmallFiles(fd, names, buffer, SMALL_FILE_SIZE);
-  // The thread reads through a duplicate of the descriptor: the caller may move on at once.
-  closeSync(fd);
-  const meta = new Float64Array(128 * META_FIELDS);
-  assert.equal(addon().finishSmallFiles(handle, meta), 30);
-  entries(meta, 30).forEach((entry, at) => {
-    assert.equal(entry.status, 0);
-    assert.deepEqual(buffer.subarray(entry.second, entry.second + entry.size), readFileSync(join(dir, names[at]!)));
-  });
-  assert.throws(() => addon().finishSmallFiles(handle, meta), /already finished/);
-  assert.throws(() => addon().finishSmallFiles({} as never, meta), TypeError);
-});
-
-test("Given runs read ahead and never finished, When they are collected, Then the process exits cleanly and no descriptor is left open", () => {
-  const dir = tempDir("oats-native-");
-  for (let at = 0; at < 40; at++) writeFileSync(join(dir, `g${at}`), "x".repeat(at * 10));
-  const script = `
-    const { readdirSync, openSync, closeSync, constants } = require("node:fs");
-    const addon = require(${JSON.stringify(join(process.cwd(), "dist", "native", "read-small.node"))});
-    const names = readdirSync(${JSON.stringify(dir)});
-    process.stdout; // its handle is made on first use: before the count, not after
-    const before = readdirSync("/proc/self/fd").length;
-    const fd = openSync(${JSON.stringify(dir)}, constants.O_RDONLY | constants.O_DIRECTORY);
-    for (let i = 0; i < 50; i++) addon.startSmallFiles(fd, names, Buffer.alloc(1 << 20), 1 << 18);
-    closeSync(fd);
-    global.gc();
-    setTimeout(() => { global.gc(); setTimeout(() => process.stdout.write(String(readdirSync("/proc/self/fd").length - before)), 50); }, 50);
-  `;
-  const leaked = execFileSync(process.execPath, ["--expose-gc", "-e", script], { encoding: "utf8" });
-  assert.equal(leaked, "0");
-});
-
-test("Given a tree of many directories, When digested with a core free, Then runs are read ahead; read inline (every core busy), none is", async () => {
-  const root = tempDir("oats-native-ahead-");
-  for (let dir = 0; dir < 4; dir++) {
-    mkdirSync(join(root, `d${dir}`));
-    for (let at = 0; at < 30; at++) writeFileSync(join(root, `d${dir}`, `f${at}`), `${dir}/${at}`);
-  }
-  const listing = await walkTree(root);
-  const digest = async (options: { inline?: boolean }) => {
-    const seen: string[] = [];
-    const consumer = { whole: (entry: { path: string }, _info: unknown, data: Buffer) => void seen.push(`${entry.path}=${data.toString()}`), start() {}, chunk() {}, end() {}, symlink() {} };
-    const before = nativeRunsReadAhead();
-    await readLeavesInOrder(listing.leaves, consumer, options);
-    return { seen, ahead: nativeRunsReadAhead() - before };
-  };
-  const free = await digest({});
-  const busy = await digest({ inline: true });
-  assert.equal(free.ahead, 3, "one run per directory after the first");
-  assert.equal(busy.ahead, 0);
-  assert.deepEqual(free.seen, busy.seen);
-  assert.equal(free.seen.length, 120);
-  assert.ok(free.seen.every((line) => line.split("=")[0] === line.split("=")[1]!.replace(/^(\d+)\/(\d+)$/, "d$1/f$2")));
 });

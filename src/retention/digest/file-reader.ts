@@ -1,11 +1,10 @@
 import { closeSync, constants, fstat, fstatSync, openSync, read, readSync, close, type Stats } from "node:fs";
 import { OatsError } from "../../errors.js";
-import { afterRead } from "./read-hook.js";
+import { afterRead, hasReadHook } from "./read-hook.js";
 import { DirectoryCursor } from "./directory-cursor.js";
-import { nativeReads } from "./native-reads.js";
-import { NativeRuns } from "./native-runs.js";
+import { CHANGED, META_FIELDS, NOT_REGULAR, SHORT, TOO_LARGE, changeOf, nativeError, nativeReads } from "./native-reads.js";
 import { prefetchMode, startPrefetch, worthPrefetching, type Prefetcher } from "./prefetch.js";
-import { changed, changedOrUnreadable, type FileEntry, type LeafEntry, type SymlinkEntry } from "./walk.js";
+import { changedOrUnreadable, type FileEntry, type LeafEntry, type SymlinkEntry } from "./walk.js";
 
 /**
  * Streams the leaves of a tree to a consumer in a fixed order.
@@ -22,8 +21,8 @@ import { changed, changedOrUnreadable, type FileEntry, type LeafEntry, type Syml
  * library caller stays responsive.
  *
  * Memory stays bounded whatever the file sizes: two chunk buffers, one
- * prefetched head, one small-file buffer and, with the native reads, two
- * chunks their runs land in, all kept for the next file and the next pass
+ * prefetched head, one small-file buffer and, with the native reads, one
+ * chunk their batches land in, all kept for the next file and the next pass
  * on this thread (a fresh buffer's page faults cost more
  * than the reads that fill it on some machines).
  *
@@ -112,11 +111,11 @@ const OPEN_FLAGS = constants.O_RDONLY | constants.O_NOFOLLOW | constants.O_NONBL
  * buffers each) took 250 ms on the AMD EPYC machine against 0.8 ms for one
  * reused buffer (docs/design/performance.md, "Fresh buffers"). A buffer is
  * given back only when no read into it is in flight and its consumer call
- * has settled; on a failure it is left to the collector. Six: a large
+ * has settled; on a failure it is left to the collector. Five: a large
  * file's head and its two rest buffers, the next file's prefetched head,
- * and the two buffers of the native runs (one consumed, one read ahead).
+ * and the native reads' batch.
  */
-const POOL_LIMIT = 6;
+const POOL_LIMIT = 5;
 const chunkPool: Buffer[] = [];
 
 let chunksAllocated = 0;
@@ -165,6 +164,10 @@ function readFullySync(fd: number, buffer: Buffer, length: number, position = 0)
     done += got;
   }
   return done;
+}
+
+function changed(path: string, what: string): OatsError {
+  return new OatsError("invalid-artifact", `file changed while it was read (${what}): ${path}`, { path, reason: "changed-while-reading", changed: what });
 }
 
 function difference(a: Stats, b: Stats): string | null {
@@ -356,10 +359,11 @@ function consumeSmallRun(
   consumer: FileConsumer & Required<Pick<FileConsumer, "whole">>,
   scratch: Buffer,
   cursor: DirectoryCursor,
-  native: NativeRuns | null,
+  batch: Buffer | null,
+  split: boolean,
 ): { next: number; pending?: Promise<void> } {
-  let index = from;
-  for (; index < to; index++) {
+  const native = batch === null ? null : nativeReads();
+  for (let index = from; index < to; index++) {
     const leaf = leaves[index]!;
     if (leaf.type === "symlink") {
       const pending = consumer.symlink(leaf);
@@ -368,8 +372,7 @@ function consumeSmallRun(
     }
     const directoryFd = native === null ? null : cursor.descriptorOf(leaf);
     if (native !== null && directoryFd !== null) {
-      // A native run may end past `to`: it is one directory's worth, of at most RUN_LENGTH names.
-      const run = native.consume(leaves, index, directoryFd, cursor, consumer, scratch.length);
+      const run = consumeNativeRun(native, directoryFd, leaves, index, to, consumer, batch!, split);
       if (run.pending || run.next === index) return run;
       index = run.next - 1;
       continue;
@@ -407,7 +410,57 @@ function consumeSmallRun(
     const pending = consumer.whole(leaf, { mode: before.mode & 0o7777, size: got }, scratch.subarray(0, got));
     if (pending) return { next: index + 1, pending };
   }
-  return { next: index };
+  return { next: to };
+}
+
+const nativeMeta = new Float64Array(RUN_LENGTH * META_FIELDS);
+const nativeNames: string[] = [];
+
+/**
+ * The files from leaves[from] on that share its directory, up to `to`, read
+ * by native-reads.ts several per call into `batch` (CHUNK_SIZE: room for
+ * two halves read at once, each holding any small file) and handed to the
+ * consumer in order, read by two threads when `split` (ReadOptions.inline
+ * unset: a core is free). The same refusals as the loop of consumeSmallRun; a
+ * file over SMALL_FILE_SIZE ends the run at its index (the general path
+ * takes it), and so does a consumer call that returns a promise.
+ */
+function consumeNativeRun(
+  native: NonNullable<ReturnType<typeof nativeReads>>,
+  directoryFd: number,
+  leaves: readonly LeafEntry[],
+  from: number,
+  to: number,
+  consumer: FileConsumer & Required<Pick<FileConsumer, "whole">>,
+  batch: Buffer,
+  split: boolean,
+): { next: number; pending?: Promise<void> } {
+  const parent = (leaves[from] as FileEntry).parent;
+  nativeNames.length = 0;
+  for (let index = from; index < to; index++) {
+    const leaf = leaves[index]!;
+    if (leaf.type !== "file" || leaf.parent !== parent) break;
+    nativeNames.push(leaf.name);
+  }
+  const hook = hasReadHook() ? (at: number) => afterRead(leaves[from + at]!.path) : undefined;
+  const count = native.readSmallFiles(directoryFd, nativeNames, batch, SMALL_FILE_SIZE, nativeMeta, split, hook);
+  for (let at = 0; at < count; at++) {
+    const leaf = leaves[from + at] as FileEntry;
+    const field = at * META_FIELDS;
+    const status = nativeMeta[field]!;
+    if (status !== 0) {
+      if (status === TOO_LARGE) return { next: from + at };
+      if (status === NOT_REGULAR) throw changed(leaf.path, "no longer a regular file");
+      if (status === SHORT) throw changed(leaf.path, "short read");
+      if (status === CHANGED) throw changed(leaf.path, changeOf(nativeMeta[field + 1]!));
+      throw changedOrUnreadable(nativeError(status, nativeMeta[field + 1]!), leaf.path);
+    }
+    const offset = nativeMeta[field + 1]!;
+    const size = nativeMeta[field + 2]!;
+    const pending = consumer.whole(leaf, { mode: nativeMeta[field + 3]!, size }, batch.subarray(offset, offset + size));
+    if (pending) return { next: from + at + 1, pending };
+  }
+  return { next: from + count };
 }
 
 /**
@@ -419,7 +472,7 @@ export async function readLeavesInOrder(leaves: readonly LeafEntry[], consumer: 
   const inline = options.inline === true;
   let prefetched: { index: number; file: Promise<OpenedFile> } | null = null;
   let scratch: Buffer | null = null;
-  let native: NativeRuns | null = null;
+  let batch: Buffer | null = null;
   let lastYield = performance.now();
   const nextFileIndex = (from: number): number => {
     for (let index = from; index < leaves.length; index++) if (leaves[index]!.type === "file") return index;
@@ -455,12 +508,9 @@ export async function readLeavesInOrder(leaves: readonly LeafEntry[], consumer: 
       if (whole) {
         // A run of small files and symlinks, up to the next prefetched file.
         const to = Math.min(leaves.length, index + RUN_LENGTH, prefetched ? prefetched.index : Infinity);
-        if (native === null) {
-          const addon = nativeReads();
-          // Threads of their own for the native reads only where a core would otherwise idle (as for the overlapped large reads).
-          if (addon !== null) native = new NativeRuns(addon, !inline, takeChunk);
-        }
-        const run = consumeSmallRun(leaves, index, to, whole, scratch, cursor, native);
+        if (batch === null && nativeReads() !== null) batch = takeChunk();
+        // A second thread for the native reads only where a core would otherwise idle (as for the overlapped large reads).
+        const run = consumeSmallRun(leaves, index, to, whole, scratch, cursor, batch, !inline);
         if (run.pending) await run.pending;
         if (run.next > index) {
           index = run.next - 1;
@@ -511,10 +561,8 @@ export async function readLeavesInOrder(leaves: readonly LeafEntry[], consumer: 
     }
     // Every consumer call has settled: nothing holds the scratch buffer any more.
     if (scratch !== null) spareScratch = scratch;
-    for (const buffer of native?.close() ?? []) giveChunk(buffer);
+    giveChunk(batch);
   } finally {
-    // A run still read ahead is waited for (its buffer is then left to the collector on a failure).
-    native?.close();
     prefetch?.stop();
     cursor.close();
     if (prefetched) {

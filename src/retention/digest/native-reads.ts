@@ -21,16 +21,9 @@ import { getSystemErrorName } from "node:util";
  * way. Tests run the reads both ways.
  */
 
-/** A run being read ahead on a thread of its own (opaque; finished exactly once). */
-export type ReadAhead = { readonly __readAhead: unique symbol };
-
-export interface NativeAddon {
+interface Addon {
   /** `split`: read the second half of the names on a second thread (only where a core would otherwise idle). */
   readSmallFiles(dirFd: number, names: string[], buffer: Buffer, limit: number, meta: Float64Array, split: boolean, afterRead?: (index: number) => void): number;
-  /** The same reads on a thread of their own, started now; the buffer must not be touched until they are finished. */
-  startSmallFiles(dirFd: number, names: string[], buffer: Buffer, limit: number): ReadAhead;
-  /** Waits for them; writes `meta` as readSmallFiles does and returns the count. */
-  finishSmallFiles(handle: ReadAhead, meta: Float64Array): number;
 }
 
 /** Four doubles a file: status, offset (or step, or what changed), size, mode. */
@@ -43,22 +36,22 @@ export const CHANGED = -4;
 const STEPS = ["", "open", "fstat", "read", "close"] as const;
 const CHANGES = ["", "inode", "size", "mtime", "ctime"] as const;
 
-function load(): NativeAddon | null {
+function load(): Addon | null {
   if (process.platform !== "linux" || process.env.OATS_NATIVE_READS === "0") return null;
   try {
     // Spelled from the repository's root so it resolves from src/ (tests) and dist/ (the package) alike.
-    const addon = createRequire(import.meta.url)("../../../dist/native/read-small.node") as Partial<NativeAddon>;
-    return typeof addon.readSmallFiles === "function" && typeof addon.startSmallFiles === "function" && typeof addon.finishSmallFiles === "function" ? (addon as NativeAddon) : null;
+    const addon = createRequire(import.meta.url)("../../../dist/native/read-small.node") as Partial<Addon>;
+    return typeof addon.readSmallFiles === "function" ? (addon as Addon) : null;
   } catch {
     return null;
   }
 }
 
 /** Loaded on the first read, so a command that reads no tree never opens it. */
-let addon: NativeAddon | null | undefined;
+let addon: Addon | null | undefined;
 let enabled = true;
 
-function loaded(): NativeAddon | null {
+function loaded(): Addon | null {
   if (addon === undefined) addon = load();
   return addon;
 }
@@ -73,7 +66,7 @@ export function setNativeReads(on: boolean): void {
   enabled = on;
 }
 
-export function nativeReads(): NativeAddon | null {
+export function nativeReads(): Addon | null {
   return enabled ? loaded() : null;
 }
 
