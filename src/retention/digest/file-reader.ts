@@ -1,10 +1,11 @@
 import { closeSync, constants, fstat, fstatSync, openSync, read, readSync, close, type Stats } from "node:fs";
 import { OatsError } from "../../errors.js";
-import { afterRead, hasReadHook } from "./read-hook.js";
+import { afterRead } from "./read-hook.js";
 import { DirectoryCursor } from "./directory-cursor.js";
-import { CHANGED, META_FIELDS, NOT_REGULAR, SHORT, TOO_LARGE, changeOf, nativeError, nativeReads } from "./native-reads.js";
+import { nativeReads } from "./native-reads.js";
+import { consumeNativeRun } from "./native-runs.js";
 import { prefetchMode, startPrefetch, worthPrefetching, type Prefetcher } from "./prefetch.js";
-import { changedOrUnreadable, type FileEntry, type LeafEntry, type SymlinkEntry } from "./walk.js";
+import { changed, changedOrUnreadable, type FileEntry, type LeafEntry, type SymlinkEntry } from "./walk.js";
 
 /**
  * Streams the leaves of a tree to a consumer in a fixed order.
@@ -164,10 +165,6 @@ function readFullySync(fd: number, buffer: Buffer, length: number, position = 0)
     done += got;
   }
   return done;
-}
-
-function changed(path: string, what: string): OatsError {
-  return new OatsError("invalid-artifact", `file changed while it was read (${what}): ${path}`, { path, reason: "changed-while-reading", changed: what });
 }
 
 function difference(a: Stats, b: Stats): string | null {
@@ -372,7 +369,7 @@ function consumeSmallRun(
     }
     const directoryFd = native === null ? null : cursor.descriptorOf(leaf);
     if (native !== null && directoryFd !== null) {
-      const run = consumeNativeRun(native, directoryFd, leaves, index, to, consumer, batch!, split);
+      const run = consumeNativeRun(native, directoryFd, leaves, index, to, consumer, batch!, SMALL_FILE_SIZE, split);
       if (run.pending || run.next === index) return run;
       index = run.next - 1;
       continue;
@@ -411,56 +408,6 @@ function consumeSmallRun(
     if (pending) return { next: index + 1, pending };
   }
   return { next: to };
-}
-
-const nativeMeta = new Float64Array(RUN_LENGTH * META_FIELDS);
-const nativeNames: string[] = [];
-
-/**
- * The files from leaves[from] on that share its directory, up to `to`, read
- * by native-reads.ts several per call into `batch` (CHUNK_SIZE: room for
- * two halves read at once, each holding any small file) and handed to the
- * consumer in order, read by two threads when `split` (ReadOptions.inline
- * unset: a core is free). The same refusals as the loop of consumeSmallRun; a
- * file over SMALL_FILE_SIZE ends the run at its index (the general path
- * takes it), and so does a consumer call that returns a promise.
- */
-function consumeNativeRun(
-  native: NonNullable<ReturnType<typeof nativeReads>>,
-  directoryFd: number,
-  leaves: readonly LeafEntry[],
-  from: number,
-  to: number,
-  consumer: FileConsumer & Required<Pick<FileConsumer, "whole">>,
-  batch: Buffer,
-  split: boolean,
-): { next: number; pending?: Promise<void> } {
-  const parent = (leaves[from] as FileEntry).parent;
-  nativeNames.length = 0;
-  for (let index = from; index < to; index++) {
-    const leaf = leaves[index]!;
-    if (leaf.type !== "file" || leaf.parent !== parent) break;
-    nativeNames.push(leaf.name);
-  }
-  const hook = hasReadHook() ? (at: number) => afterRead(leaves[from + at]!.path) : undefined;
-  const count = native.readSmallFiles(directoryFd, nativeNames, batch, SMALL_FILE_SIZE, nativeMeta, split, hook);
-  for (let at = 0; at < count; at++) {
-    const leaf = leaves[from + at] as FileEntry;
-    const field = at * META_FIELDS;
-    const status = nativeMeta[field]!;
-    if (status !== 0) {
-      if (status === TOO_LARGE) return { next: from + at };
-      if (status === NOT_REGULAR) throw changed(leaf.path, "no longer a regular file");
-      if (status === SHORT) throw changed(leaf.path, "short read");
-      if (status === CHANGED) throw changed(leaf.path, changeOf(nativeMeta[field + 1]!));
-      throw changedOrUnreadable(nativeError(status, nativeMeta[field + 1]!), leaf.path);
-    }
-    const offset = nativeMeta[field + 1]!;
-    const size = nativeMeta[field + 2]!;
-    const pending = consumer.whole(leaf, { mode: nativeMeta[field + 3]!, size }, batch.subarray(offset, offset + size));
-    if (pending) return { next: from + at + 1, pending };
-  }
-  return { next: from + count };
 }
 
 /**

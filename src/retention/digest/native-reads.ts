@@ -21,7 +21,7 @@ import { getSystemErrorName } from "node:util";
  * way. Tests run the reads both ways.
  */
 
-interface Addon {
+export interface NativeAddon {
   /** `split`: read the second half of the names on a second thread (only where a core would otherwise idle). */
   readSmallFiles(dirFd: number, names: string[], buffer: Buffer, limit: number, meta: Float64Array, split: boolean, afterRead?: (index: number) => void): number;
 }
@@ -36,22 +36,22 @@ export const CHANGED = -4;
 const STEPS = ["", "open", "fstat", "read", "close"] as const;
 const CHANGES = ["", "inode", "size", "mtime", "ctime"] as const;
 
-function load(): Addon | null {
+function load(): NativeAddon | null {
   if (process.platform !== "linux" || process.env.OATS_NATIVE_READS === "0") return null;
   try {
     // Spelled from the repository's root so it resolves from src/ (tests) and dist/ (the package) alike.
-    const addon = createRequire(import.meta.url)("../../../dist/native/read-small.node") as Partial<Addon>;
-    return typeof addon.readSmallFiles === "function" ? (addon as Addon) : null;
+    const addon = createRequire(import.meta.url)("../../../dist/native/read-small.node") as Partial<NativeAddon>;
+    return typeof addon.readSmallFiles === "function" ? (addon as NativeAddon) : null;
   } catch {
     return null;
   }
 }
 
 /** Loaded on the first read, so a command that reads no tree never opens it. */
-let addon: Addon | null | undefined;
+let addon: NativeAddon | null | undefined;
 let enabled = true;
 
-function loaded(): Addon | null {
+function loaded(): NativeAddon | null {
   if (addon === undefined) addon = load();
   return addon;
 }
@@ -66,7 +66,7 @@ export function setNativeReads(on: boolean): void {
   enabled = on;
 }
 
-export function nativeReads(): Addon | null {
+export function nativeReads(): NativeAddon | null {
   return enabled ? loaded() : null;
 }
 

@@ -370,6 +370,11 @@ export function legacyOrder(root: DirectoryEntry): LeafEntry[] {
   return out;
 }
 
+/** A file that was not the same after its read as before it (`what`: inode, size, mtime, ctime, short read, ...). */
+export function changed(path: string, what: string): OatsError {
+  return new OatsError("invalid-artifact", `file changed while it was read (${what}): ${path}`, { path, reason: "changed-while-reading", changed: what });
+}
+
 export function changedOrUnreadable(error: unknown, path: string): OatsError {
   const code = errnoCode(error);
   if (code === "ENOENT" || code === "ENOTDIR" || code === "ELOOP" || code === "EINVAL") {
