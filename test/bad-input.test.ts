@@ -486,6 +486,8 @@ describe("the scope and the store's own components", () => {
     ["with CRLF", (path) => writeFileSync(path, "*\r\n")],
     ["with an extra line", (path) => writeFileSync(path, "*\n!keep\n")],
     ["a directory", (path) => mkdirSync(path)],
+    // Opened non-blocking: a FIFO is refused, not waited on.
+    ["a FIFO", (path) => execFileSync("mkfifo", [path])],
     [
       "a symlink to a file of the right bytes",
       (path) => {

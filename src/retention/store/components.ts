@@ -1,4 +1,4 @@
-import { closeSync, fsyncSync, linkSync, lstatSync, mkdirSync, openSync, readFileSync, readdirSync, realpathSync, rmdirSync, unlinkSync, constants } from "node:fs";
+import { closeSync, fstatSync, fsyncSync, linkSync, lstatSync, mkdirSync, openSync, readFileSync, readdirSync, realpathSync, rmdirSync, unlinkSync, constants } from "node:fs";
 import { join, resolve } from "node:path";
 import { OatsError, errnoCode } from "../../errors.js";
 import type { ArtifactKind } from "../ids.js";
@@ -51,17 +51,30 @@ export function resolveScope(scope: string): string {
   return resolved;
 }
 
+/**
+ * Read through one descriptor: a publication that fails takes back the store
+ * root it created, .gitignore first (removeCreatedStore), so a name that was
+ * there for lstat can be gone for the read. Missing at the open is
+ * "missing", whenever it went.
+ */
 function checkGitignore(root: string): "ok" | "missing" {
   const path = join(root, ".gitignore");
-  let stats;
+  let fd: number;
   try {
-    stats = lstatSync(path);
+    fd = openSync(path, constants.O_RDONLY | constants.O_NOFOLLOW | constants.O_NONBLOCK);
   } catch (error) {
-    if (errnoCode(error) === "ENOENT") return "missing";
+    const errno = errnoCode(error);
+    if (errno === "ENOENT") return "missing";
+    if (errno === "ELOOP") throw new OatsError("invalid-artifact-store", `managed .gitignore is not a regular file: ${path}`, { path, reason: "gitignore-not-a-file" });
     throw error;
   }
-  if (!stats.isFile()) throw new OatsError("invalid-artifact-store", `managed .gitignore is not a regular file: ${path}`, { path, reason: "gitignore-not-a-file" });
-  const bytes = readFileSync(path);
+  let bytes: Buffer;
+  try {
+    if (!fstatSync(fd).isFile()) throw new OatsError("invalid-artifact-store", `managed .gitignore is not a regular file: ${path}`, { path, reason: "gitignore-not-a-file" });
+    bytes = readFileSync(fd);
+  } finally {
+    closeSync(fd);
+  }
   if (bytes.toString("latin1") !== MANAGED_GITIGNORE) {
     throw new OatsError("invalid-artifact-store", `managed .gitignore has other bytes than "*\\n": ${path}`, { path, reason: "gitignore-bytes", actual: bytes.toString("utf8").slice(0, 200) });
   }
