@@ -215,7 +215,15 @@ export function listLeases(realScope: string): LeaseState {
   const here = hostTag();
   const live: string[] = [];
   const abandoned: string[] = [];
-  for (const name of readdirSync(dir).sort()) {
+  let names: string[];
+  try {
+    names = readdirSync(dir);
+  } catch (error) {
+    // The publisher that created the directory took it back with its last lease.
+    if (errnoCode(error) === "ENOENT") return { live: [], abandoned: [] };
+    throw error;
+  }
+  for (const name of names.sort()) {
     if (name === ".gitignore") continue;
     const path = join(dir, name);
     const match = LEASE_NAME.exec(name);

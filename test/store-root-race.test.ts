@@ -4,6 +4,7 @@ import { mkdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { test } from "node:test";
 import { inspectStoreAt } from "../src/retention/store/components.js";
+import { listLeases } from "../src/retention/store/lease.js";
 import { tempDir } from "./helpers.js";
 
 /**
@@ -40,6 +41,47 @@ test("Given a store root whose .gitignore another process removes and restores, 
     for (let round = 0; round < 40_000; round++) {
       try {
         inspectStoreAt(scope, [".agents", "leases"]);
+      } catch (error) {
+        failures += 1;
+        first ??= error;
+      }
+    }
+  } finally {
+    toggler.kill();
+  }
+  assert.equal(failures, 0, `first failure: ${String(first)}`);
+});
+
+/**
+ * A publisher takes back the leases directory it created when its last
+ * lease drops, while gc may be listing the leases: the listing must then
+ * be empty, not fail. Found by the same race of gc and prepare, in CI.
+ */
+test("Given a leases directory another process removes and creates again, When the leases are listed many times meanwhile, Then every listing succeeds", async () => {
+  const scope = tempDir("oats-leases-race-");
+  mkdirSync(join(scope, ".agents"));
+  const toggler = spawn(
+    process.execPath,
+    [
+      "-e",
+      `const fs = require("node:fs");
+       const dir = process.argv[1] + "/.agents/leases";
+       process.stdout.write("ready\\n");
+       for (const end = Date.now() + 20000; Date.now() < end; ) {
+         fs.mkdirSync(dir); fs.writeFileSync(dir + "/.gitignore", "*\\n");
+         fs.unlinkSync(dir + "/.gitignore"); fs.rmdirSync(dir);
+       }`,
+      scope,
+    ],
+    { stdio: ["ignore", "pipe", "inherit"] },
+  );
+  await new Promise<void>((resolve) => toggler.stdout.once("data", () => resolve()));
+  let failures = 0;
+  let first: unknown;
+  try {
+    for (let round = 0; round < 40_000; round++) {
+      try {
+        assert.deepEqual(listLeases(scope), { live: [], abandoned: [] });
       } catch (error) {
         failures += 1;
         first ??= error;
