@@ -60,15 +60,17 @@ test("Given a store root whose .gitignore another process removes and restores, 
 test("Given a leases directory another process removes and creates again, When the leases are listed many times meanwhile, Then every listing succeeds", async () => {
   const scope = tempDir("oats-leases-race-");
   mkdirSync(join(scope, ".agents"));
+  // As oats does it: the .gitignore is linked into place whole (ensureGitignore) and removed before the directory.
   const toggler = spawn(
     process.execPath,
     [
       "-e",
       `const fs = require("node:fs");
-       const dir = process.argv[1] + "/.agents/leases";
+       const dir = process.argv[1] + "/.agents/leases", staged = process.argv[1] + "/.agents/staged-gitignore";
+       fs.writeFileSync(staged, "*\\n");
        process.stdout.write("ready\\n");
        for (const end = Date.now() + 20000; Date.now() < end; ) {
-         fs.mkdirSync(dir); fs.writeFileSync(dir + "/.gitignore", "*\\n");
+         fs.mkdirSync(dir); fs.linkSync(staged, dir + "/.gitignore");
          fs.unlinkSync(dir + "/.gitignore"); fs.rmdirSync(dir);
        }`,
       scope,
