@@ -1,12 +1,13 @@
 import assert from "node:assert/strict";
 import { execFileSync } from "node:child_process";
-import { appendFileSync, closeSync, constants, mkdirSync, openSync, readdirSync, readFileSync, symlinkSync, writeFileSync } from "node:fs";
+import { appendFileSync, closeSync, constants, mkdirSync, openSync, readdirSync, readFileSync, symlinkSync, unlinkSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { afterEach, test } from "node:test";
 import { digestTree } from "../src/index.js";
-import { SMALL_FILE_SIZE } from "../src/retention/digest/file-reader.js";
+import { SMALL_FILE_SIZE, readLeavesInOrder } from "../src/retention/digest/file-reader.js";
 import { CHANGED, META_FIELDS, NOT_REGULAR, TOO_LARGE, nativeReads, nativeReadsAvailable, setNativeReads } from "../src/retention/digest/native-reads.js";
-import { tempDir } from "./helpers.js";
+import { walkTree } from "../src/retention/digest/walk.js";
+import { refusedAsChanged, tempDir } from "./helpers.js";
 
 /**
  * The small-file reads in C (native/read-small.c) against real files: the
@@ -227,4 +228,19 @@ test("Given a tree of many small files, symlinks and files around the size limit
   const javascript = await digestTree(root, ["oats.tree-exec.v1", "oats.tree-legacy.v0"]);
   assert.deepEqual(native, javascript);
   assert.equal(openDescriptors(), before);
+});
+
+test("Given a file listed and then removed, When read both ways, Then each refuses it as changed while reading, naming ENOENT, after the files before it", async () => {
+  for (const native of [true, false]) {
+    setNativeReads(native);
+    const root = tempDir("oats-native-gone-");
+    for (let at = 0; at < 20; at++) writeFileSync(join(root, `f${String(at).padStart(2, "0")}`), `file ${at}`);
+    const listing = await walkTree(root);
+    unlinkSync(join(root, "f12"));
+    const seen: string[] = [];
+    const consumer = { whole: (entry: { path: string }) => void seen.push(entry.path), start() {}, chunk() {}, end() {}, symlink() {} };
+    const error = await refusedAsChanged(readLeavesInOrder(listing.leaves, consumer), "f12");
+    assert.equal(error.details.errno, "ENOENT", native ? "native" : "JavaScript");
+    assert.equal(seen.length, 12);
+  }
 });

@@ -8,6 +8,35 @@ import { listLeases } from "../src/retention/store/lease.js";
 import { tempDir } from "./helpers.js";
 
 /**
+ * Run `loop` in a real node process (its setup once, then its body as fast
+ * as it can for 20 s, with `at` = `argument`) while this process calls `check` 40,000 times; the number of checks that
+ * threw, and the first error.
+ */
+async function raceAgainst(loop: { setup: string; body: string }, argument: string, check: () => void): Promise<{ failures: number; first: unknown }> {
+  const racer = spawn(
+    process.execPath,
+    ["-e", `const fs = require("node:fs"); const at = process.argv[1]; ${loop.setup}; process.stdout.write("ready\\n"); for (const end = Date.now() + 20000; Date.now() < end; ) { ${loop.body} }`, argument],
+    { stdio: ["ignore", "pipe", "inherit"] },
+  );
+  await new Promise<void>((resolve) => racer.stdout.once("data", () => resolve()));
+  let failures = 0;
+  let first: unknown;
+  try {
+    for (let round = 0; round < 40_000; round++) {
+      try {
+        check();
+      } catch (error) {
+        failures += 1;
+        first ??= error;
+      }
+    }
+  } finally {
+    racer.kill();
+  }
+  return { failures, first };
+}
+
+/**
  * A publication that fails takes back the store root it created, its
  * .gitignore first (removeCreatedStore), and another creates it again: a
  * reader inspecting the store meanwhile must see the .gitignore whole or
@@ -21,34 +50,11 @@ test("Given a store root whose .gitignore another process removes and restores, 
   const root = join(scope, ".agents", "leases");
   mkdirSync(root, { recursive: true });
   writeFileSync(join(root, ".gitignore"), "*\n");
-  const toggler = spawn(
-    process.execPath,
-    [
-      "-e",
-      `const fs = require("node:fs");
-       const path = process.argv[1] + "/.gitignore", staged = process.argv[1] + "/.staged";
-       fs.writeFileSync(staged, "*\\n");
-       process.stdout.write("ready\\n");
-       for (const end = Date.now() + 20000; Date.now() < end; ) { fs.unlinkSync(path); fs.linkSync(staged, path); }`,
-      root,
-    ],
-    { stdio: ["ignore", "pipe", "inherit"] },
+  const { failures, first } = await raceAgainst(
+    { setup: `fs.writeFileSync(at + "/.staged", "*\\n")`, body: `fs.unlinkSync(at + "/.gitignore"); fs.linkSync(at + "/.staged", at + "/.gitignore");` },
+    root,
+    () => void inspectStoreAt(scope, [".agents", "leases"]),
   );
-  await new Promise<void>((resolve) => toggler.stdout.once("data", () => resolve()));
-  let failures = 0;
-  let first: unknown;
-  try {
-    for (let round = 0; round < 40_000; round++) {
-      try {
-        inspectStoreAt(scope, [".agents", "leases"]);
-      } catch (error) {
-        failures += 1;
-        first ??= error;
-      }
-    }
-  } finally {
-    toggler.kill();
-  }
   assert.equal(failures, 0, `first failure: ${String(first)}`);
 });
 
@@ -61,36 +67,13 @@ test("Given a leases directory another process removes and creates again, When t
   const scope = tempDir("oats-leases-race-");
   mkdirSync(join(scope, ".agents"));
   // As oats does it: the .gitignore is linked into place whole (ensureGitignore) and removed before the directory.
-  const toggler = spawn(
-    process.execPath,
-    [
-      "-e",
-      `const fs = require("node:fs");
-       const dir = process.argv[1] + "/.agents/leases", staged = process.argv[1] + "/.agents/staged-gitignore";
-       fs.writeFileSync(staged, "*\\n");
-       process.stdout.write("ready\\n");
-       for (const end = Date.now() + 20000; Date.now() < end; ) {
-         fs.mkdirSync(dir); fs.linkSync(staged, dir + "/.gitignore");
-         fs.unlinkSync(dir + "/.gitignore"); fs.rmdirSync(dir);
-       }`,
-      scope,
-    ],
-    { stdio: ["ignore", "pipe", "inherit"] },
+  const { failures, first } = await raceAgainst(
+    {
+      setup: `fs.writeFileSync(at + "/.agents/staged-gitignore", "*\\n")`,
+      body: `fs.mkdirSync(at + "/.agents/leases"); fs.linkSync(at + "/.agents/staged-gitignore", at + "/.agents/leases/.gitignore"); fs.unlinkSync(at + "/.agents/leases/.gitignore"); fs.rmdirSync(at + "/.agents/leases");`,
+    },
+    scope,
+    () => assert.deepEqual(listLeases(scope), { live: [], abandoned: [] }),
   );
-  await new Promise<void>((resolve) => toggler.stdout.once("data", () => resolve()));
-  let failures = 0;
-  let first: unknown;
-  try {
-    for (let round = 0; round < 40_000; round++) {
-      try {
-        assert.deepEqual(listLeases(scope), { live: [], abandoned: [] });
-      } catch (error) {
-        failures += 1;
-        first ??= error;
-      }
-    }
-  } finally {
-    toggler.kill();
-  }
   assert.equal(failures, 0, `first failure: ${String(first)}`);
 });
