@@ -41,7 +41,7 @@
  * they mean above, in order.
  */
 #define _GNU_SOURCE
-#include <node_api.h>
+#include "addon.h"
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -227,7 +227,7 @@ static napi_value throw_type(napi_env env, const char *message) {
   return NULL;
 }
 
-static napi_value read_small_files(napi_env env, napi_callback_info info) {
+napi_value read_small_files(napi_env env, napi_callback_info info) {
   size_t argc = 7;
   napi_value argv[7];
   if (napi_get_cb_info(env, info, &argc, argv, NULL, NULL) != napi_ok || argc < 6) return throw_type(env, "readSmallFiles: six arguments");
@@ -310,11 +310,4 @@ static napi_value read_small_files(napi_env env, napi_callback_info info) {
   napi_value result;
   if (napi_create_uint32(env, done, &result) != napi_ok) return NULL;
   return result;
-}
-
-NAPI_MODULE_INIT() {
-  napi_value function;
-  if (napi_create_function(env, "readSmallFiles", NAPI_AUTO_LENGTH, read_small_files, NULL, &function) != napi_ok) return NULL;
-  if (napi_set_named_property(env, exports, "readSmallFiles", function) != napi_ok) return NULL;
-  return exports;
 }

@@ -1,6 +1,8 @@
 /**
- * Compiles native/read-small.c into dist/native/read-small.node, the
- * small-file reads of a digest pass (src/retention/digest/native-reads.ts).
+ * Compiles native/*.c into dist/native/oats.node: the small-file reads of a
+ * digest pass and the read-ahead threads for a cold page cache
+ * (src/retention/digest/native-reads.ts loads it; native/addon.c lists what
+ * it holds).
  * `npm run build` runs it after tsc. It needs a C compiler ($CC, else cc)
  * and the Node-API headers of the node-api-headers package; nothing else
  * (no node-gyp, no download).
@@ -11,14 +13,17 @@
  * addon is not there, so a broken compile cannot pass unnoticed.
  */
 import { spawnSync } from "node:child_process";
-import { mkdirSync, rmSync } from "node:fs";
+import { mkdirSync, readdirSync, rmSync } from "node:fs";
 import { createRequire } from "node:module";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 
 const root = resolve(dirname(fileURLToPath(import.meta.url)), "..");
-const source = join(root, "native", "read-small.c");
-const output = join(root, "dist", "native", "read-small.node");
+const sources = readdirSync(join(root, "native"))
+  .filter((name) => name.endsWith(".c"))
+  .sort()
+  .map((name) => join(root, "native", name));
+const output = join(root, "dist", "native", "oats.node");
 const headers = createRequire(import.meta.url)("node-api-headers").include_dir;
 const compiler = process.env.CC || "cc";
 
@@ -28,11 +33,11 @@ if (process.platform !== "linux") {
   console.log(`build-native: ${process.platform} is not Linux; digests use the JavaScript reads`);
   process.exit(0);
 }
-const args = ["-O2", "-std=c11", "-Wall", "-Wextra", "-Werror", "-shared", "-fPIC", "-pthread", "-fvisibility=hidden", `-I${headers}`, source, "-o", output];
+const args = ["-O2", "-std=c11", "-Wall", "-Wextra", "-Werror", "-shared", "-fPIC", "-pthread", "-fvisibility=hidden", `-I${headers}`, ...sources, "-o", output];
 const result = spawnSync(compiler, args, { stdio: ["ignore", "inherit", "inherit"] });
 if (result.error || result.status !== 0) {
   const why = result.error ? result.error.message : `exit ${result.status}`;
-  console.warn(`build-native: ${compiler} failed (${why}); dist/native/read-small.node was not built and digests use the JavaScript reads`);
+  console.warn(`build-native: ${compiler} failed (${why}); dist/native/oats.node was not built and digests use the JavaScript reads`);
   process.exit(0);
 }
 console.log(`build-native: ${output}`);

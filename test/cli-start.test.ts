@@ -21,7 +21,7 @@ const EXEC = "oats.tree-exec.v1:sha256-82f8a3ffa30e6a05a161d469ff412e364cf55bfd0
 /** Unbundled, `oats digest` opened 75 files of the package and `oats verify` 221; now these, with the command's code cache or the general one. */
 const startedWith = (cache: string) => ["dist/cli/bin.js", "dist/cli/bundle/oats.cjs", `dist/cli/bundle/${cache}`, "dist/cli/load-bundle.js", "dist/cli/version.js", "package.json"];
 /** A command that reads a tree also loads the small-file reads in C (src/retention/digest/native-reads.ts). */
-const readingWith = (cache: string) => [...startedWith(cache), "dist/native/read-small.node"].sort();
+const readingWith = (cache: string) => [...startedWith(cache), "dist/native/oats.node"].sort();
 const STARTED = startedWith("oats.cjs.cache");
 
 const straceWorks = spawnSync("strace", ["-f", "-e", "trace=openat", "-o", "/dev/null", process.execPath, "-e", "0"]).status === 0;

@@ -44,7 +44,7 @@ function openDescriptors(): number {
 
 test("Given this build, When the library loads, Then the native reads are there (CI compiles them; without them only the JavaScript reads run)", () => {
   assert.equal(process.platform, "linux");
-  assert.equal(nativeReadsAvailable(), true, "dist/native/read-small.node did not load: is a C compiler installed? (.ci/run installs gcc)");
+  assert.equal(nativeReadsAvailable(), true, "dist/native/oats.node did not load: is a C compiler installed? (.ci/run installs gcc)");
 });
 
 test("Given files of one directory, When read in one call, Then each file's bytes, size and mode are reported in order", () => {

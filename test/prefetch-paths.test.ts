@@ -1,20 +1,29 @@
 /**
- * The read-ahead workers get the listing's paths as packed UTF-8 bytes in
- * shared memory (not an array of strings cloned into each worker). They
- * must still open every file of the listing: after they have run over a
- * cold tree, the reader finds it all in the page cache.
+ * The read-ahead gets the listing's paths as packed UTF-8 bytes (in shared
+ * memory for the workers, not an array of strings cloned into each; copied
+ * by the native threads). It must still open every file of the listing:
+ * after it has run over a cold tree, the reader finds it all in the page
+ * cache. Both ways: the native threads and the worker threads.
  */
 import assert from "node:assert/strict";
 import { execFileSync } from "node:child_process";
 import { mkdirSync, symlinkSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { test } from "node:test";
+import { afterEach, test } from "node:test";
+import { setNativeReads } from "../src/retention/digest/native-reads.js";
 import { digestListing } from "../src/retention/digest/tree.js";
 import { prefetchMode, setPrefetchMode, startPrefetch } from "../src/retention/digest/prefetch.js";
 import { walkTree } from "../src/retention/digest/walk.js";
 import { tempDir } from "./helpers.js";
 
-test("Given a cold tree with multi-byte names and symlinks, When the workers have run over its listing, Then reading it does no block reads", async (t) => {
+afterEach(() => setNativeReads(true));
+
+for (const { way, native } of [
+  { way: "native threads", native: true },
+  { way: "worker threads", native: false },
+] as const) {
+test(`${way}: Given a cold tree with multi-byte names and symlinks, When the read-ahead has run over its listing, Then reading it does no block reads`, async (t) => {
+  setNativeReads(native);
   const root = tempDir("oats-prefetch-paths-");
   for (let d = 0; d < 5; d++) mkdirSync(join(root, `dïr-${d}`));
   for (let i = 0; i < 800; i++) {
@@ -53,3 +62,4 @@ test("Given a cold tree with multi-byte names and symlinks, When the workers hav
     setPrefetchMode(mode);
   }
 });
+}

@@ -90,6 +90,8 @@ export interface ReadOptions {
    * Every byte is read and checked the same way in both.
    */
   readonly inline?: boolean;
+  /** The walk found the page cache cold (TreeListing.cold): start the read-ahead before the first read rather than after a cold run. */
+  readonly cold?: boolean;
 }
 
 interface OpenedFile {
@@ -432,7 +434,10 @@ export async function readLeavesInOrder(leaves: readonly LeafEntry[], consumer: 
   let blockReads = process.resourceUsage().fsRead;
   const mode = prefetchMode();
   let watchCold = mode === "auto" && worthPrefetching(leaves, 0);
-  if (mode === "always") prefetch = startPrefetch(leaves, 0);
+  if (mode === "always" || (watchCold && options.cold === true)) {
+    watchCold = false;
+    prefetch = startPrefetch(leaves, 0);
+  }
   try {
     for (let index = 0; index < leaves.length; index++) {
       if (prefetch) prefetch.advance(index);

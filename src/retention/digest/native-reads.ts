@@ -2,9 +2,10 @@ import { createRequire } from "node:module";
 import { getSystemErrorName } from "node:util";
 
 /**
- * The small-file reads done by a few lines of C (native/read-small.c),
- * several files of one directory per call, when the build could compile
- * them.
+ * The addon built from native/*.c (dist/native/oats.node), when the build
+ * could compile it: the small-file reads of native/read-small.c, several
+ * files of one directory per call, and the read-ahead threads of
+ * native/prefetch.c (prefetch.ts says why those).
  *
  * Why: a 2 KiB file costs five system calls, and from JavaScript each is a
  * binding call that allocates (a /proc/<pid>/fd/<dir>/<name> string whose
@@ -21,10 +22,23 @@ import { getSystemErrorName } from "node:util";
  * way. Tests run the reads both ways.
  */
 
+/** Running read-ahead threads (native/prefetch.c, native/warm-directories.c). */
+export type NativeThreads = { readonly __nativeThreads: unique symbol };
+
 export interface NativeAddon {
   /** `split`: read the second half of the names on a second thread (only where a core would otherwise idle). */
   readSmallFiles(dirFd: number, names: string[], buffer: Buffer, limit: number, meta: Float64Array, split: boolean, afterRead?: (index: number) => void): number;
+  /** Leaf i's path is paths[ends[i - 1], ends[i]), empty for a leaf that is not a file. */
+  startPrefetch(paths: Buffer, ends: Int32Array, from: number, threads: number, window: number, limit: number): NativeThreads;
+  advancePrefetch(prefetch: NativeThreads, index: number): void;
+  /** Lists every directory below rootFd (a copy of it: the caller may close its own) down to maxDepth. */
+  warmDirectories(rootFd: number, threads: number, maxDepth: number): NativeThreads;
+  /** The threads end after their current file or directory (garbage collection of the handle does the same); with `wait`, it returns once they have. */
+  stopThreads(threads: NativeThreads, wait?: boolean): void;
+  threadsRunning(threads: NativeThreads): number;
 }
+
+const FUNCTIONS = ["readSmallFiles", "startPrefetch", "advancePrefetch", "warmDirectories", "stopThreads", "threadsRunning"] as const;
 
 /** Four doubles a file: status, offset (or step, or what changed), size, mode. */
 export const META_FIELDS = 4;
@@ -40,8 +54,8 @@ function load(): NativeAddon | null {
   if (process.platform !== "linux" || process.env.OATS_NATIVE_READS === "0") return null;
   try {
     // Spelled from the repository's root so it resolves from src/ (tests) and dist/ (the package) alike.
-    const addon = createRequire(import.meta.url)("../../../dist/native/read-small.node") as Partial<NativeAddon>;
-    return typeof addon.readSmallFiles === "function" ? (addon as NativeAddon) : null;
+    const addon = createRequire(import.meta.url)("../../../dist/native/oats.node") as Partial<NativeAddon>;
+    return FUNCTIONS.every((name) => typeof addon[name] === "function") ? (addon as NativeAddon) : null;
   } catch {
     return null;
   }

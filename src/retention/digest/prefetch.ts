@@ -1,19 +1,29 @@
-import { Worker } from "node:worker_threads";
 import { constants } from "node:fs";
+import { createRequire } from "node:module";
+import type { Worker } from "node:worker_threads";
+import { nativeReads, type NativeAddon, type NativeThreads } from "./native-reads.js";
 import type { LeafEntry } from "./walk.js";
 
 /**
  * Read-ahead for a cold page cache. Reading many small files from a cold
  * disk is one synchronous open and read at a time, each waiting for the
- * disk. A worker thread reads the files a little ahead of the reader, so the
- * reader finds them in the page cache and the disk sees two requests at
- * once. On a warm cache the worker costs a second core some microseconds a
- * file and the reader nothing.
+ * disk, while the disk could serve many at once: here one thread reads the
+ * 3,790 files of a cold node_modules in 456 ms, eight in 188 ms and sixteen
+ * in 159 ms (docs/design/performance.md, "Cold reads in parallel").
+ * Threads a little ahead of the reader open each file and ask the kernel
+ * to read it into the page cache, so the reader finds it there.
  *
- * The worker's bytes are discarded: it only warms the page cache. Every
- * byte a digest or a verdict rests on is still read, checked and hashed by
- * the reader (file-reader.ts), through the race-free directory descriptors.
- * The worker opens by path, with O_NOFOLLOW and O_NONBLOCK and reads at
+ * With the addon (native-reads.ts) these are NATIVE_THREADS threads of
+ * native/prefetch.c, each an open, a readahead() that does not wait for the
+ * disk, and a close per file: they cost microseconds to start and almost
+ * no CPU. Without it, PREFETCH_WORKERS worker threads read the files into
+ * a buffer they discard; each costs tens of milliseconds of CPU to start
+ * and a core to run, so fewer of them pay.
+ *
+ * Either way only the page cache is warmed. Every byte a digest or a
+ * verdict rests on is still read, checked and hashed by the reader
+ * (file-reader.ts), through the race-free directory descriptors. The
+ * read-ahead opens by path, with O_NOFOLLOW and O_NONBLOCK, and reads at
  * most PREFETCH_LIMIT bytes of each: a swapped directory can at worst make
  * it warm the cache with a file the caller could read anyway.
  */
@@ -22,6 +32,8 @@ import type { LeafEntry } from "./walk.js";
 export const PREFETCH_MIN_FILES = 512;
 /** Two requests in flight besides the reader's measured fastest here (cold 20k files: 1 worker 3.5 s, 2 2.3 s, 3 2.5 s, none 4.5 s). */
 const PREFETCH_WORKERS = 2;
+/** Requests the native threads keep in flight; the disk here served sixteen best (see above). */
+const NATIVE_THREADS = 16;
 /** How many leaves the workers may be ahead of the reader. */
 const WINDOW = 1024;
 /** Bytes read of each file; the head of a large file, the whole of a small one. */
@@ -78,6 +90,7 @@ export interface Prefetcher {
 export type PrefetchMode = "auto" | "never" | "always";
 let mode: PrefetchMode = "auto";
 let started = 0;
+let directoryWarmings = 0;
 
 export function setPrefetchMode(next: PrefetchMode): void {
   mode = next;
@@ -85,6 +98,11 @@ export function setPrefetchMode(next: PrefetchMode): void {
 
 export function prefetchMode(): PrefetchMode {
   return mode;
+}
+
+/** How many directory warmings this process started (tests: a cold walk starts one, a warm one does not). */
+export function directoryWarmingsStarted(): number {
+  return directoryWarmings;
 }
 
 /** How many prefetchers this process started (tests check that a cold read starts one). */
@@ -117,8 +135,72 @@ function packPaths(leaves: readonly LeafEntry[]): { bytes: SharedArrayBuffer; en
   return { bytes, ends };
 }
 
-/** Read-ahead workers for `leaves` from index `from` on. */
+/** Read-ahead for `leaves` from index `from` on: the native threads where the addon loaded, else workers. */
 export function startPrefetch(leaves: readonly LeafEntry[], from: number): Prefetcher | null {
+  const native = nativeReads();
+  const prefetcher = native ? startThreads(native, leaves, from) : startWorkers(leaves, from);
+  if (prefetcher) started += 1;
+  return prefetcher;
+}
+
+/**
+ * Native threads as a Prefetcher. stop() returns once they have ended (a
+ * file or directory at most later), so no descriptor of theirs outlives
+ * the walk or the reads; `finished` is made only when asked for (its timer
+ * keeps the process alive until they end).
+ */
+function nativeHandle(native: NativeAddon, handle: NativeThreads, advance: (index: number) => void): Prefetcher {
+  let finished: Promise<void> | null = null;
+  return {
+    advance,
+    stop() {
+      native.stopThreads(handle, true);
+    },
+    get finished() {
+      finished ??= new Promise<void>((resolve) => {
+        const look = (): void => void (native.threadsRunning(handle) === 0 ? resolve() : setTimeout(look, 2));
+        look();
+      });
+      return finished;
+    },
+  };
+}
+
+function startThreads(native: NativeAddon, leaves: readonly LeafEntry[], from: number): Prefetcher | null {
+  const { bytes, ends } = packPaths(leaves);
+  let handle: NativeThreads;
+  try {
+    handle = native.startPrefetch(Buffer.from(bytes), new Int32Array(ends), from, NATIVE_THREADS, WINDOW, PREFETCH_LIMIT);
+  } catch {
+    return null;
+  }
+  return nativeHandle(native, handle, (index) => native.advancePrefetch(handle, index));
+}
+
+/**
+ * The walk's read-ahead (walk.ts starts it when its first listings read
+ * the disk): threads list every directory below the open root at once, so
+ * the walk, one directory at a time, finds them in the cache (cold, the
+ * 624 directories of a node_modules took the walk about 100 ms). Native
+ * only: a worker would cost more to start than it saves. `advance` does
+ * nothing; stop it when the walk ends.
+ */
+export function warmDirectories(rootFd: number, maxDepth: number): Prefetcher | null {
+  const native = nativeReads();
+  if (native === null) return null;
+  let handle: NativeThreads;
+  try {
+    handle = native.warmDirectories(rootFd, NATIVE_THREADS, maxDepth);
+  } catch {
+    return null;
+  }
+  directoryWarmings += 1;
+  return nativeHandle(native, handle, () => undefined);
+}
+
+function startWorkers(leaves: readonly LeafEntry[], from: number): Prefetcher | null {
+  // Loaded only here: the native threads, and a warm read, need no worker_threads.
+  const { Worker: WorkerThread } = createRequire(import.meta.url)("node:worker_threads") as typeof import("node:worker_threads");
   const { bytes, ends } = packPaths(leaves);
   const shared = new SharedArrayBuffer(8);
   const view = new Int32Array(shared);
@@ -126,13 +208,12 @@ export function startPrefetch(leaves: readonly LeafEntry[], from: number): Prefe
   let workers: Worker[] | null = [];
   try {
     for (let k = 0; k < PREFETCH_WORKERS; k++) {
-      workers.push(new Worker(SOURCE, { eval: true, workerData: { bytes, ends, shared, flags: FLAGS, limit: PREFETCH_LIMIT, window: WINDOW, stride: PREFETCH_WORKERS, from: from + k }, stdout: false, stderr: false }));
+      workers.push(new WorkerThread(SOURCE, { eval: true, workerData: { bytes, ends, shared, flags: FLAGS, limit: PREFETCH_LIMIT, window: WINDOW, stride: PREFETCH_WORKERS, from: from + k }, stdout: false, stderr: false }));
     }
   } catch {
     for (const worker of workers) void worker.terminate().catch(() => undefined);
     return null;
   }
-  started += 1;
   const exits = workers.map((worker) => {
     worker.unref();
     // A failure of a worker only loses the read-ahead.

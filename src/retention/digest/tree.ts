@@ -178,7 +178,7 @@ export async function digestListing(
       },
     };
     // A copy keeps its reads overlapped with its writes; a pure hash reads inline when the cores are taken.
-    await readLeavesInOrder(pass.order, consumer, { inline: !sink && coresBusy() });
+    await readLeavesInOrder(pass.order, consumer, { inline: !sink && coresBusy(), cold: listing.cold === true });
     for (const hash of hashes) digests[hash.framing.format] = hash.value();
   }
   if (onProgress) emit();

@@ -1,5 +1,6 @@
 import { closeSync, constants, existsSync, fstatSync, openSync, readdirSync, readlinkSync, type Dirent } from "node:fs";
 import { OatsError, errnoCode } from "../../errors.js";
+import { prefetchMode, warmDirectories, type Prefetcher } from "./prefetch.js";
 
 /**
  * One walk of a directory tree, never following a symlink. It lists what a
@@ -64,6 +65,8 @@ export interface TreeListing {
   readonly leaves: LeafEntry[];
   /** Every directory below the root, children before their parents. */
   readonly directories: DirectoryEntry[];
+  /** The walk read from the disk (the page cache was cold): the reads may start their read-ahead at once (file-reader.ts). */
+  readonly cold?: boolean;
 }
 
 /**
@@ -172,6 +175,13 @@ const siblingKey = (entry: Dirent): Buffer => Buffer.from(entry.isDirectory() ? 
 function compareSiblingBytes(a: Dirent, b: Dirent): number {
   return Buffer.compare(siblingKey(a), siblingKey(b));
 }
+
+/**
+ * Block reads (getrusage's ru_inblock, 512-byte units) since the walk began
+ * that mark a cold cache: eight 4 KiB blocks, a few directories' worth. A
+ * walk of a warm tree does none.
+ */
+const COLD_WALK_BLOCK_READS = 64;
 
 /** Far deeper than any real package tree (this project's node_modules reaches 7); the extractor's default name depth too. */
 export const DEFAULT_MAX_DEPTH = 256;
@@ -306,12 +316,18 @@ export async function walkTree(rootAbsolute: string, options: WalkOptions = {}):
   const leaves: LeafEntry[] = [];
   const directories: DirectoryEntry[] = [];
   const stack: Frame[] = [];
+  const mode = prefetchMode();
+  let warming: Prefetcher | null = null;
+  let watchCold = mode === "auto" && DIRECTORY_FDS;
+  let listings = 0;
+  const blockReadsAtStart = watchCold ? process.resourceUsage().fsRead : 0;
   try {
     const opened = openRoot(rootAbsolute);
     const root: DirectoryEntry = { type: "directory", name: "", path: "", absolute: rootAbsolute, children: [], parent: null, dev: opened.dev, ino: opened.ino, mode: opened.mode };
     const top: Frame = { directory: root, fd: opened.fd, listed: [], depth: 0, next: 0 };
     stack.push(top);
     top.listed = listDirectory(opened.fd, rootAbsolute, "");
+    if (mode === "always" && DIRECTORY_FDS) warming = warmDirectories(top.fd, maxDepth);
     while (stack.length > 0) {
       const frame = stack[stack.length - 1]!;
       if (frame.next === frame.listed.length) {
@@ -334,6 +350,11 @@ export async function walkTree(rootAbsolute: string, options: WalkOptions = {}):
         stack.push(below);
         below.listed = listDirectory(child.fd, childAbsolute, childPath);
         parent.children.push(directory);
+        // Every eighth listing, until the disk shows: then threads list the rest ahead of this walk (prefetch.ts).
+        if (watchCold && (++listings & 7) === 0 && process.resourceUsage().fsRead - blockReadsAtStart >= COLD_WALK_BLOCK_READS) {
+          watchCold = false;
+          warming = warmDirectories(top.fd, maxDepth);
+        }
       } else if (entry.isFile()) {
         const file = new FileLeaf(name, parent);
         parent.children.push(file);
@@ -346,8 +367,10 @@ export async function walkTree(rootAbsolute: string, options: WalkOptions = {}):
         refuseSpecial(entry, childPath);
       }
     }
-    return { root, leaves, directories };
+    const cold = warming !== null || (watchCold && process.resourceUsage().fsRead - blockReadsAtStart >= COLD_WALK_BLOCK_READS);
+    return { root, leaves, directories, cold };
   } finally {
+    warming?.stop();
     for (const frame of stack) closeSync(frame.fd);
   }
 }

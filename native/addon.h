@@ -1,0 +1,20 @@
+/* The functions of dist/native/oats.node, one source file each (addon.c registers them). */
+#ifndef OATS_ADDON_H
+#define OATS_ADDON_H
+#include <node_api.h>
+
+/* read-small.c */
+napi_value read_small_files(napi_env env, napi_callback_info info);
+
+/* prefetch.c */
+napi_value start_prefetch(napi_env env, napi_callback_info info);
+napi_value advance_prefetch(napi_env env, napi_callback_info info);
+
+/* warm-directories.c */
+napi_value warm_directories(napi_env env, napi_callback_info info);
+
+/* threads.c: the handles of both */
+napi_value stop_threads(napi_env env, napi_callback_info info);
+napi_value threads_running(napi_env env, napi_callback_info info);
+
+#endif
