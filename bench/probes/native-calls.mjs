@@ -1,7 +1,7 @@
 // The native small-file calls alone over a tree's directories, one thread against two (split): node bench/probes/native-calls.mjs [one|split] [dir]
 import * as fs from "node:fs";
 import { createRequire } from "node:module";
-const native = createRequire(import.meta.url)("../../dist/native/read-small.node");
+const native = createRequire(import.meta.url)("../../dist/native/oats.node");
 const split = process.argv[2] === "split";
 const root = process.argv[3] ?? "/tmp/oats-bench/data/small";
 const FD = `/proc/${process.pid}/fd`;
