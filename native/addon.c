@@ -11,6 +11,9 @@ static const struct {
   napi_callback function;
 } FUNCTIONS[] = {
     {"readSmallFiles", read_small_files},
+    {"openDirectoryAt", open_directory_at},
+    {"listDirectory", list_directory},
+    {"closeDirectory", close_directory},
     {"startPrefetch", start_prefetch},
     {"advancePrefetch", advance_prefetch},
     {"warmDirectories", warm_directories},

@@ -2,9 +2,17 @@
 #ifndef OATS_ADDON_H
 #define OATS_ADDON_H
 #include <node_api.h>
+#include <stddef.h>
 
 /* read-small.c */
 napi_value read_small_files(napi_env env, napi_callback_info info);
+/* 0 for a name that can only be an entry of the directory itself, else the errno to refuse it with. */
+int name_error(const char *name, size_t length);
+
+/* directories.c */
+napi_value open_directory_at(napi_env env, napi_callback_info info);
+napi_value list_directory(napi_env env, napi_callback_info info);
+napi_value close_directory(napi_env env, napi_callback_info info);
 
 /* prefetch.c */
 napi_value start_prefetch(napi_env env, napi_callback_info info);

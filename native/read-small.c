@@ -71,8 +71,7 @@
 #define PARALLEL_MIN 16
 #define NAME_BYTES (NAME_MAX + 2)
 
-/* 0 for a name that can only be an entry of the directory itself, else the errno to refuse it with. */
-static int name_error(const char *name, size_t length) {
+int name_error(const char *name, size_t length) {
   if (length > NAME_MAX) return ENAMETOOLONG;
   if (length == 0 || memchr(name, '/', length) != NULL || memchr(name, '\0', length) != NULL) return EINVAL;
   if (strcmp(name, ".") == 0 || strcmp(name, "..") == 0) return EINVAL;

@@ -12,14 +12,16 @@
  * (the real attacker: another local user whose tree root retains). The
  * source has a few thousand files around the swapped directory so that the
  * time between the walk and the reads spans many swaps; rounds are bounded.
- * On the path-based walk this test fails within a few rounds.
+ * On the path-based walk this test fails within a few rounds. Every test
+ * runs both ways: with the addon's directory calls and without.
  */
 import assert from "node:assert/strict";
 import { spawn, type ChildProcess } from "node:child_process";
 import { chmodSync, chownSync, lstatSync, mkdirSync, readFileSync, readdirSync, renameSync, symlinkSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { describe, test } from "node:test";
+import { afterEach, beforeEach, describe, test } from "node:test";
 import { OatsError } from "../src/errors.js";
+import { setNativeReads } from "../src/retention/digest/native-reads.js";
 import { setReadHook } from "../src/retention/digest/read-hook.js";
 import { walkTree } from "../src/retention/digest/walk.js";
 import { digestTree, retainTree } from "../src/retention/index.js";
@@ -147,69 +149,81 @@ async function raceRounds(owner: number | null): Promise<{ retained: number; ref
   return { retained, refused };
 }
 
-describe("walk race: a directory swapped for a symlink to outside the source", () => {
-  test("Given a root swapper, When retain runs 40 rounds, Then nothing from outside is ever retained and every failed round is a typed refusal", async (t) => {
-    const outcome = await raceRounds(null);
-    t.diagnostic(JSON.stringify(outcome));
-    assert.ok(Object.keys(outcome.refused).length > 0, "the swapper was seen at work (some round was refused)");
-  });
-
-  test(
-    "Given nobody owning the source and swapping inside it, When root retains it 40 rounds, Then nothing from the 0700 directory is ever retained and every failed round is a typed refusal",
-    { skip: process.getuid?.() === 0 ? false : "needs root to run the swapper as nobody (uid 65534)" },
-    async (t) => {
-      const outcome = await raceRounds(NOBODY);
+// Both ways: the walk's directory calls made by the addon (native/directories.c) and, as without it, through /proc paths.
+for (const { way, native } of [
+  { way: "native directory calls", native: true },
+  { way: "directory calls from JavaScript", native: false },
+] as const) {
+  describe(`${way}: walk race: a directory swapped for a symlink to outside the source`, () => {
+    beforeEach(() => setNativeReads(native));
+    afterEach(() => setNativeReads(true));
+    test("Given a root swapper, When retain runs 40 rounds, Then nothing from outside is ever retained and every failed round is a typed refusal", async (t) => {
+      const outcome = await raceRounds(null);
       t.diagnostic(JSON.stringify(outcome));
       assert.ok(Object.keys(outcome.refused).length > 0, "the swapper was seen at work (some round was refused)");
-    },
-  );
-});
-
-describe("walk race: a directory replaced by another real directory between the walk and its reads", () => {
-  test("Given b/ replaced (same names, other bytes) after a/'s last file is read, When the tree is digested, Then invalid-artifact changed-while-reading: reads never mix a listing with another directory's files", async () => {
-    const root = join(tempDir("oats-replace-"), "src");
-    mkdirSync(join(root, "a"), { recursive: true });
-    mkdirSync(join(root, "b"));
-    writeFileSync(join(root, "a/x"), "a\n");
-    writeFileSync(join(root, "b/x"), "b\n");
-    const other = join(root, "..", "other");
-    mkdirSync(other);
-    writeFileSync(join(other, "x"), "not what was listed\n");
-    setReadHook((path) => {
-      if (path !== "a/x") return;
-      setReadHook(null);
-      renameSync(join(root, "b"), join(root, "..", "b-old"));
-      renameSync(other, join(root, "b"));
     });
-    try {
-      await assert.rejects(digestTree(root), (error) => {
+
+    test(
+      "Given nobody owning the source and swapping inside it, When root retains it 40 rounds, Then nothing from the 0700 directory is ever retained and every failed round is a typed refusal",
+      { skip: process.getuid?.() === 0 ? false : "needs root to run the swapper as nobody (uid 65534)" },
+      async (t) => {
+        const outcome = await raceRounds(NOBODY);
+        t.diagnostic(JSON.stringify(outcome));
+        assert.ok(Object.keys(outcome.refused).length > 0, "the swapper was seen at work (some round was refused)");
+      },
+    );
+  });
+
+  describe(`${way}: walk race: a directory replaced by another real directory between the walk and its reads`, () => {
+    beforeEach(() => setNativeReads(native));
+    afterEach(() => setNativeReads(true));
+    test("Given b/ replaced (same names, other bytes) after a/'s last file is read, When the tree is digested, Then invalid-artifact changed-while-reading: reads never mix a listing with another directory's files", async () => {
+      const root = join(tempDir("oats-replace-"), "src");
+      mkdirSync(join(root, "a"), { recursive: true });
+      mkdirSync(join(root, "b"));
+      writeFileSync(join(root, "a/x"), "a\n");
+      writeFileSync(join(root, "b/x"), "b\n");
+      const other = join(root, "..", "other");
+      mkdirSync(other);
+      writeFileSync(join(other, "x"), "not what was listed\n");
+      setReadHook((path) => {
+        if (path !== "a/x") return;
+        setReadHook(null);
+        renameSync(join(root, "b"), join(root, "..", "b-old"));
+        renameSync(other, join(root, "b"));
+      });
+      try {
+        await assert.rejects(digestTree(root), (error) => {
+          assert.ok(error instanceof OatsError, String(error));
+          assert.equal(error.code, "invalid-artifact");
+          assert.deepEqual([error.details.reason, error.details.path, error.details.changed], ["changed-while-reading", "b", "directory"]);
+          return true;
+        });
+      } finally {
+        setReadHook(null);
+      }
+    });
+  });
+
+  describe(`${way}: walk race: a directory above the root swapped for a symlink`, () => {
+    beforeEach(() => setNativeReads(native));
+    afterEach(() => setNativeReads(true));
+    test("Given a resolved root whose parent is then swapped for a symlink to another directory, When it is walked, Then invalid-artifact changed-while-reading (root): the kernel's name for what was opened must be the root asked for", async () => {
+      const base = tempDir("oats-root-swap-");
+      mkdirSync(join(base, "parent/pkg"), { recursive: true });
+      writeFileSync(join(base, "parent/pkg/f"), "real\n");
+      mkdirSync(join(base, "elsewhere/pkg"), { recursive: true });
+      writeFileSync(join(base, "elsewhere/pkg/f"), "elsewhere\n");
+      const root = join(base, "parent/pkg");
+      // As if the swap happened between the caller's realpath and the walk's open.
+      renameSync(join(base, "parent"), join(base, "parent-real"));
+      symlinkSync(join(base, "elsewhere"), join(base, "parent"));
+      await assert.rejects(walkTree(root), (error) => {
         assert.ok(error instanceof OatsError, String(error));
         assert.equal(error.code, "invalid-artifact");
-        assert.deepEqual([error.details.reason, error.details.path, error.details.changed], ["changed-while-reading", "b", "directory"]);
+        assert.deepEqual([error.details.reason, error.details.changed, error.details.opened], ["changed-while-reading", "root", join(base, "elsewhere/pkg")]);
         return true;
       });
-    } finally {
-      setReadHook(null);
-    }
-  });
-});
-
-describe("walk race: a directory above the root swapped for a symlink", () => {
-  test("Given a resolved root whose parent is then swapped for a symlink to another directory, When it is walked, Then invalid-artifact changed-while-reading (root): the kernel's name for what was opened must be the root asked for", async () => {
-    const base = tempDir("oats-root-swap-");
-    mkdirSync(join(base, "parent/pkg"), { recursive: true });
-    writeFileSync(join(base, "parent/pkg/f"), "real\n");
-    mkdirSync(join(base, "elsewhere/pkg"), { recursive: true });
-    writeFileSync(join(base, "elsewhere/pkg/f"), "elsewhere\n");
-    const root = join(base, "parent/pkg");
-    // As if the swap happened between the caller's realpath and the walk's open.
-    renameSync(join(base, "parent"), join(base, "parent-real"));
-    symlinkSync(join(base, "elsewhere"), join(base, "parent"));
-    await assert.rejects(walkTree(root), (error) => {
-      assert.ok(error instanceof OatsError, String(error));
-      assert.equal(error.code, "invalid-artifact");
-      assert.deepEqual([error.details.reason, error.details.changed, error.details.opened], ["changed-while-reading", "root", join(base, "elsewhere/pkg")]);
-      return true;
     });
   });
-});
+}

@@ -1,6 +1,6 @@
-import { closeSync } from "node:fs";
 import { OatsError } from "../../errors.js";
-import { DIRECTORY_FDS, inDirectory, openDirectory, openRoot, type DirectoryEntry, type FileEntry } from "./walk.js";
+import { closeOpened, type OpenedDirectory } from "./native-directories.js";
+import { DIRECTORY_FDS, inDirectory, openChildDirectory, openRoot, type DirectoryEntry, type FileEntry } from "./walk.js";
 
 /**
  * The directories the reads are in, opened again the way the walk opened
@@ -13,7 +13,7 @@ import { DIRECTORY_FDS, inDirectory, openDirectory, openRoot, type DirectoryEntr
  * it for a symlink can redirect (see walk.ts).
  */
 export class DirectoryCursor {
-  private readonly open: { directory: DirectoryEntry; fd: number }[] = [];
+  private readonly open: { directory: DirectoryEntry; fd: number; native?: OpenedDirectory["native"] }[] = [];
 
   /** The path to open `file` by: inside its directory's descriptor, or its plain path where /proc is not available. */
   pathOf(file: FileEntry): string {
@@ -34,12 +34,11 @@ export class DirectoryCursor {
     chain.reverse();
     let shared = 0;
     while (shared < this.open.length && shared < chain.length && this.open[shared]!.directory === chain[shared]) shared += 1;
-    while (this.open.length > shared) closeSync(this.open.pop()!.fd);
+    while (this.open.length > shared) closeOpened(this.open.pop()!);
     for (let index = shared; index < chain.length; index++) {
       const wanted = chain[index]!;
-      const at = index === 0 ? wanted.absolute : inDirectory(this.open[index - 1]!.fd, wanted.parent!.absolute, wanted.name);
-      const opened = index === 0 ? openRoot(at) : openDirectory(at, wanted.path);
-      this.open.push({ directory: wanted, fd: opened.fd });
+      const opened: OpenedDirectory = index === 0 ? openRoot(wanted.absolute) : openChildDirectory(this.open[index - 1]!.fd, wanted.parent!.absolute, wanted.name, wanted.path);
+      this.open.push({ directory: wanted, fd: opened.fd, native: opened.native });
       if (opened.dev !== wanted.dev || opened.ino !== wanted.ino) {
         throw new OatsError("invalid-artifact", `directory changed while it was read (replaced): ${wanted.path || "."}`, {
           path: wanted.path || ".",
@@ -52,6 +51,6 @@ export class DirectoryCursor {
   }
 
   close(): void {
-    while (this.open.length > 0) closeSync(this.open.pop()!.fd);
+    while (this.open.length > 0) closeOpened(this.open.pop()!);
   }
 }

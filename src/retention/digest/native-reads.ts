@@ -4,8 +4,10 @@ import { getSystemErrorName } from "node:util";
 /**
  * The addon built from native/*.c (dist/native/oats.node), when the build
  * could compile it: the small-file reads of native/read-small.c, several
- * files of one directory per call, and the read-ahead threads of
- * native/prefetch.c (prefetch.ts says why those).
+ * files of one directory per call, the directory calls of the walk
+ * (native/directories.c, native-directories.ts) and the read-ahead threads
+ * of native/prefetch.c and native/warm-directories.c (prefetch.ts says why
+ * those).
  *
  * Why: a 2 KiB file costs five system calls, and from JavaScript each is a
  * binding call that allocates (a /proc/<pid>/fd/<dir>/<name> string whose
@@ -28,6 +30,12 @@ export type NativeThreads = { readonly __nativeThreads: unique symbol };
 export interface NativeAddon {
   /** `split`: read the second half of the names on a second thread (only where a core would otherwise idle). */
   readSmallFiles(dirFd: number, names: string[], buffer: Buffer, limit: number, meta: Float64Array, split: boolean, afterRead?: (index: number) => void): number;
+  /** A child directory opened inside its parent's descriptor (O_DIRECTORY | O_NOFOLLOW) and fstat'd into stat (dev, ino, mode; the failed step): the fd, or -errno. */
+  openDirectoryAt(parentFd: number, name: string, stat: Float64Array): number;
+  /** Closes a descriptor openDirectoryAt gave (Node must not close what it did not open): 0 or -errno. */
+  closeDirectory(fd: number): number;
+  /** The entries of an open directory but . and .., each name followed by a NUL, with their d_types; or -errno. */
+  listDirectory(fd: number): { names: string; types: Uint8Array } | number;
   /** Leaf i's path is paths[ends[i - 1], ends[i]), empty for a leaf that is not a file. */
   startPrefetch(paths: Buffer, ends: Int32Array, from: number, threads: number, window: number, limit: number): NativeThreads;
   advancePrefetch(prefetch: NativeThreads, index: number): void;
@@ -38,7 +46,7 @@ export interface NativeAddon {
   threadsRunning(threads: NativeThreads): number;
 }
 
-const FUNCTIONS = ["readSmallFiles", "startPrefetch", "advancePrefetch", "warmDirectories", "stopThreads", "threadsRunning"] as const;
+const FUNCTIONS = ["readSmallFiles", "openDirectoryAt", "closeDirectory", "listDirectory", "startPrefetch", "advancePrefetch", "warmDirectories", "stopThreads", "threadsRunning"] as const;
 
 /** Four doubles a file: status, offset (or step, or what changed), size, mode. */
 export const META_FIELDS = 4;

@@ -1,5 +1,6 @@
 import { closeSync, constants, existsSync, fstatSync, openSync, readdirSync, readlinkSync, type Dirent } from "node:fs";
 import { OatsError, errnoCode } from "../../errors.js";
+import { closeOpened, listNatively, openChildNatively, type Listed, type OpenedDirectory } from "./native-directories.js";
 import { prefetchMode, warmDirectories, type Prefetcher } from "./prefetch.js";
 
 /**
@@ -135,7 +136,7 @@ function checkNamesAreUtf8(absolute: string, path: string): void {
   }
 }
 
-function refuseSpecial(entry: Dirent<Buffer> | Dirent, path: string): never {
+function refuseSpecial(entry: Dirent<Buffer> | Listed, path: string): never {
   const type = entry.isFIFO() ? "FIFO" : entry.isSocket() ? "socket" : entry.isBlockDevice() || entry.isCharacterDevice() ? "device" : "special file";
   throw new OatsError("invalid-artifact", `unsupported ${type} in tree: ${path}`, { path, reason: "special-file", type });
 }
@@ -162,7 +163,7 @@ const BEYOND_UTF16_ORDER = /[\uD800-\uFFFF]/;
  * distinct and hold no "/", so only a name that is a prefix of its sibling's
  * needs the "/" looked at. For names below U+D800, UTF-16 order is UTF-8 order.
  */
-function compareSiblings(a: Dirent, b: Dirent): number {
+function compareSiblings(a: Listed, b: Listed): number {
   const x = a.name;
   const y = b.name;
   if (x.length < y.length && a.isDirectory() && y.startsWith(x)) return "/" < y[x.length]! ? -1 : 1;
@@ -170,9 +171,9 @@ function compareSiblings(a: Dirent, b: Dirent): number {
   return x < y ? -1 : x > y ? 1 : 0;
 }
 
-const siblingKey = (entry: Dirent): Buffer => Buffer.from(entry.isDirectory() ? `${entry.name}/` : entry.name);
+const siblingKey = (entry: Listed): Buffer => Buffer.from(entry.isDirectory() ? `${entry.name}/` : entry.name);
 
-function compareSiblingBytes(a: Dirent, b: Dirent): number {
+function compareSiblingBytes(a: Listed, b: Listed): number {
   return Buffer.compare(siblingKey(a), siblingKey(b));
 }
 
@@ -201,8 +202,10 @@ interface Frame {
   readonly directory: DirectoryEntry;
   /** The directory's own descriptor, closed when the frame is popped (or by the walk's finally). */
   readonly fd: number;
+  /** Set when the addon opened it (closeOpened). */
+  readonly native?: OpenedDirectory["native"];
   /** Filled once the frame holds the descriptor, so a failed listing still closes it. */
-  listed: Dirent[];
+  listed: Listed[];
   readonly depth: number;
   next: number;
 }
@@ -274,12 +277,27 @@ export function openDirectory(at: string, path: string): { fd: number; dev: numb
   }
 }
 
-function listDirectory(fd: number, absolute: string, path: string): Dirent[] {
+/**
+ * A child directory opened inside its parent's descriptor without following
+ * a symlink at its name, and its fstat: natively where the addon loaded
+ * (native-directories.ts), else through the /proc path.
+ */
+export function openChildDirectory(parentFd: number, parentAbsolute: string, name: string, path: string): OpenedDirectory {
+  let opened;
+  try {
+    opened = openChildNatively(parentFd, name);
+  } catch (error) {
+    throw changedOrUnreadable(error, path);
+  }
+  return opened ?? openDirectory(inDirectory(parentFd, parentAbsolute, name), path);
+}
+
+function listDirectory(fd: number, absolute: string, path: string): Listed[] {
   try {
     // Synchronous, like the small-file reads: one readdir is cheaper than
     // the thread-pool round trip that would carry it.
     const at = listingPath(fd, absolute);
-    const listed = readdirSync(at, { withFileTypes: true });
+    const listed = listNatively(fd) ?? readdirSync(at, { withFileTypes: true });
     let beyond = false;
     for (const entry of listed) if (BEYOND_UTF16_ORDER.test(entry.name)) beyond = true;
     if (beyond && listed.some((entry) => entry.name.includes("\uFFFD"))) checkNamesAreUtf8(at, path);
@@ -332,7 +350,7 @@ export async function walkTree(rootAbsolute: string, options: WalkOptions = {}):
       const frame = stack[stack.length - 1]!;
       if (frame.next === frame.listed.length) {
         stack.pop();
-        closeSync(frame.fd);
+        closeOpened(frame);
         // Children before their parents.
         if (frame.directory.path) directories.push(frame.directory);
         continue;
@@ -344,9 +362,9 @@ export async function walkTree(rootAbsolute: string, options: WalkOptions = {}):
       if (frame.depth + 1 > maxDepth) throw tooDeep(childPath, frame.depth + 1, maxDepth);
       if (entry.isDirectory()) {
         const childAbsolute = `${parent.absolute}/${name}`;
-        const child = openDirectory(inDirectory(frame.fd, parent.absolute, name), childPath);
+        const child = openChildDirectory(frame.fd, parent.absolute, name, childPath);
         const directory: DirectoryEntry = { type: "directory", name, path: childPath, absolute: childAbsolute, children: [], parent, dev: child.dev, ino: child.ino, mode: child.mode };
-        const below: Frame = { directory, fd: child.fd, listed: [], depth: frame.depth + 1, next: 0 };
+        const below: Frame = { directory, fd: child.fd, native: child.native, listed: [], depth: frame.depth + 1, next: 0 };
         stack.push(below);
         below.listed = listDirectory(child.fd, childAbsolute, childPath);
         parent.children.push(directory);
@@ -371,7 +389,7 @@ export async function walkTree(rootAbsolute: string, options: WalkOptions = {}):
     return { root, leaves, directories, cold };
   } finally {
     warming?.stop();
-    for (const frame of stack) closeSync(frame.fd);
+    for (const frame of stack) closeOpened(frame);
   }
 }
 
