@@ -3,6 +3,16 @@
 #define OATS_ADDON_H
 #include <node_api.h>
 #include <stddef.h>
+#include <stdint.h>
+
+/* One entry of getdents64(2), which glibc does not declare (directories.c, warm-directories.c). */
+struct linux_dirent64 {
+  uint64_t d_ino;
+  int64_t d_off;
+  unsigned short d_reclen;
+  unsigned char d_type;
+  char d_name[];
+};
 
 /* read-small.c */
 napi_value read_small_files(napi_env env, napi_callback_info info);

@@ -14,8 +14,8 @@
  *     when the worker ends).
  *   listDirectory(fd) -> { names, types }, or -errno
  *     every entry of the open directory but . and .., from its start: the
- *     names in one string, each followed by a NUL, and their d_types (a
- *     Uint8Array); an entry the filesystem types DT_UNKNOWN is typed by
+ *     names' bytes in one Buffer, each followed by a NUL, and their d_types
+ *     (a Uint8Array); an entry the filesystem types DT_UNKNOWN is typed by
  *     fstatat(fd, name, AT_SYMLINK_NOFOLLOW).
  *
  * The same calls the JavaScript walk makes through
@@ -39,14 +39,6 @@
 #define LISTING_BYTES (64 << 10)
 #define STEP_OPEN 1
 #define STEP_FSTAT 2
-
-struct linux_dirent64 {
-  uint64_t d_ino;
-  int64_t d_off;
-  unsigned short d_reclen;
-  unsigned char d_type;
-  char d_name[];
-};
 
 static napi_value number(napi_env env, double value) {
   napi_value result;
@@ -121,7 +113,8 @@ napi_value list_directory(napi_env env, napi_callback_info info) {
   if (napi_get_cb_info(env, info, &argc, argv, NULL, NULL) != napi_ok || argc < 1 || napi_get_value_int32(env, argv[0], &fd) != napi_ok || fd < 0)
     return throw_type(env, "listDirectory: fd");
   if (lseek(fd, 0, SEEK_SET) < 0) return number(env, -errno);
-  // The names go out as one string, each followed by a NUL (no name holds one), and are split in JavaScript: one string made, not one per name.
+  // The names go out as the bytes of one Buffer, each followed by a NUL (no name holds one), and are decoded one by one in JavaScript
+  // (Buffer.toString: a string of its own per name; slices of one joined string kept every directory's string alive, and grew V8's young generation).
   char *buffer = malloc(LISTING_BYTES);
   size_t names_capacity = 16 << 10, names_length = 0, types_capacity = 256, count = 0;
   char *names = malloc(names_capacity);
@@ -156,7 +149,7 @@ napi_value list_directory(napi_env env, napi_callback_info info) {
   free(buffer);
   napi_value joined, array_buffer, typed, result;
   void *data;
-  if (error == 0 && (napi_create_string_utf8(env, names, names_length, &joined) != napi_ok || napi_create_arraybuffer(env, count, &data, &array_buffer) != napi_ok ||
+  if (error == 0 && (napi_create_buffer_copy(env, names_length, names, NULL, &joined) != napi_ok || napi_create_arraybuffer(env, count, &data, &array_buffer) != napi_ok ||
                      napi_create_typedarray(env, napi_uint8_array, count, array_buffer, 0, &typed) != napi_ok || napi_create_object(env, &result) != napi_ok ||
                      napi_set_named_property(env, result, "names", joined) != napi_ok || napi_set_named_property(env, result, "types", typed) != napi_ok))
     error = ENOMEM;

@@ -37,14 +37,6 @@
 #define MAX_THREADS 64
 #define LISTING_BYTES (32 << 10)
 
-struct linux_dirent64 {
-  uint64_t d_ino;
-  int64_t d_off;
-  unsigned short d_reclen;
-  unsigned char d_type;
-  char d_name[];
-};
-
 struct warm {
   struct job job;
   int root;

@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
 import { execFileSync, spawnSync } from "node:child_process";
 import { createHash } from "node:crypto";
-import { cpSync, lstatSync, mkdtempSync, readFileSync, readdirSync, readlinkSync, rmSync } from "node:fs";
+import { cpSync, lstatSync, mkdtempSync, readFileSync, readdirSync, readlinkSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { after } from "node:test";
@@ -29,6 +29,22 @@ if (!process.env["OATS_STATE_DIR"]) {
 after(() => {
   for (const dir of made) rmSync(dir, { recursive: true, force: true });
 });
+
+/**
+ * Drop the page cache (`sync; echo 3 > /proc/sys/vm/drop_caches`), or skip
+ * the test by name where that is not allowed (it needs root; CI is root).
+ * Returns whether the cache was dropped.
+ */
+export function dropPageCache(t: { skip(message: string): void }): boolean {
+  try {
+    execFileSync("sync");
+    writeFileSync("/proc/sys/vm/drop_caches", "3\n");
+    return true;
+  } catch (error) {
+    t.skip(`cannot drop the page cache here (needs root): ${String(error)}`);
+    return false;
+  }
+}
 
 /** A fresh temporary directory, removed when the test file ends. */
 export function tempDir(prefix = "oats-test-"): string {

@@ -137,7 +137,7 @@ test("Given a directory listed natively, When listed, Then every entry but . and
     for (let round = 0; round < 2; round++) {
       const listed = native.listDirectory(fd);
       assert.ok(typeof listed === "object");
-      const names = listed.names.split("\0").slice(0, -1);
+      const names = listed.names.toString("utf8").split("\0").slice(0, -1);
       const byName = Object.fromEntries(names.map((name, at) => [name, listed.types[at]]));
       const expected = readdirSync(root, { withFileTypes: true });
       assert.equal(names.length, expected.length, `round ${round}: the same entries as readdir, listed again from the start`);

@@ -1,5 +1,4 @@
 import assert from "node:assert/strict";
-import { execFileSync } from "node:child_process";
 import { closeSync, constants, mkdirSync, openSync, readdirSync, symlinkSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
@@ -8,7 +7,7 @@ import { digestListing } from "../src/retention/digest/tree.js";
 import { nativeReads, setNativeReads } from "../src/retention/digest/native-reads.js";
 import { directoryWarmingsStarted, prefetchesStarted, setPrefetchMode, warmDirectories, type Prefetcher } from "../src/retention/digest/prefetch.js";
 import { walkTree } from "../src/retention/digest/walk.js";
-import { tempDir } from "./helpers.js";
+import { dropPageCache, tempDir } from "./helpers.js";
 
 /**
  * The read-ahead threads in C against a really cold page cache: the
@@ -29,17 +28,6 @@ afterEach(() => {
   setNativeReads(true);
   setPrefetchMode("auto");
 });
-
-function dropCaches(t: TestContext): boolean {
-  try {
-    execFileSync("sync");
-    writeFileSync("/proc/sys/vm/drop_caches", "3\n");
-    return true;
-  } catch (error) {
-    t.skip(`cannot drop the page cache here (needs root): ${String(error)}`);
-    return false;
-  }
-}
 
 /** Block reads (512-byte units) this process made while listing each of `directories`. */
 function blockReadsListing(directories: readonly string[]): number {
@@ -87,7 +75,7 @@ function deepTree(root: string, fanout: number, levels: number): string[][] {
 async function afterWarming(t: TestContext, root: string, maxDepth: number, check: readonly string[]): Promise<number | null> {
   let reads = 0;
   for (let attempt = 0; attempt < 2; attempt++) {
-    if (!dropCaches(t)) return null;
+    if (!dropPageCache(t)) return null;
     const fd = openRootFd(root);
     let threads: Prefetcher | null;
     try {
@@ -114,7 +102,7 @@ test("Given a cold tree of 340 directories, When the directory threads have run 
   const root = tempDir("oats-warm-dirs-");
   const directories = deepTree(root, 4, 4).flat();
   // The measurement means something only if a cold listing does read the disk here.
-  if (!dropCaches(t)) return;
+  if (!dropPageCache(t)) return;
   const cold = blockReadsListing(directories);
   if (cold === 0) {
     t.skip("listing a cold tree made no block reads on this filesystem: nothing to measure");
@@ -155,7 +143,7 @@ test("Given a cold tree, When it is walked (auto), Then the walk starts the dire
   for (let i = 0; i < 600; i++) writeFileSync(join(root, `d1-${i % 5}`, `extra-${i}.txt`), `${i}\n`);
   const warm = await walkTree(root);
   assert.equal(warm.cold, false, "a warm walk is not cold");
-  if (!dropCaches(t)) return;
+  if (!dropPageCache(t)) return;
   const warmings = directoryWarmingsStarted();
   const descriptors = readdirSync("/proc/self/fd").length;
   const cold = await walkTree(root);

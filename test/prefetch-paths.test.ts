@@ -6,7 +6,6 @@
  * cache. Both ways: the native threads and the worker threads.
  */
 import assert from "node:assert/strict";
-import { execFileSync } from "node:child_process";
 import { mkdirSync, symlinkSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { afterEach, test } from "node:test";
@@ -14,7 +13,7 @@ import { setNativeReads } from "../src/retention/digest/native-reads.js";
 import { digestListing } from "../src/retention/digest/tree.js";
 import { prefetchMode, setPrefetchMode, startPrefetch } from "../src/retention/digest/prefetch.js";
 import { walkTree } from "../src/retention/digest/walk.js";
-import { tempDir } from "./helpers.js";
+import { dropPageCache, tempDir } from "./helpers.js";
 
 afterEach(() => setNativeReads(true));
 
@@ -32,13 +31,7 @@ test(`${way}: Given a cold tree with multi-byte names and symlinks, When the rea
   }
   const listing = await walkTree(root);
   const warm = await digestListing(listing, ["oats.tree-exec.v1"]);
-  try {
-    execFileSync("sync");
-    writeFileSync("/proc/sys/vm/drop_caches", "3\n");
-  } catch (error) {
-    t.skip(`cannot drop the page cache here (needs root): ${String(error)}`);
-    return;
-  }
+  if (!dropPageCache(t)) return;
   const prefetcher = startPrefetch(listing.leaves, 0);
   assert.ok(prefetcher);
   prefetcher.advance(listing.leaves.length);

@@ -10,7 +10,7 @@ import { setNativeReads } from "../src/retention/digest/native-reads.js";
 import { prefetchesStarted, setPrefetchMode, startPrefetch } from "../src/retention/digest/prefetch.js";
 import { setReadHook } from "../src/retention/digest/read-hook.js";
 import { walkTree } from "../src/retention/digest/walk.js";
-import { tempDir } from "./helpers.js";
+import { dropPageCache, tempDir } from "./helpers.js";
 
 /**
  * The read-ahead (src/retention/digest/prefetch.ts) only warms the page
@@ -130,13 +130,7 @@ for (const { way, native } of WAYS) {
     setNativeReads(native);
     const root = bigTree();
     const warm = await digestTree(root);
-    try {
-      execFileSync("sync");
-      writeFileSync("/proc/sys/vm/drop_caches", "3\n");
-    } catch (error) {
-      t.skip(`cannot drop the page cache here (needs root): ${String(error)}`);
-      return;
-    }
+    if (!dropPageCache(t)) return;
     const before = prefetchesStarted();
     const cold = await digestTree(root);
     assert.equal(prefetchesStarted(), before + 1, "a cold read started the read-ahead");

@@ -5,25 +5,18 @@
  * that must not pass for a cold source (file-reader.ts, COLD_BLOCK_READS).
  */
 import assert from "node:assert/strict";
-import { execFileSync } from "node:child_process";
 import { mkdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { test } from "node:test";
 import { digestTree, retainTree } from "../src/index.js";
 import { prefetchesStarted } from "../src/retention/digest/prefetch.js";
-import { tempDir } from "./helpers.js";
+import { dropPageCache, tempDir } from "./helpers.js";
 
 test("Given a warm source of 5,000 files and cold store metadata, When it is retained, Then the block reads of creating files start no read-ahead workers", async (t) => {
   const source = tempDir("oats-warm-src-");
   for (let d = 0; d < 10; d++) mkdirSync(join(source, `d${d}`));
   for (let i = 0; i < 5000; i++) writeFileSync(join(source, `d${i % 10}`, `f${i}.txt`), "x".repeat(100 + (i % 2000)));
-  try {
-    execFileSync("sync");
-    writeFileSync("/proc/sys/vm/drop_caches", "3\n");
-  } catch (error) {
-    t.skip(`cannot drop the page cache here (needs root): ${String(error)}`);
-    return;
-  }
+  if (!dropPageCache(t)) return;
   // Warm the source again; the filesystem's inode tables for new files stay cold.
   const digests = await digestTree(source);
   const before = prefetchesStarted();

@@ -72,8 +72,10 @@ export function listNatively(fd: number): Listed[] | null {
   let start = 0;
   for (let index = 0; index < types.length; index++) {
     if (types[index] === 0) throw nativeError(ENOENT, STEP_READ);
-    const end = names.indexOf("\0", start);
-    entries[index] = new NativeEntry(names.slice(start, end), types[index]!);
+    const end = names.indexOf(0, start);
+    // Decoded as readdir decodes (an invalid sequence becomes U+FFFD), each into a string of its own: slices of one
+    // string per directory kept those strings alive with every name and grew the young generation (row 25b: 87 -> 103 MiB).
+    entries[index] = new NativeEntry(names.toString("utf8", start, end), types[index]!);
     start = end + 1;
   }
   return entries;

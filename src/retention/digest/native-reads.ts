@@ -34,8 +34,8 @@ export interface NativeAddon {
   openDirectoryAt(parentFd: number, name: string, stat: Float64Array): number;
   /** Closes a descriptor openDirectoryAt gave (Node must not close what it did not open): 0 or -errno. */
   closeDirectory(fd: number): number;
-  /** The entries of an open directory but . and .., each name followed by a NUL, with their d_types; or -errno. */
-  listDirectory(fd: number): { names: string; types: Uint8Array } | number;
+  /** The entries of an open directory but . and ..: their names' bytes, each followed by a NUL, and their d_types; or -errno. */
+  listDirectory(fd: number): { names: Buffer; types: Uint8Array } | number;
   /** Leaf i's path is paths[ends[i - 1], ends[i]), empty for a leaf that is not a file. */
   startPrefetch(paths: Buffer, ends: Int32Array, from: number, threads: number, window: number, limit: number): NativeThreads;
   advancePrefetch(prefetch: NativeThreads, index: number): void;
