@@ -3,10 +3,13 @@
  * directory per call (src/retention/digest/native-reads.ts is its only caller
  * and says why; docs/design/performance.md, "Small files read natively").
  *
- *   readSmallFiles(dirFd, names, buffer, limit, meta, split, afterRead?) -> count
+ *   readSmallFiles(dirFds, names, buffer, limit, meta, split, afterRead?) -> count
  *
- * For names[0], names[1], ... in order, each file is
- *   openat(dirFd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC),
+ * dirFds is one directory descriptor for every name, or an Int32Array with
+ * one per name (a run of files may span several directories: batches stay
+ * long in trees of small directories). For names[0], names[1], ... in order,
+ * each file is
+ *   openat(its dirFd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC),
  *   fstat'd, read whole into `buffer` after the files before it, fstat'd
  *   again and closed,
  * exactly the calls and checks of the JavaScript path (file-reader.ts), with
@@ -31,14 +34,12 @@
  * seam of read-hook.ts); an exception it throws closes the file and
  * propagates.
  *
- * With `split`, no hook, at least PARALLEL_MIN names and a buffer of at
- * least twice `limit`, the second half of the names is read by a second thread into the
- * second half of the buffer while this thread reads the first: on two cores
- * the calls of two files overlap. Its results count only when the first
- * half was read to its end without a stop; otherwise they are dropped (the
- * files were only opened, read and closed) and the caller asks again from
- * where the first half stopped. Either way `count` and `meta` mean what
- * they mean above, in order.
+ * With `split`, no hook and at least PARALLEL_MIN names, a second thread
+ * reads beside this one: each takes the next name in order and the buffer
+ * space its file needs, so the two share the work whatever the sizes. When
+ * a file stops the call (a failure, or no room), no name after it is taken;
+ * the few already taken past it by the other thread are read and dropped,
+ * and `count` and `meta` mean what they mean above, in order.
  */
 #define _GNU_SOURCE
 #include "addon.h"
@@ -46,6 +47,9 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -68,7 +72,13 @@
 
 #define FIELDS 4
 #define MAX_NAMES 256
-#define PARALLEL_MIN 16
+/*
+ * A second thread costs its start and join, some 50 us here: on a short run
+ * that is more than the calls it takes over, and splitting runs of 16-60
+ * files made digests of real node_modules trees 7-15% slower
+ * (docs/design/performance.md, "Long runs, split late").
+ */
+#define PARALLEL_MIN 64
 #define NAME_BYTES (NAME_MAX + 2)
 
 int name_error(const char *name, size_t length) {
@@ -114,111 +124,178 @@ struct hook {
   napi_value function;
 };
 
-/* Names [from, to) read into buffer[base, base + length); meta entries and offsets are the whole call's. */
-struct range {
-  int dir_fd;
-  char (*names)[NAME_BYTES];
-  const size_t *lengths;
-  uint32_t from, to;
-  char *buffer;
-  size_t base, length;
-  int64_t limit;
-  double *meta;
-  const struct hook *hook;
-  /* Out: entries written, from `from`; whether the last one stopped the range (a failure or a large file); a hook threw. */
-  uint32_t count;
-  int stopped;
-  int thrown;
-};
-
 static int call_hook(const struct hook *hook, uint32_t index) {
   napi_value global, argument, ignored;
   return napi_get_global(hook->env, &global) == napi_ok && napi_create_uint32(hook->env, index, &argument) == napi_ok &&
          napi_call_function(hook->env, global, hook->function, 1, &argument, &ignored) == napi_ok;
 }
 
-static void read_range(struct range *range) {
-  size_t used = 0;
-  range->count = 0;
-  range->stopped = 0;
-  range->thrown = 0;
-  for (uint32_t index = range->from; index < range->to; index++) {
-    double *entry = range->meta + (size_t)index * FIELDS;
-    const char *name = range->names[index];
-    range->stopped = 1;
-    range->count++;
-    int refused = name_error(name, range->lengths[index]);
-    if (refused != 0) {
-      put(entry, refused, STEP_OPEN, 0, 0);
-      return;
-    }
-    int fd = openat(range->dir_fd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
-    if (fd < 0) {
-      put(entry, errno, STEP_OPEN, 0, 0);
-      return;
-    }
-    struct stat before, after;
-    if (fstat(fd, &before) != 0) {
-      put(entry, errno, STEP_FSTAT, 0, 0);
-      close(fd);
-      return;
-    }
-    if (!S_ISREG(before.st_mode)) {
-      put(entry, NOT_REGULAR, 0, 0, 0);
-      close(fd);
-      return;
-    }
-    if (before.st_size > range->limit) {
-      put(entry, TOO_LARGE, 0, (double)before.st_size, 0);
-      close(fd);
-      return;
-    }
-    size_t size = (size_t)before.st_size;
-    if (size > range->length - used) {
-      close(fd);  // not counted: asked again with the buffer free
-      range->count--;
-      return;
-    }
-    size_t offset = range->base + used;
-    int error = 0;
-    size_t got = read_fully(fd, range->buffer + offset, size, &error);
-    if (error != 0) {
-      put(entry, error, STEP_READ, 0, 0);
-      close(fd);
-      return;
-    }
-    if (range->hook != NULL && !call_hook(range->hook, index)) {
-      close(fd);
-      range->thrown = 1;
-      return;
-    }
-    if (fstat(fd, &after) != 0) {
-      put(entry, errno, STEP_FSTAT, 0, 0);
-      close(fd);
-      return;
-    }
-    if (close(fd) != 0) {
-      put(entry, errno, STEP_CLOSE, 0, 0);
-      return;
-    }
-    if (got != size) {
-      put(entry, SHORT, 0, 0, 0);
-      return;
-    }
-    int what = difference(&before, &after);
-    if (what != 0) {
-      put(entry, CHANGED, what, 0, 0);
-      return;
-    }
-    put(entry, 0, (double)offset, (double)size, (double)(before.st_mode & 07777));
-    used += size;
-    range->stopped = 0;
+/* One call's names, read by this thread alone or by two; the atomics are what the two share. */
+struct batch {
+  /* One descriptor for every name, or one per name. */
+  int dir_fd;
+  const int32_t *dir_fds;
+  char (*names)[NAME_BYTES];
+  const size_t *lengths;
+  uint32_t count;
+  char *buffer;
+  size_t length;
+  int64_t limit;
+  double *meta;
+  const struct hook *hook;
+  _Atomic uint32_t next;  /* the next name to take */
+  _Atomic uint32_t stop;  /* the first name that stopped the call (count while none has) */
+  _Atomic size_t used;    /* buffer bytes taken */
+  _Atomic int reading;    /* the helper holds a name (between taking it and writing its entry) */
+  _Atomic int refs;       /* the batch is freed by the last of the two threads to let go of it */
+  int thrown;             /* the hook threw (JavaScript thread only) */
+};
+
+/* Marks a file that did not fit: the call stops before it, not after. */
+#define NO_ROOM -100
+
+static void stop_at(struct batch *batch, uint32_t index) {
+  uint32_t current = atomic_load(&batch->stop);
+  while (index < current && !atomic_compare_exchange_weak(&batch->stop, &current, index)) {
   }
 }
 
-static void *read_range_thread(void *range) {
-  read_range(range);
+/* Room for `size` bytes: their offset, or SIZE_MAX when the buffer has not that much left. */
+static size_t take_room(struct batch *batch, size_t size) {
+  size_t used = atomic_load(&batch->used);
+  do {
+    if (size > batch->length - used) return SIZE_MAX;
+  } while (!atomic_compare_exchange_weak(&batch->used, &used, used + size));
+  return used;
+}
+
+/* Reads names[index]; 0 when it was read, else the call stops at it. */
+static int read_one(struct batch *batch, uint32_t index) {
+  double *entry = batch->meta + (size_t)index * FIELDS;
+  const char *name = batch->names[index];
+  int refused = name_error(name, batch->lengths[index]);
+  if (refused != 0) {
+    put(entry, refused, STEP_OPEN, 0, 0);
+    return 1;
+  }
+  int fd = openat(batch->dir_fds != NULL ? batch->dir_fds[index] : batch->dir_fd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) {
+    put(entry, errno, STEP_OPEN, 0, 0);
+    return 1;
+  }
+  struct stat before, after;
+  if (fstat(fd, &before) != 0) {
+    put(entry, errno, STEP_FSTAT, 0, 0);
+    close(fd);
+    return 1;
+  }
+  if (!S_ISREG(before.st_mode)) {
+    put(entry, NOT_REGULAR, 0, 0, 0);
+    close(fd);
+    return 1;
+  }
+  if (before.st_size > batch->limit) {
+    put(entry, TOO_LARGE, 0, (double)before.st_size, 0);
+    close(fd);
+    return 1;
+  }
+  size_t size = (size_t)before.st_size;
+  size_t offset = take_room(batch, size);
+  if (offset == SIZE_MAX) {
+    put(entry, NO_ROOM, 0, 0, 0);  // not counted: asked again with the buffer free
+    close(fd);
+    return 1;
+  }
+  int error = 0;
+  size_t got = read_fully(fd, batch->buffer + offset, size, &error);
+  if (error != 0) {
+    put(entry, error, STEP_READ, 0, 0);
+    close(fd);
+    return 1;
+  }
+  if (batch->hook != NULL && !call_hook(batch->hook, index)) {
+    close(fd);
+    batch->thrown = 1;
+    return 1;
+  }
+  if (fstat(fd, &after) != 0) {
+    put(entry, errno, STEP_FSTAT, 0, 0);
+    close(fd);
+    return 1;
+  }
+  if (close(fd) != 0) {
+    put(entry, errno, STEP_CLOSE, 0, 0);
+    return 1;
+  }
+  if (got != size) {
+    put(entry, SHORT, 0, 0, 0);
+    return 1;
+  }
+  int what = difference(&before, &after);
+  if (what != 0) {
+    put(entry, CHANGED, what, 0, 0);
+    return 1;
+  }
+  put(entry, 0, (double)offset, (double)size, (double)(before.st_mode & 07777));
+  return 0;
+}
+
+/* Take names in order until none is left or one has stopped the call. */
+static void read_names(struct batch *batch) {
+  for (;;) {
+    uint32_t index = atomic_fetch_add(&batch->next, 1);
+    if (index >= batch->count || index >= atomic_load(&batch->stop)) return;
+    if (read_one(batch, index) != 0) {
+      stop_at(batch, index);
+      return;
+    }
+  }
+}
+
+static void let_go(struct batch *batch) {
+  if (atomic_fetch_sub(&batch->refs, 1) == 1) free(batch);
+}
+
+/*
+ * The helper. It may start only after this thread has taken every name (a
+ * new thread can take a few hundred microseconds to be scheduled here) and
+ * the call has returned: then each index it takes is past the last one, and
+ * it touches nothing but the batch itself, which it frees if it is last. A
+ * name it does take is announced in `reading` first, and the call waits for
+ * it before it returns.
+ */
+static void *helper_thread(void *argument) {
+  struct batch *batch = argument;
+  for (;;) {
+    atomic_fetch_add(&batch->reading, 1);
+    uint32_t index = atomic_fetch_add(&batch->next, 1);
+    int more = index < batch->count && index < atomic_load(&batch->stop);
+    if (more && read_one(batch, index) != 0) {
+      stop_at(batch, index);
+      more = 0;
+    }
+    atomic_fetch_sub(&batch->reading, 1);
+    if (!more) break;
+  }
+  let_go(batch);
   return NULL;
+}
+
+/* Start the helper, detached; 0 if it could not be. */
+static int start_helper(struct batch *batch) {
+  pthread_attr_t attributes;
+  pthread_t thread;
+  if (pthread_attr_init(&attributes) != 0) return 0;
+  int started = pthread_attr_setdetachstate(&attributes, PTHREAD_CREATE_DETACHED) == 0 && pthread_create(&thread, &attributes, helper_thread, batch) == 0;
+  pthread_attr_destroy(&attributes);
+  return started;
+}
+
+/* Every name before the first stop was read (they were all taken before it); the stop itself counts unless it found no room. */
+static uint32_t names_done(struct batch *batch) {
+  uint32_t stop = atomic_load(&batch->stop);
+  if (stop >= batch->count) return batch->count;
+  return batch->meta[(size_t)stop * FIELDS] == NO_ROOM ? stop : stop + 1;
 }
 
 static napi_value throw_type(napi_env env, const char *message) {
@@ -231,12 +308,28 @@ napi_value read_small_files(napi_env env, napi_callback_info info) {
   napi_value argv[7];
   if (napi_get_cb_info(env, info, &argc, argv, NULL, NULL) != napi_ok || argc < 6) return throw_type(env, "readSmallFiles: six arguments");
 
-  int32_t dir_fd;
-  if (napi_get_value_int32(env, argv[0], &dir_fd) != napi_ok || dir_fd < 0) return throw_type(env, "readSmallFiles: dirFd");
+  int32_t dir_fd = -1;
+  const int32_t *dir_fds = NULL;
+  size_t dir_fds_length = 0;
+  bool fds_typed = false;
+  if (napi_is_typedarray(env, argv[0], &fds_typed) != napi_ok) return throw_type(env, "readSmallFiles: dirFds");
+  if (fds_typed) {
+    napi_typedarray_type fds_type;
+    void *fds_data;
+    if (napi_get_typedarray_info(env, argv[0], &fds_type, &dir_fds_length, &fds_data, NULL, NULL) != napi_ok || fds_type != napi_int32_array)
+      return throw_type(env, "readSmallFiles: dirFds");
+    dir_fds = fds_data;
+  } else if (napi_get_value_int32(env, argv[0], &dir_fd) != napi_ok || dir_fd < 0)
+    return throw_type(env, "readSmallFiles: dirFds");
   bool is_array = false;
   uint32_t count;
   if (napi_is_array(env, argv[1], &is_array) != napi_ok || !is_array || napi_get_array_length(env, argv[1], &count) != napi_ok)
     return throw_type(env, "readSmallFiles: names");
+  if (dir_fds != NULL) {
+    if (dir_fds_length < count) return throw_type(env, "readSmallFiles: dirFds shorter than names");
+    for (uint32_t index = 0; index < count; index++)
+      if (dir_fds[index] < 0) return throw_type(env, "readSmallFiles: dirFds");
+  }
   bool is_buffer = false;
   void *buffer;
   size_t buffer_length;
@@ -280,32 +373,25 @@ napi_value read_small_files(napi_env env, napi_callback_info info) {
   }
 
   struct hook hook = {env, after_read};
-  struct range first = {dir_fd, names, lengths, 0, count, buffer, 0, buffer_length, limit, meta_data, after_read ? &hook : NULL, 0, 0, 0};
-  uint32_t done;
-  pthread_t helper;
-  int parallel = split && after_read == NULL && count >= PARALLEL_MIN && limit >= 0 && buffer_length / 2 >= (size_t)limit;
-  if (parallel) {
-    struct range second = first;
-    first.to = second.from = count / 2;
-    first.length = buffer_length / 2;
-    second.base = first.length;
-    second.length = buffer_length - first.length;
-    parallel = pthread_create(&helper, NULL, read_range_thread, &second) == 0;
-    if (parallel) {
-      read_range(&first);
-      pthread_join(helper, NULL);
-      done = first.count + (first.count == first.to && !first.stopped ? second.count : 0);
-    } else {
-      first.to = count;
-      first.length = buffer_length;
-    }
+  struct batch *batch = calloc(1, sizeof *batch);
+  if (batch == NULL) {
+    free(names);
+    napi_throw_error(env, NULL, "readSmallFiles: out of memory");
+    return NULL;
   }
-  if (!parallel) {
-    read_range(&first);
-    done = first.count;
+  *batch = (struct batch){dir_fd, dir_fds, names, lengths, count, buffer, buffer_length, limit, meta_data, after_read ? &hook : NULL, 0, count, 0, 0, 1, 0};
+  if (split && after_read == NULL && count >= PARALLEL_MIN) {
+    atomic_store(&batch->refs, 2);
+    if (!start_helper(batch)) atomic_store(&batch->refs, 1);
   }
+  read_names(batch);
+  // Every name is taken (or the call has stopped); wait only for one the helper is still reading.
+  while (atomic_load(&batch->reading) != 0) sched_yield();
+  uint32_t done = names_done(batch);
+  int thrown = batch->thrown;
+  let_go(batch);
   free(names);
-  if (first.thrown) return NULL;  // the hook's exception propagates
+  if (thrown) return NULL;  // the hook's exception propagates
   napi_value result;
   if (napi_create_uint32(env, done, &result) != napi_ok) return NULL;
   return result;

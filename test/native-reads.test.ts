@@ -70,25 +70,30 @@ test("Given files of one directory, When read in one call, Then each file's byte
   }
 });
 
-test("Given forty files, When read by two threads and then by one, Then every byte lands at its file's offset, in order", () => {
+test("Given 128 files, When read with a second thread and then by one, Then every byte lands at its file's offset, in order, and the second thread took part", () => {
   const dir = tempDir("oats-native-");
-  const names = Array.from({ length: 40 }, (_, at) => `n${String(at).padStart(2, "0")}`);
+  const names = Array.from({ length: 128 }, (_, at) => `n${String(at).padStart(3, "0")}`);
   names.forEach((name, at) => writeFileSync(join(dir, name), Buffer.alloc(100 + at * 37, at + 1)));
   const fd = openDirectory(dir);
   try {
     const buffer = Buffer.alloc(1 << 20);
-    const meta = new Float64Array(64 * META_FIELDS);
-    const count = addon().readSmallFiles(fd, names, buffer, SMALL_FILE_SIZE, meta, true);
-    assert.equal(count, 40);
-    entries(meta, count).forEach((entry, at) => {
-      assert.equal(entry.status, 0);
-      assert.deepEqual(buffer.subarray(entry.second, entry.second + entry.size), readFileSync(join(dir, names[at]!)));
-    });
-    // The second half was read into the second half of the buffer.
-    assert.equal(entries(meta, count)[20]!.second, (1 << 20) / 2);
+    const meta = new Float64Array(128 * META_FIELDS);
+    // Each thread takes the next name and the room its file needs: a file the helper read lies out of the running order.
+    let helped = false;
+    for (let round = 0; round < 100 && !helped; round++) {
+      const count = addon().readSmallFiles(fd, names, buffer, SMALL_FILE_SIZE, meta, true);
+      assert.equal(count, 128);
+      const got = entries(meta, count);
+      got.forEach((entry, at) => {
+        assert.equal(entry.status, 0);
+        assert.deepEqual(buffer.subarray(entry.second, entry.second + entry.size), readFileSync(join(dir, names[at]!)));
+      });
+      helped = got.some((entry, at) => entry.second !== (at === 0 ? 0 : got[at - 1]!.second + got[at - 1]!.size));
+    }
+    assert.ok(helped, "in 100 calls of 128 files the second thread never read one");
     // Without `split` one thread reads them all, each file right after the one before.
-    assert.equal(addon().readSmallFiles(fd, names, buffer, SMALL_FILE_SIZE, meta, false), 40);
-    const alone = entries(meta, 40);
+    assert.equal(addon().readSmallFiles(fd, names, buffer, SMALL_FILE_SIZE, meta, false), 128);
+    const alone = entries(meta, 128);
     alone.forEach((entry, at) => {
       assert.equal(entry.second, at === 0 ? 0 : alone[at - 1]!.second + alone[at - 1]!.size);
       assert.deepEqual(buffer.subarray(entry.second, entry.second + entry.size), readFileSync(join(dir, names[at]!)));
@@ -98,30 +103,60 @@ test("Given forty files, When read by two threads and then by one, Then every by
   }
 });
 
-test("Given a first half that fills its half of the buffer, When read, Then only what was read in order counts and the next call goes on from there", () => {
+test("Given files of several directories, When read in one call with a descriptor per name, Then each is read inside its own directory", () => {
+  const dirs = [tempDir("oats-native-"), tempDir("oats-native-"), tempDir("oats-native-")];
+  // The same name in every directory, with different bytes: a file read in the wrong directory shows.
+  dirs.forEach((dir, at) => writeFileSync(join(dir, "same"), `directory ${at}\n`));
+  const fds = dirs.map(openDirectory);
+  try {
+    const order = [2, 0, 1, 1, 2];
+    const buffer = Buffer.alloc(1 << 20);
+    const meta = new Float64Array(8 * META_FIELDS);
+    const count = addon().readSmallFiles(Int32Array.from(order.map((at) => fds[at]!)), order.map(() => "same"), buffer, SMALL_FILE_SIZE, meta, false);
+    assert.equal(count, order.length);
+    assert.deepEqual(
+      entries(meta, count).map((entry) => buffer.subarray(entry.second, entry.second + entry.size).toString()),
+      order.map((at) => `directory ${at}\n`),
+    );
+    const native = addon();
+    assert.throws(() => native.readSmallFiles(Int32Array.from([fds[0]!]), ["same", "same"], buffer, SMALL_FILE_SIZE, meta, false), TypeError, "fewer descriptors than names");
+    assert.throws(() => native.readSmallFiles(Int32Array.from([fds[0]!, -1]), ["same", "same"], buffer, SMALL_FILE_SIZE, meta, false), TypeError, "a negative descriptor");
+    assert.throws(() => native.readSmallFiles(Float64Array.from([fds[0]!]) as unknown as Int32Array, ["same"], buffer, SMALL_FILE_SIZE, meta, false), TypeError, "not an Int32Array");
+  } finally {
+    fds.forEach((fd) => closeSync(fd));
+  }
+});
+
+test("Given files that fill the buffer, When read with and without a second thread, Then only what was read in order counts and the next call goes on from there", () => {
   const dir = tempDir("oats-native-");
-  // 200 KiB each: two fill half of 1 MiB, so the first thread stops at its third file.
-  const names = Array.from({ length: 20 }, (_, at) => `m${String(at).padStart(2, "0")}`);
+  // 200 KiB each: five fill 1 MiB, and 70 names are enough for a second thread.
+  const names = Array.from({ length: 70 }, (_, at) => `m${String(at).padStart(2, "0")}`);
   names.forEach((name, at) => writeFileSync(join(dir, name), Buffer.alloc(200 * KiB, at + 1)));
   const fd = openDirectory(dir);
   try {
     const buffer = Buffer.alloc(1 << 20);
-    const meta = new Float64Array(64 * META_FIELDS);
+    const meta = new Float64Array(128 * META_FIELDS);
     const native = addon();
-    let from = 0;
-    const seen: number[] = [];
-    while (from < names.length) {
-      const left = names.length - from;
-      const count = native.readSmallFiles(fd, names.slice(from), buffer, SMALL_FILE_SIZE, meta, true);
-      // Split (16 names or more): two of the first half fit in 512 KiB; alone, five fit in 1 MiB.
-      assert.equal(count, left >= 16 ? 2 : Math.min(5, left), `from ${from}`);
-      for (const entry of entries(meta, count)) {
-        assert.equal(entry.status, 0);
-        seen.push(buffer[entry.second]!);
+    for (const split of [true, false]) {
+      let from = 0;
+      const seen: number[] = [];
+      while (from < names.length) {
+        const count = native.readSmallFiles(fd, names.slice(from), buffer, SMALL_FILE_SIZE, meta, split);
+        // Alone, exactly five fit; with two threads taking room as they go, the file after a taken one may be the one that found none.
+        if (split) assert.ok(count >= 1 && count <= 5, `from ${from}: ${count}`);
+        else assert.equal(count, Math.min(5, names.length - from), `from ${from}`);
+        const got = entries(meta, count);
+        for (const entry of got) {
+          assert.equal(entry.status, 0);
+          seen.push(buffer[entry.second]!);
+        }
+        // No two files share a byte of the buffer.
+        const spans = got.map((entry) => [entry.second, entry.second + entry.size] as const).sort((a, b) => a[0] - b[0]);
+        spans.forEach((span, at) => assert.ok(at === 0 || spans[at - 1]![1] <= span[0], "overlapping files"));
+        from += count;
       }
-      from += count;
+      assert.deepEqual(seen, names.map((_, at) => at + 1), `split ${split}`);
     }
-    assert.deepEqual(seen, names.map((_, at) => at + 1));
   } finally {
     closeSync(fd);
   }

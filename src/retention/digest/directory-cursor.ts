@@ -14,6 +14,13 @@ import { DIRECTORY_FDS, inDirectory, openChildDirectory, openRoot, type Director
  */
 export class DirectoryCursor {
   private readonly open: { directory: DirectoryEntry; fd: number; native?: OpenedDirectory["native"] }[] = [];
+  /**
+   * Directories left while a batch is gathered (holdDescriptors): a batch of
+   * the native reads names files of several directories, each by its
+   * directory's descriptor, so none of them may be closed (and its number
+   * reused) before the batch has been read.
+   */
+  private retired: { fd: number; native?: OpenedDirectory["native"] }[] | null = null;
 
   /** The path to open `file` by: inside its directory's descriptor, or its plain path where /proc is not available. */
   pathOf(file: FileEntry): string {
@@ -34,23 +41,43 @@ export class DirectoryCursor {
     chain.reverse();
     let shared = 0;
     while (shared < this.open.length && shared < chain.length && this.open[shared]!.directory === chain[shared]) shared += 1;
-    while (this.open.length > shared) closeOpened(this.open.pop()!);
+    while (this.open.length > shared) this.leave(this.open.pop()!);
     for (let index = shared; index < chain.length; index++) {
       const wanted = chain[index]!;
       const opened: OpenedDirectory = index === 0 ? openRoot(wanted.absolute) : openChildDirectory(this.open[index - 1]!.fd, wanted.parent!.absolute, wanted.name, wanted.path);
-      this.open.push({ directory: wanted, fd: opened.fd, native: opened.native });
       if (opened.dev !== wanted.dev || opened.ino !== wanted.ino) {
+        // Never kept: a cursor asked again must meet the same refusal, not find the impostor on its stack.
+        closeOpened(opened);
         throw new OatsError("invalid-artifact", `directory changed while it was read (replaced): ${wanted.path || "."}`, {
           path: wanted.path || ".",
           reason: "changed-while-reading",
           changed: "directory",
         });
       }
+      this.open.push({ directory: wanted, fd: opened.fd, native: opened.native });
     }
     return this.open[this.open.length - 1]!.fd;
   }
 
+  private leave(opened: { fd: number; native?: OpenedDirectory["native"] }): void {
+    if (this.retired) this.retired.push(opened);
+    else closeOpened(opened);
+  }
+
+  /** Until releaseDescriptors, every descriptor descriptorOf has returned stays open. */
+  holdDescriptors(): void {
+    this.retired ??= [];
+  }
+
+  /** Close the directories left since holdDescriptors. */
+  releaseDescriptors(): void {
+    const retired = this.retired;
+    this.retired = null;
+    if (retired) for (const opened of retired) closeOpened(opened);
+  }
+
   close(): void {
+    this.releaseDescriptors();
     while (this.open.length > 0) closeOpened(this.open.pop()!);
   }
 }

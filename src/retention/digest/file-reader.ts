@@ -5,7 +5,7 @@ import { DirectoryCursor } from "./directory-cursor.js";
 import { nativeReads } from "./native-reads.js";
 import { consumeNativeRun } from "./native-runs.js";
 import { prefetchMode, startPrefetch, worthPrefetching, type Prefetcher } from "./prefetch.js";
-import { changed, changedOrUnreadable, type FileEntry, type LeafEntry, type SymlinkEntry } from "./walk.js";
+import { DIRECTORY_FDS, changed, changedOrUnreadable, type FileEntry, type LeafEntry, type SymlinkEntry } from "./walk.js";
 
 /**
  * Streams the leaves of a tree to a consumer in a fixed order.
@@ -369,9 +369,8 @@ function consumeSmallRun(
       if (pending) return { next: index + 1, pending };
       continue;
     }
-    const directoryFd = native === null ? null : cursor.descriptorOf(leaf);
-    if (native !== null && directoryFd !== null) {
-      const run = consumeNativeRun(native, directoryFd, leaves, index, to, consumer, batch!, SMALL_FILE_SIZE, split);
+    if (native !== null && DIRECTORY_FDS) {
+      const run = consumeNativeRun(native, cursor, leaves, index, to, consumer, batch!, SMALL_FILE_SIZE, split);
       if (run.pending || run.next === index) return run;
       index = run.next - 1;
       continue;

@@ -3,8 +3,8 @@ import { getSystemErrorName } from "node:util";
 
 /**
  * The addon built from native/*.c (dist/native/oats.node), when the build
- * could compile it: the small-file reads of native/read-small.c, several
- * files of one directory per call, the directory calls of the walk
+ * could compile it: the small-file reads of native/read-small.c, up to
+ * 128 files per call, the directory calls of the walk
  * (native/directories.c, native-directories.ts) and the read-ahead threads
  * of native/prefetch.c and native/warm-directories.c (prefetch.ts says why
  * those).
@@ -28,8 +28,11 @@ import { getSystemErrorName } from "node:util";
 export type NativeThreads = { readonly __nativeThreads: unique symbol };
 
 export interface NativeAddon {
-  /** `split`: read the second half of the names on a second thread (only where a core would otherwise idle). */
-  readSmallFiles(dirFd: number, names: string[], buffer: Buffer, limit: number, meta: Float64Array, split: boolean, afterRead?: (index: number) => void): number;
+  /**
+   * `dirFds`: one directory descriptor for every name, or one per name. `split`: read the second half of the
+   * names on a second thread (only where a core would otherwise idle, and only for a long run).
+   */
+  readSmallFiles(dirFds: number | Int32Array, names: string[], buffer: Buffer, limit: number, meta: Float64Array, split: boolean, afterRead?: (index: number) => void): number;
   /** A child directory opened inside its parent's descriptor (O_DIRECTORY | O_NOFOLLOW) and fstat'd into stat (dev, ino, mode; the failed step): the fd, or -errno. */
   openDirectoryAt(parentFd: number, name: string, stat: Float64Array): number;
   /** Closes a descriptor openDirectoryAt gave (Node must not close what it did not open): 0 or -errno. */

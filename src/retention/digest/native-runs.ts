@@ -1,26 +1,31 @@
 import type { FileConsumer } from "./file-reader.js";
 import { CHANGED, META_FIELDS, NOT_REGULAR, SHORT, TOO_LARGE, changeOf, nativeError, type NativeAddon } from "./native-reads.js";
 import { afterRead, hasReadHook } from "./read-hook.js";
+import type { DirectoryCursor } from "./directory-cursor.js";
 import { changed, changedOrUnreadable, type FileEntry, type LeafEntry } from "./walk.js";
 
 /** The most names of one call: the reader's runs are no longer (file-reader.ts, RUN_LENGTH). */
 const MAX_RUN = 128;
 const nativeMeta = new Float64Array(MAX_RUN * META_FIELDS);
 const nativeNames: string[] = [];
+const nativeDirectories = new Int32Array(MAX_RUN);
 
 /**
- * The files from leaves[from] on that share its directory, up to `to`, read
- * by the native calls several at a time into `batch` (CHUNK_SIZE: room for
- * two halves read at once, each holding any file up to `limit`) and handed
- * to the consumer in order, read by two threads when `split`
- * (ReadOptions.inline unset: a core is free). The same refusals as the
+ * The files from leaves[from] on, up to `to` or the first leaf that is not
+ * a file, read by the native calls several at a time into `batch`
+ * (CHUNK_SIZE: room for two halves read at once, each holding any file up
+ * to `limit`) and handed to the consumer in order, read by two threads when
+ * `split` (ReadOptions.inline unset: a core is free). A run spans
+ * directories: each file is opened in its own directory's descriptor, all
+ * of them held open by the cursor until the call returns, so a tree of
+ * small directories still reads in long runs. The same refusals as the
  * JavaScript reads of file-reader.ts; a file over `limit` ends the run at
  * its index (the general path takes it), and so does a consumer call that
  * returns a promise.
  */
 export function consumeNativeRun(
   native: NativeAddon,
-  directoryFd: number,
+  cursor: DirectoryCursor,
   leaves: readonly LeafEntry[],
   from: number,
   to: number,
@@ -29,15 +34,30 @@ export function consumeNativeRun(
   limit: number,
   split: boolean,
 ): { next: number; pending?: Promise<void> } {
-  const parent = (leaves[from] as FileEntry).parent;
   nativeNames.length = 0;
-  for (let index = from; index < Math.min(to, from + MAX_RUN); index++) {
-    const leaf = leaves[index]!;
-    if (leaf.type !== "file" || leaf.parent !== parent) break;
-    nativeNames.push(leaf.name);
+  let count: number;
+  cursor.holdDescriptors();
+  try {
+    for (let index = from; index < Math.min(to, from + MAX_RUN); index++) {
+      const leaf = leaves[index]!;
+      if (leaf.type !== "file") break;
+      let directoryFd: number | null;
+      try {
+        directoryFd = cursor.descriptorOf(leaf);
+      } catch (error) {
+        // A directory that fails its checks is met again, alone, after the files before it: the same order as a file-by-file read.
+        if (index === from) throw error;
+        break;
+      }
+      if (directoryFd === null) break;
+      nativeDirectories[index - from] = directoryFd;
+      nativeNames.push(leaf.name);
+    }
+    const hook = hasReadHook() ? (at: number) => afterRead(leaves[from + at]!.path) : undefined;
+    count = native.readSmallFiles(nativeDirectories, nativeNames, batch, limit, nativeMeta, split, hook);
+  } finally {
+    cursor.releaseDescriptors();
   }
-  const hook = hasReadHook() ? (at: number) => afterRead(leaves[from + at]!.path) : undefined;
-  const count = native.readSmallFiles(directoryFd, nativeNames, batch, limit, nativeMeta, split, hook);
   for (let at = 0; at < count; at++) {
     const leaf = leaves[from + at] as FileEntry;
     const field = at * META_FIELDS;
