@@ -1,17 +1,20 @@
-import { closeSync, constants, fstat, fstatSync, openSync, read, readSync, close, type Stats } from "node:fs";
+import { closeSync, fstatSync, openSync, type Stats } from "node:fs";
 import { OatsError } from "../../errors.js";
 import { afterRead } from "./read-hook.js";
 import { DirectoryCursor } from "./directory-cursor.js";
 import { nativeReads } from "./native-reads.js";
 import { consumeNativeRun } from "./native-runs.js";
+import { OPEN_FLAGS, SMALL_FILE_SIZE, closeAsync, consumeRest, consumeRestInline, difference, finishAsync, giveChunk, openHeadAsync, openSmallOrHeadSync, readFullySync, takeChunk, type OpenedFile } from "./opened-file.js";
 import { prefetchMode, startPrefetch, worthPrefetching, type Prefetcher } from "./prefetch.js";
 import { DIRECTORY_FDS, changed, changedOrUnreadable, type FileEntry, type LeafEntry, type SymlinkEntry } from "./walk.js";
+
+export { CHUNK_SIZE, INLINE_CHUNK_SIZE, SMALL_FILE_SIZE, chunkBuffersAllocated, largeFilesReadInline } from "./opened-file.js";
 
 /**
  * Streams the leaves of a tree to a consumer in a fixed order.
  *
  * Large files are read asynchronously in CHUNK_SIZE pieces with double
- * buffering, and the head of the file after a large one is fetched while the
+ * buffering (opened-file.ts, which reads one file of the general path), and the head of the file after a large one is fetched while the
  * large one is consumed: the read of what comes next overlaps the hashing of
  * what is here. Small files (the common case in a package tree) are read
  * with synchronous calls, in runs, into one reused buffer: for a 2 KiB file
@@ -34,11 +37,6 @@ import { DIRECTORY_FDS, changed, changedOrUnreadable, type FileEntry, type LeafE
  * refusal. Bytes are never reported half-old, half-new.
  */
 
-export const CHUNK_SIZE = 1 << 20;
-/** Files up to this size are read whole, synchronously. */
-export const SMALL_FILE_SIZE = 256 << 10;
-/** The piece a large file is read in when it is read inline (ReadOptions): it fits a core's cache, and the small-file buffer. */
-export const INLINE_CHUNK_SIZE = SMALL_FILE_SIZE;
 const YIELD_EVERY_MS = 8;
 /**
  * Block reads (getrusage's ru_inblock, 512-byte units) within one run of
@@ -94,253 +92,10 @@ export interface ReadOptions {
   readonly cold?: boolean;
 }
 
-interface OpenedFile {
-  readonly entry: FileEntry;
-  readonly fd: number;
-  readonly before: Stats;
-  /** The whole file when it is small, else its first chunk. */
-  readonly head: Buffer;
-  /** The pooled buffer `head` lies in, if it is one (given back once the head is consumed). */
-  readonly pooled: Buffer | null;
-  closed: boolean;
-}
-
-const OPEN_FLAGS = constants.O_RDONLY | constants.O_NOFOLLOW | constants.O_NONBLOCK;
-
-/**
- * CHUNK_SIZE buffers, reused across files and passes on this thread. A
- * fresh 1 MiB buffer pays a page fault for each of its 256 pages when it
- * is first filled: 69 of them (a node_modules tree's 23 large files, three
- * buffers each) took 250 ms on the AMD EPYC machine against 0.8 ms for one
- * reused buffer (docs/design/performance.md, "Fresh buffers"). A buffer is
- * given back only when no read into it is in flight and its consumer call
- * has settled; on a failure it is left to the collector. Five: a large
- * file's head and its two rest buffers, the next file's prefetched head,
- * and the native reads' batch.
- */
-const POOL_LIMIT = 5;
-const chunkPool: Buffer[] = [];
-
-let chunksAllocated = 0;
-
-/** CHUNK_SIZE buffers this thread has allocated so far (tests: that they are reused). */
-export function chunkBuffersAllocated(): number {
-  return chunksAllocated;
-}
-
-function takeChunk(): Buffer {
-  const reused = chunkPool.pop();
-  if (reused) return reused;
-  chunksAllocated += 1;
-  return Buffer.allocUnsafe(CHUNK_SIZE);
-}
-
-function giveChunk(buffer: Buffer | null): void {
-  if (buffer !== null && chunkPool.length < POOL_LIMIT && !chunkPool.includes(buffer)) chunkPool.push(buffer);
-}
-
 /** The small-file buffer of a finished pass, for the next one on this thread (64 more pages not to fault in). */
 let spareScratch: Buffer | null = null;
 
-const fstatAsync = (fd: number) => new Promise<Stats>((resolve, reject) => fstat(fd, (error, stats) => (error ? reject(error) : resolve(stats))));
-const closeAsync = (fd: number) => new Promise<void>((resolve, reject) => close(fd, (error) => (error ? reject(error) : resolve())));
-const readAsync = (fd: number, buffer: Buffer, length: number, position: number) =>
-  new Promise<number>((resolve, reject) => read(fd, buffer, 0, length, position, (error, bytes) => (error ? reject(error) : resolve(bytes))));
 
-/** Fill `buffer` from `position` until `length` bytes or end of file. */
-async function readFully(fd: number, buffer: Buffer, length: number, position: number): Promise<number> {
-  let done = 0;
-  while (done < length) {
-    const got = await readAsync(fd, buffer.subarray(done), length - done, position + done);
-    if (got === 0) break;
-    done += got;
-  }
-  return done;
-}
-
-/** Fill `buffer` from `position` (the file's start by default) until `length` bytes or end of file. */
-function readFullySync(fd: number, buffer: Buffer, length: number, position = 0): number {
-  let done = 0;
-  while (done < length) {
-    const got = readSync(fd, buffer, done, length - done, position + done);
-    if (got === 0) break;
-    done += got;
-  }
-  return done;
-}
-
-function difference(a: Stats, b: Stats): string | null {
-  if (a.ino !== b.ino || a.dev !== b.dev) return "inode";
-  if (a.size !== b.size) return "size";
-  // Millisecond doubles keep a resolution well under a microsecond today.
-  if (a.mtimeMs !== b.mtimeMs) return "mtime";
-  if (a.ctimeMs !== b.ctimeMs) return "ctime";
-  return null;
-}
-
-function headLength(stats: Stats, inline: boolean): number {
-  return stats.size <= SMALL_FILE_SIZE ? stats.size : Math.min(stats.size, inline ? INLINE_CHUNK_SIZE : CHUNK_SIZE);
-}
-
-function checkUnchanged(file: OpenedFile, after: Stats): void {
-  const what = difference(file.before, after);
-  if (what) throw changed(file.entry.path, what);
-}
-
-/**
- * Open and fstat a file; read it whole when small, else its first chunk.
- * A small file is read into `scratch` (SMALL_FILE_SIZE bytes, reused for every
- * small file of one pass), so twenty thousand small files cost no twenty
- * thousand buffers: its bytes are valid until the next file is opened, which
- * is within the FileConsumer contract.
- */
-function openSmallOrHeadSync(entry: FileEntry, scratch: Buffer, cursor: DirectoryCursor, inline: boolean): OpenedFile {
-  let fd: number;
-  try {
-    fd = openSync(cursor.pathOf(entry), OPEN_FLAGS);
-  } catch (error) {
-    throw changedOrUnreadable(error, entry.path);
-  }
-  let file: OpenedFile | undefined;
-  try {
-    const before = fstatSync(fd);
-    if (!before.isFile()) throw changed(entry.path, "no longer a regular file");
-    const length = headLength(before, inline);
-    const pooled = length <= scratch.length ? null : takeChunk();
-    const head = (pooled ?? scratch).subarray(0, length);
-    if (readFullySync(fd, head, length) !== length) throw changed(entry.path, "short read");
-    file = { entry, fd, before, head, pooled, closed: false };
-    if (length === before.size) finishSync(file);
-    return file;
-  } catch (error) {
-    if (!file?.closed) closeSync(fd);
-    throw error instanceof OatsError ? error : changedOrUnreadable(error, entry.path);
-  }
-}
-
-/**
- * The open itself is synchronous: the descriptor of the directory it names
- * must still be the cursor's when the kernel resolves the path, which a
- * thread-pool open run later could not promise.
- */
-async function openHeadAsync(entry: FileEntry, cursor: DirectoryCursor): Promise<OpenedFile> {
-  let fd: number;
-  try {
-    fd = openSync(cursor.pathOf(entry), OPEN_FLAGS);
-  } catch (error) {
-    throw error instanceof OatsError ? error : changedOrUnreadable(error, entry.path);
-  }
-  let file: OpenedFile | undefined;
-  try {
-    const before = await fstatAsync(fd);
-    if (!before.isFile()) throw changed(entry.path, "no longer a regular file");
-    const length = headLength(before, false);
-    const pooled = takeChunk();
-    const head = pooled.subarray(0, length);
-    if ((await readFully(fd, head, length, 0)) !== length) throw changed(entry.path, "short read");
-    file = { entry, fd, before, head, pooled, closed: false };
-    if (length === before.size) await finishAsync(file);
-    return file;
-  } catch (error) {
-    if (!file?.closed) await closeAsync(fd).catch(() => undefined);
-    throw error instanceof OatsError ? error : changedOrUnreadable(error, entry.path);
-  }
-}
-
-async function finishAsync(file: OpenedFile): Promise<void> {
-  let after: Stats;
-  try {
-    afterRead(file.entry.path);
-    after = await fstatAsync(file.fd);
-    file.closed = true;
-    await closeAsync(file.fd);
-  } catch (error) {
-    throw changedOrUnreadable(error, file.entry.path);
-  }
-  checkUnchanged(file, after);
-}
-
-let readInline = 0;
-
-/** Large files whose rest was read inline so far, in this thread (tests: which way the policy chose). */
-export function largeFilesReadInline(): number {
-  return readInline;
-}
-
-function finishSync(file: OpenedFile): void {
-  let after: Stats;
-  try {
-    afterRead(file.entry.path);
-    after = fstatSync(file.fd);
-    file.closed = true;
-    closeSync(file.fd);
-  } catch (error) {
-    throw changedOrUnreadable(error, file.entry.path);
-  }
-  checkUnchanged(file, after);
-}
-
-/**
- * The rest of a large file read inline (ReadOptions.inline) into `buffer`,
- * which the head was read into as well: each piece is consumed before the
- * next read overwrites it. The event loop is still yielded to every few
- * milliseconds.
- */
-async function consumeRestInline(file: OpenedFile, size: number, consumer: FileConsumer, buffer: Buffer): Promise<void> {
-  readInline += 1;
-  let position = file.head.length;
-  let lastYield = performance.now();
-  while (position < size) {
-    const wanted = Math.min(buffer.length, size - position);
-    let got: number;
-    try {
-      got = readFullySync(file.fd, buffer, wanted, position);
-    } catch (error) {
-      throw changedOrUnreadable(error, file.entry.path);
-    }
-    if (got !== wanted) throw changed(file.entry.path, "short read");
-    position += got;
-    const pending = consumer.chunk(buffer.subarray(0, got));
-    if (pending) await pending;
-    if (performance.now() - lastYield > YIELD_EVERY_MS) {
-      await new Promise((resolve) => setImmediate(resolve));
-      lastYield = performance.now();
-    }
-  }
-  finishSync(file);
-}
-
-/** The rest of a large file, chunk n+1 in flight while chunk n is consumed. */
-async function consumeRest(file: OpenedFile, size: number, consumer: FileConsumer): Promise<void> {
-  const buffers = [takeChunk(), takeChunk()];
-  let position = file.head.length;
-  let turn = 0;
-  const next = (at: number): Promise<number> => readFully(file.fd, buffers[turn]!, Math.min(CHUNK_SIZE, size - at), at);
-  let pending: Promise<number> | null = position < size ? next(position) : null;
-  while (pending) {
-    let got: number;
-    try {
-      got = await pending;
-    } catch (error) {
-      throw changedOrUnreadable(error, file.entry.path);
-    }
-    const current = buffers[turn]!;
-    if (got !== Math.min(CHUNK_SIZE, size - position)) throw changed(file.entry.path, "short read");
-    position += got;
-    turn ^= 1;
-    pending = position < size ? next(position) : null;
-    try {
-      await consumer.chunk(current.subarray(0, got));
-    } catch (error) {
-      await pending?.catch(() => undefined);
-      throw error;
-    }
-  }
-  // Both reads have settled and every chunk has been consumed.
-  giveChunk(buffers[0]!);
-  giveChunk(buffers[1]!);
-  // Growth past the first fstat shows up as a size or mtime change in finishAsync.
-}
 
 /**
  * The fast path: leaves from..to-1 that are symlinks or small files, read
