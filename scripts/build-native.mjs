@@ -33,7 +33,9 @@ if (process.platform !== "linux") {
   console.log(`build-native: ${process.platform} is not Linux; digests use the JavaScript reads`);
   process.exit(0);
 }
-const args = ["-O2", "-std=c11", "-Wall", "-Wextra", "-Werror", "-shared", "-fPIC", "-pthread", "-fvisibility=hidden", `-I${headers}`, ...sources, "-o", output];
+// -z nodelete: the addon starts detached threads (read-ahead, the second reader of a run) that may outlive the
+// call or the worker that made it by a moment; the code they run must never be unmapped under them.
+const args = ["-O2", "-std=c11", "-Wall", "-Wextra", "-Werror", "-shared", "-fPIC", "-pthread", "-fvisibility=hidden", "-Wl,-z,nodelete", `-I${headers}`, ...sources, "-o", output];
 const result = spawnSync(compiler, args, { stdio: ["ignore", "inherit", "inherit"] });
 if (result.error || result.status !== 0) {
   const why = result.error ? result.error.message : `exit ${result.status}`;

@@ -7,13 +7,13 @@ import { digestTree } from "../src/index.js";
 import { SMALL_FILE_SIZE, readLeavesInOrder } from "../src/retention/digest/file-reader.js";
 import { CHANGED, META_FIELDS, NOT_REGULAR, TOO_LARGE, nativeReads, nativeReadsAvailable, setNativeReads } from "../src/retention/digest/native-reads.js";
 import { walkTree } from "../src/retention/digest/walk.js";
-import { refusedAsChanged, tempDir } from "./helpers.js";
+import { REPO, refusedAsChanged, tempDir } from "./helpers.js";
 
 /**
  * The small-file reads in C (native/read-small.c) against real files: the
  * same bytes and digests as the JavaScript reads, every refusal, names that
- * could leave the directory, the split between two threads and the restart
- * after a full half. test/change-detection.test.ts runs its changes through
+ * could leave the directory, a descriptor per name, the second thread's part
+ * and the restart after a full buffer. test/change-detection.test.ts runs its changes through
  * both ways as well.
  */
 
@@ -45,6 +45,11 @@ function openDescriptors(): number {
 test("Given this build, When the library loads, Then the native reads are there (CI compiles them; without them only the JavaScript reads run)", () => {
   assert.equal(process.platform, "linux");
   assert.equal(nativeReadsAvailable(), true, "dist/native/oats.node did not load: is a C compiler installed? (.ci/run installs gcc)");
+});
+
+test("Given this build, When its dynamic section is read, Then the addon is marked never to be unloaded (its detached threads may outlive a call or a worker by a moment)", () => {
+  const dynamic = execFileSync("readelf", ["-d", join(REPO, "dist", "native", "oats.node")], { encoding: "utf8" });
+  assert.match(dynamic, /FLAGS_1[^\n]*NODELETE/, dynamic);
 });
 
 test("Given files of one directory, When read in one call, Then each file's bytes, size and mode are reported in order", () => {
