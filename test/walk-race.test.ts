@@ -177,22 +177,33 @@ for (const { way, native } of [
   describe(`${way}: walk race: a directory replaced by another real directory between the walk and its reads`, () => {
     beforeEach(() => setNativeReads(native));
     afterEach(() => setNativeReads(true));
-    // a/ holds more files than one native call takes (128), so b/ is opened by a later call than a/x's read.
-    test("Given b/ replaced (same names, other bytes) after a/'s first file is read and before b/ is opened, When the tree is digested, Then invalid-artifact changed-while-reading: reads never mix a listing with another directory's files", async () => {
+    /** src/a/ with `files` files, src/b/x, and `arm`: a read hook that replaces b/ with another directory once a/`trigger` has been read. */
+    function treeWithReplacement(files: readonly string[], trigger: string): { root: string; arm: () => void } {
       const root = join(tempDir("oats-replace-"), "src");
       mkdirSync(join(root, "a"), { recursive: true });
       mkdirSync(join(root, "b"));
-      for (let at = 0; at < 130; at++) writeFileSync(join(root, `a/x${String(at).padStart(3, "0")}`), "a\n");
+      for (const name of files) writeFileSync(join(root, "a", name), "a\n");
       writeFileSync(join(root, "b/x"), "b\n");
       const other = join(root, "..", "other");
       mkdirSync(other);
       writeFileSync(join(other, "x"), "not what was listed\n");
-      setReadHook((path) => {
-        if (path !== "a/x000") return;
-        setReadHook(null);
-        renameSync(join(root, "b"), join(root, "..", "b-old"));
-        renameSync(other, join(root, "b"));
-      });
+      const arm = () =>
+        setReadHook((path) => {
+          if (path !== `a/${trigger}`) return;
+          setReadHook(null);
+          renameSync(join(root, "b"), join(root, "..", "b-old"));
+          renameSync(other, join(root, "b"));
+        });
+      return { root, arm };
+    }
+
+    // a/ holds more files than one native call takes (128), so b/ is opened by a later call than a/x000's read.
+    test("Given b/ replaced (same names, other bytes) after a/'s first file is read and before b/ is opened, When the tree is digested, Then invalid-artifact changed-while-reading: reads never mix a listing with another directory's files", async () => {
+      const { root, arm } = treeWithReplacement(
+        Array.from({ length: 130 }, (_, at) => `x${String(at).padStart(3, "0")}`),
+        "x000",
+      );
+      arm();
       try {
         await assert.rejects(digestTree(root), (error) => {
           assert.ok(error instanceof OatsError, String(error));
@@ -208,21 +219,9 @@ for (const { way, native } of [
     // Only the native reads take a run of files across directories; from JavaScript each file is opened on its own.
     if (native)
       test("Given b/ replaced after its descriptor is held for a run of files that spans a/ and b/, When the tree is digested, Then the digest is the listed tree's: b/x is read inside the directory that was listed", async () => {
-        const root = join(tempDir("oats-replace-"), "src");
-        mkdirSync(join(root, "a"), { recursive: true });
-        mkdirSync(join(root, "b"));
-        writeFileSync(join(root, "a/x"), "a\n");
-        writeFileSync(join(root, "b/x"), "b\n");
+        const { root, arm } = treeWithReplacement(["x"], "x");
         const listed = await digestTree(root);
-        const other = join(root, "..", "other");
-        mkdirSync(other);
-        writeFileSync(join(other, "x"), "not what was listed\n");
-        setReadHook((path) => {
-          if (path !== "a/x") return;
-          setReadHook(null);
-          renameSync(join(root, "b"), join(root, "..", "b-old"));
-          renameSync(other, join(root, "b"));
-        });
+        arm();
         try {
           assert.deepEqual(await digestTree(root), listed);
           assert.equal(readFileSync(join(root, "b/x"), "utf8"), "not what was listed\n", "the replacement happened");
