@@ -1,14 +1,14 @@
 /*
- * readSmallFiles: the small-file reads of a digest pass, several files of one
- * directory per call (src/retention/digest/native-reads.ts is its only caller
- * and says why; docs/design/performance.md, "Small files read natively").
+ * readSmallFiles: the small-file reads of a digest pass, up to 128 files of
+ * any directories per call (src/retention/digest/native-reads.ts is its only
+ * caller and says why; docs/design/performance.md, "Small files read
+ * natively" and "Long runs, split late").
  *
  *   readSmallFiles(dirFds, names, buffer, limit, meta, split, afterRead?) -> count
  *
- * dirFds is one directory descriptor for every name, or an Int32Array with
- * one per name (a run of files may span several directories: batches stay
- * long in trees of small directories). For names[0], names[1], ... in order,
- * each file is
+ * dirFds is an Int32Array with one directory descriptor per name (a run of
+ * files may span several directories: batches stay long in trees of small
+ * directories). For names[0], names[1], ... in order, each file is
  *   openat(its dirFd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC),
  *   fstat'd, read whole into `buffer` after the files before it, fstat'd
  *   again and closed,
@@ -73,10 +73,10 @@
 #define FIELDS 4
 #define MAX_NAMES 256
 /*
- * A second thread costs its start and join, some 50 us here: on a short run
- * that is more than the calls it takes over, and splitting runs of 16-60
- * files made digests of real node_modules trees 7-15% slower
- * (docs/design/performance.md, "Long runs, split late").
+ * A second thread costs its start, and on this kind of machine it may be
+ * scheduled only some hundreds of microseconds later: on a short run that is
+ * more than the calls it could take over (docs/design/performance.md, "Long
+ * runs, split late").
  */
 #define PARALLEL_MIN 64
 #define NAME_BYTES (NAME_MAX + 2)
@@ -132,9 +132,7 @@ static int call_hook(const struct hook *hook, uint32_t index) {
 
 /* One call's names, read by this thread alone or by two; the atomics are what the two share. */
 struct batch {
-  /* One descriptor for every name, or one per name. */
-  int dir_fd;
-  const int32_t *dir_fds;
+  const int32_t *dir_fds; /* one per name */
   char (*names)[NAME_BYTES];
   const size_t *lengths;
   uint32_t count;
@@ -178,7 +176,7 @@ static int read_one(struct batch *batch, uint32_t index) {
     put(entry, refused, STEP_OPEN, 0, 0);
     return 1;
   }
-  int fd = openat(batch->dir_fds != NULL ? batch->dir_fds[index] : batch->dir_fd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+  int fd = openat(batch->dir_fds[index], name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0) {
     put(entry, errno, STEP_OPEN, 0, 0);
     return 1;
@@ -257,7 +255,7 @@ static void let_go(struct batch *batch) {
 }
 
 /*
- * The helper. It may start only after this thread has taken every name (a
+ * The helper. It may start late, after this thread has taken every name (a
  * new thread can take a few hundred microseconds to be scheduled here) and
  * the call has returned: then each index it takes is past the last one, and
  * it touches nothing but the batch itself, which it frees if it is last. A
@@ -308,28 +306,21 @@ napi_value read_small_files(napi_env env, napi_callback_info info) {
   napi_value argv[7];
   if (napi_get_cb_info(env, info, &argc, argv, NULL, NULL) != napi_ok || argc < 6) return throw_type(env, "readSmallFiles: six arguments");
 
-  int32_t dir_fd = -1;
-  const int32_t *dir_fds = NULL;
-  size_t dir_fds_length = 0;
   bool fds_typed = false;
-  if (napi_is_typedarray(env, argv[0], &fds_typed) != napi_ok) return throw_type(env, "readSmallFiles: dirFds");
-  if (fds_typed) {
-    napi_typedarray_type fds_type;
-    void *fds_data;
-    if (napi_get_typedarray_info(env, argv[0], &fds_type, &dir_fds_length, &fds_data, NULL, NULL) != napi_ok || fds_type != napi_int32_array)
-      return throw_type(env, "readSmallFiles: dirFds");
-    dir_fds = fds_data;
-  } else if (napi_get_value_int32(env, argv[0], &dir_fd) != napi_ok || dir_fd < 0)
+  napi_typedarray_type fds_type;
+  size_t dir_fds_length;
+  void *fds_data;
+  if (napi_is_typedarray(env, argv[0], &fds_typed) != napi_ok || !fds_typed ||
+      napi_get_typedarray_info(env, argv[0], &fds_type, &dir_fds_length, &fds_data, NULL, NULL) != napi_ok || fds_type != napi_int32_array)
     return throw_type(env, "readSmallFiles: dirFds");
+  const int32_t *dir_fds = fds_data;
   bool is_array = false;
   uint32_t count;
   if (napi_is_array(env, argv[1], &is_array) != napi_ok || !is_array || napi_get_array_length(env, argv[1], &count) != napi_ok)
     return throw_type(env, "readSmallFiles: names");
-  if (dir_fds != NULL) {
-    if (dir_fds_length < count) return throw_type(env, "readSmallFiles: dirFds shorter than names");
-    for (uint32_t index = 0; index < count; index++)
-      if (dir_fds[index] < 0) return throw_type(env, "readSmallFiles: dirFds");
-  }
+  if (dir_fds_length < count) return throw_type(env, "readSmallFiles: dirFds shorter than names");
+  for (uint32_t index = 0; index < count; index++)
+    if (dir_fds[index] < 0) return throw_type(env, "readSmallFiles: dirFds");
   bool is_buffer = false;
   void *buffer;
   size_t buffer_length;
@@ -379,7 +370,7 @@ napi_value read_small_files(napi_env env, napi_callback_info info) {
     napi_throw_error(env, NULL, "readSmallFiles: out of memory");
     return NULL;
   }
-  *batch = (struct batch){dir_fd, dir_fds, names, lengths, count, buffer, buffer_length, limit, meta_data, after_read ? &hook : NULL, 0, count, 0, 0, 1, 0};
+  *batch = (struct batch){dir_fds, names, lengths, count, buffer, buffer_length, limit, meta_data, after_read ? &hook : NULL, 0, count, 0, 0, 1, 0};
   if (split && after_read == NULL && count >= PARALLEL_MIN) {
     atomic_store(&batch->refs, 2);
     if (!start_helper(batch)) atomic_store(&batch->refs, 1);

@@ -27,6 +27,11 @@ function addon() {
   return native;
 }
 
+/** The descriptor of one directory for each of `names` (readSmallFiles takes one per name). */
+function inOne(fd: number, names: string[]): [Int32Array, string[]] {
+  return [new Int32Array(names.length).fill(fd), names];
+}
+
 function openDirectory(path: string): number {
   return openSync(path, constants.O_RDONLY | constants.O_DIRECTORY);
 }
@@ -60,7 +65,7 @@ test("Given files of one directory, When read in one call, Then each file's byte
   try {
     const buffer = Buffer.alloc(1 << 20);
     const meta = new Float64Array(16 * META_FIELDS);
-    const count = addon().readSmallFiles(fd, ["f0", "f1", "f2", "f3"], buffer, SMALL_FILE_SIZE, meta, true);
+    const count = addon().readSmallFiles(...inOne(fd, ["f0", "f1", "f2", "f3"]), buffer, SMALL_FILE_SIZE, meta, true);
     assert.equal(count, 4);
     const got = entries(meta, count);
     got.forEach((entry, at) => {
@@ -86,7 +91,7 @@ test("Given 128 files, When read with a second thread and then by one, Then ever
     // Each thread takes the next name and the room its file needs: a file the helper read lies out of the running order.
     let helped = false;
     for (let round = 0; round < 100 && !helped; round++) {
-      const count = addon().readSmallFiles(fd, names, buffer, SMALL_FILE_SIZE, meta, true);
+      const count = addon().readSmallFiles(...inOne(fd, names), buffer, SMALL_FILE_SIZE, meta, true);
       assert.equal(count, 128);
       const got = entries(meta, count);
       got.forEach((entry, at) => {
@@ -97,7 +102,7 @@ test("Given 128 files, When read with a second thread and then by one, Then ever
     }
     assert.ok(helped, "in 100 calls of 128 files the second thread never read one");
     // Without `split` one thread reads them all, each file right after the one before.
-    assert.equal(addon().readSmallFiles(fd, names, buffer, SMALL_FILE_SIZE, meta, false), 128);
+    assert.equal(addon().readSmallFiles(...inOne(fd, names), buffer, SMALL_FILE_SIZE, meta, false), 128);
     const alone = entries(meta, 128);
     alone.forEach((entry, at) => {
       assert.equal(entry.second, at === 0 ? 0 : alone[at - 1]!.second + alone[at - 1]!.size);
@@ -146,7 +151,7 @@ test("Given files that fill the buffer, When read with and without a second thre
       let from = 0;
       const seen: number[] = [];
       while (from < names.length) {
-        const count = native.readSmallFiles(fd, names.slice(from), buffer, SMALL_FILE_SIZE, meta, split);
+        const count = native.readSmallFiles(...inOne(fd, names.slice(from)), buffer, SMALL_FILE_SIZE, meta, split);
         // Alone, exactly five fit; with two threads taking room as they go, the file after a taken one may be the one that found none.
         if (split) assert.ok(count >= 1 && count <= 5, `from ${from}: ${count}`);
         else assert.equal(count, Math.min(5, names.length - from), `from ${from}`);
@@ -175,7 +180,7 @@ test("Given names that could leave the directory, When read, Then each is refuse
   try {
     const meta = new Float64Array(4 * META_FIELDS);
     for (const [name, errno] of [["..", 22], [".", 22], ["", 22], ["../secret", 22], ["a\0b", 22], ["x".repeat(256), 36]] as const) {
-      const count = addon().readSmallFiles(fd, [name], Buffer.alloc(1 << 20), SMALL_FILE_SIZE, meta, true);
+      const count = addon().readSmallFiles(...inOne(fd, [name]), Buffer.alloc(1 << 20), SMALL_FILE_SIZE, meta, true);
       assert.equal(count, 1, name);
       assert.equal(meta[0], errno, JSON.stringify(name));
     }
@@ -201,7 +206,7 @@ test("Given a symlink, a FIFO, a missing name and a large file, When read, Then 
       ["large", TOO_LARGE],
     ] as const;
     for (const [name, status] of cases) {
-      const count = addon().readSmallFiles(fd, ["ok", name, "ok"], Buffer.alloc(1 << 20), SMALL_FILE_SIZE, meta, true);
+      const count = addon().readSmallFiles(...inOne(fd, ["ok", name, "ok"]), Buffer.alloc(1 << 20), SMALL_FILE_SIZE, meta, true);
       assert.equal(count, 2, name);
       assert.equal(meta[0], 0);
       assert.equal(meta[META_FIELDS], status, name);
@@ -219,7 +224,7 @@ test("Given a hook that changes the file between read and fstat, When read, Then
   try {
     const meta = new Float64Array(8 * META_FIELDS);
     const called: number[] = [];
-    const count = addon().readSmallFiles(fd, ["a", "b"], Buffer.alloc(1 << 20), SMALL_FILE_SIZE, meta, true, (at) => {
+    const count = addon().readSmallFiles(...inOne(fd, ["a", "b"]), Buffer.alloc(1 << 20), SMALL_FILE_SIZE, meta, true, (at) => {
       called.push(at);
       if (at === 1) appendFileSync(join(dir, "b"), "!");
     });
@@ -231,7 +236,7 @@ test("Given a hook that changes the file between read and fstat, When read, Then
     const before = openDescriptors();
     assert.throws(
       () =>
-        addon().readSmallFiles(fd, ["a"], Buffer.alloc(1 << 20), SMALL_FILE_SIZE, meta, true, () => {
+        addon().readSmallFiles(...inOne(fd, ["a"]), Buffer.alloc(1 << 20), SMALL_FILE_SIZE, meta, true, () => {
           throw new Error("hook failed");
         }),
       /hook failed/,
@@ -245,11 +250,12 @@ test("Given a hook that changes the file between read and fstat, When read, Then
 test("Given arguments of the wrong kind, When called, Then it throws a TypeError and reads nothing", () => {
   const native = addon();
   const meta = new Float64Array(4 * META_FIELDS);
-  assert.throws(() => native.readSmallFiles(-1, ["a"], Buffer.alloc(16), 16, meta, true), TypeError);
-  assert.throws(() => native.readSmallFiles(0, "a" as unknown as string[], Buffer.alloc(16), 16, meta, true), TypeError);
-  assert.throws(() => native.readSmallFiles(0, ["a"], Buffer.alloc(16), 16, new Float32Array(4) as unknown as Float64Array, true), TypeError);
-  assert.throws(() => native.readSmallFiles(0, [1 as unknown as string], Buffer.alloc(16), 16, meta, true), TypeError);
-  assert.throws(() => native.readSmallFiles(0, ["a"], Buffer.alloc(16), 16, meta, 1 as unknown as boolean), TypeError);
+  assert.throws(() => native.readSmallFiles(3 as unknown as Int32Array, ["a"], Buffer.alloc(16), 16, meta, true), TypeError);
+  assert.throws(() => native.readSmallFiles(Int32Array.of(-1), ["a"], Buffer.alloc(16), 16, meta, true), TypeError);
+  assert.throws(() => native.readSmallFiles(Int32Array.of(0), "a" as unknown as string[], Buffer.alloc(16), 16, meta, true), TypeError);
+  assert.throws(() => native.readSmallFiles(Int32Array.of(0), ["a"], Buffer.alloc(16), 16, new Float32Array(4) as unknown as Float64Array, true), TypeError);
+  assert.throws(() => native.readSmallFiles(Int32Array.of(0), [1 as unknown as string], Buffer.alloc(16), 16, meta, true), TypeError);
+  assert.throws(() => native.readSmallFiles(Int32Array.of(0), ["a"], Buffer.alloc(16), 16, meta, 1 as unknown as boolean), TypeError);
 });
 
 test("Given a tree of many small files, symlinks and files around the size limits, When digested both ways, Then the digests are equal and no descriptor is left open", async () => {

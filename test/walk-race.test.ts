@@ -16,8 +16,8 @@
  * runs both ways: with the addon's directory calls and without.
  */
 import assert from "node:assert/strict";
-import { spawn, type ChildProcess } from "node:child_process";
-import { chmodSync, chownSync, lstatSync, mkdirSync, readFileSync, readdirSync, renameSync, symlinkSync, writeFileSync } from "node:fs";
+import { execFileSync, spawn, type ChildProcess } from "node:child_process";
+import { chmodSync, chownSync, lstatSync, mkdirSync, readFileSync, readdirSync, renameSync, symlinkSync, unlinkSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { afterEach, beforeEach, describe, test } from "node:test";
 import { OatsError } from "../src/errors.js";
@@ -177,8 +177,8 @@ for (const { way, native } of [
   describe(`${way}: walk race: a directory replaced by another real directory between the walk and its reads`, () => {
     beforeEach(() => setNativeReads(native));
     afterEach(() => setNativeReads(true));
-    /** src/a/ with `files` files, src/b/x, and `arm`: a read hook that replaces b/ with another directory once a/`trigger` has been read. */
-    function treeWithReplacement(files: readonly string[], trigger: string): { root: string; arm: () => void } {
+    /** src/a/ with `files` files, src/b/x, and `arm`: a read hook that replaces b/ with another directory (and does `also`) once a/`trigger` has been read. */
+    function treeWithReplacement(files: readonly string[], trigger: string): { root: string; arm: (also?: () => void) => void } {
       const root = join(tempDir("oats-replace-"), "src");
       mkdirSync(join(root, "a"), { recursive: true });
       mkdirSync(join(root, "b"));
@@ -187,12 +187,13 @@ for (const { way, native } of [
       const other = join(root, "..", "other");
       mkdirSync(other);
       writeFileSync(join(other, "x"), "not what was listed\n");
-      const arm = () =>
+      const arm = (also?: () => void) =>
         setReadHook((path) => {
           if (path !== `a/${trigger}`) return;
           setReadHook(null);
           renameSync(join(root, "b"), join(root, "..", "b-old"));
           renameSync(other, join(root, "b"));
+          also?.();
         });
       return { root, arm };
     }
@@ -209,6 +210,27 @@ for (const { way, native } of [
           assert.ok(error instanceof OatsError, String(error));
           assert.equal(error.code, "invalid-artifact");
           assert.deepEqual([error.details.reason, error.details.path, error.details.changed], ["changed-while-reading", "b", "directory"]);
+          return true;
+        });
+      } finally {
+        setReadHook(null);
+      }
+    });
+
+    // The native run that holds a/x128 and a/x129 stops before b/; the refusal is the one a file-by-file read meets first.
+    test("Given a/x129 replaced by a FIFO and b/ replaced, both before either is opened, When the tree is digested, Then the refusal names a/x129, the earlier in order", async () => {
+      const { root, arm } = treeWithReplacement(
+        Array.from({ length: 130 }, (_, at) => `x${String(at).padStart(3, "0")}`),
+        "x000",
+      );
+      arm(() => {
+        unlinkSync(join(root, "a/x129"));
+        execFileSync("mkfifo", [join(root, "a/x129")]);
+      });
+      try {
+        await assert.rejects(digestTree(root), (error) => {
+          assert.ok(error instanceof OatsError, String(error));
+          assert.deepEqual([error.code, error.details.reason, error.details.path, error.details.changed], ["invalid-artifact", "changed-while-reading", "a/x129", "no longer a regular file"]);
           return true;
         });
       } finally {

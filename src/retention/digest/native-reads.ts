@@ -29,10 +29,10 @@ export type NativeThreads = { readonly __nativeThreads: unique symbol };
 
 export interface NativeAddon {
   /**
-   * `dirFds`: one directory descriptor for every name, or one per name. `split`: read the second half of the
-   * names on a second thread (only where a core would otherwise idle, and only for a long run).
+   * `dirFds`: one directory descriptor per name. `split`: a second thread reads beside this one (only where
+   * a core would otherwise idle, and only for a long run).
    */
-  readSmallFiles(dirFds: number | Int32Array, names: string[], buffer: Buffer, limit: number, meta: Float64Array, split: boolean, afterRead?: (index: number) => void): number;
+  readSmallFiles(dirFds: Int32Array, names: string[], buffer: Buffer, limit: number, meta: Float64Array, split: boolean, afterRead?: (index: number) => void): number;
   /** A child directory opened inside its parent's descriptor (O_DIRECTORY | O_NOFOLLOW) and fstat'd into stat (dev, ino, mode; the failed step): the fd, or -errno. */
   openDirectoryAt(parentFd: number, name: string, stat: Float64Array): number;
   /** Closes a descriptor openDirectoryAt gave (Node must not close what it did not open): 0 or -errno. */
