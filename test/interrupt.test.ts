@@ -9,7 +9,10 @@ import { makeBigTree, runOatsPty } from "./support/big-tree.js";
 // Ctrl-C during retain, import and export, for real: the built CLI under a
 // pseudo-terminal, SIGINT from the terminal's line discipline.
 
-const source = makeBigTree(join(tempDir(), "src"), 40, 100);
+// Large enough that the copy outlasts its first progress line (drawn after 250 ms) by far: Ctrl-C is typed when
+// that line appears, and a copy that ends before the signal is handled would draw the next phase's line.
+// At 4,000 files, once the native reads took runs across directories, a loaded machine met that race.
+const source = makeBigTree(join(tempDir(), "src"), 120, 100);
 
 /** A scope whose stores already hold something, so "as before" is not just "empty". */
 function populatedScope(): string {
