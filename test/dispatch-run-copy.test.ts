@@ -29,6 +29,7 @@ import {
   type DispatchOptions,
   type PrepareCaptureResult,
 } from "../src/index.js";
+import { setReadHook } from "../src/retention/digest/read-hook.js";
 import { digestTree } from "../src/retention/digest/tree.js";
 import { hostTag } from "../src/retention/store/layout.js";
 import { REPO, tempDir } from "./helpers.js";
@@ -303,6 +304,31 @@ describe("the private run directory", () => {
     assert.deepEqual([run.code, run.stdout, run.kept], [0, `${plan.run.root}\n`, null]);
     assert.equal(existsSync(plan.run.dir), false);
     assert.deepEqual(runCopies(f.scope), []);
+  });
+
+  test("Given a tree of 600 small files, When a dispatch copies it, Then each file of the revision is read once (the copy's writes in flight never make the reads start over) and the copy holds them all", async () => {
+    const f = await fixture({
+      files: {
+        "bin/run": { body: script, mode: 0o755 },
+        ...Object.fromEntries(Array.from({ length: 600 }, (_, i) => [`lib/m${i % 4}/f${String(i).padStart(3, "0")}.js`, { body: `// ${i}\n`.repeat((i % 50) + 1), mode: 0o644 }])),
+      },
+      entry: "bin/run",
+    });
+    const reads = new Map<string, number>();
+    setReadHook((path) => void reads.set(path, (reads.get(path) ?? 0) + 1));
+    let plan;
+    try {
+      plan = await resolveQueuedCapture(f.scope, f.job, { env: {} });
+    } finally {
+      setReadHook(null);
+    }
+    try {
+      assert.equal(reads.size, 601, "every file of the tree was read");
+      assert.deepEqual([...reads].filter(([, count]) => count !== 1), [], "no file was read twice");
+      assert.equal(`${TREE_EXEC}:${(await digestTree(plan.run.root))[TREE_EXEC]}`, f.prepared.subject.integrity);
+    } finally {
+      await discardDispatchPlan(plan);
+    }
   });
 
   test("Given keep, When the plan runs, Then the copy stays and is reported; discardDispatchPlan removes it; a plan never run is discarded the same way", async () => {

@@ -6,6 +6,7 @@ import { afterEach, test } from "node:test";
 import { digestTree } from "../src/index.js";
 import { SMALL_FILE_SIZE, readLeavesInOrder } from "../src/retention/digest/file-reader.js";
 import { CHANGED, META_FIELDS, NOT_REGULAR, TOO_LARGE, nativeReads, nativeReadsAvailable, setNativeReads } from "../src/retention/digest/native-reads.js";
+import { setReadHook } from "../src/retention/digest/read-hook.js";
 import { walkTree } from "../src/retention/digest/walk.js";
 import { REPO, refusedAsChanged, tempDir } from "./helpers.js";
 
@@ -17,7 +18,10 @@ import { REPO, refusedAsChanged, tempDir } from "./helpers.js";
  * both ways as well.
  */
 
-afterEach(() => setNativeReads(true));
+afterEach(() => {
+  setNativeReads(true);
+  setReadHook(null);
+});
 
 const KiB = 1 << 10;
 
@@ -288,5 +292,72 @@ test("Given a file listed and then removed, When read both ways, Then each refus
     const error = await refusedAsChanged(readLeavesInOrder(listing.leaves, consumer), "f12");
     assert.equal(error.details.errno, "ENOENT", native ? "native" : "JavaScript");
     assert.equal(seen.length, 12);
+  }
+});
+
+test("Given a consumer that answers some files with a promise (a writer with creates in flight), When a tree is read both ways, Then every file is read once and handed over once, in order, with its bytes", async () => {
+  const root = tempDir("oats-native-pending-");
+  const expected = new Map<string, Buffer>();
+  for (let dir = 0; dir < 3; dir++) {
+    for (let at = 0; at < 150; at++) {
+      const path = `d${dir}/f${String(at).padStart(3, "0")}`;
+      // One file over the small-file limit in each directory: a run's last status, left to the general path.
+      const bytes = at === 77 ? Buffer.alloc(SMALL_FILE_SIZE + 3, dir + 1) : Buffer.from(`${path} ${"x".repeat((at * 37) % 3000)}`);
+      mkdirSync(join(root, `d${dir}`), { recursive: true });
+      writeFileSync(join(root, path), bytes);
+      expected.set(path, bytes);
+    }
+  }
+  const listing = await walkTree(root);
+  for (const native of [true, false]) {
+    setNativeReads(native);
+    const reads = new Map<string, number>();
+    setReadHook((path) => void reads.set(path, (reads.get(path) ?? 0) + 1));
+    const handed: [string, Buffer][] = [];
+    let current: { path: string; parts: Buffer[] } | null = null;
+    let calls = 0;
+    const later = () => new Promise<void>((resolve) => setImmediate(resolve));
+    const consumer = {
+      whole(entry: { path: string }, _info: unknown, data: Buffer) {
+        handed.push([entry.path, Buffer.from(data)]);
+        return ++calls % 3 === 0 ? later() : undefined;
+      },
+      start(entry: { path: string }) {
+        current = { path: entry.path, parts: [] };
+      },
+      chunk(data: Buffer) {
+        current!.parts.push(Buffer.from(data));
+        return later();
+      },
+      end() {
+        handed.push([current!.path, Buffer.concat(current!.parts)]);
+      },
+      symlink() {},
+    };
+    try {
+      await readLeavesInOrder(listing.leaves, consumer);
+    } finally {
+      setReadHook(null);
+    }
+    const how = native ? "native" : "JavaScript";
+    assert.deepEqual(handed.map(([path]) => path), [...expected.keys()], how);
+    for (const [path, bytes] of handed) assert.ok(bytes.equals(expected.get(path)!), `${how}: ${path}`);
+    const again = [...reads].filter(([, count]) => count > 1);
+    assert.deepEqual(again, [], `${how}: files read more than once`);
+  }
+});
+
+test("Given a consumer that answers with promises, When a file in the middle of a run was removed, Then it is refused both ways after exactly the files before it", async () => {
+  const root = tempDir("oats-native-pending-gone-");
+  for (let at = 0; at < 120; at++) writeFileSync(join(root, `f${String(at).padStart(3, "0")}`), `file ${at}`);
+  const listing = await walkTree(root);
+  unlinkSync(join(root, "f090"));
+  for (const native of [true, false]) {
+    setNativeReads(native);
+    const seen: string[] = [];
+    const consumer = { whole: (entry: { path: string }) => (seen.push(entry.path), new Promise<void>((resolve) => setImmediate(resolve))), start() {}, chunk() {}, end() {}, symlink() {} };
+    const error = await refusedAsChanged(readLeavesInOrder(listing.leaves, consumer), "f090");
+    assert.equal(error.details.errno, "ENOENT", native ? "native" : "JavaScript");
+    assert.equal(seen.length, 90, native ? "native" : "JavaScript");
   }
 });

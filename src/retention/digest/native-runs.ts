@@ -20,8 +20,8 @@ const nativeDirectories = new Int32Array(MAX_RUN);
  * of them held open by the cursor until the call returns, so a tree of
  * small directories still reads in long runs. The same refusals as the
  * JavaScript reads of file-reader.ts; a file over `limit` ends the run at
- * its index (the general path takes it), and so does a consumer call that
- * returns a promise.
+ * its index (the general path takes it). When a consumer call returns a
+ * promise, `pending` settles once every file of the run is handed over.
  */
 export function consumeNativeRun(
   native: NativeAddon,
@@ -58,21 +58,50 @@ export function consumeNativeRun(
   } finally {
     cursor.releaseDescriptors();
   }
+  return deliver(leaves, from, nativeMeta, count, consumer, batch);
+}
+
+/**
+ * Hand the files of one call (their statuses in `meta`) to the consumer in
+ * order. A consumer call that returns a promise (a writer with enough
+ * creates in flight) does not end the run: the rest of the batch is already
+ * read, so it is handed over once that promise settles instead of being
+ * read again by the next call (which made a run copy read every file about
+ * sixteen times: docs/design/performance.md, "Dispatch's copy read its files
+ * again"). The batch is the reader's alone and is not reused before the
+ * returned promise settles; the statuses are copied out, as the next call on
+ * this thread reuses `nativeMeta`.
+ */
+function deliver(
+  leaves: readonly LeafEntry[],
+  from: number,
+  meta: Float64Array,
+  count: number,
+  consumer: FileConsumer & Required<Pick<FileConsumer, "whole">>,
+  batch: Buffer,
+): { next: number; pending?: Promise<void> } {
   for (let at = 0; at < count; at++) {
     const leaf = leaves[from + at] as FileEntry;
     const field = at * META_FIELDS;
-    const status = nativeMeta[field]!;
+    const status = meta[field]!;
     if (status !== 0) {
       if (status === TOO_LARGE) return { next: from + at };
       if (status === NOT_REGULAR) throw changed(leaf.path, "no longer a regular file");
       if (status === SHORT) throw changed(leaf.path, "short read");
-      if (status === CHANGED) throw changed(leaf.path, changeOf(nativeMeta[field + 1]!));
-      throw changedOrUnreadable(nativeError(status, nativeMeta[field + 1]!), leaf.path);
+      if (status === CHANGED) throw changed(leaf.path, changeOf(meta[field + 1]!));
+      throw changedOrUnreadable(nativeError(status, meta[field + 1]!), leaf.path);
     }
-    const offset = nativeMeta[field + 1]!;
-    const size = nativeMeta[field + 2]!;
-    const pending = consumer.whole(leaf, { mode: nativeMeta[field + 3]!, size }, batch.subarray(offset, offset + size));
-    if (pending) return { next: from + at + 1, pending };
+    const offset = meta[field + 1]!;
+    const size = meta[field + 2]!;
+    const pending = consumer.whole(leaf, { mode: meta[field + 3]!, size }, batch.subarray(offset, offset + size));
+    if (pending) {
+      const rest = count - at - 1;
+      if (rest === 0) return { next: from + count, pending };
+      const restMeta = meta.slice((at + 1) * META_FIELDS, count * META_FIELDS);
+      // A file over the limit is the call's last status (a stop ends the taking); the general path starts there.
+      const next = meta[(count - 1) * META_FIELDS] === TOO_LARGE ? from + count - 1 : from + count;
+      return { next, pending: pending.then(() => deliver(leaves, from + at + 1, restMeta, rest, consumer, batch).pending) };
+    }
   }
   return { next: from + count };
 }
