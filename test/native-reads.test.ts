@@ -3,10 +3,11 @@ import { execFileSync } from "node:child_process";
 import { appendFileSync, closeSync, constants, mkdirSync, openSync, readdirSync, readFileSync, symlinkSync, unlinkSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { afterEach, test } from "node:test";
-import { digestTree } from "../src/index.js";
+import { digestTree, retainTree } from "../src/index.js";
 import { SMALL_FILE_SIZE, readLeavesInOrder } from "../src/retention/digest/file-reader.js";
 import { CHANGED, META_FIELDS, NOT_REGULAR, TOO_LARGE, nativeReads, nativeReadsAvailable, setNativeReads } from "../src/retention/digest/native-reads.js";
 import { setReadHook } from "../src/retention/digest/read-hook.js";
+import { PER_FILE_FSYNC_LIMIT } from "../src/retention/store/staging-writer.js";
 import { walkTree } from "../src/retention/digest/walk.js";
 import { REPO, refusedAsChanged, tempDir } from "./helpers.js";
 
@@ -359,5 +360,28 @@ test("Given a consumer that answers with promises, When a file in the middle of 
     const error = await refusedAsChanged(readLeavesInOrder(listing.leaves, consumer), "f090");
     assert.equal(error.details.errno, "ENOENT", native ? "native" : "JavaScript");
     assert.equal(seen.length, 90, native ? "native" : "JavaScript");
+  }
+});
+
+test("Given a tree under the per-file fsync limit, When retained both ways, Then each file is read exactly twice: from the source as it is copied (its fsyncs in flight never make the reads start over), then from the staged copy", async () => {
+  const source = tempDir("oats-native-perfile-");
+  const files = Math.min(400, PER_FILE_FSYNC_LIMIT);
+  for (let at = 0; at < files; at++) {
+    mkdirSync(join(source, `d${at % 4}`), { recursive: true });
+    writeFileSync(join(source, `d${at % 4}`, `f${String(at).padStart(3, "0")}`), `file ${at} `.repeat((at % 40) + 1));
+  }
+  for (const native of [true, false]) {
+    setNativeReads(native);
+    const scope = tempDir("oats-native-perfile-scope-");
+    const reads = new Map<string, number>();
+    setReadHook((path) => void reads.set(path, (reads.get(path) ?? 0) + 1));
+    try {
+      await retainTree(scope, { kind: "capability", key: "perfile", source });
+    } finally {
+      setReadHook(null);
+    }
+    const how = native ? "native" : "JavaScript";
+    assert.equal(reads.size, files, how);
+    assert.deepEqual([...reads].filter(([, count]) => count !== 2), [], `${how}: files not read exactly twice`);
   }
 });
