@@ -12,7 +12,7 @@ import { join } from "node:path";
 import { after, test } from "node:test";
 import { OatsError } from "../src/errors.js";
 import { fsck, retainTree, verifyTree } from "../src/index.js";
-import { DigestWorker, measureHere, setParallelism } from "../src/retention/parallel/pool.js";
+import { DigestWorker, measureHere, setParallelism, settleInLanes } from "../src/retention/parallel/pool.js";
 import { setFaultHook } from "../src/retention/store/faults.js";
 import { verifyAllTrees, verifyTrees } from "../src/retention/verify-many.js";
 import { REPO, snapshotTree, tempDir } from "./helpers.js";
@@ -63,7 +63,7 @@ test("a worker measures a tree exactly as the calling thread does, and sends bac
   }
 });
 
-test("Given two jobs handed to one worker at once, Then the second waits its turn: both settle with their own tree's digests, and the worker is reusable only when both have", async () => {
+test("Given two jobs handed to one worker at once (the second sent before the first is answered), Then the worker runs them in turn: both settle with their own tree's digests, and the worker is reusable only when both have", async () => {
   const one = makeTree({ "a.txt": "one" });
   const two = makeTree({ "a.txt": "two", "b/c.txt": "three" });
   const worker = new DigestWorker();
@@ -211,4 +211,36 @@ test("Given a caller running the built library from `node --input-type=module -e
   ].join("\n");
   const out = execFileSync(process.execPath, ["--expose-gc", "--input-type=module", "-e", script], { encoding: "utf8", env: { ...process.env, NODE_OPTIONS: "" } });
   assert.equal(out, '["ok","ok","ok"]\n');
+});
+
+/** How many of a worker lane's items were under way (started, not settled) as each of them started. */
+async function workerLaneDepths(itemMs: (item: number) => number, count: number): Promise<number[]> {
+  setParallelism(2);
+  let underWay = 0;
+  const depths: number[] = [];
+  try {
+    const outcomes = await settleInLanes(Array.from({ length: count }, (_, item) => item), async (item, measure) => {
+      if (measure === undefined) return new Promise<void>((resolve) => setTimeout(resolve, 400)); // the calling thread, busy with a tree of its own
+      depths.push(++underWay);
+      await new Promise((resolve) => setTimeout(resolve, itemMs(item)));
+      underWay -= 1;
+    });
+    assert.ok(outcomes.every((outcome) => outcome.ok));
+    return depths;
+  } finally {
+    setParallelism(null);
+  }
+}
+
+test("Given quick trees, When verified in lanes, Then a worker lane has the next one under way before the last is answered, never more than two", async () => {
+  const depths = await workerLaneDepths(() => 2, 12);
+  assert.ok(depths.includes(2), `a second tree was sent while one was under way: ${depths.join(" ")}`);
+  assert.ok(depths.every((depth) => depth <= 2), depths.join(" "));
+});
+
+test("Given slow trees, When verified in lanes, Then after the first slow answer a worker lane sends one tree at a time (none left queued behind a slow one)", async () => {
+  const depths = await workerLaneDepths(() => 60, 8);
+  // The first two go out before any answer has shown that the trees are slow; every later one alone.
+  assert.deepEqual(depths.slice(2), Array(depths.length - 2).fill(1), depths.join(" "));
+  assert.ok(depths.length >= 4, `the worker lane took most trees while the calling thread was busy: ${depths.join(" ")}`);
 });

@@ -48,14 +48,20 @@ function structuredSafe(details: Record<string, unknown>): Record<string, unknow
 
 markLaneWorker();
 
+async function answer(request: DigestRequest): Promise<void> {
+  try {
+    const listing = await walkTree(request.dir, request.maxDepth === undefined ? {} : { maxDepth: request.maxDepth });
+    const digests = await digestListing(listing, request.formats);
+    parentPort!.postMessage({ id: request.id, digests } satisfies DigestAnswer);
+  } catch (error) {
+    parentPort!.postMessage({ id: request.id, error: serialize(error) } satisfies DigestAnswer);
+  }
+}
+
+// Jobs run one after another, in the order they came: a caller may send the
+// next before the last is answered, so this thread never waits for a busy
+// caller to read an answer before it starts the next tree.
+let previous: Promise<void> = Promise.resolve();
 parentPort!.on("message", (request: DigestRequest) => {
-  void (async () => {
-    try {
-      const listing = await walkTree(request.dir, request.maxDepth === undefined ? {} : { maxDepth: request.maxDepth });
-      const digests = await digestListing(listing, request.formats);
-      parentPort!.postMessage({ id: request.id, digests } satisfies DigestAnswer);
-    } catch (error) {
-      parentPort!.postMessage({ id: request.id, error: serialize(error) } satisfies DigestAnswer);
-    }
-  })();
+  previous = previous.then(() => answer(request));
 });

@@ -72,28 +72,32 @@ function rebuild(error: SerializedError): Error {
   return rebuilt;
 }
 
-/** One worker thread, one job at a time. */
+/**
+ * One worker thread. It runs its jobs one at a time, in the order they were
+ * sent; a job is sent at once, so the next one is already waiting when the
+ * worker finishes one, whatever the calling thread is busy with.
+ */
 export class DigestWorker {
   private readonly worker: Worker;
   private next = 0;
-  private pending: { id: number; resolve: (digests: TreeDigests) => void; reject: (error: unknown) => void } | null = null;
+  private readonly pending = new Map<number, { resolve: (digests: TreeDigests) => void; reject: (error: unknown) => void }>();
   private failure: Error | null = null;
 
   constructor() {
     this.worker = startWorker();
     this.worker.on("message", (answer: DigestAnswer) => {
-      const pending = this.pending;
-      if (!pending || pending.id !== answer.id) return;
-      this.pending = null;
-      if (!this.held) this.worker.unref();
+      const pending = this.pending.get(answer.id);
+      if (!pending) return;
+      this.pending.delete(answer.id);
+      if (!this.held && this.pending.size === 0) this.worker.unref();
       if ("error" in answer) pending.reject(rebuild(answer.error));
       else pending.resolve(answer.digests as TreeDigests);
     });
     const fail = (error: Error) => {
       this.failure ??= error;
-      const pending = this.pending;
-      this.pending = null;
-      pending?.reject(new OatsError("internal-error", `digest worker failed: ${error.message}`, { reason: "worker-failed" }, { cause: error }));
+      const waiting = [...this.pending.values()];
+      this.pending.clear();
+      for (const pending of waiting) pending.reject(new OatsError("internal-error", `digest worker failed: ${error.message}`, { reason: "worker-failed" }, { cause: error }));
     };
     this.worker.on("error", fail);
     this.worker.on("exit", (code) => fail(new Error(`exited with code ${code}`)));
@@ -101,31 +105,16 @@ export class DigestWorker {
     this.worker.unref();
   }
 
-  // The worker thread takes one job at a time; a second caller waits its turn
-  // rather than failing (the lanes never share a worker, but a caller that
-  // hands its Measure on cannot know whether the last job has settled).
-  private queued = 0;
-  private tail: Promise<unknown> = Promise.resolve();
-
   readonly measure: Measure = (job) => {
-    this.queued += 1;
-    const turn = this.tail.then(() => this.start(job));
-    this.tail = turn.catch(() => undefined);
-    return turn.finally(() => {
-      this.queued -= 1;
-    });
-  };
-
-  private start(job: Parameters<Measure>[0]): Promise<TreeDigests> {
     if (this.failure) return Promise.reject(new OatsError("internal-error", `digest worker failed: ${this.failure.message}`, { reason: "worker-failed" }));
     const id = ++this.next;
     return new Promise<TreeDigests>((resolve, reject) => {
-      this.pending = { id, resolve, reject };
+      this.pending.set(id, { resolve, reject });
       this.worker.ref();
       const request: DigestRequest = { id, dir: job.dir, formats: [...job.formats], ...(job.maxDepth === undefined ? {} : { maxDepth: job.maxDepth }) };
       this.worker.postMessage(request);
     });
-  }
+  };
 
   private held = false;
 
@@ -133,12 +122,12 @@ export class DigestWorker {
   hold(held: boolean): void {
     this.held = held;
     if (held) this.worker.ref();
-    else if (this.pending === null) this.worker.unref();
+    else if (this.pending.size === 0) this.worker.unref();
   }
 
   /** Idle and usable: it may be handed to the next caller. */
   get reusable(): boolean {
-    return this.pending === null && this.queued === 0 && this.failure === null;
+    return this.pending.size === 0 && this.failure === null;
   }
 
   async close(): Promise<void> {
@@ -178,6 +167,11 @@ export async function releaseWorker(worker: DigestWorker): Promise<void> {
   } else await worker.close();
 }
 
+/** Trees a worker lane has under way at once while they are quick (settleInLanes). */
+const WORKER_DEPTH = 2;
+/** A tree answered within this time (sent to answered) is quick. */
+const QUICK_TREE_MS = 25;
+
 export type Settled<R> = { readonly ok: true; readonly value: R } | { readonly ok: false; readonly error: unknown };
 
 /**
@@ -203,26 +197,48 @@ export async function settleInLanes<T, R>(
   let taken = 0;
   let done = 0;
   const workers: DigestWorker[] = [];
-  const lane = async (index: number) => {
-    let measure: Measure | undefined;
-    for (let item = taken++; item < items.length; item = taken++) {
-      if (index > 0 && !measure) {
-        const worker = acquireWorker();
-        workers.push(worker);
-        measure = worker.measure;
-      }
-      try {
-        results[item] = { ok: true, value: await task(items[item]!, measure) };
-      } catch (error) {
-        results[item] = { ok: false, error };
-      }
-      onSettled?.(++done, items.length);
+  const settle = async (item: number, measure: Measure | undefined) => {
+    try {
+      results[item] = { ok: true, value: await task(items[item]!, measure) };
+    } catch (error) {
+      results[item] = { ok: false, error };
     }
+    onSettled?.(++done, items.length);
+  };
+  const callerLane = async () => {
+    for (let item = taken++; item < items.length; item = taken++) await settle(item, undefined);
+  };
+  // A worker lane sends its worker the next tree before the last one is
+  // answered while trees are quick, so the worker need not wait for this
+  // thread, busy with a tree of its own, to read an answer first (with one
+  // at a time, a worker did a quarter of 50 small trees). A slow tree goes
+  // back to one at a time: one queued behind it could be the last, left
+  // waiting there while this thread has nothing to do.
+  const workerLane = async () => {
+    let worker: DigestWorker | null = null;
+    let quick = true;
+    const underWay = new Set<Promise<void>>();
+    for (;;) {
+      while (underWay.size >= (quick ? WORKER_DEPTH : 1)) await Promise.race(underWay);
+      if (taken >= items.length) break;
+      const item = taken++;
+      if (worker === null) {
+        worker = acquireWorker();
+        workers.push(worker);
+      }
+      const began = performance.now();
+      const settled: Promise<void> = settle(item, worker.measure).then(() => {
+        quick = performance.now() - began < QUICK_TREE_MS;
+        underWay.delete(settled);
+      });
+      underWay.add(settled);
+    }
+    await Promise.all(underWay);
   };
   try {
     // Lane 0 (the calling thread) last: the workers' start-up is then under way while it reads.
-    const running = Array.from({ length: lanes - (first === 0 ? 1 : 0) }, (_, index) => lane(index + 1));
-    if (first === 0 && lanes > 0) running.push(lane(0));
+    const running: Promise<unknown>[] = Array.from({ length: lanes - (first === 0 ? 1 : 0) }, workerLane);
+    if (first === 0 && lanes > 0) running.push(callerLane());
     await Promise.all(running);
   } finally {
     await Promise.all(workers.map(releaseWorker));
