@@ -14,7 +14,8 @@ export {
   type InstanceRef,
 } from "./store.js";
 export { readResolution, checkReadiness, resolveEntrypoint, referencedArtifacts, type ReadResolution, type ReadResolutionOptions } from "./read.js";
-export { reconstruct, splitCommand, parseLegacyCommand, legacyInstanceSchema, INSTALLED_DIR, LOCK_FILE, INSTANCE_FILE, LEGACY_LAUNCHERS, type LegacyInstance, type ReconstructResult } from "./reconstruct.js";
+export { reconstruct, legacyInstanceSchema, LOCK_FILE, INSTANCE_FILE, type LegacyInstance, type ReconstructResult } from "./reconstruct.js";
+export { splitCommand, parseLegacyCommand, INSTALLED_DIR, LEGACY_LAUNCHERS } from "./legacy-command.js";
 export { findSecrets, assertNoSecrets, isSecretKeyName, secretShapeOf, type SecretFinding, type FindSecretsOptions } from "./secrets.js";
 export { parsePlan, readPlanFile, parsePlanText, type Plan, type PlanCapability } from "./plan.js";
 export { prepare, type PrepareOptions, type PrepareResult, type PrepareStep } from "./prepare.js";
