@@ -9,7 +9,8 @@ import type { TreeFraming } from "./framing.js";
 import { EMIT_EVERY_BYTES, EMIT_EVERY_FILES, throwIfAborted, type ProgressListener, type ProgressPhase } from "../progress.js";
 import { treeLegacyFraming } from "./legacy.js";
 import { coresBusy } from "../parallel/busy.js";
-import { legacyOrder, walkTree, type FileEntry, type LeafEntry, type SymlinkEntry, type TreeListing } from "./walk.js";
+import { legacyOrder } from "./order.js";
+import { walkTree, type FileEntry, type LeafEntry, type SymlinkEntry, type TreeListing } from "./walk.js";
 
 export const FRAMINGS: Record<TreeFormat, TreeFraming> = {
   "oats.tree-legacy.v0": treeLegacyFraming,

@@ -1,6 +1,7 @@
 import { closeSync, constants, existsSync, fstatSync, openSync, readdirSync, readlinkSync, type Dirent } from "node:fs";
 import { OatsError, errnoCode } from "../../errors.js";
 import { closeOpened, listNatively, openChildNatively, type Listed, type OpenedDirectory } from "./native-directories.js";
+import { BEYOND_UTF16_ORDER, compareSiblingBytes, compareSiblings } from "./order.js";
 import { prefetchMode, warmDirectories, type Prefetcher } from "./prefetch.js";
 
 /**
@@ -62,7 +63,7 @@ export type TreeEntry = LeafEntry | DirectoryEntry;
 
 export interface TreeListing {
   readonly root: DirectoryEntry;
-  /** Every file and symlink, sorted by the UTF-8 bytes of the path (tree-exec order; see compareSiblings). */
+  /** Every file and symlink, sorted by the UTF-8 bytes of the path (tree-exec order; see compareSiblings in order.ts). */
   readonly leaves: LeafEntry[];
   /** Every directory below the root, children before their parents. */
   readonly directories: DirectoryEntry[];
@@ -109,9 +110,6 @@ class SymlinkLeaf extends Leaf implements SymlinkEntry {
 }
 
 const utf8 = new TextDecoder("utf-8", { fatal: true });
-/** Built on first use: constructing it loads ICU collation data (~10 ms), which only legacy digests need. */
-let collator: Intl.Collator | undefined;
-
 function notUtf8(raw: Buffer, parentPath: string, what: string): OatsError {
   const shown = raw.toString("latin1");
   return new OatsError("invalid-artifact", `${what} is not valid UTF-8: ${parentPath ? `${parentPath}/` : ""}${JSON.stringify(shown)}`, {
@@ -139,42 +137,6 @@ function checkNamesAreUtf8(absolute: string, path: string): void {
 function refuseSpecial(entry: Dirent<Buffer> | Listed, path: string): never {
   const type = entry.isFIFO() ? "FIFO" : entry.isSocket() ? "socket" : entry.isBlockDevice() || entry.isCharacterDevice() ? "device" : "special file";
   throw new OatsError("invalid-artifact", `unsupported ${type} in tree: ${path}`, { path, reason: "special-file", type });
-}
-
-/** Legacy collation, with a byte-order tie-break so that names the collator deems equal still sort one way. */
-export function compareLegacyNames(a: string, b: string): number {
-  collator ??= new Intl.Collator("en-US");
-  return collator.compare(a, b) || Buffer.compare(Buffer.from(a), Buffer.from(b));
-}
-
-/**
- * UTF-16 code units from U+D800 up: where comparing JS strings stops agreeing
- * with comparing their UTF-8 bytes (a surrogate pair sorts below U+E000..U+FFFF
- * as UTF-16, above it as UTF-8). U+FFFD, the mark of a name Node could not
- * decode, is among them.
- */
-const BEYOND_UTF16_ORDER = /[\uD800-\uFFFF]/;
-
-/**
- * Siblings in tree-exec order: by the UTF-8 bytes of their names, a directory
- * taken as its name followed by "/" (which every path below it starts with).
- * Visiting sorted siblings depth first then yields every leaf in the order of
- * the UTF-8 bytes of its full path, with no sort of the whole tree. Names are
- * distinct and hold no "/", so only a name that is a prefix of its sibling's
- * needs the "/" looked at. For names below U+D800, UTF-16 order is UTF-8 order.
- */
-function compareSiblings(a: Listed, b: Listed): number {
-  const x = a.name;
-  const y = b.name;
-  if (x.length < y.length && a.isDirectory() && y.startsWith(x)) return "/" < y[x.length]! ? -1 : 1;
-  if (y.length < x.length && b.isDirectory() && x.startsWith(y)) return x[y.length]! < "/" ? -1 : 1;
-  return x < y ? -1 : x > y ? 1 : 0;
-}
-
-const siblingKey = (entry: Listed): Buffer => Buffer.from(entry.isDirectory() ? `${entry.name}/` : entry.name);
-
-function compareSiblingBytes(a: Listed, b: Listed): number {
-  return Buffer.compare(siblingKey(a), siblingKey(b));
 }
 
 /**
@@ -391,24 +353,6 @@ export async function walkTree(rootAbsolute: string, options: WalkOptions = {}):
     warming?.stop();
     for (const frame of stack) closeOpened(frame);
   }
-}
-
-/** Legacy order: depth-first pre-order over the collated children (an explicit stack, like the walk). */
-export function legacyOrder(root: DirectoryEntry): LeafEntry[] {
-  const out: LeafEntry[] = [];
-  const collate = (directory: DirectoryEntry) => [...directory.children].sort((a, b) => compareLegacyNames(a.name, b.name));
-  const stack: { children: TreeEntry[]; next: number }[] = [{ children: collate(root), next: 0 }];
-  while (stack.length > 0) {
-    const frame = stack[stack.length - 1]!;
-    if (frame.next === frame.children.length) {
-      stack.pop();
-      continue;
-    }
-    const child = frame.children[frame.next++]!;
-    if (child.type === "directory") stack.push({ children: collate(child), next: 0 });
-    else out.push(child);
-  }
-  return out;
 }
 
 /** A file that was not the same after its read as before it (`what`: inode, size, mtime, ctime, short read, ...). */
