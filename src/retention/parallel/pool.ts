@@ -209,14 +209,15 @@ export async function settleInLanes<T, R>(
     for (let item = taken++; item < items.length; item = taken++) await settle(item, undefined);
   };
   // A worker lane sends its worker the next tree before the last one is
-  // answered while trees are quick, so the worker need not wait for this
-  // thread, busy with a tree of its own, to read an answer first (with one
-  // at a time, a worker did a quarter of 50 small trees). A slow tree goes
-  // back to one at a time: one queued behind it could be the last, left
-  // waiting there while this thread has nothing to do.
+  // answered once trees have shown they are quick, so the worker need not
+  // wait for this thread, busy with a tree of its own, to read an answer
+  // first (with one at a time, a worker did a quarter of 50 small trees).
+  // Until then, and after a slow one, one at a time: a tree queued behind a
+  // slow one could be the last, left waiting there while this thread has
+  // nothing to take (with two trees, the worker would take both).
   const workerLane = async () => {
     let worker: DigestWorker | null = null;
-    let quick = true;
+    let quick = false;
     const underWay = new Set<Promise<void>>();
     for (;;) {
       while (underWay.size >= (quick ? WORKER_DEPTH : 1)) await Promise.race(underWay);
