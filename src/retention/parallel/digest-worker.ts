@@ -63,5 +63,6 @@ async function answer(request: DigestRequest): Promise<void> {
 // caller to read an answer before it starts the next tree.
 let previous: Promise<void> = Promise.resolve();
 parentPort!.on("message", (request: DigestRequest) => {
-  previous = previous.then(() => answer(request));
+  // answer() posts its own failures; the catch only keeps one that could not be posted from stopping every later job.
+  previous = previous.then(() => answer(request)).catch(() => undefined);
 });
