@@ -1,14 +1,13 @@
 import { parentPort } from "node:worker_threads";
 import { OatsError } from "../../errors.js";
-import { digestListing } from "../digest/tree.js";
 import type { TreeFormat } from "../integrity.js";
-import { walkTree } from "../digest/walk.js";
 import { markLaneWorker } from "./busy.js";
+import { measureHere } from "./pool.js";
 
 /**
  * A worker thread of the digest pool (pool.ts): it walks and hashes one
- * directory per message, exactly as the calling thread would (walkTree,
- * digestListing), and answers with the digests or the error. It loads the
+ * directory per message, exactly as the calling thread would (measureHere:
+ * walkTree, digestListing), and answers with the digests or the error. It loads the
  * digest modules alone, so a worker starts in tens of milliseconds.
  */
 
@@ -50,8 +49,7 @@ markLaneWorker();
 
 async function answer(request: DigestRequest): Promise<void> {
   try {
-    const listing = await walkTree(request.dir, request.maxDepth === undefined ? {} : { maxDepth: request.maxDepth });
-    const digests = await digestListing(listing, request.formats);
+    const digests = await measureHere(request);
     parentPort!.postMessage({ id: request.id, digests } satisfies DigestAnswer);
   } catch (error) {
     parentPort!.postMessage({ id: request.id, error: serialize(error) } satisfies DigestAnswer);
