@@ -140,3 +140,26 @@ test("Given a large file read inline with a slow consumer, When a timer is due, 
   assert.equal(pieces, (32 * CHUNK_SIZE) / INLINE_CHUNK_SIZE);
   assert.ok(piecesWhenTimerRan > 0 && piecesWhenTimerRan < pieces, `the timer ran after ${piecesWhenTimerRan} of ${pieces} pieces`);
 });
+
+test("Given a large file read inline, When it is hashed, Then the event loop turns at least once every 4 pieces (1 MiB), so a worker lane's answer is read promptly", async () => {
+  const root = await treeOf({ "big.bin": patterned(64 * CHUNK_SIZE, 5) });
+  let pieces = 0;
+  const consumer = { start() {}, chunk: () => void (pieces += 1), end() {}, symlink() {} };
+  const leaves = (await walkTree(root)).leaves;
+  // The piece count at every turn of the event loop while the file is read.
+  const turns: number[] = [];
+  let reading = true;
+  const tick = () => {
+    turns.push(pieces);
+    if (reading) setImmediate(tick);
+  };
+  setImmediate(tick);
+  await readLeavesInOrder(leaves, consumer, { inline: true });
+  reading = false;
+  assert.equal(pieces, (64 * CHUNK_SIZE) / INLINE_CHUNK_SIZE);
+  const read = turns.filter((count) => count > 0 && count < pieces);
+  // The first turn comes after the head (read with the open) and 4 pieces more.
+  let widest = (read[0] ?? pieces) - 1;
+  for (let i = 1; i < read.length; i++) widest = Math.max(widest, read[i]! - read[i - 1]!);
+  assert.ok(widest <= 4, `at most 4 pieces between turns, found ${widest} (${read.length} turns over ${pieces} pieces)`);
+});

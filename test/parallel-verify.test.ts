@@ -12,7 +12,8 @@ import { join } from "node:path";
 import { after, test } from "node:test";
 import { OatsError } from "../src/errors.js";
 import { fsck, retainTree, verifyTree } from "../src/index.js";
-import { DigestWorker, measureHere, setParallelism, settleInLanes } from "../src/retention/parallel/pool.js";
+import { DigestWorker, measureHere, setParallelism, settleInLanes, type Measure } from "../src/retention/parallel/pool.js";
+import { verifyTreeWith } from "../src/retention/verify.js";
 import { setFaultHook } from "../src/retention/store/faults.js";
 import { verifyAllTrees, verifyTrees } from "../src/retention/verify-many.js";
 import { REPO, snapshotTree, tempDir } from "./helpers.js";
@@ -255,4 +256,20 @@ test("Given slow trees, When verified in lanes, Then a worker lane sends one tre
 test("Given two trees and two lanes, When verified, Then each lane takes one (the worker does not take both before the calling thread starts)", async () => {
   const { depths, caller } = await workerLaneDepths(() => 60, 2, 60);
   assert.deepEqual([depths.length, caller], [1, 1]);
+});
+
+test("Given a worker lane's Measure, When a revision is verified, Then its tree is sent to the worker at once, before anything waits for this thread's event loop (busy hashing a tree of its own)", async () => {
+  const { scope, refs } = await scopeWithRevisions(1);
+  const worker = new DigestWorker();
+  try {
+    let sent = 0;
+    const measure: Measure = (job) => ((sent += 1), worker.measure(job));
+    const verified = verifyTreeWith(scope, refs[0]!, {}, measure);
+    const sentAtOnce = sent;
+    assert.deepEqual((await verified).integrity, refs[0]!.integrity);
+    assert.equal(sentAtOnce, 1, "the job was sent before verifyTreeWith first awaited");
+    assert.equal(sent, 1);
+  } finally {
+    await worker.close();
+  }
 });

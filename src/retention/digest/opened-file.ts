@@ -19,8 +19,15 @@ export const CHUNK_SIZE = 1 << 20;
 export const SMALL_FILE_SIZE = 256 << 10;
 /** The piece a large file is read in when it is read inline (ReadOptions): it fits a core's cache, and the small-file buffer. */
 export const INLINE_CHUNK_SIZE = SMALL_FILE_SIZE;
-/** How often a long inline read yields to the event loop (as file-reader.ts does between files). */
-const YIELD_EVERY_MS = 8;
+/**
+ * Pieces an inline read hashes between yields to the event loop: 1 MiB,
+ * well under a millisecond of SHA-256 here. Inline reads run while a worker
+ * lane runs beside this thread, and that worker gets its next tree only once
+ * this thread has read its answer: yielding every 8 ms (file-reader.ts's
+ * interval between files), a worker in fsck's lanes waited 3-10 ms for each
+ * of its trees. A yield costs microseconds.
+ */
+const YIELD_EVERY_PIECES = 4;
 
 export interface OpenedFile {
   readonly entry: FileEntry;
@@ -209,13 +216,13 @@ function finishSync(file: OpenedFile): void {
 /**
  * The rest of a large file read inline (ReadOptions.inline) into `buffer`,
  * which the head was read into as well: each piece is consumed before the
- * next read overwrites it. The event loop is still yielded to every few
- * milliseconds.
+ * next read overwrites it. The event loop is yielded to every
+ * YIELD_EVERY_PIECES pieces.
  */
 export async function consumeRestInline(file: OpenedFile, size: number, consumer: FileConsumer, buffer: Buffer): Promise<void> {
   readInline += 1;
   let position = file.head.length;
-  let lastYield = performance.now();
+  let sinceYield = 0;
   while (position < size) {
     const wanted = Math.min(buffer.length, size - position);
     let got: number;
@@ -228,9 +235,9 @@ export async function consumeRestInline(file: OpenedFile, size: number, consumer
     position += got;
     const pending = consumer.chunk(buffer.subarray(0, got));
     if (pending) await pending;
-    if (performance.now() - lastYield > YIELD_EVERY_MS) {
+    if (++sinceYield === YIELD_EVERY_PIECES) {
+      sinceYield = 0;
       await new Promise((resolve) => setImmediate(resolve));
-      lastYield = performance.now();
     }
   }
   finishSync(file);
