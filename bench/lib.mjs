@@ -1,6 +1,6 @@
 /** Shared machinery of the benchmark: options, helpers, data sets, the library under test, the results table. */
 import { spawn } from "node:child_process";
-import { createCipheriv, createHash } from "node:crypto";
+import { CAPS, CAPTURE, DATASETS, DATA_VERSION, SMALL, TARBALL } from "./datasets.mjs";
 import {
   chmodSync,
   closeSync,
@@ -11,11 +11,8 @@ import {
   readSync,
   readdirSync,
   rmSync,
-  statSync,
   writeFileSync,
-  writeSync,
 } from "node:fs";
-import { cpus, release, totalmem } from "node:os";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 
@@ -170,146 +167,9 @@ export const settle = () => run("sync", []);
 // with online discard slows the writes that follow it for seconds, and would
 // land on whichever side ran next.
 
-// ---------------------------------------------------------------- data sets
+// ---------------------------------------------------------------- data sets (datasets.mjs)
 
-export const DATA_VERSION = 1;
-
-/** Deterministic incompressible bytes: the AES-256-CTR keystream under a key derived from `label`. */
-export function keystream(label) {
-  const key = createHash("sha256").update(`oats-bench:${label}`).digest();
-  const cipher = createCipheriv("aes-256-ctr", key, Buffer.alloc(16));
-  const zeros = Buffer.alloc(8 * MiB);
-  return (length) => {
-    const parts = [];
-    let left = length;
-    while (left > 0) {
-      const n = Math.min(left, zeros.length);
-      parts.push(cipher.update(zeros.subarray(0, n)));
-      left -= n;
-    }
-    return parts.length === 1 ? parts[0] : Buffer.concat(parts);
-  };
-}
-
-/** mulberry32: a small seeded PRNG for sizes and layout. */
-export function prng(seed) {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
-
-export function writeBigFile(path, size, label) {
-  const next = keystream(label);
-  const fd = openSync(path, "w", 0o644);
-  try {
-    for (let done = 0; done < size; ) {
-      const chunk = next(Math.min(8 * MiB, size - done));
-      let written = 0;
-      while (written < chunk.length) written += writeSync(fd, chunk, written);
-      done += chunk.length;
-    }
-  } finally {
-    closeSync(fd);
-  }
-}
-
-export const SMALL = { files: 20_000, top: 10, perTop: 34, minSize: 100, maxSize: 4096 }; // 10 + 10*34 = 350 directories
-export const CAPS = { capabilities: 50, files: 200, dirs: 8, minSize: 100, maxSize: 4096 };
-export const CAPTURE = { files: 2000, dirs: 20, minSize: 100, maxSize: 4096 };
-export const TARBALL = { files: 5000, dirs: 50, size: 10_000 }; // ~50 MB of incompressible content
-
-export const DATASETS = {
-  big: {
-    describe: "8 files x 128 MiB",
-    generate(dir) {
-      for (let i = 0; i < 8; i++) writeBigFile(join(dir, `blob-${i}.bin`), 128 * MiB, `big-${i}`);
-    },
-  },
-  small: {
-    describe: "20,000 files of 100-4096 bytes in 350 directories",
-    generate(dir) {
-      const random = prng(20_000);
-      const next = keystream("small");
-      const dirs = [];
-      for (let t = 0; t < SMALL.top; t++) {
-        const top = join(dir, `pkg-${String(t).padStart(2, "0")}`);
-        mkdirSync(top);
-        dirs.push(top);
-        for (let s = 0; s < SMALL.perTop; s++) {
-          const sub = join(top, `mod-${String(s).padStart(2, "0")}`);
-          mkdirSync(sub);
-          dirs.push(sub);
-        }
-      }
-      for (let i = 0; i < SMALL.files; i++) {
-        const where = dirs[i % dirs.length];
-        const size = SMALL.minSize + Math.floor(random() * (SMALL.maxSize - SMALL.minSize + 1));
-        const path = join(where, `file-${String(i).padStart(5, "0")}.${["js", "json", "md", "ts"][i % 4]}`);
-        writeFileSync(path, next(size));
-        chmodSync(path, i % 10 === 0 ? 0o755 : 0o644);
-      }
-    },
-  },
-  caps: {
-    describe: `${CAPS.capabilities} capability trees of ${CAPS.files} files each`,
-    generate(dir) {
-      for (let c = 0; c < CAPS.capabilities; c++) {
-        const name = `cap-${String(c).padStart(2, "0")}`;
-        const random = prng(1000 + c);
-        const next = keystream(`caps-${c}`);
-        const root = join(dir, name);
-        const dirs = ["bin", ...Array.from({ length: CAPS.dirs - 1 }, (_, d) => `lib/mod-${d}`)].map((sub) => join(root, sub));
-        for (const sub of dirs) mkdirSync(sub, { recursive: true });
-        writeFileSync(join(root, "bin", "run.mjs"), `#!/usr/bin/env node\nconsole.log(${JSON.stringify(name)});\n`);
-        chmodSync(join(root, "bin", "run.mjs"), 0o755);
-        for (let i = 1; i < CAPS.files; i++) {
-          const size = CAPS.minSize + Math.floor(random() * (CAPS.maxSize - CAPS.minSize + 1));
-          writeFileSync(join(dirs[i % dirs.length], `file-${String(i).padStart(3, "0")}.js`), next(size));
-        }
-      }
-    },
-  },
-  capture: {
-    describe: `one capture tree of ${CAPTURE.files} files`,
-    generate(dir) {
-      const random = prng(2000);
-      const next = keystream("capture");
-      const dirs = ["bin", ...Array.from({ length: CAPTURE.dirs - 1 }, (_, d) => `lib/mod-${String(d).padStart(2, "0")}`)].map((sub) => join(dir, sub));
-      for (const sub of dirs) mkdirSync(sub, { recursive: true });
-      writeFileSync(join(dir, "bin", "run"), "#!/bin/sh\necho captured\n");
-      chmodSync(join(dir, "bin", "run"), 0o755);
-      for (let i = 1; i < CAPTURE.files; i++) {
-        const size = CAPTURE.minSize + Math.floor(random() * (CAPTURE.maxSize - CAPTURE.minSize + 1));
-        writeFileSync(join(dirs[i % dirs.length], `file-${String(i).padStart(4, "0")}.js`), next(size));
-      }
-    },
-  },
-  tarball: {
-    describe: `a package/ tree of ${TARBALL.files} files of ${TARBALL.size} bytes`,
-    generate(dir) {
-      const next = keystream("tarball");
-      const root = join(dir, "package");
-      const dirs = ["bin", ...Array.from({ length: TARBALL.dirs - 1 }, (_, d) => `lib/mod-${String(d).padStart(2, "0")}`)].map((sub) => join(root, sub));
-      for (const sub of dirs) mkdirSync(sub, { recursive: true });
-      for (let i = 0; i < TARBALL.files; i++) {
-        const path = join(dirs[i % dirs.length], `file-${String(i).padStart(4, "0")}.js`);
-        writeFileSync(path, next(TARBALL.size));
-        chmodSync(path, i % 50 === 0 ? 0o755 : 0o644);
-      }
-    },
-  },
-  huge: {
-    describe: "one 2 GiB file",
-    generate(dir) {
-      writeBigFile(join(dir, "huge.bin"), 2 * GiB, "huge");
-    },
-  },
-};
+export { CAPS, CAPTURE, DATASETS, DATA_VERSION, SMALL, TARBALL, keystream, prng, writeBigFile } from "./datasets.mjs";
 
 /** Generate a data set unless a stamp says the same version is already there. */
 export function dataset(name) {

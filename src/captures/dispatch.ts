@@ -1,5 +1,3 @@
-import { spawn, type StdioOptions } from "node:child_process";
-import { constants } from "node:os";
 import { OatsError, isOatsError } from "../errors.js";
 import { bytesDigest } from "../retention/digest/json.js";
 import { integrityText } from "../retention/integrity.js";
@@ -24,13 +22,15 @@ import {
   type Level,
 } from "./classification.js";
 import { captureSubject, prepareCapture } from "./prepare-capture.js";
-import { guardSpecifier, launcher, nodeOptionsWithGuard } from "./node-guard.js";
+import { guardSpecifier, launcher } from "./node-guard.js";
+import { dispatchEnvironment } from "./dispatch-env.js";
 import { readJob } from "./queue.js";
 import { copyVerifiedTree, removeRunCopy, type RunCopy } from "./run-copy.js";
 import { checkEvidencePosture, type EvidencePostureResult } from "../evidence/posture-check.js";
 import { currentEuid, privilegeGate } from "./privilege.js";
 import { evidencePolicy, parseCaptureProfileBytes, type ProfileEvidencePolicy } from "./spec.js";
-import { MIN_CREDENTIAL_LENGTH, credentialValueProblem } from "../evidence/redact.js";
+
+export { discardDispatchPlan, runDispatchPlan } from "./dispatch-run.js";
 
 /**
  * resolveQueuedCapture(scope, job): the dispatch plan of a queued capture,
@@ -65,7 +65,7 @@ import { MIN_CREDENTIAL_LENGTH, credentialValueProblem } from "../evidence/redac
  * The environment of the plan holds the pinned non-secret env and only the
  * credential variables the record names, taken from `options.env` (default:
  * this process's environment) now, plus the Node guard appended to
- * NODE_OPTIONS (node-guard.ts). Nothing else from the caller leaks in. A
+ * NODE_OPTIONS (dispatch-env.ts). Nothing else from the caller leaks in. A
  * credential value that a run log could not mask (shorter than 4
  * characters, or with a line break or control character: redact.ts) is
  * refused (`invalid-input`, naming the variable, never the value).
@@ -80,9 +80,9 @@ import { MIN_CREDENTIAL_LENGTH, credentialValueProblem } from "../evidence/redac
  * `harness-label-mismatch` security event, on both paths.
  *
  * A refusal after the copy was made removes it. A plan that is returned owns
- * its run copy: runDispatchPlan removes it when the child ends (unless asked
- * to keep it), and a caller that does not run the plan calls
- * discardDispatchPlan.
+ * its run copy: runDispatchPlan (dispatch-run.ts) removes it when the child
+ * ends (unless asked to keep it), and a caller that does not run the plan
+ * calls discardDispatchPlan.
  */
 
 export interface DispatchOptions {
@@ -302,26 +302,7 @@ export async function resolveQueuedCapture(scope: string, jobId: string, options
         : null;
 
     // The environment: pinned values and the named credentials, nothing else.
-    const source = options.env ?? process.env;
-    const env: Record<string, string> = {};
-    for (const [name, value] of Object.entries(capture.env)) env[name] = value;
-    const provided: string[] = [];
-    const missing: string[] = [];
-    for (const ref of capture.credentials) {
-      if (ref.kind !== "env") continue;
-      const value = Object.hasOwn(source, ref.name) ? source[ref.name] : undefined;
-      if (typeof value === "string") {
-        const problem = credentialValueProblem(value);
-        if (problem !== null) {
-          throw new OatsError("invalid-input", `credential ${ref.name} cannot be masked in the run log: its value is ${problem}`, { credential: ref.name, reason: "credential-unmaskable", minLength: MIN_CREDENTIAL_LENGTH });
-        }
-        env[ref.name] = value;
-        provided.push(ref.name);
-      } else {
-        missing.push(ref.name);
-      }
-    }
-    env["NODE_OPTIONS"] = nodeOptionsWithGuard(env["NODE_OPTIONS"], guard);
+    const { env, provided, missing } = dispatchEnvironment(capture, options.env ?? process.env, guard);
 
     // 6. The audit record, before anything runs.
     const entry = await audit(
@@ -371,47 +352,6 @@ export async function resolveQueuedCapture(scope: string, jobId: string, options
     await harnessEvent().catch(() => undefined);
     throw await auditRefusal(realScope, "dispatch", { job: String(jobId) }, error, harnessDetails, appendOptions);
   }
-}
-
-/**
- * Run a plan (refused as root unless the plan is privileged: privilege.ts):
- * exactly its command, argv and env, from its run copy (the
- * working directory is the copy's root), with stdio passed through, never
- * through a shell. Resolves with the child's exit code (128 + signal number
- * when it was killed by a signal). `stdio` may also be spawn's array form,
- * e.g. `["inherit", 2, "inherit"]` to send the child's stdout to this
- * process's stderr (the CLI's --json mode keeps stdout for its envelope).
- * When the child has ended (or could not start) the run copy is removed,
- * unless `keep`; `kept` names the directory left behind.
- */
-export async function runDispatchPlan(
-  plan: DispatchPlan,
-  options: { stdio?: "inherit" | "pipe" | StdioOptions; keep?: boolean; euid?: number } = {},
-): Promise<{ code: number; stdout: string; stderr: string; kept: string | null }> {
-  let outcome: { code: number; stdout: string; stderr: string };
-  try {
-    // Again here: a plan resolved without `exec` may still be handed to this function.
-    privilegeGate({ capture: plan.composition.key, privileged: plan.privileged, euid: options.euid ?? plan.euid });
-    outcome = await new Promise((resolvePromise, reject) => {
-      const child = spawn(plan.executable.command, [...plan.executable.argv], { cwd: plan.run.cwd, env: { ...plan.env }, stdio: options.stdio ?? "inherit", shell: false });
-      let stdout = "";
-      let stderr = "";
-      child.stdout?.setEncoding("utf8").on("data", (chunk: string) => (stdout += chunk));
-      child.stderr?.setEncoding("utf8").on("data", (chunk: string) => (stderr += chunk));
-      child.on("error", (error) => reject(new OatsError("invalid-artifact", `cannot start ${plan.executable.command}: ${error.message}`, { command: plan.executable.command, errno: (error as NodeJS.ErrnoException).code }, { cause: error })));
-      child.on("close", (code, signal) => {
-        resolvePromise({ code: code ?? 128 + (signal ? constants.signals[signal] : 0), stdout, stderr });
-      });
-    });
-  } finally {
-    if (options.keep !== true) await discardDispatchPlan(plan);
-  }
-  return { ...outcome, kept: options.keep === true ? plan.run.dir : null };
-}
-
-/** Remove the run copy of a plan that will not be run (or has run). Idempotent. */
-export async function discardDispatchPlan(plan: Pick<DispatchPlan, "run">): Promise<void> {
-  await removeRunCopy(plan.run);
 }
 
 /** A copy's outcome, kept for its turn in record order (a refusal of an earlier artifact comes first). */

@@ -1,0 +1,39 @@
+import { OatsError } from "../errors.js";
+import { MIN_CREDENTIAL_LENGTH, credentialValueProblem } from "../evidence/redact.js";
+import type { ResolutionRecord } from "../resolution/record.js";
+import { nodeOptionsWithGuard } from "./node-guard.js";
+
+/**
+ * The environment a dispatched capture runs with: the record's pinned
+ * non-secret values, the credential variables the record names (and only
+ * those) taken from `source`, and the Node guard appended to NODE_OPTIONS.
+ * Nothing else of the caller's environment leaks in. A credential whose
+ * value a run log could not mask (redact.ts) is refused, naming the
+ * variable, never the value.
+ */
+export function dispatchEnvironment(
+  capture: Pick<NonNullable<ResolutionRecord["capture"]>, "env" | "credentials">,
+  source: Readonly<Record<string, string | undefined>>,
+  guard: string,
+): { env: Record<string, string>; provided: string[]; missing: string[] } {
+  const env: Record<string, string> = {};
+  for (const [name, value] of Object.entries(capture.env)) env[name] = value;
+  const provided: string[] = [];
+  const missing: string[] = [];
+  for (const ref of capture.credentials) {
+    if (ref.kind !== "env") continue;
+    const value = Object.hasOwn(source, ref.name) ? source[ref.name] : undefined;
+    if (typeof value === "string") {
+      const problem = credentialValueProblem(value);
+      if (problem !== null) {
+        throw new OatsError("invalid-input", `credential ${ref.name} cannot be masked in the run log: its value is ${problem}`, { credential: ref.name, reason: "credential-unmaskable", minLength: MIN_CREDENTIAL_LENGTH });
+      }
+      env[ref.name] = value;
+      provided.push(ref.name);
+    } else {
+      missing.push(ref.name);
+    }
+  }
+  env["NODE_OPTIONS"] = nodeOptionsWithGuard(env["NODE_OPTIONS"], guard);
+  return { env, provided, missing };
+}
