@@ -273,3 +273,22 @@ test("Given a worker lane's Measure, When a revision is verified, Then its tree 
     await worker.close();
   }
 });
+
+test("Given small trees whose verification on the calling thread never waits on I/O, When verified in lanes, Then the worker lane still gets its share: the calling thread gives the event loop a turn between trees, so the worker's answers are read", async () => {
+  const trees = Array.from({ length: 40 }, (_, i) => makeTree(Object.fromEntries(Array.from({ length: 60 }, (_, f) => [`d${f % 6}/f${f}.txt`, `tree ${i} file ${f}\n`]))));
+  const formats = ["oats.tree-exec.v1"] as const;
+  setParallelism(2);
+  try {
+    // A warm worker waits in the idle pool, so its start-up is not what is counted.
+    await settleInLanes(trees.slice(0, 2), (dir, measure) => (measure ?? measureHere)({ dir, formats }));
+    let byWorker = 0;
+    const outcomes = await settleInLanes(trees, async (dir, measure) => {
+      if (measure) byWorker += 1;
+      return (measure ?? measureHere)({ dir, formats });
+    });
+    assert.ok(outcomes.every((outcome) => outcome.ok));
+    assert.ok(byWorker >= 8, `the worker lane verified ${byWorker} of ${trees.length} trees`);
+  } finally {
+    setParallelism(null);
+  }
+});

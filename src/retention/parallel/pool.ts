@@ -205,8 +205,15 @@ export async function settleInLanes<T, R>(
     }
     onSettled?.(++done, items.length);
   };
+  // A tree verified here may settle through promises alone, never giving the
+  // event loop a turn, while the workers' answers (and so the next trees sent
+  // them) wait for one: without a turn between trees, this lane took all but
+  // a worker's first tree of 50 small ones.
   const callerLane = async () => {
-    for (let item = taken++; item < items.length; item = taken++) await settle(item, undefined);
+    for (let item = taken++; item < items.length; item = taken++) {
+      await settle(item, undefined);
+      if (workers.length > 0) await new Promise((resolve) => setImmediate(resolve));
+    }
   };
   // A worker lane sends its worker the next tree before the last one is
   // answered once trees have shown they are quick, so the worker need not
