@@ -45,4 +45,3 @@ export async function runDispatchPlan(
 export async function discardDispatchPlan(plan: Pick<DispatchPlan, "run">): Promise<void> {
   await removeRunCopy(plan.run);
 }
-
