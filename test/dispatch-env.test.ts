@@ -25,6 +25,17 @@ test("Given pinned env and named credentials, When the environment is built, The
   });
 });
 
+test("Given a pinned variable and a credential named __proto__, When the environment is built, Then each is an own key and the environment's prototype is untouched", () => {
+  const env = JSON.parse('{"__proto__":"pinned-value"}') as Record<string, string>;
+  const source = JSON.parse('{"__proto__":"credential-1234"}') as Record<string, string>;
+  const pinned = dispatchEnvironment({ env, credentials: [] }, {}, GUARD);
+  assert.equal(Object.getPrototypeOf(pinned.env), Object.prototype);
+  assert.deepEqual(Object.keys(pinned.env), ["__proto__", "NODE_OPTIONS"]);
+  assert.deepEqual(Object.getOwnPropertyDescriptor(pinned.env, "__proto__"), { value: "pinned-value", writable: true, enumerable: true, configurable: true });
+  const named = dispatchEnvironment({ env: {}, credentials: [{ kind: "env", name: "__proto__" }] }, source, GUARD);
+  assert.deepEqual([named.provided, Object.getOwnPropertyDescriptor(named.env, "__proto__")?.value], [["__proto__"], "credential-1234"]);
+});
+
 test("Given a credential only on the source's prototype, When the environment is built, Then it is missing, not provided", () => {
   const source = Object.create({ API_TOKEN: "inherited-1234" }) as Record<string, string>;
   const built = dispatchEnvironment({ env: {}, credentials: [{ kind: "env", name: "API_TOKEN" }] }, source, GUARD);

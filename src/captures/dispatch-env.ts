@@ -9,14 +9,18 @@ import { nodeOptionsWithGuard } from "./node-guard.js";
  * those) taken from `source`, and the Node guard appended to NODE_OPTIONS.
  * Nothing else of the caller's environment leaks in. A credential whose
  * value a run log could not mask (redact.ts) is refused, naming the
- * variable, never the value.
+ * variable, never the value. Every name is an own key, `__proto__` included:
+ * the environment is built without a prototype, where assigning that name
+ * is not a prototype change that silently drops it, and spread into a plain
+ * object, which defines it as an ordinary key (stored records refuse the key
+ * before they get here; a caller building a capture in memory may not).
  */
 export function dispatchEnvironment(
   capture: Pick<NonNullable<ResolutionRecord["capture"]>, "env" | "credentials">,
   source: Readonly<Record<string, string | undefined>>,
   guard: string,
 ): { env: Record<string, string>; provided: string[]; missing: string[] } {
-  const env: Record<string, string> = {};
+  const env = Object.create(null) as Record<string, string>;
   for (const [name, value] of Object.entries(capture.env)) env[name] = value;
   const provided: string[] = [];
   const missing: string[] = [];
@@ -35,5 +39,5 @@ export function dispatchEnvironment(
     }
   }
   env["NODE_OPTIONS"] = nodeOptionsWithGuard(env["NODE_OPTIONS"], guard);
-  return { env, provided, missing };
+  return { env: { ...env }, provided, missing };
 }
