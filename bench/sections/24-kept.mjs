@@ -1,6 +1,8 @@
 import { mkdirSync } from "node:fs";
 import { join } from "node:path";
-import { TREE_EXEC, WORK, dataset, digestTree, interleave, median, notes, removeTree, retainTree, timeRow, warm } from "../lib.mjs";
+import { DIST, TREE_EXEC, WORK, dataset, digestTree, interleave, median, notes, removeTree, retainTree, timeRow, warm } from "../lib.mjs";
+
+const { acquireWorker, releaseWorker } = await import(join(DIST, "retention", "parallel", "pool.js"));
 
 // ---------------------------------------------------------------- 20. retain of an unchanged, already retained tree
 
@@ -29,6 +31,20 @@ async function benchKept(name, ids, runs) {
       { name: "digest", inProcess: true, run: () => digestTree(source, [TREE_EXEC]) },
       { name: "kept --expect", inProcess: true, run: kept(true) },
       { name: "kept", inProcess: true, run: kept(false) },
+      // The read each of the kept retain's two lanes makes: digestTree while a worker is held reads on one thread, as a lane
+      // does (busy.ts), where digestTree alone splits its small-file reads over both cores.
+      {
+        name: "digest, one lane",
+        inProcess: true,
+        run: async () => {
+          const worker = acquireWorker();
+          try {
+            await digestTree(source, [TREE_EXEC]);
+          } finally {
+            await releaseWorker(worker);
+          }
+        },
+      },
       // The same two reads a kept retain makes, one after the other: what sharing the cores buys.
       {
         name: "both digests",
@@ -46,11 +62,12 @@ async function benchKept(name, ids, runs) {
   timeRow({ id: ids[0], what: `retain again, unchanged ${label}, with expect (kept: source read + stored copy verified) vs digestTree`, oursMs: median(times["kept --expect"]), baseMs: base, goal: 1.2, baseExtra: " digest" });
   timeRow({ id: ids[1], what: `retain again, unchanged ${label}, without expect (kept) vs digestTree`, oursMs: median(times.kept), baseMs: base, goal: 1.2, baseExtra: " digest" });
   timeRow({ id: ids[2], what: `same, kept with expect vs digestTree of the source and then of the stored copy (the same two reads, one after the other) (info)`, oursMs: median(times["kept --expect"]), baseMs: median(times["both digests"]), goal: null, headline: false, baseExtra: " two digests" });
+  timeRow({ id: ids[3], what: `same, kept with expect vs digestTree on one thread, the read each of the kept retain's two lanes makes (info)`, oursMs: median(times["kept --expect"]), baseMs: median(times["digest, one lane"]), goal: null, headline: false, baseExtra: " one lane" });
 }
 
 export const parts = {
   kept: async () => {
-    await benchKept("small", ["24a", "24b", "24e"], 3);
-    await benchKept("big", ["24c", "24d", "24f"], 3);
+    await benchKept("small", ["24a", "24b", "24e", "24g"], 3);
+    await benchKept("big", ["24c", "24d", "24f", "24h"], 3);
   },
 };
