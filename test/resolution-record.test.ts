@@ -815,4 +815,16 @@ describe("Given the strict canonical reader", () => {
       assert.doesNotThrow(() => readCanonicalJson(Buffer.from(ok), "test"), ok);
     }
   });
+
+  // Bytes that V8's JSON.stringify writes back unchanged but that are not canonical: the reader's shortcut must not take them.
+  test("When JSON.stringify would write the bytes back exactly, Then keys out of order, a lone surrogate and a BOM are still refused", () => {
+    for (const bad of ['{"a":{"c":1,"b":2}}\n', '[{"b":1,"a":2}]\n', '"\\ud800"\n', '{"\\udc00":1}\n', '{"9":2,"10":1}\n', "-0\n"]) {
+      assert.throws(() => readCanonicalJson(Buffer.from(bad), "test"), (error: unknown) => error instanceof OatsError && error.code === "invalid-resolution", JSON.stringify(bad));
+    }
+    assert.throws(() => readCanonicalJson(Buffer.concat([Buffer.from([0xef, 0xbb, 0xbf]), Buffer.from("{}\n")]), "test"), (error: unknown) => error instanceof OatsError && error.code === "invalid-resolution");
+    // Canonical bytes V8 writes otherwise (integer-like keys first, in numeric order; control characters as escapes) are accepted.
+    for (const ok of ['{"10":1,"9":2}\n', '"\\u0001"\n', '{"a":"\u{1F600}","b":["\u{1F600}x"]}\n']) {
+      assert.doesNotThrow(() => readCanonicalJson(Buffer.from(ok), "test"), ok);
+    }
+  });
 });

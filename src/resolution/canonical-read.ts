@@ -1,6 +1,6 @@
 import { OatsError } from "../errors.js";
 import { STORED_MAX_DEPTH, describeJsonProblem, scanJsonText } from "../json-text.js";
-import { canonicalJsonBytes } from "../retention/digest/json.js";
+import { canonicalJsonBytes, compareUtf8 } from "../retention/digest/json.js";
 
 /**
  * The strict reader of canonical JSON (oats.json.v1). Bytes are accepted only
@@ -39,14 +39,45 @@ export function readCanonicalJson(bytes: Uint8Array, what: string): unknown {
   } catch (error) {
     throw refuse((error as Error).message);
   }
-  let canonical: Buffer;
-  try {
-    canonical = canonicalJsonBytes(value);
-  } catch (error) {
-    throw refuse((error as Error).message);
+  if (!matchesPlainEncoding(value, text, bytes)) {
+    let canonical: Buffer;
+    try {
+      canonical = canonicalJsonBytes(value);
+    } catch (error) {
+      throw refuse((error as Error).message);
+    }
+    if (!canonical.equals(bytes)) throw refuse("the bytes differ from the canonical form of the value they hold");
   }
-  if (!canonical.equals(bytes)) throw refuse("the bytes differ from the canonical form of the value they hold");
   return withoutPrototypes(value, "");
+}
+
+/**
+ * A shortcut to the same verdict for the common case: V8's own
+ * JSON.stringify writes a parsed value as the canonical writer does (the
+ * same string and number spellings, -0 as 0, members in property order),
+ * except that it does not sort keys and writes a lone surrogate as a \u
+ * escape. So when its output (plus the LF) is the bytes, every object's
+ * keys are already in canonical order, and the text has no \u escape at all
+ * (fatal UTF-8 decoding already refused an encoded surrogate), the bytes are
+ * canonical. Anything else (including a canonical record whose integer-like
+ * keys V8 reorders) takes the canonical writer's full comparison.
+ */
+function matchesPlainEncoding(value: unknown, text: string, bytes: Uint8Array): boolean {
+  if (text.includes("\\u")) return false;
+  const plain = JSON.stringify(value);
+  if (plain === undefined || plain.length + 1 !== text.length || !text.startsWith(plain) || !text.endsWith("\n")) return false;
+  return Buffer.byteLength(text) === bytes.length && keysInCanonicalOrder(value);
+}
+
+function keysInCanonicalOrder(value: unknown): boolean {
+  if (typeof value !== "object" || value === null) return true;
+  if (Array.isArray(value)) return value.every(keysInCanonicalOrder);
+  const keys = Object.keys(value);
+  for (let i = 0; i < keys.length; i++) {
+    if (i > 0 && compareUtf8(keys[i - 1]!, keys[i]!) >= 0) return false;
+    if (!keysInCanonicalOrder((value as Record<string, unknown>)[keys[i]!])) return false;
+  }
+  return true;
 }
 
 export function withoutPrototypes(value: unknown, pointer: string): unknown {

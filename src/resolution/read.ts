@@ -42,7 +42,17 @@ export function referencedArtifacts(record: ResolutionRecord): ArtifactRefRecord
  * inside the tree: the target must exist and stay inside the artifact.
  */
 export async function resolveEntrypoint(scope: string, name: string, entrypoint: { artifact: ArtifactRefRecord; path: string }): Promise<string> {
-  const dir = retainedTreeDir(resolveScope(scope), entrypoint.artifact);
+  return resolveEntrypointAt(resolveScope(scope), name, entrypoint);
+}
+
+/**
+ * resolveEntrypoint in a scope already resolved (resolveScope): a record's
+ * entry points are resolved against the scope its read resolved once. The
+ * check below still refuses a symlink anywhere on the path, the scope's own
+ * components included: the real path must be the path itself.
+ */
+function resolveEntrypointAt(realScope: string, name: string, entrypoint: { artifact: ArtifactRefRecord; path: string }): string {
+  const dir = retainedTreeDir(realScope, entrypoint.artifact);
   let root: string;
   try {
     root = realpathSync.native(dir);
@@ -108,7 +118,7 @@ export async function readResolution(scope: string, id: string, options: ReadRes
     await verifyAllTrees(realScope, referencedArtifacts(record));
   }
   const entrypoints: Record<string, string> = Object.create(null);
-  for (const [name, entrypoint] of Object.entries(record.entrypoints)) entrypoints[name] = await resolveEntrypoint(realScope, name, entrypoint);
+  for (const [name, entrypoint] of Object.entries(record.entrypoints)) entrypoints[name] = resolveEntrypointAt(realScope, name, entrypoint);
   return { id: canonicalId, path, record, entrypoints, verified: options.verify === true };
 }
 
