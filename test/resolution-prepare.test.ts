@@ -4,8 +4,8 @@
  */
 import assert from "node:assert/strict";
 import { spawn, type ChildProcess } from "node:child_process";
-import { chmodSync, cpSync, existsSync, mkdirSync, readFileSync, readdirSync, realpathSync, rmSync, symlinkSync, unlinkSync, writeFileSync } from "node:fs";
-import { join } from "node:path";
+import { chmodSync, cpSync, existsSync, mkdirSync, readFileSync, readdirSync, realpathSync, rmSync, statSync, symlinkSync, unlinkSync, writeFileSync } from "node:fs";
+import { dirname, join } from "node:path";
 import { before, describe, test } from "node:test";
 import {
   OatsError,
@@ -550,6 +550,15 @@ describe("entry points: resolved inside their retained artifact at prepare and a
     const result = await prepare(scope, basePlan());
     const artifact = result.record.artifacts[HELLO]!.artifact;
     await expectRefusal(resolveEntrypoint(scope, "sh", { artifact, path: "../../bin/sh" }), "artifact-not-contained");
+    // Out through a sibling and back in by a symlink: it lands on a file inside, but the path climbs out, so it is still refused.
+    const dir = retainedTreeDir(scope, artifact);
+    const parent = dirname(dir);
+    const mode = statSync(parent).mode & 0o7777;
+    chmodSync(parent, 0o755);
+    mkdirSync(join(parent, "sibling"));
+    symlinkSync(join(dir, "bin/hello.mjs"), join(parent, "sibling/hello.mjs"));
+    chmodSync(parent, mode);
+    await expectRefusal(resolveEntrypoint(scope, "back", { artifact, path: "../sibling/hello.mjs" }), "artifact-not-contained");
   });
 
   test("Given an entry point that is missing from the artifact, When preparing, Then artifact-not-found and no record or reference moves", async () => {

@@ -53,6 +53,8 @@ export async function resolveEntrypoint(scope: string, name: string, entrypoint:
  */
 function resolveEntrypointAt(realScope: string, name: string, entrypoint: { artifact: ArtifactRefRecord; path: string }): string {
   const dir = retainedTreeDir(realScope, entrypoint.artifact);
+  const quick = resolvedInOneStep(dir, entrypoint.path);
+  if (quick !== null) return quick;
   let root: string;
   try {
     root = realpathSync.native(dir);
@@ -66,6 +68,30 @@ function resolveEntrypointAt(realScope: string, name: string, entrypoint: { arti
     throw new OatsError("invalid-artifact-store", `entry point ${name}: the revision of ${entrypoint.artifact.key} is reached through a symlink: ${dir}`, { entrypoint: name, dir, resolved: root, reason: "symlink" });
   }
   return resolveEntrypointIn(root, name, entrypoint);
+}
+
+/**
+ * The common case in one path resolution instead of two: the entry point's
+ * real path lies below `dir` itself. Every prefix of a real path is a real
+ * directory, so `dir` was reached through no symlink, exactly what
+ * resolveEntrypointAt's first check establishes; the lexical check and the
+ * regular-file check are resolveEntrypointIn's. Null on anything else, and
+ * the full resolution then finds (and words) the refusal.
+ */
+function resolvedInOneStep(dir: string, path: string): string | null {
+  if (!resolve(dir, path).startsWith(dir + sep)) return null;
+  let target: string;
+  try {
+    target = realpathSync.native(join(dir, path));
+  } catch {
+    return null;
+  }
+  if (!target.startsWith(dir + sep)) return null;
+  try {
+    return statSync(target).isFile() ? target : null;
+  } catch {
+    return null;
+  }
 }
 
 /**
