@@ -1,4 +1,4 @@
-import { realpathSync, statSync } from "node:fs";
+import { lstatSync, realpathSync, statSync } from "node:fs";
 import { join, resolve, sep } from "node:path";
 import { OatsError, errnoCode } from "../errors.js";
 import { retainedTreeDir } from "../retention/store/layout.js";
@@ -87,8 +87,9 @@ function resolvedInOneStep(dir: string, path: string): string | null {
     return null;
   }
   if (!target.startsWith(dir + sep)) return null;
+  // lstat: the target is a real path, so this is the file itself; a symlink put there since is left to the full resolution.
   try {
-    return statSync(target).isFile() ? target : null;
+    return lstatSync(target).isFile() ? target : null;
   } catch {
     return null;
   }
