@@ -1,7 +1,8 @@
 /**
  * The benchmark's data sets: how each is generated, deterministically (the
  * same bytes on every machine, incompressible), from a seed and a label.
- * lib.mjs's dataset() generates one on first use and stamps it.
+ * lib.mjs's dataset() generates one on first use and stamps it. Also the
+ * resolution record the resolution rows (7a-7c) and bench/probes read.
  */
 import { createCipheriv, createHash } from "node:crypto";
 import { chmodSync, closeSync, mkdirSync, openSync, writeFileSync, writeSync } from "node:fs";
@@ -148,3 +149,46 @@ export const DATASETS = {
     },
   },
 };
+
+/**
+ * A complete instance record selecting every capability of `caps`, one entry
+ * point into each, and `configEntries` config choices (their size is what
+ * makes a record large; they reference no artifact).
+ */
+export function benchRecord(refs, configEntries) {
+  const artifacts = {};
+  const entrypoints = {};
+  for (const ref of refs) {
+    artifacts[ref.key] = {
+      artifact: ref,
+      package: { id: ref.key, source: `path:/bench/${ref.key}`, version: "1.0.0", commit: null, integrity: null },
+      legacyIntegrity: null,
+    };
+    entrypoints[`${ref.key}.run`] = { artifact: ref, path: "bin/run.mjs", args: ["--bench"], role: "command" };
+  }
+  const config = {};
+  for (let i = 0; i < configEntries; i++) {
+    const capability = refs[i % refs.length].key;
+    config[`/settings/${capability}/option-${String(i).padStart(4, "0")}`] = {
+      value: { enabled: i % 2 === 0, level: i % 7, label: `setting number ${i} of ${capability}` },
+      origin: { kind: i % 3 === 0 ? "soul-default" : "operator", ref: "bench/plan.yaml" },
+      constraints: i % 5 === 0 ? [{ kind: "maximum", value: 10, origin: { kind: "soul-requirement", ref: "bench/soul.yaml" } }] : [],
+      considered: [],
+    };
+  }
+  return {
+    schemaVersion: 1,
+    kind: "instance",
+    status: "complete",
+    subject: { instance: "bench" },
+    source: null,
+    artifacts,
+    config,
+    bindings: {},
+    messaging: null,
+    entrypoints,
+    capture: null,
+    evidence: [],
+    unresolved: [],
+  };
+}

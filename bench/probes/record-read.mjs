@@ -1,6 +1,7 @@
 // Reading the bench's ~100 KB resolution record (row 7b): the whole read, the record alone (7c), then each step of it: node --expose-gc bench/probes/record-read.mjs
 import { mkdirSync, mkdtempSync, writeFileSync, rmSync, statSync } from "node:fs";
 import { join } from "node:path";
+const { benchRecord } = await import(new URL("../datasets.mjs", import.meta.url));
 const oats = await import(new URL("../../dist/index.js", import.meta.url));
 const { readRecordBytes } = await import(new URL("../../dist/resolution/store.js", import.meta.url));
 const { retainTree, readResolution, writeResolution } = oats;
@@ -13,24 +14,6 @@ for (let c = 0; c < 50; c++) {
   for (let f = 0; f < 5; f++) writeFileSync(join(src, `f${f}.txt`), `file ${f} of ${c}\n`);
   const r = await retainTree(scope, { kind: "capability", key: `bench.cap${c}`, source: src });
   refs.push({ kind: "capability", key: r.key, integrity: { format: r.execIntegrity.format, value: r.execIntegrity.value } });
-}
-function benchRecord(refs, configEntries) {
-  const artifacts = {}, entrypoints = {};
-  for (const ref of refs) {
-    artifacts[ref.key] = { artifact: ref, package: { id: ref.key, source: `path:/bench/${ref.key}`, version: "1.0.0", commit: null, integrity: null }, legacyIntegrity: null };
-    entrypoints[`${ref.key}.run`] = { artifact: ref, path: "bin/run.mjs", args: ["--bench"], role: "command" };
-  }
-  const config = {};
-  for (let i = 0; i < configEntries; i++) {
-    const capability = refs[i % refs.length].key;
-    config[`/settings/${capability}/option-${String(i).padStart(4, "0")}`] = {
-      value: { enabled: i % 2 === 0, level: i % 7, label: `setting number ${i} of ${capability}` },
-      origin: { kind: i % 3 === 0 ? "soul-default" : "operator", ref: "bench/plan.yaml" },
-      constraints: i % 5 === 0 ? [{ kind: "maximum", value: 10, origin: { kind: "soul-requirement", ref: "bench/soul.yaml" } }] : [],
-      considered: [],
-    };
-  }
-  return { schemaVersion: 1, kind: "instance", status: "complete", subject: { instance: "bench" }, source: null, artifacts, config, bindings: {}, messaging: null, entrypoints, capture: null, evidence: [], unresolved: [] };
 }
 let entries = 300, record = benchRecord(refs, entries);
 while (Buffer.byteLength(JSON.stringify(record)) < 100 * 1024) record = benchRecord(refs, (entries += 25));

@@ -1,51 +1,9 @@
 import { mkdirSync, readdirSync, statSync } from "node:fs";
 import { join } from "node:path";
+import { benchRecord } from "../datasets.mjs";
 import { CAPS, WORK, addRow, dataset, fmtMs, gc, interleave, log, median, options, readRecordBytes, readResolution, removeTree, retainTree, run, timeRow, verifyTree, warm, writeResolution } from "../lib.mjs";
 
 // ---------------------------------------------------------------- 7. resolution records
-
-/**
- * A complete instance record selecting every capability of `caps`, one entry
- * point into each, and `configEntries` config choices (their size is what
- * makes a record large; they reference no artifact).
- */
-function benchRecord(refs, configEntries) {
-  const artifacts = {};
-  const entrypoints = {};
-  for (const ref of refs) {
-    artifacts[ref.key] = {
-      artifact: ref,
-      package: { id: ref.key, source: `path:/bench/${ref.key}`, version: "1.0.0", commit: null, integrity: null },
-      legacyIntegrity: null,
-    };
-    entrypoints[`${ref.key}.run`] = { artifact: ref, path: "bin/run.mjs", args: ["--bench"], role: "command" };
-  }
-  const config = {};
-  for (let i = 0; i < configEntries; i++) {
-    const capability = refs[i % refs.length].key;
-    config[`/settings/${capability}/option-${String(i).padStart(4, "0")}`] = {
-      value: { enabled: i % 2 === 0, level: i % 7, label: `setting number ${i} of ${capability}` },
-      origin: { kind: i % 3 === 0 ? "soul-default" : "operator", ref: "bench/plan.yaml" },
-      constraints: i % 5 === 0 ? [{ kind: "maximum", value: 10, origin: { kind: "soul-requirement", ref: "bench/soul.yaml" } }] : [],
-      considered: [],
-    };
-  }
-  return {
-    schemaVersion: 1,
-    kind: "instance",
-    status: "complete",
-    subject: { instance: "bench" },
-    source: null,
-    artifacts,
-    config,
-    bindings: {},
-    messaging: null,
-    entrypoints,
-    capture: null,
-    evidence: [],
-    unresolved: [],
-  };
-}
 
 async function benchResolution() {
   console.error(`\n[7] resolution records: verify ${CAPS.capabilities} capabilities of ${CAPS.files} files through the record vs directly; read a ~100 KB record`);
