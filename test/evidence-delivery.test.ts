@@ -1,10 +1,12 @@
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
-import { readFileSync, readdirSync, rmSync, truncateSync, writeFileSync } from "node:fs";
+import { appendFileSync, readFileSync, readdirSync, rmSync, truncateSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { describe, test } from "node:test";
 import { REPO, snapshotTree, tempDir } from "./helpers.js";
 import { OatsError } from "../src/errors.js";
+import { bytesDigest } from "../src/retention/digest/json.js";
+import { setFaultHook } from "../src/retention/store/faults.js";
 import { enqueueSealedRun, listOutbox, outboxEntries, pushEvidence, readDelivered, type EvidenceTransport } from "../src/index.js";
 import { dirTransport } from "../src/evidence/transports/dir.js";
 import { MOUNT_SKIP, makeShare, mountAt, shareTempDir } from "./support/shares.js";
@@ -85,6 +87,53 @@ describe("the outbox", () => {
     await assert.rejects(enqueueSealedRun(scope, "../escape"), refusal("invalid-input"));
     await assert.rejects(enqueueSealedRun(scope, { handle: runs[0]!.handle, runId: runs[1]!.runId }), refusal("integrity-mismatch"));
     assert.deepEqual(snapshotTree(join(scope, ".agents/outbox")), before);
+  });
+
+  test("Given a log of megabytes (read and copied in many pieces), When enqueued, Then the entry holds its exact bytes; one byte changed in its last piece is refused", async () => {
+    const scope = tempDir("oats-scope-");
+    const lines = Array.from({ length: 30_000 }, (_, index) => `line ${index} ${"x".repeat(index % 61)}`);
+    const [run, other] = [await makeSealedRun(scope, { index: 1, lines }), await makeSealedRun(scope, { index: 2, lines })];
+    assert.ok(run.log.length > 1024 * 1024, `${run.log.length} bytes`);
+    const { entry } = await enqueueSealedRun(scope, run.handle);
+    const dir = join(scope, ".agents/outbox/entries", `${String(entry.seq).padStart(12, "0")}-${hex(run.runId)}`);
+    assert.ok(readFileSync(join(dir, "log")).equals(run.log));
+    assert.deepEqual(entry.files.find((file) => file.name === "log"), { name: "log", digest: bytesDigest(run.log), bytes: run.log.length });
+    const before = snapshotTree(join(scope, ".agents/outbox"));
+    const flipped = Buffer.from(other.log);
+    flipped[flipped.length - 20] = flipped[flipped.length - 20]! ^ 1;
+    writeFileSync(join(other.dir, "log"), flipped);
+    await assert.rejects(enqueueSealedRun(scope, other.handle), refusal("integrity-mismatch"));
+    assert.deepEqual(snapshotTree(join(scope, ".agents/outbox")), before);
+  });
+
+  test("Given a log that changes after it was checked and before it is copied (a racing writer, injected there), When enqueued, Then integrity-mismatch (log-changed) and the outbox is byte-for-byte as it was; a copy that fails is outbox-unwritable and leaves it as it was too", async () => {
+    const { scope, runs } = await scopeWithRuns(2);
+    await enqueueSealedRun(scope, runs[0]!.handle);
+    const before = snapshotTree(join(scope, ".agents/outbox"));
+    const log = join(runs[1]!.dir, "log");
+    const races: Array<[string, () => void]> = [
+      ["appended", () => appendFileSync(log, "2026-12-01T03:40:09.000000Z out forged\n")],
+      ["same size", () => writeFileSync(log, Buffer.from(runs[1]!.log.toString("utf8").replace("line two", "line 2wo")))],
+    ];
+    try {
+      for (const [what, race] of races) {
+        writeFileSync(log, runs[1]!.log);
+        setFaultHook((step, detail) => {
+          if (step === "copy" && detail === log) race();
+        });
+        await assert.rejects(enqueueSealedRun(scope, runs[1]!.handle), refusal("integrity-mismatch", "log-changed"), what);
+        assert.deepEqual(snapshotTree(join(scope, ".agents/outbox")), before, what);
+      }
+      writeFileSync(log, runs[1]!.log);
+      setFaultHook((step) => {
+        if (step === "copy") throw Object.assign(new Error("ENOSPC: no space left on device, write"), { code: "ENOSPC" });
+      });
+      await assert.rejects(enqueueSealedRun(scope, runs[1]!.handle), refusal("audit-unavailable", "outbox-unwritable"));
+      assert.deepEqual(snapshotTree(join(scope, ".agents/outbox")), before);
+    } finally {
+      setFaultHook(null);
+    }
+    assert.equal((await enqueueSealedRun(scope, runs[1]!.handle)).queued, true, "with the log as sealed, it is queued");
   });
 
   test("Given a run whose record names a dispatch audit entry the audit log holds with another hash, When enqueued, Then integrity-mismatch", async () => {

@@ -47,6 +47,27 @@ describe("run evidence: stamps", () => {
   });
 });
 
+describe("run evidence: a log of megabytes", () => {
+  test("Given 40,000 lines written in bursts of 2,000, Then every line is logged in order with increasing stamps, the record's digest and size are the log file's, and the outbox entry holds the same bytes", async () => {
+    const { f, outcome, parsed } = await run({
+      node: true,
+      script: "const lines = [];\nfor (let i = 0; i < 40000; i++) { lines.push(`line ${i} ${'y'.repeat(i % 47)}`); if (lines.length === 2000) { process.stdout.write(lines.join('\\n') + '\\n'); lines.length = 0; } }\n",
+    });
+    assert.equal(parsed.lines.length, 40_000);
+    assert.equal(outcome.record.log.lines, 40_000);
+    parsed.lines.forEach((line, index) => assert.equal(line.text, `line ${index} ${"y".repeat(index % 47)}`));
+    const stamps = parsed.lines.map((line) => parseStamp(line.at));
+    for (let i = 1; i < stamps.length; i += 1) assert.ok(stamps[i]! > stamps[i - 1]!, `stamp ${i}`);
+    const log = readFileSync(join(runDir(f.scope, outcome.handle), "log"));
+    assert.ok(log.length > 1024 * 1024, `${log.length} bytes`);
+    assert.deepEqual(outcome.record.log, { digest: bytesDigest(log), lines: 40_000, bytes: log.length });
+    const entries = join(f.scope, ".agents/outbox/entries");
+    const queued = readdirSync(entries).filter((name) => name.endsWith(outcome.runId.slice("sha256-".length)));
+    assert.equal(queued.length, 1);
+    assert.ok(readFileSync(join(entries, queued[0]!, "log")).equals(log));
+  });
+});
+
 describe("run evidence: exit status and result", () => {
   for (const [code, result] of [[42, "FAILED"], [0, "OK"]] as const) {
     test(`Given a child that prints and exits ${code}, Then exit code ${code} passes through, the record and footer say code ${code} and RESULT ${result}, and the output before the exit is all there`, async () => {

@@ -2,9 +2,10 @@ import { chmodSync, lstatSync, mkdirSync, readdirSync, renameSync, rmSync, unlin
 import { join } from "node:path";
 import { z } from "zod";
 import { OatsError, asStepError, errnoCode } from "../errors.js";
-import { canonicalJson, canonicalJsonBytes, bytesDigest } from "../retention/digest/json.js";
+import { canonicalJson, canonicalJsonBytes, bytesDigest, bytesDigester } from "../retention/digest/json.js";
 import { ensureStoreAt, fsyncDirectory, inspectStoreAt, resolveScope } from "../retention/store/components.js";
-import { readRegularFile, writeNewFileDurably, writeStagedFile } from "../retention/store/files.js";
+import { faultPoint } from "../retention/store/faults.js";
+import { readRegularFile, readRegularFileInPieces, writeNewFileDurably, writeNewFileDurablyInPieces, writeStagedFile } from "../retention/store/files.js";
 import { AGENTS_DIR, assertContained, stagingName } from "../retention/store/layout.js";
 import { DEFAULT_LOCK_WAIT_MS, withFileLock } from "../retention/store/publish-lock.js";
 import { readSealedRun, type SealedRun } from "./sealed-run.js";
@@ -191,11 +192,6 @@ function writeEntry(scope: string, entries: string, sealed: SealedRun): EnqueueR
   const already = existing.find((found) => found.hex === hex);
   if (already) return { entry: readEntryManifest(entries, already.name), queued: false };
   const seq = (existing.at(-1)?.seq ?? 0) + 1;
-  const files = new Map<EvidenceFileName, Buffer>([
-    ["record.json", sealed.recordBytes],
-    ["log", sealed.logBytes],
-    ["audit.jsonl", sealed.auditBytes],
-  ]);
   const entry: OutboxEntry = {
     format: ENTRY_FORMAT,
     seq,
@@ -203,26 +199,55 @@ function writeEntry(scope: string, entries: string, sealed: SealedRun): EnqueueR
     handle: sealed.handle,
     enqueuedAt: new Date().toISOString(),
     audit: sealed.auditSeqs,
-    // The log (megabytes) was hashed when readSealedRun checked it; the same bytes are written below.
-    files: [...files].map(([name, bytes]) => ({ name, digest: name === "log" ? sealed.logDigest : bytesDigest(bytes), bytes: bytes.length })),
+    files: [
+      { name: "record.json", digest: bytesDigest(sealed.recordBytes), bytes: sealed.recordBytes.length },
+      // Hashed when readSealedRun checked it; copyCheckedLog holds the copy to the same digest.
+      { name: "log", digest: sealed.log.digest, bytes: sealed.log.bytes },
+      { name: "audit.jsonl", digest: bytesDigest(sealed.auditBytes), bytes: sealed.auditBytes.length },
+    ],
   };
   const name = entryName(seq, sealed.runId);
   const staging = join(entries, stagingName());
   let renamed = false;
   try {
     mkdirSync(staging, { mode: 0o700 });
-    for (const [file, bytes] of files) writePrivateFile(staging, file, bytes);
+    writePrivateFile(staging, "record.json", sealed.recordBytes);
+    copyCheckedLog(staging, sealed);
+    writePrivateFile(staging, "audit.jsonl", sealed.auditBytes);
     writePrivateFile(staging, "entry.json", canonicalJsonBytes(entry));
     fsyncDirectory(staging);
     renameSync(staging, assertContained(entries, join(entries, name), `outbox entry ${name}`));
     renamed = true;
     fsyncDirectory(entries);
   } catch (error) {
+    if (error instanceof OatsError && error.code === "integrity-mismatch") throw error;
     throw unwritable(scope, renamed ? "fsync" : "write", error);
   } finally {
     if (!renamed) rmSync(staging, { recursive: true, force: true });
   }
   return { entry, queued: true };
+}
+
+/**
+ * The run's log copied into the staged entry through one reused buffer (it
+ * can be megabytes; nothing holds it whole), hashed on the way and held to
+ * the digest and size readSealedRun checked: a log that changed in between
+ * is refused, and the staging goes with the refusal.
+ */
+function copyCheckedLog(staging: string, sealed: SealedRun): void {
+  const changed = (details: Record<string, unknown>) =>
+    new OatsError("integrity-mismatch", `run ${sealed.handle}: the log changed after it was checked against its sealed record`, { handle: sealed.handle, runId: sealed.runId, reason: "log-changed", ...details });
+  faultPoint("copy", sealed.log.path);
+  const digester = bytesDigester();
+  let bytes = 0;
+  writeNewFileDurablyInPieces(join(staging, "log"), 0o600, (write) => {
+    bytes = readRegularFileInPieces(sealed.log.path, { limit: ENTRY_LIMIT, refuse: (failure, details) => changed({ failure, ...details }) }, (piece) => {
+      digester.update(piece);
+      write(piece);
+    });
+  });
+  const digest = digester.digest();
+  if (digest !== sealed.log.digest || bytes !== sealed.log.bytes) throw changed({ expected: sealed.log.digest, actual: digest, expectedBytes: sealed.log.bytes, actualBytes: bytes });
 }
 
 function readEntryManifest(entries: string, name: string): OutboxEntry {

@@ -77,6 +77,14 @@ export interface RunOutcome {
 }
 
 export const CANCEL_FILE = "cancel";
+/**
+ * The log is written in flat pieces of about this many characters. One string
+ * for a whole pipe chunk (thousands of lines, a quarter of a megabyte) cost
+ * more to flatten and encode than the write itself (docs/design/performance.md,
+ * "Run evidence").
+ */
+const LOG_PIECE_CHARS = 16 * 1024;
+
 const sleep = (ms: number) => new Promise<void>((done) => setTimeout(done, ms));
 
 function killGroup(pgid: number, signal: NodeJS.Signals): boolean {
@@ -167,11 +175,12 @@ export async function runDispatchPlanWithEvidence(scope: string, plan: DispatchP
 
   const output = options.output ?? "inherit";
   const tee = output === "quiet" ? null : output === "inherit" ? { stdout: process.stdout as Writable, stderr: process.stderr as Writable } : output;
-  let pending = "";
   // A chunk's lines at once: one redaction pre-check for the chunk, each line redacted before it is appended.
+  // The text is written as it is made, in flat pieces of about LOG_PIECE_CHARS, before the next chunk is read.
   const write = (stream: Stream, first: number, texts: readonly string[]) => {
     const check = redactor.mayMatch === undefined || redactor.mayMatch(texts.join("\n"));
-    let block = "";
+    const lines: string[] = [];
+    let chars = 0;
     for (let index = 0; index < texts.length; index += 1) {
       let text = texts[index]!;
       if (check) {
@@ -179,14 +188,16 @@ export async function runDispatchPlanWithEvidence(scope: string, plan: DispatchP
         // A cleaned line has no CR or LF; only a mask could bring one.
         if (masked !== text) text = masked.replace(/[\r\n]/g, " ");
       }
-      block += `${formatStamp(first + index)} ${stream} ${text}\n`;
+      const line = `${formatStamp(first + index)} ${stream} ${text}\n`;
+      lines.push(line);
+      chars += line.length;
+      if (chars >= LOG_PIECE_CHARS) {
+        writeSync(logFd, lines.join(""));
+        lines.length = 0;
+        chars = 0;
+      }
     }
-    pending += block;
-  };
-  const flush = () => {
-    if (pending.length === 0) return;
-    writeSync(logFd, pending);
-    pending = "";
+    if (lines.length > 0) writeSync(logFd, lines.join(""));
   };
   const out = new LineCapture("out", clock, () => undefined, MAX_LINE_CHARS, write);
   const err = new LineCapture("err", clock, () => undefined, MAX_LINE_CHARS, write);
@@ -225,12 +236,10 @@ export async function runDispatchPlanWithEvidence(scope: string, plan: DispatchP
     }
     child.stdout!.on("data", (chunk: Buffer) => {
       out.push(chunk);
-      flush();
       tee?.stdout.write(chunk);
     });
     child.stderr!.on("data", (chunk: Buffer) => {
       err.push(chunk);
-      flush();
       tee?.stderr.write(chunk);
     });
     child.on("error", (error) => {
@@ -266,7 +275,6 @@ export async function runDispatchPlanWithEvidence(scope: string, plan: DispatchP
 
   out.end();
   err.end();
-  flush();
   if (startError !== null) notes.push(`the child could not be started: ${(startError as Error).message}`);
   const split = out.split + err.split;
   if (split > 0) notes.push(`${split} line${split === 1 ? " was" : "s were"} longer than the line bound and cut into pieces`);

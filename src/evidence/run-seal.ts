@@ -2,7 +2,8 @@ import { closeSync, constants, fstatSync, fsyncSync, ftruncateSync, openSync, re
 import { join } from "node:path";
 import { audit } from "../captures/audit.js";
 import type { AppendOptions } from "../captures/chain-log.js";
-import { bytesDigest } from "../retention/digest/json.js";
+import { bytesDigester } from "../retention/digest/json.js";
+import { readInPieces } from "../retention/store/files.js";
 import { formatFooter, type RunExit, type RunResult } from "./log-format.js";
 import { sealRecord, type EvidenceSection, type RunRecord } from "./run-record.js";
 import { LOG_FILE, writeRecord, type RunBase } from "./run-store.js";
@@ -76,15 +77,9 @@ export function openLogForSeal(dir: string): { fd: number; torn: number } {
 }
 
 function hashFile(fd: number): { digest: string; bytes: number } {
-  const size = fstatSync(fd).size;
-  const bytes = Buffer.alloc(size);
-  let done = 0;
-  while (done < size) {
-    const got = readSync(fd, bytes, done, size - done, done);
-    if (got === 0) break;
-    done += got;
-  }
-  return { digest: bytesDigest(bytes.subarray(0, done)), bytes: done };
+  const digester = bytesDigester();
+  const bytes = readInPieces(fd, fstatSync(fd).size, (piece) => digester.update(piece));
+  return { digest: digester.digest(), bytes };
 }
 
 /** Footer, fsync, record, run-end entry. `logFd` must be open for reading and appending; it is closed here. */

@@ -1,9 +1,9 @@
 import { join } from "node:path";
 import { OatsError } from "../errors.js";
 import { readAudit, type AuditEntry } from "../captures/audit.js";
-import { bytesDigest, canonicalJson } from "../retention/digest/json.js";
+import { bytesDigester, canonicalJson } from "../retention/digest/json.js";
 import { inspectStoreAt } from "../retention/store/components.js";
-import { readRegularFile } from "../retention/store/files.js";
+import { readRegularFile, readRegularFileInPieces } from "../retention/store/files.js";
 import { assertContained } from "../retention/store/layout.js";
 import { HANDLE_PATTERN, parseRunRecord } from "./run-record.js";
 import { LOG_FILE, RECORD_FILE, RUNS_STORE } from "./run-store.js";
@@ -11,8 +11,9 @@ import { bytesDigestHex, runHex, runIdFromHex } from "./run-id.js";
 
 /**
  * What the outbox reads of a sealed run (`.agents/runs/<handle>/`, written by
- * the run path): the record's exact bytes, the log's exact bytes and the
- * audit lines that name the run. Only the fields the outbox relies on are
+ * the run path): the record's exact bytes, the log's digest and size (read
+ * through, not held: the copy is checked against them) and the audit lines
+ * that name the run. Only the fields the outbox relies on are
  * checked here; the record's full schema is the run store's.
  *
  * - record.json must be a sealed `oats.run.v1` record (run-record.ts:
@@ -37,9 +38,12 @@ export interface SealedRun {
   readonly handle: string;
   readonly runId: string;
   readonly recordBytes: Buffer;
-  readonly logBytes: Buffer;
-  /** bytesDigest(logBytes), computed once when the log was checked against the record (the outbox entry reuses it). */
-  readonly logDigest: string;
+  /**
+   * The log as checked against the record: its path, oats.bytes.v1 digest and
+   * size. Not its bytes: a log can be megabytes, and whoever copies it checks
+   * the copy against this digest (outbox.ts).
+   */
+  readonly log: { readonly path: string; readonly digest: string; readonly bytes: number };
   readonly auditBytes: Buffer;
   readonly auditSeqs: number[];
 }
@@ -84,11 +88,13 @@ export function readSealedRun(scope: string, handle: string): SealedRun {
   const { record, id } = parseRunRecord(recordBytes, `run ${handle} ${RECORD_FILE}`);
   if (record.handle !== handle) throw new OatsError("integrity-mismatch", `run ${handle}: its record names handle ${record.handle}`, { handle, recorded: record.handle });
   const runId = runIdFromHex(runHex(id));
-  const logBytes = readRegularFile(join(dir, LOG_FILE), { limit: LOG_LIMIT, refuse: refuse(handle, LOG_FILE) });
-  const logDigest = bytesDigest(logBytes);
-  if (logDigest.slice("sha256-".length) !== bytesDigestHex(record.log.digest) || logBytes.length !== record.log.bytes) {
-    throw new OatsError("integrity-mismatch", `run ${handle}: the log does not match its sealed record`, { handle, runId, expected: record.log.digest, actual: logDigest, expectedBytes: record.log.bytes, actualBytes: logBytes.length });
+  const logPath = join(dir, LOG_FILE);
+  const digester = bytesDigester();
+  const logBytes = readRegularFileInPieces(logPath, { limit: LOG_LIMIT, refuse: refuse(handle, LOG_FILE) }, (piece) => digester.update(piece));
+  const logDigest = digester.digest();
+  if (logDigest.slice("sha256-".length) !== bytesDigestHex(record.log.digest) || logBytes !== record.log.bytes) {
+    throw new OatsError("integrity-mismatch", `run ${handle}: the log does not match its sealed record`, { handle, runId, expected: record.log.digest, actual: logDigest, expectedBytes: record.log.bytes, actualBytes: logBytes });
   }
   const audit = auditLinesFor(scope, handle, runId, [record.startAudit, record.dispatchAudit]);
-  return { handle, runId, recordBytes, logBytes, logDigest, auditBytes: audit.bytes, auditSeqs: audit.seqs };
+  return { handle, runId, recordBytes, log: { path: logPath, digest: logDigest, bytes: logBytes }, auditBytes: audit.bytes, auditSeqs: audit.seqs };
 }

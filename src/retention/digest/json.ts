@@ -108,5 +108,18 @@ export function jsonDigest(value: unknown): string {
 
 /** oats.bytes.v1: SHA-256 of the raw bytes. */
 export function bytesDigest(bytes: Uint8Array): string {
-  return `sha256-${createHash("sha256").update(bytes).digest("hex")}`;
+  return bytesDigester().update(bytes).digest();
+}
+
+/** oats.bytes.v1 of bytes handed over in pieces (a file read through a reused buffer). */
+export function bytesDigester(): { update(piece: Uint8Array): ReturnType<typeof bytesDigester>; digest(): string } {
+  const hash = createHash("sha256");
+  const digester = {
+    update(piece: Uint8Array) {
+      hash.update(piece);
+      return digester;
+    },
+    digest: () => `sha256-${hash.digest("hex")}`,
+  };
+  return digester;
 }

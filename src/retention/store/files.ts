@@ -16,10 +16,21 @@ import { stagingName } from "./layout.js";
  */
 export function writeNewFileDurably(path: string, bytes: Buffer | string, mode: number): void {
   const data = typeof bytes === "string" ? Buffer.from(bytes) : bytes;
+  writeNewFileDurablyInPieces(path, mode, (write) => write(data));
+}
+
+/**
+ * The same, with the bytes handed over by `fill` a piece at a time, so a
+ * large file need not be held in memory. A throw from `fill` leaves the
+ * partly written file for the caller to remove (it is the caller's staging).
+ */
+export function writeNewFileDurablyInPieces(path: string, mode: number, fill: (write: (piece: Uint8Array) => void) => void): void {
   const fd = openSync(path, constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL | constants.O_NOFOLLOW, mode);
   try {
-    let done = 0;
-    while (done < data.length) done += writeSync(fd, data, done, data.length - done);
+    fill((piece) => {
+      let done = 0;
+      while (done < piece.length) done += writeSync(fd, piece, done, piece.length - done);
+    });
     fsyncSync(fd);
   } finally {
     closeSync(fd);
@@ -42,7 +53,7 @@ export interface BoundedReadOptions {
   readonly refuse: (failure: ReadFailure, details: Record<string, unknown>) => OatsError;
 }
 
-export function readRegularFile(path: string, options: BoundedReadOptions): Buffer {
+function openRegularFile(path: string, options: BoundedReadOptions): { fd: number; size: number } {
   let fd: number;
   try {
     fd = openSync(path, constants.O_RDONLY | constants.O_NONBLOCK | (options.followSymlinks ? 0 : constants.O_NOFOLLOW));
@@ -54,7 +65,17 @@ export function readRegularFile(path: string, options: BoundedReadOptions): Buff
     const stats = fstatSync(fd);
     if (!stats.isFile()) throw options.refuse("not-a-file", { path });
     if (stats.size > options.limit) throw options.refuse("too-large", { path, size: stats.size, limit: options.limit });
-    const bytes = Buffer.alloc(stats.size);
+    return { fd, size: stats.size };
+  } catch (error) {
+    closeSync(fd);
+    throw error;
+  }
+}
+
+export function readRegularFile(path: string, options: BoundedReadOptions): Buffer {
+  const { fd, size } = openRegularFile(path, options);
+  try {
+    const bytes = Buffer.alloc(size);
     let done = 0;
     while (done < bytes.length) {
       const got = readSync(fd, bytes, done, bytes.length - done, done);
@@ -65,6 +86,50 @@ export function readRegularFile(path: string, options: BoundedReadOptions): Buff
     return bytes;
   } finally {
     closeSync(fd);
+  }
+}
+
+/**
+ * A bounded regular file read as readRegularFile reads it (same refusals),
+ * handed to `consume` a piece at a time; returns its size. For files of
+ * megabytes (a run's log): on the machines measured, the page faults of one
+ * fresh buffer the size of the file cost several times reading and hashing
+ * it through a reused one (docs/design/performance.md, "Run evidence").
+ */
+export function readRegularFileInPieces(path: string, options: BoundedReadOptions, consume: (piece: Buffer) => void): number {
+  const { fd, size } = openRegularFile(path, options);
+  try {
+    const done = readInPieces(fd, size, consume);
+    if (done !== size) throw options.refuse("changed", { path });
+    return size;
+  } finally {
+    closeSync(fd);
+  }
+}
+
+const PIECE_BYTES = 256 * 1024;
+let sparePiece: Buffer | null = null;
+
+/**
+ * The first `size` bytes of an open file, from offset 0, handed to `consume`
+ * a piece at a time through one reused buffer (a piece is valid only during
+ * its call); returns how many were read, fewer when the file is shorter.
+ */
+export function readInPieces(fd: number, size: number, consume: (piece: Buffer) => void): number {
+  // A consume that reads another file in pieces gets a buffer of its own.
+  const buffer = sparePiece ?? Buffer.allocUnsafe(PIECE_BYTES);
+  sparePiece = null;
+  try {
+    let done = 0;
+    while (done < size) {
+      const got = readSync(fd, buffer, 0, Math.min(buffer.length, size - done), done);
+      if (got === 0) break;
+      consume(buffer.subarray(0, got));
+      done += got;
+    }
+    return done;
+  } finally {
+    sparePiece = buffer;
   }
 }
 
