@@ -106,7 +106,7 @@ describe("the outbox", () => {
     assert.deepEqual(snapshotTree(join(scope, ".agents/outbox")), before);
   });
 
-  test("Given a log that changes after it was checked and before it is copied (a racing writer, injected there), When enqueued, Then integrity-mismatch (log-changed) and the outbox is byte-for-byte as it was; a copy that fails is outbox-unwritable and leaves it as it was too", async () => {
+  test("Given a log that changes after the record was read and before the log is copied (a racing writer, injected there), When enqueued, Then integrity-mismatch (log-mismatch) and the outbox is byte-for-byte as it was; a copy that fails is outbox-unwritable and leaves it as it was too", async () => {
     const { scope, runs } = await scopeWithRuns(2);
     await enqueueSealedRun(scope, runs[0]!.handle);
     const before = snapshotTree(join(scope, ".agents/outbox"));
@@ -121,7 +121,7 @@ describe("the outbox", () => {
         setFaultHook((step, detail) => {
           if (step === "copy" && detail === log) race();
         });
-        await assert.rejects(enqueueSealedRun(scope, runs[1]!.handle), refusal("integrity-mismatch", "log-changed"), what);
+        await assert.rejects(enqueueSealedRun(scope, runs[1]!.handle), refusal("integrity-mismatch", "log-mismatch"), what);
         assert.deepEqual(snapshotTree(join(scope, ".agents/outbox")), before, what);
       }
       writeFileSync(log, runs[1]!.log);
@@ -134,6 +134,11 @@ describe("the outbox", () => {
       setFaultHook(null);
     }
     assert.equal((await enqueueSealedRun(scope, runs[1]!.handle)).queued, true, "with the log as sealed, it is queued");
+    // Queued already: enqueuing again still reads the log, and refuses one that is no longer the sealed one.
+    appendFileSync(log, "2026-12-01T03:40:09.000000Z out forged\n");
+    const queued = snapshotTree(join(scope, ".agents/outbox"));
+    await assert.rejects(enqueueSealedRun(scope, runs[1]!.handle), refusal("integrity-mismatch", "log-mismatch"));
+    assert.deepEqual(snapshotTree(join(scope, ".agents/outbox")), queued);
   });
 
   test("Given a run whose record names a dispatch audit entry the audit log holds with another hash, When enqueued, Then integrity-mismatch", async () => {

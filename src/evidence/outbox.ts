@@ -2,13 +2,13 @@ import { chmodSync, lstatSync, mkdirSync, readdirSync, renameSync, rmSync, unlin
 import { join } from "node:path";
 import { z } from "zod";
 import { OatsError, asStepError, errnoCode } from "../errors.js";
-import { canonicalJson, canonicalJsonBytes, bytesDigest, bytesDigester } from "../retention/digest/json.js";
+import { canonicalJson, canonicalJsonBytes, bytesDigest } from "../retention/digest/json.js";
 import { ensureStoreAt, fsyncDirectory, inspectStoreAt, resolveScope } from "../retention/store/components.js";
 import { faultPoint } from "../retention/store/faults.js";
-import { readRegularFile, readRegularFileInPieces, writeNewFileDurably, writeNewFileDurablyInPieces, writeStagedFile } from "../retention/store/files.js";
+import { readRegularFile, writeNewFileDurably, writeNewFileDurablyInPieces, writeStagedFile } from "../retention/store/files.js";
 import { AGENTS_DIR, assertContained, stagingName } from "../retention/store/layout.js";
 import { DEFAULT_LOCK_WAIT_MS, withFileLock } from "../retention/store/publish-lock.js";
-import { readSealedRun, type SealedRun } from "./sealed-run.js";
+import { checkSealedLog, readSealedRun, type SealedRun } from "./sealed-run.js";
 import { runHex } from "./run-id.js";
 import { EVIDENCE_FILES, type EvidenceFileName } from "./transport.js";
 
@@ -155,9 +155,11 @@ export interface EnqueueResult {
 
 /**
  * Queue a sealed run: `run` is its handle (the run directory's name) or an
- * object carrying it (what the run path returns). The record, the log and the
- * audit lines are read and checked first (sealed-run.ts); a refusal there
- * leaves the outbox as it was.
+ * object carrying it (what the run path returns). The record and the audit
+ * lines are read and checked first (sealed-run.ts); the log, which can be
+ * megabytes, is checked as it is copied into the staged entry, once. Any
+ * refusal leaves the outbox as it was (the staging goes with it), and a run
+ * queued before is still refused when its log is no longer the sealed one.
  */
 export async function enqueueSealedRun(scope: string, run: string | { readonly handle: string; readonly runId?: string }, options: { lockWaitMs?: number } = {}): Promise<EnqueueResult> {
   const realScope = resolveScope(scope);
@@ -190,7 +192,10 @@ function writeEntry(scope: string, entries: string, sealed: SealedRun): EnqueueR
   const existing = entryNames(entries);
   const hex = runHex(sealed.runId);
   const already = existing.find((found) => found.hex === hex);
-  if (already) return { entry: readEntryManifest(entries, already.name), queued: false };
+  if (already) {
+    checkSealedLog(sealed);
+    return { entry: readEntryManifest(entries, already.name), queued: false };
+  }
   const seq = (existing.at(-1)?.seq ?? 0) + 1;
   const entry: OutboxEntry = {
     format: ENTRY_FORMAT,
@@ -201,7 +206,7 @@ function writeEntry(scope: string, entries: string, sealed: SealedRun): EnqueueR
     audit: sealed.auditSeqs,
     files: [
       { name: "record.json", digest: bytesDigest(sealed.recordBytes), bytes: sealed.recordBytes.length },
-      // Hashed when readSealedRun checked it; copyCheckedLog holds the copy to the same digest.
+      // The record's; the copy below is checked against it as it is made.
       { name: "log", digest: sealed.log.digest, bytes: sealed.log.bytes },
       { name: "audit.jsonl", digest: bytesDigest(sealed.auditBytes), bytes: sealed.auditBytes.length },
     ],
@@ -209,10 +214,20 @@ function writeEntry(scope: string, entries: string, sealed: SealedRun): EnqueueR
   const name = entryName(seq, sealed.runId);
   const staging = join(entries, stagingName());
   let renamed = false;
+  let logRefusal: unknown = null;
   try {
     mkdirSync(staging, { mode: 0o700 });
     writePrivateFile(staging, "record.json", sealed.recordBytes);
-    copyCheckedLog(staging, sealed);
+    faultPoint("copy", sealed.log.path);
+    writeNewFileDurablyInPieces(join(staging, "log"), 0o600, (write) => {
+      try {
+        checkSealedLog(sealed, write);
+      } catch (error) {
+        // Not the sealed log, gone, not a file: the run's refusal, not the outbox's (a failed write is not an OatsError).
+        if (error instanceof OatsError) logRefusal = error;
+        throw error;
+      }
+    });
     writePrivateFile(staging, "audit.jsonl", sealed.auditBytes);
     writePrivateFile(staging, "entry.json", canonicalJsonBytes(entry));
     fsyncDirectory(staging);
@@ -220,7 +235,7 @@ function writeEntry(scope: string, entries: string, sealed: SealedRun): EnqueueR
     renamed = true;
     fsyncDirectory(entries);
   } catch (error) {
-    if (error instanceof OatsError && error.code === "integrity-mismatch") throw error;
+    if (error === logRefusal) throw error;
     throw unwritable(scope, renamed ? "fsync" : "write", error);
   } finally {
     if (!renamed) rmSync(staging, { recursive: true, force: true });
@@ -228,27 +243,6 @@ function writeEntry(scope: string, entries: string, sealed: SealedRun): EnqueueR
   return { entry, queued: true };
 }
 
-/**
- * The run's log copied into the staged entry through one reused buffer (it
- * can be megabytes; nothing holds it whole), hashed on the way and held to
- * the digest and size readSealedRun checked: a log that changed in between
- * is refused, and the staging goes with the refusal.
- */
-function copyCheckedLog(staging: string, sealed: SealedRun): void {
-  const changed = (details: Record<string, unknown>) =>
-    new OatsError("integrity-mismatch", `run ${sealed.handle}: the log changed after it was checked against its sealed record`, { handle: sealed.handle, runId: sealed.runId, reason: "log-changed", ...details });
-  faultPoint("copy", sealed.log.path);
-  const digester = bytesDigester();
-  let bytes = 0;
-  writeNewFileDurablyInPieces(join(staging, "log"), 0o600, (write) => {
-    bytes = readRegularFileInPieces(sealed.log.path, { limit: ENTRY_LIMIT, refuse: (failure, details) => changed({ failure, ...details }) }, (piece) => {
-      digester.update(piece);
-      write(piece);
-    });
-  });
-  const digest = digester.digest();
-  if (digest !== sealed.log.digest || bytes !== sealed.log.bytes) throw changed({ expected: sealed.log.digest, actual: digest, expectedBytes: sealed.log.bytes, actualBytes: bytes });
-}
 
 function readEntryManifest(entries: string, name: string): OutboxEntry {
   const path = join(entries, name, "entry.json");

@@ -11,9 +11,9 @@ import { bytesDigestHex, runHex, runIdFromHex } from "./run-id.js";
 
 /**
  * What the outbox reads of a sealed run (`.agents/runs/<handle>/`, written by
- * the run path): the record's exact bytes, the log's digest and size (read
- * through, not held: the copy is checked against them) and the audit lines
- * that name the run. Only the fields the outbox relies on are
+ * the run path): the record's exact bytes, where the log is and what the
+ * record says it is (checkSealedLog reads and checks it, piece by piece) and
+ * the audit lines that name the run. Only the fields the outbox relies on are
  * checked here; the record's full schema is the run store's.
  *
  * - record.json must be a sealed `oats.run.v1` record (run-record.ts:
@@ -39,9 +39,9 @@ export interface SealedRun {
   readonly runId: string;
   readonly recordBytes: Buffer;
   /**
-   * The log as checked against the record: its path, oats.bytes.v1 digest and
-   * size. Not its bytes: a log can be megabytes, and whoever copies it checks
-   * the copy against this digest (outbox.ts).
+   * The log as the record seals it: its path, oats.bytes.v1 digest and size.
+   * Not its bytes, and not yet checked: a log can be megabytes, and
+   * checkSealedLog checks it as it is read (the outbox's copy).
    */
   readonly log: { readonly path: string; readonly digest: string; readonly bytes: number };
   readonly auditBytes: Buffer;
@@ -88,13 +88,34 @@ export function readSealedRun(scope: string, handle: string): SealedRun {
   const { record, id } = parseRunRecord(recordBytes, `run ${handle} ${RECORD_FILE}`);
   if (record.handle !== handle) throw new OatsError("integrity-mismatch", `run ${handle}: its record names handle ${record.handle}`, { handle, recorded: record.handle });
   const runId = runIdFromHex(runHex(id));
-  const logPath = join(dir, LOG_FILE);
-  const digester = bytesDigester();
-  const logBytes = readRegularFileInPieces(logPath, { limit: LOG_LIMIT, refuse: refuse(handle, LOG_FILE) }, (piece) => digester.update(piece));
-  const logDigest = digester.digest();
-  if (logDigest.slice("sha256-".length) !== bytesDigestHex(record.log.digest) || logBytes !== record.log.bytes) {
-    throw new OatsError("integrity-mismatch", `run ${handle}: the log does not match its sealed record`, { handle, runId, expected: record.log.digest, actual: logDigest, expectedBytes: record.log.bytes, actualBytes: logBytes });
-  }
+  // Checked where it is read (checkSealedLog): reading megabytes twice, once to check and once to copy, is the cost this saves.
+  const log = { path: join(dir, LOG_FILE), digest: `sha256-${bytesDigestHex(record.log.digest)}`, bytes: record.log.bytes };
   const audit = auditLinesFor(scope, handle, runId, [record.startAudit, record.dispatchAudit]);
-  return { handle, runId, recordBytes, log: { path: logPath, digest: logDigest, bytes: logBytes }, auditBytes: audit.bytes, auditSeqs: audit.seqs };
+  return { handle, runId, recordBytes, log, auditBytes: audit.bytes, auditSeqs: audit.seqs };
+}
+
+/**
+ * Read the sealed run's log through one reused buffer, handing each piece to
+ * `consume` (the outbox's copy), and hold what was read to the record: a log
+ * that is not the sealed one is refused once the last piece is in, so a copy
+ * made on the way is exactly the bytes that were checked.
+ */
+export function checkSealedLog(sealed: SealedRun, consume: (piece: Buffer) => void = () => undefined): void {
+  const digester = bytesDigester();
+  const bytes = readRegularFileInPieces(sealed.log.path, { limit: LOG_LIMIT, refuse: refuse(sealed.handle, LOG_FILE) }, (piece) => {
+    digester.update(piece);
+    consume(piece);
+  });
+  const digest = digester.digest();
+  if (digest !== sealed.log.digest || bytes !== sealed.log.bytes) {
+    throw new OatsError("integrity-mismatch", `run ${sealed.handle}: the log does not match its sealed record`, {
+      handle: sealed.handle,
+      runId: sealed.runId,
+      reason: "log-mismatch",
+      expected: sealed.log.digest,
+      actual: digest,
+      expectedBytes: sealed.log.bytes,
+      actualBytes: bytes,
+    });
+  }
 }
