@@ -243,7 +243,6 @@ function writeEntry(scope: string, entries: string, sealed: SealedRun): EnqueueR
   return { entry, queued: true };
 }
 
-
 function readEntryManifest(entries: string, name: string): OutboxEntry {
   const path = join(entries, name, "entry.json");
   const bytes = readRegularFile(path, {

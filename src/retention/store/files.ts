@@ -7,7 +7,8 @@ import { stagingName } from "./layout.js";
  * The two small file operations every store and reader here needs: write a
  * staged file that is durable before it is linked or renamed into place, and
  * read a bounded regular file, never hanging on a FIFO and (unless asked)
- * never through a symlink. Each caller turns a failure into its own refusal.
+ * never through a symlink. Each has a piecewise form for files of megabytes.
+ * Each caller turns a failure into its own refusal.
  */
 
 /**
