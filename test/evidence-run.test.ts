@@ -4,12 +4,13 @@
  * what the log, the sealed record and the audit log say afterwards.
  */
 import assert from "node:assert/strict";
-import { existsSync, readFileSync, readdirSync, statSync } from "node:fs";
+import { existsSync, mkdirSync, readFileSync, readdirSync, statSync } from "node:fs";
 import { join } from "node:path";
 import { PassThrough } from "node:stream";
 import { describe, test } from "node:test";
 import { OatsError, bytesDigest, canonicalJsonBytes, parseLog, parseStamp, readAudit, readRun, runDispatchPlanWithEvidence, verifyRun, type RunWithEvidenceOptions } from "../src/index.js";
 import { tempDir } from "./helpers.js";
+import { MOUNT_SKIP, mountAt, shareTempDir } from "./support/shares.js";
 import { makeUnwritable } from "./support/unwritable.js";
 import { evidenceFixture, type ScriptOptions } from "./support/evidence-fixture.js";
 import { alive, logText, runDir, waitFor } from "./support/evidence-run.js";
@@ -65,6 +66,48 @@ describe("run evidence: a log of megabytes", () => {
     const queued = readdirSync(entries).filter((name) => name.endsWith(outcome.runId.slice("sha256-".length)));
     assert.equal(queued.length, 1);
     assert.ok(readFileSync(join(entries, queued[0]!, "log")).equals(log));
+  });
+});
+
+describe("run evidence: a log that cannot be written", () => {
+  test("Given a child whose output fills the scope's filesystem (a 1 MiB tmpfs), Then the dispatcher does not crash: the child is stopped, the log holds whole lines only, and the run refuses (audit-unavailable, log-unwritable); sealed CANCELLED with the cause when the seal had room", async (t) => {
+    const base = shareTempDir("oats-full-");
+    const mount = join(base, "mnt");
+    mkdirSync(mount);
+    if (!mountAt(mount, "1m")) {
+      t.skip(`SKIPPED by name: a full filesystem needs a tmpfs mount, ${MOUNT_SKIP}`);
+      return;
+    }
+    const f = await evidenceFixture({
+      node: true,
+      scope: join(mount, "scope"),
+      script: "const chunk = ('x'.repeat(99) + '\\n').repeat(1000);\nfor (let i = 0; i < 100; i++) process.stdout.write(chunk);\nsetTimeout(() => undefined, 120000);\n",
+    });
+    const plan = await f.plan();
+    const started = Date.now();
+    const error = await runDispatchPlanWithEvidence(f.scope, plan, { output: "quiet", graceMs: 500 }).then(
+      () => assert.fail("a run whose log cannot be written is refused"),
+      (caught: unknown) => caught,
+    );
+    assert.ok(error instanceof OatsError, String(error));
+    assert.equal(error.code, "audit-unavailable", error.message);
+    assert.equal(error.details["reason"], "log-unwritable");
+    assert.ok(Date.now() - started < 60_000, "the child (which would sleep two minutes) was stopped");
+    const handle = String(error.details["handle"]);
+    const control = JSON.parse(readFileSync(join(runDir(f.scope, handle), "control.json"), "utf8"));
+    await waitFor("the child gone", () => !alive(control.child.pid));
+    const text = logText(f.scope, handle);
+    assert.ok(text.length > 0 && text.endsWith("\n"), "no torn last line");
+    for (const line of text.split("\n").slice(0, -1)) assert.match(line, /^(\S+Z out x{99}|# .*)$/);
+    if (error.details["sealed"] === true) {
+      const run = readRun(f.scope, handle);
+      assert.equal(run.record!.result, "CANCELLED");
+      assert.equal(run.record!.log.lines, run.lines.length);
+      assert.ok(run.footer.some((line) => line.includes("the log could not be written")), run.footer.join("\n"));
+    } else {
+      t.diagnostic("the seal found no room either: the run is left unsealed for `oats run seal`");
+      assert.equal(error.details["sealed"], false);
+    }
   });
 });
 

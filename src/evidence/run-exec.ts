@@ -1,5 +1,5 @@
 import { spawn } from "node:child_process";
-import { closeSync, existsSync, rmSync, watch, writeSync, type FSWatcher } from "node:fs";
+import { closeSync, existsSync, ftruncateSync, rmSync, watch, writeSync, type FSWatcher } from "node:fs";
 import { constants } from "node:os";
 import { join } from "node:path";
 import type { Writable } from "node:stream";
@@ -192,12 +192,36 @@ export async function runDispatchPlanWithEvidence(scope: string, plan: DispatchP
       lines.push(line);
       chars += line.length;
       if (chars >= LOG_PIECE_CHARS) {
-        writeSync(logFd, lines.join(""));
+        appendLog(lines.join(""), lines.length);
         lines.length = 0;
         chars = 0;
       }
     }
-    if (lines.length > 0) writeSync(logFd, lines.join(""));
+    if (lines.length > 0) appendLog(lines.join(""), lines.length);
+  };
+  // A log that cannot be written (a full disk) stops the run rather than letting it go on unrecorded: the
+  // torn piece is cut back to the last whole line, the child is cancelled, and the caller gets a refusal.
+  let logged = 0;
+  let loggedLines = 0;
+  let logFailure: Error | null = null;
+  let cancelRun: ((why: string) => void) | null = null;
+  const appendLog = (text: string, count: number) => {
+    if (logFailure !== null) return;
+    const length = Buffer.byteLength(text);
+    try {
+      const written = writeSync(logFd, text);
+      if (written !== length) throw Object.assign(new Error(`short write: ${written} of ${length} bytes`), { code: "ENOSPC" });
+      logged += length;
+      loggedLines += count;
+    } catch (error) {
+      logFailure = error instanceof Error ? error : new Error(String(error));
+      try {
+        ftruncateSync(logFd, logged);
+      } catch {
+        // The seal cuts a torn last line off in any case (openLogForSeal).
+      }
+      cancelRun?.(`the log could not be written: ${logFailure.message}`);
+    }
   };
   const out = new LineCapture("out", clock, () => undefined, MAX_LINE_CHARS, write);
   const err = new LineCapture("err", clock, () => undefined, MAX_LINE_CHARS, write);
@@ -219,6 +243,7 @@ export async function runDispatchPlanWithEvidence(scope: string, plan: DispatchP
       killGroup(pgid, "SIGTERM");
       graceTimer = setTimeout(() => killGroup(pgid, "SIGKILL"), options.graceMs ?? 3000);
     };
+    cancelRun = cancel;
     if (pgid !== undefined) {
       const start = processStart(pgid);
       if (start !== null) writeControl(dir, { ...control, child: { pid: pgid, start } });
@@ -281,15 +306,29 @@ export async function runDispatchPlanWithEvidence(scope: string, plan: DispatchP
   if (cancelled !== null) notes.push(`cancelled: ${cancelled}`);
   const result: RunResult = cancelled !== null ? "CANCELLED" : exit.code === 0 ? "OK" : "FAILED";
   const warnings: string[] = [];
+  const failure = logFailure as Error | null;
+  const logUnwritable = (details: Record<string, unknown>) =>
+    new OatsError("audit-unavailable", `run ${handle}: the log could not be written (${failure!.message}); the child was stopped`, {
+      handle,
+      reason: "log-unwritable",
+      errno: (failure as NodeJS.ErrnoException).code ?? null,
+      ...details,
+    });
   let sealed;
   try {
     sealed = await sealRun(
-      { realScope, dir, base: control.base, startAudit: control.startAudit!, exit, result, lines: out.count + err.count, notes, endedAt: clock.next(), redactions: redactor.statement(), appendOptions },
+      { realScope, dir, base: control.base, startAudit: control.startAudit!, exit, result, lines: loggedLines, notes, endedAt: clock.next(), redactions: redactor.statement(), appendOptions },
       logFd,
     );
+  } catch (error) {
+    // Unsealed, it stays for `oats run seal` once there is room again.
+    if (failure !== null) throw logUnwritable({ sealed: false, sealError: error instanceof Error ? error.message : String(error) });
+    throw error;
   } finally {
     if (!keep) await discardDispatchPlan(plan).catch(() => undefined);
   }
+  // Sealed CANCELLED with the cause in a note; the lines the log holds are all it has, so no outcome is returned.
+  if (failure !== null) throw logUnwritable({ sealed: true, runId: sealed.id });
   if (sealed.auditError !== null) warnings.push(`the run-end audit entry could not be written: ${sealed.auditError}`);
   // By default a sealed run is queued for delivery (and pushed when dispatch found the far side reachable).
   const onSealed = options.onSealed ?? ((sealedScope: string, _record: RunRecord, sealedHandle: string, runId: string) => afterRunSealed(sealedScope, sealedHandle, runId, plan.delivery ?? null));

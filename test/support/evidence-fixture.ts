@@ -27,10 +27,13 @@ export interface ScriptOptions {
   readonly job?: string;
   /** Approve the composition (default true); false leaves a capture dispatch must refuse. */
   readonly approve?: boolean;
+  /** The scope directory (created), instead of a fresh temporary one: a small filesystem, say. */
+  readonly scope?: string;
 }
 
 export async function evidenceFixture(options: ScriptOptions): Promise<EvidenceFixture> {
-  const scope = tempDir("oats-evidence-");
+  const scope = options.scope ?? tempDir("oats-evidence-");
+  mkdirSync(scope, { recursive: true });
   const home = join(scope, "home");
   const tool = join(home, "tool");
   mkdirSync(join(tool, "bin"), { recursive: true });

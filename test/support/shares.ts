@@ -44,8 +44,8 @@ export function makeShare(options: { open?: boolean } = {}): { base: string; sha
 }
 
 /** Mount a tmpfs at an existing mount point (the "share comes back" step); false when not permitted. */
-export function mountAt(mountPoint: string): boolean {
-  const result = spawnSync("mount", ["-t", "tmpfs", "-o", "size=64m,mode=0755", "tmpfs", mountPoint]);
+export function mountAt(mountPoint: string, size = "64m"): boolean {
+  const result = spawnSync("mount", ["-t", "tmpfs", "-o", `size=${size},mode=0755`, "tmpfs", mountPoint]);
   if (result.status === 0) mounted.push(mountPoint);
   return result.status === 0;
 }
