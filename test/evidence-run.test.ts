@@ -109,6 +109,38 @@ describe("run evidence: a log that cannot be written", () => {
       assert.equal(error.details["sealed"], false);
     }
   });
+
+  test("Given room for every whole line but not the last one, which has no newline and is logged only once the child has ended, Then the run is sealed with the child's own result, the cause in a footer note, and refused as log-unwritable", async (t) => {
+    const base = shareTempDir("oats-full-");
+    const mount = join(base, "mnt");
+    mkdirSync(mount);
+    if (!mountAt(mount, "1m")) {
+      t.skip(`SKIPPED by name: a full filesystem needs a tmpfs mount, ${MOUNT_SKIP}`);
+      return;
+    }
+    // The child measures the room left: whole lines (132 bytes each in the log) up to 24 KiB short of it, then
+    // 60,000 characters without a newline, which the log takes only at the end of the stream. It prints its count on stderr last.
+    const f = await evidenceFixture({
+      node: true,
+      scope: join(mount, "scope"),
+      script: `import { statfsSync } from "node:fs";\nconst { bavail, bsize } = statfsSync(${JSON.stringify(mount)});\nconst n = Math.floor((bavail * bsize - 24 * 1024) / 132 / 100) * 100;\nconst chunk = ('x'.repeat(99) + '\\n').repeat(100);\nfor (let i = 0; i < n; i += 100) process.stdout.write(chunk);\nprocess.stdout.write('y'.repeat(60000));\nprocess.stderr.write(n + '\\n');\n`,
+    });
+    const error = await runDispatchPlanWithEvidence(f.scope, await f.plan(), { output: "quiet" }).then(
+      () => assert.fail("a run whose last line cannot be logged is refused"),
+      (caught: unknown) => caught,
+    );
+    assert.ok(error instanceof OatsError, String(error));
+    assert.equal(error.details["reason"], "log-unwritable", error.message);
+    assert.equal(error.details["sealed"], true, error.message);
+    const run = readRun(f.scope, String(error.details["handle"]));
+    assert.equal(run.record!.result, "OK", "the child ended on its own: nothing was cancelled");
+    const lines = Number(run.lines.at(-1)!.text);
+    assert.equal(run.lines.at(-1)!.stream, "err");
+    assert.ok(lines > 1000, `${lines} lines`);
+    assert.equal(run.lines.length, lines + 1, "every whole line and the count, not the last line");
+    assert.equal(run.record!.log.lines, lines + 1);
+    assert.ok(run.footer.some((line) => line.startsWith("# note: the log could not be written")), run.footer.join("\n"));
+  });
 });
 
 describe("run evidence: exit status and result", () => {

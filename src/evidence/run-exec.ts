@@ -304,6 +304,8 @@ export async function runDispatchPlanWithEvidence(scope: string, plan: DispatchP
   const split = out.split + err.split;
   if (split > 0) notes.push(`${split} line${split === 1 ? " was" : "s were"} longer than the line bound and cut into pieces`);
   if (cancelled !== null) notes.push(`cancelled: ${cancelled}`);
+  // A failure writing the last lines, after the child had ended, cancelled nothing: the footer still says why lines are missing.
+  else if (logFailure !== null) notes.push(`the log could not be written: ${(logFailure as Error).message}`);
   const result: RunResult = cancelled !== null ? "CANCELLED" : exit.code === 0 ? "OK" : "FAILED";
   const warnings: string[] = [];
   const failure = logFailure as Error | null;
