@@ -7,7 +7,7 @@ import assert from "node:assert/strict";
 import { existsSync, mkdirSync, readFileSync, readdirSync, statSync } from "node:fs";
 import { join } from "node:path";
 import { PassThrough } from "node:stream";
-import { describe, test } from "node:test";
+import { describe, test, type TestContext } from "node:test";
 import { OatsError, bytesDigest, canonicalJsonBytes, parseLog, parseStamp, readAudit, readRun, runDispatchPlanWithEvidence, verifyRun, type RunWithEvidenceOptions } from "../src/index.js";
 import { tempDir } from "./helpers.js";
 import { MOUNT_SKIP, mountAt, shareTempDir } from "./support/shares.js";
@@ -69,15 +69,19 @@ describe("run evidence: a log of megabytes", () => {
   });
 });
 
+/** A 1 MiB tmpfs to fill, mounted for the test; null (the test skipped, by name) where mounting is not permitted. */
+function smallFilesystem(t: TestContext): string | null {
+  const mount = join(shareTempDir("oats-full-"), "mnt");
+  mkdirSync(mount);
+  if (mountAt(mount, "1m")) return mount;
+  t.skip(`SKIPPED by name: a full filesystem needs a tmpfs mount, ${MOUNT_SKIP}`);
+  return null;
+}
+
 describe("run evidence: a log that cannot be written", () => {
   test("Given a child whose output fills the scope's filesystem (a 1 MiB tmpfs), Then the dispatcher does not crash: the child is stopped, the log holds whole lines only, and the run refuses (audit-unavailable, log-unwritable); sealed CANCELLED with the cause when the seal had room", async (t) => {
-    const base = shareTempDir("oats-full-");
-    const mount = join(base, "mnt");
-    mkdirSync(mount);
-    if (!mountAt(mount, "1m")) {
-      t.skip(`SKIPPED by name: a full filesystem needs a tmpfs mount, ${MOUNT_SKIP}`);
-      return;
-    }
+    const mount = smallFilesystem(t);
+    if (mount === null) return;
     const f = await evidenceFixture({
       node: true,
       scope: join(mount, "scope"),
@@ -111,13 +115,8 @@ describe("run evidence: a log that cannot be written", () => {
   });
 
   test("Given room for every whole line but not the last one, which has no newline and is logged only once the child has ended, Then the run is sealed with the child's own result, the cause in a footer note, and refused as log-unwritable", async (t) => {
-    const base = shareTempDir("oats-full-");
-    const mount = join(base, "mnt");
-    mkdirSync(mount);
-    if (!mountAt(mount, "1m")) {
-      t.skip(`SKIPPED by name: a full filesystem needs a tmpfs mount, ${MOUNT_SKIP}`);
-      return;
-    }
+    const mount = smallFilesystem(t);
+    if (mount === null) return;
     // The child measures the room left: whole lines (132 bytes each in the log) up to 24 KiB short of it, then
     // 60,000 characters without a newline, which the log takes only at the end of the stream. It prints its count on stderr last.
     const f = await evidenceFixture({
