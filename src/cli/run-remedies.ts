@@ -2,6 +2,8 @@
 export const RUN_REMEDIES: Record<string, string> = {
   "run-unsealed": "the run's dispatcher is gone and the run was never sealed; close it with `oats run seal <run>` (it keeps every line captured and is sealed INTERRUPTED).",
   "run-running": "the run is still going (its dispatcher is alive); wait for it, or stop it with `oats run cancel <run>`.",
+  "log-unwritable": "the run's log could not be written (details.errno; a full disk, most often), so the child was stopped. When details.sealed is true the run is sealed CANCELLED with the cause in its footer; otherwise free space and close it with `oats run seal <handle>`.",
+  "seal-failed": "the child ended but its run could not be sealed (details.errno; a full disk, most often); the log keeps every line and the run stays open. Free space and close it with `oats run seal <handle>` (sealed INTERRUPTED, the exit status in a note).",
   "run-sealed": "the run is already sealed; `oats run show <run>` prints it and `oats run verify <run>` checks it.",
   "run-cancel-pending": "cancel was requested and the dispatcher has not sealed the run yet; look again with `oats run ls` in a moment.",
   "run-never-started": "the run directory was left before its child started (no run-start audit entry); nothing ran. Remove the directory named above by hand.",

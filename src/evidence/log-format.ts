@@ -136,3 +136,10 @@ export function parseLog(text: string): ParsedLog {
   if (footer.length > 0 && result === null) throw bad("the footer has no RESULT line", rows.length);
   return { lines, footer, exit, result };
 }
+
+/** Where the footer starts: the first line that starts with `# ` (a captured line starts with its stamp); the log's length when there is none. */
+export function footerOffset(log: Buffer): number {
+  if (log.length >= 2 && log[0] === 0x23 && log[1] === 0x20) return 0;
+  const at = log.indexOf("\n# ");
+  return at < 0 ? log.length : at + 1;
+}

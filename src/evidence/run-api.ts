@@ -1,10 +1,10 @@
-import { closeSync, writeFileSync } from "node:fs";
+import { closeSync, fsyncSync, ftruncateSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { OatsError } from "../errors.js";
 import { readAudit, type AuditEntry } from "../captures/audit.js";
 import { bytesDigest } from "../retention/digest/json.js";
 import { resolveScope } from "../retention/store/components.js";
-import { formatStamp, parseLog, type LogLine, type RunExit, type RunResult } from "./log-format.js";
+import { footerOffset, formatStamp, parseLog, type LogLine, type RunExit, type RunResult } from "./log-format.js";
 import type { RunRecord } from "./run-record.js";
 import { CANCEL_FILE } from "./run-exec.js";
 import { openLogForSeal, sealRun } from "./run-seal.js";
@@ -207,9 +207,17 @@ export async function sealInterruptedRun(scope: string, ref: string): Promise<Re
   const { fd, torn } = openLogForSeal(dir);
   let lines: number;
   let last: number;
+  let unfinished: string | null;
   try {
-    const parsed = parseLog(readLogBytes(dir).toString("utf8"));
-    if (parsed.footer.length > 0) throw new OatsError("invalid-artifact-store", `run ${handle} has a footer but no record; it cannot be sealed again`, { handle, reason: "run-damaged" });
+    const bytes = readLogBytes(dir);
+    // A seal that crashed after its footer and before its record: the footer goes, and a note quotes it.
+    const footerAt = footerOffset(bytes);
+    unfinished = footerAt < bytes.length ? bytes.toString("utf8", footerAt) : null;
+    if (unfinished !== null) {
+      ftruncateSync(fd, footerAt);
+      fsyncSync(fd);
+    }
+    const parsed = parseLog(bytes.toString("utf8", 0, footerAt));
     lines = parsed.lines.length;
     last = parsed.lines.length > 0 ? Date.parse(parsed.lines.at(-1)!.at.slice(0, 23) + "Z") * 1000 + Number(parsed.lines.at(-1)!.at.slice(23, 26)) : 0;
   } catch (error) {
@@ -217,10 +225,21 @@ export async function sealInterruptedRun(scope: string, ref: string): Promise<Re
     throw error;
   }
   if (torn > 0) notes.push(`a torn last line (${torn} bytes without a newline) was cut off`);
+  if (unfinished !== null) notes.push(`the footer of a seal that did not finish was cut off; it said: ${quoteFooter(unfinished)}`);
   notes.push("interrupted: the dispatcher ended before the run was sealed; sealed by `oats run seal`");
   const endedAt = formatStamp(Math.max(Date.now() * 1000, last + 1));
   await sealRun({ realScope, dir, base: control!.base, startAudit: control!.startAudit, exit: { code: null, signal: null }, result: "INTERRUPTED", lines, notes, endedAt, redactions: [] }, fd);
   return readRun(realScope, handle);
+}
+
+/** The footer lines of an unfinished seal on one note line, bounded. */
+function quoteFooter(text: string): string {
+  const quoted = text
+    .split("\n")
+    .filter((line) => line.length > 0)
+    .map((line) => line.replace(/^# /, ""))
+    .join("; ");
+  return quoted.length > 1000 ? `${quoted.slice(0, 1000)}...` : quoted;
 }
 
 /** The group's leader pid is alive but is a different process than the child (the pid was reused): never signal it. */

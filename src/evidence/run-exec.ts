@@ -3,12 +3,12 @@ import { closeSync, existsSync, ftruncateSync, rmSync, watch, writeSync, type FS
 import { constants } from "node:os";
 import { join } from "node:path";
 import type { Writable } from "node:stream";
-import { OatsError } from "../errors.js";
+import { OatsError, errnoCode } from "../errors.js";
 import { audit, auditRefusal } from "../captures/audit.js";
 import { discardDispatchPlan, type DispatchPlan } from "../captures/dispatch.js";
 import { resolveScope } from "../retention/store/components.js";
 import { createStampClock, LineCapture, MAX_LINE_CHARS } from "./line-capture.js";
-import { formatStamp, type RunExit, type RunResult, type Stream } from "./log-format.js";
+import { exitText, formatStamp, type RunExit, type RunResult, type Stream } from "./log-format.js";
 import type { DeliverySection, RunRecord } from "./run-record.js";
 import { sealRun } from "./run-seal.js";
 import { runRedactor } from "./run-policy.js";
@@ -323,9 +323,16 @@ export async function runDispatchPlanWithEvidence(scope: string, plan: DispatchP
       logFd,
     );
   } catch (error) {
-    // Unsealed, it stays for `oats run seal` once there is room again.
-    if (failure !== null) throw logUnwritable({ sealed: false, sealError: error instanceof Error ? error.message : String(error) });
-    throw error;
+    // Unsealed (the seal took its footer back off), it stays for `oats run seal` once there is room again.
+    const sealError = error instanceof Error ? error.message : String(error);
+    if (failure !== null) throw logUnwritable({ sealed: false, sealError });
+    if (error instanceof OatsError) throw error;
+    throw new OatsError(
+      "audit-unavailable",
+      `run ${handle}: the child ended (${exitText(exit)}) but the run could not be sealed (${sealError}); it stays open for \`oats run seal\``,
+      { handle, reason: "seal-failed", errno: errnoCode(error) ?? null, exit: { code: exit.code, signal: exit.signal }, result, sealed: false },
+      { cause: error },
+    );
   } finally {
     if (!keep) await discardDispatchPlan(plan).catch(() => undefined);
   }

@@ -3,6 +3,7 @@ import { join } from "node:path";
 import { audit } from "../captures/audit.js";
 import type { AppendOptions } from "../captures/chain-log.js";
 import { bytesDigester } from "../retention/digest/json.js";
+import { faultPoint } from "../retention/store/faults.js";
 import { readInPieces } from "../retention/store/files.js";
 import { formatFooter, type RunExit, type RunResult } from "./log-format.js";
 import { sealRecord, type EvidenceSection, type RunRecord } from "./run-record.js";
@@ -16,6 +17,11 @@ import { judgeRunEvidence } from "./run-policy.js";
  * `run-end` audit entry naming the run id. The record is sealed before the
  * audit entry, so the entry can name it; a failed run-end append leaves a
  * sealed run that `oats run verify` reports as missing its end entry.
+ *
+ * A seal that fails or crashes before its record is in place (a full disk,
+ * a kill) leaves the run open with its footer, whole or torn, at the log's
+ * end: `oats run seal` cuts it off and quotes it in a note (run-api.ts), so
+ * the exit status it names is not lost.
  */
 
 /** What the record says it captured, judged against the profile's required classes. */
@@ -76,6 +82,12 @@ export function openLogForSeal(dir: string): { fd: number; torn: number } {
   return { fd, torn: size - keep };
 }
 
+/** All of `text`, or the error of the write that could not go on (ENOSPC, EFBIG): never a footer with its end missing and a record over it. */
+function writeWhole(fd: number, text: string): void {
+  const bytes = Buffer.from(text, "utf8");
+  for (let written = 0; written < bytes.length; ) written += writeSync(fd, bytes, written);
+}
+
 function hashFile(fd: number): { digest: string; bytes: number } {
   const digester = bytesDigester();
   const bytes = readInPieces(fd, fstatSync(fd).size, (piece) => digester.update(piece));
@@ -86,7 +98,7 @@ function hashFile(fd: number): { digest: string; bytes: number } {
 export async function sealRun(input: SealInput, logFd: number): Promise<Sealed> {
   let log: { digest: string; bytes: number };
   try {
-    writeSync(logFd, formatFooter(input.exit, input.result, input.notes));
+    writeWhole(logFd, formatFooter(input.exit, input.result, input.notes));
     fsyncSync(logFd);
     log = hashFile(logFd);
   } finally {
@@ -107,6 +119,7 @@ export async function sealRun(input: SealInput, logFd: number): Promise<Sealed> 
     evidence: defaultEvidence(facts),
   };
   const { bytes, id } = sealRecord(record);
+  faultPoint("record", input.dir);
   writeRecord(input.dir, bytes);
   let auditError: string | null = null;
   try {
