@@ -1,5 +1,6 @@
 import assert from "node:assert/strict";
-import { appendFileSync, mkdirSync, readFileSync, truncateSync, writeFileSync } from "node:fs";
+import { execFileSync } from "node:child_process";
+import { appendFileSync, closeSync, fsyncSync, mkdirSync, openSync, readFileSync, truncateSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
 import { afterEach, test } from "node:test";
@@ -13,7 +14,8 @@ import { refusedAsChanged, tempDir } from "./helpers.js";
 /**
  * Large files read inline (file-reader.ts, ReadOptions.inline): the same
  * bytes in the same order as the overlapped read, the same refusals, and
- * chosen only for a pure hash while a worker lane runs beside the caller.
+ * chosen for a pure hash while a worker lane runs beside the caller, or
+ * while the page cache holds the file.
  */
 
 afterEach(() => setReadHook(null));
@@ -100,23 +102,39 @@ test("Given a large file cut short while it is read inline, When read, Then it i
   assert.equal(handed, CHUNK_SIZE, "the pieces before the cut, and no more");
 });
 
-test("Given a worker lane held beside the caller, When a tree is digested, Then its large files are read inline, with the digest of an overlapped read", async () => {
-  const root = await treeOf({ "a.bin": patterned(2 * CHUNK_SIZE + 3, 3), "b.txt": Buffer.from("small\n") });
+/** Drop a file's pages from the page cache (written back first), so its next read waits on the disk. */
+function dropFromCache(path: string): void {
+  const fd = openSync(path, "r");
+  try {
+    fsyncSync(fd);
+  } finally {
+    closeSync(fd);
+  }
+  execFileSync("dd", [`if=${path}`, "iflag=nocache", "count=0", "status=none"]);
+}
+
+test("Given a tree digested alone (a core free), Then its large files are read inline while the page cache holds them and overlapped once their reads wait on the disk; beside a worker lane, inline; the digest is the same every way", async () => {
+  const root = await treeOf({ "a.bin": patterned(4 * CHUNK_SIZE + 3, 3), "b.txt": Buffer.from("small\n") });
   const start = largeFilesReadInline();
-  const alone = await digestTree(root);
-  assert.equal(largeFilesReadInline(), start, "alone: overlapped, a second core reads while this one hashes");
+  const warm = await digestTree(root);
+  assert.equal(largeFilesReadInline(), start + 1, "alone, warm: inline (the copy out of the cache is the core's own work)");
+  dropFromCache(join(root, "a.bin"));
+  const cold = await digestTree(root);
+  assert.equal(largeFilesReadInline(), start + 1, "alone, cold: overlapped, the pool thread waits on the disk while this one hashes");
   const worker = acquireWorker();
   let beside;
   try {
     assert.equal(workersHeld() > 0, true);
+    dropFromCache(join(root, "a.bin"));
     beside = await digestTree(root);
-    assert.equal(largeFilesReadInline(), start + 1, "beside a lane: inline");
+    assert.equal(largeFilesReadInline(), start + 2, "beside a lane: inline, cold or not");
   } finally {
     await releaseWorker(worker);
   }
-  assert.deepEqual(beside, alone);
+  assert.deepEqual(cold, warm);
+  assert.deepEqual(beside, warm);
   await digestTree(root);
-  assert.equal(largeFilesReadInline(), start + 1, "released: overlapped again");
+  assert.equal(largeFilesReadInline(), start + 3, "released and warm: inline again");
   assert.ok(readFileSync(join(root, "b.txt")).equals(Buffer.from("small\n")));
 });
 

@@ -86,8 +86,15 @@ export interface ReadOptions {
    * 10% in a probe, 16% in fsck's lanes: docs/design/performance.md, "Large
    * reads when every core hashes").
    * Every byte is read and checked the same way in both.
+   *
+   * `"warm"`: inline while the reads come from the page cache, overlapped
+   * once they wait on a disk. A copy out of the page cache is work for a
+   * core, and on a machine whose two vCPUs share a physical core it slows
+   * the hash beside it more than it saves (docs/design/performance.md, "Large
+   * files read inline while the cache is warm"); a read that waits on the
+   * disk costs no core, so overlapping it with the hash still wins.
    */
-  readonly inline?: boolean;
+  readonly inline?: boolean | "warm";
   /** The walk found the page cache cold (TreeListing.cold): start the read-ahead before the first read rather than after a cold run. */
   readonly cold?: boolean;
 }
@@ -173,6 +180,15 @@ function consumeSmallRun(
  */
 export async function readLeavesInOrder(leaves: readonly LeafEntry[], consumer: FileConsumer, options: ReadOptions = {}): Promise<void> {
   const inline = options.inline === true;
+  // "warm": whether the disk was read since the last large file decided (getrusage counts every thread's block reads).
+  let diskReads = options.inline === "warm" ? process.resourceUsage().fsRead : 0;
+  const overlapRest = (): boolean => {
+    if (options.inline !== "warm") return !inline;
+    const now = process.resourceUsage().fsRead;
+    const cold = options.cold === true || now !== diskReads;
+    diskReads = now;
+    return cold;
+  };
   let prefetched: { index: number; file: Promise<OpenedFile> } | null = null;
   let scratch: Buffer | null = null;
   let batch: Buffer | null = null;
@@ -240,8 +256,9 @@ export async function readLeavesInOrder(leaves: readonly LeafEntry[], consumer: 
       }
       const size = file.before.size;
       const info: FileInfo = { mode: file.before.mode & 0o7777, size };
+      const overlap = file.head.length < size && overlapRest();
       try {
-        if (file.head.length < size && !inline) {
+        if (overlap) {
           const following = nextFileIndex(index + 1);
           if (following !== -1) {
             prefetched = { index: following, file: openHeadAsync(leaves[following] as FileEntry, cursor) };
@@ -256,7 +273,7 @@ export async function readLeavesInOrder(leaves: readonly LeafEntry[], consumer: 
           pending = consumer.chunk(file.head);
           if (pending) await pending;
         }
-        if (file.head.length < size) await (inline ? consumeRestInline(file, size, consumer, scratch) : consumeRest(file, size, consumer));
+        if (file.head.length < size) await (overlap ? consumeRest(file, size, consumer) : consumeRestInline(file, size, consumer, scratch));
         if (!file.closed) await finishAsync(file);
         pending = consumer.end(file.entry, info);
         if (pending) await pending;

@@ -178,8 +178,8 @@ export async function digestListing(
         return sink?.symlink(entry);
       },
     };
-    // A copy keeps its reads overlapped with its writes; a pure hash reads inline when the cores are taken.
-    await readLeavesInOrder(pass.order, consumer, { inline: !sink && coresBusy(), cold: listing.cold === true });
+    // A copy keeps its reads overlapped with its writes; a pure hash reads inline when the cores are taken, and while the cache is warm.
+    await readLeavesInOrder(pass.order, consumer, { inline: sink ? false : coresBusy() ? true : "warm", cold: listing.cold === true });
     for (const hash of hashes) digests[hash.framing.format] = hash.value();
   }
   if (onProgress) emit();
