@@ -88,6 +88,29 @@ describe("run evidence: a seal that does not finish", () => {
   });
 });
 
+describe("run evidence: a log past the file size limit", () => {
+  test("Given a dispatcher whose file size limit (1 MiB) is smaller than its child's output (2 MiB), Then it refuses as log-unwritable with the limit's own errno, EFBIG (not a guessed ENOSPC); the log holds whole lines only and is sealed CANCELLED with the cause in a note", async (t) => {
+    if (spawnSync("prlimit", ["--version"]).status !== 0) {
+      t.skip("SKIPPED by name: prlimit (util-linux) is not installed, so no file size limit can be set on the dispatcher");
+      return;
+    }
+    const limit = 1 << 20;
+    const f = await evidenceFixture({ node: true, script: "process.stdout.write(('x'.repeat(99) + '\\n').repeat(20000));\nsetTimeout(() => undefined, 120000);\n" });
+    const cli = spawnSync("prlimit", [`--fsize=${limit}`, process.execPath, join(REPO, "dist/cli/bin.js"), "--scope", f.scope, "--quiet", "--json", "dispatch", f.job, "--exec"], { encoding: "utf8" });
+    assert.equal(cli.status, 6, `refused, exit 6 (signal ${cli.signal}; stdout: ${cli.stdout.slice(0, 2000)}; stderr: ${cli.stderr.slice(-2000)})`);
+    const envelope = JSON.parse(cli.stdout);
+    assert.equal(envelope.error.details.reason, "log-unwritable", envelope.error.message);
+    assert.equal(envelope.error.details.errno, "EFBIG");
+    assert.equal(envelope.error.details.sealed, true, envelope.error.message);
+    const handle = String(envelope.error.details.handle);
+    const parsed = parseLog(logText(f.scope, handle));
+    assert.ok(parsed.lines.length > 1000 && parsed.lines.every((line) => line.text === "x".repeat(99)), `${parsed.lines.length} whole lines`);
+    assert.equal(parsed.result, "CANCELLED");
+    assert.ok(parsed.footer.some((line) => line.includes("the log could not be written: EFBIG")), parsed.footer.join("\n"));
+    assert.equal(verifyRun(f.scope, handle).result, "CANCELLED");
+  });
+});
+
 describe("run log: where the footer starts", () => {
   const line = "2026-12-01T04:00:00.000001Z out # not a footer\n";
   for (const [name, text, at] of [

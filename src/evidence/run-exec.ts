@@ -7,6 +7,7 @@ import { OatsError, errnoCode } from "../errors.js";
 import { audit, auditRefusal } from "../captures/audit.js";
 import { discardDispatchPlan, type DispatchPlan } from "../captures/dispatch.js";
 import { resolveScope } from "../retention/store/components.js";
+import { writeRestSync } from "../retention/store/files.js";
 import { createStampClock, LineCapture, MAX_LINE_CHARS } from "./line-capture.js";
 import { exitText, formatStamp, type RunExit, type RunResult, type Stream } from "./log-format.js";
 import type { DeliverySection, RunRecord } from "./run-record.js";
@@ -210,7 +211,8 @@ export async function runDispatchPlanWithEvidence(scope: string, plan: DispatchP
     const length = Buffer.byteLength(text);
     try {
       const written = writeSync(logFd, text);
-      if (written !== length) throw Object.assign(new Error(`short write: ${written} of ${length} bytes`), { code: "ENOSPC" });
+      // A short write is written on: what stops it raises its own errno (ENOSPC, EFBIG), and a write that was only cut short goes on.
+      if (written !== length) writeRestSync(logFd, Buffer.from(text, "utf8"), written);
       logged += length;
       loggedLines += count;
     } catch (error) {

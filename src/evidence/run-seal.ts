@@ -1,10 +1,10 @@
-import { closeSync, constants, fstatSync, fsyncSync, ftruncateSync, openSync, readSync, writeSync } from "node:fs";
+import { closeSync, constants, fstatSync, fsyncSync, ftruncateSync, openSync, readSync } from "node:fs";
 import { join } from "node:path";
 import { audit } from "../captures/audit.js";
 import type { AppendOptions } from "../captures/chain-log.js";
 import { bytesDigester } from "../retention/digest/json.js";
 import { faultPoint } from "../retention/store/faults.js";
-import { readInPieces } from "../retention/store/files.js";
+import { readInPieces, writeRestSync } from "../retention/store/files.js";
 import { formatFooter, type RunExit, type RunResult } from "./log-format.js";
 import { sealRecord, type EvidenceSection, type RunRecord } from "./run-record.js";
 import { LOG_FILE, writeRecord, type RunBase } from "./run-store.js";
@@ -82,12 +82,6 @@ export function openLogForSeal(dir: string): { fd: number; torn: number } {
   return { fd, torn: size - keep };
 }
 
-/** All of `text`, or the error of the write that could not go on (ENOSPC, EFBIG): never a footer with its end missing and a record over it. */
-function writeWhole(fd: number, text: string): void {
-  const bytes = Buffer.from(text, "utf8");
-  for (let written = 0; written < bytes.length; ) written += writeSync(fd, bytes, written);
-}
-
 function hashFile(fd: number): { digest: string; bytes: number } {
   const digester = bytesDigester();
   const bytes = readInPieces(fd, fstatSync(fd).size, (piece) => digester.update(piece));
@@ -98,7 +92,8 @@ function hashFile(fd: number): { digest: string; bytes: number } {
 export async function sealRun(input: SealInput, logFd: number): Promise<Sealed> {
   let log: { digest: string; bytes: number };
   try {
-    writeWhole(logFd, formatFooter(input.exit, input.result, input.notes));
+    // All of it, or the error of the write that could not go on: never a record over a footer with its end missing.
+    writeRestSync(logFd, Buffer.from(formatFooter(input.exit, input.result, input.notes), "utf8"));
     fsyncSync(logFd);
     log = hashFile(logFd);
   } finally {

@@ -21,6 +21,19 @@ export function writeNewFileDurably(path: string, bytes: Buffer | string, mode: 
 }
 
 /**
+ * `bytes` from `from` on, to the end: a short write is written on, so what
+ * stops the writes raises its own errno (ENOSPC, EFBIG); a write of nothing
+ * is ENOSPC rather than a loop.
+ */
+export function writeRestSync(fd: number, bytes: Uint8Array, from = 0): void {
+  for (let at = from; at < bytes.length; ) {
+    const done = writeSync(fd, bytes, at, bytes.length - at);
+    if (done === 0) throw Object.assign(new Error("no space left on the device (a write of nothing)"), { code: "ENOSPC" });
+    at += done;
+  }
+}
+
+/**
  * The same, with the bytes handed over by `fill` a piece at a time, so a
  * large file need not be held in memory. A throw from `fill` leaves the
  * partly written file for the caller to remove (it is the caller's staging).
@@ -28,10 +41,7 @@ export function writeNewFileDurably(path: string, bytes: Buffer | string, mode: 
 export function writeNewFileDurablyInPieces(path: string, mode: number, fill: (write: (piece: Uint8Array) => void) => void): void {
   const fd = openSync(path, constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL | constants.O_NOFOLLOW, mode);
   try {
-    fill((piece) => {
-      let done = 0;
-      while (done < piece.length) done += writeSync(fd, piece, done, piece.length - done);
-    });
+    fill((piece) => writeRestSync(fd, piece));
     fsyncSync(fd);
   } finally {
     closeSync(fd);
