@@ -10,7 +10,7 @@ import assert from "node:assert/strict";
 import { spawnSync } from "node:child_process";
 import { existsSync, readFileSync } from "node:fs";
 import { join } from "node:path";
-import { describe, test } from "node:test";
+import { describe, test, type TestContext } from "node:test";
 import { footerOffset, fsckScope, listRuns, parseLog, readAudit, verifyRun } from "../src/index.js";
 import { REPO, runJson } from "./helpers.js";
 import { evidenceFixture } from "./support/evidence-fixture.js";
@@ -19,12 +19,23 @@ import { logText, runDir } from "./support/evidence-run.js";
 /** Bytes of one log line: a 27-character stamp, ` out `, the text, a newline. */
 const lineBytes = (text: number) => 27 + 5 + text + 1;
 
+/** Whether a file size limit can be set on a dispatcher; the test is skipped by name when not. */
+function canLimit(t: TestContext): boolean {
+  if (spawnSync("prlimit", ["--version"]).status === 0) return true;
+  t.skip("SKIPPED by name: prlimit (util-linux) is not installed, so no file size limit can be set on the dispatcher");
+  return false;
+}
+
+/** `oats --json dispatch <job> --exec` (the built CLI) under a file size limit of `limit` bytes, refused: its envelope. */
+function refusedUnderLimit(scope: string, job: string, limit: number) {
+  const cli = spawnSync("prlimit", [`--fsize=${limit}`, process.execPath, join(REPO, "dist/cli/bin.js"), "--scope", scope, "--quiet", "--json", "dispatch", job, "--exec"], { encoding: "utf8" });
+  assert.equal(cli.status, 6, `refused, exit 6 (signal ${cli.signal}; stdout: ${cli.stdout.slice(0, 2000)}; stderr: ${cli.stderr.slice(-2000)})`);
+  return JSON.parse(cli.stdout);
+}
+
 describe("run evidence: a seal that does not finish", () => {
   test("Given a dispatcher whose file size limit leaves room for every line but only 20 bytes of the footer, Then it refuses (audit-unavailable, seal-failed, EFBIG, the child's exit 0) and writes no record; `oats run seal` cuts the torn footer, quotes what was whole, and seals INTERRUPTED with every line, verifiable", async (t) => {
-    if (spawnSync("prlimit", ["--version"]).status !== 0) {
-      t.skip("SKIPPED by name: prlimit (util-linux) is not installed, so no file size limit can be set on the dispatcher");
-      return;
-    }
+    if (!canLimit(t)) return;
     const limit = 1 << 20;
     const room = 20;
     const whole = Math.floor((limit - room) / lineBytes(100));
@@ -33,9 +44,7 @@ describe("run evidence: a seal that does not finish", () => {
       node: true,
       script: `const line = 'x'.repeat(100) + '\\n';\nprocess.stdout.write(line.repeat(${whole}) + 'y'.repeat(${last}) + '\\n');\n`,
     });
-    const cli = spawnSync("prlimit", [`--fsize=${limit}`, process.execPath, join(REPO, "dist/cli/bin.js"), "--scope", f.scope, "--quiet", "--json", "dispatch", f.job, "--exec"], { encoding: "utf8" });
-    assert.equal(cli.status, 6, `refused, exit 6 (signal ${cli.signal}, error ${cli.error}; stdout: ${cli.stdout.slice(0, 2000)}; stderr: ${cli.stderr.slice(-2000)})`);
-    const envelope = JSON.parse(cli.stdout);
+    const envelope = refusedUnderLimit(f.scope, f.job, limit);
     assert.equal(envelope.error.code, "audit-unavailable", envelope.error.message);
     assert.equal(envelope.error.details.reason, "seal-failed");
     assert.equal(envelope.error.details.errno, "EFBIG");
@@ -90,15 +99,10 @@ describe("run evidence: a seal that does not finish", () => {
 
 describe("run evidence: a log past the file size limit", () => {
   test("Given a dispatcher whose file size limit (1 MiB) is smaller than its child's output (2 MiB), Then it refuses as log-unwritable with the limit's own errno, EFBIG (not a guessed ENOSPC); the log holds whole lines only and is sealed CANCELLED with the cause in a note", async (t) => {
-    if (spawnSync("prlimit", ["--version"]).status !== 0) {
-      t.skip("SKIPPED by name: prlimit (util-linux) is not installed, so no file size limit can be set on the dispatcher");
-      return;
-    }
+    if (!canLimit(t)) return;
     const limit = 1 << 20;
     const f = await evidenceFixture({ node: true, script: "process.stdout.write(('x'.repeat(99) + '\\n').repeat(20000));\nsetTimeout(() => undefined, 120000);\n" });
-    const cli = spawnSync("prlimit", [`--fsize=${limit}`, process.execPath, join(REPO, "dist/cli/bin.js"), "--scope", f.scope, "--quiet", "--json", "dispatch", f.job, "--exec"], { encoding: "utf8" });
-    assert.equal(cli.status, 6, `refused, exit 6 (signal ${cli.signal}; stdout: ${cli.stdout.slice(0, 2000)}; stderr: ${cli.stderr.slice(-2000)})`);
-    const envelope = JSON.parse(cli.stdout);
+    const envelope = refusedUnderLimit(f.scope, f.job, limit);
     assert.equal(envelope.error.details.reason, "log-unwritable", envelope.error.message);
     assert.equal(envelope.error.details.errno, "EFBIG");
     assert.equal(envelope.error.details.sealed, true, envelope.error.message);
