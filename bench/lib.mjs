@@ -112,9 +112,13 @@ export async function interleave(sides, runs) {
     const order = round % 2 ? [...sides].reverse() : sides;
     for (const side of order) {
       await side.prepare?.(round);
-      // A collection before an in-process side, so it does not pay for the garbage of the others;
-      // not before a child process, which a concurrent sweep here would compete with.
-      if (side.inProcess) gc();
+      // A young-generation collection before an in-process side, so it does not pay for the garbage of the others;
+      // not before a child process, which a concurrent sweep here would compete with. Not a full one: a forced full
+      // collection (gc()) drops the optimized code of the walk and the hash (about 22 functions recompiled on the
+      // next run, against 0-5 after a minor or a natural major collection), so every timed run re-ran the JIT on a
+      // background thread, which on two cores competes with a side that keeps both busy (performance.md, "The bench's
+      // forced collections re-ran the JIT").
+      if (side.inProcess) gc({ type: "minor" });
       const started = performance.now();
       await side.run(round);
       times[side.name].push(performance.now() - started);
