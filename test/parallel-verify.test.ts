@@ -287,7 +287,9 @@ test("Given small trees whose verification on the calling thread never waits on 
       return (measure ?? measureHere)({ dir, formats });
     });
     assert.ok(outcomes.every((outcome) => outcome.ok));
-    assert.ok(byWorker >= 8, `the worker lane verified ${byWorker} of ${trees.length} trees`);
+    // Without the turn the worker lane gets its first tree alone; with it, about half of them on a quiet machine,
+    // and 5 once under load (a threshold of 8 failed then).
+    assert.ok(byWorker >= 4, `the worker lane verified ${byWorker} of ${trees.length} trees`);
   } finally {
     setParallelism(null);
   }
