@@ -15,8 +15,11 @@
  * command reaches only through `await import()` (the library, zod's schemas)
  * stay lazy inside the bundle: esbuild evaluates them on first import.
  *
- * The library (dist/index.js and the rest of tsc's output) is unchanged; the
- * worker threads and the run guard still start from tsc's files, found
+ * The library (dist/index.js and the rest of tsc's output) is unchanged.
+ * The digest worker is bundled too, as dist/cli/bundle/digest-worker.cjs
+ * (no code cache: a worker that loads nothing starts only about 5 ms
+ * sooner), which parallel/pool.ts starts when it is there; the run guard
+ * and the JavaScript read-ahead workers still start from tsc's files, found
  * through import.meta.url (see sourceUrls below).
  *
  * `node scripts/bundle-cli.mjs --warm-cache [command]` is the child that
@@ -125,7 +128,9 @@ if (warmIndex !== -1) {
 await rm(outdir, { recursive: true, force: true });
 const { metafile } = await build({
   absWorkingDir: root,
-  entryPoints: { oats: join(src, "cli", "main.ts") },
+  // The digest worker too (parallel/pool.ts starts it): one file where tsc's module tree is some twenty, resolved and
+  // compiled by every worker before its first job (docs/design/performance.md, "A worker from one file").
+  entryPoints: { oats: join(src, "cli", "main.ts"), "digest-worker": join(src, "retention", "parallel", "digest-worker.ts") },
   bundle: true,
   platform: "node",
   format: "cjs",
@@ -142,10 +147,11 @@ const { metafile } = await build({
 });
 // load-bundle.ts reads the bundle as latin1, which is its text only while every byte is ASCII.
 const emitted = await readFile(join(outdir, "oats.cjs"));
+if (!(await readFile(join(outdir, "digest-worker.cjs"), "utf8")).includes("markLaneWorker")) throw new Error("dist/cli/bundle/digest-worker.cjs is not the digest worker");
 const wide = emitted.findIndex((byte) => byte > 0x7f);
 if (wide !== -1) throw new Error(`dist/cli/bundle/oats.cjs has a byte that is not ASCII at offset ${wide}`);
 // What the bundle holds, module by module (minified, it names none): the files with bytes in the output, not every file esbuild read.
-const output = Object.values(metafile.outputs).find((entry) => entry.entryPoint !== undefined);
+const output = Object.entries(metafile.outputs).find(([path]) => path.endsWith("/oats.cjs"))[1];
 const held = Object.entries(output.inputs).filter(([, input]) => input.bytesInOutput > 0).map(([path]) => path);
 writeFileSync(join(root, "dist", "cli", "bundle-inputs.json"), `${JSON.stringify(held.sort(), null, 1)}\n`);
 // Each cache in a fresh process with no flags (V8 rejects a cache made under other flags), and alone (a cache holds what its process compiled).

@@ -3,7 +3,7 @@
  * dist/cli/bin.js runs the one-script bundle `npm run build` makes
  * (dist/cli/bundle/oats.cjs) with its V8 code cache, a command opens no
  * other module of the package, and what the bundle starts from tsc's files
- * (the digest workers) still resolves. The files a real child process opens
+ * (the digest workers, from a bundle of their own) still resolves. The files a real child process opens
  * are read from strace; without a working strace those tests skip by name.
  */
 import assert from "node:assert/strict";
@@ -60,8 +60,8 @@ describe("the built CLI runs from its bundle", () => {
 
   const inputs = () => JSON.parse(readFileSync(join(REPO, "dist/cli/bundle-inputs.json"), "utf8")) as string[];
 
-  test("npm run build made dist/cli/bundle/oats.cjs, its code caches, and the bundle holds commander, zod and proper-lockfile", () => {
-    assert.deepEqual(readdirSync(BUNDLE).sort(), ["oats.cjs", "oats.cjs.cache", "oats.cjs.digest.cache", "oats.cjs.verify.cache"]);
+  test("npm run build made dist/cli/bundle/oats.cjs, its code caches, the digest worker's bundle, and the bundle holds commander, zod and proper-lockfile", () => {
+    assert.deepEqual(readdirSync(BUNDLE).sort(), ["digest-worker.cjs", "oats.cjs", "oats.cjs.cache", "oats.cjs.digest.cache", "oats.cjs.verify.cache"]);
     const text = bundle();
     for (const module of ["node_modules/commander/", "node_modules/zod/v4/core/", "node_modules/proper-lockfile/"]) assert.ok(inputs().some((input) => input.startsWith(module)), `${module} is bundled`);
     // A require or import of a dependency would be resolved from node_modules at run time: the bundle has none.
@@ -144,7 +144,7 @@ describe("the built CLI runs from its bundle", () => {
     }
   });
 
-  test("the digest workers the bundle starts come from tsc's files (dist/retention/parallel/digest-worker.js): `oats fsck` of three revisions", (t) => {
+  test("the digest workers the bundle starts come from their own one-file bundle (dist/cli/bundle/digest-worker.cjs), not tsc's module tree: `oats fsck` of three revisions", (t) => {
     const scope = retainedScope();
     const run = traced(t, ["--scope", scope, "--json", "fsck"]);
     if (!run) return;
@@ -153,7 +153,17 @@ describe("the built CLI runs from its bundle", () => {
     assert.equal(envelope.ok, true);
     assert.equal(envelope.result.ok, true);
     assert.equal(envelope.result.counts.revisions, 3);
-    assert.ok(run.opened.includes("dist/retention/parallel/digest-worker.js"), run.opened.join("\n"));
+    assert.ok(run.opened.includes("dist/cli/bundle/digest-worker.cjs"), run.opened.join("\n"));
+    // Nothing of tsc's output but the loader pieces every command opens: the workers loaded no module tree of their own.
+    assert.deepEqual(run.opened.filter((path) => path.startsWith("dist/") && !path.startsWith("dist/cli/")), ["dist/native/oats.node"], run.opened.join("\n"));
+  });
+
+  test("npm run build bundled the digest worker: one file, its native reads and read-ahead found from tsc's paths", () => {
+    const worker = readFileSync(join(BUNDLE, "digest-worker.cjs"), "utf8");
+    assert.ok(worker.includes("markLaneWorker"));
+    // import.meta.url spelled from the bundle's own location (scripts/bundle-cli.mjs, sourceUrls): the addon resolves as from tsc's file.
+    assert.ok(worker.includes('new URL("../../retention/digest/native-reads.js",require("node:url").pathToFileURL(__filename)).href'));
+    assert.doesNotMatch(worker, /\brequire\("\.\.?\//, "a relative require would load tsc's modules");
   });
 
   test("--version still answers without the bundle", (t) => {

@@ -1,4 +1,6 @@
+import { existsSync } from "node:fs";
 import { availableParallelism } from "node:os";
+import { fileURLToPath } from "node:url";
 import { Worker } from "node:worker_threads";
 import { OatsError } from "../../errors.js";
 import { digestListing, type TreeDigests } from "../digest/tree.js";
@@ -57,8 +59,27 @@ export function setParallelism(lanes: number | null): void {
  */
 const WORKER_EXEC_ARGV: string[] = [];
 
+/**
+ * The worker's script: the one-file bundle `npm run build` makes beside the
+ * CLI's (scripts/bundle-cli.mjs: dist/cli/bundle/digest-worker.cjs), or
+ * tsc's module when a build has no bundle. Loading tsc's module tree (some
+ * twenty files to resolve, read and compile) is on the path of every
+ * worker's first job: an empty job was answered after 39-52 ms from tsc's
+ * files, 27 ms from the bundle, and 22 ms by a worker that loads nothing
+ * (performance.md, "A worker from one file"). The same sources either way.
+ */
+let builtScript: URL | null = null;
+
+function builtWorkerScript(): URL {
+  if (builtScript === null) {
+    const bundled = new URL("../../cli/bundle/digest-worker.cjs", import.meta.url);
+    builtScript = existsSync(fileURLToPath(bundled)) ? bundled : new URL("./digest-worker.js", import.meta.url);
+  }
+  return builtScript;
+}
+
 function startWorker(): Worker {
-  if (!import.meta.url.endsWith(".ts")) return new Worker(new URL("./digest-worker.js", import.meta.url), { execArgv: WORKER_EXEC_ARGV });
+  if (!import.meta.url.endsWith(".ts")) return new Worker(builtWorkerScript(), { execArgv: WORKER_EXEC_ARGV });
   // Run from source under tsx (the tests): a worker does not inherit the loader, so it registers it first.
   const source = JSON.stringify(new URL("./digest-worker.ts", import.meta.url).href);
   return new Worker(`import("tsx/esm/api").then((tsx) => tsx.register()).then(() => import(${source}));`, { eval: true });
