@@ -10,7 +10,9 @@
  * the open containers and, per object, the keys already seen (decoded, so
  * "a" and "\u0061" are the same key). It does not validate the syntax;
  * JSON.parse does that afterwards, and a malformed text is refused either
- * way. valueDepthProblem bounds an already built value (YAML) iteratively.
+ * way. nestsDeeperThan is its depth half alone, for a reader whose own
+ * check refuses a repeated key. valueDepthProblem bounds an already built
+ * value (YAML) iteratively.
  */
 
 /** Operator files: plans, capture specs, classification configs, profiles, locks, instance files. */
@@ -55,8 +57,16 @@ function pointerOf(stack: readonly Frame[]): string {
   return pointer;
 }
 
-/** The first container deeper than `maxDepth`, or the first repeated key of an object, in document order; null if neither. */
+/**
+ * The first container deeper than `maxDepth`, else the first repeated key
+ * of an object, else null. Depth comes first wherever it is: a caller that
+ * checks only for "too-deep" before something recursive must not be told
+ * "duplicate-key" about a text that also nests past the bound (a chain
+ * line with a repeated key and then 5,000 nested arrays overflowed the
+ * stack of checkLine's reviver that way).
+ */
 export function scanJsonText(text: string, maxDepth: number): JsonTextProblem | null {
+  let duplicate: JsonTextProblem | null = null;
   const stack: Frame[] = [];
   const length = text.length;
   let i = 0;
@@ -90,7 +100,7 @@ export function scanJsonText(text: string, maxDepth: number): JsonTextProblem | 
         }
         if (top.keys.has(key)) {
           top.key = key;
-          return { reason: "duplicate-key", pointer: pointerOf(stack), key };
+          duplicate ??= { reason: "duplicate-key", pointer: pointerOf(stack), key };
         }
         top.keys.add(key);
         top.key = key;
@@ -113,7 +123,33 @@ export function scanJsonText(text: string, maxDepth: number): JsonTextProblem | 
     }
     i += 1;
   }
-  return null;
+  return duplicate;
+}
+
+/**
+ * Whether the text opens a container deeper than `maxDepth`: scanJsonText's
+ * depth check alone, without its key sets and slices (a third of the cost
+ * of reading a 100 KB record, whose canonical comparison refuses a repeated
+ * key on its own: resolution/canonical-read.ts).
+ */
+export function nestsDeeperThan(text: string, maxDepth: number): boolean {
+  const length = text.length;
+  let depth = 0;
+  for (let i = 0; i < length; i++) {
+    const c = text.charCodeAt(i);
+    if (c === QUOTE) {
+      for (i += 1; i < length; i++) {
+        const d = text.charCodeAt(i);
+        if (d === BACKSLASH) i += 1;
+        else if (d === QUOTE) break;
+      }
+    } else if (c === OPEN_OBJECT || c === OPEN_ARRAY) {
+      if (++depth > maxDepth) return true;
+    } else if ((c === CLOSE_OBJECT || c === CLOSE_ARRAY) && depth > 0) {
+      depth -= 1;
+    }
+  }
+  return false;
 }
 
 /** The pointer of the first container of a built value deeper than `maxDepth`, or null. Iterative; a shared node is visited once per path, as YAML aliases are bounded upstream. */

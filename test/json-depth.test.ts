@@ -12,7 +12,8 @@ import { mkdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { describe, test } from "node:test";
 import { OatsError } from "../src/errors.js";
-import { OPERATOR_MAX_DEPTH, STORED_MAX_DEPTH, scanJsonText, valueDepthProblem } from "../src/json-text.js";
+import { OPERATOR_MAX_DEPTH, STORED_MAX_DEPTH, nestsDeeperThan, scanJsonText, valueDepthProblem } from "../src/json-text.js";
+import { checkLine, parseLine } from "../src/captures/chain-line.js";
 import { parseByExtension, parseYamlText } from "../src/operator-input.js";
 import { readLockFile } from "../src/retention/oats-lock.js";
 import { retainCapabilityArtifact } from "../src/retention/index.js";
@@ -72,6 +73,33 @@ describe("scanJsonText: one linear pass for depth and duplicate keys", () => {
     assert.equal(scanJsonText(JSON.stringify({ a: "[[[{{{", b: 'x\\"},"a":', c: "\\", d: "\"" }), 2), null);
     assert.equal(scanJsonText(JSON.stringify({ "k,\"k": 1, "k": 2 }), 2), null);
     assert.equal(scanJsonText(JSON.stringify([{ v: "]" }, { v: "," }]), 2), null);
+  });
+
+  test("depth comes first: a repeated key before the deep part does not hide it", () => {
+    // Reported in document order before, the duplicate hid the depth from a caller checking for "too-deep" alone.
+    assert.deepEqual(scanJsonText(`{"a":1,"a":2,"b":${nested(11)}}`, 10), { reason: "too-deep", pointer: `/b${"/0".repeat(9)}`, maxDepth: 10 });
+    assert.deepEqual(scanJsonText(`{"a":1,"a":2,"b":${nested(9)}}`, 10), { reason: "duplicate-key", pointer: "/a", key: "a" });
+  });
+
+  test("nestsDeeperThan gives scanJsonText's depth verdict, strings opaque, a stray closer no credit", () => {
+    const texts = [
+      nested(10),
+      nested(11),
+      '{"a":[1,{"b":{"c":[]}}]}',
+      JSON.stringify({ a: "[[[{{{", b: 'x\\"},"a":', c: "\\", d: "\"" }),
+      '["\\\\[[[[[[[[[[[["]',
+      `]]]]]${nested(10)}`,
+      `}}}}${nested(11)}`,
+      `{"a":1,"a":2,"b":${nested(11)}}`,
+      '"[[[[[[[[[[[[',
+      // An escaped quote does not end the string: the brackets after it are text.
+      '["\\"[[[[[[[[[[[["]',
+    ];
+    for (const text of texts) {
+      for (const bound of [3, 10]) assert.equal(nestsDeeperThan(text, bound), scanJsonText(text, bound)?.reason === "too-deep", `${text} at ${bound}`);
+    }
+    assert.equal(nestsDeeperThan(deepArrays(100_000), 100_000), false, "iterative");
+    assert.equal(nestsDeeperThan(deepArrays(100_001), 100_000), true);
   });
 
   test("valueDepthProblem bounds a built value iteratively", () => {
@@ -207,5 +235,16 @@ describe("stored JSON: deep bytes are refused with the reader's own code", () =>
     plant(scope, [".agents", "audit"], "audit.jsonl", `${deepArrays()}\n`);
     const verdict = verifyAudit(scope);
     assert.equal(verdict.ok, false);
+  });
+  test("a repeated key before the deep part: still refused as too deep, by the chain reader and the canonical reader", () => {
+    // checkLine threw RangeError (its reviver recursed) where the scan had reported only the repeated key.
+    const line = `{"a":1,"a":2,"b":${deepArrays()}}`;
+    assert.deepEqual(checkLine(line), { reason: "bad-json", seq: null });
+    assert.deepEqual(checkLine(line.replace('"b"', '"__proto__"')), { reason: "bad-json", seq: null });
+    assert.throws(() => parseLine(line), /nested too deep/);
+    assert.throws(() => readCanonicalJson(Buffer.from(line), "record"), refused("invalid-resolution", "too-deep"));
+    const scope = tempDir("oats-scope-");
+    plant(scope, [".agents", "audit"], "audit.jsonl", `${line}\n`);
+    assert.equal(verifyAudit(scope).ok, false);
   });
 });

@@ -1,7 +1,7 @@
 import { closeSync, constants, fstatSync, openSync, readSync } from "node:fs";
 import { errnoCode } from "../errors.js";
 import { bytesDigest, canonicalJson, compareUtf8, jsonDigest } from "../retention/digest/json.js";
-import { STORED_MAX_DEPTH, scanJsonText } from "../json-text.js";
+import { STORED_MAX_DEPTH, nestsDeeperThan } from "../json-text.js";
 
 /**
  * One line of a hash-chained log (see chain-log.ts), checked on its own, and
@@ -42,7 +42,7 @@ class ProtoKey extends Error {}
 /** JSON.parse refusing `__proto__` keys anywhere. Throws on bad JSON. */
 export function parseLine(text: string): unknown {
   // The reviver recurses: a line nested past the bound is bad JSON before it can exhaust the stack.
-  if (scanJsonText(text, STORED_MAX_DEPTH)?.reason === "too-deep") throw new SyntaxError("nested too deep");
+  if (nestsDeeperThan(text, STORED_MAX_DEPTH)) throw new SyntaxError("nested too deep");
   return JSON.parse(text, (key, value: unknown) => {
     if (key === "__proto__") throw new ProtoKey("__proto__ key");
     return value;
@@ -142,7 +142,7 @@ export function checkLine(text: string): { entry: ChainEntry } | { reason: Broke
   try {
     if (!plain) parsed = parseLine(text);
     else {
-      if (!fewOpenings(text) && scanJsonText(text, STORED_MAX_DEPTH)?.reason === "too-deep") throw new SyntaxError("nested too deep");
+      if (!fewOpenings(text) && nestsDeeperThan(text, STORED_MAX_DEPTH)) throw new SyntaxError("nested too deep");
       parsed = JSON.parse(text);
     }
   } catch {

@@ -1,5 +1,5 @@
 import { OatsError } from "../errors.js";
-import { STORED_MAX_DEPTH, describeJsonProblem, scanJsonText } from "../json-text.js";
+import { STORED_MAX_DEPTH, describeJsonProblem, nestsDeeperThan, scanJsonText } from "../json-text.js";
 import { canonicalJsonBytes, compareUtf8 } from "../retention/digest/json.js";
 
 /**
@@ -22,6 +22,24 @@ import { canonicalJsonBytes, compareUtf8 } from "../retention/digest/json.js";
 const utf8 = new TextDecoder("utf-8", { fatal: true, ignoreBOM: false });
 
 export function readCanonicalJson(bytes: Uint8Array, what: string): unknown {
+  return withoutPrototypes(canonicalValue(bytes, what), "");
+}
+
+/**
+ * readCanonicalJson's verdict and refusals without its copy: for a caller
+ * that hands the value to a schema and copies the schema's output without
+ * prototypes anyway (store.ts, a resolution record), one deep copy of a
+ * 100 KB record and its garbage fewer. The `__proto__` keys and unsafe
+ * integers are refused here, before the schema sees the value. Its objects
+ * keep Object.prototype: the value must go no further than that schema.
+ */
+export function readCanonicalJsonForSchema(bytes: Uint8Array, what: string): unknown {
+  const value = canonicalValue(bytes, what);
+  checkedCopy(value, [], false);
+  return value;
+}
+
+function canonicalValue(bytes: Uint8Array, what: string): unknown {
   const refuse = (reason: string) => new OatsError("invalid-resolution", `${what} is not canonical JSON: ${reason}`, { reason });
   let text: string;
   try {
@@ -29,26 +47,31 @@ export function readCanonicalJson(bytes: Uint8Array, what: string): unknown {
   } catch {
     throw refuse("invalid UTF-8");
   }
-  const problem = scanJsonText(text, STORED_MAX_DEPTH);
-  if (problem !== null) {
-    throw new OatsError("invalid-resolution", `${what} is not canonical JSON: ${describeJsonProblem(problem)}`, { reason: problem.reason, pointer: problem.pointer });
-  }
+  // The scan's key sets and pointers serve only a refusal: the depth bound alone first (everything after JSON.parse
+  // recurses), and the scan's findings (too deep, else a repeated key, which the comparison below refuses too) take
+  // precedence over whatever refusal comes next, as when the scan ran first.
+  const scanned = (otherwise: OatsError): OatsError => {
+    const problem = scanJsonText(text, STORED_MAX_DEPTH);
+    if (problem === null) return otherwise;
+    return new OatsError("invalid-resolution", `${what} is not canonical JSON: ${describeJsonProblem(problem)}`, { reason: problem.reason, pointer: problem.pointer });
+  };
+  if (nestsDeeperThan(text, STORED_MAX_DEPTH)) throw scanned(refuse("nested too deep"));
   let value: unknown;
   try {
     value = JSON.parse(text);
   } catch (error) {
-    throw refuse((error as Error).message);
+    throw scanned(refuse((error as Error).message));
   }
   if (!matchesPlainEncoding(value, text, bytes)) {
     let canonical: Buffer;
     try {
       canonical = canonicalJsonBytes(value);
     } catch (error) {
-      throw refuse((error as Error).message);
+      throw scanned(refuse((error as Error).message));
     }
-    if (!canonical.equals(bytes)) throw refuse("the bytes differ from the canonical form of the value they hold");
+    if (!canonical.equals(bytes)) throw scanned(refuse("the bytes differ from the canonical form of the value they hold"));
   }
-  return withoutPrototypes(value, "");
+  return value;
 }
 
 /**
@@ -80,30 +103,38 @@ function keysInCanonicalOrder(value: unknown): boolean {
 }
 
 export function withoutPrototypes(value: unknown, pointer: string): unknown {
-  return copyWithoutPrototypes(value, pointer ? pointer.split("/").slice(1) : []);
+  return checkedCopy(value, pointer ? pointer.split("/").slice(1) : [], true);
 }
 
-/** `trail` holds the keys down to `value`; a pointer is spelled out only for a refusal. */
-function copyWithoutPrototypes(value: unknown, trail: (string | number)[]): unknown {
+/**
+ * Refuses a `__proto__` key or an integer beyond 2^53 anywhere in `value`;
+ * with `copy`, returns a copy whose objects have no prototype, else the
+ * value itself. `trail` holds the keys down to `value`; a pointer is
+ * spelled out only for a refusal.
+ */
+function checkedCopy(value: unknown, trail: (string | number)[], copy: boolean): unknown {
   const at = () => trail.map((step) => `/${String(step).replace(/~/g, "~0").replace(/\//g, "~1")}`).join("") || "/";
   if (Array.isArray(value)) {
-    return value.map((item, index) => {
+    const items = copy ? new Array<unknown>(value.length) : null;
+    for (let index = 0; index < value.length; index++) {
       trail.push(index);
-      const copy = copyWithoutPrototypes(item, trail);
+      const item = checkedCopy(value[index], trail, copy);
+      if (items) items[index] = item;
       trail.pop();
-      return copy;
-    });
+    }
+    return items ?? value;
   }
   if (typeof value === "number" && Number.isInteger(value) && !Number.isSafeInteger(value)) {
     throw new OatsError("invalid-resolution", `integer beyond 2^53 at ${at()}`, { pointer: at(), reason: "unsafe-integer" });
   }
   if (typeof value !== "object" || value === null) return value;
-  const out = Object.create(null) as Record<string, unknown>;
+  const out = copy ? (Object.create(null) as Record<string, unknown>) : null;
   for (const key of Object.keys(value)) {
     if (key === "__proto__") throw new OatsError("invalid-resolution", `key __proto__ refused at ${at()}`, { pointer: at(), reason: "proto-key" });
     trail.push(key);
-    out[key] = copyWithoutPrototypes((value as Record<string, unknown>)[key], trail);
+    const item = checkedCopy((value as Record<string, unknown>)[key], trail, copy);
+    if (out) out[key] = item;
     trail.pop();
   }
-  return out;
+  return out ?? value;
 }

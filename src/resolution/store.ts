@@ -9,7 +9,7 @@ import { readRegularFile, writeStagedFile } from "../retention/store/files.js";
 import { assertContained } from "../retention/store/layout.js";
 import { withPublishLeaseSync } from "../retention/store/lease.js";
 import { refuseProtoKeys } from "../operator-input.js";
-import { readCanonicalJson, withoutPrototypes } from "./canonical-read.js";
+import { readCanonicalJson, readCanonicalJsonForSchema, withoutPrototypes } from "./canonical-read.js";
 import { resolutionRecordSchema, type ResolutionRecord } from "./record.js";
 
 /**
@@ -154,7 +154,7 @@ function decodeRecord(bytes: Buffer, canonicalId: string, path: string): { id: s
   if (actual !== canonicalId) {
     throw new OatsError("integrity-mismatch", `resolution ${canonicalId}: the record's bytes hash to ${actual}`, { id: canonicalId, path, expected: canonicalId, actual });
   }
-  const json = readCanonicalJson(bytes, `resolution ${canonicalId}`);
+  const json = readCanonicalJsonForSchema(bytes, `resolution ${canonicalId}`);
   const record = withoutPrototypes(parseRecord(json, `resolution ${canonicalId}`), "") as ResolutionRecord;
   return { id: canonicalId, path, record };
 }
