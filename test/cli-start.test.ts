@@ -8,7 +8,7 @@
  */
 import assert from "node:assert/strict";
 import { spawnSync } from "node:child_process";
-import { readFileSync, readdirSync, statSync, writeFileSync } from "node:fs";
+import { cpSync, readFileSync, readdirSync, statSync, utimesSync, writeFileSync } from "node:fs";
 import { join, relative } from "node:path";
 import { describe, test, type TestContext } from "node:test";
 import { cachedCommandOf } from "../src/cli/load-bundle.js";
@@ -26,19 +26,19 @@ const STARTED = startedWith("oats.cjs.cache");
 
 const straceWorks = spawnSync("strace", ["-f", "-e", "trace=openat", "-o", "/dev/null", process.execPath, "-e", "0"]).status === 0;
 
-/** Run the built CLI under strace; the package files (relative to the repository) it opened. */
-function traced(t: TestContext, args: string[]): { status: number | null; stdout: string; stderr: string; opened: string[] } | undefined {
+/** Run the built CLI (of `root`: the repository, or a copy of its build) under strace; the package files, relative to `root`, it opened. */
+function traced(t: TestContext, args: string[], root = REPO): { status: number | null; stdout: string; stderr: string; opened: string[] } | undefined {
   if (!straceWorks) {
     t.skip("strace is missing or cannot trace here (no ptrace): the files a CLI run opens cannot be observed");
     return undefined;
   }
   const log = join(tempDir("oats-strace-"), "trace");
-  const run = spawnSync("strace", ["-f", "-qq", "-e", "trace=open,openat,openat2", "-o", log, process.execPath, BIN, ...args], { cwd: REPO, encoding: "utf8", input: "" });
+  const run = spawnSync("strace", ["-f", "-qq", "-e", "trace=open,openat,openat2", "-o", log, process.execPath, join(root, "dist/cli/bin.js"), ...args], { cwd: root, encoding: "utf8", input: "" });
   const opened = new Set<string>();
   for (const line of readFileSync(log, "utf8").split("\n")) {
     const match = /open(?:at2?)?\((?:[^,]*, )?"([^"]+)".*\) = (-?\d+)/.exec(line);
     if (!match || Number(match[2]) < 0) continue;
-    const rel = relative(REPO, match[1]!);
+    const rel = relative(root, match[1]!);
     if (!rel.startsWith("..") && /^(dist|node_modules)\/|^package\.json$/.test(rel)) opened.add(rel);
   }
   return { status: run.status, stdout: run.stdout, stderr: run.stderr, opened: [...opened].sort() };
@@ -156,6 +156,21 @@ describe("the built CLI runs from its bundle", () => {
     assert.ok(run.opened.includes("dist/cli/bundle/digest-worker.cjs"), run.opened.join("\n"));
     // Nothing of tsc's output but the loader pieces every command opens: the workers loaded no module tree of their own.
     assert.deepEqual(run.opened.filter((path) => path.startsWith("dist/") && !path.startsWith("dist/cli/")), ["dist/native/oats.node"], run.opened.join("\n"));
+  });
+
+  test("a worker bundle older than tsc's worker (tsc run alone since the build) is passed over: the workers load tsc's module", (t) => {
+    const copy = tempDir("oats-stale-bundle-");
+    cpSync(join(REPO, "dist"), join(copy, "dist"), { recursive: true });
+    cpSync(join(REPO, "package.json"), join(copy, "package.json"));
+    const compiled = statSync(join(copy, "dist/retention/parallel/digest-worker.js")).mtime;
+    const stale = new Date(compiled.getTime() - 3_600_000);
+    utimesSync(join(copy, "dist/cli/bundle/digest-worker.cjs"), stale, stale);
+    const run = traced(t, ["--scope", retainedScope(), "--json", "fsck"], copy);
+    if (!run) return;
+    assert.equal(run.status, 0, run.stderr);
+    assert.equal((JSON.parse(run.stdout) as { result: { ok: boolean } }).result.ok, true);
+    assert.ok(run.opened.includes("dist/retention/parallel/digest-worker.js"), run.opened.join("\n"));
+    assert.ok(!run.opened.includes("dist/cli/bundle/digest-worker.cjs"), run.opened.join("\n"));
   });
 
   test("npm run build bundled the digest worker: one file, its native reads and read-ahead found from tsc's paths", () => {

@@ -1,4 +1,4 @@
-import { existsSync } from "node:fs";
+import { statSync } from "node:fs";
 import { availableParallelism } from "node:os";
 import { fileURLToPath } from "node:url";
 import { Worker } from "node:worker_threads";
@@ -64,16 +64,21 @@ const WORKER_EXEC_ARGV: string[] = [];
  * CLI's (scripts/bundle-cli.mjs: dist/cli/bundle/digest-worker.cjs), or
  * tsc's module when a build has no bundle. Loading tsc's module tree (some
  * twenty files to resolve, read and compile) is on the path of every
- * worker's first job: an empty job was answered after 39-52 ms from tsc's
- * files, 27 ms from the bundle, and 22 ms by a worker that loads nothing
- * (performance.md, "A worker from one file"). The same sources either way.
+ * worker's first job: an empty job was answered after 39-59 ms from tsc's
+ * files, 27-31 ms from the bundle, and 22 ms by a worker that loads nothing
+ * (performance.md, "A worker from one file"). The same sources either way:
+ * `npm run build` writes the bundle after tsc's files, so a bundle older
+ * than tsc's worker (tsc run alone since) is passed over for tsc's.
  */
 let builtScript: URL | null = null;
 
 function builtWorkerScript(): URL {
   if (builtScript === null) {
+    const compiled = new URL("./digest-worker.js", import.meta.url);
     const bundled = new URL("../../cli/bundle/digest-worker.cjs", import.meta.url);
-    builtScript = existsSync(fileURLToPath(bundled)) ? bundled : new URL("./digest-worker.js", import.meta.url);
+    const bundleTime = statSync(fileURLToPath(bundled), { throwIfNoEntry: false })?.mtimeMs;
+    const compiledTime = statSync(fileURLToPath(compiled), { throwIfNoEntry: false })?.mtimeMs ?? 0;
+    builtScript = bundleTime !== undefined && bundleTime >= compiledTime ? bundled : compiled;
   }
   return builtScript;
 }
