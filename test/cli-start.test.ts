@@ -14,7 +14,6 @@ import { describe, test, type TestContext } from "node:test";
 import { cachedCommandOf } from "../src/cli/load-bundle.js";
 import { FIXTURE_LOCK, FIXTURE_PAYLOAD, REPO, fixtureCopy, runOats, tempDir } from "./helpers.js";
 
-const BIN = join(REPO, "dist/cli/bin.js");
 const BUNDLE = join(REPO, "dist/cli/bundle");
 const PACKAGE_VERSION = (JSON.parse(readFileSync(join(REPO, "package.json"), "utf8")) as { version: string }).version;
 const EXEC = "oats.tree-exec.v1:sha256-82f8a3ffa30e6a05a161d469ff412e364cf55bfd02e74bc6114810f9c95c2a45";
