@@ -1,4 +1,4 @@
-import lockfile from "proper-lockfile";
+import lockfile from "./lockfile.js";
 import { closeSync, constants, fsyncSync, lstatSync, openSync, readdirSync, unlinkSync, writeSync } from "node:fs";
 import { join } from "node:path";
 import { OatsError, errnoCode } from "../../errors.js";

@@ -1,5 +1,5 @@
 import fs from "node:fs";
-import lockfile from "proper-lockfile";
+import lockfile from "./lockfile.js";
 
 /** node:fs with the lock directory made 0700 whatever the umask. */
 const lockFs = { ...fs, mkdir: (path: string, callback: (error: NodeJS.ErrnoException | null) => void) => fs.mkdir(path, { mode: 0o700 }, callback) };
