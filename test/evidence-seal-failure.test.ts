@@ -14,17 +14,13 @@ import { describe, test, type TestContext } from "node:test";
 import { footerOffset, fsckScope, listRuns, parseLog, readAudit, verifyRun } from "../src/index.js";
 import { REPO, runJson } from "./helpers.js";
 import { evidenceFixture } from "./support/evidence-fixture.js";
+import { canLimitFileSize } from "./support/prlimit.js";
 import { logText, runDir } from "./support/evidence-run.js";
 
 /** Bytes of one log line: a 27-character stamp, ` out `, the text, a newline. */
 const lineBytes = (text: number) => 27 + 5 + text + 1;
 
-/** Whether a file size limit can be set on a dispatcher; the test is skipped by name when not. */
-function canLimit(t: TestContext): boolean {
-  if (spawnSync("prlimit", ["--version"]).status === 0) return true;
-  t.skip("SKIPPED by name: prlimit (util-linux) is not installed, so no file size limit can be set on the dispatcher");
-  return false;
-}
+const canLimit = (t: TestContext) => canLimitFileSize(t, "the dispatcher");
 
 /** `oats --json dispatch <job> --exec` (the built CLI) under a file size limit of `limit` bytes, refused: its envelope. */
 function refusedUnderLimit(scope: string, job: string, limit: number) {

@@ -12,12 +12,10 @@ import { join } from "node:path";
 import { pathToFileURL } from "node:url";
 import { test } from "node:test";
 import { REPO, tempDir } from "./helpers.js";
+import { canLimitFileSize } from "./support/prlimit.js";
 
 test("Given a program that has taken a store lock and then retains a file larger than its file size limit, Then it gets the library's refusal (its OatsError, errno EFBIG) and goes on, instead of being killed by SIGXFSZ; nothing of the big tree is published", (t) => {
-  if (spawnSync("prlimit", ["--version"]).status !== 0) {
-    t.skip("SKIPPED by name: prlimit (util-linux) is not installed, so no file size limit can be set on the child");
-    return;
-  }
+  if (!canLimitFileSize(t, "the child")) return;
   const dir = tempDir("oats-fsize-");
   const small = join(dir, "small");
   const big = join(dir, "big");
