@@ -12,6 +12,8 @@ import { after, test } from "node:test";
 import { OatsError } from "../src/errors.js";
 import { retainTree } from "../src/index.js";
 import { setParallelism, workersHeld } from "../src/retention/parallel/pool.js";
+import { listingShape } from "../src/retention/digest/listing-shape.js";
+import { setReadHook } from "../src/retention/digest/read-hook.js";
 import { walkTree } from "../src/retention/digest/walk.js";
 import { mayMatch } from "../src/retention/store/kept-candidate.js";
 import { startEarlyCheck } from "../src/retention/store/kept-early.js";
@@ -49,6 +51,10 @@ const errorOf = async (promise: Promise<unknown>): Promise<OatsError> => {
   }
   assert.fail("expected a refusal");
 };
+
+/** `promise`, or a failure after `ms` (the timer does not keep the process alive). */
+const within = <T>(promise: Promise<T>, ms: number): Promise<T> =>
+  Promise.race([promise, new Promise<never>((_, reject) => setTimeout(() => reject(new Error(`not settled within ${ms} ms`)), ms).unref())]);
 
 const request = (scope: string, expected?: string) => ({ scope: resolveScope(scope), kind: "capture" as const, key: "nightly", nameFormat: EXEC, formats: [EXEC], ...(expected ? { expected } : {}) });
 
@@ -217,4 +223,104 @@ test("mayMatch: same paths and types in order as the manifest, else false; names
   assert.equal(mayMatch(first.dir, await variant((dir) => rmSync(join(dir, "a.txt")))), true, "a manifest cut short: no verdict");
   rmSync(manifest);
   assert.equal(mayMatch(first.dir, await variant((dir) => rmSync(join(dir, "a.txt")))), true, "no manifest: no verdict");
+});
+
+test("listingShape: the same for the same leaves (types and paths, in order) wherever the tree is; different when a leaf is added, removed, renamed, moved to another directory or changes type; contents are not part of it", async () => {
+  const source = makeTree({ "a.txt": "one", "b/c.txt": "two", "b/ünï.txt": "three", "c/d/e.txt": "four", "c/e.txt": "five" });
+  const shape = async (dir: string) => listingShape(await walkTree(dir));
+  const original = await shape(source);
+  assert.match(original, /^5:[0-9a-f]{16}$/);
+  const variant = async (change: (dir: string) => void) => {
+    const dir = join(tempDir("oats-shape-variant-"), "tree");
+    cpSync(source, dir, { recursive: true, verbatimSymlinks: true });
+    change(dir);
+    return shape(dir);
+  };
+  assert.equal(await variant(() => undefined), original, "a copy elsewhere");
+  assert.equal(await variant((dir) => writeFileSync(join(dir, "a.txt"), "other content, same shape")), original);
+  assert.equal(await variant((dir) => mkdirSync(join(dir, "empty"))), original, "an empty directory is no leaf");
+  const different: Record<string, (dir: string) => void> = {
+    "a leaf added at the end": (dir) => writeFileSync(join(dir, "c/e2.txt"), "added"),
+    "a leaf added at the start": (dir) => writeFileSync(join(dir, "0.txt"), "added"),
+    "the last leaf removed": (dir) => rmSync(join(dir, "c/e.txt")),
+    "a leaf removed": (dir) => rmSync(join(dir, "b/ünï.txt")),
+    "a leaf renamed": (dir) => renameSync(join(dir, "a.txt"), join(dir, "A.txt")),
+    "a leaf moved to another directory, same name": (dir) => renameSync(join(dir, "c/d/e.txt"), join(dir, "b/e.txt")),
+    "a directory renamed": (dir) => renameSync(join(dir, "c/d"), join(dir, "c/D")),
+    "a file become a symlink": (dir) => (rmSync(join(dir, "a.txt")), symlinkSync("b/c.txt", join(dir, "a.txt"))),
+  };
+  const seen = new Set([original]);
+  for (const [what, change] of Object.entries(different)) {
+    const changed = await variant(change);
+    assert.ok(!seen.has(changed), what);
+    seen.add(changed);
+  }
+});
+
+test("a kept retain without --expect tells a changed source by its shape, told by the early check's worker, not by the manifest: the source is read once, for its copy, even with the manifest gone", async () => {
+  setParallelism(2);
+  const scope = tempDir("oats-early-shape-");
+  const files = Object.fromEntries(Array.from({ length: 40 }, (_, i) => [`d${i % 3}/f${i}.txt`, `file ${i}\n`]));
+  const source = makeTree(files);
+  const reads = new Map<string, number>();
+  const counted = async <T>(body: () => Promise<T>): Promise<T> => {
+    reads.clear();
+    setReadHook((path) => void reads.set(path, (reads.get(path) ?? 0) + 1));
+    try {
+      return await body();
+    } finally {
+      setReadHook(null);
+    }
+  };
+  try {
+    const first = await retainTree(scope, { kind: "capture", key: "nightly", source });
+    // The early check's shape: that of the revision's listing.
+    const early = startEarlyCheck(request(scope))!;
+    try {
+      assert.equal(await early.shape, listingShape(await walkTree(first.dir)));
+    } finally {
+      await early.release();
+    }
+
+    rmSync(manifestPath(first.dir));
+    const again = await counted(() => retainTree(scope, { kind: "capture", key: "nightly", source }));
+    assert.equal(again.status, "kept", "the same shape without a manifest: kept");
+    // On this thread, the source only (the revision is read in the worker).
+    assert.deepEqual([...reads.values()], Array(40).fill(1));
+
+    writeFileSync(join(source, "d0/added.txt"), "new\n");
+    const changed = await counted(() => retainTree(scope, { kind: "capture", key: "nightly", source }));
+    assert.equal(changed.status, "retained");
+    // The copy reads each source file once, and the staged copy is read again to verify it: twice a path here.
+    // A source read first only to be hashed (taken for the revision's shape) would make it three.
+    assert.equal(reads.size, 41);
+    assert.deepEqual([...reads].filter(([, count]) => count !== 2), [], "each path read for the copy and its verification only");
+  } finally {
+    setParallelism(null);
+  }
+});
+
+test("the early check tells no shape (null) when the revision's walk refuses, and the retain then refuses as before", async () => {
+  setParallelism(2);
+  const scope = tempDir("oats-early-noshape-");
+  const source = makeTree({ "a.txt": "one", "b/c.txt": "two" });
+  try {
+    const first = await retainTree(scope, { kind: "capture", key: "nightly", source });
+    chmodSync(join(first.dir, "b"), 0o755);
+    execFileSync("mkfifo", [join(first.dir, "b", "pipe")]);
+    const early = startEarlyCheck(request(scope))!;
+    let outcome;
+    try {
+      // Bounded: a shape never told would leave a retain without --expect waiting for it forever.
+      assert.equal(await within(early.shape, 30_000), null);
+      outcome = await early.outcome;
+    } finally {
+      await early.release();
+    }
+    assert.equal(outcome.ok, false);
+    const refused = await errorOf(within(retainTree(scope, { kind: "capture", key: "nightly", source }), 30_000));
+    assert.equal(refused.code, "invalid-artifact");
+  } finally {
+    setParallelism(null);
+  }
 });

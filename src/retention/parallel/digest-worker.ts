@@ -16,13 +16,18 @@ export interface DigestRequest {
   readonly dir: string;
   readonly formats: readonly TreeFormat[];
   readonly maxDepth?: number;
+  /** Post the listing's shape (listing-shape.ts) once the walk is done, before the digests. */
+  readonly shape?: true;
 }
 
 export type SerializedError =
   | { readonly oats: true; readonly code: OatsError["code"]; readonly message: string; readonly details: Record<string, unknown> }
   | { readonly oats: false; readonly message: string; readonly code?: string; readonly stack?: string };
 
-export type DigestAnswer = { readonly id: number; readonly digests: Record<string, string> } | { readonly id: number; readonly error: SerializedError };
+export type DigestAnswer =
+  | { readonly id: number; readonly digests: Record<string, string> }
+  | { readonly id: number; readonly error: SerializedError }
+  | { readonly id: number; readonly shape: string };
 
 function serialize(error: unknown): SerializedError {
   if (error instanceof OatsError) return { oats: true, code: error.code, message: error.message, details: structuredSafe(error.details) };
@@ -49,7 +54,8 @@ markLaneWorker();
 
 async function answer(request: DigestRequest): Promise<void> {
   try {
-    const digests = await measureHere(request);
+    const onShape = request.shape ? (shape: string) => parentPort!.postMessage({ id: request.id, shape } satisfies DigestAnswer) : undefined;
+    const digests = await measureHere({ dir: request.dir, formats: request.formats, ...(request.maxDepth === undefined ? {} : { maxDepth: request.maxDepth }), ...(onShape ? { onShape } : {}) });
     parentPort!.postMessage({ id: request.id, digests } satisfies DigestAnswer);
   } catch (error) {
     parentPort!.postMessage({ id: request.id, error: serialize(error) } satisfies DigestAnswer);

@@ -4,6 +4,7 @@ import { fileURLToPath } from "node:url";
 import { Worker } from "node:worker_threads";
 import { OatsError } from "../../errors.js";
 import { digestListing, type TreeDigests } from "../digest/tree.js";
+import { listingShape } from "../digest/listing-shape.js";
 import { walkTree } from "../digest/walk.js";
 import type { TreeFormat } from "../integrity.js";
 import { countHeld } from "./busy.js";
@@ -29,12 +30,18 @@ export interface DigestJob {
   readonly dir: string;
   readonly formats: readonly TreeFormat[];
   readonly maxDepth?: number;
+  /** Told the listing's shape (listing-shape.ts) once the walk is done, before the reads: a kept retain's early hint. */
+  readonly onShape?: (shape: string) => void;
 }
 
 /** Measures one directory: walk, digest, every byte read and hashed. */
 export type Measure = (job: DigestJob) => Promise<TreeDigests>;
 
-export const measureHere: Measure = async (job) => digestListing(await walkTree(job.dir, job.maxDepth === undefined ? {} : { maxDepth: job.maxDepth }), job.formats);
+export const measureHere: Measure = async (job) => {
+  const listing = await walkTree(job.dir, job.maxDepth === undefined ? {} : { maxDepth: job.maxDepth });
+  job.onShape?.(listingShape(listing));
+  return digestListing(listing, job.formats);
+};
 
 let parallelismOverride: number | null = null;
 
@@ -106,7 +113,7 @@ function rebuild(error: SerializedError): Error {
 export class DigestWorker {
   private readonly worker: Worker;
   private next = 0;
-  private readonly pending = new Map<number, { resolve: (digests: TreeDigests) => void; reject: (error: unknown) => void }>();
+  private readonly pending = new Map<number, { resolve: (digests: TreeDigests) => void; reject: (error: unknown) => void; onShape?: (shape: string) => void }>();
   private failure: Error | null = null;
 
   constructor() {
@@ -114,6 +121,8 @@ export class DigestWorker {
     this.worker.on("message", (answer: DigestAnswer) => {
       const pending = this.pending.get(answer.id);
       if (!pending) return;
+      // A job's shape comes before its answer, from the same job.
+      if ("shape" in answer) return void pending.onShape?.(answer.shape);
       this.pending.delete(answer.id);
       if (!this.held && this.pending.size === 0) this.worker.unref();
       if ("error" in answer) pending.reject(rebuild(answer.error));
@@ -135,9 +144,9 @@ export class DigestWorker {
     if (this.failure) return Promise.reject(new OatsError("internal-error", `digest worker failed: ${this.failure.message}`, { reason: "worker-failed" }));
     const id = ++this.next;
     return new Promise<TreeDigests>((resolve, reject) => {
-      this.pending.set(id, { resolve, reject });
+      this.pending.set(id, { resolve, reject, ...(job.onShape ? { onShape: job.onShape } : {}) });
       this.worker.ref();
-      const request: DigestRequest = { id, dir: job.dir, formats: [...job.formats], ...(job.maxDepth === undefined ? {} : { maxDepth: job.maxDepth }) };
+      const request: DigestRequest = { id, dir: job.dir, formats: [...job.formats], ...(job.maxDepth === undefined ? {} : { maxDepth: job.maxDepth }), ...(job.onShape ? { shape: true } : {}) };
       this.worker.postMessage(request);
     });
   };

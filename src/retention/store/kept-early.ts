@@ -36,6 +36,13 @@ export interface EarlyCheck {
   readonly value: string;
   /** verifyRevision of `dir` against `value`, its walk and hash in the worker; settled (a refusal is held, not thrown). */
   readonly outcome: Promise<{ ok: true; digests: TreeDigests } | { ok: false; error: unknown }>;
+  /**
+   * The revision's listing shape (listing-shape.ts), told by the worker once
+   * its walk is done, before its reads; null when the check ended without
+   * one (its walk refused). A kept retain without an expected digest
+   * compares it with the source's, in place of reading the manifest.
+   */
+  readonly shape: Promise<string | null>;
   /** Stop the worker (if it is still reading) and hand it back; idempotent. */
   release(): Promise<void>;
 }
@@ -77,10 +84,14 @@ export function startEarlyCheck(request: EarlyRequest): EarlyCheck | null {
   }
   const worker = acquireWorker();
   const plan = { kind: request.kind, key: request.key, nameFormat: request.nameFormat, formats: request.formats, ...(request.maxDepth === undefined ? {} : { maxDepth: request.maxDepth }) };
-  const outcome = verifyRevision(plan, dir, value, worker.measure).then(
+  let toldShape: (shape: string | null) => void = () => undefined;
+  const shape = new Promise<string | null>((resolve) => (toldShape = resolve));
+  const outcome = verifyRevision(plan, dir, value, worker.measure, toldShape).then(
     (digests) => ({ ok: true as const, digests }),
     (error: unknown) => ({ ok: false as const, error }),
   );
+  // A promise settles once: a shape told before the outcome stands.
+  void outcome.then(() => toldShape(null));
   let released: Promise<void> | null = null;
-  return { dir, value, outcome, release: () => (released ??= releaseWorker(worker)) };
+  return { dir, value, outcome, shape, release: () => (released ??= releaseWorker(worker)) };
 }

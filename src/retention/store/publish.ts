@@ -117,6 +117,8 @@ export async function verifyRevision(
   expected: string,
   /** Where the walk and hash run (a worker lane); on this thread, with progress, otherwise. */
   measure?: Measure,
+  /** Told the revision's listing shape when its walk is done (a worker lane's only: kept-early.ts). */
+  onShape?: (shape: string) => void,
 ): Promise<TreeDigests> {
   let stats;
   try {
@@ -131,7 +133,7 @@ export async function verifyRevision(
     throw new OatsError("invalid-artifact", `retained revision is not a real directory (${stats.isSymbolicLink() ? "a symlink" : "a file"}): ${dir}`, { kind: plan.kind, key: plan.key, dir });
   }
   const digests = measure
-    ? await measure({ dir, formats: plan.formats, ...walkOptions(plan) })
+    ? await measure({ dir, formats: plan.formats, ...walkOptions(plan), ...(onShape ? { onShape } : {}) })
     : await digestListing(await walkTree(dir, walkOptions(plan)), plan.formats, digestOptions(plan, "verify"));
   const actual = digests[plan.nameFormat]!;
   if (actual !== expected) {
