@@ -5,7 +5,7 @@
  * are in, and a check that is not used is stopped.
  */
 import assert from "node:assert/strict";
-import { execFileSync } from "node:child_process";
+import { execFileSync, spawnSync } from "node:child_process";
 import { appendFileSync, chmodSync, cpSync, lstatSync, mkdirSync, readFileSync, renameSync, rmSync, symlinkSync, utimesSync, writeFileSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { after, test } from "node:test";
@@ -17,7 +17,7 @@ import { setReadHook } from "../src/retention/digest/read-hook.js";
 import { walkTree } from "../src/retention/digest/walk.js";
 import { mayMatch } from "../src/retention/store/kept-candidate.js";
 import { startEarlyCheck } from "../src/retention/store/kept-early.js";
-import { manifestPath } from "../src/retention/store/manifest.js";
+import { firstDifference, manifestPath } from "../src/retention/store/manifest.js";
 import { resolveScope } from "../src/retention/store/components.js";
 import { snapshotTree, tempDir } from "./helpers.js";
 
@@ -323,4 +323,38 @@ test("the early check tells no shape (null) when the revision's walk refuses, an
   } finally {
     setParallelism(null);
   }
+});
+
+test("a revision's manifest is read as a store file, never through a symlink and never from a FIFO: mayMatch, firstDifference and gc take either for an unknown manifest (a FIFO without a writer would block its open for ever)", async () => {
+  const source = makeTree({ "a.txt": "one", "b/c.txt": "two" });
+  const scope = tempDir("oats-manifest-planted-");
+  const first = await retainTree(scope, { kind: "capture", key: "nightly", source });
+  const other = await retainTree(tempDir("oats-manifest-other-"), { kind: "capture", key: "nightly", source: makeTree({ "z.txt": "another shape" }) });
+  const manifest = manifestPath(first.dir);
+  // Followed, the other tree's manifest would say the source cannot match.
+  rmSync(manifest);
+  symlinkSync(manifestPath(other.dir), manifest);
+  assert.equal(mayMatch(first.dir, await walkTree(source)), true, "a symlinked manifest is not read");
+  assert.equal(await firstDifference(first.dir), null);
+
+  rmSync(manifest);
+  execFileSync("mkfifo", [manifest]);
+  // In a child, bounded: a blocked open would stop this process's event loop, and its timers with it.
+  const src = (path: string) => JSON.stringify(new URL(`../src/${path}`, import.meta.url).href);
+  const script = `
+    const { mayMatch } = await import(${src("retention/store/kept-candidate.ts")});
+    const { firstDifference } = await import(${src("retention/store/manifest.ts")});
+    const { walkTree } = await import(${src("retention/digest/walk.ts")});
+    const { gc } = await import(${src("lifecycle/gc.ts")});
+    const report = await gc(${JSON.stringify(scope)}, { graceMs: 0 });
+    console.log(JSON.stringify({
+      mayMatch: mayMatch(${JSON.stringify(first.dir)}, await walkTree(${JSON.stringify(source)})),
+      firstDifference: await firstDifference(${JSON.stringify(first.dir)}),
+      collected: report.collect.map((item) => item.path),
+    }));`;
+  const child = spawnSync(process.execPath, ["--import", "tsx", "--input-type=module", "-e", script], { encoding: "utf8", timeout: 60_000, killSignal: "SIGKILL" });
+  assert.equal(child.signal, null, `the child was stopped (${child.signal}): a read of the FIFO blocked\n${child.stderr}`);
+  assert.equal(child.status, 0, child.stderr);
+  assert.deepEqual(JSON.parse(child.stdout), { mayMatch: true, firstDifference: null, collected: [first.dir] });
+  assert.ok(lstatSync(manifest).isFIFO(), "a dry run removes nothing");
 });

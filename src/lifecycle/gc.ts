@@ -1,5 +1,5 @@
 import { createHash } from "node:crypto";
-import { lstatSync, readFileSync, readdirSync, rmdirSync, unlinkSync } from "node:fs";
+import { lstatSync, readdirSync, rmdirSync, unlinkSync } from "node:fs";
 import { rename } from "node:fs/promises";
 import { dirname, join } from "node:path";
 import { OatsError, asStepError, errnoCode } from "../errors.js";
@@ -11,7 +11,7 @@ import { BLOBS_DIR, blobPath, readBlob } from "../retention/store/blobs.js";
 import { inspectStoreAt, resolveScope } from "../retention/store/components.js";
 import { AGENTS_DIR, stagingName } from "../retention/store/layout.js";
 import { withGcLock } from "../retention/store/lease.js";
-import { manifestPath } from "../retention/store/manifest.js";
+import { manifestPath, readManifestBytes } from "../retention/store/manifest.js";
 import { DEFAULT_LOCK_WAIT_MS } from "../retention/store/publish-lock.js";
 import { removeTree } from "../retention/store/staging-writer.js";
 import { verifyTree } from "../retention/verify.js";
@@ -94,11 +94,8 @@ function damageOf(error: unknown): { code: string; message: string } {
 }
 
 function manifestDigest(dir: string): string | null {
-  try {
-    return createHash("sha256").update(readFileSync(manifestPath(dir))).digest("hex");
-  } catch {
-    return null;
-  }
+  const bytes = readManifestBytes(dir);
+  return bytes && createHash("sha256").update(bytes).digest("hex");
 }
 
 /**

@@ -1,7 +1,7 @@
-import { lstatSync, readFileSync, readdirSync } from "node:fs";
+import { lstatSync, readdirSync } from "node:fs";
 import { join } from "node:path";
 import type { TreeListing } from "../digest/walk.js";
-import { manifestPath } from "./manifest.js";
+import { readManifestBytes } from "./manifest.js";
 
 /**
  * Which stored revision a retain without `--expect` is most likely to meet
@@ -51,9 +51,11 @@ export function newestRevision(parent: string): Candidate | null {
  * missing).
  */
 export function mayMatch(revisionDir: string, listing: TreeListing): boolean {
+  const bytes = readManifestBytes(revisionDir);
+  if (!bytes) return true;
   let rows: unknown;
   try {
-    rows = (JSON.parse(readFileSync(manifestPath(revisionDir), "utf8")) as { rows?: unknown }).rows;
+    rows = (JSON.parse(bytes.toString("utf8")) as { rows?: unknown }).rows;
   } catch {
     return true;
   }

@@ -1,9 +1,10 @@
-import { readFileSync, renameSync, unlinkSync } from "node:fs";
+import { renameSync, unlinkSync } from "node:fs";
 import { basename, dirname, join } from "node:path";
 import { z } from "zod";
 import { digestListing } from "../digest/tree.js";
 import { walkTree } from "../digest/walk.js";
-import { writeStagedFile } from "./files.js";
+import { OatsError } from "../../errors.js";
+import { readRegularFile, writeStagedFile } from "./files.js";
 import { manifestDocument } from "./manifest-encoding.js";
 import { ManifestRowSink } from "./manifest-rows.js";
 
@@ -48,6 +49,23 @@ export function manifestPath(revisionDir: string): string {
   return join(dirname(revisionDir), `.manifest-${basename(revisionDir)}.json`);
 }
 
+/** Far above any real manifest (some 150 bytes a file): a bound, not a budget. */
+const MAX_MANIFEST_BYTES = 1 << 30;
+
+/**
+ * The bytes of a revision's manifest, or null when there is no regular file
+ * to read there. Read as every store file is: never through a symlink, a
+ * FIFO or a device (O_NOFOLLOW | O_NONBLOCK, then fstat), and bounded; a
+ * manifest is diagnostic, so anything else only means it is not known.
+ */
+export function readManifestBytes(revisionDir: string): Buffer | null {
+  try {
+    return readRegularFile(manifestPath(revisionDir), { limit: MAX_MANIFEST_BYTES, refuse: (failure, details) => new OatsError("invalid-artifact", `manifest: ${failure}`, details) });
+  } catch {
+    return null;
+  }
+}
+
 export function isManifestName(name: string): boolean {
   return name.startsWith(".manifest-");
 }
@@ -78,7 +96,9 @@ export function manifestBytes(rows: readonly ManifestRow[]): Buffer {
 
 function readManifest(revisionDir: string): ManifestRow[] | null {
   try {
-    const parsed = manifestSchema.safeParse(JSON.parse(readFileSync(manifestPath(revisionDir), "utf8")));
+    const bytes = readManifestBytes(revisionDir);
+    if (!bytes) return null;
+    const parsed = manifestSchema.safeParse(JSON.parse(bytes.toString("utf8")));
     return parsed.success ? parsed.data.rows : null;
   } catch {
     return null;
