@@ -19,6 +19,11 @@ static const struct {
     {"warmDirectories", warm_directories},
     {"stopThreads", stop_threads},
     {"threadsRunning", threads_running},
+    {"createRing", create_ring},
+    {"ringMemory", ring_memory},
+    {"ringRead", ring_read},
+    {"ringNext", ring_next},
+    {"ringStop", ring_stop},
 };
 
 NAPI_MODULE_INIT() {

@@ -31,6 +31,13 @@ napi_value advance_prefetch(napi_env env, napi_callback_info info);
 /* warm-directories.c */
 napi_value warm_directories(napi_env env, napi_callback_info info);
 
+/* read-ring.c */
+napi_value create_ring(napi_env env, napi_callback_info info);
+napi_value ring_memory(napi_env env, napi_callback_info info);
+napi_value ring_read(napi_env env, napi_callback_info info);
+napi_value ring_next(napi_env env, napi_callback_info info);
+napi_value ring_stop(napi_env env, napi_callback_info info);
+
 /* threads.c: the handles of both */
 napi_value stop_threads(napi_env env, napi_callback_info info);
 napi_value threads_running(napi_env env, napi_callback_info info);

@@ -5,7 +5,8 @@ import { join } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
 import { afterEach, test } from "node:test";
 import { digestTree } from "../src/index.js";
-import { CHUNK_SIZE, INLINE_CHUNK_SIZE, SMALL_FILE_SIZE, largeFilesReadInline, readLeavesInOrder, type FileConsumer } from "../src/retention/digest/file-reader.js";
+import { CHUNK_SIZE, INLINE_CHUNK_SIZE, SMALL_FILE_SIZE, largeFilesReadByRing, largeFilesReadInline, readLeavesInOrder, type FileConsumer } from "../src/retention/digest/file-reader.js";
+import { nativeReadsAvailable } from "../src/retention/digest/native-reads.js";
 import { setReadHook } from "../src/retention/digest/read-hook.js";
 import { walkTree, type FileEntry } from "../src/retention/digest/walk.js";
 import { acquireWorker, releaseWorker, workersHeld } from "../src/retention/parallel/pool.js";
@@ -113,28 +114,37 @@ function dropFromCache(path: string): void {
   execFileSync("dd", [`if=${path}`, "iflag=nocache", "count=0", "status=none"]);
 }
 
-test("Given a tree digested alone (a core free), Then its large files are read inline while the page cache holds them and overlapped once their reads wait on the disk; beside a worker lane, inline; the digest is the same every way", async () => {
+test("Given a tree digested alone (a core free), Then its large files are read beside the hash (by a ring's thread, else inline) while the page cache holds them and overlapped once their reads wait on the disk; beside a worker lane, inline; the digest is the same every way", async () => {
   const root = await treeOf({ "a.bin": patterned(4 * CHUNK_SIZE + 3, 3), "b.txt": Buffer.from("small\n") });
+  // With the addon a warm large file alone goes to the ring (read-ring.test.ts); without it, inline.
+  const ring = nativeReadsAvailable() ? 1 : 0;
   const start = largeFilesReadInline();
+  const startRing = largeFilesReadByRing();
   const warm = await digestTree(root);
-  assert.equal(largeFilesReadInline(), start + 1, "alone, warm: inline (the copy out of the cache is the core's own work)");
+  assert.equal(largeFilesReadInline(), start + 1 - ring, "alone, warm: not overlapped (the copy out of the cache is a core's work)");
+  assert.equal(largeFilesReadByRing(), startRing + ring, "alone, warm: by the ring when there is one");
   dropFromCache(join(root, "a.bin"));
   const cold = await digestTree(root);
-  assert.equal(largeFilesReadInline(), start + 1, "alone, cold: overlapped, the pool thread waits on the disk while this one hashes");
+  assert.equal(largeFilesReadInline(), start + 1 - ring, "alone, cold: overlapped, the pool thread waits on the disk while this one hashes");
+  assert.equal(largeFilesReadByRing(), startRing + ring, "alone, cold: not the ring either");
   const worker = acquireWorker();
   let beside;
   try {
     assert.equal(workersHeld() > 0, true);
     dropFromCache(join(root, "a.bin"));
     beside = await digestTree(root);
-    assert.equal(largeFilesReadInline(), start + 2, "beside a lane: inline, cold or not");
+    assert.equal(largeFilesReadInline(), start + 2 - ring, "beside a lane: inline, cold or not");
+    await digestTree(root);
+    assert.equal(largeFilesReadInline(), start + 3 - ring, "beside a lane, warm: inline, never the ring's second core");
+    assert.equal(largeFilesReadByRing(), startRing + ring);
   } finally {
     await releaseWorker(worker);
   }
   assert.deepEqual(cold, warm);
   assert.deepEqual(beside, warm);
   await digestTree(root);
-  assert.equal(largeFilesReadInline(), start + 3, "released and warm: inline again");
+  assert.equal(largeFilesReadInline() + largeFilesReadByRing(), start + startRing + 4, "released and warm: beside the hash again");
+  assert.equal(largeFilesReadByRing(), startRing + 2 * ring);
   assert.ok(readFileSync(join(root, "b.txt")).equals(Buffer.from("small\n")));
 });
 

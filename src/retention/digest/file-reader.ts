@@ -5,10 +5,12 @@ import { DirectoryCursor } from "./directory-cursor.js";
 import { nativeReads } from "./native-reads.js";
 import { consumeNativeRun } from "./native-runs.js";
 import { OPEN_FLAGS, SMALL_FILE_SIZE, closeAsync, consumeRest, consumeRestInline, difference, finishAsync, giveChunk, openHeadAsync, openSmallOrHeadSync, readFullySync, takeChunk, type OpenedFile } from "./opened-file.js";
+import { RING_MIN_REST, consumeRestByRing } from "./read-ring.js";
 import { prefetchMode, startPrefetch, worthPrefetching, type Prefetcher } from "./prefetch.js";
 import { DIRECTORY_FDS, changed, changedOrUnreadable, type FileEntry, type LeafEntry, type SymlinkEntry } from "./walk.js";
 
 export { CHUNK_SIZE, INLINE_CHUNK_SIZE, SMALL_FILE_SIZE, chunkBuffersAllocated, largeFilesReadInline } from "./opened-file.js";
+export { largeFilesReadByRing } from "./read-ring.js";
 
 /**
  * Streams the leaves of a tree to a consumer in a fixed order.
@@ -180,6 +182,8 @@ function consumeSmallRun(
  */
 export async function readLeavesInOrder(leaves: readonly LeafEntry[], consumer: FileConsumer, options: ReadOptions = {}): Promise<void> {
   const inline = options.inline === true;
+  // A core to spare and the cache warm: a second core copies while this one hashes (read-ring.ts).
+  const byRing = options.inline === "warm";
   // "warm": whether the disk was read since the last large file decided (getrusage counts every thread's block reads).
   let diskReads = options.inline === "warm" ? process.resourceUsage().fsRead : 0;
   const overlapRest = (): boolean => {
@@ -273,7 +277,10 @@ export async function readLeavesInOrder(leaves: readonly LeafEntry[], consumer: 
           pending = consumer.chunk(file.head);
           if (pending) await pending;
         }
-        if (file.head.length < size) await (overlap ? consumeRest(file, size, consumer) : consumeRestInline(file, size, consumer, scratch));
+        if (file.head.length < size) {
+          if (overlap) await consumeRest(file, size, consumer);
+          else if (!(byRing && size - file.head.length >= RING_MIN_REST && (await consumeRestByRing(file, size, consumer)))) await consumeRestInline(file, size, consumer, scratch);
+        }
         if (!file.closed) await finishAsync(file);
         pending = consumer.end(file.entry, info);
         if (pending) await pending;

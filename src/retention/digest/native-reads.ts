@@ -27,6 +27,9 @@ import { getSystemErrorName } from "node:util";
 /** Running read-ahead threads (native/prefetch.c, native/warm-directories.c). */
 export type NativeThreads = { readonly __nativeThreads: unique symbol };
 
+/** A reader thread's ring of slots (native/read-ring.c). */
+export type NativeRing = { readonly __nativeRing: unique symbol };
+
 export interface NativeAddon {
   /**
    * `dirFds`: one directory descriptor per name. `split`: a second thread reads beside this one (only where
@@ -47,9 +50,19 @@ export interface NativeAddon {
   /** The threads end after their current file or directory (garbage collection of the handle does the same); with `wait`, it returns once they have. */
   stopThreads(threads: NativeThreads, wait?: boolean): void;
   threadsRunning(threads: NativeThreads): number;
+  /** `slots` pieces of `slotSize` bytes, owned by the addon. */
+  createRing(slots: number, slotSize: number): NativeRing;
+  /** The ring's bytes; they stay valid as long as this Buffer lives. */
+  ringMemory(ring: NativeRing): Buffer;
+  /** A thread starts reading `length` bytes of `fd` from `position` into the slots; false when none could start. */
+  ringRead(ring: NativeRing, fd: number, position: number, length: number): boolean;
+  /** Gives back the slot returned before and waits for the next piece: its length (short at the end of the file), or -errno. */
+  ringNext(ring: NativeRing): number;
+  /** Ends the read and waits for its thread: false if it did not end in time (it is then still reading). */
+  ringStop(ring: NativeRing): boolean;
 }
 
-const FUNCTIONS = ["readSmallFiles", "openDirectoryAt", "closeDirectory", "listDirectory", "startPrefetch", "advancePrefetch", "warmDirectories", "stopThreads", "threadsRunning"] as const;
+const FUNCTIONS = ["readSmallFiles", "openDirectoryAt", "closeDirectory", "listDirectory", "startPrefetch", "advancePrefetch", "warmDirectories", "stopThreads", "threadsRunning", "createRing", "ringMemory", "ringRead", "ringNext", "ringStop"] as const;
 
 /** Four doubles a file: status, offset (or step, or what changed), size, mode. */
 export const META_FIELDS = 4;

@@ -200,7 +200,7 @@ export function largeFilesReadInline(): number {
   return readInline;
 }
 
-function finishSync(file: OpenedFile): void {
+export function finishSync(file: OpenedFile): void {
   let after: Stats;
   try {
     afterRead(file.entry.path);
