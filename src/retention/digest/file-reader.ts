@@ -95,6 +95,9 @@ export interface ReadOptions {
    * the hash beside it more than it saves (docs/design/performance.md, "Large
    * files read inline while the cache is warm"); a read that waits on the
    * disk costs no core, so overlapping it with the hash still wins.
+   * With the addon, the rest of such a warm file (at least RING_MIN_REST) is
+   * copied by a ring's thread in small pieces while this one hashes
+   * (read-ring.ts), which beats both.
    */
   readonly inline?: boolean | "warm";
   /** The walk found the page cache cold (TreeListing.cold): start the read-ahead before the first read rather than after a cold run. */
