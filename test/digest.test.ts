@@ -320,6 +320,17 @@ describe("own trees against the reference implementation", () => {
     await assertMatchesReference(only);
   });
 
+  test("many small files whose record heads fill the hash's gathering buffer many times over, ASCII and not, executable and not", async () => {
+    // Small records are gathered into 64 KiB before they reach SHA-256 (tree.ts), and ASCII heads are written there directly (exec.ts): every boundary case of that buffer is met here.
+    const dir = join(tempDir(), "many");
+    for (let i = 0; i < 300; i++) {
+      const name = i % 7 === 0 ? `dir-${i % 5}/é-${i}.txt` : i % 11 === 0 ? `dir-${i % 5}/日本-${i}` : `dir-${i % 5}/${"n".repeat(i % 97)}-${i}.js`;
+      put(dir, name, Buffer.alloc(200 + ((i * 37) % 1400), i), i % 3 === 0 ? 0o755 : 0o644);
+    }
+    put(dir, `long/${"x".repeat(250)}/${"y".repeat(250)}.txt`, "deep\n", 0o755);
+    await assertMatchesReference(dir);
+  });
+
   test("an empty tree", async () => {
     const dir = join(tempDir(), "nothing");
     mkdirSync(join(dir, "a/b"), { recursive: true });

@@ -15,6 +15,13 @@ export interface TreeFraming {
   /** True when includes() is true for every path, so it need not be asked per file. */
   readonly includesAll: boolean;
   fileHead(path: string, mode: number, size: number): Buffer[];
+  /**
+   * The bytes fileHead() gives, written into `out` at `at` instead of into
+   * buffers of their own: the end offset, or -1 (nothing meant) when they
+   * do not fit or the path is not ASCII, and fileHead() is asked instead.
+   * Optional: a framing without it is asked fileHead() for every file.
+   */
+  writeFileHead?(out: Buffer, at: number, path: string, mode: number, size: number): number;
   fileTail(): Buffer[];
   symlink(path: string, target: string): Buffer[];
 }

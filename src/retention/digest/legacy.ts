@@ -12,6 +12,7 @@ import type { TreeFraming } from "./framing.js";
  * verify existing locks and evidence, never for approval.
  */
 const NUL = Buffer.from([0]);
+const TAIL = [NUL];
 
 export const treeLegacyFraming: TreeFraming = {
   format: "oats.tree-legacy.v0",
@@ -20,6 +21,6 @@ export const treeLegacyFraming: TreeFraming = {
   includes: () => true,
   includesAll: true,
   fileHead: (path) => [Buffer.from(`${path}\0file\0`)],
-  fileTail: () => [NUL],
+  fileTail: () => TAIL,
   symlink: (path, target) => [Buffer.from(`${path}\0symlink\0${target}\0`)],
 };

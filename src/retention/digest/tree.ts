@@ -53,6 +53,22 @@ class FramedHash {
   constructor(readonly framing: TreeFraming) {
     this.feed(framing.header());
   }
+  /** A file's record head: written straight into the gathered bytes where the framing can, else fed as its buffers. */
+  fileHead(path: string, mode: number, size: number): void {
+    const write = this.framing.writeFileHead;
+    if (write !== undefined) {
+      let end = write(this.gathered, this.used, path, mode, size);
+      if (end < 0 && this.used > 0) {
+        this.flush();
+        end = write(this.gathered, 0, path, mode, size);
+      }
+      if (end >= 0) {
+        this.used = end;
+        return;
+      }
+    }
+    this.feed(this.framing.fileHead(path, mode, size));
+  }
   feed(pieces: Buffer[]): void {
     for (let i = 0; i < pieces.length; i++) this.update(pieces[i]!);
   }
@@ -146,7 +162,7 @@ export async function digestListing(
         if (!everyFile) active = hashes.filter((hash) => hash.framing.includes(entry.path));
         for (let i = 0; i < active.length; i++) {
           const hash = active[i]!;
-          hash.feed(hash.framing.fileHead(entry.path, info.mode, info.size));
+          hash.fileHead(entry.path, info.mode, info.size);
           hash.update(data);
           hash.feed(hash.framing.fileTail());
         }
@@ -157,7 +173,7 @@ export async function digestListing(
       start(entry: FileEntry, info: FileInfo) {
         if (signal?.aborted) throwIfAborted(signal);
         if (!everyFile) active = hashes.filter((hash) => hash.framing.includes(entry.path));
-        for (const hash of active) hash.feed(hash.framing.fileHead(entry.path, info.mode, info.size));
+        for (const hash of active) hash.fileHead(entry.path, info.mode, info.size);
         return sink?.start(entry, info);
       },
       chunk(data: Buffer) {
