@@ -38,6 +38,8 @@ export interface DigestOptions {
 /** Pieces shorter than this are gathered into one buffer before they reach the hash. */
 const GATHER_BELOW = 16 << 10;
 const GATHER_SIZE = 64 << 10;
+/** What an exec record head holds besides its path: "F", two u64s and the exec byte. */
+const HEAD_BYTES = 18;
 
 /**
  * One SHA-256 stream over framed records. A tree of small files feeds it a
@@ -58,7 +60,8 @@ class FramedHash {
     const write = this.framing.writeFileHead;
     if (write !== undefined) {
       let end = write(this.gathered, this.used, path, mode, size);
-      if (end < 0 && this.used > 0) {
+      // Refused with room enough for an ASCII head: the path is not ASCII, and a flush would not help.
+      if (end < 0 && this.used > 0 && this.used + path.length + HEAD_BYTES > GATHER_SIZE) {
         this.flush();
         end = write(this.gathered, 0, path, mode, size);
       }
