@@ -162,6 +162,17 @@ static struct ring *ring_of(napi_env env, napi_value value, const char *caller) 
   return data;
 }
 
+/* The ring of a call whose one argument is a ring; NULL with a TypeError pending. */
+static struct ring *only_ring(napi_env env, napi_callback_info info, const char *caller) {
+  size_t argc = 1;
+  napi_value argv[1];
+  if (napi_get_cb_info(env, info, &argc, argv, NULL, NULL) != napi_ok || argc < 1) {
+    napi_throw_type_error(env, NULL, caller);
+    return NULL;
+  }
+  return ring_of(env, argv[0], caller);
+}
+
 static napi_value boolean(napi_env env, bool value) {
   napi_value result;
   return napi_get_boolean(env, value, &result) == napi_ok ? result : NULL;
@@ -194,10 +205,7 @@ napi_value create_ring(napi_env env, napi_callback_info info) {
 }
 
 napi_value ring_memory(napi_env env, napi_callback_info info) {
-  size_t argc = 1;
-  napi_value argv[1];
-  if (napi_get_cb_info(env, info, &argc, argv, NULL, NULL) != napi_ok || argc < 1) return throw_type(env, "ringMemory: a ring");
-  struct ring *ring = ring_of(env, argv[0], "ringMemory: a ring");
+  struct ring *ring = only_ring(env, info, "ringMemory: a ring");
   if (ring == NULL) return NULL;
   atomic_fetch_add(&ring->refs, 1);
   napi_value buffer;
@@ -253,10 +261,7 @@ napi_value ring_read(napi_env env, napi_callback_info info) {
 }
 
 napi_value ring_next(napi_env env, napi_callback_info info) {
-  size_t argc = 1;
-  napi_value argv[1];
-  if (napi_get_cb_info(env, info, &argc, argv, NULL, NULL) != napi_ok || argc < 1) return throw_type(env, "ringNext: a ring");
-  struct ring *ring = ring_of(env, argv[0], "ringNext: a ring");
+  struct ring *ring = only_ring(env, info, "ringNext: a ring");
   if (ring == NULL) return NULL;
   uint64_t piece = ring->taken;
   if (!ring->active || piece >= ring->pieces || (piece > 0 && ring->lengths[(piece - 1) % ring->slots] != (int64_t)ring->slot_size) || atomic_load(&ring->stop))
@@ -274,10 +279,7 @@ napi_value ring_next(napi_env env, napi_callback_info info) {
 }
 
 napi_value ring_stop(napi_env env, napi_callback_info info) {
-  size_t argc = 1;
-  napi_value argv[1];
-  if (napi_get_cb_info(env, info, &argc, argv, NULL, NULL) != napi_ok || argc < 1) return throw_type(env, "ringStop: a ring");
-  struct ring *ring = ring_of(env, argv[0], "ringStop: a ring");
+  struct ring *ring = only_ring(env, info, "ringStop: a ring");
   if (ring == NULL) return NULL;
   atomic_store(&ring->stop, 1);
   for (long waited = 0; atomic_load_explicit(&ring->running, memory_order_acquire) && waited < STOP_WAIT_NS; waited += STOP_POLL_NS) nap(STOP_POLL_NS);

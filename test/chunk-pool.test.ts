@@ -6,7 +6,7 @@ import { test } from "node:test";
 import { digestTree } from "../src/index.js";
 import { CHUNK_SIZE, chunkBuffersAllocated, readLeavesInOrder, type FileConsumer } from "../src/retention/digest/file-reader.js";
 import { walkTree, type FileEntry } from "../src/retention/digest/walk.js";
-import { tempDir } from "./helpers.js";
+import { patterned, tempDir } from "./helpers.js";
 
 /**
  * The reader's 1 MiB buffers are reused across files and passes
@@ -15,12 +15,6 @@ import { tempDir } from "./helpers.js";
  * buffer goes back only when its reads have settled and its consumer call
  * has finished, however slowly the consumer answers.
  */
-
-function patterned(size: number, seed: number): Buffer {
-  const bytes = Buffer.allocUnsafe(size);
-  for (let i = 0; i < size; i++) bytes[i] = (i * 131 + seed * 17 + (i >> 10)) & 0xff;
-  return bytes;
-}
 
 /** Large files (heads, double-buffered rests, prefetched heads) between small ones, each with its own bytes. */
 function mixedTree(seed: number): string {

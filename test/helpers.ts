@@ -1,10 +1,11 @@
 import assert from "node:assert/strict";
 import { execFileSync, spawnSync } from "node:child_process";
 import { createHash } from "node:crypto";
-import { cpSync, lstatSync, mkdtempSync, readFileSync, readdirSync, readlinkSync, rmSync, writeFileSync } from "node:fs";
+import { cpSync, lstatSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, readlinkSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { after } from "node:test";
+import { setTimeout as sleep } from "node:timers/promises";
 import { OatsError } from "../src/errors.js";
 
 export const REPO = resolve(import.meta.dirname, "..");
@@ -51,6 +52,24 @@ export function tempDir(prefix = "oats-test-"): string {
   const dir = mkdtempSync(join(tmpdir(), prefix));
   made.push(dir);
   return dir;
+}
+
+/** `size` bytes that differ with `seed` and along the file (no run of 4 KiB repeats), so a piece out of place changes them. */
+export function patterned(size: number, seed: number): Buffer {
+  const bytes = Buffer.allocUnsafe(size);
+  for (let i = 0; i < size; i++) bytes[i] = (i * 131 + seed * 17 + (i >> 10)) & 0xff;
+  return bytes;
+}
+
+/** A fresh tree of these files (parents made), returned once the coarse timestamp clock has moved on, so a later change moves mtime. */
+export async function treeOfFiles(prefix: string, files: Record<string, Buffer>): Promise<string> {
+  const root = tempDir(prefix);
+  for (const [path, content] of Object.entries(files)) {
+    mkdirSync(join(root, path, ".."), { recursive: true });
+    writeFileSync(join(root, path), content);
+  }
+  await sleep(30);
+  return root;
 }
 
 /** A copy of the fixture capability's payload that a test may change. */

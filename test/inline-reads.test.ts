@@ -1,8 +1,7 @@
 import assert from "node:assert/strict";
 import { execFileSync } from "node:child_process";
-import { appendFileSync, closeSync, fsyncSync, mkdirSync, openSync, readFileSync, truncateSync, writeFileSync } from "node:fs";
+import { appendFileSync, closeSync, fsyncSync, openSync, readFileSync, truncateSync } from "node:fs";
 import { join } from "node:path";
-import { setTimeout as sleep } from "node:timers/promises";
 import { afterEach, test } from "node:test";
 import { digestTree } from "../src/index.js";
 import { CHUNK_SIZE, INLINE_CHUNK_SIZE, SMALL_FILE_SIZE, largeFilesReadByRing, largeFilesReadInline, readLeavesInOrder, type FileConsumer } from "../src/retention/digest/file-reader.js";
@@ -10,7 +9,7 @@ import { nativeReadsAvailable } from "../src/retention/digest/native-reads.js";
 import { setReadHook } from "../src/retention/digest/read-hook.js";
 import { walkTree, type FileEntry } from "../src/retention/digest/walk.js";
 import { acquireWorker, releaseWorker, workersHeld } from "../src/retention/parallel/pool.js";
-import { refusedAsChanged, tempDir } from "./helpers.js";
+import { patterned, refusedAsChanged, treeOfFiles } from "./helpers.js";
 
 /**
  * Large files read inline (file-reader.ts, ReadOptions.inline): the same
@@ -21,23 +20,9 @@ import { refusedAsChanged, tempDir } from "./helpers.js";
 
 afterEach(() => setReadHook(null));
 
+const treeOf = (files: Record<string, Buffer>) => treeOfFiles("oats-inline-", files);
+
 const SIZES = [0, 1, SMALL_FILE_SIZE, SMALL_FILE_SIZE + 1, 2 * INLINE_CHUNK_SIZE, 2 * INLINE_CHUNK_SIZE + 1, CHUNK_SIZE + 5, 3 * CHUNK_SIZE + 7];
-
-function patterned(size: number, seed: number): Buffer {
-  const bytes = Buffer.allocUnsafe(size);
-  for (let i = 0; i < size; i++) bytes[i] = (i * 31 + seed * 7 + (i >> 12)) & 0xff;
-  return bytes;
-}
-
-async function treeOf(files: Record<string, Buffer>): Promise<string> {
-  const root = tempDir("oats-inline-");
-  for (const [path, content] of Object.entries(files)) {
-    mkdirSync(join(root, path, ".."), { recursive: true });
-    writeFileSync(join(root, path), content);
-  }
-  await sleep(30); // past the coarse timestamp clock, so a change moves mtime
-  return root;
-}
 
 /** Every file as the reader hands it over, by path: the bytes of whole(), or of start, chunks and end. */
 async function consumed(root: string, inline: boolean): Promise<Map<string, Buffer>> {

@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { execFileSync } from "node:child_process";
-import { appendFileSync, closeSync, mkdirSync, openSync, truncateSync, writeFileSync } from "node:fs";
+import { appendFileSync, closeSync, openSync, truncateSync } from "node:fs";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { setTimeout as sleep } from "node:timers/promises";
@@ -11,7 +11,7 @@ import { nativeReads, nativeReadsAvailable, setNativeReads } from "../src/retent
 import { setReadHook } from "../src/retention/digest/read-hook.js";
 import { RING_MIN_REST, RING_SLOTS, RING_SLOT_SIZE } from "../src/retention/digest/read-ring.js";
 import { walkTree, type FileEntry } from "../src/retention/digest/walk.js";
-import { refusedAsChanged, tempDir } from "./helpers.js";
+import { patterned, refusedAsChanged, treeOfFiles } from "./helpers.js";
 
 /**
  * Large files read by a ring's thread while this one hashes (read-ring.ts,
@@ -29,21 +29,7 @@ const addon = nativeReadsAvailable();
 const ADDON = fileURLToPath(new URL("../dist/native/oats.node", import.meta.url));
 const skip = addon ? false : "the native addon was not built (no C compiler): no ring to test";
 
-function patterned(size: number, seed: number): Buffer {
-  const bytes = Buffer.allocUnsafe(size);
-  for (let i = 0; i < size; i++) bytes[i] = (i * 29 + seed * 11 + (i >> 13)) & 0xff;
-  return bytes;
-}
-
-async function treeOf(files: Record<string, Buffer>): Promise<string> {
-  const root = tempDir("oats-ring-");
-  for (const [path, content] of Object.entries(files)) {
-    mkdirSync(join(root, path, ".."), { recursive: true });
-    writeFileSync(join(root, path), content);
-  }
-  await sleep(30); // past the coarse timestamp clock, so a change moves mtime
-  return root;
-}
+const treeOf = (files: Record<string, Buffer>) => treeOfFiles("oats-ring-", files);
 
 /** Every file as the reader hands it over, by path; `onChunk` sees each piece's length first. */
 function collector(onChunk: (length: number, path: string) => void | Promise<void> = () => undefined) {
