@@ -202,3 +202,35 @@ test("Given the ring itself, Then a read past its last piece, after a short one 
   assert.throws(() => native.ringRead(ring, -1, 0, 1), TypeError);
   assert.throws(() => native.ringRead(ring, 0, 0, 0), TypeError);
 });
+
+test("Given worker threads terminated while a ring's thread reads for them, Then the process goes on and exits cleanly: the reader never writes into memory the worker's teardown freed", { skip }, async () => {
+  const root = await treeOf({ "big.bin": patterned(HEAD + 24 * CHUNK_SIZE, 8) });
+  const reader = fileURLToPath(new URL("../dist/retention/digest/file-reader.js", import.meta.url));
+  const library = fileURLToPath(new URL("../dist/index.js", import.meta.url));
+  // In a child, so that a crash is an exit status here rather than the end of the test runner.
+  const child = `
+    import { Worker } from "node:worker_threads";
+    const body = \`
+      (async () => {
+        const { parentPort } = await import("node:worker_threads");
+        const { digestTree } = await import(${JSON.stringify(library)});
+        const { largeFilesReadByRing } = await import(${JSON.stringify(reader)});
+        for (;;) { await digestTree(${JSON.stringify(root)}); parentPort.postMessage(largeFilesReadByRing()); }
+      })();
+    \`;
+    let byRing = 0;
+    for (let round = 0; round < 6; round++) {
+      const worker = new Worker(body, { eval: true });
+      byRing += await new Promise((resolve, reject) => { worker.once("message", resolve); worker.once("error", reject); });
+      // Somewhere inside its next digest: 25 MiB take some 15-40 ms to hash here.
+      await new Promise((resolve) => setTimeout(resolve, 2 + round * 5));
+      await worker.terminate();
+      globalThis.gc();
+    }
+    await new Promise((resolve) => setTimeout(resolve, 200));
+    globalThis.gc();
+    console.log(JSON.stringify({ byRing }));
+  `;
+  const answer = execFileSync(process.execPath, ["--expose-gc", "--input-type=module", "-e", child], { timeout: 120_000, killSignal: "SIGKILL", encoding: "utf8" });
+  assert.ok(JSON.parse(answer).byRing >= 6, `every worker read through its ring before it was terminated: ${answer}`);
+});
