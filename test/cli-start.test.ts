@@ -31,10 +31,13 @@ function traced(t: TestContext, args: string[], root = REPO): { status: number |
     t.skip("strace is missing or cannot trace here (no ptrace): the files a CLI run opens cannot be observed");
     return undefined;
   }
-  const log = join(tempDir("oats-strace-"), "trace");
-  const run = spawnSync("strace", ["-f", "-qq", "-e", "trace=open,openat,openat2", "-o", log, process.execPath, join(root, "dist/cli/bin.js"), ...args], { cwd: root, encoding: "utf8", input: "" });
+  const traces = tempDir("oats-strace-");
+  // -ff: one file per thread. In one file, a call another thread interrupts is split over two lines ("<unfinished ...>",
+  // then "<... openat resumed>") and its path and result are never on one line: a worker's open went unseen now and then.
+  const run = spawnSync("strace", ["-ff", "-qq", "-e", "trace=open,openat,openat2", "-o", join(traces, "trace"), process.execPath, join(root, "dist/cli/bin.js"), ...args], { cwd: root, encoding: "utf8", input: "" });
   const opened = new Set<string>();
-  for (const line of readFileSync(log, "utf8").split("\n")) {
+  const lines = readdirSync(traces).flatMap((name) => readFileSync(join(traces, name), "utf8").split("\n"));
+  for (const line of lines) {
     const match = /open(?:at2?)?\((?:[^,]*, )?"([^"]+)".*\) = (-?\d+)/.exec(line);
     if (!match || Number(match[2]) < 0) continue;
     const rel = relative(root, match[1]!);
