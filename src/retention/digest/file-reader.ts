@@ -28,7 +28,7 @@ export { largeFilesReadByRing } from "./read-ring.js";
  *
  * Memory stays bounded whatever the file sizes: two chunk buffers, one
  * prefetched head, one small-file buffer and, with the native reads, one
- * chunk their batches land in, all kept for the next file and the next pass
+ * chunk their batches land in and one 512 KiB ring (read-ring.ts), all kept for the next file and the next pass
  * on this thread (a fresh buffer's page faults cost more
  * than the reads that fill it on some machines).
  *
