@@ -11,6 +11,8 @@ static const struct {
   napi_callback function;
 } FUNCTIONS[] = {
     {"readSmallFiles", read_small_files},
+    {"smallReadsBlockReads", small_reads_block_reads},
+    {"threadBlockReads", thread_block_reads_of_caller},
     {"openDirectoryAt", open_directory_at},
     {"listDirectory", list_directory},
     {"closeDirectory", close_directory},

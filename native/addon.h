@@ -16,6 +16,8 @@ struct linux_dirent64 {
 
 /* read-small.c */
 napi_value read_small_files(napi_env env, napi_callback_info info);
+napi_value small_reads_block_reads(napi_env env, napi_callback_info info);
+napi_value thread_block_reads_of_caller(napi_env env, napi_callback_info info);
 /* 0 for a name that can only be an entry of the directory itself, else the errno to refuse it with. */
 int name_error(const char *name, size_t length);
 

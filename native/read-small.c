@@ -52,6 +52,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -80,6 +81,35 @@
  */
 #define PARALLEL_MIN 64
 #define NAME_BYTES (NAME_MAX + 2)
+
+/*
+ * The block reads (getrusage's ru_inblock) of this thread's calls, its
+ * helpers' included: the reads of the files named and nothing else. The
+ * process's count also holds what its other threads read, such as the
+ * inode tables ext4 reads as a retain creates its staged copy beside these
+ * reads; that is no sign of a cold source (file-reader.ts, COLD_BLOCK_READS).
+ */
+static _Thread_local uint64_t source_block_reads;
+
+napi_value small_reads_block_reads(napi_env env, napi_callback_info info) {
+  (void)info;
+  napi_value result;
+  if (napi_create_double(env, (double)source_block_reads, &result) != napi_ok) return NULL;
+  return result;
+}
+
+/* Block reads (512-byte units) the calling thread has caused since it started. */
+static uint64_t thread_block_reads(void) {
+  struct rusage usage;
+  return getrusage(RUSAGE_THREAD, &usage) == 0 ? (uint64_t)usage.ru_inblock : 0;
+}
+
+napi_value thread_block_reads_of_caller(napi_env env, napi_callback_info info) {
+  (void)info;
+  napi_value result;
+  if (napi_create_double(env, (double)thread_block_reads(), &result) != napi_ok) return NULL;
+  return result;
+}
 
 int name_error(const char *name, size_t length) {
   if (length > NAME_MAX) return ENAMETOOLONG;
@@ -144,7 +174,8 @@ struct batch {
   _Atomic uint32_t next;  /* the next name to take */
   _Atomic uint32_t stop;  /* the first name that stopped the call (count while none has) */
   _Atomic size_t used;    /* buffer bytes taken */
-  _Atomic int reading;    /* the helper holds a name (between taking it and writing its entry) */
+  _Atomic int reading;    /* the helper is taking names (from its first take until it has added its block reads) */
+  _Atomic uint64_t block_reads; /* the helper's block reads (getrusage's ru_inblock, 512-byte units) */
   _Atomic int refs;       /* the batch is freed by the last of the two threads to let go of it */
   int thrown;             /* the hook threw (JavaScript thread only) */
 };
@@ -257,24 +288,18 @@ static void let_go(struct batch *batch) {
 /*
  * The helper. It may start late, after this thread has taken every name (a
  * new thread can take a few hundred microseconds to be scheduled here) and
- * the call has returned: then each index it takes is past the last one, and
- * it touches nothing but the batch itself, which it frees if it is last. A
- * name it does take is announced in `reading` first, and the call waits for
- * it before it returns.
+ * the call has returned: then the first index it takes is past the last
+ * one, and it touches nothing but the batch itself, which it frees if it is
+ * last. It announces itself in `reading` before its first take and leaves
+ * only after adding its block reads (all of them the reads of its names: it
+ * is a new thread), and the call waits for it before it returns.
  */
 static void *helper_thread(void *argument) {
   struct batch *batch = argument;
-  for (;;) {
-    atomic_fetch_add(&batch->reading, 1);
-    uint32_t index = atomic_fetch_add(&batch->next, 1);
-    int more = index < batch->count && index < atomic_load(&batch->stop);
-    if (more && read_one(batch, index) != 0) {
-      stop_at(batch, index);
-      more = 0;
-    }
-    atomic_fetch_sub(&batch->reading, 1);
-    if (!more) break;
-  }
+  atomic_fetch_add(&batch->reading, 1);
+  read_names(batch);
+  atomic_fetch_add(&batch->block_reads, thread_block_reads());
+  atomic_fetch_sub(&batch->reading, 1);
   let_go(batch);
   return NULL;
 }
@@ -370,14 +395,16 @@ napi_value read_small_files(napi_env env, napi_callback_info info) {
     napi_throw_error(env, NULL, "readSmallFiles: out of memory");
     return NULL;
   }
-  *batch = (struct batch){dir_fds, names, lengths, count, buffer, buffer_length, limit, meta_data, after_read ? &hook : NULL, 0, count, 0, 0, 1, 0};
+  *batch = (struct batch){dir_fds, names, lengths, count, buffer, buffer_length, limit, meta_data, after_read ? &hook : NULL, 0, count, 0, 0, 0, 1, 0};
   if (split && after_read == NULL && count >= PARALLEL_MIN) {
     atomic_store(&batch->refs, 2);
     if (!start_helper(batch)) atomic_store(&batch->refs, 1);
   }
+  uint64_t before = thread_block_reads();
   read_names(batch);
-  // Every name is taken (or the call has stopped); wait only for one the helper is still reading.
+  // Every name is taken (or the call has stopped); wait only for a helper still reading.
   while (atomic_load(&batch->reading) != 0) sched_yield();
+  source_block_reads += thread_block_reads() - before + atomic_load(&batch->block_reads);
   uint32_t done = names_done(batch);
   int thrown = batch->thrown;
   let_go(batch);

@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
 import { execFileSync, spawnSync } from "node:child_process";
 import { createHash } from "node:crypto";
-import { cpSync, lstatSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, readlinkSync, rmSync, writeFileSync } from "node:fs";
+import { closeSync, cpSync, fsyncSync, lstatSync, mkdirSync, mkdtempSync, openSync, readFileSync, readdirSync, readlinkSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { after } from "node:test";
@@ -45,6 +45,17 @@ export function dropPageCache(t: { skip(message: string): void }): boolean {
     t.skip(`cannot drop the page cache here (needs root): ${String(error)}`);
     return false;
   }
+}
+
+/** One file's pages out of the page cache (written back first), the rest of the cache left alone. */
+export function dropFromCache(path: string): void {
+  const fd = openSync(path, "r");
+  try {
+    fsyncSync(fd);
+  } finally {
+    closeSync(fd);
+  }
+  execFileSync("dd", [`if=${path}`, "iflag=nocache", "count=0", "status=none"]);
 }
 
 /** A fresh temporary directory, removed when the test file ends. */

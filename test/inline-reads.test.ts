@@ -1,6 +1,5 @@
 import assert from "node:assert/strict";
-import { execFileSync } from "node:child_process";
-import { appendFileSync, closeSync, fsyncSync, openSync, readFileSync, truncateSync } from "node:fs";
+import { appendFileSync, readFileSync, truncateSync } from "node:fs";
 import { join } from "node:path";
 import { afterEach, test } from "node:test";
 import { digestTree } from "../src/index.js";
@@ -9,7 +8,7 @@ import { nativeReadsAvailable } from "../src/retention/digest/native-reads.js";
 import { setReadHook } from "../src/retention/digest/read-hook.js";
 import { walkTree, type FileEntry } from "../src/retention/digest/walk.js";
 import { acquireWorker, releaseWorker, workersHeld } from "../src/retention/parallel/pool.js";
-import { patterned, refusedAsChanged, treeOfFiles } from "./helpers.js";
+import { dropFromCache, patterned, refusedAsChanged, treeOfFiles } from "./helpers.js";
 
 /**
  * Large files read inline (file-reader.ts, ReadOptions.inline): the same
@@ -89,16 +88,6 @@ test("Given a large file cut short while it is read inline, When read, Then it i
 });
 
 /** Drop a file's pages from the page cache (written back first), so its next read waits on the disk. */
-function dropFromCache(path: string): void {
-  const fd = openSync(path, "r");
-  try {
-    fsyncSync(fd);
-  } finally {
-    closeSync(fd);
-  }
-  execFileSync("dd", [`if=${path}`, "iflag=nocache", "count=0", "status=none"]);
-}
-
 test("Given a tree digested alone (a core free), Then its large files are read beside the hash (by a ring's thread, else inline) while the page cache holds them and overlapped once their reads wait on the disk; beside a worker lane, inline; the digest is the same every way", async () => {
   const root = await treeOf({ "a.bin": patterned(4 * CHUNK_SIZE + 3, 3), "b.txt": Buffer.from("small\n") });
   // With the addon a warm large file alone goes to the ring (read-ring.test.ts); without it, inline.

@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { execFileSync } from "node:child_process";
-import { appendFileSync, closeSync, openSync, truncateSync } from "node:fs";
+import { appendFileSync, closeSync, openSync, readFileSync, truncateSync } from "node:fs";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { setTimeout as sleep } from "node:timers/promises";
@@ -11,7 +11,7 @@ import { nativeReads, nativeReadsAvailable, setNativeReads } from "../src/retent
 import { setReadHook } from "../src/retention/digest/read-hook.js";
 import { RING_MIN_REST, RING_SLOTS, RING_SLOT_SIZE } from "../src/retention/digest/read-ring.js";
 import { walkTree, type FileEntry } from "../src/retention/digest/walk.js";
-import { patterned, refusedAsChanged, treeOfFiles } from "./helpers.js";
+import { dropFromCache, patterned, refusedAsChanged, treeOfFiles } from "./helpers.js";
 
 /**
  * Large files read by a ring's thread while this one hashes (read-ring.ts,
@@ -73,6 +73,45 @@ test("Given large files whose rests end before, on and after the ring's boundari
   assert.equal(largeFilesReadByRing() - ringBefore, 2 * (sizes.length - 1), "digestTree alone takes the ring too");
   setNativeReads(false);
   assert.deepEqual(await digestTree(root), byRing);
+});
+
+test("Given warm large files and a consumer that reads a cold file of its own as the first one starts, When read warm with a core free, Then every one still goes to the ring: only the pass's own reads say the cache is cold", { skip }, async () => {
+  const size = HEAD + RING_MIN_REST + 5;
+  const files = Object.fromEntries([0, 1, 2].map((index) => [`f-${index}.bin`, patterned(size, index)]));
+  const root = await treeOf(files);
+  const elsewhere = join(await treeOf({ "cold.bin": patterned(4 << 20, 9) }), "cold.bin");
+  dropFromCache(elsewhere);
+  const { leaves } = await walkTree(root);
+  for (const name of Object.keys(files)) readFileSync(join(root, name));
+  const { seen, consumer } = collector();
+  let coldRead = -1;
+  const started = consumer.start.bind(consumer);
+  consumer.start = (entry, info) => {
+    if (coldRead < 0) {
+      const before = process.resourceUsage().fsRead;
+      readFileSync(elsewhere);
+      coldRead = process.resourceUsage().fsRead - before;
+    }
+    return started(entry, info);
+  };
+  const ringBefore = largeFilesReadByRing();
+  await readLeavesInOrder(leaves, consumer, { inline: "warm" });
+  assert.ok(coldRead >= 4096, `the consumer's read was cold (${coldRead} block reads)`);
+  assert.equal(largeFilesReadByRing() - ringBefore, 3, "a read outside the pass made a warm file look cold");
+  for (const [path, content] of Object.entries(files)) assert.ok(seen.get(path)?.equals(content), path);
+});
+
+test("Given two cold large files, When read warm with a core free, Then neither goes to the ring: the second's head, opened ahead on the thread pool, is judged by the process's block reads", { skip }, async () => {
+  const size = HEAD + RING_MIN_REST + 5;
+  const files = Object.fromEntries([0, 1].map((index) => [`f-${index}.bin`, patterned(size, index)]));
+  const root = await treeOf(files);
+  const { leaves } = await walkTree(root);
+  for (const name of Object.keys(files)) dropFromCache(join(root, name));
+  const { seen, consumer } = collector();
+  const ringBefore = largeFilesReadByRing();
+  await readLeavesInOrder(leaves, consumer, { inline: "warm" });
+  assert.equal(largeFilesReadByRing() - ringBefore, 0, "a cold file went to the ring");
+  for (const [path, content] of Object.entries(files)) assert.ok(seen.get(path)?.equals(content), path);
 });
 
 test("Given a large file cut short while the ring reads it, When read, Then it is refused as a short read and nothing read after the cut is handed over", { skip }, async () => {

@@ -45,11 +45,15 @@ const YIELD_EVERY_MS = 8;
  * RUN_LENGTH leaves that mark a cold page cache and start the read-ahead
  * workers (prefetch.ts). A warm read does none, whatever the load of the
  * machine; a cold run of small files at least a page (8 units) per file,
- * about 1,200 for a run of 2 KiB files. The count is the process's, and a
- * retain's copy pass creates files as it reads: ext4 then reads inode-table
- * blocks of the staging directory, up to 256 units at once
- * (inode_readahead_blks), with the source warm. At 16 that started two
- * workers (some 28 MiB of RSS) in a warm retain of 20,000 files.
+ * about 1,200 for a run of 2 KiB files. A retain's copy pass creates files
+ * as it reads, and ext4 then reads inode-table blocks of the staging
+ * directory, up to 256 units at once (inode_readahead_blks), with the
+ * source warm: counted in the process's total, at 16 they started two
+ * workers (some 28 MiB of RSS) in a warm retain of 20,000 files, and now
+ * and then one at 512 in a warm retain of 5,000. So the count is of the
+ * reads' own threads where the native calls read the small files
+ * (readSmallFiles), and the process's only around large files and where
+ * there are no native calls.
  */
 const COLD_BLOCK_READS = 512;
 /** Small files are consumed in synchronous runs of at most this many leaves; the clock is read between runs. */
@@ -187,15 +191,6 @@ export async function readLeavesInOrder(leaves: readonly LeafEntry[], consumer: 
   const inline = options.inline === true;
   // A core to spare and the cache warm: a second core copies while this one hashes (read-ring.ts).
   const byRing = options.inline === "warm";
-  // "warm": whether the disk was read since the last large file decided (getrusage counts every thread's block reads).
-  let diskReads = options.inline === "warm" ? process.resourceUsage().fsRead : 0;
-  const overlapRest = (): boolean => {
-    if (options.inline !== "warm") return !inline;
-    const now = process.resourceUsage().fsRead;
-    const cold = options.cold === true || now !== diskReads;
-    diskReads = now;
-    return cold;
-  };
   let prefetched: { index: number; file: Promise<OpenedFile> } | null = null;
   let scratch: Buffer | null = null;
   let batch: Buffer | null = null;
@@ -205,10 +200,36 @@ export async function readLeavesInOrder(leaves: readonly LeafEntry[], consumer: 
     return -1;
   };
   const whole = consumer.whole ? (consumer as FileConsumer & Required<Pick<FileConsumer, "whole">>) : null;
+  // With the addon (and a consumer taking whole files) the small files are read by its calls.
+  const addon = DIRECTORY_FDS ? nativeReads() : null;
+  // "warm": whether this pass read the disk since the last large file decided. With the addon,
+  // the reads' own threads say: its small-file calls count theirs, and a file opened here, on
+  // this thread, is measured around its open and head read. The process's count also grows with
+  // what its other threads read, and with this thread's code faulted back in after someone
+  // dropped the page cache. A head opened ahead on the thread pool (after a cold file) has only
+  // the process's count.
+  let openBlockReads = 0;
+  const passBlockReads = addon ? () => addon.smallReadsBlockReads() + openBlockReads : () => process.resourceUsage().fsRead;
+  let passReadsAtDecision = byRing ? passBlockReads() : 0;
+  let processReadsAtDecision = byRing ? process.resourceUsage().fsRead : 0;
+  const overlapRest = (headOpenedAhead: boolean): boolean => {
+    if (!byRing) return !inline;
+    const passReads = passBlockReads();
+    const processReads = process.resourceUsage().fsRead;
+    const cold = options.cold === true || passReads !== passReadsAtDecision || (headOpenedAhead && processReads !== processReadsAtDecision);
+    passReadsAtDecision = passReads;
+    processReadsAtDecision = processReads;
+    return cold;
+  };
   const cursor = new DirectoryCursor();
   let prefetch: Prefetcher | null = null;
-  // Block reads the kernel did for this process (all threads): they grow only when the page cache misses.
-  let blockReads = process.resourceUsage().fsRead;
+  // Block reads that only a cold source explains: the native small-file calls count their own
+  // threads' (a retain's creates beside them read inode tables: COLD_BLOCK_READS), and the
+  // process's count over each large file's read stands for the rest. Without the native calls,
+  // the process's count, every thread's, with the retain's creates.
+  let largeFileBlockReads = 0;
+  const sourceBlockReads = addon ? () => addon.smallReadsBlockReads() + largeFileBlockReads : () => process.resourceUsage().fsRead;
+  let blockReads = sourceBlockReads();
   const mode = prefetchMode();
   let watchCold = mode === "auto" && worthPrefetching(leaves, 0);
   if (mode === "always" || (watchCold && options.cold === true)) {
@@ -219,7 +240,7 @@ export async function readLeavesInOrder(leaves: readonly LeafEntry[], consumer: 
     for (let index = 0; index < leaves.length; index++) {
       if (prefetch) prefetch.advance(index);
       else if (watchCold && index > 0) {
-        const now = process.resourceUsage().fsRead;
+        const now = sourceBlockReads();
         if (now - blockReads >= COLD_BLOCK_READS) {
           watchCold = false;
           if (worthPrefetching(leaves, index)) prefetch = startPrefetch(leaves, index);
@@ -253,17 +274,21 @@ export async function readLeavesInOrder(leaves: readonly LeafEntry[], consumer: 
         if (pending) await pending;
         continue;
       }
+      const processBlockReads = addon && watchCold ? process.resourceUsage().fsRead : -1;
       let file: OpenedFile;
-      if (prefetched?.index === index) {
-        const pending = prefetched.file;
+      const openedAhead = prefetched?.index === index;
+      if (openedAhead) {
+        const pending = prefetched!.file;
         prefetched = null;
         file = await pending;
       } else {
+        const threadBlockReads = addon && byRing ? addon.threadBlockReads() : -1;
         file = openSmallOrHeadSync(leaf, scratch, cursor, inline);
+        if (threadBlockReads >= 0) openBlockReads += addon!.threadBlockReads() - threadBlockReads;
       }
       const size = file.before.size;
       const info: FileInfo = { mode: file.before.mode & 0o7777, size };
-      const overlap = file.head.length < size && overlapRest();
+      const overlap = file.head.length < size && overlapRest(openedAhead);
       try {
         if (overlap) {
           const following = nextFileIndex(index + 1);
@@ -291,6 +316,7 @@ export async function readLeavesInOrder(leaves: readonly LeafEntry[], consumer: 
       } finally {
         if (!file.closed) await closeAsync(file.fd).catch(() => undefined);
       }
+      if (processBlockReads >= 0) largeFileBlockReads += process.resourceUsage().fsRead - processBlockReads;
     }
     // Every consumer call has settled: nothing holds the scratch buffer any more.
     if (scratch !== null) spareScratch = scratch;

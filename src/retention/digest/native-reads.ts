@@ -36,6 +36,10 @@ export interface NativeAddon {
    * a core would otherwise idle, and only for a long run).
    */
   readSmallFiles(dirFds: Int32Array, names: string[], buffer: Buffer, limit: number, meta: Float64Array, split: boolean, afterRead?: (index: number) => void): number;
+  /** The block reads (512-byte units) of this thread's readSmallFiles calls so far, their second threads' included, and of nothing else. */
+  smallReadsBlockReads(): number;
+  /** The block reads (512-byte units) of the calling thread since it started (getrusage RUSAGE_THREAD). */
+  threadBlockReads(): number;
   /** A child directory opened inside its parent's descriptor (O_DIRECTORY | O_NOFOLLOW) and fstat'd into stat (dev, ino, mode; the failed step): the fd, or -errno. */
   openDirectoryAt(parentFd: number, name: string, stat: Float64Array): number;
   /** Closes a descriptor openDirectoryAt gave (Node must not close what it did not open): 0 or -errno. */
@@ -62,7 +66,7 @@ export interface NativeAddon {
   ringStop(ring: NativeRing): boolean;
 }
 
-const FUNCTIONS = ["readSmallFiles", "openDirectoryAt", "closeDirectory", "listDirectory", "startPrefetch", "advancePrefetch", "warmDirectories", "stopThreads", "threadsRunning", "createRing", "ringMemory", "ringRead", "ringNext", "ringStop"] as const;
+const FUNCTIONS = ["readSmallFiles", "smallReadsBlockReads", "threadBlockReads", "openDirectoryAt", "closeDirectory", "listDirectory", "startPrefetch", "advancePrefetch", "warmDirectories", "stopThreads", "threadsRunning", "createRing", "ringMemory", "ringRead", "ringNext", "ringStop"] as const;
 
 /** Four doubles a file: status, offset (or step, or what changed), size, mode. */
 export const META_FIELDS = 4;
