@@ -1,10 +1,10 @@
 import assert from "node:assert/strict";
-import { execFileSync, spawnSync } from "node:child_process";
+import { execFileSync, spawn, spawnSync, type ChildProcess } from "node:child_process";
 import { createHash } from "node:crypto";
 import { closeSync, cpSync, fsyncSync, lstatSync, mkdirSync, mkdtempSync, openSync, readFileSync, readdirSync, readlinkSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
-import { after } from "node:test";
+import { after, before } from "node:test";
 import { setTimeout as sleep } from "node:timers/promises";
 import { OatsError } from "../src/errors.js";
 
@@ -30,6 +30,35 @@ if (!process.env["OATS_STATE_DIR"]) {
 after(() => {
   for (const dir of made) rmSync(dir, { recursive: true, force: true });
 });
+
+/**
+ * For a test file that drops the page cache or asserts what a warm or a
+ * cold one does: `npm test` runs two files at once, and a drop in one makes
+ * the other's warm files cold (a retain of a warm source then starts its
+ * read-ahead, a warm large file skips the ring). Such a file holds this lock
+ * from before its first test to after its last: flock(1) on a file in the
+ * temporary directory, held by a child that ends with this process, so the
+ * kernel lets go even of a lock whose test process died.
+ */
+export function holdPageCacheLock(): void {
+  let holder: ChildProcess | null = null;
+  before(async () => {
+    const child = spawn("flock", [join(tmpdir(), "oats-test-page-cache.lock"), "cat"], { stdio: ["pipe", "pipe", "inherit"] });
+    const held = new Promise<boolean>((resolve) => {
+      child.stdout!.once("data", () => resolve(true));
+      child.once("error", () => resolve(false));
+      child.once("exit", () => resolve(false));
+    });
+    child.stdin!.on("error", () => undefined); // no flock: its exit says so
+    // cat echoes this line only once flock holds the lock.
+    child.stdin!.write("held\n");
+    if (await held) holder = child;
+    else console.error("holdPageCacheLock: flock(1) did not run; this file's page-cache tests may meet another file's drop");
+  });
+  after(() => {
+    holder?.stdin!.end();
+  });
+}
 
 /**
  * Drop the page cache (`sync; echo 3 > /proc/sys/vm/drop_caches`), or skip

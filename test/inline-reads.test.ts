@@ -8,7 +8,9 @@ import { nativeReadsAvailable } from "../src/retention/digest/native-reads.js";
 import { setReadHook } from "../src/retention/digest/read-hook.js";
 import { walkTree, type FileEntry } from "../src/retention/digest/walk.js";
 import { acquireWorker, releaseWorker, workersHeld } from "../src/retention/parallel/pool.js";
-import { dropFromCache, patterned, refusedAsChanged, treeOfFiles } from "./helpers.js";
+import { dropFromCache, holdPageCacheLock, patterned, refusedAsChanged, treeOfFiles } from "./helpers.js";
+
+holdPageCacheLock();
 
 /**
  * Large files read inline (file-reader.ts, ReadOptions.inline): the same

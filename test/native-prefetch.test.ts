@@ -7,7 +7,9 @@ import { digestListing } from "../src/retention/digest/tree.js";
 import { nativeReads, setNativeReads } from "../src/retention/digest/native-reads.js";
 import { directoryWarmingsStarted, prefetchesStarted, setPrefetchMode, warmDirectories, type Prefetcher } from "../src/retention/digest/prefetch.js";
 import { walkTree } from "../src/retention/digest/walk.js";
-import { dropPageCache, tempDir } from "./helpers.js";
+import { dropPageCache, holdPageCacheLock, tempDir } from "./helpers.js";
+
+holdPageCacheLock();
 
 /**
  * The read-ahead threads in C against a really cold page cache: the

@@ -13,7 +13,9 @@ import { setNativeReads } from "../src/retention/digest/native-reads.js";
 import { digestListing } from "../src/retention/digest/tree.js";
 import { prefetchMode, setPrefetchMode, startPrefetch } from "../src/retention/digest/prefetch.js";
 import { walkTree } from "../src/retention/digest/walk.js";
-import { dropPageCache, tempDir } from "./helpers.js";
+import { dropPageCache, holdPageCacheLock, tempDir } from "./helpers.js";
+
+holdPageCacheLock();
 
 afterEach(() => setNativeReads(true));
 

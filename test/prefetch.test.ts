@@ -10,7 +10,9 @@ import { setNativeReads } from "../src/retention/digest/native-reads.js";
 import { prefetchesStarted, setPrefetchMode, startPrefetch } from "../src/retention/digest/prefetch.js";
 import { setReadHook } from "../src/retention/digest/read-hook.js";
 import { walkTree } from "../src/retention/digest/walk.js";
-import { dropPageCache, tempDir } from "./helpers.js";
+import { dropPageCache, holdPageCacheLock, tempDir } from "./helpers.js";
+
+holdPageCacheLock();
 
 /**
  * The read-ahead (src/retention/digest/prefetch.ts) only warms the page

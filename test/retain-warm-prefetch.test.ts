@@ -15,7 +15,9 @@ import { SMALL_FILE_SIZE, readLeavesInOrder, type FileConsumer } from "../src/re
 import { META_FIELDS, nativeReads } from "../src/retention/digest/native-reads.js";
 import { prefetchesStarted } from "../src/retention/digest/prefetch.js";
 import { walkTree } from "../src/retention/digest/walk.js";
-import { dropPageCache, tempDir } from "./helpers.js";
+import { dropPageCache, holdPageCacheLock, tempDir } from "./helpers.js";
+
+holdPageCacheLock();
 
 function addon() {
   const native = nativeReads();
