@@ -93,10 +93,10 @@ test("Given 128 cold files, When read by two threads in one call, Then the call 
   const native = addon();
   const dir = tempDir("oats-cold-count-");
   const names = Array.from({ length: 128 }, (_, at) => `n${String(at).padStart(3, "0")}`);
-  names.forEach((name, at) => writeFileSync(join(dir, name), Buffer.alloc(16 << 10, at + 1)));
+  names.forEach((name, at) => writeFileSync(join(dir, name), Buffer.alloc(64 << 10, at + 1)));
   const fd = openSync(dir, constants.O_RDONLY | constants.O_DIRECTORY);
   try {
-    const buffer = Buffer.alloc(4 << 20);
+    const buffer = Buffer.alloc(16 << 20);
     const meta = new Float64Array(128 * META_FIELDS);
     // Warm this code path and the directory, then drop the files' pages.
     native.readSmallFiles(new Int32Array(128).fill(fd), names, buffer, SMALL_FILE_SIZE, meta, true);
@@ -107,8 +107,9 @@ test("Given 128 cold files, When read by two threads in one call, Then the call 
     assert.equal(native.readSmallFiles(new Int32Array(128).fill(fd), names, buffer, SMALL_FILE_SIZE, meta, true), 128);
     const own = native.smallReadsBlockReads() - counted;
     const all = process.resourceUsage().fsRead - processed;
-    assert.ok(all >= 127 * 8, `the files were cold (${all} block reads)`);
-    assert.equal(own, all, "the call's own count is the process's");
+    assert.ok(all >= 127 * 128, `the files were cold (${all} block reads)`);
+    // Another thread of this process may fault a page of code back in meanwhile (the cache was dropped): a little slack, far under a file.
+    assert.ok(own <= all && own >= all - 128, `the call's own count (${own}) is the process's (${all})`);
   } finally {
     closeSync(fd);
   }
