@@ -15,7 +15,7 @@ import { SMALL_FILE_SIZE, readLeavesInOrder, type FileConsumer } from "../src/re
 import { META_FIELDS, nativeReads } from "../src/retention/digest/native-reads.js";
 import { prefetchesStarted } from "../src/retention/digest/prefetch.js";
 import { walkTree } from "../src/retention/digest/walk.js";
-import { dropPageCache, holdPageCacheLock, tempDir } from "./helpers.js";
+import { dropFromCache, dropPageCache, holdPageCacheLock, tempDir } from "./helpers.js";
 
 holdPageCacheLock();
 
@@ -86,6 +86,20 @@ test("Given a warm listing over cold files, When the small files are read native
   const before = prefetchesStarted();
   await readLeavesInOrder(leaves, consumerDoing(() => {}));
   assert.equal(prefetchesStarted(), before + 1, "a cold read started the read-ahead");
+  assert.deepEqual(await digestTree(source), warm);
+});
+
+test("Given a cold large file before 600 warm small ones, When read natively, Then the process's count around the large file's read starts the read-ahead", async () => {
+  addon();
+  const source = tempDir("oats-cold-large-");
+  writeFileSync(join(source, "a-large.bin"), Buffer.alloc(1 << 20, 3));
+  for (let i = 0; i < 600; i++) writeFileSync(join(source, `f${String(i).padStart(3, "0")}.txt`), `${i}\n`);
+  const { leaves } = await walkTree(source);
+  const warm = await digestTree(source);
+  dropFromCache(join(source, "a-large.bin"));
+  const before = prefetchesStarted();
+  await readLeavesInOrder(leaves, consumerDoing(() => {}));
+  assert.equal(prefetchesStarted(), before + 1, "the cold large file started the read-ahead");
   assert.deepEqual(await digestTree(source), warm);
 });
 

@@ -200,7 +200,7 @@ export async function readLeavesInOrder(leaves: readonly LeafEntry[], consumer: 
     return -1;
   };
   const whole = consumer.whole ? (consumer as FileConsumer & Required<Pick<FileConsumer, "whole">>) : null;
-  // With the addon (and a consumer taking whole files) the small files are read by its calls.
+  // The addon: it reads the small files when the consumer takes whole files, and counts its reads' block reads.
   const addon = DIRECTORY_FDS ? nativeReads() : null;
   // "warm": whether this pass read the disk since the last large file decided. With the addon,
   // the reads' own threads say: its small-file calls count theirs, and a file opened here, on
@@ -225,10 +225,11 @@ export async function readLeavesInOrder(leaves: readonly LeafEntry[], consumer: 
   let prefetch: Prefetcher | null = null;
   // Block reads that only a cold source explains: the native small-file calls count their own
   // threads' (a retain's creates beside them read inode tables: COLD_BLOCK_READS), and the
-  // process's count over each large file's read stands for the rest. Without the native calls,
+  // process's count over every other file's read (a large file, or any file of a consumer that
+  // does not take whole files) stands for the rest. Without the native calls,
   // the process's count, every thread's, with the retain's creates.
-  let largeFileBlockReads = 0;
-  const sourceBlockReads = addon ? () => addon.smallReadsBlockReads() + largeFileBlockReads : () => process.resourceUsage().fsRead;
+  let generalPathBlockReads = 0;
+  const sourceBlockReads = addon ? () => addon.smallReadsBlockReads() + generalPathBlockReads : () => process.resourceUsage().fsRead;
   let blockReads = sourceBlockReads();
   const mode = prefetchMode();
   let watchCold = mode === "auto" && worthPrefetching(leaves, 0);
@@ -316,7 +317,7 @@ export async function readLeavesInOrder(leaves: readonly LeafEntry[], consumer: 
       } finally {
         if (!file.closed) await closeAsync(file.fd).catch(() => undefined);
       }
-      if (processBlockReads >= 0) largeFileBlockReads += process.resourceUsage().fsRead - processBlockReads;
+      if (processBlockReads >= 0) generalPathBlockReads += process.resourceUsage().fsRead - processBlockReads;
     }
     // Every consumer call has settled: nothing holds the scratch buffer any more.
     if (scratch !== null) spareScratch = scratch;
