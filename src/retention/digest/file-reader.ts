@@ -1,6 +1,7 @@
 import { closeSync, fstatSync, openSync, type Stats } from "node:fs";
 import { OatsError } from "../../errors.js";
 import { afterRead } from "./read-hook.js";
+import { PassBlockReads } from "./block-reads.js";
 import { DirectoryCursor } from "./directory-cursor.js";
 import { nativeReads } from "./native-reads.js";
 import { consumeNativeRun } from "./native-runs.js";
@@ -53,7 +54,7 @@ const YIELD_EVERY_MS = 8;
  * and then one at 512 in a warm retain of 5,000. So the count is of the
  * reads' own threads where the native calls read the small files
  * (readSmallFiles), and the process's only around large files and where
- * there are no native calls.
+ * there are no native calls (block-reads.ts).
  */
 const COLD_BLOCK_READS = 512;
 /** Small files are consumed in synchronous runs of at most this many leaves; the clock is read between runs. */
@@ -200,37 +201,16 @@ export async function readLeavesInOrder(leaves: readonly LeafEntry[], consumer: 
     return -1;
   };
   const whole = consumer.whole ? (consumer as FileConsumer & Required<Pick<FileConsumer, "whole">>) : null;
-  // The addon: it reads the small files when the consumer takes whole files, and counts its reads' block reads.
-  const addon = DIRECTORY_FDS ? nativeReads() : null;
-  // "warm": whether this pass read the disk since the last large file decided. With the addon,
-  // the reads' own threads say: its small-file calls count theirs, and a file opened here, on
-  // this thread, is measured around its open and head read. The process's count also grows with
-  // what its other threads read, and with this thread's code faulted back in after someone
-  // dropped the page cache. A head opened ahead on the thread pool (after a cold file) has only
-  // the process's count.
-  let openBlockReads = 0;
-  const passBlockReads = addon ? () => addon.smallReadsBlockReads() + openBlockReads : () => process.resourceUsage().fsRead;
-  let passReadsAtDecision = byRing ? passBlockReads() : 0;
-  let processReadsAtDecision = byRing ? process.resourceUsage().fsRead : 0;
+  // Block reads of this pass's own reads (block-reads.ts), for the cold watch and the warm decisions.
+  const blockReadsOf = new PassBlockReads(DIRECTORY_FDS ? nativeReads() : null);
   const overlapRest = (headOpenedAhead: boolean): boolean => {
     if (!byRing) return !inline;
-    const passReads = passBlockReads();
-    const processReads = process.resourceUsage().fsRead;
-    const cold = options.cold === true || passReads !== passReadsAtDecision || (headOpenedAhead && processReads !== processReadsAtDecision);
-    passReadsAtDecision = passReads;
-    processReadsAtDecision = processReads;
-    return cold;
+    // "warm": overlapped only when this pass read the disk since the last large file decided.
+    return blockReadsOf.readSinceLastDecision(headOpenedAhead) || options.cold === true;
   };
   const cursor = new DirectoryCursor();
   let prefetch: Prefetcher | null = null;
-  // Block reads that only a cold source explains: the native small-file calls count their own
-  // threads' (a retain's creates beside them read inode tables: COLD_BLOCK_READS), and the
-  // process's count over every other file's read (a large file, or any file of a consumer that
-  // does not take whole files) stands for the rest. Without the native calls,
-  // the process's count, every thread's, with the retain's creates.
-  let generalPathBlockReads = 0;
-  const sourceBlockReads = addon ? () => addon.smallReadsBlockReads() + generalPathBlockReads : () => process.resourceUsage().fsRead;
-  let blockReads = sourceBlockReads();
+  let blockReads = blockReadsOf.source();
   const mode = prefetchMode();
   let watchCold = mode === "auto" && worthPrefetching(leaves, 0);
   if (mode === "always" || (watchCold && options.cold === true)) {
@@ -241,7 +221,7 @@ export async function readLeavesInOrder(leaves: readonly LeafEntry[], consumer: 
     for (let index = 0; index < leaves.length; index++) {
       if (prefetch) prefetch.advance(index);
       else if (watchCold && index > 0) {
-        const now = sourceBlockReads();
+        const now = blockReadsOf.source();
         if (now - blockReads >= COLD_BLOCK_READS) {
           watchCold = false;
           if (worthPrefetching(leaves, index)) prefetch = startPrefetch(leaves, index);
@@ -275,7 +255,7 @@ export async function readLeavesInOrder(leaves: readonly LeafEntry[], consumer: 
         if (pending) await pending;
         continue;
       }
-      const processBlockReads = addon && watchCold ? process.resourceUsage().fsRead : -1;
+      const generalPathRead = blockReadsOf.beforeGeneralPathRead(watchCold);
       let file: OpenedFile;
       const openedAhead = prefetched?.index === index;
       if (openedAhead) {
@@ -283,9 +263,8 @@ export async function readLeavesInOrder(leaves: readonly LeafEntry[], consumer: 
         prefetched = null;
         file = await pending;
       } else {
-        const threadBlockReads = addon && byRing ? addon.threadBlockReads() : -1;
-        file = openSmallOrHeadSync(leaf, scratch, cursor, inline);
-        if (threadBlockReads >= 0) openBlockReads += addon!.threadBlockReads() - threadBlockReads;
+        const into = scratch;
+        file = blockReadsOf.open(byRing, () => openSmallOrHeadSync(leaf, into, cursor, inline));
       }
       const size = file.before.size;
       const info: FileInfo = { mode: file.before.mode & 0o7777, size };
@@ -317,7 +296,7 @@ export async function readLeavesInOrder(leaves: readonly LeafEntry[], consumer: 
       } finally {
         if (!file.closed) await closeAsync(file.fd).catch(() => undefined);
       }
-      if (processBlockReads >= 0) generalPathBlockReads += process.resourceUsage().fsRead - processBlockReads;
+      blockReadsOf.afterGeneralPathRead(generalPathRead);
     }
     // Every consumer call has settled: nothing holds the scratch buffer any more.
     if (scratch !== null) spareScratch = scratch;
