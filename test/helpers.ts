@@ -36,14 +36,16 @@ after(() => {
  * cold one does: `npm test` runs two files at once, and a drop in one makes
  * the other's warm files cold (a retain of a warm source then starts its
  * read-ahead, a warm large file skips the ring). Such a file holds this lock
- * from before its first test to after its last: flock(1) on a file in the
- * temporary directory, held by a child that ends with this process, so the
- * kernel lets go even of a lock whose test process died.
+ * from before its first test to after its last: flock(1) on this test
+ * directory, held by a child that ends with this process, so the kernel
+ * lets go even of a lock whose test process died. The directory, not a file
+ * in the shared temporary directory, where another user could plant a
+ * symlink for flock to create through, or hold the lock forever.
  */
 export function holdPageCacheLock(): void {
   let holder: ChildProcess | null = null;
   before(async () => {
-    const child = spawn("flock", [join(tmpdir(), "oats-test-page-cache.lock"), "cat"], { stdio: ["pipe", "pipe", "inherit"] });
+    const child = spawn("flock", [join(REPO, "test"), "cat"], { stdio: ["pipe", "pipe", "inherit"] });
     const held = new Promise<boolean>((resolve) => {
       child.stdout!.once("data", () => resolve(true));
       child.once("error", () => resolve(false));
