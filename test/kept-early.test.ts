@@ -300,6 +300,28 @@ test("a kept retain without --expect tells a changed source by its shape, told b
   }
 });
 
+test("with an expected digest the early check's worker hashes no listing shape: only a retain without --expect compares shapes", async () => {
+  setParallelism(2);
+  const scope = tempDir("oats-early-expect-noshape-");
+  const source = makeTree({ "a.txt": "one", "b/c.txt": "two" });
+  try {
+    const first = await retainTree(scope, { kind: "capture", key: "nightly", source });
+    const early = startEarlyCheck(request(scope, first.integrity.value))!;
+    let outcome;
+    try {
+      assert.equal(await within(early.shape, 30_000), null);
+      outcome = await early.outcome;
+    } finally {
+      await early.release();
+    }
+    assert.equal(outcome.ok, true, "the revision itself is still verified");
+    const again = await retainTree(scope, { kind: "capture", key: "nightly", source, expect: first.integrity });
+    assert.equal(again.status, "kept");
+  } finally {
+    setParallelism(null);
+  }
+});
+
 test("the early check tells no shape (null) when the revision's walk refuses, and the retain then refuses as before", async () => {
   setParallelism(2);
   const scope = tempDir("oats-early-noshape-");

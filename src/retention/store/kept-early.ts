@@ -39,8 +39,11 @@ export interface EarlyCheck {
   /**
    * The revision's listing shape (listing-shape.ts), told by the worker once
    * its walk is done, before its reads; null when the check ended without
-   * one (its walk refused). A kept retain without an expected digest
-   * compares it with the source's, in place of reading the manifest.
+   * one (its walk refused), and at once (null) when the check has an
+   * expected digest: only a kept retain without one compares it with the
+   * source's, in place of reading the manifest, and the worker's lane is the
+   * longer of a kept retain's two (the listing's hash cost it about 1.3 ms
+   * of 20,000 files).
    */
   readonly shape: Promise<string | null>;
   /** Stop the worker (if it is still reading) and hand it back; idempotent. */
@@ -86,7 +89,8 @@ export function startEarlyCheck(request: EarlyRequest): EarlyCheck | null {
   const plan = { kind: request.kind, key: request.key, nameFormat: request.nameFormat, formats: request.formats, ...(request.maxDepth === undefined ? {} : { maxDepth: request.maxDepth }) };
   let toldShape: (shape: string | null) => void = () => undefined;
   const shape = new Promise<string | null>((resolve) => (toldShape = resolve));
-  const outcome = verifyRevision(plan, dir, value, worker.measure, toldShape).then(
+  if (request.expected !== undefined) toldShape(null);
+  const outcome = verifyRevision(plan, dir, value, worker.measure, request.expected === undefined ? toldShape : undefined).then(
     (digests) => ({ ok: true as const, digests }),
     (error: unknown) => ({ ok: false as const, error }),
   );
