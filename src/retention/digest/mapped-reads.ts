@@ -1,0 +1,68 @@
+import type { FileConsumer } from "./file-reader.js";
+import { nativeError, nativeReads } from "./native-reads.js";
+import { finishSync, type OpenedFile } from "./opened-file.js";
+import { changed, changedOrUnreadable } from "./walk.js";
+
+/**
+ * The rest of a large file hashed from a mapping of the page cache
+ * (native/hash-mapped.c) instead of read into a buffer first: only where
+ * the file is read inline (every core hashes a tree of its own: a worker
+ * lane, or this thread beside one) and the consumer is a pure hash that can
+ * take a file's bytes that way (FileConsumer.mapped). A read(2) copies each
+ * byte into the buffer before the hash reads it again; a mapping saves the
+ * copy (docs/design/performance.md, "Large files hashed from a mapping").
+ *
+ * Every byte is still read and hashed, from the same open descriptor, in
+ * order, and the file is fstat'd again after its last piece: the checks of
+ * the inline read. A file that shrinks under the mapping faults (SIGBUS),
+ * which the addon turns into -EFAULT here: a refusal, as a short read is.
+ */
+
+/** Hashed per call, the event loop yielded to between calls (about 0.6 ms of SHA-256 here, as the inline read's). */
+export const MAPPED_PIECE = 1 << 20;
+/** A mapping and its page tables cost more than the copy they save on a short rest. */
+export const MAPPED_MIN_REST = 2 << 20;
+/** mmap's refusals of a file it cannot map (a filesystem without mmap): read it instead, nothing was fed. */
+const NOT_MAPPABLE = new Set([19 /* ENODEV */, 22 /* EINVAL */, 13 /* EACCES */, 38 /* ENOSYS */, 12 /* ENOMEM */]);
+const EFAULT = 14;
+const STEP_READ = 3;
+
+let readMapped = 0;
+
+/** Large files whose rest was hashed from a mapping so far, in this thread (tests: which way the policy chose). */
+export function largeFilesReadMapped(): number {
+  return readMapped;
+}
+
+/**
+ * Hashes the rest of `file` (from its head to `size`) through
+ * consumer.mapped, then finishes it (fstat, close, compare). False, with
+ * nothing fed, when the file cannot be mapped: the caller reads it instead.
+ */
+export async function consumeRestMapped(file: OpenedFile, size: number, consumer: Required<Pick<FileConsumer, "mapped">>): Promise<boolean> {
+  const native = nativeReads();
+  if (native === null) return false;
+  const mapping = native.mapFile(file.fd, size, true);
+  if (typeof mapping === "number") {
+    if (NOT_MAPPABLE.has(-mapping)) return false;
+    if (-mapping === EFAULT) throw changed(file.entry.path, "short read");
+    throw changedOrUnreadable(nativeError(-mapping, STEP_READ), file.entry.path);
+  }
+  readMapped += 1;
+  try {
+    for (let position = file.head.length; position < size; ) {
+      const length = Math.min(MAPPED_PIECE, size - position);
+      const status = consumer.mapped(mapping, position, length);
+      if (status < 0) {
+        if (-status === EFAULT) throw changed(file.entry.path, "short read");
+        throw changedOrUnreadable(nativeError(-status, STEP_READ), file.entry.path);
+      }
+      position += length;
+      if (position < size) await new Promise((resolve) => setImmediate(resolve));
+    }
+  } finally {
+    native.unmapFile(mapping);
+  }
+  finishSync(file);
+  return true;
+}

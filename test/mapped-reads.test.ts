@@ -1,0 +1,181 @@
+/**
+ * Large files hashed from a mapping of the page cache (native/hash-mapped.c,
+ * src/retention/digest/mapped-reads.ts): the addon's SHA-256 streams give
+ * Node's digests, a pass beside a worker lane takes the rest of a large file
+ * that way with the same digest as every other read, and a file that shrinks
+ * under its mapping is a refusal, not a crash, while a SIGBUS that is not
+ * ours still ends the process.
+ */
+import assert from "node:assert/strict";
+import { spawnSync } from "node:child_process";
+import { createHash } from "node:crypto";
+import { closeSync, openSync, readFileSync, truncateSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { test } from "node:test";
+import { digestTree } from "../src/index.js";
+import { largeFilesReadInline, largeFilesReadMapped } from "../src/retention/digest/file-reader.js";
+import { nativeReads, nativeReadsAvailable, setNativeReads, type NativeAddon } from "../src/retention/digest/native-reads.js";
+import { acquireWorker, releaseWorker } from "../src/retention/parallel/pool.js";
+import { patterned, refusedAsChanged, tempDir, treeOfFiles } from "./helpers.js";
+
+const EFAULT = 14;
+const MiB = 1 << 20;
+
+function addon(): NativeAddon {
+  assert.ok(nativeReadsAvailable(), "the addon is built (npm run build)");
+  const native = nativeReads();
+  assert.ok(native !== null);
+  return native;
+}
+
+function stream(native: NativeAddon) {
+  const hash = native.createHash();
+  assert.ok(hash !== null, "this node exports its OpenSSL's EVP functions");
+  return hash;
+}
+
+/** The digest of a tree with every core free to copy (no lane held): the ring or the overlapped read, never a mapping. */
+const besideALane = async <T>(body: () => Promise<T>): Promise<T> => {
+  const worker = acquireWorker();
+  try {
+    return await body();
+  } finally {
+    await releaseWorker(worker);
+  }
+};
+
+test("the addon's SHA-256 streams give the digests of node:crypto, fed in any pieces, and a stream is done once digested", () => {
+  const native = addon();
+  const data = patterned(3 * MiB + 17, 7);
+  for (const cuts of [[], [0], [1, 64, 65, 4096], [MiB, 2 * MiB + 3]]) {
+    const hash = stream(native);
+    let from = 0;
+    for (const cut of [...cuts, data.length]) {
+      native.hashUpdate(hash, data.subarray(from, cut));
+      from = cut;
+    }
+    assert.ok(native.hashDigest(hash).equals(createHash("sha256").update(data).digest()), `cut at ${cuts.join(",")}`);
+    assert.throws(() => native.hashDigest(hash), /done/);
+    assert.throws(() => native.hashUpdate(hash, data), /done/);
+  }
+});
+
+test("hashMapped feeds exactly the bytes of the range asked for, from any offset, to every stream given", () => {
+  const native = addon();
+  const file = join(tempDir("oats-mapped-"), "data.bin");
+  const data = patterned(5 * MiB + 1234, 11);
+  writeFileSync(file, data);
+  const fd = openSync(file, "r");
+  try {
+    const mapping = native.mapFile(fd, data.length, true);
+    assert.notEqual(typeof mapping, "number");
+    if (typeof mapping === "number") return;
+    for (const [position, length] of [[0, data.length], [4096, MiB], [1000, 3 * MiB + 5], [data.length - 1, 1]] as const) {
+      const first = stream(native);
+      const second = stream(native);
+      native.hashUpdate(second, Buffer.from("prefix"));
+      assert.equal(native.hashMapped([first, second], mapping, position, length), 0);
+      const expected = data.subarray(position, position + length);
+      assert.ok(native.hashDigest(first).equals(createHash("sha256").update(expected).digest()), `${position}+${length}`);
+      assert.ok(native.hashDigest(second).equals(createHash("sha256").update("prefix").update(expected).digest()), `${position}+${length}, second stream`);
+    }
+    assert.throws(() => native.hashMapped([stream(native)], mapping, data.length - 10, 11), RangeError);
+    native.unmapFile(mapping);
+    assert.throws(() => native.hashMapped([stream(native)], mapping, 0, 1), RangeError, "unmapped: refused, never a read of freed memory");
+  } finally {
+    closeSync(fd);
+  }
+});
+
+test("a file shorter than its mapping: -EFAULT from mapFile when faulted in, and from hashMapped (a SIGBUS caught) when not; the process lives on", () => {
+  const native = addon();
+  const file = join(tempDir("oats-mapped-short-"), "data.bin");
+  const data = patterned(8 * MiB, 13);
+  writeFileSync(file, data);
+  const fd = openSync(file, "r");
+  try {
+    truncateSync(file, MiB + 100);
+    assert.equal(native.mapFile(fd, data.length, true), -EFAULT);
+    const mapping = native.mapFile(fd, data.length, false);
+    assert.notEqual(typeof mapping, "number");
+    if (typeof mapping === "number") return;
+    const whole = stream(native);
+    assert.equal(native.hashMapped([whole], mapping, 0, MiB), 0, "the part still there is read");
+    assert.ok(native.hashDigest(whole).equals(createHash("sha256").update(data.subarray(0, MiB)).digest()));
+    assert.equal(native.hashMapped([stream(native)], mapping, 4 * MiB, MiB), -EFAULT, "past the end: the fault is caught");
+    assert.equal(native.hashMapped([stream(native)], mapping, 0, 3 * MiB), -EFAULT, "across the end");
+    // Caught again and again: the handler stays, and the signal is not left blocked.
+    assert.equal(native.hashMapped([stream(native)], mapping, 2 * MiB, 4096), -EFAULT);
+    native.unmapFile(mapping);
+  } finally {
+    closeSync(fd);
+  }
+});
+
+test("a SIGBUS that is not a mapped hash's still ends the process, as if the handler were not there", () => {
+  addon();
+  const file = join(tempDir("oats-mapped-signal-"), "data.bin");
+  writeFileSync(file, patterned(64 * 1024, 17));
+  // The handler is installed by the first mapFile; then a SIGBUS from outside any hashMapped.
+  const script = `
+    const native = require(${JSON.stringify(join(process.cwd(), "dist", "native", "oats.node"))});
+    const fd = require("node:fs").openSync(${JSON.stringify(file)}, "r");
+    const mapping = native.mapFile(fd, 65536, true);
+    if (typeof mapping === "number") process.exit(3);
+    process.kill(process.pid, "SIGBUS");
+    setTimeout(() => process.exit(0), 2000);
+  `;
+  const child = spawnSync(process.execPath, ["-e", script], { encoding: "utf8", timeout: 30_000 });
+  assert.equal(child.status, null, `exit ${child.status}: ${child.stderr}`);
+  assert.equal(child.signal, "SIGBUS");
+});
+
+test("beside a worker lane a large file's rest is hashed from a mapping, to the digest every other read gives", async () => {
+  addon();
+  const root = await treeOfFiles("oats-mapped-tree-", {
+    "a.bin": patterned(6 * MiB + 3, 19),
+    "b/c.bin": patterned(2 * MiB + 256 * 1024, 23),
+    "small.txt": Buffer.from("small\n"),
+    // Under MAPPED_MIN_REST past its head: read inline, a mapping would cost more than the copy.
+    "d.bin": patterned(MiB, 29),
+  });
+  const alone = await digestTree(root, ["oats.tree-exec.v1", "oats.package-payload-exec.v1"]);
+  const mappedBefore = largeFilesReadMapped();
+  const inlineBefore = largeFilesReadInline();
+  const beside = await besideALane(() => digestTree(root, ["oats.tree-exec.v1", "oats.package-payload-exec.v1"]));
+  assert.equal(largeFilesReadMapped(), mappedBefore + 2, "a.bin and b/c.bin from their mappings");
+  assert.equal(largeFilesReadInline(), inlineBefore + 1, "d.bin inline");
+  assert.deepEqual(beside, alone);
+  setNativeReads(false);
+  try {
+    const plain = await besideALane(() => digestTree(root, ["oats.tree-exec.v1", "oats.package-payload-exec.v1"]));
+    assert.equal(largeFilesReadMapped(), mappedBefore + 2, "without the addon: read, never mapped");
+    assert.deepEqual(plain, alone);
+  } finally {
+    setNativeReads(true);
+  }
+  assert.ok(readFileSync(join(root, "small.txt")).equals(Buffer.from("small\n")));
+});
+
+test("a file truncated while its mapping is hashed is refused as changed, and the process goes on", async () => {
+  addon();
+  const root = await treeOfFiles("oats-mapped-shrink-", { "big.bin": patterned(24 * MiB, 31) });
+  let truncated = false;
+  const mappedBefore = largeFilesReadMapped();
+  await refusedAsChanged(
+    besideALane(() =>
+      digestTree(root, ["oats.tree-exec.v1"], {
+        // Progress is told from inside the hashing, every 4 MiB: the file shrinks between two pieces of its mapping.
+        onProgress: (event) => {
+          if (!truncated && event.bytes >= 4 * MiB) {
+            truncated = true;
+            truncateSync(join(root, "big.bin"), 5 * MiB);
+          }
+        },
+      }),
+    ),
+    "big.bin",
+  );
+  assert.ok(truncated);
+  assert.equal(largeFilesReadMapped(), mappedBefore + 1, "the mapped read was the one refused");
+});
