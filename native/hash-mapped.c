@@ -13,7 +13,8 @@
  *
  * mapFile maps the first `length` bytes of the open file `fd` read-only and,
  * with `populate`, faults them in (MADV_POPULATE_READ): the mapping, or
- * -errno, mmap's own (the file cannot be mapped) or -EFAULT (the file is
+ * -errno, mmap's own (the file cannot be mapped), -ENOSYS (our SIGBUS
+ * handler is not, or no longer, the process's) or -EFAULT (the file is
  * shorter than `length`). hashMapped feeds bytes [position, position +
  * length) of a mapping to every stream of `hashes` (an array, in order) and
  * returns 0, or -EFAULT when the file shrank under the mapping (SIGBUS);
@@ -197,6 +198,17 @@ static void on_bus(int signal_number, siginfo_t *info, void *context) {
   raise(signal_number);
 }
 
+/*
+ * False once someone replaced our handler (a `process.on("SIGBUS")` in the
+ * application: libuv's then runs first, and a fault in a mapping would
+ * return into the faulting load for ever): no file is mapped then, the
+ * caller reads it instead.
+ */
+static bool handler_still_ours(void) {
+  struct sigaction current;
+  return sigaction(SIGBUS, NULL, &current) == 0 && (current.sa_flags & SA_SIGINFO) && current.sa_sigaction == on_bus;
+}
+
 static void install_handler(void) {
   struct sigaction action;
   memset(&action, 0, sizeof action);
@@ -256,7 +268,7 @@ napi_value map_file(napi_env env, napi_callback_info info) {
   }
   napi_value result;
   pthread_once(&handler_once, install_handler);
-  int status = handler_installed ? 0 : -ENOSYS;
+  int status = handler_installed && handler_still_ours() ? 0 : -ENOSYS;
   unsigned char *memory = status == 0 ? mmap(NULL, (size_t)length, PROT_READ, MAP_SHARED, fd, 0) : MAP_FAILED;
   if (status == 0 && memory == MAP_FAILED) status = -errno;
   if (status == 0 && populate && madvise(memory, (size_t)length, MADV_POPULATE_READ) != 0 && errno == EFAULT) status = -EFAULT;

@@ -130,6 +130,23 @@ test("a SIGBUS that is not a mapped hash's still ends the process, as if the han
   assert.equal(child.signal, "SIGBUS");
 });
 
+test("once the application handles SIGBUS itself (process.on), no file is mapped (-ENOSYS): a fault could not be caught; the reader reads instead", () => {
+  addon();
+  const file = join(tempDir("oats-mapped-taken-"), "data.bin");
+  writeFileSync(file, patterned(64 * 1024, 37));
+  const script = `
+    const native = require(${JSON.stringify(join(process.cwd(), "dist", "native", "oats.node"))});
+    const fd = require("node:fs").openSync(${JSON.stringify(file)}, "r");
+    const before = native.mapFile(fd, 65536, true);
+    process.on("SIGBUS", () => {});
+    const after = native.mapFile(fd, 65536, true);
+    console.log(JSON.stringify([typeof before, after]));
+  `;
+  const child = spawnSync(process.execPath, ["-e", script], { encoding: "utf8", timeout: 30_000 });
+  assert.equal(child.status, 0, child.stderr);
+  assert.deepEqual(JSON.parse(child.stdout), ["object", -38]);
+});
+
 test("beside a worker lane a large file's rest is hashed from a mapping, to the digest every other read gives", async () => {
   addon();
   const root = await treeOfFiles("oats-mapped-tree-", {
