@@ -88,10 +88,25 @@ static void find_evp(void) {
   evp_found = evp.ctx_new && evp.ctx_free && evp.sha256 && evp.init && evp.update && evp.final;
 }
 
+/* Each handle's first field: an external handed back as the other kind is refused, never read as it. */
+enum { HASH_KIND = 0x68617368, MAPPING_KIND = 0x6d617070 };
+
 struct hash {
+  uint32_t kind;
   EVP_MD_CTX *ctx;
   bool done;
 };
+
+/* The handle of `kind` that `value` holds; else a TypeError saying `message`, and NULL. */
+static void *external_of(napi_env env, napi_value value, uint32_t kind, const char *message) {
+  void *data = NULL;
+  napi_valuetype type;
+  if (napi_typeof(env, value, &type) != napi_ok || type != napi_external || napi_get_value_external(env, value, &data) != napi_ok || data == NULL || *(uint32_t *)data != kind) {
+    napi_throw_type_error(env, NULL, message);
+    return NULL;
+  }
+  return data;
+}
 
 static void free_hash(napi_env env, void *data, void *hint) {
   (void)env;
@@ -106,6 +121,7 @@ napi_value create_hash(napi_env env, napi_callback_info info) {
   napi_value result;
   pthread_once(&evp_once, find_evp);
   struct hash *hash = evp_found ? calloc(1, sizeof *hash) : NULL;
+  if (hash != NULL) hash->kind = HASH_KIND;
   if (hash != NULL && ((hash->ctx = evp.ctx_new()) == NULL || evp.init(hash->ctx, evp.sha256(), NULL) != 1)) {
     if (hash->ctx != NULL) evp.ctx_free(hash->ctx);
     free(hash);
@@ -120,13 +136,8 @@ napi_value create_hash(napi_env env, napi_callback_info info) {
 }
 
 static struct hash *hash_of(napi_env env, napi_value value) {
-  void *data = NULL;
-  napi_valuetype type;
-  if (napi_typeof(env, value, &type) != napi_ok || type != napi_external || napi_get_value_external(env, value, &data) != napi_ok || data == NULL) {
-    napi_throw_type_error(env, NULL, "not a hash");
-    return NULL;
-  }
-  struct hash *hash = data;
+  struct hash *hash = external_of(env, value, HASH_KIND, "not a hash");
+  if (hash == NULL) return NULL;
   if (hash->done) {
     napi_throw_error(env, NULL, "the hash is done");
     return NULL;
@@ -229,6 +240,7 @@ static void feed_mapped(struct hash **hashes, uint32_t count, const unsigned cha
 }
 
 struct mapping {
+  uint32_t kind;
   unsigned char *memory;
   size_t length;
 };
@@ -246,13 +258,7 @@ static void free_mapping(napi_env env, void *data, void *hint) {
 }
 
 static struct mapping *mapping_of(napi_env env, napi_value value) {
-  void *data = NULL;
-  napi_valuetype type;
-  if (napi_typeof(env, value, &type) != napi_ok || type != napi_external || napi_get_value_external(env, value, &data) != napi_ok || data == NULL) {
-    napi_throw_type_error(env, NULL, "not a mapping");
-    return NULL;
-  }
-  return data;
+  return external_of(env, value, MAPPING_KIND, "not a mapping");
 }
 
 napi_value map_file(napi_env env, napi_callback_info info) {
@@ -278,6 +284,7 @@ napi_value map_file(napi_env env, napi_callback_info info) {
     if (memory != MAP_FAILED) munmap(memory, (size_t)length);
     return napi_create_int32(env, status, &result) == napi_ok ? result : NULL;
   }
+  mapping->kind = MAPPING_KIND;
   mapping->memory = memory;
   mapping->length = (size_t)length;
   if (napi_create_external(env, mapping, free_mapping, NULL, &result) != napi_ok) {

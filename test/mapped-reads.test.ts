@@ -80,6 +80,10 @@ test("hashMapped feeds exactly the bytes of the range asked for, from any offset
       assert.ok(native.hashDigest(second).equals(createHash("sha256").update("prefix").update(expected).digest()), `${position}+${length}, second stream`);
     }
     assert.throws(() => native.hashMapped([stream(native)], mapping, data.length - 10, 11), RangeError);
+    // A handle of the other kind is refused, never read as the one expected.
+    assert.throws(() => native.hashMapped([mapping as never], mapping, 0, 1), /not a hash/);
+    assert.throws(() => native.hashMapped([stream(native)], stream(native) as never, 0, 1), /not a mapping/);
+    assert.throws(() => native.hashUpdate(mapping as never, data), /not a hash/);
     native.unmapFile(mapping);
     assert.throws(() => native.hashMapped([stream(native)], mapping, 0, 1), RangeError, "unmapped: refused, never a read of freed memory");
   } finally {
