@@ -15,6 +15,7 @@ import { test } from "node:test";
 import { digestTree } from "../src/index.js";
 import { largeFilesReadInline, largeFilesReadMapped } from "../src/retention/digest/file-reader.js";
 import { nativeReads, nativeReadsAvailable, setNativeReads, type NativeAddon } from "../src/retention/digest/native-reads.js";
+import { faultError } from "../src/retention/digest/mapped-reads.js";
 import { acquireWorker, releaseWorker } from "../src/retention/parallel/pool.js";
 import { patterned, refusedAsChanged, tempDir, treeOfFiles } from "./helpers.js";
 
@@ -199,4 +200,14 @@ test("a file truncated while its mapping is hashed is refused as changed, and th
   );
   assert.ok(truncated);
   assert.equal(largeFilesReadMapped(), mappedBefore + 1, "the mapped read was the one refused");
+});
+
+test("a fault in a mapping is a change when the file is now shorter, and otherwise the read error it stands for (EIO), never a change", () => {
+  const shrank = faultError("a/big.bin", 8 * MiB, 5 * MiB);
+  assert.equal(shrank.code, "invalid-artifact");
+  assert.equal(shrank.details.reason, "changed-while-reading");
+  const failed = faultError("a/big.bin", 8 * MiB, 8 * MiB);
+  assert.equal(failed.code, "internal-error");
+  assert.equal(failed.details.errno, "EIO");
+  assert.equal(failed.details.path, "a/big.bin");
 });

@@ -1,3 +1,5 @@
+import { fstatSync } from "node:fs";
+import type { OatsError } from "../../errors.js";
 import type { FileConsumer } from "./file-reader.js";
 import { nativeError, nativeReads } from "./native-reads.js";
 import { finishSync, type OpenedFile } from "./opened-file.js";
@@ -25,6 +27,7 @@ export const MAPPED_MIN_REST = 2 << 20;
 /** mmap's refusals of a file it cannot map (a filesystem without mmap): read it instead, nothing was fed. */
 const NOT_MAPPABLE = new Set([19 /* ENODEV */, 22 /* EINVAL */, 13 /* EACCES */, 38 /* ENOSYS */, 12 /* ENOMEM */]);
 const EFAULT = 14;
+const EIO = 5;
 const STEP_READ = 3;
 
 let readMapped = 0;
@@ -45,18 +48,14 @@ export async function consumeRestMapped(file: OpenedFile, size: number, consumer
   const mapping = native.mapFile(file.fd, size, true);
   if (typeof mapping === "number") {
     if (NOT_MAPPABLE.has(-mapping)) return false;
-    if (-mapping === EFAULT) throw changed(file.entry.path, "short read");
-    throw changedOrUnreadable(nativeError(-mapping, STEP_READ), file.entry.path);
+    throw failure(file, size, -mapping);
   }
   readMapped += 1;
   try {
     for (let position = file.head.length; position < size; ) {
       const length = Math.min(MAPPED_PIECE, size - position);
       const status = consumer.mapped(mapping, position, length);
-      if (status < 0) {
-        if (-status === EFAULT) throw changed(file.entry.path, "short read");
-        throw changedOrUnreadable(nativeError(-status, STEP_READ), file.entry.path);
-      }
+      if (status < 0) throw failure(file, size, -status);
       position += length;
       if (position < size) await new Promise((resolve) => setImmediate(resolve));
     }
@@ -65,4 +64,26 @@ export async function consumeRestMapped(file: OpenedFile, size: number, consumer
   }
   finishSync(file);
   return true;
+}
+
+/**
+ * A mapped read's failure as the refusal a read's would be. A fault
+ * (EFAULT, a SIGBUS caught) is what a file that shrank under its mapping
+ * gives, and also what a disk's read error gives there, where read(2)
+ * would say EIO: the file's size now tells which.
+ */
+function failure(file: OpenedFile, size: number, errno: number): OatsError {
+  if (errno !== EFAULT) return changedOrUnreadable(nativeError(errno, STEP_READ), file.entry.path);
+  let sizeNow: number;
+  try {
+    sizeNow = fstatSync(file.fd).size;
+  } catch (error) {
+    return changedOrUnreadable(error, file.entry.path);
+  }
+  return faultError(file.entry.path, size, sizeNow);
+}
+
+/** A fault in a mapping of `size` bytes of a file now `sizeNow` long: shorter, it changed; else the read failed (EIO). */
+export function faultError(path: string, size: number, sizeNow: number): OatsError {
+  return sizeNow < size ? changed(path, "short read") : changedOrUnreadable(nativeError(EIO, STEP_READ), path);
 }
