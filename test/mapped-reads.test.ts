@@ -9,7 +9,7 @@
 import assert from "node:assert/strict";
 import { spawnSync } from "node:child_process";
 import { createHash } from "node:crypto";
-import { closeSync, openSync, readFileSync, truncateSync, writeFileSync } from "node:fs";
+import { chmodSync, chownSync, closeSync, openSync, readFileSync, truncateSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { test } from "node:test";
 import { digestTree } from "../src/index.js";
@@ -200,6 +200,34 @@ test("a file truncated while its mapping is hashed is refused as changed, and th
   );
   assert.ok(truncated);
   assert.equal(largeFilesReadMapped(), mappedBefore + 1, "the mapped read was the one refused");
+});
+
+const IS_ROOT = process.getuid?.() === 0;
+const NOBODY = 65534;
+
+test("another local user (nobody, for real) who owns a source file and truncates it while its mapping is hashed gets a refusal, not a crash", { skip: IS_ROOT ? false : "needs root to run the attacker as nobody" }, async () => {
+  addon();
+  const root = await treeOfFiles("oats-mapped-attacker-", { "theirs.bin": patterned(24 * MiB, 41) });
+  const target = join(root, "theirs.bin");
+  chmodSync(root, 0o755);
+  chownSync(target, NOBODY, NOBODY);
+  let attacked: ReturnType<typeof spawnSync> | null = null;
+  const mappedBefore = largeFilesReadMapped();
+  await refusedAsChanged(
+    besideALane(() =>
+      digestTree(root, ["oats.tree-exec.v1"], {
+        onProgress: (event) => {
+          if (attacked === null && event.bytes >= 4 * MiB) {
+            attacked = spawnSync("truncate", ["-s", String(3 * MiB), target], { uid: NOBODY, gid: NOBODY, encoding: "utf8" });
+          }
+        },
+      }),
+    ),
+    "theirs.bin",
+  );
+  assert.ok(attacked !== null);
+  assert.equal((attacked as ReturnType<typeof spawnSync>).status, 0, String((attacked as ReturnType<typeof spawnSync>).stderr));
+  assert.equal(largeFilesReadMapped(), mappedBefore + 1);
 });
 
 test("a fault in a mapping is a change when the file is now shorter, and otherwise the read error it stands for (EIO), never a change", () => {
