@@ -152,6 +152,31 @@ test("once the application handles SIGBUS itself (process.on), no file is mapped
   assert.deepEqual(JSON.parse(child.stdout), ["object", -38]);
 });
 
+test("a pass in an application that took SIGBUS for itself after the addon's first mapping reads its large files instead of mapping them, to the same digest", async () => {
+  addon();
+  const root = await treeOfFiles("oats-mapped-fallback-", { "a.bin": patterned(6 * MiB + 3, 43), "small.txt": Buffer.from("small\n") });
+  const src = (path: string) => JSON.stringify(new URL(`../src/${path}`, import.meta.url).href);
+  // A handler installed before the addon's is the one the addon hands other signals to (ours stays in front): mapping goes on.
+  const script = `
+    const { digestTree } = await import(${src("index.ts")});
+    const { largeFilesReadInline, largeFilesReadMapped } = await import(${src("retention/digest/file-reader.ts")});
+    const { acquireWorker, releaseWorker } = await import(${src("retention/parallel/pool.ts")});
+    const worker = acquireWorker();
+    try {
+      const before = await digestTree(${JSON.stringify(root)});
+      const mappedBefore = largeFilesReadMapped();
+      process.on("SIGBUS", () => {});
+      const digests = await digestTree(${JSON.stringify(root)});
+      console.log(JSON.stringify({ same: JSON.stringify(before) === JSON.stringify(digests), digests, mappedBefore, mapped: largeFilesReadMapped(), inline: largeFilesReadInline() }));
+    } finally {
+      await releaseWorker(worker);
+    }`;
+  const child = spawnSync(process.execPath, ["--import", "tsx", "--input-type=module", "-e", script], { encoding: "utf8", timeout: 60_000, killSignal: "SIGKILL" });
+  assert.equal(child.status, 0, child.stderr);
+  const seen = JSON.parse(child.stdout) as unknown;
+  assert.deepEqual(seen, { same: true, digests: await digestTree(root), mappedBefore: 1, mapped: 1, inline: 1 });
+});
+
 test("beside a worker lane a large file's rest is hashed from a mapping, to the digest every other read gives", async () => {
   addon();
   const root = await treeOfFiles("oats-mapped-tree-", {

@@ -17,7 +17,10 @@ import { changed, changedOrUnreadable } from "./walk.js";
  * Every byte is still read and hashed, from the same open descriptor, in
  * order, and the file is fstat'd again after its last piece: the checks of
  * the inline read. A file that shrinks under the mapping faults (SIGBUS),
- * which the addon turns into -EFAULT here: a refusal, as a short read is.
+ * which the addon turns into -EFAULT here: a refusal, as a short read is
+ * (or the read error it stands for, when the file did not shrink: failure()).
+ * A file the addon will not map (mmap refuses it, or the application has
+ * taken SIGBUS for itself) is read instead.
  */
 
 /** Hashed per call, the event loop yielded to between calls (about 0.6 ms of SHA-256 here, as the inline read's). */

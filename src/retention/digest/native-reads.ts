@@ -5,9 +5,10 @@ import { getSystemErrorName } from "node:util";
  * The addon built from native/*.c (dist/native/oats.node), when the build
  * could compile it: the small-file reads of native/read-small.c, up to
  * 128 files per call, the directory calls of the walk
- * (native/directories.c, native-directories.ts) and the read-ahead threads
+ * (native/directories.c, native-directories.ts), the read-ahead threads
  * of native/prefetch.c and native/warm-directories.c (prefetch.ts says why
- * those).
+ * those), the ring of native/read-ring.c (read-ring.ts) and the SHA-256
+ * streams and file mappings of native/hash-mapped.c (mapped-reads.ts).
  *
  * Why: a 2 KiB file costs five system calls, and from JavaScript each is a
  * binding call that allocates (a /proc/<pid>/fd/<dir>/<name> string whose
@@ -76,8 +77,9 @@ export interface NativeAddon {
   /** The 32-byte digest; the stream is done (a later call on it throws). */
   hashDigest(hash: NativeHash): Buffer;
   /**
-   * The whole of `fd` (`length` bytes from its start) mapped read-only: the mapping, or -errno (mmap's; -EFAULT:
-   * the file is shorter than `length`, found by faulting it in with `populate`, which only tests turn off).
+   * The whole of `fd` (`length` bytes from its start) mapped read-only: the mapping, or -errno (mmap's; -ENOSYS:
+   * the process's SIGBUS handler is not the addon's; -EFAULT: the file is shorter than `length`, found by faulting it
+   * in with `populate`, which only tests turn off).
    */
   mapFile(fd: number, length: number, populate: boolean): NativeMapping | number;
   /** Unmaps now (the collector would, later); hashMapped on it then throws. */
