@@ -26,12 +26,6 @@ static const struct {
     {"ringRead", ring_read},
     {"ringNext", ring_next},
     {"ringStop", ring_stop},
-    {"createHash", create_hash},
-    {"hashUpdate", hash_update},
-    {"hashDigest", hash_digest},
-    {"hashMapped", hash_mapped},
-    {"mapFile", map_file},
-    {"unmapFile", unmap_file},
 };
 
 NAPI_MODULE_INIT() {

@@ -40,14 +40,6 @@ napi_value ring_read(napi_env env, napi_callback_info info);
 napi_value ring_next(napi_env env, napi_callback_info info);
 napi_value ring_stop(napi_env env, napi_callback_info info);
 
-/* hash-mapped.c */
-napi_value create_hash(napi_env env, napi_callback_info info);
-napi_value hash_update(napi_env env, napi_callback_info info);
-napi_value hash_digest(napi_env env, napi_callback_info info);
-napi_value hash_mapped(napi_env env, napi_callback_info info);
-napi_value map_file(napi_env env, napi_callback_info info);
-napi_value unmap_file(napi_env env, napi_callback_info info);
-
 /* threads.c: the handles of both */
 napi_value stop_threads(napi_env env, napi_callback_info info);
 napi_value threads_running(napi_env env, napi_callback_info info);

@@ -3,7 +3,7 @@ import { appendFileSync, readFileSync, truncateSync } from "node:fs";
 import { join } from "node:path";
 import { afterEach, test } from "node:test";
 import { digestTree } from "../src/index.js";
-import { CHUNK_SIZE, INLINE_CHUNK_SIZE, SMALL_FILE_SIZE, largeFilesReadByRing, largeFilesReadInline, largeFilesReadMapped, readLeavesInOrder, type FileConsumer } from "../src/retention/digest/file-reader.js";
+import { CHUNK_SIZE, INLINE_CHUNK_SIZE, SMALL_FILE_SIZE, largeFilesReadByRing, largeFilesReadInline, readLeavesInOrder, type FileConsumer } from "../src/retention/digest/file-reader.js";
 import { nativeReadsAvailable } from "../src/retention/digest/native-reads.js";
 import { setReadHook } from "../src/retention/digest/read-hook.js";
 import { walkTree, type FileEntry } from "../src/retention/digest/walk.js";
@@ -96,9 +96,6 @@ test("Given a tree digested alone (a core free), Then its large files are read b
   const ring = nativeReadsAvailable() ? 1 : 0;
   const start = largeFilesReadInline();
   const startRing = largeFilesReadByRing();
-  // Beside a lane, with the addon, the rest of a large file is hashed from a mapping (mapped-reads.test.ts): inline without it.
-  const mapped = ring;
-  const startMapped = largeFilesReadMapped();
   const warm = await digestTree(root);
   assert.equal(largeFilesReadInline(), start + 1 - ring, "alone, warm: not overlapped (the copy out of the cache is a core's work)");
   assert.equal(largeFilesReadByRing(), startRing + ring, "alone, warm: by the ring when there is one");
@@ -112,11 +109,9 @@ test("Given a tree digested alone (a core free), Then its large files are read b
     assert.equal(workersHeld() > 0, true);
     dropFromCache(join(root, "a.bin"));
     beside = await digestTree(root);
-    assert.equal(largeFilesReadInline(), start + 2 - ring - mapped, "beside a lane: inline (or mapped), cold or not");
-    assert.equal(largeFilesReadMapped(), startMapped + mapped);
+    assert.equal(largeFilesReadInline(), start + 2 - ring, "beside a lane: inline, cold or not");
     await digestTree(root);
-    assert.equal(largeFilesReadInline(), start + 3 - ring - 2 * mapped, "beside a lane, warm: inline (or mapped), never the ring's second core");
-    assert.equal(largeFilesReadMapped(), startMapped + 2 * mapped);
+    assert.equal(largeFilesReadInline(), start + 3 - ring, "beside a lane, warm: inline, never the ring's second core");
     assert.equal(largeFilesReadByRing(), startRing + ring);
   } finally {
     await releaseWorker(worker);
@@ -124,8 +119,7 @@ test("Given a tree digested alone (a core free), Then its large files are read b
   assert.deepEqual(cold, warm);
   assert.deepEqual(beside, warm);
   await digestTree(root);
-  assert.equal(largeFilesReadInline() + largeFilesReadByRing() + largeFilesReadMapped(), start + startRing + startMapped + 4, "released and warm: beside the hash again");
-  assert.equal(largeFilesReadMapped(), startMapped + 2 * mapped, "released: never mapped, a core is free to copy");
+  assert.equal(largeFilesReadInline() + largeFilesReadByRing(), start + startRing + 4, "released and warm: beside the hash again");
   assert.equal(largeFilesReadByRing(), startRing + 2 * ring);
   assert.ok(readFileSync(join(root, "b.txt")).equals(Buffer.from("small\n")));
 });

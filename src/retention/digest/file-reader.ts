@@ -3,17 +3,15 @@ import { OatsError } from "../../errors.js";
 import { afterRead } from "./read-hook.js";
 import { PassBlockReads } from "./block-reads.js";
 import { DirectoryCursor } from "./directory-cursor.js";
-import { nativeReads, type NativeMapping } from "./native-reads.js";
+import { nativeReads } from "./native-reads.js";
 import { consumeNativeRun } from "./native-runs.js";
 import { OPEN_FLAGS, SMALL_FILE_SIZE, closeAsync, consumeRest, consumeRestInline, difference, finishAsync, giveChunk, openHeadAsync, openSmallOrHeadSync, readFullySync, takeChunk, type OpenedFile } from "./opened-file.js";
 import { RING_MIN_REST, consumeRestByRing } from "./read-ring.js";
-import { MAPPED_MIN_REST, consumeRestMapped } from "./mapped-reads.js";
 import { prefetchMode, startPrefetch, worthPrefetching, type Prefetcher } from "./prefetch.js";
 import { DIRECTORY_FDS, changed, changedOrUnreadable, type FileEntry, type LeafEntry, type SymlinkEntry } from "./walk.js";
 
 export { CHUNK_SIZE, INLINE_CHUNK_SIZE, SMALL_FILE_SIZE, chunkBuffersAllocated, largeFilesReadInline } from "./opened-file.js";
 export { largeFilesReadByRing } from "./read-ring.js";
-export { largeFilesReadMapped } from "./mapped-reads.js";
 
 /**
  * Streams the leaves of a tree to a consumer in a fixed order.
@@ -81,13 +79,6 @@ export interface FileConsumer {
   end(entry: FileEntry, info: FileInfo): void | Promise<void>;
   /** Symlinks arrive in their place in the order, between files. */
   symlink(entry: SymlinkEntry): void | Promise<void>;
-  /**
-   * Optional, for a pure hash: take bytes [position, position + length) of
-   * the file straight from its mapping (mapped-reads.ts), in place of
-   * chunk() calls with them; 0, or -errno (hashMapped's). Used only for the
-   * rest of a large file read inline.
-   */
-  mapped?(mapping: NativeMapping, position: number, length: number): number;
 }
 
 export interface ReadOptions {
@@ -296,11 +287,7 @@ export async function readLeavesInOrder(leaves: readonly LeafEntry[], consumer: 
         }
         if (file.head.length < size) {
           if (overlap) await consumeRest(file, size, consumer);
-          else if (byRing && size - file.head.length >= RING_MIN_REST && (await consumeRestByRing(file, size, consumer))) {
-            // read by the ring's thread
-          } else if (inline && consumer.mapped && size - file.head.length >= MAPPED_MIN_REST && (await consumeRestMapped(file, size, consumer as Required<Pick<FileConsumer, "mapped">>))) {
-            // hashed from a mapping
-          } else await consumeRestInline(file, size, consumer, scratch);
+          else if (!(byRing && size - file.head.length >= RING_MIN_REST && (await consumeRestByRing(file, size, consumer)))) await consumeRestInline(file, size, consumer, scratch);
         }
         if (!file.closed) await finishAsync(file);
         pending = consumer.end(file.entry, info);

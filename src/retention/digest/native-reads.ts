@@ -7,8 +7,7 @@ import { getSystemErrorName } from "node:util";
  * 128 files per call, the directory calls of the walk
  * (native/directories.c, native-directories.ts), the read-ahead threads
  * of native/prefetch.c and native/warm-directories.c (prefetch.ts says why
- * those), the ring of native/read-ring.c (read-ring.ts) and the SHA-256
- * streams and file mappings of native/hash-mapped.c (mapped-reads.ts).
+ * those) and the ring of native/read-ring.c (read-ring.ts).
  *
  * Why: a 2 KiB file costs five system calls, and from JavaScript each is a
  * binding call that allocates (a /proc/<pid>/fd/<dir>/<name> string whose
@@ -27,12 +26,6 @@ import { getSystemErrorName } from "node:util";
 
 /** Running read-ahead threads (native/prefetch.c, native/warm-directories.c). */
 export type NativeThreads = { readonly __nativeThreads: unique symbol };
-
-/** A SHA-256 stream of Node's OpenSSL, owned by the addon (native/hash-mapped.c). */
-export type NativeHash = { readonly __nativeHash: unique symbol };
-
-/** A file mapped read-only (native/hash-mapped.c). */
-export type NativeMapping = { readonly __nativeMapping: unique symbol };
 
 /** A reader thread's ring of slots (native/read-ring.c). */
 export type NativeRing = { readonly __nativeRing: unique symbol };
@@ -71,24 +64,9 @@ export interface NativeAddon {
   ringNext(ring: NativeRing): number;
   /** Ends the read and waits for its thread: false if it did not end in time (it is then still reading). */
   ringStop(ring: NativeRing): boolean;
-  /** A new SHA-256 stream; null when this node's OpenSSL cannot be reached. */
-  createHash(): NativeHash | null;
-  hashUpdate(hash: NativeHash, bytes: Uint8Array): void;
-  /** The 32-byte digest; the stream is done (a later call on it throws). */
-  hashDigest(hash: NativeHash): Buffer;
-  /**
-   * The whole of `fd` (`length` bytes from its start) mapped read-only: the mapping, or -errno (mmap's; -ENOSYS:
-   * the process's SIGBUS handler is not the addon's; -EFAULT: the file is shorter than `length`, found by faulting it
-   * in with `populate`, which only tests turn off).
-   */
-  mapFile(fd: number, length: number, populate: boolean): NativeMapping | number;
-  /** Unmaps now (the collector would, later); hashMapped on it then throws. */
-  unmapFile(mapping: NativeMapping): void;
-  /** Feeds bytes [position, position + length) of the mapping to every stream of `hashes`: 0, or -EFAULT when the file ended before them (SIGBUS; the streams then hold part of them). */
-  hashMapped(hashes: NativeHash[], mapping: NativeMapping, position: number, length: number): number;
 }
 
-const FUNCTIONS = ["readSmallFiles", "smallReadsBlockReads", "threadBlockReads", "openDirectoryAt", "closeDirectory", "listDirectory", "startPrefetch", "advancePrefetch", "warmDirectories", "stopThreads", "threadsRunning", "createRing", "ringMemory", "ringRead", "ringNext", "ringStop", "createHash", "hashUpdate", "hashDigest", "hashMapped", "mapFile", "unmapFile"] as const;
+const FUNCTIONS = ["readSmallFiles", "smallReadsBlockReads", "threadBlockReads", "openDirectoryAt", "closeDirectory", "listDirectory", "startPrefetch", "advancePrefetch", "warmDirectories", "stopThreads", "threadsRunning", "createRing", "ringMemory", "ringRead", "ringNext", "ringStop"] as const;
 
 /** Four doubles a file: status, offset (or step, or what changed), size, mode. */
 export const META_FIELDS = 4;

@@ -5,7 +5,6 @@ import { OatsError, errnoCode } from "../../errors.js";
 import type { TreeFormat } from "../integrity.js";
 import { packagePayloadExecFraming, treeExecFraming } from "./exec.js";
 import { readLeavesInOrder, type FileConsumer, type FileInfo } from "./file-reader.js";
-import { nativeReads, type NativeAddon, type NativeHash, type NativeMapping } from "./native-reads.js";
 import type { TreeFraming } from "./framing.js";
 import { EMIT_EVERY_BYTES, EMIT_EVERY_FILES, throwIfAborted, type ProgressListener, type ProgressPhase } from "../progress.js";
 import { treeLegacyFraming } from "./legacy.js";
@@ -50,26 +49,11 @@ const HEAD_BYTES = 18;
  * their order are exactly those fed, so the digest is the same.
  */
 class FramedHash {
-  private readonly hash: Hash | null;
+  private readonly hash: Hash = createHash("sha256");
   private readonly gathered = Buffer.allocUnsafe(GATHER_SIZE);
   private used = 0;
-  /**
-   * `native`: the stream is the addon's (native/hash-mapped.c), so that the
-   * rest of a large file can be fed to it from a mapping (mapped()); the
-   * same SHA-256 of the same bytes, in the same order.
-   */
-  constructor(
-    readonly framing: TreeFraming,
-    private readonly native: { readonly addon: NativeAddon; readonly stream: NativeHash } | null = null,
-  ) {
-    this.hash = native ? null : createHash("sha256");
+  constructor(readonly framing: TreeFraming) {
     this.feed(framing.header());
-  }
-  /** The addon's stream, everything fed so far already in it; null for a JavaScript hash. */
-  mappedStream(): NativeHash | null {
-    if (!this.native) return null;
-    this.flush();
-    return this.native.stream;
   }
   /** A file's record head: written straight into the gathered bytes where the framing can, else fed as its buffers. */
   fileHead(path: string, mode: number, size: number): void {
@@ -94,25 +78,21 @@ class FramedHash {
   update(data: Buffer): void {
     if (data.length >= GATHER_BELOW) {
       this.flush();
-      this.hashBytes(data);
+      this.hash.update(data);
       return;
     }
     if (this.used + data.length > GATHER_SIZE) this.flush();
     this.gathered.set(data, this.used);
     this.used += data.length;
   }
-  private hashBytes(data: Buffer): void {
-    if (this.hash) this.hash.update(data);
-    else this.native!.addon.hashUpdate(this.native!.stream, data);
-  }
   private flush(): void {
     if (this.used === 0) return;
-    this.hashBytes(this.gathered.subarray(0, this.used));
+    this.hash.update(this.gathered.subarray(0, this.used));
     this.used = 0;
   }
   value(): string {
     this.flush();
-    return `sha256-${this.hash ? this.hash.digest("hex") : this.native!.addon.hashDigest(this.native!.stream).toString("hex")}`;
+    return `sha256-${this.hash.digest("hex")}`;
   }
 }
 
@@ -174,13 +154,7 @@ export async function digestListing(
   };
   if (onProgress) emit();
   for (const pass of passes) {
-    // A copy keeps its reads overlapped with its writes; a pure hash reads inline when the cores are taken, and while the cache is warm.
-    const inline = pass.sink ? false : coresBusy() ? true : "warm";
-    // Read inline, a pure hash takes the rest of a large file from a mapping (mapped-reads.ts): its streams are the addon's.
-    const addon = inline === true ? nativeReads() : null;
-    const streams = addon ? pass.framings.map(() => addon.createHash()) : [];
-    const native = addon !== null && streams.every((stream) => stream !== null) ? addon : null;
-    const hashes = pass.framings.map((framing, index) => new FramedHash(framing, native ? { addon: native, stream: streams[index]! } : null));
+    const hashes = pass.framings.map((framing) => new FramedHash(framing));
     // Which hashes take the current file; filtered per file only when some framing skips paths.
     const everyFile = hashes.every((hash) => hash.framing.includesAll);
     let active: FramedHash[] = hashes;
@@ -223,21 +197,8 @@ export async function digestListing(
         return sink?.symlink(entry);
       },
     };
-    if (native) {
-      consumer.mapped = (mapping: NativeMapping, position: number, length: number) => {
-        if (active.length === 0) {
-          bytesDone += length;
-          return 0;
-        }
-        const status = native.hashMapped(active.map((hash) => hash.mappedStream()!), mapping, position, length);
-        if (status === 0) {
-          bytesDone += length;
-          if (onProgress && bytesDone >= nextBytes) emit();
-        }
-        return status;
-      };
-    }
-    await readLeavesInOrder(pass.order, consumer, { inline, cold: listing.cold === true });
+    // A copy keeps its reads overlapped with its writes; a pure hash reads inline when the cores are taken, and while the cache is warm.
+    await readLeavesInOrder(pass.order, consumer, { inline: sink ? false : coresBusy() ? true : "warm", cold: listing.cold === true });
     for (const hash of hashes) digests[hash.framing.format] = hash.value();
   }
   if (onProgress) emit();
