@@ -5,6 +5,7 @@ import { createServer } from "node:net";
 import { join } from "node:path";
 import { pipeline } from "node:stream/promises";
 import { DIST, MiB, WORK, addRow, dataset, fmtMs, interleave, log, median, missingRow, removeTree, retainTree, run, settle, timeRow, warm, writeResolution } from "../lib.mjs";
+import { haveTool } from "../tools.mjs";
 
 // ---------------------------------------------------------------- 15. fleet: push and pull through a loopback registry
 
@@ -74,7 +75,8 @@ async function curlUpload(base, repository, file, digest) {
  */
 async function benchFleet() {
   console.error("\n[15] fleet: push and pull of 1 GiB of retained trees through a loopback docker-registry");
-  const binary = registryBinary();
+  // Installed as the other rows' tools are (apt-get, as root) when neither name is on the path.
+  const binary = registryBinary() ?? (haveTool("docker-registry", "docker-registry", "15") ? registryBinary() : null);
   if (!fleet || typeof fleet.pushToRegistry !== "function") {
     missingRow("15a", "fleet push/pull", "-", "the fleet library is not built");
     return;
