@@ -1,7 +1,8 @@
 /*
  * Hash the bench's 8 x 128 MiB data set (npm run bench makes it) in C, one
- * way per run (performance.md, "Large files hashed from a mapping: measured,
- * not kept"):
+ * way per run (performance.md, "Large files hashed from a mapping" in the
+ * eighteenth session, and "Issue 13: the nineteenth session", which removed
+ * the mapping):
  *
  *   cc -O2 bench/probes/mapped-hash.c -o /tmp/mapped-hash -lcrypto
  *   /tmp/mapped-hash read <KiB>                 pread pieces into one buffer, each hashed before the next

@@ -286,8 +286,10 @@ export async function readLeavesInOrder(leaves: readonly LeafEntry[], consumer: 
           if (pending) await pending;
         }
         if (file.head.length < size) {
+          const byRingThread = byRing && size - file.head.length >= RING_MIN_REST;
           if (overlap) await consumeRest(file, size, consumer);
-          else if (!(byRing && size - file.head.length >= RING_MIN_REST && (await consumeRestByRing(file, size, consumer)))) await consumeRestInline(file, size, consumer, scratch);
+          // The ring declines (false, nothing read) when it cannot take the file (no addon, this thread's ring in use): inline.
+          else if (!byRingThread || !(await consumeRestByRing(file, size, consumer))) await consumeRestInline(file, size, consumer, scratch);
         }
         if (!file.closed) await finishAsync(file);
         pending = consumer.end(file.entry, info);
