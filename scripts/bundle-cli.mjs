@@ -53,6 +53,11 @@ const sourceUrls = {
     b.onLoad({ filter: /\.(ts|mjs)$/ }, async (args) => {
       if (!args.path.startsWith(src + sep)) return undefined;
       let text = await readFile(args.path, "utf8");
+      // `createRequire(import.meta.url)("x")`, x a package or a builtin, is how the library loads a module only where it
+      // is used (proper-lockfile, child_process, worker_threads). As the bundle's own `require("x")` a package stays
+      // bundled, evaluated at that call and not when the bundle starts; a builtin stays node's, loaded there too. A
+      // relative path (the addon, native-reads.ts) is a file beside tsc's output and stays as it is.
+      text = text.replace(/createRequire\(import\.meta\.url\)\(("[^"./][^"]*")\)/g, "require($1)");
       if (text.includes("import.meta.url")) {
         const compiled = join(root, "dist", relative(src, args.path)).replace(/\.ts$/, ".js");
         const spelled = relative(outdir, compiled).split(sep).join("/");
@@ -65,6 +70,25 @@ const sourceUrls = {
       // properties of z (a test checks the locales stay out).
       text = text.replaceAll('import { z } from "zod";', 'import * as z from "zod";');
       return { contents: text, loader: args.path.endsWith(".ts") ? "ts" : "js" };
+    });
+  },
+};
+
+/**
+ * commander requires child_process when it loads, for the executable
+ * subcommands oats never uses: net, dgram and the rest came with it, about
+ * 5 ms of every start. Here it is loaded only by a spawn. The build fails if
+ * commander stops requiring it as expected, so an upgrade cannot quietly
+ * bring the load back.
+ */
+const CHILD_PROCESS_REQUIRE = "const childProcess = require('node:child_process');";
+const lazyChildProcess = {
+  name: "lazy-child-process",
+  setup(b) {
+    b.onLoad({ filter: /[\\/]node_modules[\\/]commander[\\/]lib[\\/]command\.js$/ }, async (args) => {
+      const text = await readFile(args.path, "utf8");
+      if (!text.includes(CHILD_PROCESS_REQUIRE)) throw new Error(`${args.path} no longer has ${CHILD_PROCESS_REQUIRE}: look again at lazyChildProcess`);
+      return { contents: text.replace(CHILD_PROCESS_REQUIRE, "const childProcess = { spawn: (...args) => require('node:child_process').spawn(...args) };"), loader: "js" };
     });
   },
 };
@@ -137,7 +161,7 @@ const { metafile } = await build({
   target: "node20",
   outdir,
   outExtension: { ".js": ".cjs" },
-  plugins: [sourceUrls],
+  plugins: [sourceUrls, lazyChildProcess],
   // Smaller to read and hash on every start; names stay for stack traces and error names.
   minify: true,
   keepNames: true,
@@ -147,6 +171,9 @@ const { metafile } = await build({
 });
 // load-bundle.ts reads the bundle as latin1, which is its text only while every byte is ASCII.
 const emitted = await readFile(join(outdir, "oats.cjs"));
+// The CommonJS wrapper goes into the file, so that each start compiles the file's text as it is read (load-bundle.ts, BUNDLE_HEAD).
+const { BUNDLE_HEAD, BUNDLE_TAIL } = await import(pathToFileURL(join(root, "dist", "cli", "load-bundle.js")).href);
+writeFileSync(join(outdir, "oats.cjs"), Buffer.concat([Buffer.from(BUNDLE_HEAD, "latin1"), emitted, Buffer.from(BUNDLE_TAIL, "latin1")]));
 if (!(await readFile(join(outdir, "digest-worker.cjs"), "utf8")).includes("markLaneWorker")) throw new Error("dist/cli/bundle/digest-worker.cjs is not the digest worker");
 const wide = emitted.findIndex((byte) => byte > 0x7f);
 if (wide !== -1) throw new Error(`dist/cli/bundle/oats.cjs has a byte that is not ASCII at offset ${wide}`);

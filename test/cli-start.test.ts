@@ -183,6 +183,50 @@ describe("the built CLI runs from its bundle", () => {
     assert.doesNotMatch(worker, /\brequire\("\.\.?\//, "a relative require would load tsc's modules");
   });
 
+  /** The builtins `args` made node load (process.moduleLoadList, written at exit by a preload), by name. */
+  function builtinsLoaded(args: string[]): { status: number | null; stderr: string; builtins: string[] } {
+    const dir = tempDir("oats-builtins-");
+    const preload = join(dir, "record.cjs");
+    const out = join(dir, "loaded.json");
+    writeFileSync(preload, `process.on("exit", () => require("node:fs").writeFileSync(${JSON.stringify(out)}, JSON.stringify(process.moduleLoadList)));\n`);
+    const run = spawnSync(process.execPath, ["--require", preload, join(REPO, "dist/cli/bin.js"), ...args], { encoding: "utf8", input: "", env: { ...process.env, NODE_OPTIONS: "" } });
+    const list = JSON.parse(readFileSync(out, "utf8")) as string[];
+    return { status: run.status, stderr: run.stderr, builtins: list.filter((entry) => entry.startsWith("NativeModule ")).map((entry) => entry.slice("NativeModule ".length)) };
+  }
+
+  // Loaded where they are used (scripts/bundle-cli.mjs, lazyChildProcess and the createRequire rewrite), a few ms of every start.
+  const UNUSED_BY_READS = ["child_process", "worker_threads", "assert", "perf_hooks"];
+
+  test("`oats verify` and `oats digest` load none of child_process, worker_threads, assert (proper-lockfile's) and perf_hooks; a retain, which locks, loads proper-lockfile and its assert", () => {
+    const scope = retainedScope();
+    for (const args of [["--scope", scope, "verify", "demo.hello", "--lock", FIXTURE_LOCK], ["digest", FIXTURE_PAYLOAD]]) {
+      const run = builtinsLoaded(args);
+      assert.equal(run.status, 0, run.stderr);
+      assert.ok(run.builtins.includes("crypto"), "the run hashed");
+      for (const name of UNUSED_BY_READS) assert.ok(!run.builtins.includes(name), `${args.join(" ")} loaded ${name}`);
+    }
+    const retain = builtinsLoaded(["--scope", scope, "retain", fixtureCopy(), "--id", "demo.fourth"]);
+    assert.equal(retain.status, 0, retain.stderr);
+    assert.ok(retain.builtins.includes("assert"), "the publish lock loaded proper-lockfile, whose graceful-fs and signal-exit load assert");
+    assert.ok(!retain.builtins.includes("child_process"), "a retain of a few files syncs them one by one, without `sync -f`");
+  });
+
+  test("a bundle without the wrapper the build writes around it is refused, naming the fix, instead of running half-loaded", () => {
+    const copy = tempDir("oats-unwrapped-bundle-");
+    cpSync(join(REPO, "dist"), join(copy, "dist"), { recursive: true });
+    cpSync(join(REPO, "package.json"), join(copy, "package.json"));
+    const file = join(copy, "dist/cli/bundle/oats.cjs");
+    const text = readFileSync(file, "latin1");
+    assert.ok(text.startsWith("(function (exports, require, module, __filename, __dirname) {"), "the build wraps the bundle");
+    writeFileSync(file, text.slice(text.indexOf("{") + 1, -"\n})".length), "latin1");
+    const run = spawnSync(process.execPath, [join(copy, "dist/cli/bin.js"), "--json", "ls"], { encoding: "utf8", input: "" });
+    assert.equal(run.status, 1, run.stderr);
+    const envelope = JSON.parse(run.stdout) as { ok: boolean; error: { code: string; message: string } };
+    assert.equal(envelope.ok, false);
+    assert.equal(envelope.error.code, "internal-error");
+    assert.match(envelope.error.message, /is not wrapped as the build wraps it; run npm run build/);
+  });
+
   test("--version still answers without the bundle", (t) => {
     const run = traced(t, ["--version"]);
     if (!run) return;

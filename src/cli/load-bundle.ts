@@ -20,6 +20,16 @@ import { Script, constants } from "node:vm";
 export const BUNDLE_URL = new URL("./bundle/oats.cjs", import.meta.url);
 
 /**
+ * The CommonJS wrapper, written around the bundle by the build
+ * (scripts/bundle-cli.mjs) and not added here: concatenated at run time,
+ * the wrapper and the 850 KB of source made a string V8 flattened into a
+ * fresh copy before it could look up the code cache, some 200 page faults
+ * on every start (docs/design/performance.md, "The twentieth session").
+ */
+export const BUNDLE_HEAD = "(function (exports, require, module, __filename, __dirname) {";
+export const BUNDLE_TAIL = "\n})";
+
+/**
  * Commands with a code cache of their own, made by running only them: what
  * a scheduler runs most starts with a cache that holds little else (the
  * digest's is about half the size of the cache made by every command), which
@@ -73,8 +83,8 @@ export function loadBundle(options: { cache?: boolean; command?: CachedCommand |
   // The build emits ASCII only (scripts/bundle-cli.mjs): latin1 is the same text, without a UTF-8 decode.
   const source = readFileSync(file, "latin1");
   const cachedData = options.cache === false ? undefined : ((options.command && readCache(codeCacheUrl(options.command))) ?? readCache(codeCacheUrl()));
-  // The CommonJS wrapper, spelled the same by the build and every run: V8 keys the cache on this exact text.
-  const script = new Script(`(function (exports, require, module, __filename, __dirname) {${source}\n})`, {
+  if (!source.startsWith(BUNDLE_HEAD) || !source.endsWith(BUNDLE_TAIL)) throw new Error(`${file} is not wrapped as the build wraps it; run npm run build`);
+  const script = new Script(source, {
     filename: file,
     ...(cachedData ? { cachedData } : {}),
     importModuleDynamically: constants.USE_MAIN_CONTEXT_DEFAULT_LOADER,

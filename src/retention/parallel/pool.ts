@@ -1,7 +1,8 @@
 import { statSync } from "node:fs";
 import { availableParallelism } from "node:os";
 import { fileURLToPath } from "node:url";
-import { Worker } from "node:worker_threads";
+import { createRequire } from "node:module";
+import type { Worker } from "node:worker_threads";
 import { OatsError } from "../../errors.js";
 import { digestListing, type TreeDigests } from "../digest/tree.js";
 import { listingShape } from "../digest/listing-shape.js";
@@ -91,6 +92,8 @@ function builtWorkerScript(): URL {
 }
 
 function startWorker(): Worker {
+  // Loaded with the first worker: a command that starts none (a verify of one revision) does not pay its load.
+  const { Worker } = createRequire(import.meta.url)("node:worker_threads") as typeof import("node:worker_threads");
   if (!import.meta.url.endsWith(".ts")) return new Worker(builtWorkerScript(), { execArgv: WORKER_EXEC_ARGV });
   // Run from source under tsx (the tests): a worker does not inherit the loader, so it registers it first.
   const source = JSON.stringify(new URL("./digest-worker.ts", import.meta.url).href);
@@ -269,9 +272,9 @@ export async function settleInLanes<T, R>(
         worker = acquireWorker();
         workers.push(worker);
       }
-      const began = performance.now();
+      const began = Date.now();
       const settled: Promise<void> = settle(item, worker.measure).then(() => {
-        quick = performance.now() - began < QUICK_TREE_MS;
+        quick = Date.now() - began < QUICK_TREE_MS;
         underWay.delete(settled);
       });
       underWay.add(settled);

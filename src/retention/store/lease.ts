@@ -1,4 +1,4 @@
-import lockfile from "./lockfile.js";
+import { properLockfile } from "./lockfile.js";
 import { closeSync, constants, lstatSync, openSync, readdirSync, unlinkSync, writeSync } from "node:fs";
 import { join } from "node:path";
 import { OatsError, errnoCode } from "../../errors.js";
@@ -61,7 +61,7 @@ function gcTarget(realScope: string): { target: string; lockfilePath: string } {
 function gcLockHeld(realScope: string): boolean {
   const { target, lockfilePath } = gcTarget(realScope);
   try {
-    return lockfile.checkSync(target, { lockfilePath, stale: STALE_MS, realpath: false });
+    return properLockfile().checkSync(target, { lockfilePath, stale: STALE_MS, realpath: false });
   } catch (error) {
     if (errnoCode(error) === "ENOENT" || errnoCode(error) === "ENOTDIR") return false;
     throw error;

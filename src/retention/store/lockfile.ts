@@ -1,8 +1,17 @@
-import lockfile from "proper-lockfile";
+import { createRequire } from "node:module";
+
+type ProperLockfile = typeof import("proper-lockfile");
 
 /**
  * proper-lockfile, as every lock of the store takes it (publish-lock.ts,
- * lease.ts), with SIGXFSZ left as Node leaves it.
+ * lease.ts), loaded with the first lock and with SIGXFSZ left as Node
+ * leaves it.
+ *
+ * Loaded on first use, not with this module: it brings graceful-fs,
+ * signal-exit and node's assert, a few milliseconds of every start, and a
+ * verify or a digest takes no lock. The CLI's bundle keeps it bundled
+ * (scripts/bundle-cli.mjs turns the createRequire call into the bundle's
+ * own require, still evaluated only here).
  *
  * proper-lockfile releases its locks on exit through signal-exit, which,
  * from the first lock on, listens to every signal and, when it is a
@@ -14,10 +23,16 @@ import lockfile from "proper-lockfile";
  * bin.ts listener (the thirteenth session), and any program that imports the
  * library until now. One listener of our own, which does nothing, makes
  * signal-exit see another listener, so the signal is ignored as before.
- * Added when this module loads, before any lock is taken.
+ * Added before proper-lockfile loads, so before any lock is taken.
  */
 function ignoreFileSizeSignal(): void {}
 
-process.on("SIGXFSZ", ignoreFileSizeSignal);
+let loaded: ProperLockfile | null = null;
 
-export default lockfile;
+export function properLockfile(): ProperLockfile {
+  if (loaded === null) {
+    process.on("SIGXFSZ", ignoreFileSizeSignal);
+    loaded = createRequire(import.meta.url)("proper-lockfile") as ProperLockfile;
+  }
+  return loaded;
+}

@@ -1,5 +1,5 @@
 import fs from "node:fs";
-import lockfile from "./lockfile.js";
+import { properLockfile } from "./lockfile.js";
 
 /** node:fs with the lock directory made 0700 whatever the umask. */
 const lockFs = { ...fs, mkdir: (path: string, callback: (error: NodeJS.ErrnoException | null) => void) => fs.mkdir(path, { mode: 0o700 }, callback) };
@@ -56,10 +56,10 @@ export async function withFileLock<T>(options: FileLockOptions, body: (stillHeld
     // one (EROFS, EACCES, ENOTDIR) would otherwise be retried for the whole
     // wait. Only a lock held by someone else is worth waiting for.
     try {
-      release = await lockfile.lock(options.target, { ...common, retries: 0 });
+      release = await properLockfile().lock(options.target, { ...common, retries: 0 });
     } catch (error) {
       if (errnoCode(error) !== "ELOCKED") throw error;
-      release = await lockfile.lock(options.target, {
+      release = await properLockfile().lock(options.target, {
         ...common,
         retries: { retries, factor: options.factor, minTimeout: options.minTimeout, maxTimeout: options.maxTimeout, maxRetryTime: options.waitMs, randomize: true },
       });

@@ -1,6 +1,6 @@
-import { execFile } from "node:child_process";
 import { chmodSync, closeSync, constants, fchmodSync, fsync, close, mkdirSync, openSync, symlinkSync, write, writeSync } from "node:fs";
 import { chmod, open, readdir, rm } from "node:fs/promises";
+import { createRequire } from "node:module";
 import { join } from "node:path";
 import { asStepError, errnoCode } from "../../errors.js";
 import type { FileConsumer, FileInfo } from "../digest/file-reader.js";
@@ -272,6 +272,8 @@ async function fsyncFiles(dir: string, listing: TreeListing): Promise<void> {
 function syncFilesystem(dir: string): Promise<boolean> {
   if (process.platform !== "linux") return Promise.resolve(false);
   return new Promise((resolve) => {
+    // Loaded here, not with the module: a verify or a digest never runs it, and child_process costs a start about 5 ms.
+    const { execFile } = createRequire(import.meta.url)("node:child_process") as typeof import("node:child_process");
     execFile("sync", ["-f", dir], { timeout: 120_000 }, (error) => resolve(!error));
   });
 }
