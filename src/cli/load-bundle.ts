@@ -24,7 +24,7 @@ export const BUNDLE_URL = new URL("./bundle/oats.cjs", import.meta.url);
  * (scripts/bundle-cli.mjs) and not added here: concatenated at run time,
  * the wrapper and the 850 KB of source made a string V8 flattened into a
  * fresh copy before it could look up the code cache, some 200 page faults
- * on every start (docs/design/performance.md, "The twentieth session").
+ * on every start (docs/design/performance.md, "Issue 13: the twentieth session").
  */
 export const BUNDLE_HEAD = "(function (exports, require, module, __filename, __dirname) {";
 export const BUNDLE_TAIL = "\n})";
