@@ -88,6 +88,9 @@ const lazyChildProcess = {
     b.onLoad({ filter: /[\\/]node_modules[\\/]commander[\\/]lib[\\/]command\.js$/ }, async (args) => {
       const text = await readFile(args.path, "utf8");
       if (!text.includes(CHILD_PROCESS_REQUIRE)) throw new Error(`${args.path} no longer has ${CHILD_PROCESS_REQUIRE}: look again at lazyChildProcess`);
+      // The stand-in has spawn alone: any other use of the module would find nothing there.
+      const used = new Set([...text.matchAll(/\bchildProcess\.(\w+)/g)].map((match) => match[1]));
+      if ([...used].some((name) => name !== "spawn")) throw new Error(`${args.path} uses childProcess.${[...used].join(", childProcess.")}: lazyChildProcess stands in for spawn only`);
       return { contents: text.replace(CHILD_PROCESS_REQUIRE, "const childProcess = { spawn: (...args) => require('node:child_process').spawn(...args) };"), loader: "js" };
     });
   },

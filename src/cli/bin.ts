@@ -51,7 +51,7 @@ if (rest.length === 1 && (rest[0] === "--version" || rest[0] === "-V")) {
   // Past a file size limit (RLIMIT_FSIZE) the kernel sends SIGXFSZ with the write that fails. Node ignores it, so
   // the write fails with EFBIG and oats refuses; signal-exit (loaded with proper-lockfile) would catch it and, with
   // no other listener, raise it again with its default action, killing oats between a failed write and its cleanup.
-  // The library adds the same listener when its locks load (retention/store/lockfile.ts); this one is in place from the start.
+  // The library adds the same listener before its first lock loads proper-lockfile (retention/store/lockfile.ts); this one is in place from the start.
   process.on("SIGXFSZ", () => undefined);
   if (json) process.stdout.write = process.stderr.write.bind(process.stderr) as typeof process.stdout.write;
   try {
