@@ -1,12 +1,13 @@
 /**
  * Bundles the CLI (src/cli/main.ts with commander, zod, proper-lockfile and
  * the library it loads) into one minified, ASCII-only CommonJS script,
- * dist/cli/bundle/oats.cjs, lists the modules it holds in
- * dist/cli/bundle-inputs.json, and makes its V8 code caches:
- * dist/cli/bundle/oats.cjs.cache (every command) and one per command of
- * COMMAND_CACHES (oats.cjs.digest.cache, ...). `npm run build` runs it after
- * tsc; dist/cli/bin.js runs the bundle through dist/cli/load-bundle.js for
- * everything but a lone --version.
+ * dist/cli/bundle/oats.cjs, and each command of FAST_COMMANDS
+ * (src/cli/main-<command>.ts, the program with that command alone) into one
+ * of its own, dist/cli/bundle/oats-<command>.cjs; lists the modules each
+ * holds in dist/cli/bundle-inputs.json; and makes the V8 code cache of each
+ * by running it (oats.cjs.cache, oats-verify.cjs.cache, ...). `npm run
+ * build` runs it after tsc; dist/cli/bin.js runs a bundle through
+ * dist/cli/load-bundle.js for everything but a lone --version.
  *
  * Why (docs/design/performance.md, "Cold start"): unbundled, `oats verify`
  * opened about 220 module files (zod alone 99) and spent 70-150 ms
@@ -99,12 +100,12 @@ const lazyChildProcess = {
 /**
  * Run commands on a scratch scope so that the functions they compile are in
  * the cache, then write it: without `command`, help, digest, retain, verify,
- * ls and fsck (the cache any command may use); with one (COMMAND_CACHES in
- * load-bundle.ts), that command alone, so its cache holds little else.
+ * ls and fsck, in the bundle of every command; with one (FAST_COMMANDS in
+ * load-bundle.ts), that command, in its own bundle.
  */
 async function warmCache(command) {
   const { loadBundle, codeCacheUrl } = await import(pathToFileURL(join(root, "dist", "cli", "load-bundle.js")).href);
-  const { main, script } = loadBundle({ cache: false });
+  const { main, script } = loadBundle({ cache: false, command });
   const scratch = mkdtempSync(join(tmpdir(), "oats-code-cache-"));
   try {
     const tree = join(scratch, "tree");
@@ -152,12 +153,17 @@ if (warmIndex !== -1) {
   process.exit(0);
 }
 
+const { FAST_COMMANDS } = await import(pathToFileURL(join(root, "dist", "cli", "load-bundle.js")).href);
 await rm(outdir, { recursive: true, force: true });
 const { metafile } = await build({
   absWorkingDir: root,
   // The digest worker too (parallel/pool.ts starts it): one file where tsc's module tree is some twenty, resolved and
   // compiled by every worker before its first job (docs/design/performance.md, "A worker from one file").
-  entryPoints: { oats: join(src, "cli", "main.ts"), "digest-worker": join(src, "retention", "parallel", "digest-worker.ts") },
+  entryPoints: {
+    oats: join(src, "cli", "main.ts"),
+    ...Object.fromEntries(FAST_COMMANDS.map((command) => [`oats-${command}`, join(src, "cli", `main-${command}.ts`)])),
+    "digest-worker": join(src, "retention", "parallel", "digest-worker.ts"),
+  },
   bundle: true,
   platform: "node",
   format: "cjs",
@@ -172,21 +178,24 @@ const { metafile } = await build({
   metafile: true,
   logLevel: "warning",
 });
-// load-bundle.ts reads the bundle as latin1, which is its text only while every byte is ASCII.
-const emitted = await readFile(join(outdir, "oats.cjs"));
-// The CommonJS wrapper goes into the file, so that each start compiles the file's text as it is read (load-bundle.ts, BUNDLE_HEAD).
+// load-bundle.ts reads a bundle as latin1, which is its text only while every byte is ASCII; the CommonJS wrapper goes
+// into the file, so that each start compiles the file's text as it is read (load-bundle.ts, BUNDLE_HEAD).
 const { BUNDLE_HEAD, BUNDLE_TAIL } = await import(pathToFileURL(join(root, "dist", "cli", "load-bundle.js")).href);
-writeFileSync(join(outdir, "oats.cjs"), Buffer.concat([Buffer.from(BUNDLE_HEAD, "latin1"), emitted, Buffer.from(BUNDLE_TAIL, "latin1")]));
+const held = {};
+for (const command of [undefined, ...FAST_COMMANDS]) {
+  const name = command === undefined ? "oats.cjs" : `oats-${command}.cjs`;
+  const emitted = await readFile(join(outdir, name));
+  const wide = emitted.findIndex((byte) => byte > 0x7f);
+  if (wide !== -1) throw new Error(`dist/cli/bundle/${name} has a byte that is not ASCII at offset ${wide}`);
+  writeFileSync(join(outdir, name), Buffer.concat([Buffer.from(BUNDLE_HEAD, "latin1"), emitted, Buffer.from(BUNDLE_TAIL, "latin1")]));
+  // What the bundle holds, module by module (minified, it names none): the files with bytes in the output, not every file esbuild read.
+  const output = Object.entries(metafile.outputs).find(([path]) => path.endsWith(`/${name}`))[1];
+  held[name] = Object.entries(output.inputs).filter(([, input]) => input.bytesInOutput > 0).map(([path]) => path).sort();
+}
 if (!(await readFile(join(outdir, "digest-worker.cjs"), "utf8")).includes("markLaneWorker")) throw new Error("dist/cli/bundle/digest-worker.cjs is not the digest worker");
-const wide = emitted.findIndex((byte) => byte > 0x7f);
-if (wide !== -1) throw new Error(`dist/cli/bundle/oats.cjs has a byte that is not ASCII at offset ${wide}`);
-// What the bundle holds, module by module (minified, it names none): the files with bytes in the output, not every file esbuild read.
-const output = Object.entries(metafile.outputs).find(([path]) => path.endsWith("/oats.cjs"))[1];
-const held = Object.entries(output.inputs).filter(([, input]) => input.bytesInOutput > 0).map(([path]) => path);
-writeFileSync(join(root, "dist", "cli", "bundle-inputs.json"), `${JSON.stringify(held.sort(), null, 1)}\n`);
+writeFileSync(join(root, "dist", "cli", "bundle-inputs.json"), `${JSON.stringify(held, null, 1)}\n`);
 // Each cache in a fresh process with no flags (V8 rejects a cache made under other flags), and alone (a cache holds what its process compiled).
-const { COMMAND_CACHES } = await import(pathToFileURL(join(root, "dist", "cli", "load-bundle.js")).href);
-for (const command of [undefined, ...COMMAND_CACHES]) {
+for (const command of [undefined, ...FAST_COMMANDS]) {
   const warm = spawnSync(process.execPath, [fileURLToPath(import.meta.url), "--warm-cache", ...(command ? [command] : [])], { stdio: "inherit", env: { ...process.env, NODE_OPTIONS: "" } });
   if (warm.status !== 0) throw new Error(`making the CLI's code cache${command ? ` for ${command}` : ""} failed (exit ${warm.status})`);
 }

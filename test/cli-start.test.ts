@@ -8,20 +8,20 @@
  */
 import assert from "node:assert/strict";
 import { spawnSync } from "node:child_process";
-import { cpSync, readFileSync, readdirSync, statSync, utimesSync, writeFileSync } from "node:fs";
+import { cpSync, readFileSync, readdirSync, rmSync, statSync, utimesSync, writeFileSync } from "node:fs";
 import { join, relative } from "node:path";
 import { describe, test, type TestContext } from "node:test";
-import { cachedCommandOf } from "../src/cli/load-bundle.js";
+import { fastCommandOf } from "../src/cli/load-bundle.js";
 import { FIXTURE_LOCK, FIXTURE_PAYLOAD, REPO, fixtureCopy, runOats, tempDir } from "./helpers.js";
 
 const BUNDLE = join(REPO, "dist/cli/bundle");
 const PACKAGE_VERSION = (JSON.parse(readFileSync(join(REPO, "package.json"), "utf8")) as { version: string }).version;
 const EXEC = "oats.tree-exec.v1:sha256-82f8a3ffa30e6a05a161d469ff412e364cf55bfd02e74bc6114810f9c95c2a45";
-/** Unbundled, `oats digest` opened 75 files of the package and `oats verify` 221; now these, with the command's code cache or the general one. */
-const startedWith = (cache: string) => ["dist/cli/bin.js", "dist/cli/bundle/oats.cjs", `dist/cli/bundle/${cache}`, "dist/cli/load-bundle.js", "dist/cli/version.js", "package.json"];
+/** Unbundled, `oats digest` opened 75 files of the package and `oats verify` 221; now these, with the bundle of every command (oats.cjs) or the command's own, and its code cache. */
+const startedWith = (bundle: string) => ["dist/cli/bin.js", `dist/cli/bundle/${bundle}`, `dist/cli/bundle/${bundle}.cache`, "dist/cli/load-bundle.js", "dist/cli/version.js", "package.json"].sort();
 /** A command that reads a tree also loads the small-file reads in C (src/retention/digest/native-reads.ts). */
-const readingWith = (cache: string) => [...startedWith(cache), "dist/native/oats.node"].sort();
-const STARTED = startedWith("oats.cjs.cache");
+const readingWith = (bundle: string) => [...startedWith(bundle), "dist/native/oats.node"].sort();
+const STARTED = startedWith("oats.cjs");
 
 const straceWorks = spawnSync("strace", ["-f", "-e", "trace=openat", "-o", "/dev/null", process.execPath, "-e", "0"]).status === 0;
 
@@ -58,71 +58,97 @@ function retainedScope(): string {
 }
 
 describe("the built CLI runs from its bundle", () => {
-  const bundle = () => readFileSync(join(BUNDLE, "oats.cjs"), "utf8");
+  const BUNDLES = ["oats.cjs", "oats-digest.cjs", "oats-verify.cjs"];
+  const inputs = (bundle = "oats.cjs") => (JSON.parse(readFileSync(join(REPO, "dist/cli/bundle-inputs.json"), "utf8")) as Record<string, string[]>)[bundle]!;
+  const commandModules = (bundle: string) => inputs(bundle).filter((input) => input.startsWith("src/cli/commands/"));
 
-  const inputs = () => JSON.parse(readFileSync(join(REPO, "dist/cli/bundle-inputs.json"), "utf8")) as string[];
-
-  test("npm run build made dist/cli/bundle/oats.cjs, its code caches, the digest worker's bundle, and the bundle holds commander, zod and proper-lockfile", () => {
-    assert.deepEqual(readdirSync(BUNDLE).sort(), ["digest-worker.cjs", "oats.cjs", "oats.cjs.cache", "oats.cjs.digest.cache", "oats.cjs.verify.cache"]);
-    const text = bundle();
+  test("npm run build made the bundle of every command, digest's and verify's own, their code caches and the digest worker's bundle; the whole one holds commander, zod and proper-lockfile", () => {
+    assert.deepEqual(readdirSync(BUNDLE).sort(), ["digest-worker.cjs", "oats-digest.cjs", "oats-digest.cjs.cache", "oats-verify.cjs", "oats-verify.cjs.cache", "oats.cjs", "oats.cjs.cache"]);
     for (const module of ["node_modules/commander/", "node_modules/zod/v4/core/", "node_modules/proper-lockfile/"]) assert.ok(inputs().some((input) => input.startsWith(module)), `${module} is bundled`);
-    // A require or import of a dependency would be resolved from node_modules at run time: the bundle has none.
+    // A require or import of a dependency would be resolved from node_modules at run time: no bundle has one.
     const dependencies = Object.keys((JSON.parse(readFileSync(join(REPO, "package.json"), "utf8")) as { dependencies: Record<string, string> }).dependencies);
     assert.ok(dependencies.includes("zod"));
-    for (const name of dependencies) assert.doesNotMatch(text, new RegExp(`(?:from|import\\(|require\\()\\s*["']${name}(?:/[^"']*)?["']`), name);
-  });
-
-  test("zod's locales stay out of the bundle: only English, which zod itself registers", () => {
-    const locales = inputs()
-      .map((input) => /^node_modules\/zod\/v4\/locales\/([\w-]+)\.js$/.exec(input)?.[1])
-      .filter((name) => name !== undefined && name !== "index");
-    assert.deepEqual(locales, ["en"]);
-  });
-
-  test("this Node accepts every code cache the build made (a plain child, as `oats` runs)", () => {
-    for (const command of [undefined, "digest", "verify"]) {
-      const script = `const { loadBundle } = await import(${JSON.stringify(join(REPO, "dist/cli/load-bundle.js"))}); console.log(JSON.stringify(loadBundle({ command: ${JSON.stringify(command)} }).script.cachedDataRejected));`;
-      const run = spawnSync(process.execPath, ["--input-type=module", "-e", script], { encoding: "utf8", env: { ...process.env, NODE_OPTIONS: "" } });
-      assert.equal(run.status, 0, run.stderr);
-      assert.equal(run.stdout, "false\n", String(command));
+    for (const bundle of BUNDLES) {
+      const text = readFileSync(join(BUNDLE, bundle), "utf8");
+      for (const name of dependencies) assert.doesNotMatch(text, new RegExp(`(?:from|import\\(|require\\()\\s*["']${name}(?:/[^"']*)?["']`), `${bundle}: ${name}`);
     }
   });
 
-  test("a command's own cache holds what that command compiled, not every command's: the digest's is well under half the general one", () => {
+  test("a command's own bundle holds that command's module and no other command's: a third of the whole one or less", () => {
+    assert.deepEqual(commandModules("oats-verify.cjs"), ["src/cli/commands/captures-shared.ts", "src/cli/commands/shared.ts", "src/cli/commands/verify.ts"]);
+    assert.deepEqual(commandModules("oats-digest.cjs"), ["src/cli/commands/captures-shared.ts", "src/cli/commands/digest.ts"]);
+    assert.ok(commandModules("oats.cjs").length > 30);
     const size = (name: string) => statSync(join(BUNDLE, name)).size;
-    assert.ok(size("oats.cjs.digest.cache") < size("oats.cjs.cache") / 2, `${size("oats.cjs.digest.cache")} against ${size("oats.cjs.cache")}`);
-    assert.ok(size("oats.cjs.verify.cache") < size("oats.cjs.cache"), `${size("oats.cjs.verify.cache")} against ${size("oats.cjs.cache")}`);
+    for (const bundle of ["oats-digest.cjs", "oats-verify.cjs"]) {
+      assert.ok(size(bundle) < size("oats.cjs") / 2.5, `${bundle}: ${size(bundle)} against ${size("oats.cjs")}`);
+      assert.ok(size(`${bundle}.cache`) < size("oats.cjs.cache") / 2, `${bundle}.cache: ${size(`${bundle}.cache`)} against ${size("oats.cjs.cache")}`);
+    }
   });
 
-  test("the bundle is ASCII only, the condition for reading it as latin1 (load-bundle.ts)", () => {
-    const bytes = readFileSync(join(BUNDLE, "oats.cjs"));
-    assert.equal(bytes.findIndex((byte) => byte > 0x7f), -1);
+  test("zod's locales stay out of every bundle: only English, which zod itself registers", () => {
+    for (const bundle of ["oats.cjs", "oats-verify.cjs"]) {
+      const locales = inputs(bundle)
+        .map((input) => /^node_modules\/zod\/v4\/locales\/([\w-]+)\.js$/.exec(input)?.[1])
+        .filter((name) => name !== undefined && name !== "index");
+      assert.deepEqual(locales, ["en"], bundle);
+    }
   });
 
-  test("the cache is chosen by the command's first word, --scope's value and options skipped; any other run takes the general one", () => {
+  test("this Node accepts every code cache the build made, each with its own bundle (a plain child, as `oats` runs)", () => {
+    for (const command of [undefined, "digest", "verify"]) {
+      const script = `const { loadBundle } = await import(${JSON.stringify(join(REPO, "dist/cli/load-bundle.js"))}); const loaded = loadBundle({ command: ${JSON.stringify(command)} }); console.log(JSON.stringify([loaded.script.cachedDataRejected, loaded.file]));`;
+      const run = spawnSync(process.execPath, ["--input-type=module", "-e", script], { encoding: "utf8", env: { ...process.env, NODE_OPTIONS: "" } });
+      assert.equal(run.status, 0, run.stderr);
+      assert.deepEqual(JSON.parse(run.stdout), [false, join(BUNDLE, command === undefined ? "oats.cjs" : `oats-${command}.cjs`)], String(command));
+    }
+  });
+
+  test("every bundle is ASCII only, the condition for reading it as latin1 (load-bundle.ts)", () => {
+    for (const bundle of BUNDLES) assert.equal(readFileSync(join(BUNDLE, bundle)).findIndex((byte) => byte > 0x7f), -1, bundle);
+  });
+
+  test("a command's own bundle is taken by its first word, --scope's value and options skipped, unless help is asked for; any other run takes the whole program", () => {
     const cases: [string[], string | undefined][] = [
       [["digest", "dir"], "digest"],
       [["--json", "digest", "dir"], "digest"],
       [["--scope", "/s", "--quiet", "verify", "key"], "verify"],
       [["--scope=/s", "verify", "key"], "verify"],
+      [["verify", "digest"], "verify"],
+      [["verify", "key", "--", "--help"], "verify"],
       [["--scope", "digest", "ls"], undefined],
       [["ls", "digest"], undefined],
       [["--", "digest"], undefined],
       [["--help"], undefined],
+      [["--help", "verify"], undefined],
+      [["-h", "digest"], undefined],
+      [["verify", "key", "--help"], undefined],
+      [["digest", "dir", "-h"], undefined],
+      [["verify", "key", "-Vh"], undefined],
+      [["help", "verify"], undefined],
       [[], undefined],
     ];
-    for (const [argv, expected] of cases) assert.equal(cachedCommandOf(argv), expected, argv.join(" "));
+    for (const [argv, expected] of cases) assert.equal(fastCommandOf(argv), expected, argv.join(" "));
   });
 
-  test("`oats digest` opens bin.js, the loader, the bundle, its own cache, version.js, package.json and the native reads: no node_modules, no tsc module tree", (t) => {
+  test("a build without a command's own bundle runs that command from the bundle of every command", () => {
+    const copy = tempDir("oats-no-fast-bundle-");
+    cpSync(join(REPO, "dist"), join(copy, "dist"), { recursive: true });
+    cpSync(join(REPO, "package.json"), join(copy, "package.json"));
+    rmSync(join(copy, "dist/cli/bundle/oats-digest.cjs"));
+    const run = spawnSync(process.execPath, [join(copy, "dist/cli/bin.js"), "digest", FIXTURE_PAYLOAD], { encoding: "utf8" });
+    assert.equal(run.status, 0, run.stderr);
+    assert.equal(run.stdout, `${EXEC}\n`);
+  });
+
+  test("`oats digest` opens bin.js, the loader, its own bundle and that bundle's cache, version.js, package.json and the native reads: no node_modules, no tsc module tree", (t) => {
     const run = traced(t, ["digest", FIXTURE_PAYLOAD]);
     if (!run) return;
     assert.equal(run.status, 0, run.stderr);
     assert.equal(run.stdout, `${EXEC}\n`);
-    assert.deepEqual(run.opened, readingWith("oats.cjs.digest.cache"));
+    assert.deepEqual(run.opened, readingWith("oats-digest.cjs"));
   });
 
-  test("`oats --help` opens the same files", (t) => {
+  test("`oats --help` opens the same files, with the bundle of every command", (t) => {
     const run = traced(t, ["--help"]);
     if (!run) return;
     assert.equal(run.status, 0, run.stderr);
@@ -130,7 +156,7 @@ describe("the built CLI runs from its bundle", () => {
     assert.deepEqual(run.opened, STARTED);
   });
 
-  test("`oats verify`, `oats ls` and a refusal open the same files: the library and zod come from the bundle", (t) => {
+  test("`oats verify` and a refusal open verify's own bundle, `oats ls` the bundle of every command, and nothing else: the library and zod come from the bundle", (t) => {
     const scope = retainedScope();
     for (const args of [
       ["--scope", scope, "verify", "demo.hello", "--lock", FIXTURE_LOCK],
@@ -140,9 +166,9 @@ describe("the built CLI runs from its bundle", () => {
       const run = traced(t, args);
       if (!run) return;
       assert.equal(run.status, args.includes("--integrity") ? 3 : 0, run.stderr);
-      const cache = args.includes("verify") ? "oats.cjs.verify.cache" : "oats.cjs.cache";
+      const bundle = args.includes("verify") ? "oats-verify.cjs" : "oats.cjs";
       // Only the verify that reads the stored tree loads the reader; ls and the refusal never get that far.
-      assert.deepEqual(run.opened, args.includes("--lock") ? readingWith(cache) : startedWith(cache), args.join(" "));
+      assert.deepEqual(run.opened, args.includes("--lock") ? readingWith(bundle) : startedWith(bundle), args.join(" "));
     }
   });
 
@@ -219,12 +245,16 @@ describe("the built CLI runs from its bundle", () => {
     const text = readFileSync(file, "latin1");
     assert.ok(text.startsWith("(function (exports, require, module, __filename, __dirname) {"), "the build wraps the bundle");
     writeFileSync(file, text.slice(text.indexOf("{") + 1, -"\n})".length), "latin1");
-    const run = spawnSync(process.execPath, [join(copy, "dist/cli/bin.js"), "--json", "ls"], { encoding: "utf8", input: "" });
-    assert.equal(run.status, 1, run.stderr);
-    const envelope = JSON.parse(run.stdout) as { ok: boolean; error: { code: string; message: string } };
-    assert.equal(envelope.ok, false);
-    assert.equal(envelope.error.code, "internal-error");
-    assert.match(envelope.error.message, /is not wrapped as the build wraps it; run npm run build/);
+    const verifyFile = join(copy, "dist/cli/bundle/oats-verify.cjs");
+    writeFileSync(verifyFile, `${readFileSync(verifyFile, "latin1")}\n`, "latin1");
+    for (const args of [["--json", "ls"], ["--json", "verify", "demo.hello"]]) {
+      const run = spawnSync(process.execPath, [join(copy, "dist/cli/bin.js"), ...args], { encoding: "utf8", input: "" });
+      assert.equal(run.status, 1, run.stderr);
+      const envelope = JSON.parse(run.stdout) as { ok: boolean; error: { code: string; message: string } };
+      assert.equal(envelope.ok, false);
+      assert.equal(envelope.error.code, "internal-error");
+      assert.match(envelope.error.message, new RegExp(`${args.includes("ls") ? "oats" : "oats-verify"}\\.cjs is not wrapped as the build wraps it; run npm run build`));
+    }
   });
 
   test("--version still answers without the bundle", (t) => {

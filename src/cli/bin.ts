@@ -5,9 +5,10 @@
  * `--json`) is answered from package.json without loading commander, zod or
  * the library. Everything else runs main.ts as bundled by `npm run build`
  * (scripts/bundle-cli.mjs: dist/cli/bundle/oats.cjs and its V8 code cache,
- * run by load-bundle.ts), so a command opens a handful of files instead of a
- * few hundred modules and compiles little; run from source (tsx), it loads
- * main.ts.
+ * run by load-bundle.ts), or for `verify` and `digest` the bundle of that
+ * command alone (oats-verify.cjs, oats-digest.cjs), so a command opens a
+ * handful of files instead of a few hundred modules and compiles little;
+ * run from source (tsx), it loads main.ts.
  *
  * In JSON mode stdout carries exactly one envelope line. `--json` is detected
  * here, before any module is loaded, and stdout is pointed at stderr for
@@ -36,8 +37,8 @@ function internalFailure(error: unknown): number {
 /** The bundle beside the built bin.js (load-bundle.ts); main.ts itself when run from source. */
 async function loadMain(): Promise<typeof import("./main.js").main> {
   if (import.meta.url.endsWith(".ts")) return (await import("./main.js")).main;
-  const { loadBundle, cachedCommandOf } = await import("./load-bundle.js");
-  return loadBundle({ command: cachedCommandOf(argv) }).main;
+  const { loadBundle, fastCommandOf } = await import("./load-bundle.js");
+  return loadBundle({ command: fastCommandOf(argv) }).main;
 }
 
 if (rest.length === 1 && (rest[0] === "--version" || rest[0] === "-V")) {

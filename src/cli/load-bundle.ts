@@ -5,8 +5,8 @@ import { fileURLToPath } from "node:url";
 import { Script, constants } from "node:vm";
 
 /**
- * Runs the CLI bundle (dist/cli/bundle/oats.cjs, made by
- * scripts/bundle-cli.mjs) with the V8 code cache made when it was built.
+ * Runs a CLI bundle (dist/cli/bundle/oats.cjs, or a hot command's own,
+ * made by scripts/bundle-cli.mjs) with the V8 code cache made when it was built.
  *
  * Why a script and a cache: compiling the bundle's JavaScript was the largest
  * part of what `oats verify` spent before its own work, and Node 20 has no
@@ -16,8 +16,6 @@ import { Script, constants } from "node:vm";
  * or a missing one costs only the compile it would have saved. The cache
  * ships with the code it belongs to and is never written at run time.
  */
-
-export const BUNDLE_URL = new URL("./bundle/oats.cjs", import.meta.url);
 
 /**
  * The CommonJS wrapper, written around the bundle by the build
@@ -30,38 +28,58 @@ export const BUNDLE_HEAD = "(function (exports, require, module, __filename, __d
 export const BUNDLE_TAIL = "\n})";
 
 /**
- * Commands with a code cache of their own, made by running only them: what
- * a scheduler runs most starts with a cache that holds little else (the
- * digest's is about half the size of the cache made by every command), which
- * is less to read and deserialize on every start.
+ * Commands with a bundle of their own (src/cli/main-<command>.ts: the
+ * program with that command alone), each with the code cache made by
+ * running it. What a scheduler runs most starts without compiling,
+ * deserializing or running the top level of the other forty commands and
+ * their schemas: the verify bundle is about a third of the whole one, and a
+ * verify of a one-file tree started 20 ms sooner (docs/design/performance.md,
+ * "Issue 13: the twenty-first session").
  */
-export const COMMAND_CACHES = ["digest", "verify"] as const;
-export type CachedCommand = (typeof COMMAND_CACHES)[number];
+export const FAST_COMMANDS = ["digest", "verify"] as const;
+export type FastCommand = (typeof FAST_COMMANDS)[number];
 
-/** The cache made by every command (no argument), or by `command` alone. */
-export function codeCacheUrl(command?: CachedCommand): URL {
-  return new URL(`./bundle/oats.cjs${command === undefined ? "" : `.${command}`}.cache`, import.meta.url);
+/** The bundle of every command (no argument), or of `command` alone. */
+export function bundleUrl(command?: FastCommand): URL {
+  return new URL(`./bundle/oats${command === undefined ? "" : `-${command}`}.cjs`, import.meta.url);
 }
 
+/** The code cache made for that bundle, by running it. */
+export function codeCacheUrl(command?: FastCommand): URL {
+  return new URL(`${bundleUrl(command).href}.cache`);
+}
+
+/** Help lists the program's commands, which a command's own bundle does not hold: `-h`, `--help`, or `-h` among short flags. */
+const asksForHelp = (arg: string): boolean => arg === "--help" || /^-[^-]*h/.test(arg);
+
 /**
- * The command `argv` will run, guessed before the parser is loaded, when it
- * has a cache of its own: the first word that is neither an option nor
- * --scope's value. A wrong guess costs only time: any cache fits the
- * bundle, and V8 compiles what a cache lacks.
+ * The command `argv` will run, when it has a bundle of its own and that
+ * bundle answers it exactly as the whole program would: the first word
+ * that is neither an option nor --scope's value names it, and nothing asks
+ * for help (the one output that lists the other commands). Anything else,
+ * and any doubt, takes the whole program; an `oats verify` it takes is only
+ * slower to start.
  */
-export function cachedCommandOf(argv: readonly string[]): CachedCommand | undefined {
+export function fastCommandOf(argv: readonly string[]): FastCommand | undefined {
+  let named: FastCommand | undefined;
   for (let index = 0; index < argv.length; index++) {
     const arg = argv[index]!;
-    if (arg === "--") return undefined;
+    if (arg === "--") break;
+    if (asksForHelp(arg)) return undefined;
     if (arg === "--scope") index += 1;
-    else if (!arg.startsWith("-")) return (COMMAND_CACHES as readonly string[]).includes(arg) ? (arg as CachedCommand) : undefined;
+    else if (!arg.startsWith("-") && named === undefined) {
+      if (!(FAST_COMMANDS as readonly string[]).includes(arg)) return undefined;
+      named = arg as FastCommand;
+    }
   }
-  return undefined;
+  return named;
 }
 
 export interface LoadedBundle {
   readonly main: typeof import("./main.js").main;
   readonly script: Script;
+  /** The bundle it ran. */
+  readonly file: string;
 }
 
 function readCache(url: URL): Buffer | undefined {
@@ -73,16 +91,28 @@ function readCache(url: URL): Buffer | undefined {
   }
 }
 
+function readSource(url: URL): string | undefined {
+  try {
+    // The build emits ASCII only (scripts/bundle-cli.mjs): latin1 is the same text, without a UTF-8 decode.
+    return readFileSync(url, "latin1");
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code === "ENOENT") return undefined;
+    throw error;
+  }
+}
+
 /**
- * Compile and run the bundle, with the cache of `command` (cachedCommandOf)
- * or else the one made by every command; `cache: false` compiles without a
- * cache (the build, making them).
+ * Compile and run the bundle of `command` (fastCommandOf), or of every
+ * command when there is none or its file is missing (a build from before
+ * the command had one), with the code cache made for it; `cache: false`
+ * compiles without one (the build, making them).
  */
-export function loadBundle(options: { cache?: boolean; command?: CachedCommand | undefined } = {}): LoadedBundle {
-  const file = fileURLToPath(BUNDLE_URL);
-  // The build emits ASCII only (scripts/bundle-cli.mjs): latin1 is the same text, without a UTF-8 decode.
-  const source = readFileSync(file, "latin1");
-  const cachedData = options.cache === false ? undefined : ((options.command && readCache(codeCacheUrl(options.command))) ?? readCache(codeCacheUrl()));
+export function loadBundle(options: { cache?: boolean; command?: FastCommand | undefined } = {}): LoadedBundle {
+  const own = options.command === undefined ? undefined : readSource(bundleUrl(options.command));
+  const command = own === undefined ? undefined : options.command;
+  const file = fileURLToPath(bundleUrl(command));
+  const source = own ?? readFileSync(file, "latin1");
+  const cachedData = options.cache === false ? undefined : readCache(codeCacheUrl(command));
   if (!source.startsWith(BUNDLE_HEAD) || !source.endsWith(BUNDLE_TAIL)) throw new Error(`${file} is not wrapped as the build wraps it; run npm run build`);
   const script = new Script(source, {
     filename: file,
@@ -92,5 +122,5 @@ export function loadBundle(options: { cache?: boolean; command?: CachedCommand |
   const module = { exports: {} as { main?: LoadedBundle["main"] } };
   (script.runInThisContext() as (...args: unknown[]) => void)(module.exports, createRequire(file), module, file, dirname(file));
   if (typeof module.exports.main !== "function") throw new Error(`${file} does not export main`);
-  return { main: module.exports.main, script };
+  return { main: module.exports.main, script, file };
 }

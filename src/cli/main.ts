@@ -1,6 +1,3 @@
-import { Command, CommanderError } from "commander";
-import { resolve } from "node:path";
-import type { OatsError } from "../errors.js";
 import { approvals } from "./commands/approvals.js";
 import { approve, revoke } from "./commands/approve.js";
 import { auditHead, auditShow, auditVerify } from "./commands/audit.js";
@@ -35,20 +32,10 @@ import { runVerify } from "./commands/run-verify.js";
 import { schema } from "./commands/schema.js";
 import { sourceRetain } from "./commands/source-retain.js";
 import { verify } from "./commands/verify.js";
-import type { CliContext, CommandOutcome, CommandSpec } from "./context.js";
-import { asOatsError, failureEnvelope, successEnvelope, usageError } from "./envelope.js";
-import { createProgress, progressEnabled } from "./progress.js";
-import { INTERRUPTED_EXIT, createInterrupt, interruptedLines } from "./interrupt.js";
-import { isInterrupted } from "../retention/progress.js";
-import { humanError } from "./render.js";
-import { packageVersion } from "./version.js";
+import type { CommandSpec } from "./context.js";
+import { commandNamed as commandNamedIn, createMain } from "./program.js";
 
-/**
- * The CLI program: parse with commander, call the library, render. Commander
- * never writes or exits on its own here (exitOverride + configureOutput): its
- * help, version and parse errors are captured and rendered like every other
- * result, so in --json mode even `oats --json --bogus` is one envelope line.
- */
+export { GROUPS, VIRTUAL_COMMANDS, type Main, type MainIo } from "./program.js";
 
 /**
  * A spec named "group sub" (e.g. "resolution verify") is the subcommand `sub`
@@ -98,197 +85,8 @@ export const COMMANDS: readonly CommandSpec[] = [
   outboxLs,
 ];
 
-/** Descriptions of the command groups (`oats resolution --help`). */
-export const GROUPS: Record<string, string> = {
-  resolution: "resolution records: what an instance or a queued capture will run (show, verify, ls)",
-  instance: "instances and the resolution each one runs (show)",
-  capture: "captures: pin what a queued capture will run (prepare); approve it with `oats approve`",
-  queue: "queued capture jobs, each naming a capture resolution (add, ls)",
-  run: "runs of dispatched captures: the sealed record and stamped log of each (ls, show, verify, cancel, seal)",
-  audit: "the hash-chained audit log of the capture flow (show, verify, head)",
-  outbox: "the run-evidence outbox: sealed runs queued for delivery by `oats push` (ls)",
-  source: "source trees (souls and others) keyed by their qualified identity (retain)",
-};
+/** The command the arguments name, if any, among all commands (program.ts). */
+export const commandNamed = (argv: readonly string[]): string | null => commandNamedIn(argv, COMMANDS);
 
-/** Words the program answers without a command spec: `oats help [<group>] [<sub>]`, `oats version`. */
-export const VIRTUAL_COMMANDS: readonly { name: string; description: string }[] = [
-  { name: "help", description: "help for the program, a command or a subcommand (oats help resolution verify)" },
-  { name: "version", description: "print the version" },
-];
-
-/**
- * `oats help resolution verify` is `oats resolution verify --help`, and
- * `oats version` (alone) is `oats --version`: the forms git and restic
- * users type. Global options may stand anywhere; only the first operand
- * decides.
- */
-export function rewriteVirtualCommands(argv: readonly string[]): string[] {
-  let first = -1;
-  for (let index = 0; index < argv.length; index += 1) {
-    const arg = argv[index]!;
-    if (arg === "--") break;
-    if (GLOBAL_VALUE_OPTIONS.has(arg)) {
-      index += 1;
-      continue;
-    }
-    if (arg.startsWith("-")) continue;
-    first = index;
-    break;
-  }
-  if (first === -1) return [...argv];
-  const word = argv[first];
-  const rest = [...argv.slice(0, first), ...argv.slice(first + 1)];
-  if (word === "help") {
-    // `oats help bogus` is the usage error `oats bogus` gives, not the program's help with exit 0.
-    const named = rest.slice(first).find((arg) => !arg.startsWith("-"));
-    const known = named === undefined || Object.hasOwn(GROUPS, named) || COMMANDS.some((spec) => spec.name === named) || VIRTUAL_COMMANDS.some((entry) => entry.name === named);
-    return known ? [...rest, "--help"] : rest;
-  }
-  if (word === "version" && !rest.some((arg) => !arg.startsWith("-"))) return [...rest, "--version"];
-  return [...argv];
-}
-
-export interface MainIo {
-  /** --json was on the command line (detected by bin.ts before anything was loaded). */
-  readonly json: boolean;
-  /** The real stdout: in JSON mode the only writer allowed on it. */
-  readonly writeOut: (text: string) => void;
-  readonly writeErr?: (text: string) => void;
-  readonly env?: NodeJS.ProcessEnv;
-}
-
-/** Options of the program itself that take a value, so their value is not mistaken for the command. */
-const GLOBAL_VALUE_OPTIONS = new Set(["--scope"]);
-
-/**
- * The command the arguments name, if any (for the envelope's `command` when
- * parsing failed): "verify", "resolution verify", or the bare group
- * ("resolution") when its subcommand is missing or unknown.
- */
-export function commandNamed(argv: readonly string[]): string | null {
-  let group: string | null = null;
-  for (let index = 0; index < argv.length; index += 1) {
-    const arg = argv[index]!;
-    if (arg === "--") return group;
-    if (GLOBAL_VALUE_OPTIONS.has(arg)) {
-      index += 1;
-      continue;
-    }
-    if (arg.startsWith("-")) continue;
-    if (group !== null) {
-      const name = `${group} ${arg}`;
-      return COMMANDS.some((spec) => spec.name === name) ? name : group;
-    }
-    if (Object.hasOwn(GROUPS, arg)) {
-      group = arg;
-      continue;
-    }
-    return COMMANDS.some((spec) => spec.name === arg) ? arg : null;
-  }
-  return group;
-}
-
-const SUCCESSFUL_EXITS = new Set(["commander.helpDisplayed", "commander.help", "commander.version"]);
-
-export async function main(givenArgv: readonly string[], io: MainIo): Promise<number> {
-  const argv = rewriteVirtualCommands(givenArgv);
-  const { json, writeOut } = io;
-  const writeErr = io.writeErr ?? ((text: string) => void process.stderr.write(text));
-  const env = io.env ?? process.env;
-  let captured = "";
-  let outcome: CommandOutcome | undefined;
-  let ran: string | null = null;
-  let quiet = false;
-  const interrupt = createInterrupt(writeErr);
-
-  const program = new Command("oats")
-    .description("content-addressed artifact retention: keep verified, immutable copies of what an agent will run")
-    .version(packageVersion(), "-V, --version", "print the version")
-    .option("--scope <dir>", "deployment directory holding .agents/ (default: $OATS_SCOPE, else the working directory)")
-    .option("--json", "print exactly one JSON envelope line on stdout")
-    .option("--quiet", "no progress and only the essential result line")
-    .exitOverride()
-    .configureOutput({
-      writeOut: (text) => void (captured += text),
-      writeErr: (text) => void (captured += text),
-      outputError: () => {},
-    })
-    .showSuggestionAfterError(true);
-
-  const groups = new Map<string, Command>();
-  const commandFor = (name: string): Command => {
-    const [group, sub] = name.split(" ");
-    if (sub === undefined) return program.command(name);
-    let parent = groups.get(group!);
-    if (!parent) {
-      parent = program.command(group!).description(GROUPS[group!] ?? "");
-      groups.set(group!, parent);
-    }
-    return parent.command(sub);
-  };
-
-  for (const spec of COMMANDS) {
-    const command = commandFor(spec.name);
-    spec.define(command);
-    command.action(async (...args: unknown[]) => {
-      const self = args[args.length - 1] as Command;
-      const globals = self.optsWithGlobals<{ scope?: string; quiet?: boolean }>();
-      ran = spec.name;
-      quiet = globals.quiet === true;
-      const context: CliContext = {
-        scope: resolve(globals.scope ?? (env["OATS_SCOPE"] || process.cwd())),
-        json,
-        quiet,
-        progress: (label) => createProgress(label, progressEnabled({ json, quiet })),
-        interruptSignal: () => interrupt.signal(),
-      };
-      outcome = await spec.run(context, self.processedArgs as string[], self.opts());
-    });
-  }
-
-  const fail = (error: OatsError, name: string | null): number => {
-    if (isInterrupted(error)) {
-      if (json) writeOut(`${failureEnvelope(name, error.toJSON())}\n`);
-      else for (const line of interruptedLines(error)) writeErr(line);
-      return INTERRUPTED_EXIT;
-    }
-    if (json) writeOut(`${failureEnvelope(name, error.toJSON())}\n`);
-    else writeErr(humanError(error, name));
-    return error.exitCode;
-  };
-
-  try {
-    await program.parseAsync([...argv], { from: "user" });
-  } catch (error) {
-    interrupt.release();
-    const name = ran ?? commandNamed(argv);
-    if (!(error instanceof CommanderError)) return fail(asOatsError(error), name);
-    if (SUCCESSFUL_EXITS.has(error.code) && error.exitCode === 0) {
-      if (json) {
-        const result = error.code === "commander.version" ? { version: packageVersion() } : { help: captured };
-        writeOut(`${successEnvelope(name ?? (error.code === "commander.version" ? "version" : "help"), result)}\n`);
-      } else {
-        writeOut(captured);
-      }
-      return 0;
-    }
-    const message = error.code === "commander.help" ? "a command is required" : error.message.replace(/^error:\s*/, "");
-    return fail(usageError(message, { reason: error.code }), name);
-  }
-
-  interrupt.release();
-  const name = ran ?? commandNamed(argv);
-  if (!outcome) return fail(usageError("a command is required"), name);
-  const done: CommandOutcome = outcome;
-  // A command that passes a child's exit code through (dispatch --exec) succeeded even when that code is not 0.
-  const exitCode = done.exitCode ?? 0;
-  if (json) {
-    if (done.failure) return fail(done.failure, name);
-    writeOut(`${successEnvelope(name, done.result)}\n`);
-    return exitCode;
-  }
-  for (const warning of done.warnings ?? []) writeErr(`oats: warning: ${warning}\n`);
-  const lines = quiet ? (done.quietLines ?? []) : done.lines;
-  if (lines.length) writeOut(`${lines.join("\n")}\n`);
-  return done.failure ? fail(done.failure, name) : exitCode;
-}
+/** The whole program: every command, help and version. */
+export const main = createMain(COMMANDS);
