@@ -13,7 +13,6 @@ import { appendFileSync, chmodSync, readdirSync } from "node:fs";
 import { join } from "node:path";
 import { before, describe, test } from "node:test";
 import { digest } from "../src/cli/commands/digest.js";
-import { verify } from "../src/cli/commands/verify.js";
 import { fastCommandOf } from "../src/cli/load-bundle.js";
 import { main } from "../src/cli/main.js";
 import { main as digestMain } from "../src/cli/main-digest.js";
