@@ -82,19 +82,10 @@ export interface LoadedBundle {
   readonly file: string;
 }
 
-function readCache(url: URL): Buffer | undefined {
+/** The file's bytes, or undefined when there is no such file. */
+function readIfPresent(url: URL): Buffer | undefined {
   try {
     return readFileSync(url);
-  } catch (error) {
-    if ((error as NodeJS.ErrnoException).code === "ENOENT") return undefined;
-    throw error;
-  }
-}
-
-function readSource(url: URL): string | undefined {
-  try {
-    // The build emits ASCII only (scripts/bundle-cli.mjs): latin1 is the same text, without a UTF-8 decode.
-    return readFileSync(url, "latin1");
   } catch (error) {
     if ((error as NodeJS.ErrnoException).code === "ENOENT") return undefined;
     throw error;
@@ -108,11 +99,12 @@ function readSource(url: URL): string | undefined {
  * compiles without one (the build, making them).
  */
 export function loadBundle(options: { cache?: boolean; command?: FastCommand | undefined } = {}): LoadedBundle {
-  const own = options.command === undefined ? undefined : readSource(bundleUrl(options.command));
+  const own = options.command === undefined ? undefined : readIfPresent(bundleUrl(options.command));
   const command = own === undefined ? undefined : options.command;
   const file = fileURLToPath(bundleUrl(command));
-  const source = own ?? readFileSync(file, "latin1");
-  const cachedData = options.cache === false ? undefined : readCache(codeCacheUrl(command));
+  // The build emits ASCII only (scripts/bundle-cli.mjs): latin1 is the same text, without a UTF-8 decode.
+  const source = (own ?? readFileSync(file)).toString("latin1");
+  const cachedData = options.cache === false ? undefined : readIfPresent(codeCacheUrl(command));
   if (!source.startsWith(BUNDLE_HEAD) || !source.endsWith(BUNDLE_TAIL)) throw new Error(`${file} is not wrapped as the build wraps it; run npm run build`);
   const script = new Script(source, {
     filename: file,
