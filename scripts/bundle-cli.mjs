@@ -32,7 +32,7 @@ import { spawnSync } from "node:child_process";
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { readFile, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
-import { dirname, join, relative, resolve, sep } from "node:path";
+import { basename, dirname, join, relative, resolve, sep } from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
 
 const root = resolve(dirname(fileURLToPath(import.meta.url)), "..");
@@ -153,15 +153,16 @@ if (warmIndex !== -1) {
   process.exit(0);
 }
 
-const { FAST_COMMANDS } = await import(pathToFileURL(join(root, "dist", "cli", "load-bundle.js")).href);
+// The bundles' names, their wrapper and the commands that have one of their own are the loader's (load-bundle.ts).
+const { BUNDLE_HEAD, BUNDLE_TAIL, FAST_COMMANDS, bundleUrl } = await import(pathToFileURL(join(root, "dist", "cli", "load-bundle.js")).href);
+const bundles = [undefined, ...FAST_COMMANDS].map((command) => ({ command, name: basename(fileURLToPath(bundleUrl(command))) }));
 await rm(outdir, { recursive: true, force: true });
 const { metafile } = await build({
   absWorkingDir: root,
   // The digest worker too (parallel/pool.ts starts it): one file where tsc's module tree is some twenty, resolved and
   // compiled by every worker before its first job (docs/design/performance.md, "A worker from one file").
   entryPoints: {
-    oats: join(src, "cli", "main.ts"),
-    ...Object.fromEntries(FAST_COMMANDS.map((command) => [`oats-${command}`, join(src, "cli", `main-${command}.ts`)])),
+    ...Object.fromEntries(bundles.map(({ command, name }) => [name.slice(0, -".cjs".length), join(src, "cli", command === undefined ? "main.ts" : `main-${command}.ts`)])),
     "digest-worker": join(src, "retention", "parallel", "digest-worker.ts"),
   },
   bundle: true,
@@ -180,10 +181,8 @@ const { metafile } = await build({
 });
 // load-bundle.ts reads a bundle as latin1, which is its text only while every byte is ASCII; the CommonJS wrapper goes
 // into the file, so that each start compiles the file's text as it is read (load-bundle.ts, BUNDLE_HEAD).
-const { BUNDLE_HEAD, BUNDLE_TAIL } = await import(pathToFileURL(join(root, "dist", "cli", "load-bundle.js")).href);
 const held = {};
-for (const command of [undefined, ...FAST_COMMANDS]) {
-  const name = command === undefined ? "oats.cjs" : `oats-${command}.cjs`;
+for (const { name } of bundles) {
   const emitted = await readFile(join(outdir, name));
   const wide = emitted.findIndex((byte) => byte > 0x7f);
   if (wide !== -1) throw new Error(`dist/cli/bundle/${name} has a byte that is not ASCII at offset ${wide}`);
@@ -195,7 +194,7 @@ for (const command of [undefined, ...FAST_COMMANDS]) {
 if (!(await readFile(join(outdir, "digest-worker.cjs"), "utf8")).includes("markLaneWorker")) throw new Error("dist/cli/bundle/digest-worker.cjs is not the digest worker");
 writeFileSync(join(root, "dist", "cli", "bundle-inputs.json"), `${JSON.stringify(held, null, 1)}\n`);
 // Each cache in a fresh process with no flags (V8 rejects a cache made under other flags), and alone (a cache holds what its process compiled).
-for (const command of [undefined, ...FAST_COMMANDS]) {
+for (const { command } of bundles) {
   const warm = spawnSync(process.execPath, [fileURLToPath(import.meta.url), "--warm-cache", ...(command ? [command] : [])], { stdio: "inherit", env: { ...process.env, NODE_OPTIONS: "" } });
   if (warm.status !== 0) throw new Error(`making the CLI's code cache${command ? ` for ${command}` : ""} failed (exit ${warm.status})`);
 }

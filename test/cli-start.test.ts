@@ -1,7 +1,8 @@
 /**
  * The CLI's fixed start cost (docs/design/performance.md, "Cold start"):
- * dist/cli/bin.js runs the one-script bundle `npm run build` makes
- * (dist/cli/bundle/oats.cjs) with its V8 code cache, a command opens no
+ * dist/cli/bin.js runs a one-script bundle `npm run build` makes (the whole
+ * program's, dist/cli/bundle/oats.cjs, or verify's or digest's own) with its
+ * V8 code cache, a command opens no
  * other module of the package, and what the bundle starts from tsc's files
  * (the digest workers, from a bundle of their own) still resolves. The files a real child process opens
  * are read from strace; without a working strace those tests skip by name.
