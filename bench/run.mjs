@@ -35,6 +35,7 @@ import { dirname, join } from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
 import { cpus, loadavg, release, totalmem } from "node:os";
 import { DATA, GiB, WORK, fmtMs, notes, options, rows, wants } from "./lib.mjs";
+import { extraCaCerts } from "./tools.mjs";
 
 // ---------------------------------------------------------------- main
 
@@ -103,6 +104,7 @@ console.log(`oats benchmark, ${info.date}`);
 console.log(`machine: ${info.cpu}, ${info.memory} RAM, Linux ${info.kernel}, Node ${info.node}`);
 console.log(`data: ${info.workDir}; medians of interleaved runs, page cache warm for both sides unless a row says COLD`);
 console.log(`start: ${loadAtStart}; end: ${loadAtEnd}`);
+if (extraCaCerts) console.log(`environment: NODE_EXTRA_CA_CERTS=${extraCaCerts}, kept for every row but 5b and 20ax-20cx (node parses it at each start)`);
 console.log("");
 printTable();
 console.log("");

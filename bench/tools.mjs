@@ -59,11 +59,24 @@ export function coldPossible(section) {
   return ok;
 }
 
-/** Run a command without a shell, with extra environment; resolves with wall time (spawn to close). */
-export function runEnv(file, args, { cwd, env = {}, allowFail = false, capture = false } = {}) {
+/**
+ * The certificate file this process's caller gave node (NODE_EXTRA_CA_CERTS),
+ * or undefined. Node 20 reads and parses it, with its own root certificates,
+ * at every start, before any script runs and whether or not the process ever
+ * makes a TLS connection: about 40 ms warm and 60 ms cold on the AMD EPYC
+ * machine of the twenty-second session (performance.md). The bench's own
+ * caller may set it (a sandbox's proxy does); rows 5b and 20ax-20cx show what
+ * it costs the CLI, beside rows that keep the caller's environment.
+ */
+export const extraCaCerts = process.env.NODE_EXTRA_CA_CERTS || undefined;
+
+/** Run a command without a shell, with extra environment (`unset`: names removed from it); resolves with wall time (spawn to close). */
+export function runEnv(file, args, { cwd, env = {}, unset = [], allowFail = false, capture = false } = {}) {
   return new Promise((resolvePromise, reject) => {
     const started = performance.now();
-    const child = spawn(file, args, { cwd, env: { ...process.env, ...env }, stdio: ["ignore", capture ? "pipe" : "ignore", "pipe"] });
+    const childEnv = { ...process.env, ...env };
+    for (const name of unset) delete childEnv[name];
+    const child = spawn(file, args, { cwd, env: childEnv, stdio: ["ignore", capture ? "pipe" : "ignore", "pipe"] });
     const out = [];
     const err = [];
     child.stdout?.on("data", (d) => out.push(d));

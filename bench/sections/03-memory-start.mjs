@@ -1,6 +1,7 @@
 import { existsSync } from "node:fs";
 import { join } from "node:path";
 import { CLI, DIST, GiB, MiB, TREE_EXEC, addRow, cliWorks, dataset, digestTree, fmtRate, interleave, median, missingRow, notes, oats, run, timeRow, warm } from "../lib.mjs";
+import { extraCaCerts, runEnv } from "../tools.mjs";
 
 // ---------------------------------------------------------------- 4. peak RSS on a 2 GiB file
 
@@ -64,6 +65,22 @@ async function benchStart() {
     15,
   );
   timeRow({ id: "5", what: "`oats --version` cold start vs `node -e 0` (15 runs each)", oursMs: median(times.oats), baseMs: median(times.node), goal: 3.0 });
+  if (!extraCaCerts) return notes.push("[5b] NODE_EXTRA_CA_CERTS is not set: node parses no extra certificates at its start");
+  const certs = await interleave(
+    [
+      { name: "with", run: () => runEnv(process.execPath, ["-e", "0"]) },
+      { name: "without", run: () => runEnv(process.execPath, ["-e", "0"], { unset: ["NODE_EXTRA_CA_CERTS"] }) },
+    ],
+    15,
+  );
+  timeRow({
+    id: "5b",
+    what: `\`node -e 0\` with the caller's NODE_EXTRA_CA_CERTS (${extraCaCerts}, parsed at every start) vs without it (info)`,
+    oursMs: median(certs.with),
+    baseMs: median(certs.without),
+    goal: null,
+    headline: false,
+  });
 }
 
 export const parts = { rss: benchRss, start: benchStart };
