@@ -1,7 +1,7 @@
 /*
  * A reader thread that copies a large file out of the page cache while the
  * calling thread hashes what it copied before (src/retention/digest/read-ring.ts
- * is the only caller and says why; docs/design/performance.md, "Large files
+ * is the only caller and says why; docs/design/performance-log.md, "Large files
  * read by a second core").
  *
  *   createRing(slots, slotSize) -> ring       slots * slotSize bytes, owned here

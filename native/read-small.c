@@ -1,7 +1,7 @@
 /*
  * readSmallFiles: the small-file reads of a digest pass, up to 128 files of
  * any directories per call (src/retention/digest/native-reads.ts is its only
- * caller and says why; docs/design/performance.md, "Small files read
+ * caller and says why; docs/design/performance-log.md, "Small files read
  * natively" and "Long runs, split late").
  *
  *   readSmallFiles(dirFds, names, buffer, limit, meta, split, afterRead?) -> count
@@ -76,7 +76,7 @@
 /*
  * A second thread costs its start, and on this kind of machine it may be
  * scheduled only some hundreds of microseconds later: on a short run that is
- * more than the calls it could take over (docs/design/performance.md, "Long
+ * more than the calls it could take over (docs/design/performance-log.md, "Long
  * runs, split late").
  */
 #define PARALLEL_MIN 64

@@ -160,7 +160,7 @@ await rm(outdir, { recursive: true, force: true });
 const { metafile } = await build({
   absWorkingDir: root,
   // The digest worker too (parallel/pool.ts starts it): one file where tsc's module tree is some twenty, resolved and
-  // compiled by every worker before its first job (docs/design/performance.md, "A worker from one file").
+  // compiled by every worker before its first job (docs/design/performance-log.md, "A worker from one file").
   entryPoints: {
     ...Object.fromEntries(bundles.map(({ command, name }) => [name.slice(0, -".cjs".length), join(src, "cli", command === undefined ? "main.ts" : `main-${command}.ts`)])),
     "digest-worker": join(src, "retention", "parallel", "digest-worker.ts"),

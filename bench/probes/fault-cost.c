@@ -1,5 +1,5 @@
 /*
- * What a fresh page and a system call cost on this machine (performance.md,
+ * What a fresh page and a system call cost on this machine (performance-log.md,
  * "Issue 13: the twentieth session"):
  *
  *   cc -O2 bench/probes/fault-cost.c -o /tmp/fault-cost

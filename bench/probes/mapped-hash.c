@@ -1,6 +1,6 @@
 /*
  * Hash the bench's 8 x 128 MiB data set (npm run bench makes it) in C, one
- * way per run (performance.md, "Large files hashed from a mapping" in the
+ * way per run (performance-log.md, "Large files hashed from a mapping" in the
  * eighteenth session, and "Issue 13: the nineteenth session", which removed
  * the mapping):
  *

@@ -97,7 +97,7 @@ export interface ReadOptions {
    * `"warm"`: inline while the reads come from the page cache, overlapped
    * once they wait on a disk. A copy out of the page cache is work for a
    * core, and on a machine whose two vCPUs share a physical core it slows
-   * the hash beside it more than it saves (docs/design/performance.md, "Large
+   * the hash beside it more than it saves (docs/design/performance-log.md, "Large
    * files read inline while the cache is warm"); a read that waits on the
    * disk costs no core, so overlapping it with the hash still wins.
    * With the addon, the rest of such a warm file (at least RING_MIN_REST) is

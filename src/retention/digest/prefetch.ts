@@ -9,7 +9,7 @@ import type { LeafEntry } from "./walk.js";
  * disk is one synchronous open and read at a time, each waiting for the
  * disk, while the disk could serve many at once: here one thread reads the
  * 3,790 files of a cold node_modules in 456 ms, eight in 188 ms and sixteen
- * in 159 ms (docs/design/performance.md, "Cold reads in parallel").
+ * in 159 ms (docs/design/performance-log.md, "Cold reads in parallel").
  * Threads a little ahead of the reader open each file and ask the kernel
  * to read it into the page cache, so the reader finds it there.
  *
