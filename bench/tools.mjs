@@ -63,8 +63,9 @@ export function coldPossible(section) {
  * The certificate file this process's caller gave node (NODE_EXTRA_CA_CERTS),
  * or undefined. Node 20 reads and parses it, with its own root certificates,
  * at every start, before any script runs and whether or not the process ever
- * makes a TLS connection: about 40 ms warm and 60 ms cold on the AMD EPYC
- * machine of the twenty-second session (performance.md). The bench's own
+ * makes a TLS connection: 40-70 ms of a bare start, and about 50 ms of a cold
+ * verify, on the AMD EPYC machine of the twenty-second session
+ * (performance-log.md, "Issue 13: the twenty-second session"). The bench's own
  * caller may set it (a sandbox's proxy does); rows 5b and 20ax-20cx show what
  * it costs the CLI, beside rows that keep the caller's environment.
  */
