@@ -1,13 +1,13 @@
 /**
  * Generate the JSON Schemas of the documented formats into docs/design/
- * (<name>.schema.json) from their zod schemas (src/formats/json-schema.ts).
+ * (<name>.schema.json) from their zod schemas (src/schemas/json-schema.ts).
  *
  *   npm run schema                        # write every file
  *   npx tsx scripts/schemas.ts --check    # exit 1 when a file is stale
  */
 import { readFileSync, writeFileSync } from "node:fs";
 import { join, resolve } from "node:path";
-import { SCHEMA_NAMES, formatJsonSchemaText, schemaFileName, type SchemaName } from "../src/formats/json-schema.js";
+import { SCHEMA_NAMES, formatJsonSchemaText, schemaFileName, type SchemaName } from "../src/schemas/json-schema.js";
 
 export const DESIGN_DIR = join(resolve(import.meta.dirname, ".."), "docs", "design");
 

@@ -12,7 +12,7 @@ import { chmodSync, cpSync, existsSync, mkdirSync, readFileSync, readdirSync, re
 import { join } from "node:path";
 import { afterEach, describe, test } from "node:test";
 import { exportBundle, importBundle } from "../src/acquisition/bundle.js";
-import { OatsError } from "../src/errors.js";
+import { OatsError } from "../src/core/errors.js";
 import { retainTree, verifyTree, type ArtifactReceipt } from "../src/retention/index.js";
 import { setFaultHook, type PublishStep } from "../src/retention/store/faults.js";
 import { manifestPath } from "../src/retention/store/manifest.js";

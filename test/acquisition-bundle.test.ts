@@ -14,7 +14,7 @@ import { Header, Pax, type HeaderData } from "tar";
 import { exportBundle, importBundle, type ImportReport } from "../src/acquisition/bundle.js";
 import { prepareCapture } from "../src/captures/prepare-capture.js";
 import { readBlob } from "../src/retention/store/blobs.js";
-import { OatsError } from "../src/errors.js";
+import { OatsError } from "../src/core/errors.js";
 import { readRecordBytes, readResolution, writeResolution } from "../src/resolution/index.js";
 import { canonicalJsonBytes, listRetained, retainCapabilityArtifact, retainTree, verifyTree, type ArtifactReceipt } from "../src/retention/index.js";
 import { FIXTURE_LOCK, FIXTURE_PAYLOAD, fixtureCopy, fixtureLock, runOats, snapshotTree, tempDir } from "./helpers.js";

@@ -12,7 +12,7 @@ import { existsSync, lstatSync, mkdirSync, readdirSync, renameSync, rmSync, writ
 import { join } from "node:path";
 import { describe, test } from "node:test";
 import { importBundle, retainTarball } from "../src/acquisition/index.js";
-import { OatsError } from "../src/errors.js";
+import { OatsError } from "../src/core/errors.js";
 import { TREE_EXEC, digestTree, retainCapabilityArtifact, retainTree, verifyTree } from "../src/retention/index.js";
 import { FIXTURE_PAYLOAD, REPO, fixtureLock, snapshotTree, tempDir } from "./helpers.js";
 import { deepEntries, gzipTar, tarBytes, ustarHeader } from "./support/raw-tar.js";

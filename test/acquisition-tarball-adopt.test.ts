@@ -15,7 +15,7 @@ import { join } from "node:path";
 import { afterEach, describe, test } from "node:test";
 import { c as tarCreate } from "tar";
 import { retainTarball, type RetainTarballRequest } from "../src/acquisition/index.js";
-import { OatsError } from "../src/errors.js";
+import { OatsError } from "../src/core/errors.js";
 import { TREE_EXEC, TREE_LEGACY, digestTree, verifyTree } from "../src/retention/index.js";
 import { setFaultHook, type PublishStep } from "../src/retention/store/faults.js";
 import { REPO, snapshotTree, tempDir } from "./helpers.js";

@@ -19,7 +19,7 @@ import { createGzip, gzipSync } from "node:zlib";
 import ssri from "ssri";
 import { c as tarCreate } from "tar";
 import { retainTarball, type RetainTarballRequest } from "../src/acquisition/index.js";
-import { OatsError } from "../src/errors.js";
+import { OatsError } from "../src/core/errors.js";
 import { TREE_EXEC, TREE_LEGACY, cleanupStaging, digestTree, fsck, retainCapabilityArtifact, verifyTree } from "../src/retention/index.js";
 import { hostTag, stagingName } from "../src/retention/store/layout.js";
 import { FIXTURE_LOCK, FIXTURE_PAYLOAD, REPO, fixtureLock, runOats, snapshotTree, tempDir } from "./helpers.js";

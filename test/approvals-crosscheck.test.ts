@@ -12,8 +12,8 @@ import { join } from "node:path";
 import { afterEach, beforeEach, describe, test } from "node:test";
 import { stringify } from "yaml";
 import { CHAIN_LOGS, OatsError, addJob, appendEntry, approve, currentPrincipal, latestApprovedFor, listApprovals, prepareCapture, requireApproval, resolveQueuedCapture, revoke } from "../src/index.js";
-import { entryHash } from "../src/captures/chain-line.js";
-import { canonicalJson } from "../src/retention/digest/json.js";
+import { entryHash } from "../src/ledger/chain-line.js";
+import { canonicalJson } from "../src/core/canonical-json.js";
 import { REPO, tempDir } from "./helpers.js";
 
 const saved = process.env["OATS_STATE_DIR"];

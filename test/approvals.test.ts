@@ -4,9 +4,9 @@ import { hostname, userInfo } from "node:os";
 import { join } from "node:path";
 import { describe, test } from "node:test";
 import { approvalState, approve, listApprovals, requireApproval, revoke } from "../src/captures/approvals.js";
-import { verifyChain, CHAIN_LOGS } from "../src/captures/chain-log.js";
+import { verifyChain, CHAIN_LOGS } from "../src/ledger/chain-log.js";
 import { currentPrincipal } from "../src/captures/classification.js";
-import { OatsError } from "../src/errors.js";
+import { OatsError } from "../src/core/errors.js";
 import { tempDir } from "./helpers.js";
 
 const A = `sha256-${"a".repeat(64)}`;

@@ -10,7 +10,7 @@ import { chmodSync, existsSync, mkdirSync, readFileSync, renameSync, rmSync, sta
 import { dirname, join } from "node:path";
 import { describe, test } from "node:test";
 import assert from "node:assert/strict";
-import { OatsError } from "../src/errors.js";
+import { OatsError } from "../src/core/errors.js";
 import {
   TREE_EXEC,
   TREE_LEGACY,
@@ -30,7 +30,7 @@ const ID = "demo.hello";
 const PKG = "demo.hello-pkg";
 const FIXTURE_LEGACY = "sha256-a79ca625eee1167f6d71dc500d966693a57225fa92e0bb5187973f3ca7695814";
 
-// Kinds as CONTRACT.md section 6 spells them, independent of src/errors.ts.
+// Kinds as CONTRACT.md section 6 spells them, independent of src/core/errors.ts.
 const CONTRACT_KIND: Record<string, string> = {
   "artifact-not-found": "missing",
   "invalid-artifact-reference": "invalid",

@@ -4,7 +4,7 @@ import { chmodSync, existsSync, mkdirSync, readFileSync, rmSync, symlinkSync, wr
 import { join } from "node:path";
 import { describe, test } from "node:test";
 import { BLOBS_DIR, blobPath, putBlob, readBlob } from "../src/retention/store/blobs.js";
-import { OatsError } from "../src/errors.js";
+import { OatsError } from "../src/core/errors.js";
 import { snapshotTree, tempDir } from "./helpers.js";
 
 const CONFIG = Buffer.from("schemaVersion: 1\nfallback: confidential\n");

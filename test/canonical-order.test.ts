@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { canonicalJson, compareUtf8 } from "../src/retention/digest/json.js";
+import { canonicalJson, compareUtf8 } from "../src/core/canonical-json.js";
 
 /** compareUtf8 must order exactly as Buffer.compare of the UTF-8 bytes, without encoding. */
 

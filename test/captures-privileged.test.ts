@@ -15,16 +15,17 @@ import { join } from "node:path";
 import { describe, test } from "node:test";
 import { stringify } from "yaml";
 import { approve } from "../src/captures/approvals.js";
-import { readAudit } from "../src/captures/audit.js";
+import { readAudit } from "../src/ledger/audit.js";
 import { currentPrincipal } from "../src/captures/classification.js";
 import { compositionChanges, compositionOf, compositionSubject, parseComposition } from "../src/captures/composition.js";
 import { resolveQueuedCapture, runDispatchPlan, type DispatchOptions } from "../src/captures/dispatch.js";
+import { planQueuedRun } from "../src/evidence/posture-check.js";
 import { runDispatchPlanWithEvidence } from "../src/evidence/run-exec.js";
 import { prepareCapture } from "../src/captures/prepare-capture.js";
 import { addJob } from "../src/captures/queue.js";
-import { OatsError } from "../src/errors.js";
+import { OatsError } from "../src/core/errors.js";
 import { resolutionRecordSchema } from "../src/resolution/record.js";
-import { jsonDigest } from "../src/retention/digest/json.js";
+import { jsonDigest } from "../src/core/canonical-json.js";
 import { REPO, runJson, runOats, tempDir } from "./helpers.js";
 
 const IS_ROOT = process.geteuid?.() === 0;
@@ -78,7 +79,7 @@ function runCopies(scope: string): string[] {
 }
 
 async function dispatchAndRun(scope: string, options: DispatchOptions) {
-  const plan = await resolveQueuedCapture(scope, "nightly", { exec: true, ...options });
+  const plan = await planQueuedRun(scope, "nightly", { ...options });
   return runDispatchPlan(plan, { stdio: "pipe", ...(options.euid === undefined ? {} : { euid: options.euid }) });
 }
 
@@ -210,7 +211,7 @@ describe("privileged: dispatch as root", { skip: IS_ROOT ? false : "these tests 
     writeFileSync(f.specPath, stringify({ ...f.spec, privileged: true }));
     const prepared = await prepareCapture(f.scope, f.specPath);
     await addJob(f.scope, { job: "escalated", resolution: prepared.id });
-    await assert.rejects(resolveQueuedCapture(f.scope, "escalated", { exec: true }), (error: unknown) => {
+    await assert.rejects(planQueuedRun(f.scope, "escalated"), (error: unknown) => {
       assert.ok(error instanceof OatsError);
       assert.equal(error.code, "approval-required");
       assert.deepEqual(error.details["changes"], ["privileged"]);

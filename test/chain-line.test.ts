@@ -8,9 +8,9 @@ import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { describe, test } from "node:test";
-import { appendEntry, type ChainLog } from "../src/captures/chain-log.js";
-import { checkLine, entryHash, isPlainRecord, parseLine, type BrokenReason } from "../src/captures/chain-line.js";
-import { canonicalJson, jsonDigest } from "../src/retention/digest/json.js";
+import { appendEntry, type ChainLog } from "../src/ledger/chain-log.js";
+import { checkLine, entryHash, isPlainRecord, parseLine, type BrokenReason } from "../src/ledger/chain-line.js";
+import { canonicalJson, jsonDigest } from "../src/core/canonical-json.js";
 import { tempDir } from "./helpers.js";
 
 const DIGEST = /^sha256-[0-9a-f]{64}$/;

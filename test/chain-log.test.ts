@@ -4,9 +4,9 @@ import { createHash } from "node:crypto";
 import { mkdirSync, readFileSync, symlinkSync, writeFileSync, readdirSync, existsSync } from "node:fs";
 import { join } from "node:path";
 import { describe, test } from "node:test";
-import { GENESIS_PREV, appendEntry, readEntries, verifyChain, type ChainEntry, type ChainLog } from "../src/captures/chain-log.js";
-import { OatsError } from "../src/errors.js";
-import { canonicalJson } from "../src/retention/digest/json.js";
+import { GENESIS_PREV, appendEntry, readEntries, verifyChain, type ChainEntry, type ChainLog } from "../src/ledger/chain-log.js";
+import { OatsError } from "../src/core/errors.js";
+import { canonicalJson } from "../src/core/canonical-json.js";
 import { REPO, tempDir } from "./helpers.js";
 
 const AUDIT: ChainLog = { dir: [".agents", "audit"], file: "audit.jsonl" };

@@ -16,7 +16,7 @@ import {
   strictest,
   type ClassificationConfig,
 } from "../src/captures/classification.js";
-import { OatsError } from "../src/errors.js";
+import { OatsError } from "../src/core/errors.js";
 import { tempDir } from "./helpers.js";
 
 const FULL = `schemaVersion: 1

@@ -2,12 +2,12 @@ import assert from "node:assert/strict";
 import { chmodSync, rmSync, symlinkSync, unlinkSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { test } from "node:test";
-import { OatsError } from "../src/errors.js";
+import { OatsError } from "../src/core/errors.js";
 import { retainTree, verifyTree } from "../src/index.js";
 import { ManifestBuilder, manifestPath } from "../src/retention/store/manifest.js";
 import { digestListing } from "../src/retention/digest/tree.js";
 import { walkTree } from "../src/retention/digest/walk.js";
-import { canonicalJsonBytes } from "../src/retention/digest/json.js";
+import { canonicalJsonBytes } from "../src/core/canonical-json.js";
 import { fixtureCopy, tempDir } from "./helpers.js";
 
 /**

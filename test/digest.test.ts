@@ -11,7 +11,7 @@ import { createServer } from "node:net";
 import { join } from "node:path";
 import { describe, test } from "node:test";
 import assert from "node:assert/strict";
-import { OatsError } from "../src/errors.js";
+import { OatsError } from "../src/core/errors.js";
 import {
   PACKAGE_PAYLOAD_EXEC,
   TREE_EXEC,

@@ -6,7 +6,7 @@
  */
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { OatsError } from "../src/errors.js";
+import { OatsError } from "../src/core/errors.js";
 import { dispatchEnvironment } from "../src/captures/dispatch-env.js";
 import { nodeOptionsWithGuard } from "../src/captures/node-guard.js";
 

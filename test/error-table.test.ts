@@ -2,7 +2,7 @@ import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { test } from "node:test";
-import { ERROR_CODES, ERROR_KINDS } from "../src/errors.js";
+import { ERROR_CODES, ERROR_KINDS } from "../src/core/errors.js";
 import { REPO } from "./helpers.js";
 
 // The README's table is what operators and scripts read to map exit codes; a code the library

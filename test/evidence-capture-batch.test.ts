@@ -6,7 +6,7 @@
  */
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
-import { createRedactor } from "../src/evidence/redact.js";
+import { createRedactor } from "../src/captures/redact.js";
 import { LineCapture, createStampClock, formatStamp, parseLog, parseStamp, readRun, runDispatchPlanWithEvidence, type LogLine } from "../src/index.js";
 import { evidenceFixture } from "./support/evidence-fixture.js";
 import { logText } from "./support/evidence-run.js";

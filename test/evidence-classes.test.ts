@@ -11,14 +11,15 @@ import { join } from "node:path";
 import { describe, test } from "node:test";
 import { stringify } from "yaml";
 import { approve } from "../src/captures/approvals.js";
-import { readAudit } from "../src/captures/audit.js";
+import { readAudit } from "../src/ledger/audit.js";
 import { currentPrincipal } from "../src/captures/classification.js";
 import { resolveQueuedCapture, runDispatchPlan } from "../src/captures/dispatch.js";
+import { planQueuedRun } from "../src/evidence/posture-check.js";
 import { prepareCapture } from "../src/captures/prepare-capture.js";
 import { addJob } from "../src/captures/queue.js";
 import { evidencePolicy, profileSchema } from "../src/captures/spec.js";
-import { OatsError } from "../src/errors.js";
-import { EVIDENCE_CLASSES, capturedClasses, evidenceFromFacts, evidenceSection, type RunEvidenceFacts } from "../src/evidence/evidence-classes.js";
+import { OatsError } from "../src/core/errors.js";
+import { EVIDENCE_CLASSES, capturedClasses, evidenceFromFacts, evidenceSection, type RunEvidenceFacts } from "../src/captures/evidence-classes.js";
 import { blobPath } from "../src/retention/store/blobs.js";
 import { snapshotTree, tempDir } from "./helpers.js";
 
@@ -148,7 +149,7 @@ describe("the pinned profile at dispatch: nothing at run time downgrades it", ()
     const fx = setup(PINNED);
     await approvedJob(fx);
     writeFileSync(fx.profilePath, DOWNGRADED);
-    const plan = await resolveQueuedCapture(fx.scope, "nightly", { exec: true });
+    const plan = await planQueuedRun(fx.scope, "nightly");
     assert.deepEqual(plan.evidence, { required: ["log", "exit-status", "redaction-statement"], redact: [{ name: "github-token", pattern: "ghp_[A-Za-z0-9]{36}" }] });
     await runDispatchPlan(plan, { stdio: "pipe" });
   });
@@ -157,7 +158,7 @@ describe("the pinned profile at dispatch: nothing at run time downgrades it", ()
     const fx = setup(PINNED);
     await approvedJob(fx, "prepare-on-tick");
     writeFileSync(fx.profilePath, DOWNGRADED);
-    await assert.rejects(resolveQueuedCapture(fx.scope, "nightly", { exec: true }), (error: unknown) => {
+    await assert.rejects(planQueuedRun(fx.scope, "nightly"), (error: unknown) => {
       assert.ok(error instanceof OatsError);
       assert.equal(error.code, "approval-required");
       assert.deepEqual(error.details["changes"], ["profile"]);
@@ -172,7 +173,7 @@ describe("the pinned profile at dispatch: nothing at run time downgrades it", ()
     const path = blobPath(fx.scope, prepared.blobs.profile!);
     chmodSync(path, 0o644);
     writeFileSync(path, DOWNGRADED);
-    await assert.rejects(resolveQueuedCapture(fx.scope, "nightly", { exec: true }), (error: unknown) => error instanceof OatsError && error.code === "integrity-mismatch");
+    await assert.rejects(planQueuedRun(fx.scope, "nightly"), (error: unknown) => error instanceof OatsError && error.code === "integrity-mismatch");
     assert.equal(existsSync(fx.marker), false);
   });
 
@@ -204,7 +205,7 @@ describe("credential values a log cannot mask", () => {
     test(`Given a credential value with ${what}, When dispatched, Then invalid-input (credential-unmaskable) naming the variable, never the value, audited, and nothing runs`, async () => {
       const fx = setup(PINNED, { credentials: ["API_TOKEN"] });
       await approvedJob(fx);
-      await assert.rejects(resolveQueuedCapture(fx.scope, "nightly", { exec: true, env: { API_TOKEN: value } }), (error: unknown) => {
+      await assert.rejects(planQueuedRun(fx.scope, "nightly", { env: { API_TOKEN: value } }), (error: unknown) => {
         assert.ok(error instanceof OatsError);
         assert.equal(error.code, "invalid-input");
         assert.equal(error.details["reason"], "credential-unmaskable");
@@ -222,7 +223,7 @@ describe("credential values a log cannot mask", () => {
   test("Given a four-character credential value, When dispatched, Then it is accepted", async () => {
     const fx = setup(PINNED, { credentials: ["API_TOKEN"] });
     await approvedJob(fx);
-    const plan = await resolveQueuedCapture(fx.scope, "nightly", { exec: true, env: { API_TOKEN: "k9Z!" } });
+    const plan = await planQueuedRun(fx.scope, "nightly", { env: { API_TOKEN: "k9Z!" } });
     assert.deepEqual(plan.credentials.provided, ["API_TOKEN"]);
     await runDispatchPlan(plan, { stdio: "pipe" });
   });

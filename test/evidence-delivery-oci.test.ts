@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
 import { runJson, tempDir } from "./helpers.js";
-import { OatsError } from "../src/errors.js";
+import { OatsError } from "../src/core/errors.js";
 import { enqueueSealedRun, listOutbox, pushEvidence, readDelivered, type EvidenceTransport } from "../src/index.js";
 import { transportFor } from "../src/evidence/transport.js";
 import { NO_REGISTRY, registryBinary, startRegistry, type Registry } from "./support/registry.js";

@@ -3,7 +3,7 @@ import { mkdirSync, symlinkSync } from "node:fs";
 import { join } from "node:path";
 import { describe, test } from "node:test";
 import { runJson, runOats, snapshotTree, tempDir } from "./helpers.js";
-import { OatsError } from "../src/errors.js";
+import { OatsError } from "../src/core/errors.js";
 import { checkEvidencePosture, enqueueSealedRun, evidencePosture, transportFor } from "../src/index.js";
 import { makeShare } from "./support/shares.js";
 import { makeSealedRun } from "./support/sealed-runs.js";

@@ -3,7 +3,7 @@ import { existsSync, mkdirSync, readdirSync, readFileSync, symlinkSync } from "n
 import { join } from "node:path";
 import { describe, test } from "node:test";
 import { runJson, runOats, tempDir } from "./helpers.js";
-import { listOutbox, pushEvidence, readAudit, readDelivered, readRun, resolveQueuedCapture, runDispatchPlanWithEvidence } from "../src/index.js";
+import { listOutbox, pushEvidence, readAudit, readDelivered, readRun, planQueuedRun, runDispatchPlanWithEvidence } from "../src/index.js";
 import { deliveryCapture } from "./support/delivery-capture.js";
 import { MOUNT_SKIP, makeShare } from "./support/shares.js";
 
@@ -65,7 +65,7 @@ describe("real runs reach the far side", () => {
 
   test("Given a run sealed without being queued (its dispatcher went before the enqueue), When pushed, Then the push queues it first and delivers it", async () => {
     const capture = await deliveryCapture("public");
-    const plan = await resolveQueuedCapture(capture.scope, capture.job, { exec: true });
+    const plan = await planQueuedRun(capture.scope, capture.job);
     const outcome = await runDispatchPlanWithEvidence(capture.scope, plan, { output: "quiet", onSealed: () => undefined });
     assert.deepEqual(listOutbox(capture.scope), []);
     const { share, mounted } = makeShare();

@@ -3,7 +3,7 @@ import { existsSync, lstatSync, mkdirSync, readdirSync, readFileSync, writeFileS
 import { join } from "node:path";
 import { describe, test } from "node:test";
 import { snapshotTree } from "./helpers.js";
-import { OatsError } from "../src/errors.js";
+import { OatsError } from "../src/core/errors.js";
 import { EVIDENCE_FILES, type EvidenceBundle, type EvidenceFileName } from "../src/evidence/transport.js";
 import { dirTransport } from "../src/evidence/transports/dir.js";
 import { asNobody, makeShare } from "./support/shares.js";

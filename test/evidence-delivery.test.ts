@@ -4,8 +4,8 @@ import { appendFileSync, readFileSync, readdirSync, rmSync, truncateSync, writeF
 import { join } from "node:path";
 import { describe, test } from "node:test";
 import { REPO, snapshotTree, tempDir } from "./helpers.js";
-import { OatsError } from "../src/errors.js";
-import { bytesDigest } from "../src/retention/digest/json.js";
+import { OatsError } from "../src/core/errors.js";
+import { bytesDigest } from "../src/core/canonical-json.js";
 import { setFaultHook } from "../src/retention/store/faults.js";
 import { enqueueSealedRun, listOutbox, outboxEntries, pushEvidence, readDelivered, type EvidenceTransport } from "../src/index.js";
 import { dirTransport } from "../src/evidence/transports/dir.js";
@@ -146,7 +146,7 @@ describe("the outbox", () => {
     const run = await makeSealedRun(scope);
     const record = JSON.parse(run.recordBytes.toString("utf8"));
     record.dispatchAudit.hash = `sha256-${"0".repeat(64)}`;
-    const { canonicalJsonBytes } = await import("../src/retention/digest/json.js");
+    const { canonicalJsonBytes } = await import("../src/core/canonical-json.js");
     writeFileSync(join(run.dir, "record.json"), canonicalJsonBytes(record));
     await assert.rejects(enqueueSealedRun(scope, run.handle), refusal("integrity-mismatch"));
   });

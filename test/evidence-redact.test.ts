@@ -8,9 +8,9 @@ import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { describe, test } from "node:test";
-import { isOatsError } from "../src/errors.js";
-import { analysePattern, PatternRefusal } from "../src/evidence/redact-pattern.js";
-import { budgetedOutcome, createRedactor, credentialValueProblem, redactionRules, type Match, type RedactionRule } from "../src/evidence/redact.js";
+import { isOatsError } from "../src/core/errors.js";
+import { analysePattern, PatternRefusal } from "../src/captures/redact-pattern.js";
+import { budgetedOutcome, createRedactor, credentialValueProblem, redactionRules, type Match, type RedactionRule } from "../src/captures/redact.js";
 import { REPO } from "./helpers.js";
 
 interface Corpus {

@@ -10,8 +10,8 @@ import { chmodSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { describe, test } from "node:test";
 import { stringify } from "yaml";
-import { addJob, approve, currentPrincipal, prepareCapture, resolveQueuedCapture, runDispatchPlanWithEvidence } from "../src/index.js";
-import { EVIDENCE_CLASSES } from "../src/evidence/evidence-classes.js";
+import { addJob, approve, currentPrincipal, prepareCapture, planQueuedRun, runDispatchPlanWithEvidence } from "../src/index.js";
+import { EVIDENCE_CLASSES } from "../src/captures/evidence-classes.js";
 import { judgeRunEvidence, runRedactor } from "../src/evidence/run-policy.js";
 import { tempDir } from "./helpers.js";
 
@@ -45,7 +45,7 @@ async function run(profile: string | null, script: string) {
   const prepared = await prepareCapture(scope, join(home, "spec.yaml"));
   await approve(scope, prepared.composition.subject, { reason: "reviewed" });
   await addJob(scope, { job: "nightly", resolution: prepared.id });
-  const plan = await resolveQueuedCapture(scope, "nightly", { exec: true, env: { API_TOKEN: TOKEN } });
+  const plan = await planQueuedRun(scope, "nightly", { env: { API_TOKEN: TOKEN } });
   const outcome = await runDispatchPlanWithEvidence(scope, plan, { output: "quiet" });
   return { outcome, log: readFileSync(join(outcome.dir, "log"), "utf8"), record: readFileSync(join(outcome.dir, "record.json"), "utf8") };
 }

@@ -8,7 +8,7 @@ import assert from "node:assert/strict";
 import { existsSync, mkdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { after, before, describe, test } from "node:test";
-import { OatsError } from "../src/errors.js";
+import { OatsError } from "../src/core/errors.js";
 import { pullFromRegistry } from "../src/fleet/pull.js";
 import {
   ANNOTATION_INTEGRITY,
@@ -25,8 +25,8 @@ import {
   treesManifest,
 } from "../src/fleet/mapping.js";
 import { openRegistry } from "../src/fleet/target.js";
-import { putManifest } from "../src/fleet/oci/manifests.js";
-import { bufferSource, putBlob } from "../src/fleet/oci/upload.js";
+import { putManifest } from "../src/oci/manifests.js";
+import { bufferSource, putBlob } from "../src/oci/upload.js";
 import { digestTree, retainTree } from "../src/retention/index.js";
 import { snapshotTree, tempDir } from "./helpers.js";
 import { tarBytes, type RawEntry } from "./support/raw-tar.js";

@@ -15,7 +15,7 @@ import { after, before, describe, test } from "node:test";
 import { REPO, runJson, runOats, snapshotTree, tempDir } from "./helpers.js";
 import { NO_REGISTRY, registryBinary, startRegistry, type Registry } from "./support/registry.js";
 import { OCI_MANIFEST_MEDIA_TYPE } from "../src/fleet/mapping.js";
-import { getManifest, putManifest } from "../src/fleet/oci/manifests.js";
+import { getManifest, putManifest } from "../src/oci/manifests.js";
 import { openRegistry } from "../src/fleet/target.js";
 
 let registry: Registry | null = null;

@@ -13,7 +13,7 @@ import assert from "node:assert/strict";
 import { mkdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { after, before, describe, test } from "node:test";
-import { OatsError } from "../src/errors.js";
+import { OatsError } from "../src/core/errors.js";
 import { hashTreeLayer } from "../src/fleet/layer.js";
 import { pullFromRegistry } from "../src/fleet/pull.js";
 import { pushToRegistry } from "../src/fleet/push.js";

@@ -11,7 +11,7 @@ import { readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { describe, test } from "node:test";
 import { parse as parseYaml } from "yaml";
-import { SCHEMA_NAMES, formatJsonSchemaText, schemaFileName, type SchemaName } from "../src/formats/json-schema.js";
+import { SCHEMA_NAMES, formatJsonSchemaText, schemaFileName, type SchemaName } from "../src/schemas/json-schema.js";
 import { OatsError, classificationGate, parseClassificationConfig, readCaptureProfileFile, readCaptureSpecFile, readLockFile, readPlanFile } from "../src/index.js";
 import { REPO, runOats, tempDir } from "./helpers.js";
 import { violation, type Schema } from "./schema-validator.js";

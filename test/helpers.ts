@@ -6,7 +6,7 @@ import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { after, before } from "node:test";
 import { setTimeout as sleep } from "node:timers/promises";
-import { OatsError } from "../src/errors.js";
+import { OatsError } from "../src/core/errors.js";
 
 export const REPO = resolve(import.meta.dirname, "..");
 export const FIXTURE = join(REPO, "fixtures/packages/hello");

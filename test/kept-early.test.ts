@@ -9,7 +9,7 @@ import { execFileSync, spawnSync } from "node:child_process";
 import { appendFileSync, chmodSync, cpSync, lstatSync, mkdirSync, readFileSync, renameSync, rmSync, symlinkSync, utimesSync, writeFileSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { after, test } from "node:test";
-import { OatsError } from "../src/errors.js";
+import { OatsError } from "../src/core/errors.js";
 import { retainTree } from "../src/index.js";
 import { setParallelism, workersHeld } from "../src/retention/parallel/pool.js";
 import { listingShape } from "../src/retention/digest/listing-shape.js";

@@ -259,7 +259,7 @@ describe("gc: every root keeps its closure", () => {
     writeFileSync(join(s.scope, ".agents/runs/run-1/log.jsonl"), `${JSON.stringify({ resolution: s.previous })}\n`);
     const report = await gc(s.scope, { graceMs: 0 });
     assert.deepEqual(refs(report), [s.orphanRef, s.orphanBlob].sort());
-    // Not a run (a run is a <handle> directory, test/evidence-store.test.ts): kept safe, not counted.
+    // Not a run (a run is a <handle> directory, src/evidence/run-store.ts): kept safe, not counted.
     assert.equal(report.roots.runFiles, 0);
   });
 

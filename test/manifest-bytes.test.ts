@@ -1,7 +1,7 @@
 /** The revision manifest, encoded a row at a time, is byte for byte the canonical encoding of the whole document. */
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { canonicalJsonBytes } from "../src/retention/digest/json.js";
+import { canonicalJsonBytes } from "../src/core/canonical-json.js";
 import { manifestBytes, type ManifestRow } from "../src/retention/store/manifest.js";
 
 test("manifestBytes equals canonicalJsonBytes({ schemaVersion: 1, rows }) for escapes, non-ASCII, symlinks and no rows", () => {

@@ -4,7 +4,7 @@ import { chmodSync, mkdirSync, readFileSync, symlinkSync, writeFileSync } from "
 import { join } from "node:path";
 import { test } from "node:test";
 import { retainTree } from "../src/index.js";
-import { canonicalJsonBytes } from "../src/retention/digest/json.js";
+import { canonicalJsonBytes } from "../src/core/canonical-json.js";
 import { digestListing } from "../src/retention/digest/tree.js";
 import { walkTree, type SymlinkEntry } from "../src/retention/digest/walk.js";
 import { ManifestRecorder } from "../src/retention/store/manifest-encoding.js";

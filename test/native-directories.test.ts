@@ -3,7 +3,7 @@ import { execFileSync, spawnSync } from "node:child_process";
 import { closeSync, constants, mkdirSync, openSync, readdirSync, statSync, symlinkSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { afterEach, test } from "node:test";
-import { OatsError } from "../src/errors.js";
+import { OatsError } from "../src/core/errors.js";
 import { digestTree } from "../src/index.js";
 import { nativeReads, setNativeReads } from "../src/retention/digest/native-reads.js";
 import { walkTree } from "../src/retention/digest/walk.js";

@@ -2,8 +2,8 @@ import assert from "node:assert/strict";
 import { createHash, randomBytes } from "node:crypto";
 import net from "node:net";
 import { test } from "node:test";
-import { OatsError } from "../src/errors.js";
-import { bufferSource, OCI_MANIFEST, OciClient } from "../src/fleet/oci/index.js";
+import { OatsError } from "../src/core/errors.js";
+import { bufferSource, OCI_MANIFEST, OciClient } from "../src/oci/index.js";
 import { startFakeRegistry, type Handler } from "./support/fake-registry.js";
 
 /** Registries that lie, misbehave or are not there: every answer is a typed refusal. */

@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { OatsError } from "../src/errors.js";
-import { formatOciReference, isLoopbackHost, OciClient, parseOciReference } from "../src/fleet/oci/index.js";
+import { OatsError } from "../src/core/errors.js";
+import { formatOciReference, isLoopbackHost, OciClient, parseOciReference } from "../src/oci/index.js";
 
 const DIGEST = `sha256:${"ab".repeat(32)}`;
 

@@ -4,8 +4,8 @@ import { writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { text } from "node:stream/consumers";
 import { after, before, test } from "node:test";
-import { OatsError } from "../src/errors.js";
-import { bufferSource, fileSource, OCI_MANIFEST, OciClient } from "../src/fleet/oci/index.js";
+import { OatsError } from "../src/core/errors.js";
+import { bufferSource, fileSource, OCI_MANIFEST, OciClient } from "../src/oci/index.js";
 import { tempDir } from "./helpers.js";
 import { NO_REGISTRY, registryBinary, sha256, startRegistry, type Registry } from "./support/registry.js";
 

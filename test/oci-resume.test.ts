@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
 import { randomBytes } from "node:crypto";
 import { after, before, test } from "node:test";
-import { bufferSource, OciClient } from "../src/fleet/oci/index.js";
+import { bufferSource, OciClient } from "../src/oci/index.js";
 import { startFaultProxy } from "./support/fault-proxy.js";
 import { NO_REGISTRY, registryBinary, sha256, startRegistry, type Registry } from "./support/registry.js";
 

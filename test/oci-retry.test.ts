@@ -1,9 +1,9 @@
 import assert from "node:assert/strict";
 import type { IncomingMessage } from "node:http";
 import { test } from "node:test";
-import { DEFAULT_RETRY, isTransientStatus, retryDelay } from "../src/fleet/oci/retry.js";
+import { DEFAULT_RETRY, isTransientStatus, retryDelay } from "../src/oci/retry.js";
 
-/** The pure policy behind asking a registry again (src/fleet/oci/retry.ts); the session's use of it is tested against a real registry in fleet-push-transient. */
+/** The pure policy behind asking a registry again (src/oci/retry.ts); the session's use of it is tested against a real registry in fleet-push-transient. */
 
 const answer = (retryAfter?: string) => ({ headers: retryAfter === undefined ? {} : { "retry-after": retryAfter } }) as unknown as IncomingMessage;
 

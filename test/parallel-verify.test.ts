@@ -10,7 +10,7 @@ import { execFileSync } from "node:child_process";
 import { appendFileSync, chmodSync, mkdirSync, readdirSync, rmSync, utimesSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { after, test } from "node:test";
-import { OatsError } from "../src/errors.js";
+import { OatsError } from "../src/core/errors.js";
 import { fsck, retainTree, verifyTree } from "../src/index.js";
 import { DigestWorker, measureHere, setParallelism, settleInLanes, type Measure } from "../src/retention/parallel/pool.js";
 import { verifyTreeWith } from "../src/retention/verify.js";

@@ -4,7 +4,7 @@ import { chmodSync, mkdirSync, renameSync, symlinkSync, unlinkSync, writeFileSyn
 import { join } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
 import { afterEach, test } from "node:test";
-import { OatsError } from "../src/errors.js";
+import { OatsError } from "../src/core/errors.js";
 import { digestTree } from "../src/index.js";
 import { setNativeReads } from "../src/retention/digest/native-reads.js";
 import { prefetchesStarted, setPrefetchMode, startPrefetch } from "../src/retention/digest/prefetch.js";

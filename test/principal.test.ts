@@ -14,8 +14,8 @@ import { chmodSync, chownSync, copyFileSync, existsSync, lstatSync, mkdirSync, r
 import { hostname, userInfo } from "node:os";
 import { join } from "node:path";
 import { describe, test } from "node:test";
-import { OatsError } from "../src/errors.js";
-import { PROC_USER_INIT_INO, assertInitialUserNamespace, currentPrincipal, isInitialIdMap, parseIdMap } from "../src/captures/principal.js";
+import { OatsError } from "../src/core/errors.js";
+import { PROC_USER_INIT_INO, assertInitialUserNamespace, currentPrincipal, isInitialIdMap, parseIdMap } from "../src/ledger/principal.js";
 import { currentPrincipal as reexported } from "../src/captures/classification.js";
 import { REPO, runOats, snapshotTree, tempDir } from "./helpers.js";
 
@@ -82,7 +82,7 @@ describe("currentPrincipal under a setuid node", () => {
     const script = join(dir, "ask.mjs");
     writeFileSync(
       script,
-      `import { currentPrincipal } from ${JSON.stringify(join(REPO, "dist/captures/principal.js"))};\n` +
+      `import { currentPrincipal } from ${JSON.stringify(join(REPO, "dist/ledger/principal.js"))};\n` +
         "try { console.log(JSON.stringify({ ids: [process.getuid(), process.geteuid()], principal: currentPrincipal() })); }\n" +
         "catch (error) { console.log(JSON.stringify({ ids: [process.getuid(), process.geteuid()], code: error.code, reason: error.details.reason })); }\n",
     );

@@ -10,10 +10,10 @@ import assert from "node:assert/strict";
 import { chmodSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { describe, test, type TestContext } from "node:test";
-import { readAudit } from "../src/captures/audit.js";
+import { readAudit } from "../src/ledger/audit.js";
 import { prepareCapture, type PrepareCaptureResult } from "../src/captures/prepare-capture.js";
 import { QUEUE_DIR, addJob, listJobs, readJob } from "../src/captures/queue.js";
-import { OatsError } from "../src/errors.js";
+import { OatsError } from "../src/core/errors.js";
 import { snapshotTree, tempDir } from "./helpers.js";
 import { makeUnwritable } from "./support/unwritable.js";
 

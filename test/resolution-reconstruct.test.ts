@@ -2,7 +2,7 @@ import assert from "node:assert/strict";
 import { cpSync, existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { describe, it } from "node:test";
-import { OatsError } from "../src/errors.js";
+import { OatsError } from "../src/core/errors.js";
 import { checkReadiness, readInstanceRef, readResolution, reconstruct, splitCommand } from "../src/resolution/index.js";
 import { canonicalJson, listRetained, verifyTree } from "../src/retention/index.js";
 import { FIXTURE_LOCK, FIXTURE_PAYLOAD, fixtureLock, snapshotTree, tempDir } from "./helpers.js";

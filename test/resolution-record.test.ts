@@ -12,7 +12,7 @@ import { chmodSync, closeSync, existsSync, mkdirSync, openSync, readFileSync, re
 import { join } from "node:path";
 import { describe, test } from "node:test";
 import assert from "node:assert/strict";
-import { OatsError } from "../src/errors.js";
+import { OatsError } from "../src/core/errors.js";
 import { TREE_EXEC, TREE_LEGACY, canonicalJson, retainTree, sourceIdentityKey, type ArtifactReceipt } from "../src/retention/index.js";
 import {
   checkReadiness,
@@ -31,7 +31,7 @@ import { fixtureCopy, snapshotTree, tempDir } from "./helpers.js";
 const KEY = "demo.hello";
 const HEX = /^sha256-[0-9a-f]{64}$/;
 
-// Kinds as CONTRACT.md section 6 spells them, independent of src/errors.ts.
+// Kinds as CONTRACT.md section 6 spells them, independent of src/core/errors.ts.
 const CONTRACT_KIND: Record<string, string> = {
   "artifact-not-found": "missing",
   "resolution-not-found": "missing",

@@ -9,7 +9,7 @@ import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
 import { describe, test } from "node:test";
 import { join } from "node:path";
-import { formatJsonSchemaText } from "../src/formats/json-schema.js";
+import { formatJsonSchemaText } from "../src/schemas/json-schema.js";
 import { REPO } from "./helpers.js";
 import { violation, type Schema } from "./schema-validator.js";
 import { resolutionRecordSchema } from "../src/resolution/index.js";

@@ -10,7 +10,7 @@ import { randomBytes } from "node:crypto";
 import { readFileSync, symlinkSync, truncateSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { describe, test } from "node:test";
-import { OatsError } from "../src/errors.js";
+import { OatsError } from "../src/core/errors.js";
 import { readRegularFile, readRegularFileInPieces, writeNewFileDurablyInPieces, type ReadFailure } from "../src/retention/store/files.js";
 import { tempDir } from "./helpers.js";
 

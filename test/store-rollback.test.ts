@@ -2,7 +2,7 @@ import assert from "node:assert/strict";
 import { existsSync, mkdirSync, readdirSync } from "node:fs";
 import { join } from "node:path";
 import { test } from "node:test";
-import { OatsError } from "../src/errors.js";
+import { OatsError } from "../src/core/errors.js";
 import { retainCapabilityArtifact, retainTree } from "../src/index.js";
 import { setFaultHook } from "../src/retention/store/faults.js";
 import { fixtureCopy, fixtureLock, snapshotTree, tempDir } from "./helpers.js";

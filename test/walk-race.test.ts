@@ -20,7 +20,7 @@ import { execFileSync, spawn, type ChildProcess } from "node:child_process";
 import { chmodSync, chownSync, lstatSync, mkdirSync, readFileSync, readdirSync, renameSync, symlinkSync, unlinkSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { afterEach, beforeEach, describe, test } from "node:test";
-import { OatsError } from "../src/errors.js";
+import { OatsError } from "../src/core/errors.js";
 import { setNativeReads } from "../src/retention/digest/native-reads.js";
 import { setReadHook } from "../src/retention/digest/read-hook.js";
 import { walkTree } from "../src/retention/digest/walk.js";

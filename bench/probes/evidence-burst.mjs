@@ -23,14 +23,14 @@ const only = process.argv[2];
 for (let run = 0; run < 7; run++) {
   if (only !== "ev") {
     const t0 = performance.now();
-    const plan = await oats.resolveQueuedCapture(scope, "burst", { exec: true });
+    const plan = await oats.planQueuedRun(scope, "burst");
     await oats.runDispatchPlan(plan, { stdio: ["ignore", devNull, devNull] });
     console.log("null", (performance.now() - t0).toFixed(0));
   }
   if (only !== "null") {
     const cpu = process.cpuUsage();
     const t0 = performance.now();
-    const plan = await oats.resolveQueuedCapture(scope, "burst", { exec: true });
+    const plan = await oats.planQueuedRun(scope, "burst");
     const ran = await oats.runDispatchPlanWithEvidence(scope, plan, { output: "quiet" });
     const used = process.cpuUsage(cpu);
     console.log("ev", (performance.now() - t0).toFixed(0), "cpu", ((used.user + used.system) / 1000).toFixed(0), "lines", ran.record.log.lines);

@@ -26,8 +26,8 @@ const bytesOnly = await sample(() => readRecordBytes(scope, big.id));
 console.log("7b full", med(full).toFixed(2), "min", Math.min(...full).toFixed(2), "| 7c bytes", med(bytesOnly).toFixed(2));
 // components
 const { readFileSync } = await import("node:fs");
-const { canonicalJsonBytes, bytesDigest } = await import(new URL("../../dist/retention/digest/json.js", import.meta.url));
-const { scanJsonText, STORED_MAX_DEPTH } = await import(new URL("../../dist/json-text.js", import.meta.url));
+const { canonicalJsonBytes, bytesDigest } = await import(new URL("../../dist/core/canonical-json.js", import.meta.url));
+const { scanJsonText, STORED_MAX_DEPTH } = await import(new URL("../../dist/core/json-text.js", import.meta.url));
 const { withoutPrototypes, readCanonicalJson } = await import(new URL("../../dist/resolution/canonical-read.js", import.meta.url));
 const { resolutionRecordSchema } = await import(new URL("../../dist/resolution/record.js", import.meta.url));
 const buf = readFileSync(big.path);

@@ -47,7 +47,7 @@ async function benchEvidence() {
       name: "null",
       inProcess: true,
       run: async () => {
-        const plan = await oats.resolveQueuedCapture(burst.scope, burst.job, { exec: true });
+        const plan = await oats.planQueuedRun(burst.scope, burst.job);
         const ran = await oats.runDispatchPlan(plan, { stdio: ["ignore", devNull, devNull] });
         if (ran.code !== 0) throw new Error(`the burst child failed: ${ran.code}`);
       },
@@ -56,7 +56,7 @@ async function benchEvidence() {
       name: "evidence",
       inProcess: true,
       run: async () => {
-        const plan = await oats.resolveQueuedCapture(burst.scope, burst.job, { exec: true });
+        const plan = await oats.planQueuedRun(burst.scope, burst.job);
         const ran = await oats.runDispatchPlanWithEvidence(burst.scope, plan, { output: "quiet" });
         if (ran.exitCode !== 0 || ran.record.log.lines !== LINES) throw new Error(`the burst run logged ${ran.record.log.lines} lines, exit ${ran.exitCode}`);
       },
@@ -77,7 +77,7 @@ async function benchEvidence() {
     "evidence-latency",
     "let n = 0;\nconst tick = () => { const us = Math.round((performance.timeOrigin + performance.now()) * 1000); process.stdout.write(`${us}\\n`); if (++n < 300) setTimeout(tick, 10); };\ntick();\n",
   );
-  const plan = await oats.resolveQueuedCapture(ticks.scope, ticks.job, { exec: true });
+  const plan = await oats.planQueuedRun(ticks.scope, ticks.job);
   const ran = await oats.runDispatchPlanWithEvidence(ticks.scope, plan, { output: "quiet" });
   const lines = oats.readRun(ticks.scope, ran.runId).lines;
   const latencies = lines.map((line) => (oats.parseStamp(line.at) - Number(line.text)) / 1000).sort((a, b) => a - b);

@@ -1,22 +1,12 @@
 import { closeSync, constants, fsyncSync, linkSync, lstatSync, openSync, renameSync, unlinkSync } from "node:fs";
 import { basename, dirname, join, resolve } from "node:path";
 import { randomBytes } from "node:crypto";
-import { OatsError, asStepError, errnoCode } from "../errors.js";
-import { readBlob } from "../retention/store/blobs.js";
-import { referencedArtifacts } from "../resolution/read.js";
-import { encodeRecord, readRecordBytes } from "../resolution/store.js";
-import { canonicalJsonBytes } from "../retention/digest/json.js";
-import { digestListing } from "../retention/digest/tree.js";
-import { walkTree } from "../retention/digest/walk.js";
+import { OatsError, asStepError, errnoCode, canonicalJsonBytes } from "../core/index.js";
+import { readBlob, digestListing, walkTree, TREE_EXEC, TREE_LEGACY, integrityText, type Integrity, fsyncDirectory, inspectStore, resolveScope, parseArtifactRef, retainedTreeDir, type ArtifactRef, revisionParentSegments, verifyTree, noteRemoved, throwIfAborted, type ProgressListener } from "../retention/index.js";
+import { referencedArtifacts, encodeRecord, readRecordBytes } from "../resolution/index.js";
 import { TarWriter, TreeSink } from "./tar-writer.js";
 import { SyncBehind } from "./sync-behind.js";
-import { TREE_EXEC, TREE_LEGACY, integrityText, type Integrity } from "../retention/integrity.js";
-import { fsyncDirectory, inspectStore, resolveScope } from "../retention/store/components.js";
-import { parseArtifactRef, retainedTreeDir, type ArtifactRef } from "../retention/store/layout.js";
-import { revisionParentSegments } from "../retention/store/publish.js";
-import { verifyTree } from "../retention/verify.js";
 import { exportProgress } from "./bundle-progress.js";
-import { noteRemoved, throwIfAborted, type ProgressListener } from "../retention/progress.js";
 import {
   BUNDLE_MANIFEST,
   BUNDLE_SCHEMA_VERSION,

@@ -1,10 +1,8 @@
 import { z } from "zod";
-import { OatsError } from "../errors.js";
-import type { ResolutionRecord } from "../resolution/record.js";
-import { parseResolutionId } from "../resolution/store.js";
-import { ARTIFACT_KINDS, IDENTIFIER_MAX_LENGTH, IDENTIFIER_PATTERN, SOURCE_KEY_PATTERN, type ArtifactKind } from "../retention/ids.js";
-import { TREE_EXEC, digestHex, type Integrity } from "../retention/integrity.js";
-import { parseArtifactRef, type ArtifactRef } from "../retention/store/layout.js";
+import { OatsError } from "../core/index.js";
+import type { ResolutionRecord } from "../resolution/index.js";
+import { parseResolutionId } from "../resolution/index.js";
+import { ARTIFACT_KINDS, IDENTIFIER_MAX_LENGTH, IDENTIFIER_PATTERN, SOURCE_KEY_PATTERN, type ArtifactKind, TREE_EXEC, digestHex, type Integrity, parseArtifactRef, type ArtifactRef } from "../retention/index.js";
 
 /**
  * The bundle's format (see bundle.ts): the manifest's rows and schema, the

@@ -1,14 +1,9 @@
-import { withPublishLease } from "../retention/store/lease.js";
+import { withPublishLease, parseBlobDigest, putBlob, adoptTree, adoptVerifiedTree, resolveScope, throwIfAborted, type ProgressListener } from "../retention/index.js";
 import { createReadStream, statSync } from "node:fs";
 import { join, resolve } from "node:path";
-import { OatsError, errnoCode } from "../errors.js";
-import { parseBlobDigest, putBlob } from "../retention/store/blobs.js";
-import { writeResolution } from "../resolution/store.js";
-import type { ArtifactKind } from "../retention/ids.js";
-import { adoptTree } from "../retention/retain.js";
-import { adoptVerifiedTree } from "../retention/adopt-verified.js";
-import { resolveScope } from "../retention/store/components.js";
-import { throwIfAborted, type ProgressListener } from "../retention/progress.js";
+import { OatsError, errnoCode } from "../core/index.js";
+import { writeResolution } from "../resolution/index.js";
+import type { ArtifactKind } from "../retention/index.js";
 import { extractLimits, extractTar, type ExtractLimits } from "./extract.js";
 import { withExtractionDir } from "./staging.js";
 import { checkContents, checkTarget, readManifest, verifyBundle } from "./bundle-checks.js";

@@ -1,6 +1,4 @@
-import type { DigestOptions } from "../retention/digest/tree.js";
-import type { TreeListing } from "../retention/digest/walk.js";
-import type { ProgressListener } from "../retention/progress.js";
+import type { DigestOptions, TreeListing, ProgressListener } from "../retention/index.js";
 
 /**
  * The digest options for each tree an export writes, in order: one `export`

@@ -1,5 +1,5 @@
 import { posix } from "node:path";
-import { OatsError } from "../errors.js";
+import { OatsError } from "../core/index.js";
 
 /**
  * The pure half of safe extraction: what one archive entry's name and link

@@ -1,8 +1,8 @@
-import { EMIT_EVERY_FILES, throwIfAborted, type ProgressListener } from "../retention/progress.js";
+import { EMIT_EVERY_FILES, throwIfAborted, type ProgressListener } from "../retention/index.js";
 import { chmodSync } from "node:fs";
 import type { Readable } from "node:stream";
 import { Parser, type ReadEntry } from "tar";
-import { OatsError, asStepError, isOatsError } from "../errors.js";
+import { OatsError, asStepError, isOatsError } from "../core/index.js";
 import { DEFAULT_NAME_LIMITS, entryPath, entryRefusal } from "./entry-path.js";
 import { TreeWriter } from "./tree-writer.js";
 

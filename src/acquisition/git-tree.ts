@@ -1,5 +1,5 @@
 import { createHash } from "node:crypto";
-import { OatsError } from "../errors.js";
+import { OatsError } from "../core/index.js";
 import { entryPath, entryRefusal } from "./entry-path.js";
 import { extractLimits, type ExtractLimits } from "./extract.js";
 import { collectStderr, gitFailed, gitUnavailable, spawnGit, type CommitTree, type TreeEntry } from "./git.js";

@@ -1,6 +1,6 @@
 import { spawn } from "node:child_process";
 import { lstat, realpath } from "node:fs/promises";
-import { OatsError, errnoCode } from "../errors.js";
+import { OatsError, errnoCode } from "../core/index.js";
 
 /**
  * The git half of source retention: from a local repository and a full

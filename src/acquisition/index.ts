@@ -5,3 +5,5 @@ export { retainSource, type SourceRequest, type SourceReceipt, type RetainSource
 export { assertFullCommit, gitEnvironment, FULL_COMMIT_PATTERN } from "./git.js";
 export { withExtractionDir, EXTRACT_ROOT } from "./staging.js";
 export { exportBundle, importBundle, parseExportRef, pinnedBlobs, bundleArtifactPath, bundleResolutionPath, bundleBlobPath, BUNDLE_MANIFEST, type BundleManifest, type BundleArtifactRow, type ExportRef, type ParsedExportRef, type ExportOptions, type ExportReport, type ImportOptions, type ImportReport } from "./bundle.js";
+export { BUNDLE_SCHEMA_VERSION, importStaged } from "./bundle.js";
+export { type TarOutput, TarWriter, TreeSink } from "./tar-writer.js";

@@ -1,10 +1,8 @@
 import { chmodSync } from "node:fs";
-import { OatsError } from "../errors.js";
-import { sourceIdentitySchema } from "../resolution/record.js";
-import { adoptTree, retainTree, type RetainOptions } from "../retention/retain.js";
-import type { ArtifactReceipt } from "../retention/receipt.js";
-import { pinSourceIdentity, sourceIdentityKey } from "../retention/source-identity.js";
-import { inspectStore, resolveScope } from "../retention/store/components.js";
+import { OatsError } from "../core/index.js";
+import { sourceIdentitySchema } from "../resolution/index.js";
+import { adoptTree, retainTree, type RetainOptions, pinSourceIdentity, sourceIdentityKey, inspectStore, resolveScope } from "../retention/index.js";
+import type { ArtifactReceipt } from "../retention/index.js";
 import { assertFullCommit, gitRepositoryRoot, listTree, resolveCommit } from "./git.js";
 import { writeCommitTree, type ArchiveOptions } from "./git-tree.js";
 import { withExtractionDir } from "./staging.js";

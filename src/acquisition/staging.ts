@@ -1,11 +1,7 @@
 import { mkdirSync } from "node:fs";
 import { join } from "node:path";
-import { errnoCode } from "../errors.js";
-import { isInterrupted, noteRemoved } from "../retention/progress.js";
-import { ensureStoreAt, inspectStoreAt, removeCreatedStore, resolveScope } from "../retention/store/components.js";
-import { EXTRACT_STORE, stagingName } from "../retention/store/layout.js";
-import { removeTree } from "../retention/store/staging-writer.js";
-import { entryPresent } from "../retention/store/files.js";
+import { errnoCode } from "../core/index.js";
+import { isInterrupted, noteRemoved, ensureStoreAt, inspectStoreAt, removeCreatedStore, resolveScope, EXTRACT_STORE, stagingName, removeTree, entryPresent } from "../retention/index.js";
 
 /**
  * Where acquisition extracts archives (a package tarball, the tree of a git

@@ -1,8 +1,7 @@
 import { writeSync } from "node:fs";
 import type { Hash } from "node:crypto";
 import { BLOCK_SIZE, END_OF_ARCHIVE, encodeEntryHeader, type TarEntryHeader } from "./tar-format.js";
-import type { FileConsumer, FileInfo } from "../retention/digest/file-reader.js";
-import type { FileEntry, SymlinkEntry } from "../retention/digest/walk.js";
+import type { FileConsumer, FileInfo, FileEntry, SymlinkEntry } from "../retention/index.js";
 import type { SyncBehind } from "./sync-behind.js";
 
 /**

@@ -2,15 +2,9 @@ import { createHash } from "node:crypto";
 import { createReadStream, statSync } from "node:fs";
 import { resolve } from "node:path";
 import ssri from "ssri";
-import { OatsError, asStepError, errnoCode } from "../errors.js";
-import { assertArtifactKey, assertArtifactKind, assertIdentifier, type ArtifactKind } from "../retention/ids.js";
-import { TREE_EXEC, TREE_LEGACY, parseTreeIntegrity, type TreeFormat } from "../retention/integrity.js";
-import { capabilityRows, parseLock } from "../retention/oats-lock.js";
-import type { ArtifactReceipt } from "../retention/receipt.js";
-import { adoptCapabilityArtifact, adoptTree, type RetainOptions } from "../retention/retain.js";
-import { inspectStore, inspectStoreAt, resolveScope } from "../retention/store/components.js";
-import { EXTRACT_STORE } from "../retention/store/layout.js";
-import { revisionParentSegments } from "../retention/store/publish.js";
+import { OatsError, asStepError, errnoCode } from "../core/index.js";
+import { assertArtifactKey, assertArtifactKind, assertIdentifier, type ArtifactKind, TREE_EXEC, TREE_LEGACY, parseTreeIntegrity, type TreeFormat, capabilityRows, parseLock, adoptCapabilityArtifact, adoptTree, type RetainOptions, inspectStore, inspectStoreAt, resolveScope, EXTRACT_STORE, revisionParentSegments } from "../retention/index.js";
+import type { ArtifactReceipt } from "../retention/index.js";
 import { extractLimits, extractTar, type ExtractLimits } from "./extract.js";
 import { withExtractionDir } from "./staging.js";
 

@@ -1,13 +1,8 @@
-import { OatsError, isOatsError } from "../errors.js";
-import { STORED_MAX_DEPTH, parseJsonText } from "../json-text.js";
-import { audit, audited } from "./audit.js";
-import { assertArtifactKey, assertArtifactKind, type ArtifactKind } from "../retention/ids.js";
-import { JSON_V1, PACKAGE_PAYLOAD_EXEC, TREE_EXEC, TREE_LEGACY, integrityText, parseIntegrity } from "../retention/integrity.js";
-import { readBlob } from "../retention/store/blobs.js";
+import { OatsError, isOatsError, STORED_MAX_DEPTH, parseJsonText } from "../core/index.js";
+import { audit, audited, CHAIN_LOGS, appendEntry, type AppendOptions, type ChainEntry, allDecisions, crossCheckReasonText, latestDecision, mismatchError, type CrossCheckReason } from "../ledger/index.js";
+import { assertArtifactKey, assertArtifactKind, type ArtifactKind, JSON_V1, PACKAGE_PAYLOAD_EXEC, TREE_EXEC, TREE_LEGACY, integrityText, parseIntegrity, readBlob } from "../retention/index.js";
 import { COMPOSITION_KIND, compositionSubject, parseComposition, type CaptureComposition } from "./composition.js";
-import { CHAIN_LOGS, appendEntry, type AppendOptions, type ChainEntry } from "./chain-log.js";
 import { currentPrincipal } from "./classification.js";
-import { allDecisions, crossCheckReasonText, latestDecision, mismatchError, type CrossCheckReason } from "./approval-check.js";
 
 /**
  * The approvals ledger (`.agents/approvals/ledger.jsonl`, CHAIN_LOGS.approvals):

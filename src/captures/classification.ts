@@ -1,6 +1,6 @@
 import { z } from "zod";
-import { OatsError } from "../errors.js";
-import { decodeUtf8, escapePointerSegment, parseYamlText, readOperatorFile, refuseProtoKeys } from "../operator-input.js";
+import { OatsError } from "../core/index.js";
+import { decodeUtf8, escapePointerSegment, parseYamlText, readOperatorFile, refuseProtoKeys } from "../resolution/index.js";
 
 /**
  * Classification of captures (CONTRACT.md section 9). Pure functions over a
@@ -253,4 +253,4 @@ export function classificationGate(input: { effective: Level; principal: string;
 }
 
 /** The principal lives in principal.ts (user-namespace and setuid refusals); re-exported for existing callers. */
-export { currentPrincipal } from "./principal.js";
+export { currentPrincipal } from "../ledger/index.js";

@@ -1,8 +1,7 @@
 import { z } from "zod";
-import { OatsError } from "../errors.js";
-import { jsonDigest } from "../retention/digest/json.js";
-import { JSON_V1, integrityText } from "../retention/integrity.js";
-import type { ResolutionRecord } from "../resolution/record.js";
+import { OatsError, jsonDigest } from "../core/index.js";
+import { JSON_V1, integrityText } from "../retention/index.js";
+import type { ResolutionRecord } from "../resolution/index.js";
 import { LEVELS } from "./classification.js";
 
 /**

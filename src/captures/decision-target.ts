@@ -1,10 +1,7 @@
 import { lstatSync } from "node:fs";
-import { OatsError, isOatsError } from "../errors.js";
-import type { ArtifactKind } from "../retention/ids.js";
-import { listRetained } from "../retention/inventory.js";
-import { TREE_EXEC, TREE_LEGACY, parseIntegrity } from "../retention/integrity.js";
-import { retainedTreeDir } from "../retention/store/layout.js";
-import { verifyTree } from "../retention/verify.js";
+import { OatsError, isOatsError } from "../core/index.js";
+import type { ArtifactKind } from "../retention/index.js";
+import { listRetained, TREE_EXEC, TREE_LEGACY, parseIntegrity, retainedTreeDir, verifyTree } from "../retention/index.js";
 import { approvalState, parseApprovalSubject, type ApprovalEntry, type ApprovalSubject } from "./approvals.js";
 import { COMPOSITION_KIND } from "./composition.js";
 

@@ -1,6 +1,6 @@
-import { OatsError } from "../errors.js";
-import { MIN_CREDENTIAL_LENGTH, credentialValueProblem } from "../evidence/redact.js";
-import type { ResolutionRecord } from "../resolution/record.js";
+import { OatsError } from "../core/index.js";
+import { MIN_CREDENTIAL_LENGTH, credentialValueProblem } from "./redact.js";
+import type { ResolutionRecord } from "../resolution/index.js";
 import { nodeOptionsWithGuard } from "./node-guard.js";
 
 /**

@@ -1,6 +1,6 @@
 import { spawn, type StdioOptions } from "node:child_process";
 import { constants } from "node:os";
-import { OatsError } from "../errors.js";
+import { OatsError } from "../core/index.js";
 import type { DispatchPlan } from "./dispatch.js";
 import { privilegeGate } from "./privilege.js";
 import { removeRunCopy } from "./run-copy.js";

@@ -1,15 +1,10 @@
-import { OatsError, isOatsError } from "../errors.js";
-import { bytesDigest } from "../retention/digest/json.js";
-import { integrityText } from "../retention/integrity.js";
-import { resolveScope } from "../retention/store/components.js";
-import { verifyTrees } from "../retention/verify-many.js";
-import { checkReadiness, referencedArtifacts, resolveEntrypointIn } from "../resolution/read.js";
-import type { ResolutionRecord } from "../resolution/record.js";
-import { readRecordBytes } from "../resolution/store.js";
+import { OatsError, isOatsError, bytesDigest } from "../core/index.js";
+import { integrityText, resolveScope, verifyTrees, readBlob } from "../retention/index.js";
+import { checkReadiness, referencedArtifacts, resolveEntrypointIn, readRecordBytes } from "../resolution/index.js";
+import type { ResolutionRecord } from "../resolution/index.js";
 import { latestApprovedFor, requireApproval, type ApprovalSubject } from "./approvals.js";
 import { compositionChanges, compositionOf, compositionSubject, parseComposition, type CompositionSubject } from "./composition.js";
-import { audit, auditRefusal } from "./audit.js";
-import { readBlob } from "../retention/store/blobs.js";
+import { audit, auditRefusal } from "../ledger/index.js";
 import {
   classificationGate,
   currentPrincipal,
@@ -26,7 +21,7 @@ import { guardSpecifier, launcher } from "./node-guard.js";
 import { dispatchEnvironment } from "./dispatch-env.js";
 import { readJob } from "./queue.js";
 import { copyVerifiedTree, removeRunCopy, type RunCopy } from "./run-copy.js";
-import { checkEvidencePosture, type EvidencePostureResult } from "../evidence/posture-check.js";
+import type { EvidencePostureCheck, EvidencePostureResult } from "./posture.js";
 import { currentEuid, privilegeGate } from "./privilege.js";
 import { evidencePolicy, parseCaptureProfileBytes, type ProfileEvidencePolicy } from "./spec.js";
 
@@ -54,7 +49,8 @@ export { discardDispatchPlan, runDispatchPlan } from "./dispatch-run.js";
  * 5. classification: effective = strictest of declared, derived from the
  *    pinned config and derived from the current config (if present); a
  *    confidential capture needs a principal that both configs name sovereign;
- * 5b. with `exec`, the evidence posture (src/evidence/posture.ts): an
+ * 5b. with `exec`, the evidence posture (options.postureCheck, which the
+ *    evidence layer provides: planQueuedRun in src/evidence/posture-check.ts): an
  *    unwritable outbox refuses every tier (`audit-unavailable`), and a
  *    configured far side that cannot be reached refuses confidential work
  *    (`classification-refused`); the plan carries it as `delivery`;
@@ -99,6 +95,13 @@ export interface DispatchOptions {
    * posture may refuse before anything runs.
    */
   readonly delivery?: { readonly to?: string | null; readonly allowSameFilesystem?: boolean };
+  /**
+   * The posture check an exec'd dispatch runs at step 5b. It probes the outbox
+   * and the far side, which the evidence layer owns, so that layer passes it
+   * in (planQueuedRun); an exec'd dispatch without one is refused (`usage`)
+   * before anything is read.
+   */
+  readonly postureCheck?: EvidencePostureCheck;
   /** The effective uid the child would run as (default: this process's); uid 0 needs a privileged composition. */
   readonly euid?: number;
 }
@@ -216,6 +219,9 @@ function requireCompositionApproval(scope: string, subject: CompositionSubject, 
 }
 
 export async function resolveQueuedCapture(scope: string, jobId: string, options: DispatchOptions = {}): Promise<DispatchPlan> {
+  if (options.exec === true && options.postureCheck === undefined) {
+    throw new OatsError("usage", "an exec'd dispatch checks its evidence posture first: plan it with planQueuedRun (the evidence layer)", { reason: "no-posture-check" });
+  }
   const realScope = resolveScope(scope);
   const principal = currentPrincipal();
   const harness = options.harness ?? null;
@@ -298,7 +304,7 @@ export async function resolveQueuedCapture(scope: string, jobId: string, options
     const allowSameFilesystem = options.delivery?.allowSameFilesystem === true;
     const delivery =
       options.exec === true
-        ? { ...(await checkEvidencePosture(realScope, classification.effective, { to: options.delivery?.to ?? null, env: options.env ?? process.env, allowSameFilesystem })), allowSameFilesystem }
+        ? { ...(await options.postureCheck!(realScope, classification.effective, { to: options.delivery?.to ?? null, env: options.env ?? process.env, allowSameFilesystem })), allowSameFilesystem }
         : null;
 
     // The environment: pinned values and the named credentials, nothing else.

@@ -1,12 +1,13 @@
 export * from "./classification.js";
-export { PROC_SUPER_MAGIC, PROC_USER_INIT_INO, assertInitialUserNamespace, isInitialIdMap, parseIdMap, type IdMapLine } from "./principal.js";
-export * from "./chain-log.js";
 export * from "./approvals.js";
-export * from "./audit.js";
 export * from "./spec.js";
 export * from "./composition.js";
 export * from "./queue.js";
 export * from "./prepare-capture.js";
 export * from "./dispatch.js";
-export * from "./approval-check.js";
 export * from "./decision-target.js";
+export { EVIDENCE_CLASSES, type EvidenceClass, evidenceFromFacts, isEvidenceClass } from "./evidence-classes.js";
+export { type DeliveryPosture, evidencePosture, type EvidencePostureResult, type FarSide, type Posture, type PostureInput } from "./posture.js";
+export { privilegeGate } from "./privilege.js";
+export { createRedactor, redactionRules, type Redactor } from "./redact.js";
+export { checkRunRootAncestors } from "./run-copy.js";

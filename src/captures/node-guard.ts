@@ -1,6 +1,6 @@
 import { statSync } from "node:fs";
 import { extname } from "node:path";
-import { OatsError } from "../errors.js";
+import { OatsError } from "../core/index.js";
 
 /**
  * How a dispatched entry point starts, and the Node module-resolution guard

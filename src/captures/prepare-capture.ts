@@ -1,25 +1,14 @@
 import { statSync } from "node:fs";
 import { join, resolve } from "node:path";
-import { OatsError, errnoCode } from "../errors.js";
-import { capabilityRows, readLockFile } from "../retention/oats-lock.js";
-import { TREE_EXEC, integrityText } from "../retention/integrity.js";
-import type { ArtifactReceipt } from "../retention/receipt.js";
-import { retainCapabilityArtifact, retainTree, type RetainOptions } from "../retention/retain.js";
-import { inspectStoreAt, resolveScope } from "../retention/store/components.js";
-import { withPublishLease } from "../retention/store/lease.js";
-import { capabilityArtifactEntry } from "../resolution/artifact-entry.js";
-import { resolveEntrypoint } from "../resolution/read.js";
-import type { ArtifactRefRecord, ResolutionRecord } from "../resolution/record.js";
-import { findArgSecrets, findSecrets, secretRefusal } from "../resolution/secrets.js";
-import { INSTALLED_DIR } from "../resolution/legacy-command.js";
-import { LOCK_FILE } from "../resolution/reconstruct.js";
-import { RESOLUTIONS_DIR, writeResolution } from "../resolution/store.js";
+import { OatsError, errnoCode, canonicalJsonBytes } from "../core/index.js";
+import { capabilityRows, readLockFile, TREE_EXEC, integrityText, retainCapabilityArtifact, retainTree, type RetainOptions, inspectStoreAt, resolveScope, withPublishLease, BLOBS_DIR, putBlob } from "../retention/index.js";
+import type { ArtifactReceipt } from "../retention/index.js";
+import { capabilityArtifactEntry, resolveEntrypoint, findArgSecrets, findSecrets, secretRefusal, INSTALLED_DIR, LOCK_FILE, RESOLUTIONS_DIR, writeResolution } from "../resolution/index.js";
+import type { ArtifactRefRecord, ResolutionRecord } from "../resolution/index.js";
 import type { ApprovalSubject } from "./approvals.js";
-import { audit, audited, type AuditSubject } from "./audit.js";
-import { BLOBS_DIR, putBlob } from "../retention/store/blobs.js";
+import { audit, audited, type AuditSubject } from "../ledger/index.js";
 import { deriveLevel, readClassificationConfigFile, stricter, type DerivedLevel, type Level } from "./classification.js";
 import { readCaptureProfileFile, readCaptureSpecFile, type LoadedCaptureSpec } from "./spec.js";
-import { canonicalJsonBytes } from "../retention/digest/json.js";
 import { compositionOf, compositionSubject, type CaptureComposition, type CompositionSubject } from "./composition.js";
 
 /**

@@ -1,4 +1,4 @@
-import { OatsError } from "../errors.js";
+import { OatsError } from "../core/index.js";
 
 /**
  * The privileged-account gate (issue 11, property 6): a capture runs as root

@@ -1,17 +1,10 @@
 import { linkSync, readdirSync, renameSync, unlinkSync } from "node:fs";
 import { join } from "node:path";
 import { z } from "zod";
-import { OatsError, asStepError, errnoCode } from "../errors.js";
-import { parseWith } from "../operator-input.js";
-import { canonicalJsonBytes } from "../retention/digest/json.js";
-import { identifierSchema } from "../retention/ids.js";
-import { ensureStoreAt, fsyncDirectory, inspectStoreAt, removeCreatedStore, resolveScope } from "../retention/store/components.js";
-import { readRegularFile, writeStagedFile } from "../retention/store/files.js";
-import { AGENTS_DIR, assertContained } from "../retention/store/layout.js";
-import { withPublishLease } from "../retention/store/lease.js";
-import { readCanonicalJson } from "../resolution/canonical-read.js";
-import { parseResolutionId, readRecordBytes } from "../resolution/store.js";
-import { audit, audited } from "./audit.js";
+import { OatsError, asStepError, errnoCode, canonicalJsonBytes } from "../core/index.js";
+import { parseWith, readCanonicalJson, parseResolutionId, readRecordBytes } from "../resolution/index.js";
+import { identifierSchema, ensureStoreAt, fsyncDirectory, inspectStoreAt, removeCreatedStore, resolveScope, readRegularFile, writeStagedFile, AGENTS_DIR, assertContained, withPublishLease } from "../retention/index.js";
+import { audit, audited } from "../ledger/index.js";
 
 /**
  * Queued work: `.agents/queue/<job>.json`, canonical JSON

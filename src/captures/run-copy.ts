@@ -1,14 +1,7 @@
 import { chmodSync, lstatSync, mkdirSync, realpathSync } from "node:fs";
 import { basename, dirname, isAbsolute, join, resolve } from "node:path";
-import { OatsError, errnoCode } from "../errors.js";
-import { FRAMINGS, digestListing, type TreeDigests } from "../retention/digest/tree.js";
-import { walkTree } from "../retention/digest/walk.js";
-import { TREE_EXEC, TREE_LEGACY, integrityText } from "../retention/integrity.js";
-import { ensureStoreAt, inspectStore } from "../retention/store/components.js";
-import { RUN_COPIES_STORE, parseArtifactRef, parseStagingName, retainedTreeDir, stagingName } from "../retention/store/layout.js";
-import { firstDifference } from "../retention/store/manifest.js";
-import { revisionParentSegments } from "../retention/store/publish.js";
-import { StagingWriter, removeTree } from "../retention/store/staging-writer.js";
+import { OatsError, errnoCode } from "../core/index.js";
+import { FRAMINGS, digestListing, type TreeDigests, walkTree, TREE_EXEC, TREE_LEGACY, integrityText, ensureStoreAt, inspectStore, RUN_COPIES_STORE, parseArtifactRef, parseStagingName, retainedTreeDir, stagingName, firstDifference, revisionParentSegments, StagingWriter, removeTree } from "../retention/index.js";
 
 /**
  * The private run copy of a dispatch (docs/design/captures.md, "Running only

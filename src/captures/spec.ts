@@ -1,13 +1,12 @@
 import { extname, isAbsolute, resolve } from "node:path";
 import { z } from "zod";
-import { OatsError } from "../errors.js";
-import { decodeUtf8, parseByExtension, parseWith, parseYamlText, readOperatorFile } from "../operator-input.js";
-import { identifierSchema } from "../retention/ids.js";
-import { entrypointPathSchema } from "../resolution/record.js";
+import { OatsError } from "../core/index.js";
+import { decodeUtf8, parseByExtension, parseWith, parseYamlText, readOperatorFile, entrypointPathSchema } from "../resolution/index.js";
+import { identifierSchema } from "../retention/index.js";
 import { LEVELS } from "./classification.js";
 import { isLoaderEnvName } from "./composition.js";
-import { DEFAULT_REQUIRED_EVIDENCE, EVIDENCE_CLASSES, type EvidenceClass } from "../evidence/evidence-classes.js";
-import { redactPatternsSchema, type RedactPattern } from "../evidence/redact-pattern.js";
+import { DEFAULT_REQUIRED_EVIDENCE, EVIDENCE_CLASSES, type EvidenceClass } from "./evidence-classes.js";
+import { redactPatternsSchema, type RedactPattern } from "./redact-pattern.js";
 
 /**
  * A capture spec: what an operator asks `oats capture prepare` to pin.

@@ -1,5 +1,5 @@
-import type { RecurrencePolicy } from "../captures/queue.js";
-import type { SchemaName } from "../formats/json-schema.js";
+import type { RecurrencePolicy } from "../captures/index.js";
+import type { SchemaName } from "../schemas/index.js";
 import type { ArtifactKind, TreeFormat } from "../retention/index.js";
 
 /**

@@ -1,5 +1,5 @@
 import type { Command } from "commander";
-import type { OatsError } from "../errors.js";
+import type { OatsError } from "../core/index.js";
 import type { Progress } from "./progress.js";
 
 /** What every command gets: the scope and output mode, decided once by main. */

@@ -1,4 +1,4 @@
-import { OatsError, isOatsError } from "../errors.js";
+import { OatsError, isOatsError } from "../core/index.js";
 
 /**
  * The JSON envelope of CONTRACT.md section 7: exactly one compact line,

@@ -1,11 +1,11 @@
 import { Command, CommanderError } from "commander";
 import { resolve } from "node:path";
-import type { OatsError } from "../errors.js";
+import type { OatsError } from "../core/index.js";
 import type { CliContext, CommandOutcome, CommandSpec } from "./context.js";
 import { asOatsError, failureEnvelope, successEnvelope, usageError } from "./envelope.js";
 import { createProgress, progressEnabled } from "./progress.js";
 import { INTERRUPTED_EXIT, createInterrupt, interruptedLines } from "./interrupt.js";
-import { isInterrupted } from "../retention/progress.js";
+import { isInterrupted } from "../retention/index.js";
 import { humanError } from "./render.js";
 import { packageVersion } from "./version.js";
 

@@ -6,7 +6,7 @@
  * cuts the line to the terminal width and clears it when the work ends, so
  * nothing is left behind.
  */
-import type { ProgressEvent } from "../retention/progress.js";
+import type { ProgressEvent } from "../retention/index.js";
 
 export interface Progress {
   /** The library's onProgress. */

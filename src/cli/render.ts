@@ -1,5 +1,5 @@
 import type { ApprovalSubject } from "../captures/index.js";
-import type { OatsError } from "../errors.js";
+import type { OatsError } from "../core/index.js";
 import { approveCommand } from "./commands/captures-shared.js";
 import { reasonRemedy } from "./remedies.js";
 

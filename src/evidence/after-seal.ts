@@ -1,5 +1,5 @@
-import { OatsError, isOatsError } from "../errors.js";
-import { resolveScope } from "../retention/store/components.js";
+import { OatsError, isOatsError } from "../core/index.js";
+import { resolveScope } from "../retention/index.js";
 import { enqueueSealedRun, outboxEntries } from "./outbox.js";
 import { pushEvidence } from "./push.js";
 import { runHex } from "./run-id.js";

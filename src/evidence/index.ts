@@ -8,3 +8,12 @@ export { listRuns, readRun, verifyRun, cancelRun, sealInterruptedRun, type RunSt
 export { receiveRun, RECEIVED_STORE, type ReceiveOptions, type ReceiveReport } from "./received-store.js";
 export { checkReceivedRun, type ReceivedRunCheck } from "./received-check.js";
 export { listReceivedRuns, findReceived, readReceivedRun, verifyReceivedRun, type ReceivedSummary, type ReceivedRun, type ReceivedVerdict } from "./received-api.js";
+export { planQueuedRun } from "./posture-check.js";
+export { type EnqueueResult, enqueueSealedRun, OUTBOX_STORE, outboxEntries, type OutboxEntry, type OutboxFile, outboxWritable } from "./outbox.js";
+export { checkEvidencePosture, evidenceDestination, type EvidencePostureOptions } from "./posture-check.js";
+export { checkReadBack, listOutbox, type OutboxListing, pushEvidence, type PushOptions, type PushResult, readDelivered } from "./push.js";
+export { listReceivedIds, receivedRoot } from "./received-store.js";
+export { stateOf, verifySealedRun } from "./run-api.js";
+export { checkRunDir, readControl, readRecord, runsRoot, strayNames } from "./run-store.js";
+export { EVIDENCE_FILES, type EvidenceBundle, type EvidenceFileName, type EvidenceTransport, type ProbeResult, type TransportContext, transportFor } from "./transport.js";
+export { dirTransport, type DirTransportOptions } from "./transports/dir.js";

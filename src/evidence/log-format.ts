@@ -1,4 +1,4 @@
-import { OatsError } from "../errors.js";
+import { OatsError } from "../core/index.js";
 
 /**
  * The run log (docs/design/evidence.md, "The log"): UTF-8, one entry per

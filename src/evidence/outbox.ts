@@ -1,13 +1,8 @@
 import { chmodSync, lstatSync, mkdirSync, readdirSync, renameSync, rmSync, unlinkSync } from "node:fs";
 import { join } from "node:path";
 import { z } from "zod";
-import { OatsError, asStepError, errnoCode } from "../errors.js";
-import { canonicalJson, canonicalJsonBytes, bytesDigest } from "../retention/digest/json.js";
-import { ensureStoreAt, fsyncDirectory, inspectStoreAt, resolveScope } from "../retention/store/components.js";
-import { faultPoint } from "../retention/store/faults.js";
-import { readRegularFile, writeNewFileDurably, writeNewFileDurablyInPieces, writeStagedFile } from "../retention/store/files.js";
-import { AGENTS_DIR, assertContained, stagingName } from "../retention/store/layout.js";
-import { DEFAULT_LOCK_WAIT_MS, withFileLock } from "../retention/store/publish-lock.js";
+import { OatsError, asStepError, errnoCode, canonicalJson, canonicalJsonBytes, bytesDigest } from "../core/index.js";
+import { ensureStoreAt, fsyncDirectory, inspectStoreAt, resolveScope, faultPoint, readRegularFile, writeNewFileDurably, writeNewFileDurablyInPieces, writeStagedFile, AGENTS_DIR, assertContained, stagingName, DEFAULT_LOCK_WAIT_MS, withFileLock } from "../retention/index.js";
 import { checkSealedLog, readSealedRun, type SealedRun } from "./sealed-run.js";
 import { runHex } from "./run-id.js";
 import { EVIDENCE_FILES, type EvidenceFileName } from "./transport.js";

@@ -1,8 +1,8 @@
-import { OatsError } from "../errors.js";
-import type { Level } from "../captures/classification.js";
-import { resolveScope } from "../retention/store/components.js";
+import { OatsError } from "../core/index.js";
+import type { Level } from "../captures/index.js";
+import { resolveScope } from "../retention/index.js";
 import { outboxWritable } from "./outbox.js";
-import { evidencePosture, type DeliveryPosture, type FarSide } from "./posture.js";
+import { evidencePosture, type EvidencePostureResult, type FarSide, resolveQueuedCapture, type DispatchOptions, type DispatchPlan } from "../captures/index.js";
 import { resolveTransport } from "./push.js";
 import type { EvidenceTransport } from "./transport.js";
 
@@ -28,16 +28,6 @@ export interface EvidencePostureOptions {
   readonly allowSameFilesystem?: boolean;
 }
 
-export interface EvidencePostureResult {
-  readonly posture: DeliveryPosture;
-  readonly buffered: boolean;
-  readonly to: string | null;
-  readonly farSide: FarSide;
-  /** Why the far side is unreachable (the transport's probe), or null. */
-  readonly probe: string | null;
-  /** One line for the receipt. */
-  readonly receipt: string;
-}
 
 export function evidenceDestination(options: EvidencePostureOptions = {}): string | EvidenceTransport | null {
   if (options.to !== undefined && options.to !== null) return options.to;
@@ -75,4 +65,15 @@ export async function checkEvidencePosture(scope: string, level: Level, options:
         ? `evidence: buffered locally, ${to} cannot be reached (${probe?.reason ?? "unknown"}); \`oats push --to ${to}\` delivers it later`
         : "evidence: queued locally (no far side configured: OATS_EVIDENCE_TO or --evidence-to)";
   return { posture: decided.posture, buffered: decided.buffered, to, farSide, probe: probe?.reason ?? null, receipt };
+}
+
+export type { EvidencePostureResult } from "../captures/index.js";
+
+/**
+ * The plan of a dispatch that will run (`dispatch --exec`): resolveQueuedCapture
+ * with this layer's posture check at its step 5b, so the outbox and the far
+ * side are checked, and the result recorded, before anything runs.
+ */
+export function planQueuedRun(scope: string, jobId: string, options: Omit<DispatchOptions, "exec" | "postureCheck"> = {}): Promise<DispatchPlan> {
+  return resolveQueuedCapture(scope, jobId, { ...options, exec: true, postureCheck: checkEvidencePosture });
 }

@@ -1,10 +1,7 @@
 import { readdirSync } from "node:fs";
 import { join } from "node:path";
-import { OatsError, errnoCode } from "../errors.js";
-import { readRegularFile } from "../retention/store/files.js";
-import { bytesDigest } from "../retention/digest/json.js";
-import { resolveScope } from "../retention/store/components.js";
-import { DEFAULT_LOCK_WAIT_MS, withFileLock } from "../retention/store/publish-lock.js";
+import { OatsError, errnoCode, bytesDigest } from "../core/index.js";
+import { readRegularFile, resolveScope, DEFAULT_LOCK_WAIT_MS, withFileLock } from "../retention/index.js";
 import { deliveryMarks, ensureOutbox, markDelivered, outboxEntries, outboxRoot, readEntryFiles, type DeliveryMark, type OutboxEntry } from "./outbox.js";
 import { transportFor, type EvidenceTransport } from "./transport.js";
 import { enqueueSealedRuns } from "./after-seal.js";

@@ -1,6 +1,6 @@
 import { join } from "node:path";
-import { OatsError } from "../errors.js";
-import { resolveScope } from "../retention/store/components.js";
+import { OatsError } from "../core/index.js";
+import { resolveScope } from "../retention/index.js";
 import { parseLog, type LogLine } from "./log-format.js";
 import { checkReceivedRun } from "./received-check.js";
 import { listReceivedIds, readReceivedFiles, receivedOrigin, receivedRoot } from "./received-store.js";

@@ -1,5 +1,4 @@
-import { OatsError } from "../errors.js";
-import { bytesDigest, canonicalJson } from "../retention/digest/json.js";
+import { OatsError, bytesDigest, canonicalJson } from "../core/index.js";
 import { parseLog } from "./log-format.js";
 import { parseRunRecord, type RunRecord } from "./run-record.js";
 import { runHex, runIdFromHex } from "./run-id.js";

@@ -1,10 +1,7 @@
 import { chmodSync, lstatSync, mkdirSync, readdirSync, renameSync, rmSync } from "node:fs";
 import { join } from "node:path";
-import { OatsError, errnoCode } from "../errors.js";
-import { canonicalJsonBytes } from "../retention/digest/json.js";
-import { ensureStoreAt, fsyncDirectory, inspectStoreAt, resolveScope } from "../retention/store/components.js";
-import { readRegularFile, writeNewFileDurably } from "../retention/store/files.js";
-import { AGENTS_DIR, assertContained, stagingName } from "../retention/store/layout.js";
+import { OatsError, errnoCode, canonicalJsonBytes } from "../core/index.js";
+import { ensureStoreAt, fsyncDirectory, inspectStoreAt, resolveScope, readRegularFile, writeNewFileDurably, AGENTS_DIR, assertContained, stagingName } from "../retention/index.js";
 import { checkReceivedRun, RECEIVED_FILES, type ReceivedRunCheck } from "./received-check.js";
 import { runHex, runIdFromHex } from "./run-id.js";
 import { transportFor } from "./transport.js";

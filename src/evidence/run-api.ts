@@ -1,9 +1,8 @@
 import { closeSync, fsyncSync, ftruncateSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { OatsError } from "../errors.js";
-import { readAudit, type AuditEntry } from "../captures/audit.js";
-import { bytesDigest } from "../retention/digest/json.js";
-import { resolveScope } from "../retention/store/components.js";
+import { OatsError, bytesDigest } from "../core/index.js";
+import { readAudit, type AuditEntry } from "../ledger/index.js";
+import { resolveScope } from "../retention/index.js";
 import { footerOffset, formatStamp, parseLog, type LogLine, type RunExit, type RunResult } from "./log-format.js";
 import type { RunRecord } from "./run-record.js";
 import { CANCEL_FILE } from "./run-exec.js";

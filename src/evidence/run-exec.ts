@@ -3,17 +3,15 @@ import { closeSync, existsSync, ftruncateSync, rmSync, watch, writeSync, type FS
 import { constants } from "node:os";
 import { join } from "node:path";
 import type { Writable } from "node:stream";
-import { OatsError, errnoCode } from "../errors.js";
-import { audit, auditRefusal } from "../captures/audit.js";
-import { discardDispatchPlan, type DispatchPlan } from "../captures/dispatch.js";
-import { resolveScope } from "../retention/store/components.js";
-import { writeRestSync } from "../retention/store/files.js";
+import { OatsError, errnoCode } from "../core/index.js";
+import { audit, auditRefusal } from "../ledger/index.js";
+import { discardDispatchPlan, type DispatchPlan, privilegeGate } from "../captures/index.js";
+import { resolveScope, writeRestSync } from "../retention/index.js";
 import { createStampClock, LineCapture, MAX_LINE_CHARS } from "./line-capture.js";
 import { exitText, formatStamp, type RunExit, type RunResult, type Stream } from "./log-format.js";
 import type { DeliverySection, RunRecord } from "./run-record.js";
 import { sealRun } from "./run-seal.js";
 import { runRedactor } from "./run-policy.js";
-import { privilegeGate } from "../captures/privilege.js";
 import { afterRunSealed } from "./after-seal.js";
 import { createRunDir, groupMembers, newHandle, processStart, writeControl, type RunBase, type RunControl } from "./run-store.js";
 

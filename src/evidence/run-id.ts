@@ -1,4 +1,4 @@
-import { OatsError } from "../errors.js";
+import { OatsError } from "../core/index.js";
 
 /**
  * Run ids as the outbox and the transports spell them: the run store's form,

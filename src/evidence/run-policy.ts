@@ -1,7 +1,6 @@
-import type { DispatchPlan } from "../captures/dispatch.js";
-import { EVIDENCE_CLASSES, evidenceFromFacts, isEvidenceClass, type EvidenceClass } from "./evidence-classes.js";
+import type { DispatchPlan } from "../captures/index.js";
+import { EVIDENCE_CLASSES, evidenceFromFacts, isEvidenceClass, type EvidenceClass, createRedactor, redactionRules, type Redactor } from "../captures/index.js";
 import type { EvidenceSection } from "./run-record.js";
-import { createRedactor, redactionRules, type Redactor } from "./redact.js";
 
 /**
  * What a run is held to, taken from its dispatch plan only: the plan's

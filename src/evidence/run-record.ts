@@ -1,6 +1,5 @@
 import { z } from "zod";
-import { OatsError } from "../errors.js";
-import { bytesDigest, canonicalJsonBytes } from "../retention/digest/json.js";
+import { OatsError, bytesDigest, canonicalJsonBytes } from "../core/index.js";
 import { RESULTS } from "./log-format.js";
 
 /**

@@ -1,10 +1,9 @@
 import { closeSync, constants, fstatSync, fsyncSync, ftruncateSync, openSync, readSync } from "node:fs";
 import { join } from "node:path";
-import { audit } from "../captures/audit.js";
-import type { AppendOptions } from "../captures/chain-log.js";
-import { bytesDigester } from "../retention/digest/json.js";
-import { faultPoint } from "../retention/store/faults.js";
-import { readInPieces, writeRestSync } from "../retention/store/files.js";
+import { audit } from "../ledger/index.js";
+import type { AppendOptions } from "../ledger/index.js";
+import { bytesDigester } from "../core/index.js";
+import { faultPoint, readInPieces, writeRestSync } from "../retention/index.js";
 import { formatFooter, type RunExit, type RunResult } from "./log-format.js";
 import { sealRecord, type EvidenceSection, type RunRecord } from "./run-record.js";
 import { LOG_FILE, writeRecord, type RunBase } from "./run-store.js";

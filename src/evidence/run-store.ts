@@ -2,12 +2,9 @@ import { randomBytes } from "node:crypto";
 import { chmodSync, constants, linkSync, lstatSync, mkdirSync, openSync, readdirSync, readFileSync, renameSync, unlinkSync } from "node:fs";
 import { join } from "node:path";
 import { z } from "zod";
-import { OatsError, errnoCode } from "../errors.js";
-import { checkRunRootAncestors } from "../captures/run-copy.js";
-import { ensureStoreAt, fsyncDirectory, inspectStoreAt } from "../retention/store/components.js";
-import { readRegularFile, writeStagedFile } from "../retention/store/files.js";
-import { AGENTS_DIR } from "../retention/store/layout.js";
-import { canonicalJsonBytes } from "../retention/digest/json.js";
+import { OatsError, errnoCode, canonicalJsonBytes } from "../core/index.js";
+import { checkRunRootAncestors } from "../captures/index.js";
+import { ensureStoreAt, fsyncDirectory, inspectStoreAt, readRegularFile, writeStagedFile, AGENTS_DIR } from "../retention/index.js";
 import { HANDLE_PATTERN, bareRunRef, parseRunRecord, runRecordSchema, type RunRecord } from "./run-record.js";
 
 /**

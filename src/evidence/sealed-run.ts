@@ -1,10 +1,7 @@
 import { join } from "node:path";
-import { OatsError } from "../errors.js";
-import { readAudit, type AuditEntry } from "../captures/audit.js";
-import { bytesDigester, canonicalJson } from "../retention/digest/json.js";
-import { inspectStoreAt } from "../retention/store/components.js";
-import { readRegularFile, readRegularFileInPieces } from "../retention/store/files.js";
-import { assertContained } from "../retention/store/layout.js";
+import { OatsError, bytesDigester, canonicalJson } from "../core/index.js";
+import { readAudit, type AuditEntry } from "../ledger/index.js";
+import { inspectStoreAt, readRegularFile, readRegularFileInPieces, assertContained } from "../retention/index.js";
 import { HANDLE_PATTERN, parseRunRecord } from "./run-record.js";
 import { LOG_FILE, RECORD_FILE, RUNS_STORE } from "./run-store.js";
 import { bytesDigestHex, runHex, runIdFromHex } from "./run-id.js";

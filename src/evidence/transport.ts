@@ -1,6 +1,6 @@
 import { isAbsolute, normalize } from "node:path";
 import { z } from "zod";
-import { OatsError } from "../errors.js";
+import { OatsError } from "../core/index.js";
 import { dirTransport, type DirTransportOptions } from "./transports/dir.js";
 import { ociTransport } from "./transports/oci.js";
 

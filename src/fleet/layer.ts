@@ -1,17 +1,11 @@
 import { createHash } from "node:crypto";
 import { Readable } from "node:stream";
-import { OatsError, errnoCode } from "../errors.js";
-import { TarWriter, TreeSink, type TarOutput } from "../acquisition/tar-writer.js";
-import { digestListing } from "../retention/digest/tree.js";
-import type { FileConsumer, FileInfo } from "../retention/digest/file-reader.js";
-import type { FileEntry, SymlinkEntry } from "../retention/digest/walk.js";
-import { walkTree } from "../retention/digest/walk.js";
-import { TREE_EXEC, integrityText, type Integrity } from "../retention/integrity.js";
-import type { ArtifactKind } from "../retention/ids.js";
-import { retainedTreeDir } from "../retention/store/layout.js";
-import { verifyTree } from "../retention/verify.js";
+import { OatsError, errnoCode } from "../core/index.js";
+import { TarWriter, TreeSink, type TarOutput } from "../acquisition/index.js";
+import { digestListing, walkTree, TREE_EXEC, integrityText, type Integrity, retainedTreeDir, verifyTree } from "../retention/index.js";
+import type { FileConsumer, FileInfo, FileEntry, SymlinkEntry, ArtifactKind } from "../retention/index.js";
 import type { TreeLayer } from "./mapping.js";
-import type { BlobSource } from "./oci/upload.js";
+import type { BlobSource } from "../oci/index.js";
 
 /**
  * A retained tree's fleet layer: the bundle writer's tar with the entries at

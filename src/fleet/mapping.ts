@@ -1,10 +1,8 @@
 import { createHash } from "node:crypto";
 import { z } from "zod";
-import { OatsError } from "../errors.js";
-import { canonicalJsonBytes } from "../retention/digest/json.js";
-import { ARTIFACT_KINDS, IDENTIFIER_MAX_LENGTH, IDENTIFIER_PATTERN, SOURCE_KEY_PATTERN, type ArtifactKind } from "../retention/ids.js";
-import { MAX_BLOB_BYTES } from "../retention/store/blobs.js";
-import { MAX_RECORD_BYTES } from "../resolution/store.js";
+import { OatsError, canonicalJsonBytes } from "../core/index.js";
+import { ARTIFACT_KINDS, IDENTIFIER_MAX_LENGTH, IDENTIFIER_PATTERN, SOURCE_KEY_PATTERN, type ArtifactKind, MAX_BLOB_BYTES } from "../retention/index.js";
+import { MAX_RECORD_BYTES } from "../resolution/index.js";
 
 /**
  * How oats items map onto OCI artifacts (image spec 1.1, distribution spec

@@ -1,22 +1,13 @@
 import { mkdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { OatsError } from "../errors.js";
-import { BUNDLE_MANIFEST, BUNDLE_SCHEMA_VERSION, bundleArtifactPath, bundleBlobPath, bundleResolutionPath, importStaged, type BundleManifest, type ImportReport } from "../acquisition/bundle.js";
-import { extractLimits, extractTar, type ExtractLimits } from "../acquisition/extract.js";
-import { withExtractionDir } from "../acquisition/staging.js";
-import { compositionOf, compositionSubject, type CompositionSubject } from "../captures/composition.js";
-import { readRecordBytes } from "../resolution/store.js";
-import { canonicalJsonBytes } from "../retention/digest/json.js";
-import { TREE_EXEC } from "../retention/integrity.js";
-import { MAX_BLOB_BYTES } from "../retention/store/blobs.js";
-import { resolveScope } from "../retention/store/components.js";
-import { withPublishLease } from "../retention/store/lease.js";
-import { throwIfAborted, type ProgressListener } from "../retention/progress.js";
-import { MAX_RECORD_BYTES } from "../resolution/store.js";
+import { OatsError, canonicalJsonBytes } from "../core/index.js";
+import { BUNDLE_MANIFEST, BUNDLE_SCHEMA_VERSION, bundleArtifactPath, bundleBlobPath, bundleResolutionPath, importStaged, type BundleManifest, type ImportReport, extractLimits, extractTar, type ExtractLimits, withExtractionDir } from "../acquisition/index.js";
+import { compositionOf, compositionSubject, type CompositionSubject } from "../captures/index.js";
+import { readRecordBytes, MAX_RECORD_BYTES } from "../resolution/index.js";
+import { TREE_EXEC, MAX_BLOB_BYTES, resolveScope, withPublishLease, throwIfAborted, type ProgressListener } from "../retention/index.js";
 import { MAX_MANIFEST_BYTES, OCI_MANIFEST_MEDIA_TYPE, oatsToOci, parsePulledManifest } from "./mapping.js";
 import { openRegistry } from "./target.js";
-import { getBlob, getBlobBytes } from "./oci/blobs.js";
-import { getManifest } from "./oci/manifests.js";
+import { getBlob, getBlobBytes, getManifest } from "../oci/index.js";
 
 /**
  * `oats pull <oci reference>`: the manifest (size-limited, media types

@@ -1,14 +1,9 @@
-import { OatsError } from "../errors.js";
-import { parseExportRef, pinnedBlobs, type ExportRef } from "../acquisition/bundle.js";
-import { referencedArtifacts } from "../resolution/read.js";
-import { encodeRecord, readRecordBytes } from "../resolution/store.js";
-import { TREE_EXEC, integrityText, parseIntegrity, type Integrity } from "../retention/integrity.js";
-import type { ArtifactKind } from "../retention/ids.js";
-import { readBlob } from "../retention/store/blobs.js";
-import { bytesDigest, canonicalJsonBytes } from "../retention/digest/json.js";
-import { compositionOf } from "../captures/composition.js";
-import { resolveScope } from "../retention/store/components.js";
-import { verifyTree } from "../retention/verify.js";
+import { OatsError, bytesDigest, canonicalJsonBytes } from "../core/index.js";
+import { parseExportRef, pinnedBlobs, type ExportRef } from "../acquisition/index.js";
+import { referencedArtifacts, encodeRecord, readRecordBytes } from "../resolution/index.js";
+import { TREE_EXEC, integrityText, parseIntegrity, type Integrity, readBlob, resolveScope, verifyTree } from "../retention/index.js";
+import type { ArtifactKind } from "../retention/index.js";
+import { compositionOf } from "../captures/index.js";
 import { hashTreeLayer, treeLayerSource } from "./layer.js";
 import {
   EMPTY_CONFIG,
@@ -26,10 +21,8 @@ import {
   type TreeLayer,
 } from "./mapping.js";
 import { openRegistry, type FleetTarget } from "./target.js";
-import { headBlob } from "./oci/blobs.js";
-import { getManifest, putManifestEnsuring } from "./oci/manifests.js";
-import { bufferSource, putBlob, type BlobSource, type UploadOptions } from "./oci/upload.js";
-import type { RegistrySession } from "./oci/session.js";
+import { headBlob, getManifest, putManifestEnsuring, bufferSource, putBlob, type BlobSource, type UploadOptions } from "../oci/index.js";
+import type { RegistrySession } from "../oci/index.js";
 
 /**
  * `oats push <ref...> --to oci://host/repo`: every named resolution becomes

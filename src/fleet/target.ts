@@ -1,5 +1,4 @@
-import { parseOciReference } from "./oci/reference.js";
-import { RegistrySession } from "./oci/session.js";
+import { parseOciReference, RegistrySession } from "../oci/index.js";
 
 /** A registry repository named by an `oci://` (or loopback `http://`) reference, with its session. */
 export interface FleetTarget {

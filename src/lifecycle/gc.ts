@@ -2,20 +2,11 @@ import { createHash } from "node:crypto";
 import { lstatSync, readdirSync, rmdirSync, unlinkSync } from "node:fs";
 import { rename } from "node:fs/promises";
 import { dirname, join } from "node:path";
-import { OatsError, asStepError, errnoCode } from "../errors.js";
-import { audit } from "../captures/audit.js";
-import { listResolutionIds, recordReader, resolutionPath } from "../resolution/store.js";
-import { integrityText, type Integrity } from "../retention/integrity.js";
-import { listStore } from "../retention/inventory.js";
-import { BLOBS_DIR, blobPath, readBlob } from "../retention/store/blobs.js";
-import { inspectStoreAt, resolveScope } from "../retention/store/components.js";
-import { AGENTS_DIR, stagingName } from "../retention/store/layout.js";
-import { withGcLock } from "../retention/store/lease.js";
-import { manifestPath, readManifestBytes } from "../retention/store/manifest.js";
-import { DEFAULT_LOCK_WAIT_MS } from "../retention/store/publish-lock.js";
-import { removeTree } from "../retention/store/staging-writer.js";
-import { verifyTree } from "../retention/verify.js";
-import type { ArtifactKind } from "../retention/ids.js";
+import { OatsError, asStepError, errnoCode } from "../core/index.js";
+import { audit } from "../ledger/index.js";
+import { listResolutionIds, recordReader, resolutionPath } from "../resolution/index.js";
+import { integrityText, type Integrity, listStore, BLOBS_DIR, blobPath, readBlob, inspectStoreAt, resolveScope, AGENTS_DIR, stagingName, withGcLock, manifestPath, readManifestBytes, DEFAULT_LOCK_WAIT_MS, removeTree, verifyTree } from "../retention/index.js";
+import type { ArtifactKind } from "../retention/index.js";
 import { collectRoots, reachableFrom } from "./roots.js";
 
 /**

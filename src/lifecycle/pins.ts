@@ -1,17 +1,11 @@
 import { linkSync, lstatSync, readdirSync, unlinkSync } from "node:fs";
 import { join } from "node:path";
 import { z } from "zod";
-import { OatsError, asStepError, errnoCode } from "../errors.js";
-import { parseExportRef, type ParsedExportRef } from "../acquisition/bundle.js";
-import { audit } from "../captures/audit.js";
-import { readCanonicalJson } from "../resolution/canonical-read.js";
-import { readRecordBytes } from "../resolution/store.js";
-import { canonicalJsonBytes, jsonDigest } from "../retention/digest/json.js";
-import { integrityText } from "../retention/integrity.js";
-import { ensureStoreAt, fsyncDirectory, inspectStoreAt, removeCreatedStore, resolveScope } from "../retention/store/components.js";
-import { readRegularFile, writeStagedFile } from "../retention/store/files.js";
-import { AGENTS_DIR, assertContained, retainedTreeDir, type ArtifactRef } from "../retention/store/layout.js";
-import { withPublishLease } from "../retention/store/lease.js";
+import { OatsError, asStepError, errnoCode, canonicalJsonBytes, jsonDigest } from "../core/index.js";
+import { parseExportRef, type ParsedExportRef } from "../acquisition/index.js";
+import { audit } from "../ledger/index.js";
+import { readCanonicalJson, readRecordBytes } from "../resolution/index.js";
+import { integrityText, ensureStoreAt, fsyncDirectory, inspectStoreAt, removeCreatedStore, resolveScope, readRegularFile, writeStagedFile, AGENTS_DIR, assertContained, retainedTreeDir, type ArtifactRef, withPublishLease } from "../retention/index.js";
 
 /**
  * Pins: `.agents/pins/<sha256-hex>.json`, one gc root each, naming an

@@ -2,22 +2,11 @@ import { createReadStream, lstatSync, openSync, readSync, closeSync, readdirSync
 import { rename } from "node:fs/promises";
 import { basename, dirname, join, resolve } from "node:path";
 import { randomBytes } from "node:crypto";
-import { OatsError, asStepError, errnoCode } from "../errors.js";
-import { parseExportRef } from "../acquisition/bundle.js";
-import { extractTar } from "../acquisition/extract.js";
-import { withExtractionDir } from "../acquisition/staging.js";
-import { audited, audit } from "../captures/audit.js";
-import { digestTree } from "../retention/digest/tree.js";
-import { TREE_EXEC, TREE_LEGACY, integrityText } from "../retention/integrity.js";
-import { capabilityRows, readLockFile, parseLock, type OatsLock } from "../retention/oats-lock.js";
-import { checkProvenance, expectedProvenance } from "../retention/provenance.js";
-import { retainCapabilityArtifact, retainTree } from "../retention/retain.js";
-import type { ArtifactReceipt } from "../retention/receipt.js";
-import { ensureStoreAt, fsyncDirectory, resolveScope } from "../retention/store/components.js";
-import { AGENTS_DIR, assertContained, retainedTreeDir, type ArtifactRef } from "../retention/store/layout.js";
-import { withPublishLease } from "../retention/store/lease.js";
-import { DEFAULT_LOCK_WAIT_MS, withRevisionLock } from "../retention/store/publish-lock.js";
-import { verifyTree } from "../retention/verify.js";
+import { OatsError, asStepError, errnoCode } from "../core/index.js";
+import { parseExportRef, extractTar, withExtractionDir } from "../acquisition/index.js";
+import { audited, audit } from "../ledger/index.js";
+import { digestTree, TREE_EXEC, TREE_LEGACY, integrityText, capabilityRows, readLockFile, parseLock, type OatsLock, checkProvenance, expectedProvenance, retainCapabilityArtifact, retainTree, ensureStoreAt, fsyncDirectory, resolveScope, AGENTS_DIR, assertContained, retainedTreeDir, type ArtifactRef, withPublishLease, DEFAULT_LOCK_WAIT_MS, withRevisionLock, verifyTree } from "../retention/index.js";
+import type { ArtifactReceipt } from "../retention/index.js";
 
 /**
  * repair: replace a damaged revision with bytes that verify against the

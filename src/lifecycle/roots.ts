@@ -1,20 +1,13 @@
 import { lstatSync } from "node:fs";
 import { join } from "node:path";
-import { OatsError } from "../errors.js";
-import { pinnedBlobs } from "../acquisition/bundle.js";
-import { compositionOf } from "../captures/composition.js";
-import { listJobs } from "../captures/queue.js";
-import { referencedArtifacts } from "../resolution/read.js";
-import type { ResolutionRecord } from "../resolution/record.js";
-import { INSTANCE_REFS_DIR, instanceRefReader, recordReader } from "../resolution/store.js";
-import { bytesDigest, canonicalJsonBytes } from "../retention/digest/json.js";
-import { TREE_LEGACY } from "../retention/integrity.js";
-import { inspectStoreAt } from "../retention/store/components.js";
-import { readRegularFile } from "../retention/store/files.js";
-import { AGENTS_DIR, retainedTreeDir, type ArtifactRef } from "../retention/store/layout.js";
-import { namesIn } from "../retention/inventory.js";
+import { OatsError, bytesDigest, canonicalJsonBytes } from "../core/index.js";
+import { pinnedBlobs } from "../acquisition/index.js";
+import { compositionOf, listJobs } from "../captures/index.js";
+import { referencedArtifacts, INSTANCE_REFS_DIR, instanceRefReader, recordReader } from "../resolution/index.js";
+import type { ResolutionRecord } from "../resolution/index.js";
+import { TREE_LEGACY, inspectStoreAt, readRegularFile, AGENTS_DIR, retainedTreeDir, type ArtifactRef, namesIn } from "../retention/index.js";
 import { listPins } from "./pins.js";
-import { checkRunDir, listHandles, readControl, readRecord, strayNames } from "../evidence/run-store.js";
+import { checkRunDir, listHandles, readControl, readRecord, strayNames } from "../evidence/index.js";
 
 /**
  * gc's roots and what they reach (docs/design/lifecycle.md). Pure reading:

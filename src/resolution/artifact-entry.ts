@@ -1,5 +1,5 @@
-import type { capabilityRows } from "../retention/oats-lock.js";
-import { TREE_EXEC, TREE_LEGACY } from "../retention/integrity.js";
+import type { capabilityRows } from "../retention/index.js";
+import { TREE_EXEC, TREE_LEGACY } from "../retention/index.js";
 import type { ResolutionRecord } from "./record.js";
 
 /**

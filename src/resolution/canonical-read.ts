@@ -1,6 +1,4 @@
-import { OatsError } from "../errors.js";
-import { STORED_MAX_DEPTH, describeJsonProblem, nestsDeeperThan, scanJsonText } from "../json-text.js";
-import { canonicalJsonBytes, compareUtf8 } from "../retention/digest/json.js";
+import { OatsError, STORED_MAX_DEPTH, describeJsonProblem, nestsDeeperThan, scanJsonText, canonicalJsonBytes, compareUtf8 } from "../core/index.js";
 
 /**
  * The strict reader of canonical JSON (oats.json.v1). Bytes are accepted only

@@ -19,3 +19,10 @@ export { splitCommand, parseLegacyCommand, INSTALLED_DIR, LEGACY_LAUNCHERS } fro
 export { findSecrets, assertNoSecrets, isSecretKeyName, secretShapeOf, type SecretFinding, type FindSecretsOptions } from "./secrets.js";
 export { parsePlan, readPlanFile, parsePlanText, type Plan, type PlanCapability } from "./plan.js";
 export { prepare, type PrepareOptions, type PrepareResult, type PrepareStep } from "./prepare.js";
+export { capabilityArtifactEntry } from "./artifact-entry.js";
+export { decodeUtf8, escapePointerSegment, parseByExtension, parseWith, parseYamlText, readOperatorFile, refuseProtoKeys } from "./operator-input.js";
+export { planSchema } from "./plan.js";
+export { resolveEntrypointIn } from "./read.js";
+export { entrypointPathSchema, sourceIdentitySchema } from "./record.js";
+export { findArgSecrets, secretRefusal } from "./secrets.js";
+export { INSTANCE_REFS_DIR, instanceRefReader, MAX_RECORD_BYTES, recordReader, RESOLUTIONS_DIR } from "./store.js";

@@ -1,6 +1,6 @@
 import { isAbsolute } from "node:path";
 import { z } from "zod";
-import { IDENTIFIER_MAX_LENGTH, IDENTIFIER_PATTERN } from "../retention/ids.js";
+import { IDENTIFIER_MAX_LENGTH, IDENTIFIER_PATTERN } from "../retention/index.js";
 import { entrypointPathSchema } from "./record.js";
 
 /**

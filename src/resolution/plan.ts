@@ -1,8 +1,8 @@
 import { extname, isAbsolute, resolve } from "node:path";
-import { parseByExtension, readOperatorFile, refuseProtoKeys } from "../operator-input.js";
+import { parseByExtension, readOperatorFile, refuseProtoKeys } from "./operator-input.js";
 import { z } from "zod";
-import { OatsError } from "../errors.js";
-import { identifierSchema } from "../retention/ids.js";
+import { OatsError } from "../core/index.js";
+import { identifierSchema } from "../retention/index.js";
 import { ENTRYPOINT_ROLES, entrypointPathSchema, resolutionRecordSchema, sourceIdentitySchema } from "./record.js";
 
 /**

@@ -1,12 +1,7 @@
 import { stat } from "node:fs/promises";
 import { capabilityArtifactEntry } from "./artifact-entry.js";
-import { OatsError, errnoCode } from "../errors.js";
-import { canonicalJsonBytes } from "../retention/digest/json.js";
-import { capabilityRows, readLockFile, type OatsLock } from "../retention/oats-lock.js";
-import { retainCapabilityArtifact, retainTree, type RetainOptions } from "../retention/retain.js";
-import { pinSourceIdentity, sourceIdentityKey } from "../retention/source-identity.js";
-import { inspectStoreAt, resolveScope } from "../retention/store/components.js";
-import { withPublishLease } from "../retention/store/lease.js";
+import { OatsError, errnoCode, canonicalJsonBytes } from "../core/index.js";
+import { capabilityRows, readLockFile, type OatsLock, retainCapabilityArtifact, retainTree, type RetainOptions, pinSourceIdentity, sourceIdentityKey, inspectStoreAt, resolveScope, withPublishLease } from "../retention/index.js";
 import { parsePlan, SOURCE_ENTRYPOINT, type Plan } from "./plan.js";
 import { resolveEntrypoint } from "./read.js";
 import type { ArtifactRefRecord, ResolutionRecord } from "./record.js";

@@ -1,9 +1,7 @@
 import { lstatSync, realpathSync, statSync } from "node:fs";
 import { join, resolve, sep } from "node:path";
-import { OatsError, errnoCode } from "../errors.js";
-import { retainedTreeDir } from "../retention/store/layout.js";
-import { resolveScope } from "../retention/store/components.js";
-import { verifyAllTrees } from "../retention/verify-many.js";
+import { OatsError, errnoCode } from "../core/index.js";
+import { retainedTreeDir, resolveScope, verifyAllTrees } from "../retention/index.js";
 import type { ArtifactRefRecord, ResolutionRecord } from "./record.js";
 import { readRecordBytes } from "./store.js";
 

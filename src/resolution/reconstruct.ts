@@ -1,21 +1,14 @@
 import { lstatSync, readFileSync } from "node:fs";
-import { readRegularFile } from "../retention/store/files.js";
+import { readRegularFile, TREE_LEGACY, integrityText, capabilityRows, parseLockText, type OatsLock, retainCapabilityArtifact, retainTree, resolveScope, entryPresent } from "../retention/index.js";
 import { capabilityArtifactEntry } from "./artifact-entry.js";
 import { escapePointerSegment, findArgSecrets, findSecrets } from "./secrets.js";
 import { isAbsolute, join, resolve } from "node:path";
 import { z } from "zod";
-import { OatsError, errnoCode } from "../errors.js";
-import { bytesDigest } from "../retention/digest/json.js";
-import { TREE_LEGACY, integrityText } from "../retention/integrity.js";
-import { capabilityRows, parseLockText, type OatsLock } from "../retention/oats-lock.js";
-import { OPERATOR_MAX_DEPTH, parseJsonText } from "../json-text.js";
-import { retainCapabilityArtifact, retainTree } from "../retention/retain.js";
-import { resolveScope } from "../retention/store/components.js";
+import { OatsError, errnoCode, bytesDigest, OPERATOR_MAX_DEPTH, parseJsonText } from "../core/index.js";
 import { checkReadiness, resolveEntrypoint } from "./read.js";
 import { INSTALLED_DIR, identifier, parseLegacyCommand, type ParsedEntrypoint } from "./legacy-command.js";
 import { type ResolutionRecord } from "./record.js";
 import { readRecordBytes, readInstanceRef, writeInstanceRef, writeResolution, type InstanceRef } from "./store.js";
-import { entryPresent } from "../retention/store/files.js";
 
 /**
  * reconstruct(scope, instanceHome): migrate an instance that predates

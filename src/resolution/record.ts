@@ -1,8 +1,6 @@
 import { posix } from "node:path";
 import { z } from "zod";
-import { IDENTIFIER_MAX_LENGTH, IDENTIFIER_PATTERN, SOURCE_KEY_PATTERN } from "../retention/ids.js";
-import { DIGEST_VALUE_PATTERN, TREE_EXEC, TREE_LEGACY } from "../retention/integrity.js";
-import { sourceIdentityKey } from "../retention/source-identity.js";
+import { IDENTIFIER_MAX_LENGTH, IDENTIFIER_PATTERN, SOURCE_KEY_PATTERN, DIGEST_VALUE_PATTERN, TREE_EXEC, TREE_LEGACY, sourceIdentityKey } from "../retention/index.js";
 
 /**
  * A resolution record (schemaVersion 1): exactly what an instance or a queued

@@ -1,4 +1,4 @@
-import { OatsError } from "../errors.js";
+import { OatsError } from "../core/index.js";
 import { credentialRefSchema } from "./record.js";
 
 /**

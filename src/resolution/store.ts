@@ -1,14 +1,8 @@
 import { linkSync, lstatSync, readdirSync, renameSync, unlinkSync } from "node:fs";
-import { JSON_V1, parseDigestName } from "../retention/integrity.js";
+import { JSON_V1, parseDigestName, identifierSchema, ensureStoreAt, fsyncDirectory, inspectStoreAt, resolveScope, readRegularFile, writeStagedFile, assertContained, withPublishLeaseSync } from "../retention/index.js";
 import { join } from "node:path";
-import { OatsError, asStepError, errnoCode } from "../errors.js";
-import { bytesDigest, canonicalJsonBytes } from "../retention/digest/json.js";
-import { identifierSchema } from "../retention/ids.js";
-import { ensureStoreAt, fsyncDirectory, inspectStoreAt, resolveScope } from "../retention/store/components.js";
-import { readRegularFile, writeStagedFile } from "../retention/store/files.js";
-import { assertContained } from "../retention/store/layout.js";
-import { withPublishLeaseSync } from "../retention/store/lease.js";
-import { refuseProtoKeys } from "../operator-input.js";
+import { OatsError, asStepError, errnoCode, bytesDigest, canonicalJsonBytes } from "../core/index.js";
+import { refuseProtoKeys } from "./operator-input.js";
 import { readCanonicalJson, readCanonicalJsonForSchema, withoutPrototypes } from "./canonical-read.js";
 import { resolutionRecordSchema, type ResolutionRecord } from "./record.js";
 

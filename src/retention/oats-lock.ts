@@ -1,7 +1,6 @@
 import { readFileSync } from "node:fs";
 import { z } from "zod";
-import { OatsError, errnoCode } from "../errors.js";
-import { OPERATOR_MAX_DEPTH, parseJsonText } from "../json-text.js";
+import { OatsError, errnoCode, OPERATOR_MAX_DEPTH, parseJsonText } from "../core/index.js";
 import { IDENTIFIER_MAX_LENGTH, IDENTIFIER_PATTERN } from "./ids.js";
 
 /**

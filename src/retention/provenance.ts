@@ -1,8 +1,7 @@
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { z } from "zod";
-import { OatsError, errnoCode } from "../errors.js";
-import { OPERATOR_MAX_DEPTH, parseJsonText } from "../json-text.js";
+import { OatsError, errnoCode, OPERATOR_MAX_DEPTH, parseJsonText } from "../core/index.js";
 import type { CapabilityRow, PackageRow } from "./oats-lock.js";
 
 /**

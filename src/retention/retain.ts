@@ -1,6 +1,6 @@
 import { lstat, realpath } from "node:fs/promises";
 import { join } from "node:path";
-import { OatsError, errnoCode } from "../errors.js";
+import { OatsError, errnoCode } from "../core/index.js";
 import type { ProgressListener } from "./digest/tree.js";
 import { throwIfAborted } from "./progress.js";
 import { walkTree } from "./digest/walk.js";

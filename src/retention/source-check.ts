@@ -1,6 +1,6 @@
 import { realpath } from "node:fs/promises";
 import { dirname, isAbsolute, posix, resolve, sep } from "node:path";
-import { OatsError, errnoCode } from "../errors.js";
+import { OatsError, errnoCode } from "../core/index.js";
 import type { TreeListing } from "./digest/walk.js";
 
 /**

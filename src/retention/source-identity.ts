@@ -1,5 +1,4 @@
-import { isOatsError } from "../errors.js";
-import { canonicalJsonBytes, jsonDigest } from "./digest/json.js";
+import { isOatsError, canonicalJsonBytes, jsonDigest } from "../core/index.js";
 import { putBlob, readBlob } from "./store/blobs.js";
 
 /** The store key of a qualified source identity: the 64 hex of its oats.json.v1 digest. */

@@ -1,4 +1,4 @@
-import { OatsError } from "../errors.js";
+import { OatsError } from "../core/index.js";
 import type { ProgressListener } from "./digest/tree.js";
 import { assertIdentifier } from "./ids.js";
 import { TREE_EXEC, TREE_LEGACY, parseTreeIntegrity } from "./integrity.js";

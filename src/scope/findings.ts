@@ -1,4 +1,4 @@
-import { OatsError, type ErrorCode, type ErrorKind } from "../errors.js";
+import { OatsError, type ErrorCode, type ErrorKind } from "../core/index.js";
 
 /**
  * What whole-scope fsck reports: findings, each of one class, with the

@@ -1,9 +1,7 @@
 import { closeSync, constants, openSync, readSync } from "node:fs";
 import { join } from "node:path";
-import { OatsError, errnoCode } from "../errors.js";
-import { allDecisions, mismatchError, type SubjectDecisions } from "../captures/approval-check.js";
-import { verifyAudit } from "../captures/audit.js";
-import { CHAIN_LOGS, verifyChain, type ChainLog, type ChainVerdict } from "../captures/chain-log.js";
+import { OatsError, errnoCode } from "../core/index.js";
+import { allDecisions, mismatchError, type SubjectDecisions, verifyAudit, CHAIN_LOGS, verifyChain, type ChainLog, type ChainVerdict } from "../ledger/index.js";
 import { findingOf, guarded, type Finding } from "./findings.js";
 
 /**

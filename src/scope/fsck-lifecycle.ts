@@ -1,12 +1,9 @@
 import { lstatSync } from "node:fs";
 import { basename, dirname, join } from "node:path";
-import { OatsError } from "../errors.js";
-import { PINS_DIR, pinRefText, readPin } from "../lifecycle/pins.js";
-import { QUARANTINE_DIR } from "../lifecycle/repair.js";
-import type { ResolutionRecord } from "../resolution/record.js";
-import { stagingAbandoned } from "../retention/inventory.js";
-import { listLeases } from "../retention/store/lease.js";
-import { RUN_COPIES_STORE, STAGING_PREFIX } from "../retention/store/layout.js";
+import { OatsError } from "../core/index.js";
+import { PINS_DIR, pinRefText, readPin, QUARANTINE_DIR } from "../lifecycle/index.js";
+import type { ResolutionRecord } from "../resolution/index.js";
+import { stagingAbandoned, listLeases, RUN_COPIES_STORE, STAGING_PREFIX } from "../retention/index.js";
 import { findingOf, guarded, notice, type Finding } from "./findings.js";
 import { revisionKey, storeNames } from "./fsck-stores.js";
 

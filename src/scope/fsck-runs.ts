@@ -1,9 +1,6 @@
 import { join } from "node:path";
-import { readAudit, type AuditEntry } from "../captures/audit.js";
-import { stateOf, verifySealedRun } from "../evidence/run-api.js";
-import { RUNS_STORE, listHandles, runsRoot, strayNames } from "../evidence/run-store.js";
-import { listReceivedIds, receivedRoot } from "../evidence/received-store.js";
-import { verifyReceivedRun } from "../evidence/received-api.js";
+import { readAudit, type AuditEntry } from "../ledger/index.js";
+import { stateOf, verifySealedRun, RUNS_STORE, listHandles, runsRoot, strayNames, listReceivedIds, receivedRoot, verifyReceivedRun } from "../evidence/index.js";
 import { guarded, notice, type Finding } from "./findings.js";
 
 /**

@@ -1,14 +1,10 @@
 import { readdirSync } from "node:fs";
 import { join } from "node:path";
-import { OatsError, errnoCode } from "../errors.js";
-import { listJobs, QUEUE_DIR } from "../captures/queue.js";
-import { referencedArtifacts, resolveEntrypoint } from "../resolution/read.js";
-import type { ResolutionRecord } from "../resolution/record.js";
-import { INSTANCE_REFS_DIR, RESOLUTIONS_DIR, readInstanceRef, recordReader, resolutionPath } from "../resolution/store.js";
-import { IDENTIFIER_PATTERN } from "../retention/ids.js";
-import { BLOBS_DIR, readBlob } from "../retention/store/blobs.js";
-import { inspectStoreAt } from "../retention/store/components.js";
-import { STAGING_PREFIX } from "../retention/store/layout.js";
+import { OatsError, errnoCode } from "../core/index.js";
+import { listJobs, QUEUE_DIR } from "../captures/index.js";
+import { referencedArtifacts, resolveEntrypoint, INSTANCE_REFS_DIR, RESOLUTIONS_DIR, readInstanceRef, recordReader, resolutionPath } from "../resolution/index.js";
+import type { ResolutionRecord } from "../resolution/index.js";
+import { IDENTIFIER_PATTERN, BLOBS_DIR, readBlob, inspectStoreAt, STAGING_PREFIX } from "../retention/index.js";
 import { findingOf, guarded, notice, type Finding } from "./findings.js";
 
 /**

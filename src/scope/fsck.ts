@@ -1,6 +1,5 @@
-import { ERROR_KINDS, OatsError } from "../errors.js";
-import { fsck as fsckRevisions, listStore, type FsckOutcome } from "../retention/inventory.js";
-import { resolveScope } from "../retention/store/components.js";
+import { ERROR_KINDS, OatsError } from "../core/index.js";
+import { fsck as fsckRevisions, listStore, type FsckOutcome, resolveScope } from "../retention/index.js";
 import { FINDING_CLASSES, findingOf, guarded, mostSerious, notice, type Finding, type FindingClass } from "./findings.js";
 import { checkChains } from "./fsck-chains.js";
 import { checkLeases, checkPins, checkQuarantine, checkRunCopies, isRunCopy } from "./fsck-lifecycle.js";

@@ -9,8 +9,8 @@
  * outcome is one JSON line on stdout: {"ok":true,"seqs":[...]} (exit 0) or
  * {"ok":false,"error":{...}} (exit 1).
  */
-import { OatsError } from "../../src/errors.js";
-import { appendEntry } from "../../src/captures/chain-log.js";
+import { OatsError } from "../../src/core/errors.js";
+import { appendEntry } from "../../src/ledger/chain-log.js";
 
 interface Request {
   scope: string;

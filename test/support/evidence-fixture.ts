@@ -7,7 +7,7 @@
 import { chmodSync, mkdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { stringify } from "yaml";
-import { addJob, approve, currentPrincipal, prepareCapture, resolveQueuedCapture, type DispatchPlan } from "../../src/index.js";
+import { addJob, approve, currentPrincipal, prepareCapture, planQueuedRun, type DispatchPlan } from "../../src/index.js";
 import { tempDir } from "../helpers.js";
 
 export interface EvidenceFixture {
@@ -64,5 +64,5 @@ export async function evidenceFixture(options: ScriptOptions): Promise<EvidenceF
   if (options.approve !== false) await approve(scope, prepared.composition.subject, { reason: "evidence test" });
   const job = options.job ?? "probe";
   await addJob(scope, { job, resolution: prepared.id });
-  return { scope, home, job, resolution: prepared.id, plan: (env = {}) => resolveQueuedCapture(scope, job, { exec: true, env }) };
+  return { scope, home, job, resolution: prepared.id, plan: (env = {}) => planQueuedRun(scope, job, { env }) };
 }

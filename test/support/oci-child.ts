@@ -1,6 +1,6 @@
 import { randomBytes } from "node:crypto";
-import { OatsError } from "../../src/errors.js";
-import { bufferSource, OciClient, sha256Digest } from "../../src/fleet/oci/index.js";
+import { OatsError } from "../../src/core/errors.js";
+import { bufferSource, OciClient, sha256Digest } from "../../src/oci/index.js";
 
 /**
  * A client in its own process, for what must be set before Node starts:

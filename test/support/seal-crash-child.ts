@@ -8,7 +8,7 @@
  * Request: { scope, job }. The child resolves the queued job with --exec and
  * runs it with evidence; it never returns normally.
  */
-import { resolveQueuedCapture, runDispatchPlanWithEvidence } from "../../src/index.js";
+import { planQueuedRun, runDispatchPlanWithEvidence } from "../../src/index.js";
 import { setFaultHook } from "../../src/retention/store/faults.js";
 
 const request = JSON.parse(process.argv[2] ?? "{}") as { scope: string; job: string };
@@ -16,6 +16,6 @@ const request = JSON.parse(process.argv[2] ?? "{}") as { scope: string; job: str
 setFaultHook((step) => {
   if (step === "record") process.kill(process.pid, "SIGKILL");
 });
-const plan = await resolveQueuedCapture(request.scope, request.job, { exec: true });
+const plan = await planQueuedRun(request.scope, request.job);
 await runDispatchPlanWithEvidence(request.scope, plan, { output: "quiet" });
 process.stdout.write("sealed: the fault point was never reached\n");

@@ -1,7 +1,7 @@
 import { chmodSync, mkdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { audit } from "../../src/captures/audit.js";
-import { bytesDigest } from "../../src/retention/digest/json.js";
+import { audit } from "../../src/ledger/audit.js";
+import { bytesDigest } from "../../src/core/canonical-json.js";
 import { sealRecord, type RunRecord } from "../../src/evidence/run-record.js";
 
 /**

@@ -1,5 +1,5 @@
 import type { CommandSpec } from "../context.js";
-import { loadCapturesLibrary, subjectText } from "./captures-shared.js";
+import { loadCapturesLibrary, loadLedgerLibrary, subjectText } from "./captures-shared.js";
 
 export const approvals: CommandSpec = {
   name: "approvals",
@@ -13,7 +13,8 @@ export const approvals: CommandSpec = {
   async run(context, _operands, options) {
     const library = await loadCapturesLibrary();
     const expected = options["expectHead"];
-    const anchor = typeof expected === "string" ? library.expectHead(context.scope, library.CHAIN_LOGS.approvals, expected) : null;
+    const ledger = await loadLedgerLibrary();
+    const anchor = typeof expected === "string" ? ledger.expectHead(context.scope, ledger.CHAIN_LOGS.approvals, expected) : null;
     const listing = library.listApprovals(context.scope);
     const decision = ({ subject, approved, confirmed, mismatch, entry }: (typeof listing)[number]) => {
       const state = !confirmed ? "UNCONFIRMED" : approved ? "approved" : "revoked ";

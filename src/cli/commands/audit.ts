@@ -1,6 +1,6 @@
-import { OatsError } from "../../errors.js";
+import { OatsError } from "../../core/index.js";
 import type { CommandSpec } from "../context.js";
-import { auditSubjectText, loadCapturesLibrary, positiveInteger } from "./captures-shared.js";
+import { auditSubjectText, loadLedgerLibrary, positiveInteger } from "./captures-shared.js";
 
 const AUDIT_LOG = ".agents/audit/audit.jsonl";
 
@@ -13,7 +13,7 @@ export const auditShow: CommandSpec = {
   },
   async run(context, _operands, options) {
     const limit = positiveInteger("--limit", options["limit"]);
-    const library = await loadCapturesLibrary();
+    const library = await loadLedgerLibrary();
     const { entries, head } = library.readAudit(context.scope);
     const shown = limit === undefined ? entries : entries.slice(-limit);
     const lines = shown.map((entry) => `${entry.seq} ${entry.at} ${entry.principal} ${entry.action} ${entry.outcome} ${auditSubjectText(entry.subject)}`);
@@ -33,7 +33,7 @@ export const auditVerify: CommandSpec = {
       .option("--expect-head <hash>", "also fail (integrity-mismatch) unless the chain still contains this entry hash (from `oats audit head`): it was not truncated or rewritten since");
   },
   async run(context, _operands, options) {
-    const library = await loadCapturesLibrary();
+    const library = await loadLedgerLibrary();
     const verdict = library.verifyAudit(context.scope);
     if (!verdict.ok) {
       const { line, seq, reason } = verdict.brokenAt;
@@ -62,7 +62,7 @@ export const auditHead: CommandSpec = {
     command.description("print the current heads of the approvals ledger and the audit log (both chains verified in full); keep them outside the scope and pass them back with --expect-head");
   },
   async run(context) {
-    const library = await loadCapturesLibrary();
+    const library = await loadLedgerLibrary();
     const heads = library.logHeads(context.scope);
     return {
       result: { scope: context.scope, approvals: heads.approvals, audit: heads.audit },

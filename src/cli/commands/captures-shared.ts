@@ -1,4 +1,5 @@
-import type { ApprovalSubject, AuditSubject, DerivedLevel } from "../../captures/index.js";
+import type { ApprovalSubject, DerivedLevel } from "../../captures/index.js";
+import type { AuditSubject } from "../../ledger/index.js";
 import { usageError } from "../envelope.js";
 
 /** The captures library, loaded only when a command runs (`oats digest` and `--version` never need it). */
@@ -7,6 +8,11 @@ export function loadCapturesLibrary() {
 }
 
 export type CapturesLibrary = Awaited<ReturnType<typeof loadCapturesLibrary>>;
+
+/** The ledger (the approvals ledger and the audit log), loaded only when a command reads it. */
+export function loadLedgerLibrary() {
+  return import("../../ledger/index.js");
+}
 
 /** `capture nightly oats.tree-exec.v1:sha256-…`: the three operands `oats approve` takes, in order. */
 export function subjectText(subject: Pick<ApprovalSubject, "kind" | "key" | "integrity">): string {

@@ -3,7 +3,7 @@ import { resolve } from "node:path";
 import { DEFAULT_TREE_FORMAT, TREE_FORMAT_CHOICES } from "../constants.js";
 import type { CommandSpec } from "../context.js";
 import { integrityText } from "../render.js";
-import type { TreeFormat } from "../../retention/integrity.js";
+import type { TreeFormat } from "../../retention/index.js";
 
 export const digest: CommandSpec = {
   name: "digest",

@@ -68,7 +68,9 @@ export const dispatch: CommandSpec = {
     // Every refusal happens here, before anything runs.
     const evidenceTo = options["evidenceTo"] as string | undefined;
     if (evidenceTo !== undefined && !exec) throw usageError("--evidence-to names where a run's evidence goes: it needs --exec", { flag: "--evidence-to" });
-    const plan = await library.resolveQueuedCapture(context.scope, job!, { exec, ...(harness === undefined ? {} : { harness }), ...(evidenceTo === undefined ? {} : { delivery: { to: evidenceTo } }) });
+    const planOptions = { ...(harness === undefined ? {} : { harness }), ...(evidenceTo === undefined ? {} : { delivery: { to: evidenceTo } }) };
+    // An exec'd dispatch is planned by the evidence layer, which checks the outbox and the far side first.
+    const plan = exec ? await (await import("../../evidence/index.js")).planQueuedRun(context.scope, job!, planOptions) : await library.resolveQueuedCapture(context.scope, job!, planOptions);
     const head = `job ${plan.job}: resolution ${plan.resolution}`;
     if (!exec) {
       // The plan's run copy was the verification; nothing will run from it.

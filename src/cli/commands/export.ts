@@ -3,7 +3,7 @@ import { STDIO, toStdout } from "../stdio-files.js";
 
 /** The acquisition library (bundles), loaded only when a command runs. */
 export function loadBundleLibrary() {
-  return import("../../acquisition/bundle.js");
+  return import("../../acquisition/index.js");
 }
 
 export const exportCommand: CommandSpec = {

@@ -1,4 +1,4 @@
-import { OatsError, type ErrorCode } from "../../errors.js";
+import { OatsError, type ErrorCode } from "../../core/index.js";
 import type { CommandSpec } from "../context.js";
 import { integrityText } from "../render.js";
 

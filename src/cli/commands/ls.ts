@@ -1,4 +1,4 @@
-import { isOatsError } from "../../errors.js";
+import { isOatsError } from "../../core/index.js";
 import type { CommandSpec } from "../context.js";
 import { integrityText } from "../render.js";
 import { loadLibrary } from "./shared.js";

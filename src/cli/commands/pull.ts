@@ -1,4 +1,4 @@
-import { OatsError } from "../../errors.js";
+import { OatsError } from "../../core/index.js";
 import type { CommandSpec } from "../context.js";
 import { defineLimitFlags, takeLimitFlags } from "../limit-flags.js";
 import { loadFleetLibrary } from "./push-artifacts.js";

@@ -15,7 +15,7 @@ import { pushArtifacts } from "./push-artifacts.js";
  */
 
 function loadDelivery() {
-  return import("../../evidence/delivery.js");
+  return import("../../evidence/index.js");
 }
 
 function destination(context: CliContext, options: Record<string, unknown>, env: NodeJS.ProcessEnv): string {

@@ -1,5 +1,5 @@
 import { Option } from "commander";
-import { OatsError } from "../../errors.js";
+import { OatsError } from "../../core/index.js";
 import { RECURRENCE_CHOICES } from "../constants.js";
 import type { CommandSpec } from "../context.js";
 import { loadCapturesLibrary } from "./captures-shared.js";

@@ -1,4 +1,4 @@
-import { OatsError } from "../../errors.js";
+import { OatsError } from "../../core/index.js";
 import type { CommandSpec } from "../context.js";
 import { loadResolutionLibrary } from "./resolution-shared.js";
 

@@ -1,4 +1,4 @@
-import { OatsError, isOatsError, type ErrorCode } from "../../errors.js";
+import { OatsError, isOatsError, type ErrorCode } from "../../core/index.js";
 import type { CommandSpec } from "../context.js";
 import { loadResolutionLibrary, subjectText } from "./resolution-shared.js";
 

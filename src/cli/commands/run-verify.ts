@@ -1,4 +1,4 @@
-import { OatsError } from "../../errors.js";
+import { OatsError } from "../../core/index.js";
 import type { CommandSpec } from "../context.js";
 import type { ReceivedVerdict } from "../../evidence/index.js";
 import { loadEvidenceLibrary, receivedFor } from "./run-shared.js";

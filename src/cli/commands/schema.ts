@@ -11,7 +11,7 @@ export const schema: CommandSpec = {
   },
   async run(_context, [name]) {
     // commander's .choices() already refused an unknown name (usage, exit 2).
-    const { formatJsonSchema, formatJsonSchemaText, isSchemaName } = await import("../../formats/json-schema.js");
+    const { formatJsonSchema, formatJsonSchemaText, isSchemaName } = await import("../../schemas/json-schema.js");
     if (!isSchemaName(name)) throw new Error(`unreachable: ${String(name)} passed the choices`);
     const text = formatJsonSchemaText(name);
     return { result: { name, schema: formatJsonSchema(name) }, lines: [text.trimEnd()], quietLines: [text.trimEnd()] };

@@ -1,5 +1,5 @@
 import { lstatSync } from "node:fs";
-import { OatsError, isOatsError } from "../../errors.js";
+import { OatsError, isOatsError } from "../../core/index.js";
 import type { CommandSpec } from "../context.js";
 import { artifactKey, kindOption, loadLibrary, receiptOutcome, type Library } from "./shared.js";
 

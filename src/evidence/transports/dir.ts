@@ -1,9 +1,6 @@
 import { closeSync, constants, fstatSync, fsyncSync, lstatSync, mkdirSync, openSync, readdirSync, renameSync, rmdirSync, statSync, unlinkSync } from "node:fs";
-import { OatsError, errnoCode } from "../../errors.js";
-import { bytesDigest } from "../../retention/digest/json.js";
-import { inDirectory } from "../../retention/digest/walk.js";
-import { readRegularFile, writeNewFileDurably } from "../../retention/store/files.js";
-import { assertContained, stagingName } from "../../retention/store/layout.js";
+import { OatsError, errnoCode, bytesDigest } from "../../core/index.js";
+import { inDirectory, readRegularFile, writeNewFileDurably, assertContained, stagingName } from "../../retention/index.js";
 import { runHex } from "../run-id.js";
 import type { EvidenceBundle, EvidenceTransport, ProbeResult } from "../transport.js";
 

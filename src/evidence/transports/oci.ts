@@ -1,5 +1,5 @@
-import { OatsError } from "../../errors.js";
-import { OciClient, OCI_MANIFEST, sha256Digest, bufferSource, formatOciReference, type SessionOptions } from "../../fleet/oci/index.js";
+import { OatsError } from "../../core/index.js";
+import { OciClient, OCI_MANIFEST, sha256Digest, bufferSource, formatOciReference, type SessionOptions } from "../../oci/index.js";
 import { runHex } from "../run-id.js";
 import type { EvidenceBundle, EvidenceTransport, ProbeResult } from "../transport.js";
 

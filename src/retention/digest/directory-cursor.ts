@@ -1,4 +1,4 @@
-import { OatsError } from "../../errors.js";
+import { OatsError } from "../../core/index.js";
 import { closeOpened, type OpenedDirectory } from "./native-directories.js";
 import { DIRECTORY_FDS, inDirectory, openChildDirectory, openRoot, type DirectoryEntry, type FileEntry } from "./walk.js";
 

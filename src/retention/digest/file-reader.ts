@@ -1,5 +1,5 @@
 import { closeSync, fstatSync, openSync, type Stats } from "node:fs";
-import { OatsError } from "../../errors.js";
+import { OatsError } from "../../core/index.js";
 import { afterRead } from "./read-hook.js";
 import { PassBlockReads } from "./block-reads.js";
 import { DirectoryCursor } from "./directory-cursor.js";

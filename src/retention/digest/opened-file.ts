@@ -1,5 +1,5 @@
 import { closeSync, constants, fstat, fstatSync, openSync, read, readSync, close, type Stats } from "node:fs";
-import { OatsError } from "../../errors.js";
+import { OatsError } from "../../core/index.js";
 import type { DirectoryCursor } from "./directory-cursor.js";
 import type { FileConsumer } from "./file-reader.js";
 import { afterRead } from "./read-hook.js";

@@ -1,6 +1,6 @@
 import { createHash, type Hash } from "node:crypto";
 import { lstat, realpath } from "node:fs/promises";
-import { OatsError, errnoCode } from "../../errors.js";
+import { OatsError, errnoCode } from "../../core/index.js";
 // Types only: integrity.ts loads zod, which a bare digest (`oats digest`) has no use for.
 import type { TreeFormat } from "../integrity.js";
 import { packagePayloadExecFraming, treeExecFraming } from "./exec.js";

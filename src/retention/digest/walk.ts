@@ -1,5 +1,5 @@
 import { closeSync, constants, existsSync, fstatSync, openSync, readdirSync, readlinkSync, type Dirent } from "node:fs";
-import { OatsError, errnoCode } from "../../errors.js";
+import { OatsError, errnoCode } from "../../core/index.js";
 import { closeOpened, listNatively, openChildNatively, type Listed, type OpenedDirectory } from "./native-directories.js";
 import { BEYOND_UTF16_ORDER, compareSiblingBytes, compareSiblings } from "./order.js";
 import { prefetchMode, warmDirectories, type Prefetcher } from "./prefetch.js";

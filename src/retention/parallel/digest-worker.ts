@@ -1,5 +1,5 @@
 import { parentPort } from "node:worker_threads";
-import { OatsError } from "../../errors.js";
+import { OatsError } from "../../core/index.js";
 import type { TreeFormat } from "../integrity.js";
 import { markLaneWorker } from "./busy.js";
 import { measureHere } from "./pool.js";

@@ -3,7 +3,7 @@ import { availableParallelism } from "node:os";
 import { fileURLToPath } from "node:url";
 import { createRequire } from "node:module";
 import type { Worker } from "node:worker_threads";
-import { OatsError } from "../../errors.js";
+import { OatsError } from "../../core/index.js";
 import { digestListing, type TreeDigests } from "../digest/tree.js";
 import { listingShape } from "../digest/listing-shape.js";
 import { walkTree } from "../digest/walk.js";

@@ -1,5 +1,5 @@
 import { lstat } from "node:fs/promises";
-import { OatsError } from "../../errors.js";
+import { OatsError } from "../../core/index.js";
 import type { TreeDigests } from "../digest/tree.js";
 import type { PublishPlan } from "./publish.js";
 

@@ -1,8 +1,7 @@
 import { linkSync, unlinkSync } from "node:fs";
 import { BYTES_V1, parseDigestName } from "../integrity.js";
 import { join, resolve } from "node:path";
-import { OatsError, asStepError, errnoCode } from "../../errors.js";
-import { bytesDigest } from "../digest/json.js";
+import { OatsError, asStepError, errnoCode, bytesDigest } from "../../core/index.js";
 import { ensureStoreAt, fsyncDirectory, inspectStoreAt, removeCreatedStore, resolveScope } from "./components.js";
 import { readRegularFile, writeStagedFile } from "./files.js";
 import { assertContained } from "./layout.js";

@@ -1,6 +1,6 @@
 import { closeSync, fstatSync, fsyncSync, linkSync, lstatSync, mkdirSync, openSync, readFileSync, readdirSync, realpathSync, rmdirSync, unlinkSync, constants } from "node:fs";
 import { join, resolve } from "node:path";
-import { OatsError, errnoCode } from "../../errors.js";
+import { OatsError, errnoCode } from "../../core/index.js";
 import type { ArtifactKind } from "../ids.js";
 import { writeStagedFile } from "./files.js";
 import { MANAGED_GITIGNORE, storeComponents } from "./layout.js";

@@ -1,6 +1,6 @@
 import { closeSync, constants, fstatSync, fsyncSync, lstatSync, openSync, readSync, writeSync } from "node:fs";
 import { join } from "node:path";
-import { errnoCode, type OatsError } from "../../errors.js";
+import { errnoCode, type OatsError } from "../../core/index.js";
 import { stagingName } from "./layout.js";
 
 /**

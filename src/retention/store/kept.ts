@@ -1,6 +1,6 @@
 import { utimes } from "node:fs/promises";
 import { dirname } from "node:path";
-import { OatsError } from "../../errors.js";
+import { OatsError } from "../../core/index.js";
 import { listingShape } from "../digest/listing-shape.js";
 import { digestListing, type TreeDigests } from "../digest/tree.js";
 import { acquireWorker, parallelism, releaseWorker } from "../parallel/pool.js";

@@ -1,7 +1,7 @@
 import { properLockfile } from "./lockfile.js";
 import { closeSync, constants, lstatSync, openSync, readdirSync, unlinkSync, writeSync } from "node:fs";
 import { join } from "node:path";
-import { OatsError, errnoCode } from "../../errors.js";
+import { OatsError, errnoCode } from "../../core/index.js";
 import { ensureStoreAt, inspectStoreAt, removeCreatedStore, resolveScope } from "./components.js";
 import { AGENTS_DIR, hostTag } from "./layout.js";
 import { DEFAULT_LOCK_WAIT_MS, withFileLock } from "./publish-lock.js";

@@ -1,4 +1,4 @@
-import { canonicalJson } from "../digest/json.js";
+import { canonicalJson } from "../../core/index.js";
 import type { ManifestRow } from "./manifest.js";
 import { ManifestRowSink } from "./manifest-rows.js";
 

@@ -3,7 +3,7 @@ import { basename, dirname, join } from "node:path";
 import { z } from "zod";
 import { digestListing } from "../digest/tree.js";
 import { walkTree } from "../digest/walk.js";
-import { OatsError } from "../../errors.js";
+import { OatsError } from "../../core/index.js";
 import { readRegularFile, writeStagedFile } from "./files.js";
 import { manifestDocument } from "./manifest-encoding.js";
 import { ManifestRowSink } from "./manifest-rows.js";

@@ -4,7 +4,7 @@ import { properLockfile } from "./lockfile.js";
 /** node:fs with the lock directory made 0700 whatever the umask. */
 const lockFs = { ...fs, mkdir: (path: string, callback: (error: NodeJS.ErrnoException | null) => void) => fs.mkdir(path, { mode: 0o700 }, callback) };
 import { join } from "node:path";
-import { OatsError, asStepError, errnoCode } from "../../errors.js";
+import { OatsError, asStepError, errnoCode } from "../../core/index.js";
 import { LOCK_PREFIX } from "./layout.js";
 
 /**

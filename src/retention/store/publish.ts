@@ -1,7 +1,7 @@
 import { lstatSync } from "node:fs";
 import { lstat, mkdir, rename } from "node:fs/promises";
 import { join } from "node:path";
-import { OatsError, asStepError, errnoCode } from "../../errors.js";
+import { OatsError, asStepError, errnoCode } from "../../core/index.js";
 import { FRAMINGS, digestListing, type DigestOptions, type ProgressListener, type TreeDigests } from "../digest/tree.js";
 import { noteRemoved, throwIfAborted, type ProgressPhase } from "../progress.js";
 import { walkTree, type TreeListing, type WalkOptions } from "../digest/walk.js";

@@ -2,7 +2,7 @@ import { chmodSync, closeSync, constants, fchmodSync, fsync, close, mkdirSync, o
 import { chmod, open, readdir, rm } from "node:fs/promises";
 import { createRequire } from "node:module";
 import { join } from "node:path";
-import { asStepError, errnoCode } from "../../errors.js";
+import { asStepError, errnoCode } from "../../core/index.js";
 import type { FileConsumer, FileInfo } from "../digest/file-reader.js";
 import type { FileEntry, SymlinkEntry, TreeListing } from "../digest/walk.js";
 import { faultPoint } from "./faults.js";

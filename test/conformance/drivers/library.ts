@@ -1,7 +1,7 @@
 /**
  * The library driver: the suite through the API exported from src/index.ts,
  * in this process. Preparing goes through prepareCapture, approve and
- * addJob; dispatch through resolveQueuedCapture and the evidence run; the
+ * addJob; dispatch through planQueuedRun and the evidence run; the
  * far side through pushEvidence and readDelivered.
  *
  * The dispatcher is this process: SIGINT/SIGTERM "to the dispatcher" are
@@ -21,7 +21,7 @@ import {
   pushEvidence,
   readDelivered,
   readRun,
-  resolveQueuedCapture,
+  planQueuedRun,
   revoke,
   runDispatchPlanWithEvidence,
   verifyRun,
@@ -115,7 +115,7 @@ export class LibraryScope implements DriverScope {
       try {
         let plan;
         try {
-          plan = await resolveQueuedCapture(this.dir, capture.job, { exec: true, env: { ...capture.request.credentials }, euid });
+          plan = await planQueuedRun(this.dir, capture.job, { env: { ...capture.request.credentials }, euid });
         } catch (error) {
           if (isOatsError(error)) return { kind: "refused", code: error.code, message: error.message };
           throw error;
@@ -192,7 +192,7 @@ export function libraryDriver(transport: Transport): Driver {
     name: "library",
     transport,
     skips: {},
-    uid0: `simulated: resolveQueuedCapture and runDispatchPlanWithEvidence are told the dispatcher's effective uid (their euid option: 0 for uid 0, ${ORDINARY_EUID} otherwise); the child runs as this process (uid ${process.getuid?.()})`,
+    uid0: `simulated: planQueuedRun and runDispatchPlanWithEvidence are told the dispatcher's effective uid (their euid option: 0 for uid 0, ${ORDINARY_EUID} otherwise); the child runs as this process (uid ${process.getuid?.()})`,
     parallel: PROPERTY_NAMES.length,
     dispatcher: "this process; SIGINT/SIGTERM are the library's equivalent, an abort of the run's AbortSignal",
     async scope(dir: string) {

@@ -1,7 +1,7 @@
 import http from "node:http";
 import https from "node:https";
 import { Readable } from "node:stream";
-import { OatsError, errnoCode } from "../../errors.js";
+import { OatsError, errnoCode } from "../core/index.js";
 import { isLoopbackHost } from "./reference.js";
 
 /**

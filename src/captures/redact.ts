@@ -1,5 +1,5 @@
 import { createContext, Script } from "node:vm";
-import { OatsError } from "../errors.js";
+import { OatsError } from "../core/index.js";
 import { PatternRefusal, analysePattern, type RedactPattern } from "./redact-pattern.js";
 
 /**

@@ -1,6 +1,6 @@
 import { isIP } from "node:net";
 import { z } from "zod";
-import { OatsError } from "../../errors.js";
+import { OatsError } from "../core/index.js";
 
 /**
  * `oci://host[:port]/repository[:tag|@digest]` (HTTPS) or

@@ -2,7 +2,7 @@ import { spawn } from "node:child_process";
 import { readFileSync } from "node:fs";
 import { homedir } from "node:os";
 import { join } from "node:path";
-import { OatsError, errnoCode } from "../../errors.js";
+import { OatsError, errnoCode } from "../core/index.js";
 
 /**
  * Where registry credentials come from, in order: OATS_REGISTRY_USER and

@@ -1,5 +1,5 @@
 import { createHash } from "node:crypto";
-import { canonicalJson } from "../retention/digest/json.js";
+import { canonicalJson } from "../core/index.js";
 import { CHAIN_LOGS, isPlainRecord, type ChainEntry, type ChainLog } from "./chain-line.js";
 
 /**

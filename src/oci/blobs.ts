@@ -1,6 +1,6 @@
 import { createHash } from "node:crypto";
 import { Transform, type Readable, type TransformCallback } from "node:stream";
-import { OatsError } from "../../errors.js";
+import { OatsError } from "../core/index.js";
 import { classifyNetworkError, drain, readBody, registryErrorCodes } from "./http.js";
 import { digestSchema } from "./reference.js";
 import type { RegistrySession } from "./session.js";

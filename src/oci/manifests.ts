@@ -1,4 +1,4 @@
-import { OatsError } from "../../errors.js";
+import { OatsError } from "../core/index.js";
 import { sha256Digest } from "./blobs.js";
 import { drain, readBody, registryErrorCodes } from "./http.js";
 import { DIGEST_PATTERN, TAG_PATTERN } from "./reference.js";

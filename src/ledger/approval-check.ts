@@ -1,4 +1,4 @@
-import { OatsError, isOatsError } from "../errors.js";
+import { OatsError, isOatsError } from "../core/index.js";
 import { CHAIN_LOGS, GENESIS_PREV, logName, type ChainEntry, type ChainLog } from "./chain-line.js";
 import { readEntries } from "./chain-log.js";
 import { syncLog } from "./chain-sync.js";

@@ -1,5 +1,5 @@
 import { createHash } from "node:crypto";
-import { OatsError } from "../../errors.js";
+import { OatsError } from "./errors.js";
 
 /**
  * oats.json.v1: SHA-256 of canonical JSON.

@@ -1,4 +1,4 @@
-import type { Level } from "../captures/classification.js";
+import type { Level } from "./classification.js";
 
 /**
  * The evidence posture of a dispatch (pure): may the run start, given its
@@ -44,3 +44,25 @@ export function evidencePosture(input: PostureInput): Posture {
       return { proceed: true, buffered: true, posture: "none", reason: "no-far-side" };
   }
 }
+
+/** What the evidence layer's posture check answers at dispatch (src/evidence/posture-check.ts). */
+export interface EvidencePostureResult {
+  readonly posture: DeliveryPosture;
+  readonly buffered: boolean;
+  readonly to: string | null;
+  readonly farSide: FarSide;
+  /** Why the far side is unreachable (the transport's probe), or null. */
+  readonly probe: string | null;
+  /** One line for the receipt. */
+  readonly receipt: string;
+}
+
+/** Where run evidence goes, as a dispatch names it: `to` (else OATS_EVIDENCE_TO in `env`, else none). */
+export interface DispatchDelivery {
+  readonly to?: string | null;
+  readonly env?: Readonly<Record<string, string | undefined>>;
+  readonly allowSameFilesystem?: boolean;
+}
+
+/** The port through which an exec'd dispatch asks the evidence layer for its posture; a refusal throws. */
+export type EvidencePostureCheck = (scope: string, level: Level, options: DispatchDelivery) => Promise<EvidencePostureResult>;

@@ -8,4 +8,4 @@
 if (!process.features.require_module) {
   throw new Error("oats-retention: require() of this ES module needs Node >= 20.19 or 22.12 (or --experimental-require-module); use import() instead");
 }
-module.exports = require("./index.js");
+module.exports = require("./public.js");

@@ -1,5 +1,5 @@
 import type { IncomingMessage } from "node:http";
-import type { OatsError } from "../../errors.js";
+import type { OatsError } from "../core/index.js";
 import { answerChallenge, parseChallenge, unauthorized } from "./auth.js";
 import { resolveCredentials, type CredentialOptions, type Credentials } from "./credentials.js";
 import { checkOrigin, drain, registryRefusal, send, type Exchange, type TransportOptions } from "./http.js";

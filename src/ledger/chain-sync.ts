@@ -1,8 +1,8 @@
 import { createHash, type Hash } from "node:crypto";
 import { closeSync, fstatSync, type BigIntStats } from "node:fs";
 import { join } from "node:path";
-import { OatsError, errnoCode } from "../errors.js";
-import { inspectStoreAt, resolveScope } from "../retention/store/components.js";
+import { OatsError, errnoCode } from "../core/index.js";
+import { inspectStoreAt, resolveScope } from "../retention/index.js";
 import { GENESIS_PREV, checkLine, logName, openForRead, readAt, verifySegment, type BrokenReason, type ChainEntry, type ChainLog } from "./chain-line.js";
 import {
   bucketEntry,

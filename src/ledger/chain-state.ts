@@ -2,7 +2,7 @@ import { createHash, randomBytes } from "node:crypto";
 import { closeSync, constants, lstatSync, mkdirSync, openSync, readFileSync, readSync, renameSync, unlinkSync, writeSync } from "node:fs";
 import { homedir } from "node:os";
 import { isAbsolute, join } from "node:path";
-import { errnoCode } from "../errors.js";
+import { errnoCode } from "../core/index.js";
 import { isPlainRecord } from "./chain-line.js";
 
 /**

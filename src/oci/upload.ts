@@ -1,7 +1,7 @@
 import { createReadStream } from "node:fs";
 import type { IncomingMessage } from "node:http";
 import { Readable } from "node:stream";
-import { OatsError } from "../../errors.js";
+import { OatsError } from "../core/index.js";
 import { checkDigest } from "./blobs.js";
 import { drain, isConnectionLost, readBody, registryErrorCodes, registryRefusal } from "./http.js";
 import type { RegistrySession } from "./session.js";

@@ -1,6 +1,6 @@
-import { isOatsError, OatsError } from "../errors.js";
+import { isOatsError, OatsError } from "../core/index.js";
 import { CHAIN_LOGS, appendEntry, readEntries, verifyChain, type AppendOptions, type ChainEntry, type ChainVerdict } from "./chain-log.js";
-import { currentPrincipal } from "./classification.js";
+import { currentPrincipal } from "./principal.js";
 
 /**
  * The audit log (`.agents/audit/audit.jsonl`, CHAIN_LOGS.audit): one

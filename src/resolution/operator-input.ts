@@ -1,8 +1,7 @@
 import { parseDocument } from "yaml";
 import type { z } from "zod";
-import { OatsError, type ErrorCode } from "./errors.js";
-import { OPERATOR_MAX_DEPTH, parseJsonText, valueDepthProblem } from "./json-text.js";
-import { readRegularFile } from "./retention/store/files.js";
+import { OatsError, type ErrorCode, OPERATOR_MAX_DEPTH, parseJsonText, valueDepthProblem } from "../core/index.js";
+import { readRegularFile } from "../retention/index.js";
 
 /**
  * Files an operator hands the toolkit (plans, capture specs, classification

@@ -1,9 +1,7 @@
 import { z } from "zod";
-import { configSchema } from "../captures/classification.js";
-import { profileSchema, specSchema } from "../captures/spec.js";
-import { planSchema } from "../resolution/plan.js";
-import { resolutionRecordSchema } from "../resolution/record.js";
-import { lockDocumentSchema } from "../retention/oats-lock.js";
+import { configSchema, profileSchema, specSchema } from "../captures/index.js";
+import { planSchema, resolutionRecordSchema } from "../resolution/index.js";
+import { lockDocumentSchema } from "../retention/index.js";
 
 /**
  * JSON Schemas of the documented formats, generated from the zod schemas

@@ -1,6 +1,6 @@
 import { readFileSync, lstatSync, statSync, statfsSync } from "node:fs";
 import { hostname, userInfo } from "node:os";
-import { OatsError } from "../errors.js";
+import { OatsError } from "../core/index.js";
 
 /**
  * Who this process is, as `user@host`: the approving operator, the

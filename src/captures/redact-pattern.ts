@@ -1,5 +1,5 @@
 import { z } from "zod";
-import { identifierSchema } from "../retention/ids.js";
+import { identifierSchema } from "../retention/index.js";
 
 /**
  * The redaction patterns of a capture profile (`redact: [{name, pattern,

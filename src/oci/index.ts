@@ -81,3 +81,7 @@ export { MAX_MANIFEST_BYTES, OCI_INDEX, OCI_MANIFEST, type Manifest, type Manife
 export { formatOciReference, isLoopbackHost, parseOciReference, type OciReference, type OciRegistry } from "./reference.js";
 export type { SessionOptions } from "./session.js";
 export { bufferSource, fileSource, type BlobSource, type UploadOptions, type UploadResult } from "./upload.js";
+export { getBlob, getBlobBytes, headBlob } from "./blobs.js";
+export { getManifest, putManifestEnsuring } from "./manifests.js";
+export { RegistrySession } from "./session.js";
+export { putBlob } from "./upload.js";

@@ -1,4 +1,4 @@
-import { OatsError } from "../../errors.js";
+import { OatsError } from "../core/index.js";
 import type { Credentials } from "./credentials.js";
 import { checkOrigin, drain, readBody, registryRefusal, send, type TransportOptions } from "./http.js";
 import { isLoopbackHost } from "./reference.js";

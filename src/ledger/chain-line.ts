@@ -1,7 +1,5 @@
 import { closeSync, constants, fstatSync, openSync, readSync } from "node:fs";
-import { errnoCode } from "../errors.js";
-import { bytesDigest, canonicalJson, compareUtf8, jsonDigest } from "../retention/digest/json.js";
-import { STORED_MAX_DEPTH, nestsDeeperThan } from "../json-text.js";
+import { errnoCode, bytesDigest, canonicalJson, compareUtf8, jsonDigest, STORED_MAX_DEPTH, nestsDeeperThan } from "../core/index.js";
 
 /**
  * One line of a hash-chained log (see chain-log.ts), checked on its own, and

@@ -1,9 +1,7 @@
 import { closeSync, constants, fstatSync, fsyncSync, ftruncateSync, openSync, writeSync } from "node:fs";
-import { withFileLock } from "../retention/store/publish-lock.js";
+import { withFileLock, ensureStoreAt, fsyncDirectory, inspectStoreAt, resolveScope } from "../retention/index.js";
 import { join } from "node:path";
-import { OatsError, errnoCode, isOatsError } from "../errors.js";
-import { canonicalJson, jsonDigest } from "../retention/digest/json.js";
-import { ensureStoreAt, fsyncDirectory, inspectStoreAt, resolveScope } from "../retention/store/components.js";
+import { OatsError, errnoCode, isOatsError, canonicalJson, jsonDigest } from "../core/index.js";
 import { GENESIS_PREV, isPlainRecord, openForRead, parseLine, readAt, verifySegment, type BrokenReason, type ChainEntry, type ChainLog } from "./chain-line.js";
 import { brokenChain, syncLog, type LogSync } from "./chain-sync.js";
 

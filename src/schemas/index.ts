@@ -1,0 +1,1 @@
+export { formatJsonSchema, formatJsonSchemaText, isSchemaName, type SchemaName } from "./json-schema.js";
