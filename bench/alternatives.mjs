@@ -33,7 +33,12 @@ const fs = require("node:fs");
 const FLAGS = ${FLAGS};
 parentPort.on("message", ({ batch, paths }) => {
   let size = 0;
-  const opened = paths.map((path) => { const fd = fs.openSync(path, FLAGS); const before = fs.fstatSync(fd); size += before.size; return { fd, before }; });
+  const opened = paths.map((path) => {
+    const fd = fs.openSync(path, FLAGS);
+    const before = fs.fstatSync(fd);
+    size += before.size;
+    return { fd, before };
+  });
   const buffer = new ArrayBuffer(size);
   const view = Buffer.from(buffer);
   const items = [];
@@ -42,7 +47,8 @@ parentPort.on("message", ({ batch, paths }) => {
     const got = fs.readSync(fd, view, at, before.size, 0);
     const after = fs.fstatSync(fd);
     fs.closeSync(fd);
-    if (got !== before.size || after.mtimeMs !== before.mtimeMs || after.ctimeMs !== before.ctimeMs) throw new Error("changed");
+    const same = got === before.size && after.mtimeMs === before.mtimeMs && after.ctimeMs === before.ctimeMs;
+    if (!same) throw new Error("changed");
     items.push([at, got]);
     at += got;
   }
@@ -72,7 +78,8 @@ function list(dir) {
   return files;
 }
 
-const p = (fn, ...args) => new Promise((resolve, reject) => fn(...args, (error, value) => (error ? reject(error) : resolve(value))));
+const p = (fn, ...args) =>
+  new Promise((resolve, reject) => fn(...args, (error, value) => (error ? reject(error) : resolve(value))));
 
 async function readAsync(path) {
   const fd = await p(open, path, FLAGS);
@@ -134,7 +141,8 @@ async function withWorkers(count, dir, hash) {
   }
   let sent = 0;
   const send = (upTo) => {
-    for (; sent < Math.min(batches, upTo); sent++) workers[sent % count].postMessage({ batch: sent, paths: files.slice(sent * BATCH, (sent + 1) * BATCH) });
+    for (; sent < Math.min(batches, upTo); sent++)
+      workers[sent % count].postMessage({ batch: sent, paths: files.slice(sent * BATCH, (sent + 1) * BATCH) });
   };
   send(count * 4);
   for (let batch = 0; batch < batches; batch++) {

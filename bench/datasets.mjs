@@ -57,7 +57,8 @@ export function writeBigFile(path, size, label) {
   }
 }
 
-export const SMALL = { files: 20_000, top: 10, perTop: 34, minSize: 100, maxSize: 4096 }; // 10 + 10*34 = 350 directories
+// 10 + 10*34 = 350 directories
+export const SMALL = { files: 20_000, top: 10, perTop: 34, minSize: 100, maxSize: 4096 };
 export const CAPS = { capabilities: 50, files: 200, dirs: 8, minSize: 100, maxSize: 4096 };
 export const CAPTURE = { files: 2000, dirs: 20, minSize: 100, maxSize: 4096 };
 export const TARBALL = { files: 5000, dirs: 50, size: 10_000 }; // ~50 MB of incompressible content
@@ -102,7 +103,9 @@ export const DATASETS = {
         const random = prng(1000 + c);
         const next = keystream(`caps-${c}`);
         const root = join(dir, name);
-        const dirs = ["bin", ...Array.from({ length: CAPS.dirs - 1 }, (_, d) => `lib/mod-${d}`)].map((sub) => join(root, sub));
+        const dirs = ["bin", ...Array.from({ length: CAPS.dirs - 1 }, (_, d) => `lib/mod-${d}`)].map((sub) =>
+          join(root, sub),
+        );
         for (const sub of dirs) mkdirSync(sub, { recursive: true });
         writeFileSync(join(root, "bin", "run.mjs"), `#!/usr/bin/env node\nconsole.log(${JSON.stringify(name)});\n`);
         chmodSync(join(root, "bin", "run.mjs"), 0o755);
@@ -118,7 +121,10 @@ export const DATASETS = {
     generate(dir) {
       const random = prng(2000);
       const next = keystream("capture");
-      const dirs = ["bin", ...Array.from({ length: CAPTURE.dirs - 1 }, (_, d) => `lib/mod-${String(d).padStart(2, "0")}`)].map((sub) => join(dir, sub));
+      const dirs = [
+        "bin",
+        ...Array.from({ length: CAPTURE.dirs - 1 }, (_, d) => `lib/mod-${String(d).padStart(2, "0")}`),
+      ].map((sub) => join(dir, sub));
       for (const sub of dirs) mkdirSync(sub, { recursive: true });
       writeFileSync(join(dir, "bin", "run"), "#!/bin/sh\necho captured\n");
       chmodSync(join(dir, "bin", "run"), 0o755);
@@ -133,7 +139,10 @@ export const DATASETS = {
     generate(dir) {
       const next = keystream("tarball");
       const root = join(dir, "package");
-      const dirs = ["bin", ...Array.from({ length: TARBALL.dirs - 1 }, (_, d) => `lib/mod-${String(d).padStart(2, "0")}`)].map((sub) => join(root, sub));
+      const dirs = [
+        "bin",
+        ...Array.from({ length: TARBALL.dirs - 1 }, (_, d) => `lib/mod-${String(d).padStart(2, "0")}`),
+      ].map((sub) => join(root, sub));
       for (const sub of dirs) mkdirSync(sub, { recursive: true });
       for (let i = 0; i < TARBALL.files; i++) {
         const path = join(dirs[i % dirs.length], `file-${String(i).padStart(4, "0")}.js`);
@@ -172,7 +181,10 @@ export function benchRecord(refs, configEntries) {
     config[`/settings/${capability}/option-${String(i).padStart(4, "0")}`] = {
       value: { enabled: i % 2 === 0, level: i % 7, label: `setting number ${i} of ${capability}` },
       origin: { kind: i % 3 === 0 ? "soul-default" : "operator", ref: "bench/plan.yaml" },
-      constraints: i % 5 === 0 ? [{ kind: "maximum", value: 10, origin: { kind: "soul-requirement", ref: "bench/soul.yaml" } }] : [],
+      constraints:
+        i % 5 === 0
+          ? [{ kind: "maximum", value: 10, origin: { kind: "soul-requirement", ref: "bench/soul.yaml" } }]
+          : [],
       considered: [],
     };
   }

@@ -26,7 +26,13 @@ export const GiB = 1 << 30;
 // ---------------------------------------------------------------- arguments
 
 export function parseArgs(argv) {
-  const options = { dir: process.env.OATS_BENCH_DIR || "/tmp/oats-bench", runs: 7, only: null, clean: false, json: null };
+  const options = {
+    dir: process.env.OATS_BENCH_DIR || "/tmp/oats-bench",
+    runs: 7,
+    only: null,
+    clean: false,
+    json: null,
+  };
   for (let i = 0; i < argv.length; i++) {
     const arg = argv[i];
     const value = () => {
@@ -71,8 +77,13 @@ export const median = (values) => {
   const mid = sorted.length >> 1;
   return sorted.length % 2 ? sorted[mid] : (sorted[mid - 1] + sorted[mid]) / 2;
 };
-export const fmtMs = (ms) => (ms >= 10_000 ? `${(ms / 1000).toFixed(1)} s` : ms >= 1000 ? `${(ms / 1000).toFixed(2)} s` : `${ms.toFixed(ms < 10 ? 1 : 0)} ms`);
-export const fmtRate = (bytes, ms) => `${((bytes / MiB) / (ms / 1000)).toFixed(0)} MiB/s`;
+export const fmtMs = (ms) =>
+  ms >= 10_000
+    ? `${(ms / 1000).toFixed(1)} s`
+    : ms >= 1000
+      ? `${(ms / 1000).toFixed(2)} s`
+      : `${ms.toFixed(ms < 10 ? 1 : 0)} ms`;
+export const fmtRate = (bytes, ms) => `${(bytes / MiB / (ms / 1000)).toFixed(0)} MiB/s`;
 export const log = (...args) => console.error("  ..", ...args);
 export const gc = globalThis.gc ?? (() => {});
 
@@ -90,7 +101,9 @@ export function run(file, args, { cwd, capture = true, allowFail = false } = {})
       const ms = performance.now() - started;
       const result = { ms, code, signal, stdout: Buffer.concat(out).toString(), stderr: Buffer.concat(err).toString() };
       if ((code !== 0 || signal) && !allowFail) {
-        reject(new Error(`${file} ${args.join(" ")} failed (${signal ?? code}): ${result.stderr.trim().slice(0, 500)}`));
+        reject(
+          new Error(`${file} ${args.join(" ")} failed (${signal ?? code}): ${result.stderr.trim().slice(0, 500)}`),
+        );
       } else resolvePromise(result);
     });
   });
@@ -116,7 +129,8 @@ export async function interleave(sides, runs) {
       // not before a child process, which a concurrent sweep here would compete with. Not a full one: a forced full
       // collection (gc()) drops the optimized code of the walk and the hash (about 22 functions recompiled on the
       // next run, against 0-5 after a minor or a natural major collection), so every timed run re-ran the JIT on a
-      // background thread, which on two cores competes with a side that keeps both busy (performance-log.md, "The bench's
+      // background thread, which on two cores competes with a side that keeps both busy (performance-log.md, "The
+      // bench's
       // forced collections re-ran the JIT").
       if (side.inProcess) gc({ type: "minor" });
       const started = performance.now();
@@ -179,7 +193,14 @@ export { CAPS, CAPTURE, DATASETS, DATA_VERSION, SMALL, TARBALL, keystream, prng,
 export function dataset(name) {
   const dir = join(DATA, name);
   const stamp = join(DATA, `${name}.stamp.json`);
-  const want = JSON.stringify({ version: DATA_VERSION, name, small: name === "small" ? SMALL : undefined, caps: name === "caps" ? CAPS : undefined, capture: name === "capture" ? CAPTURE : undefined, tarball: name === "tarball" ? TARBALL : undefined });
+  const want = JSON.stringify({
+    version: DATA_VERSION,
+    name,
+    small: name === "small" ? SMALL : undefined,
+    caps: name === "caps" ? CAPS : undefined,
+    capture: name === "capture" ? CAPTURE : undefined,
+    tarball: name === "tarball" ? TARBALL : undefined,
+  });
   if (existsSync(stamp) && readFileSync(stamp, "utf8") === want && existsSync(dir)) return dir;
   log(`generating ${name} (${DATASETS[name].describe}) in ${dir}`);
   const started = performance.now();
@@ -235,27 +256,47 @@ export const notes = [];
 export function addRow(row) {
   rows.push(row);
   const verdict = row.pass === undefined ? "" : row.pass ? "PASS" : "MISS";
-  console.error(`  => ${row.id} ${row.what}: ours ${row.ours} | baseline ${row.baseline} | ${row.ratio} (goal ${row.goal}) ${verdict}`);
+  console.error(
+    `  => ${row.id} ${row.what}: ours ${row.ours} | baseline ${row.baseline} ` +
+      `| ${row.ratio} (goal ${row.goal}) ${verdict}`,
+  );
 }
 
-export function timeRow({ id, what, oursMs, baseMs, goal, kind = "ratio-max", headline = true, oursExtra = "", baseExtra = "", bytes }) {
+export function timeRow({
+  id,
+  what,
+  oursMs,
+  baseMs,
+  goal,
+  kind = "ratio-max",
+  headline = true,
+  oursExtra = "",
+  baseExtra = "",
+  bytes,
+}) {
   if (kind === "ratio-min") {
     const ratio = baseMs / oursMs; // throughput ratio for the same bytes
     addRow({
-      id, what, headline,
+      id,
+      what,
+      headline,
       ours: `${fmtMs(oursMs)} (${fmtRate(bytes, oursMs)})${oursExtra}`,
       baseline: `${fmtMs(baseMs)} (${fmtRate(bytes, baseMs)})${baseExtra}`,
-      ratio: `${ratio.toFixed(2)}x`, ratioValue: ratio,
+      ratio: `${ratio.toFixed(2)}x`,
+      ratioValue: ratio,
       goal: goal === null ? "-" : `>= ${goal}x`,
       pass: goal === null ? undefined : ratio >= goal,
     });
   } else {
     const ratio = oursMs / baseMs;
     addRow({
-      id, what, headline,
+      id,
+      what,
+      headline,
       ours: `${fmtMs(oursMs)}${oursExtra}`,
       baseline: `${fmtMs(baseMs)}${baseExtra}`,
-      ratio: `${ratio.toFixed(2)}x`, ratioValue: ratio,
+      ratio: `${ratio.toFixed(2)}x`,
+      ratioValue: ratio,
       goal: goal === null ? "-" : `<= ${goal}x`,
       pass: goal === null ? undefined : ratio <= goal,
     });
@@ -265,4 +306,3 @@ export function timeRow({ id, what, oursMs, baseMs, goal, kind = "ratio-max", he
 export function missingRow(id, what, goal, why) {
   addRow({ id, what, headline: true, ours: `n/a (${why})`, baseline: "-", ratio: "-", goal, pass: undefined });
 }
-

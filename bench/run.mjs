@@ -12,7 +12,8 @@
  *                  deterministically the first time and reused afterwards.
  *   --runs N       timed runs per side for the digest comparisons (default 7)
  *   --only LIST    comma-separated subset of the parts the files in bench/sections/ export:
- *                  big,small,retain,fsync,fsync-big,rss,start,alt,resolution,dispatch,tarball,bundle,approvals,extract-depth,fsck,
+ *
+ * big,small,retain,fsync,fsync-big,rss,start,alt,resolution,dispatch,tarball,bundle,approvals,extract-depth,fsck,
  *                  gc,verify-tools,digest-tools,retain-tools,kept,retain-small,bundle-ratio,lanes,redact,evidence,fleet
  *   --json FILE    also write the results as JSON
  *
@@ -43,10 +44,17 @@ function machine() {
   const cpu = cpus();
   let fs = "unknown";
   try {
-    const mounts = readFileSync("/proc/mounts", "utf8").split("\n").map((line) => line.split(" "));
+    const mounts = readFileSync("/proc/mounts", "utf8")
+      .split("\n")
+      .map((line) => line.split(" "));
     let best = null;
     for (const [device, point, type] of mounts) {
-      if (point && (WORK === point || WORK.startsWith(point.endsWith("/") ? point : `${point}/`)) && (!best || point.length > best.point.length)) best = { device, point, type };
+      if (
+        point &&
+        (WORK === point || WORK.startsWith(point.endsWith("/") ? point : `${point}/`)) &&
+        (!best || point.length > best.point.length)
+      )
+        best = { device, point, type };
     }
     if (best) fs = `${best.type} (${best.device} on ${best.point})`;
   } catch {
@@ -64,7 +72,15 @@ function machine() {
 
 function printTable() {
   const header = ["#", "measurement", "oats", "baseline", "ratio", "goal", "result"];
-  const body = rows.map((row) => [row.id, row.what, row.ours, row.baseline, row.ratio, row.goal, row.pass === undefined ? (row.goal === "-" ? "info" : "n/a") : row.pass ? "PASS" : "MISS"]);
+  const body = rows.map((row) => [
+    row.id,
+    row.what,
+    row.ours,
+    row.baseline,
+    row.ratio,
+    row.goal,
+    row.pass === undefined ? (row.goal === "-" ? "info" : "n/a") : row.pass ? "PASS" : "MISS",
+  ]);
   const widths = header.map((cell, i) => Math.max(cell.length, ...body.map((line) => String(line[i]).length)));
   const line = (cells) => `| ${cells.map((cell, i) => String(cell).padEnd(widths[i])).join(" | ")} |`;
   console.log(line(header));
@@ -74,7 +90,10 @@ function printTable() {
 
 // The issue asks for the load at start and end beside the table: on a shared
 // two-core machine a ratio means little without it.
-const loadNow = () => `${new Date().toISOString().slice(11, 19)} UTC load average ${loadavg().map((x) => x.toFixed(2)).join(", ")}`;
+const loadNow = () =>
+  `${new Date().toISOString().slice(11, 19)} UTC load average ${loadavg()
+    .map((x) => x.toFixed(2))
+    .join(", ")}`;
 const started = performance.now();
 const loadAtStart = loadNow();
 const info = machine();
@@ -83,7 +102,9 @@ console.error(`oats benchmark: work dir ${WORK}, ${options.runs} runs per digest
 // Each file in bench/sections/ exports `parts`: { name: async fn }, run in file-name order.
 const sectionsDir = join(dirname(fileURLToPath(import.meta.url)), "sections");
 const sections = [];
-for (const file of readdirSync(sectionsDir).filter((name) => name.endsWith(".mjs")).sort()) {
+for (const file of readdirSync(sectionsDir)
+  .filter((name) => name.endsWith(".mjs"))
+  .sort()) {
   const { parts } = await import(pathToFileURL(join(sectionsDir, file)).href);
   for (const [part, fn] of Object.entries(parts)) sections.push([part, fn]);
 }
@@ -102,15 +123,28 @@ const loadAtEnd = loadNow();
 console.log("");
 console.log(`oats benchmark, ${info.date}`);
 console.log(`machine: ${info.cpu}, ${info.memory} RAM, Linux ${info.kernel}, Node ${info.node}`);
-console.log(`data: ${info.workDir}; medians of interleaved runs, page cache warm for both sides unless a row says COLD`);
+console.log(
+  `data: ${info.workDir}; medians of interleaved runs, page cache warm for both sides unless a row says COLD`,
+);
 console.log(`start: ${loadAtStart}; end: ${loadAtEnd}`);
-if (extraCaCerts) console.log(`environment: NODE_EXTRA_CA_CERTS=${extraCaCerts}, kept for every row but 5b and 20ax-20cx (node parses it at each start)`);
+if (extraCaCerts)
+  console.log(
+    `environment: NODE_EXTRA_CA_CERTS=${extraCaCerts}, kept for every row ` +
+      `but 5b and 20ax-20cx (node parses it at each start)`,
+  );
 console.log("");
 printTable();
 console.log("");
 for (const note of notes) console.log(`note: ${note}`);
 const judged = rows.filter((row) => row.pass !== undefined);
 console.log(`${judged.filter((row) => row.pass).length}/${judged.length} goals met; total time ${fmtMs(elapsed)}`);
-if (options.json) writeFileSync(options.json, `${JSON.stringify({ machine: info, load: { start: loadAtStart, end: loadAtEnd }, rows, notes, elapsedMs: elapsed }, null, 2)}\n`);
+if (options.json)
+  writeFileSync(
+    options.json,
+    JSON.stringify(
+      { machine: info, load: { start: loadAtStart, end: loadAtEnd }, rows, notes, elapsedMs: elapsed },
+      null,
+      2,
+    ) + "\n",
+  );
 process.exitCode = 0;
-

@@ -32,14 +32,20 @@ export function haveTool(command, aptPackage, section) {
       ok = onPath(command);
     }
   }
-  if (!ok) notes.push(`[${section}] \`${command}\` is not installed${aptPackage ? ` and apt-get could not install ${aptPackage}` : ""}: its rows are skipped`);
+  if (!ok)
+    notes.push(
+      `[${section}] \`${command}\` is not ` +
+        `installed${aptPackage ? ` and apt-get could not install ${aptPackage}` : ""}: ` +
+        `its rows are skipped`,
+    );
   found.set(command, ok);
   return ok;
 }
 
 let dropWorks = null;
 
-/** Drop the page cache (root only: `sync; echo 3 > /proc/sys/vm/drop_caches`); false when this machine does not allow it. */
+/** Drop the page cache (root only: `sync; echo 3 > /proc/sys/vm/drop_caches`); false when this machine does not allow
+ * it. */
 export function dropCaches() {
   if (dropWorks === false) return false;
   spawnSync("sync");
@@ -55,7 +61,10 @@ export function dropCaches() {
 /** Whether cold rows can be cold here; says so in a note once if not. */
 export function coldPossible(section) {
   const ok = dropCaches();
-  if (!ok && !notes.some((note) => note.includes("drop_caches"))) notes.push(`[${section}] cannot write /proc/sys/vm/drop_caches (not root?): the "cold" rows ran with a warm page cache`);
+  if (!ok && !notes.some((note) => note.includes("drop_caches")))
+    notes.push(
+      `[${section}] cannot write /proc/sys/vm/drop_caches (not root?): the "cold" rows ran with a warm page cache`,
+    );
   return ok;
 }
 
@@ -71,7 +80,8 @@ export function coldPossible(section) {
  */
 export const extraCaCerts = process.env.NODE_EXTRA_CA_CERTS || undefined;
 
-/** Run a command without a shell, with extra environment (`unset`: names removed from it); resolves with wall time (spawn to close). */
+/** Run a command without a shell, with extra environment (`unset`: names removed from it); resolves with wall time
+ * (spawn to close). */
 export function runEnv(file, args, { cwd, env = {}, unset = [], allowFail = false, capture = false } = {}) {
   return new Promise((resolvePromise, reject) => {
     const started = performance.now();
@@ -86,7 +96,10 @@ export function runEnv(file, args, { cwd, env = {}, unset = [], allowFail = fals
     child.on("close", (code, signal) => {
       const ms = performance.now() - started;
       const result = { ms, code, signal, stdout: Buffer.concat(out).toString(), stderr: Buffer.concat(err).toString() };
-      if ((code !== 0 || signal) && !allowFail) reject(new Error(`${file} ${args.join(" ")} failed (${signal ?? code}): ${result.stderr.trim().slice(0, 500)}`));
+      if ((code !== 0 || signal) && !allowFail)
+        reject(
+          new Error(`${file} ${args.join(" ")} failed (${signal ?? code}): ${result.stderr.trim().slice(0, 500)}`),
+        );
       else resolvePromise(result);
     });
   });
@@ -153,4 +166,5 @@ export function nodeModulesTree() {
   return { dir, ...info };
 }
 
-export const describeNodeModules = (tree) => `a real node_modules (${tree.files.toLocaleString("en-US")} files: ${tree.sources.join(" + ")})`;
+export const describeNodeModules = (tree) =>
+  `a real node_modules (${tree.files.toLocaleString("en-US")} files: ${tree.sources.join(" + ")})`;

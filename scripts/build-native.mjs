@@ -36,11 +36,29 @@ if (process.platform !== "linux") {
 }
 // -z nodelete: the addon starts detached threads (read-ahead, the second reader of a run) that may outlive the
 // call or the worker that made it by a moment; the code they run must never be unmapped under them.
-const args = ["-O2", "-std=c11", "-Wall", "-Wextra", "-Werror", "-shared", "-fPIC", "-pthread", "-fvisibility=hidden", "-Wl,-z,nodelete", `-I${headers}`, ...sources, "-o", output];
+const args = [
+  "-O2",
+  "-std=c11",
+  "-Wall",
+  "-Wextra",
+  "-Werror",
+  "-shared",
+  "-fPIC",
+  "-pthread",
+  "-fvisibility=hidden",
+  "-Wl,-z,nodelete",
+  `-I${headers}`,
+  ...sources,
+  "-o",
+  output,
+];
 const result = spawnSync(compiler, args, { stdio: ["ignore", "inherit", "inherit"] });
 if (result.error || result.status !== 0) {
   const why = result.error ? result.error.message : `exit ${result.status}`;
-  console.warn(`build-native: ${compiler} failed (${why}); dist/native/oats.node was not built and digests use the JavaScript reads`);
+  console.warn(
+    `build-native: ${compiler} failed (${why}); dist/native/oats.node was ` +
+      `not built and digests use the JavaScript reads`,
+  );
   process.exit(0);
 }
 console.log(`build-native: ${output}`);

@@ -54,7 +54,8 @@ const sourceUrls = {
     b.onLoad({ filter: /\.(ts|mjs)$/ }, async (args) => {
       if (!args.path.startsWith(src + sep)) return undefined;
       let text = await readFile(args.path, "utf8");
-      // `createRequire(import.meta.url)("x")`, x a package or a builtin, is how the library loads a module only where it
+      // `createRequire(import.meta.url)("x")`, x a package or a builtin, is how the library loads a module only where
+      // it
       // is used (proper-lockfile, child_process, worker_threads). As the bundle's own `require("x")` a package stays
       // bundled, evaluated at that call and not when the bundle starts; a builtin stays node's, loaded there too. A
       // relative path (the addon, native-reads.ts) is a file beside tsc's output and stays as it is.
@@ -62,7 +63,10 @@ const sourceUrls = {
       if (text.includes("import.meta.url")) {
         const compiled = join(root, "dist", relative(src, args.path)).replace(/\.ts$/, ".js");
         const spelled = relative(outdir, compiled).split(sep).join("/");
-        text = text.replaceAll("import.meta.url", `new URL(${JSON.stringify(spelled)}, require("node:url").pathToFileURL(__filename)).href`);
+        text = text.replaceAll(
+          "import.meta.url",
+          `new URL(${JSON.stringify(spelled)}, require("node:url").pathToFileURL(__filename)).href`,
+        );
       }
       // `import { z } from "zod"` binds zod's namespace object as a value, so
       // the bundler keeps all of it, 40-odd locales included (366 KB of
@@ -88,11 +92,22 @@ const lazyChildProcess = {
   setup(b) {
     b.onLoad({ filter: /[\\/]node_modules[\\/]commander[\\/]lib[\\/]command\.js$/ }, async (args) => {
       const text = await readFile(args.path, "utf8");
-      if (!text.includes(CHILD_PROCESS_REQUIRE)) throw new Error(`${args.path} no longer has ${CHILD_PROCESS_REQUIRE}: look again at lazyChildProcess`);
+      if (!text.includes(CHILD_PROCESS_REQUIRE))
+        throw new Error(`${args.path} no longer has ${CHILD_PROCESS_REQUIRE}: look again at lazyChildProcess`);
       // The stand-in has spawn alone: any other use of the module would find nothing there.
       const used = new Set([...text.matchAll(/\bchildProcess\.(\w+)/g)].map((match) => match[1]));
-      if ([...used].some((name) => name !== "spawn")) throw new Error(`${args.path} uses childProcess.${[...used].join(", childProcess.")}: lazyChildProcess stands in for spawn only`);
-      return { contents: text.replace(CHILD_PROCESS_REQUIRE, "const childProcess = { spawn: (...args) => require('node:child_process').spawn(...args) };"), loader: "js" };
+      if ([...used].some((name) => name !== "spawn"))
+        throw new Error(
+          `${args.path} uses childProcess.${[...used].join(", childProcess.")}: ` +
+            `lazyChildProcess stands in for spawn only`,
+        );
+      return {
+        contents: text.replace(
+          CHILD_PROCESS_REQUIRE,
+          "const childProcess = { spawn: (...args) => require('node:child_process').spawn(...args) };",
+        ),
+        loader: "js",
+      };
     });
   },
 };
@@ -154,15 +169,25 @@ if (warmIndex !== -1) {
 }
 
 // The bundles' names, their wrapper and the commands that have one of their own are the loader's (load-bundle.ts).
-const { BUNDLE_HEAD, BUNDLE_TAIL, FAST_COMMANDS, bundleUrl } = await import(pathToFileURL(join(root, "dist", "cli", "load-bundle.js")).href);
-const bundles = [undefined, ...FAST_COMMANDS].map((command) => ({ command, name: basename(fileURLToPath(bundleUrl(command))) }));
+const { BUNDLE_HEAD, BUNDLE_TAIL, FAST_COMMANDS, bundleUrl } = await import(
+  pathToFileURL(join(root, "dist", "cli", "load-bundle.js")).href
+);
+const bundles = [undefined, ...FAST_COMMANDS].map((command) => ({
+  command,
+  name: basename(fileURLToPath(bundleUrl(command))),
+}));
 await rm(outdir, { recursive: true, force: true });
 const { metafile } = await build({
   absWorkingDir: root,
   // The digest worker too (parallel/pool.ts starts it): one file where tsc's module tree is some twenty, resolved and
   // compiled by every worker before its first job (docs/design/performance-log.md, "A worker from one file").
   entryPoints: {
-    ...Object.fromEntries(bundles.map(({ command, name }) => [name.slice(0, -".cjs".length), join(src, "cli", command === undefined ? "main.ts" : `main-${command}.ts`)])),
+    ...Object.fromEntries(
+      bundles.map(({ command, name }) => [
+        name.slice(0, -".cjs".length),
+        join(src, "cli", command === undefined ? "main.ts" : `main-${command}.ts`),
+      ]),
+    ),
     "digest-worker": join(src, "retention", "parallel", "digest-worker.ts"),
   },
   bundle: true,
@@ -186,15 +211,29 @@ for (const { name } of bundles) {
   const emitted = await readFile(join(outdir, name));
   const wide = emitted.findIndex((byte) => byte > 0x7f);
   if (wide !== -1) throw new Error(`dist/cli/bundle/${name} has a byte that is not ASCII at offset ${wide}`);
-  writeFileSync(join(outdir, name), Buffer.concat([Buffer.from(BUNDLE_HEAD, "latin1"), emitted, Buffer.from(BUNDLE_TAIL, "latin1")]));
-  // What the bundle holds, module by module (minified, it names none): the files with bytes in the output, not every file esbuild read.
+  writeFileSync(
+    join(outdir, name),
+    Buffer.concat([Buffer.from(BUNDLE_HEAD, "latin1"), emitted, Buffer.from(BUNDLE_TAIL, "latin1")]),
+  );
+  // What the bundle holds, module by module (minified, it names none): the files with bytes in the output, not every
+  // file esbuild read.
   const output = Object.entries(metafile.outputs).find(([path]) => path.endsWith(`/${name}`))[1];
-  held[name] = Object.entries(output.inputs).filter(([, input]) => input.bytesInOutput > 0).map(([path]) => path).sort();
+  held[name] = Object.entries(output.inputs)
+    .filter(([, input]) => input.bytesInOutput > 0)
+    .map(([path]) => path)
+    .sort();
 }
-if (!(await readFile(join(outdir, "digest-worker.cjs"), "utf8")).includes("markLaneWorker")) throw new Error("dist/cli/bundle/digest-worker.cjs is not the digest worker");
+if (!(await readFile(join(outdir, "digest-worker.cjs"), "utf8")).includes("markLaneWorker"))
+  throw new Error("dist/cli/bundle/digest-worker.cjs is not the digest worker");
 writeFileSync(join(root, "dist", "cli", "bundle-inputs.json"), `${JSON.stringify(held, null, 1)}\n`);
-// Each cache in a fresh process with no flags (V8 rejects a cache made under other flags), and alone (a cache holds what its process compiled).
+// Each cache in a fresh process with no flags (V8 rejects a cache made under other flags), and alone (a cache holds
+// what its process compiled).
 for (const { command } of bundles) {
-  const warm = spawnSync(process.execPath, [fileURLToPath(import.meta.url), "--warm-cache", ...(command ? [command] : [])], { stdio: "inherit", env: { ...process.env, NODE_OPTIONS: "" } });
-  if (warm.status !== 0) throw new Error(`making the CLI's code cache${command ? ` for ${command}` : ""} failed (exit ${warm.status})`);
+  const warm = spawnSync(
+    process.execPath,
+    [fileURLToPath(import.meta.url), "--warm-cache", ...(command ? [command] : [])],
+    { stdio: "inherit", env: { ...process.env, NODE_OPTIONS: "" } },
+  );
+  if (warm.status !== 0)
+    throw new Error(`making the CLI's code cache${command ? ` for ${command}` : ""} failed (exit ${warm.status})`);
 }

@@ -6,6 +6,9 @@
  * OatsError class, one copy of every module, no dual-package hazard.
  */
 if (!process.features.require_module) {
-  throw new Error("oats-retention: require() of this ES module needs Node >= 20.19 or 22.12 (or --experimental-require-module); use import() instead");
+  throw new Error(
+    "oats-retention: require() of this ES module needs Node >= 20.19 or " +
+      "22.12 (or --experimental-require-module); use import() instead",
+  );
 }
 module.exports = require("./index.js");

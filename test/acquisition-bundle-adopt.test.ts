@@ -8,7 +8,17 @@
  */
 import assert from "node:assert/strict";
 import { spawnSync } from "node:child_process";
-import { chmodSync, cpSync, existsSync, mkdirSync, readFileSync, readdirSync, renameSync, symlinkSync, writeFileSync } from "node:fs";
+import {
+  chmodSync,
+  cpSync,
+  existsSync,
+  mkdirSync,
+  readFileSync,
+  readdirSync,
+  renameSync,
+  symlinkSync,
+  writeFileSync,
+} from "node:fs";
 import { join } from "node:path";
 import { afterEach, describe, test } from "node:test";
 import { exportBundle, importBundle } from "../src/acquisition/bundle.js";
@@ -40,7 +50,11 @@ async function oneTreeBundle(): Promise<{ receipt: ArtifactReceipt; bundle: stri
   const scope = tempDir("oats-imp-src-");
   const receipt = await retainTree(scope, { kind: "capture", key: "tool", source: sourceTree() });
   const bundle = join(tempDir("oats-imp-out-"), "bundle.tar");
-  await exportBundle(scope, [{ kind: "capture", key: "tool", integrity: `${receipt.integrity.format}:${receipt.integrity.value}` }], bundle);
+  await exportBundle(
+    scope,
+    [{ kind: "capture", key: "tool", integrity: `${receipt.integrity.format}:${receipt.integrity.value}` }],
+    bundle,
+  );
   return { receipt, bundle };
 }
 
@@ -55,7 +69,9 @@ async function reachableScope(): Promise<string> {
 /** The extracted tree inside the extraction directory: .staging-X/artifacts/capture/tool/hex. */
 function extractedTree(scope: string): { staging: string; tree: string } {
   const root = join(scope, ".agents/extract");
-  const staging = readdirSync(root).filter((name) => name.startsWith(".staging-")).map((name) => join(root, name));
+  const staging = readdirSync(root)
+    .filter((name) => name.startsWith(".staging-"))
+    .map((name) => join(root, name));
   assert.equal(staging.length, 1, "one extraction directory");
   const parent = join(staging[0]!, "artifacts/capture/tool");
   const trees = readdirSync(parent);
@@ -76,13 +92,20 @@ function hook(at: PublishStep, act: (detail: string) => void): PublishStep[] {
 function asNobody(script: string, args: string[]): Map<string, string> {
   const run = spawnSync(process.execPath, ["-e", script, ...args], { uid: NOBODY, gid: NOBODY, encoding: "utf8" });
   assert.equal(run.status, 0, run.stderr);
-  return new Map(run.stdout.trim().split("\n").map((line) => line.split(" ") as [string, string]));
+  return new Map(
+    run.stdout
+      .trim()
+      .split("\n")
+      .map((line) => line.split(" ") as [string, string]),
+  );
 }
 
 const ATTACK = `
 const fs = require("fs");
 const [staging, tree] = process.argv.slice(1);
-const attempt = (what, fn) => { try { fn(); console.log(what + " ok"); } catch (e) { console.log(what + " " + e.code); } };
+const attempt = (what, fn) => {
+  try { fn(); console.log(what + " ok"); } catch (e) { console.log(what + " " + e.code); }
+};
 attempt("write-file", () => fs.writeFileSync(tree + "/share/doc/README", "evil\\n"));
 attempt("add-file", () => fs.writeFileSync(tree + "/evil", "evil\\n"));
 attempt("swap-tree", () => fs.renameSync(staging + "/artifacts", staging + "/gone"));
@@ -90,61 +113,83 @@ attempt("swap-staging", () => fs.renameSync(staging, staging + "-gone"));
 `;
 
 describe("import adopts the tree it verified without reading it back", () => {
-  test("Given a one-tree bundle When it is imported Then the tree is moved, made durable and renamed with no read-back, and its manifest is byte for byte the one a plain retain writes", async () => {
-    const { receipt, bundle } = await oneTreeBundle();
-    const target = tempDir("oats-imp-dst-");
-    const steps = hook("rename", () => {});
-    const report = await importBundle(target, bundle);
-    setFaultHook(null);
-    assert.deepEqual(report.artifacts.map((row) => [row.key, row.status]), [["tool", "retained"]]);
-    assert.deepEqual(steps, ["adopt", "fsync", "rename"], "no verify-staged: the verification read is the only read");
-    const imported = await verifyTree(target, { kind: "capture", key: "tool", integrity: receipt.integrity });
-    assert.ok(readFileSync(manifestPath(imported.dir)).equals(readFileSync(manifestPath(receipt.dir))), "the manifest built by the verification read");
-    assert.equal(existsSync(join(target, ".agents/extract")), false);
-  });
+  test(
+    "Given a one-tree bundle When it is imported Then the tree is moved, " +
+      "made durable and renamed with no read-back, and its manifest is byte " +
+      "for byte the one a plain retain writes",
+    async () => {
+      const { receipt, bundle } = await oneTreeBundle();
+      const target = tempDir("oats-imp-dst-");
+      const steps = hook("rename", () => {});
+      const report = await importBundle(target, bundle);
+      setFaultHook(null);
+      assert.deepEqual(
+        report.artifacts.map((row) => [row.key, row.status]),
+        [["tool", "retained"]],
+      );
+      assert.deepEqual(steps, ["adopt", "fsync", "rename"], "no verify-staged: the verification read is the only read");
+      const imported = await verifyTree(target, { kind: "capture", key: "tool", integrity: receipt.integrity });
+      assert.ok(
+        readFileSync(manifestPath(imported.dir)).equals(readFileSync(manifestPath(receipt.dir))),
+        "the manifest built by the verification read",
+      );
+      assert.equal(existsSync(join(target, ".agents/extract")), false);
+    },
+  );
 
-  test("Given the extracted tree replaced by an identical copy between verification and the move When the bundle is imported Then integrity-mismatch (adopted-tree-replaced) and the store is as it was", async () => {
-    const { bundle } = await oneTreeBundle();
-    const target = await reachableScope();
-    const before = snapshotTree(target);
-    hook("adopt", () => {
-      const { tree } = extractedTree(target);
-      renameSync(tree, `${tree}.verified`);
-      cpSync(`${tree}.verified`, tree, { recursive: true, verbatimSymlinks: true });
-    });
-    await assert.rejects(importBundle(target, bundle), (error) => {
-      assert.ok(error instanceof OatsError, String(error));
-      assert.equal(error.code, "integrity-mismatch", `${error.message} ${JSON.stringify(error.details)}`);
-      assert.equal(error.details["reason"], "adopted-tree-replaced");
-      return true;
-    });
-    setFaultHook(null);
-    assert.deepEqual(snapshotTree(target), before, "nothing published, no staging left");
-  });
+  test(
+    "Given the extracted tree replaced by an identical copy between " +
+      "verification and the move When the bundle is imported Then " +
+      "integrity-mismatch (adopted-tree-replaced) and the store is as it was",
+    async () => {
+      const { bundle } = await oneTreeBundle();
+      const target = await reachableScope();
+      const before = snapshotTree(target);
+      hook("adopt", () => {
+        const { tree } = extractedTree(target);
+        renameSync(tree, `${tree}.verified`);
+        cpSync(`${tree}.verified`, tree, { recursive: true, verbatimSymlinks: true });
+      });
+      await assert.rejects(importBundle(target, bundle), (error) => {
+        assert.ok(error instanceof OatsError, String(error));
+        assert.equal(error.code, "integrity-mismatch", `${error.message} ${JSON.stringify(error.details)}`);
+        assert.equal(error.details["reason"], "adopted-tree-replaced");
+        return true;
+      });
+      setFaultHook(null);
+      assert.deepEqual(snapshotTree(target), before, "nothing published, no staging left");
+    },
+  );
 
-  test("Given another local user (nobody) When the import stands between verification and the move, and again once the tree is in the store's staging Then every write, addition and swap is refused and the import publishes the verified tree", async (t) => {
-    if (process.getuid?.() !== 0) return t.skip("not root: cannot run the attacker as nobody");
-    const { receipt, bundle } = await oneTreeBundle();
-    const target = await reachableScope();
-    const outcomes: Map<string, string>[] = [];
-    setFaultHook((step, detail) => {
-      if (step === "adopt") {
-        const { staging, tree } = extractedTree(target);
-        outcomes.push(asNobody(ATTACK, [staging, tree]));
+  test(
+    "Given another local user (nobody) When the import stands between " +
+      "verification and the move, and again once the tree is in the store's " +
+      "staging Then every write, addition and swap is refused and the import " +
+      "publishes the verified tree",
+    async (t) => {
+      if (process.getuid?.() !== 0) return t.skip("not root: cannot run the attacker as nobody");
+      const { receipt, bundle } = await oneTreeBundle();
+      const target = await reachableScope();
+      const outcomes: Map<string, string>[] = [];
+      setFaultHook((step, detail) => {
+        if (step === "adopt") {
+          const { staging, tree } = extractedTree(target);
+          outcomes.push(asNobody(ATTACK, [staging, tree]));
+        }
+        // After the move and the mode masking: the tree is in the store staging directory, reachable by path.
+        if (step === "fsync") outcomes.push(asNobody(ATTACK, [join(detail, ".."), detail]));
+      });
+      const report = await importBundle(target, bundle);
+      setFaultHook(null);
+      assert.equal(outcomes.length, 2, "both attacks ran");
+      for (const outcome of outcomes) {
+        assert.equal(outcome.get("write-file"), "EACCES");
+        assert.equal(outcome.get("add-file"), "EACCES");
       }
-      // After the move and the mode masking: the tree is in the store staging directory, reachable by path.
-      if (step === "fsync") outcomes.push(asNobody(ATTACK, [join(detail, ".."), detail]));
-    });
-    const report = await importBundle(target, bundle);
-    setFaultHook(null);
-    assert.equal(outcomes.length, 2, "both attacks ran");
-    for (const outcome of outcomes) {
-      assert.equal(outcome.get("write-file"), "EACCES");
-      assert.equal(outcome.get("add-file"), "EACCES");
-    }
-    assert.equal(outcomes[0]!.get("swap-tree"), "EACCES", "the extraction directory is closed (0700)");
-    assert.equal(report.artifacts[0]!.status, "retained");
-    const imported = await verifyTree(target, { kind: "capture", key: "tool", integrity: receipt.integrity });
-    assert.equal(readFileSync(join(imported.dir, "share/doc/README"), "utf8"), "the tool\n");
-  });
+      assert.equal(outcomes[0]!.get("swap-tree"), "EACCES", "the extraction directory is closed (0700)");
+      assert.equal(report.artifacts[0]!.status, "retained");
+      const imported = await verifyTree(target, { kind: "capture", key: "tool", integrity: receipt.integrity });
+      assert.equal(readFileSync(join(imported.dir, "share/doc/README"), "utf8"), "the tool\n");
+    },
+  );
 });

@@ -6,7 +6,19 @@
  * anywhere, and nothing at all created for a refused first request.
  */
 import { execFileSync } from "node:child_process";
-import { chmodSync, existsSync, mkdirSync, readFileSync, renameSync, rmSync, statSync, symlinkSync, unlinkSync, writeFileSync, cpSync } from "node:fs";
+import {
+  chmodSync,
+  existsSync,
+  mkdirSync,
+  readFileSync,
+  renameSync,
+  rmSync,
+  statSync,
+  symlinkSync,
+  unlinkSync,
+  writeFileSync,
+  cpSync,
+} from "node:fs";
 import { dirname, join } from "node:path";
 import { describe, test } from "node:test";
 import assert from "node:assert/strict";
@@ -46,11 +58,15 @@ const CONTRACT_KIND: Record<string, string> = {
 type Details = Record<string, unknown>;
 
 function checkRefusal(error: unknown, code: string, details: Details = {}): true {
-  assert.ok(error instanceof OatsError, `expected an OatsError, got ${error instanceof Error ? error.stack : String(error)}`);
+  assert.ok(
+    error instanceof OatsError,
+    `expected an OatsError, got ${error instanceof Error ? error.stack : String(error)}`,
+  );
   assert.equal(error.code, code, `code (message: ${error.message})`);
   assert.equal(error.kind, CONTRACT_KIND[code], "kind");
   assert.ok(error.message.length > 0);
-  for (const [key, value] of Object.entries(details)) assert.deepEqual(error.details[key], value, `details.${key} (message: ${error.message})`);
+  for (const [key, value] of Object.entries(details))
+    assert.deepEqual(error.details[key], value, `details.${key} (message: ${error.message})`);
   return true;
 }
 
@@ -59,7 +75,12 @@ function stagingRows(scope: string): string[] {
 }
 
 /** `action` is refused with `code`, and the scope is byte-for-byte what it was, with no staging. */
-async function refusedUnchanged(scope: string, action: () => Promise<unknown>, code: string, details: Details = {}): Promise<OatsError> {
+async function refusedUnchanged(
+  scope: string,
+  action: () => Promise<unknown>,
+  code: string,
+  details: Details = {},
+): Promise<OatsError> {
   const before = snapshotTree(scope);
   let caught: unknown;
   await assert.rejects(action(), (error) => {
@@ -72,7 +93,11 @@ async function refusedUnchanged(scope: string, action: () => Promise<unknown>, c
 }
 
 /** A refused request on a scope that has nothing yet creates nothing. */
-async function refusedOnFreshScope(action: (scope: string) => Promise<unknown>, code: string, details: Details = {}): Promise<OatsError> {
+async function refusedOnFreshScope(
+  action: (scope: string) => Promise<unknown>,
+  code: string,
+  details: Details = {},
+): Promise<OatsError> {
   const scope = tempDir("oats-scope-");
   const error = await refusedUnchanged(scope, () => action(scope), code, details);
   assert.deepEqual(snapshotTree(scope), [], "a refused first request created something");
@@ -107,7 +132,10 @@ function provenanceOf(source: string): Record<string, unknown> {
 }
 
 function writeProvenance(source: string, fields: Record<string, unknown>): void {
-  writeFileSync(join(source, ".oats-installation.json"), `${JSON.stringify({ ...provenanceOf(source), ...fields }, null, 2)}\n`);
+  writeFileSync(
+    join(source, ".oats-installation.json"),
+    `${JSON.stringify({ ...provenanceOf(source), ...fields }, null, 2)}\n`,
+  );
 }
 
 interface Populated {
@@ -142,10 +170,20 @@ describe("baseline: the fixture retains and verifies", () => {
     assert.equal(readFileSync(join(artifacts(scope), ".gitignore"), "utf8"), "*\n");
     const before = snapshotTree(scope);
     assert.equal((await retainCapabilityArtifact(scope, fixtureCopy(), ID, lock())).status, "kept");
-    assert.equal((await retainTree(scope, { kind: "capture", key: "cap", source: fixtureCopy(), expect: capture.integrity })).status, "kept");
-    assert.deepEqual(await retainTree(scope, { kind: "capture", key: "cap", source: fixtureCopy() }), { ...capture, status: "kept" });
+    assert.equal(
+      (await retainTree(scope, { kind: "capture", key: "cap", source: fixtureCopy(), expect: capture.integrity }))
+        .status,
+      "kept",
+    );
+    assert.deepEqual(await retainTree(scope, { kind: "capture", key: "cap", source: fixtureCopy() }), {
+      ...capture,
+      status: "kept",
+    });
     assert.equal((await verifyRetainedCapability(scope, ID, lock())).status, "verified");
-    assert.equal((await verifyTree(scope, { kind: "capture", key: "cap", integrity: capture.integrity })).status, "verified");
+    assert.equal(
+      (await verifyTree(scope, { kind: "capture", key: "cap", integrity: capture.integrity })).status,
+      "verified",
+    );
     assert.deepEqual(snapshotTree(scope), before);
     assert.deepEqual(stagingRows(scope), []);
   });
@@ -168,9 +206,16 @@ describe("identifiers", () => {
   ];
   for (const [name, id] of bad) {
     test(`id ${name} is refused everywhere, creating nothing`, async () => {
-      await refusedOnFreshScope((scope) => retainCapabilityArtifact(scope, fixtureCopy(), id, lock()), "invalid-artifact-reference", { "capability id": id });
+      await refusedOnFreshScope(
+        (scope) => retainCapabilityArtifact(scope, fixtureCopy(), id, lock()),
+        "invalid-artifact-reference",
+        { "capability id": id },
+      );
       for (const kind of ["capability", "capture"] as const) {
-        await refusedOnFreshScope((scope) => retainTree(scope, { kind, key: id, source: fixtureCopy() }), "invalid-artifact-reference");
+        await refusedOnFreshScope(
+          (scope) => retainTree(scope, { kind, key: id, source: fixtureCopy() }),
+          "invalid-artifact-reference",
+        );
       }
       // A lock that carries a row under the bad id is refused as a lock, before the id could name a path.
       const withRow = lock();
@@ -178,11 +223,22 @@ describe("identifiers", () => {
       await refusedOnFreshScope((scope) => retainCapabilityArtifact(scope, fixtureCopy(), ID, withRow), "invalid-lock");
 
       const { scope, capture } = await populatedScope();
-      await refusedUnchanged(scope, () => verifyTree(scope, { kind: "capture", key: id, integrity: capture.integrity }), "invalid-artifact-reference");
-      await refusedUnchanged(scope, () => verifyTree(scope, { kind: "capability", key: id, integrity: FIXTURE_LEGACY }), "invalid-artifact-reference");
+      await refusedUnchanged(
+        scope,
+        () => verifyTree(scope, { kind: "capture", key: id, integrity: capture.integrity }),
+        "invalid-artifact-reference",
+      );
+      await refusedUnchanged(
+        scope,
+        () => verifyTree(scope, { kind: "capability", key: id, integrity: FIXTURE_LEGACY }),
+        "invalid-artifact-reference",
+      );
       await refusedUnchanged(scope, () => verifyRetainedCapability(scope, id, lock()), "invalid-artifact-reference");
       refusedSync(() => retainedCapabilityDir(scope, id, FIXTURE_LEGACY), "invalid-artifact-reference");
-      refusedSync(() => retainedTreeDir(scope, { kind: "capture", key: id, integrity: capture.integrity }), "invalid-artifact-reference");
+      refusedSync(
+        () => retainedTreeDir(scope, { kind: "capture", key: id, integrity: capture.integrity }),
+        "invalid-artifact-reference",
+      );
     });
   }
 
@@ -193,7 +249,10 @@ describe("identifiers", () => {
     const receipt = await retainTree(scope, { kind: "capture", key: id, source: fixtureCopy() });
     assert.equal(receipt.status, "retained");
     assert.equal(receipt.dir, join(artifacts(scope, "captures"), id, "tree-exec-v1", receipt.integrity.value));
-    assert.equal((await verifyTree(scope, { kind: "capture", key: id, integrity: receipt.integrity })).status, "verified");
+    assert.equal(
+      (await verifyTree(scope, { kind: "capture", key: id, integrity: receipt.integrity })).status,
+      "verified",
+    );
 
     const source = fixtureCopy();
     writeProvenance(source, { capability: id });
@@ -208,47 +267,75 @@ describe("identifiers", () => {
 
   test("a source key must be the 64-hex identity key", async () => {
     for (const key of ["../x", "a".repeat(63), "A".repeat(64), "demo"]) {
-      await refusedOnFreshScope((scope) => retainTree(scope, { kind: "source", key, source: fixtureCopy() }), "invalid-artifact-reference");
+      await refusedOnFreshScope(
+        (scope) => retainTree(scope, { kind: "source", key, source: fixtureCopy() }),
+        "invalid-artifact-reference",
+      );
     }
   });
 
   test("an unknown kind is refused", async () => {
-    await refusedOnFreshScope((scope) => retainTree(scope, { kind: "blob" as never, key: "x", source: fixtureCopy() }), "invalid-artifact-reference");
+    await refusedOnFreshScope(
+      (scope) => retainTree(scope, { kind: "blob" as never, key: "x", source: fixtureCopy() }),
+      "invalid-artifact-reference",
+    );
   });
 });
 
 // ---------------------------------------------------------------------------
 
 describe("integrities", () => {
-  test("abbreviated, uppercase, unknown-format or wrong-format integrities are refused by retainTree and verifyTree", async () => {
-    const { scope, capture } = await populatedScope();
-    const value = capture.integrity.value;
-    const hex = value.slice("sha256-".length);
-    const bad: unknown[] = [
-      `${TREE_EXEC}:sha256-${hex.slice(0, 16)}`, // a true prefix of the stored revision
-      `${TREE_EXEC}:sha256-${hex.slice(0, 63)}`,
-      `${TREE_EXEC}:sha256-${hex.toUpperCase()}`,
-      `${TREE_EXEC}:SHA256-${hex}`,
-      `oats.tree-exec.v2:${value}`,
-      { format: "oats.tree.v9", value },
-      { format: TREE_EXEC, value: `sha256-${hex.slice(0, 7)}` },
-      `oats.json.v1:${value}`, // a real format, but not one that names a tree
-      `${TREE_LEGACY}:${value}`, // legacy names only lock-named capability revisions
-      value, // bare means legacy
-      "",
-      null,
-    ];
-    for (const integrity of bad) {
-      await refusedUnchanged(scope, () => verifyTree(scope, { kind: "capture", key: "cap", integrity }), "invalid-artifact-reference");
-      await refusedOnFreshScope((fresh) => retainTree(fresh, { kind: "capture", key: "cap", source: fixtureCopy(), expect: integrity }), "invalid-artifact-reference");
-      await refusedUnchanged(scope, () => retainTree(scope, { kind: "capture", key: "cap", source: fixtureCopy(), expect: integrity }), "invalid-artifact-reference");
-    }
-    // Capabilities may be named by a legacy integrity, but abbreviated or uppercase ones are refused all the same.
-    for (const integrity of [FIXTURE_LEGACY.slice(0, 20), FIXTURE_LEGACY.toUpperCase(), `${TREE_LEGACY}:${FIXTURE_LEGACY.slice(0, 70)}`]) {
-      await refusedUnchanged(scope, () => verifyTree(scope, { kind: "capability", key: ID, integrity }), "invalid-artifact-reference");
-      refusedSync(() => retainedCapabilityDir(scope, ID, integrity), "invalid-artifact-reference");
-    }
-  });
+  test(
+    "abbreviated, uppercase, unknown-format or wrong-format integrities are " + "refused by retainTree and verifyTree",
+    async () => {
+      const { scope, capture } = await populatedScope();
+      const value = capture.integrity.value;
+      const hex = value.slice("sha256-".length);
+      const bad: unknown[] = [
+        `${TREE_EXEC}:sha256-${hex.slice(0, 16)}`, // a true prefix of the stored revision
+        `${TREE_EXEC}:sha256-${hex.slice(0, 63)}`,
+        `${TREE_EXEC}:sha256-${hex.toUpperCase()}`,
+        `${TREE_EXEC}:SHA256-${hex}`,
+        `oats.tree-exec.v2:${value}`,
+        { format: "oats.tree.v9", value },
+        { format: TREE_EXEC, value: `sha256-${hex.slice(0, 7)}` },
+        `oats.json.v1:${value}`, // a real format, but not one that names a tree
+        `${TREE_LEGACY}:${value}`, // legacy names only lock-named capability revisions
+        value, // bare means legacy
+        "",
+        null,
+      ];
+      for (const integrity of bad) {
+        await refusedUnchanged(
+          scope,
+          () => verifyTree(scope, { kind: "capture", key: "cap", integrity }),
+          "invalid-artifact-reference",
+        );
+        await refusedOnFreshScope(
+          (fresh) => retainTree(fresh, { kind: "capture", key: "cap", source: fixtureCopy(), expect: integrity }),
+          "invalid-artifact-reference",
+        );
+        await refusedUnchanged(
+          scope,
+          () => retainTree(scope, { kind: "capture", key: "cap", source: fixtureCopy(), expect: integrity }),
+          "invalid-artifact-reference",
+        );
+      }
+      // Capabilities may be named by a legacy integrity, but abbreviated or uppercase ones are refused all the same.
+      for (const integrity of [
+        FIXTURE_LEGACY.slice(0, 20),
+        FIXTURE_LEGACY.toUpperCase(),
+        `${TREE_LEGACY}:${FIXTURE_LEGACY.slice(0, 70)}`,
+      ]) {
+        await refusedUnchanged(
+          scope,
+          () => verifyTree(scope, { kind: "capability", key: ID, integrity }),
+          "invalid-artifact-reference",
+        );
+        refusedSync(() => retainedCapabilityDir(scope, ID, integrity), "invalid-artifact-reference");
+      }
+    },
+  );
 });
 
 // ---------------------------------------------------------------------------
@@ -353,14 +440,37 @@ describe("source trees", () => {
       const source = fixtureCopy();
       defect.make(source);
       const before = sourceSnapshot(source);
-      // A lock naming exactly this tree, where it can be digested: the refusal can then only come from the source check.
+      // A lock naming exactly this tree, where it can be digested: the refusal can then only come from the source
+      // check.
       const named = defect.digestible ? await lockFor(source) : lock();
-      await refusedOnFreshScope((scope) => retainCapabilityArtifact(scope, source, ID, named), defect.code, defect.details);
-      await refusedOnFreshScope((scope) => retainTree(scope, { kind: "capture", key: "cap", source }), defect.code, defect.details);
-      await refusedOnFreshScope((scope) => retainTree(scope, { kind: "source", key: "f".repeat(64), source }), defect.code, defect.details);
+      await refusedOnFreshScope(
+        (scope) => retainCapabilityArtifact(scope, source, ID, named),
+        defect.code,
+        defect.details,
+      );
+      await refusedOnFreshScope(
+        (scope) => retainTree(scope, { kind: "capture", key: "cap", source }),
+        defect.code,
+        defect.details,
+      );
+      await refusedOnFreshScope(
+        (scope) => retainTree(scope, { kind: "source", key: "f".repeat(64), source }),
+        defect.code,
+        defect.details,
+      );
       const { scope } = await populatedScope();
-      await refusedUnchanged(scope, () => retainCapabilityArtifact(scope, source, ID, named), defect.code, defect.details);
-      await refusedUnchanged(scope, () => retainTree(scope, { kind: "capability", key: ID, source }), defect.code, defect.details);
+      await refusedUnchanged(
+        scope,
+        () => retainCapabilityArtifact(scope, source, ID, named),
+        defect.code,
+        defect.details,
+      );
+      await refusedUnchanged(
+        scope,
+        () => retainTree(scope, { kind: "capability", key: ID, source }),
+        defect.code,
+        defect.details,
+      );
       assert.deepEqual(sourceSnapshot(source), before, "the source was changed");
     });
   }
@@ -377,11 +487,17 @@ describe("source trees", () => {
 
   test("a missing source, or a file as source, is invalid-input", async () => {
     const missing = join(tempDir(), "nope");
-    await refusedOnFreshScope((scope) => retainTree(scope, { kind: "capture", key: "cap", source: missing }), "invalid-input");
+    await refusedOnFreshScope(
+      (scope) => retainTree(scope, { kind: "capture", key: "cap", source: missing }),
+      "invalid-input",
+    );
     await refusedOnFreshScope((scope) => retainCapabilityArtifact(scope, missing, ID, lock()), "invalid-input");
     const file = join(tempDir(), "file");
     writeFileSync(file, "x");
-    await refusedOnFreshScope((scope) => retainTree(scope, { kind: "capture", key: "cap", source: file }), "invalid-input");
+    await refusedOnFreshScope(
+      (scope) => retainTree(scope, { kind: "capture", key: "cap", source: file }),
+      "invalid-input",
+    );
   });
 });
 
@@ -400,24 +516,56 @@ describe("a source that is or contains the store", () => {
     ];
     for (const source of sources) {
       const details = { reason: "source-contains-store" };
-      await refusedUnchanged(scope, () => retainCapabilityArtifact(scope, source, ID, lock()), "invalid-input", details);
-      await refusedUnchanged(scope, () => retainTree(scope, { kind: "capability", key: ID, source }), "invalid-input", details);
+      await refusedUnchanged(
+        scope,
+        () => retainCapabilityArtifact(scope, source, ID, lock()),
+        "invalid-input",
+        details,
+      );
+      await refusedUnchanged(
+        scope,
+        () => retainTree(scope, { kind: "capability", key: ID, source }),
+        "invalid-input",
+        details,
+      );
     }
     // The tree-exec revisions directory of the key being written.
     const execParent = join(artifacts(scope, "captures"), "cap", "tree-exec-v1");
-    await refusedUnchanged(scope, () => retainTree(scope, { kind: "capture", key: "cap", source: execParent }), "invalid-input", { reason: "source-contains-store" });
+    await refusedUnchanged(
+      scope,
+      () => retainTree(scope, { kind: "capture", key: "cap", source: execParent }),
+      "invalid-input",
+      { reason: "source-contains-store" },
+    );
     // Reached through a symlink, it is the same directory.
     const viaLink = join(tempDir(), "link-to-scope");
     symlinkSync(scope, viaLink);
-    await refusedUnchanged(scope, () => retainTree(scope, { kind: "capture", key: "cap", source: viaLink }), "invalid-input", { reason: "source-contains-store" });
-    await refusedUnchanged(scope, () => retainTree(viaLink, { kind: "capture", key: "cap", source: scope }), "invalid-input", { reason: "source-contains-store" });
+    await refusedUnchanged(
+      scope,
+      () => retainTree(scope, { kind: "capture", key: "cap", source: viaLink }),
+      "invalid-input",
+      { reason: "source-contains-store" },
+    );
+    await refusedUnchanged(
+      scope,
+      () => retainTree(viaLink, { kind: "capture", key: "cap", source: scope }),
+      "invalid-input",
+      { reason: "source-contains-store" },
+    );
   });
 
   test("source = scope before any store exists: refused, nothing created", async () => {
     const scope = tempDir("oats-scope-");
     cpSync(fixtureCopy(), scope, { recursive: true, verbatimSymlinks: true });
-    await refusedUnchanged(scope, () => retainCapabilityArtifact(scope, scope, ID, lock()), "invalid-input", { reason: "source-contains-store" });
-    await refusedUnchanged(scope, () => retainTree(scope, { kind: "capture", key: "cap", source: scope }), "invalid-input", { reason: "source-contains-store" });
+    await refusedUnchanged(scope, () => retainCapabilityArtifact(scope, scope, ID, lock()), "invalid-input", {
+      reason: "source-contains-store",
+    });
+    await refusedUnchanged(
+      scope,
+      () => retainTree(scope, { kind: "capture", key: "cap", source: scope }),
+      "invalid-input",
+      { reason: "source-contains-store" },
+    );
     assert.equal(existsSync(join(scope, ".agents")), false);
   });
 });
@@ -436,15 +584,25 @@ describe("the scope and the store's own components", () => {
       async () => listRetained(scope),
     ];
     for (const attempt of attempts) {
-      await assert.rejects(attempt(), (error) => checkRefusal(error, "artifact-not-found", { scope, reason: "scope-missing" }));
+      await assert.rejects(attempt(), (error) =>
+        checkRefusal(error, "artifact-not-found", { scope, reason: "scope-missing" }),
+      );
       assert.equal(existsSync(scope), false);
     }
     const file = join(tempDir(), "scope-file");
     writeFileSync(file, "x");
-    await assert.rejects(retainTree(file, { kind: "capture", key: "cap", source: fixtureCopy() }), (error) => checkRefusal(error, "invalid-artifact-store"));
+    await assert.rejects(retainTree(file, { kind: "capture", key: "cap", source: fixtureCopy() }), (error) =>
+      checkRefusal(error, "invalid-artifact-store"),
+    );
   });
 
-  const COMPONENTS = [".agents", ".agents/capabilities", ".agents/capabilities/artifacts", `.agents/capabilities/artifacts/${ID}`, `.agents/capabilities/artifacts/${ID}/tree-exec-v1`];
+  const COMPONENTS = [
+    ".agents",
+    ".agents/capabilities",
+    ".agents/capabilities/artifacts",
+    `.agents/capabilities/artifacts/${ID}`,
+    `.agents/capabilities/artifacts/${ID}/tree-exec-v1`,
+  ];
   for (const component of COMPONENTS) {
     for (const replacement of ["symlink", "file"] as const) {
       test(`${component} replaced by a ${replacement} is invalid-artifact-store`, async () => {
@@ -458,14 +616,39 @@ describe("the scope and the store's own components", () => {
         const details = { path, reason: replacement === "symlink" ? "symlink" : "not-a-directory" };
 
         const execRef = { kind: "capability", key: ID, integrity: exec.integrity };
-        await refusedUnchanged(scope, () => retainTree(scope, { kind: "capability", key: ID, source: fixtureCopy(), expect: exec.integrity }), "invalid-artifact-store", details);
-        await refusedUnchanged(scope, () => retainTree(scope, { kind: "capability", key: ID, source: fixtureCopy() }), "invalid-artifact-store", details);
+        await refusedUnchanged(
+          scope,
+          () => retainTree(scope, { kind: "capability", key: ID, source: fixtureCopy(), expect: exec.integrity }),
+          "invalid-artifact-store",
+          details,
+        );
+        await refusedUnchanged(
+          scope,
+          () => retainTree(scope, { kind: "capability", key: ID, source: fixtureCopy() }),
+          "invalid-artifact-store",
+          details,
+        );
         await refusedUnchanged(scope, () => verifyTree(scope, execRef), "invalid-artifact-store", details);
         if (!component.endsWith("tree-exec-v1")) {
           // The lock-named revision lives directly under <id>; tree-exec-v1 is not on its path.
-          await refusedUnchanged(scope, () => retainCapabilityArtifact(scope, fixtureCopy(), ID, lock()), "invalid-artifact-store", details);
-          await refusedUnchanged(scope, () => verifyRetainedCapability(scope, ID, lock()), "invalid-artifact-store", details);
-          await refusedUnchanged(scope, () => verifyTree(scope, { kind: "capability", key: ID, integrity: FIXTURE_LEGACY }), "invalid-artifact-store", details);
+          await refusedUnchanged(
+            scope,
+            () => retainCapabilityArtifact(scope, fixtureCopy(), ID, lock()),
+            "invalid-artifact-store",
+            details,
+          );
+          await refusedUnchanged(
+            scope,
+            () => verifyRetainedCapability(scope, ID, lock()),
+            "invalid-artifact-store",
+            details,
+          );
+          await refusedUnchanged(
+            scope,
+            () => verifyTree(scope, { kind: "capability", key: ID, integrity: FIXTURE_LEGACY }),
+            "invalid-artifact-store",
+            details,
+          );
         }
       });
     }
@@ -476,7 +659,12 @@ describe("the scope and the store's own components", () => {
     const path = join(scope, ".agents/capabilities");
     renameSync(path, `${path}-real`);
     symlinkSync("capabilities-real", path);
-    await refusedUnchanged(scope, () => retainTree(scope, { kind: "capability", key: "other", source: fixtureCopy() }), "invalid-artifact-store", { path });
+    await refusedUnchanged(
+      scope,
+      () => retainTree(scope, { kind: "capability", key: "other", source: fixtureCopy() }),
+      "invalid-artifact-store",
+      { path },
+    );
   });
 
   const GITIGNORES: [string, (path: string) => void][] = [
@@ -502,12 +690,32 @@ describe("the scope and the store's own components", () => {
       const path = join(artifacts(scope), ".gitignore");
       unlinkSync(path);
       make(path);
-      await refusedUnchanged(scope, () => retainCapabilityArtifact(scope, fixtureCopy(), ID, lock()), "invalid-artifact-store", { path });
-      await refusedUnchanged(scope, () => retainTree(scope, { kind: "capability", key: "other", source: fixtureCopy() }), "invalid-artifact-store", { path });
-      await refusedUnchanged(scope, () => verifyRetainedCapability(scope, ID, lock()), "invalid-artifact-store", { path });
-      await refusedUnchanged(scope, () => verifyTree(scope, { kind: "capability", key: ID, integrity: exec.integrity }), "invalid-artifact-store", { path });
+      await refusedUnchanged(
+        scope,
+        () => retainCapabilityArtifact(scope, fixtureCopy(), ID, lock()),
+        "invalid-artifact-store",
+        { path },
+      );
+      await refusedUnchanged(
+        scope,
+        () => retainTree(scope, { kind: "capability", key: "other", source: fixtureCopy() }),
+        "invalid-artifact-store",
+        { path },
+      );
+      await refusedUnchanged(scope, () => verifyRetainedCapability(scope, ID, lock()), "invalid-artifact-store", {
+        path,
+      });
+      await refusedUnchanged(
+        scope,
+        () => verifyTree(scope, { kind: "capability", key: ID, integrity: exec.integrity }),
+        "invalid-artifact-store",
+        { path },
+      );
       // The captures store has its own .gitignore and is unaffected.
-      assert.equal((await verifyTree(scope, { kind: "capture", key: "cap", integrity: exec.integrity })).status, "verified");
+      assert.equal(
+        (await verifyTree(scope, { kind: "capture", key: "cap", integrity: exec.integrity })).status,
+        "verified",
+      );
     });
   }
 });
@@ -527,23 +735,49 @@ describe("something already at the destination", () => {
 
   test("an empty directory where the lock-named revision goes is refused, never replaced", async () => {
     const { scope, dir } = storeWithEmptyDir("capabilities", `${ID}/${FIXTURE_LEGACY}`);
-    const error = await refusedUnchanged(scope, () => retainCapabilityArtifact(scope, fixtureCopy(), ID, lock()), "integrity-mismatch", {
+    const error = await refusedUnchanged(
+      scope,
+      () => retainCapabilityArtifact(scope, fixtureCopy(), ID, lock()),
+      "integrity-mismatch",
+      {
+        expected: FIXTURE_LEGACY,
+        dir,
+        reason: "damaged-revision",
+      },
+    );
+    assert.equal(error.details.actual, (await digestTree(dir, [TREE_LEGACY]))[TREE_LEGACY]);
+    await refusedUnchanged(scope, () => verifyRetainedCapability(scope, ID, lock()), "integrity-mismatch", {
       expected: FIXTURE_LEGACY,
       dir,
-      reason: "damaged-revision",
     });
-    assert.equal(error.details.actual, (await digestTree(dir, [TREE_LEGACY]))[TREE_LEGACY]);
-    await refusedUnchanged(scope, () => verifyRetainedCapability(scope, ID, lock()), "integrity-mismatch", { expected: FIXTURE_LEGACY, dir });
   });
 
   test("an empty directory where a tree-exec revision goes is refused, with or without expect", async () => {
     const exec = (await digestTree(fixtureCopy(), [TREE_EXEC]))[TREE_EXEC]!;
     for (const kind of ["capture", "capability"] as const) {
-      const { scope, dir } = storeWithEmptyDir(kind === "capture" ? "captures" : "capabilities", `k/tree-exec-v1/${exec}`);
+      const { scope, dir } = storeWithEmptyDir(
+        kind === "capture" ? "captures" : "capabilities",
+        `k/tree-exec-v1/${exec}`,
+      );
       const details = { expected: exec, dir, reason: "damaged-revision" };
-      await refusedUnchanged(scope, () => retainTree(scope, { kind, key: "k", source: fixtureCopy(), expect: `${TREE_EXEC}:${exec}` }), "integrity-mismatch", details);
-      await refusedUnchanged(scope, () => retainTree(scope, { kind, key: "k", source: fixtureCopy() }), "integrity-mismatch", details);
-      await refusedUnchanged(scope, () => verifyTree(scope, { kind, key: "k", integrity: `${TREE_EXEC}:${exec}` }), "integrity-mismatch", details);
+      await refusedUnchanged(
+        scope,
+        () => retainTree(scope, { kind, key: "k", source: fixtureCopy(), expect: `${TREE_EXEC}:${exec}` }),
+        "integrity-mismatch",
+        details,
+      );
+      await refusedUnchanged(
+        scope,
+        () => retainTree(scope, { kind, key: "k", source: fixtureCopy() }),
+        "integrity-mismatch",
+        details,
+      );
+      await refusedUnchanged(
+        scope,
+        () => verifyTree(scope, { kind, key: "k", integrity: `${TREE_EXEC}:${exec}` }),
+        "integrity-mismatch",
+        details,
+      );
     }
   });
 
@@ -553,13 +787,30 @@ describe("something already at the destination", () => {
     const linked = join(artifacts(scope, "captures"), "other", "tree-exec-v1", capture.integrity.value);
     mkdirSync(dirname(linked), { recursive: true });
     symlinkSync(capture.dir, linked);
-    await refusedUnchanged(scope, () => retainTree(scope, { kind: "capture", key: "other", source: fixtureCopy(), expect: capture.integrity }), "invalid-artifact", { dir: linked });
-    await refusedUnchanged(scope, () => verifyTree(scope, { kind: "capture", key: "other", integrity: capture.integrity }), "invalid-artifact", { dir: linked });
+    await refusedUnchanged(
+      scope,
+      () => retainTree(scope, { kind: "capture", key: "other", source: fixtureCopy(), expect: capture.integrity }),
+      "invalid-artifact",
+      { dir: linked },
+    );
+    await refusedUnchanged(
+      scope,
+      () => verifyTree(scope, { kind: "capture", key: "other", integrity: capture.integrity }),
+      "invalid-artifact",
+      { dir: linked },
+    );
     // A file where the lock-named revision goes.
     rmSync(legacy.dir, { recursive: true });
     writeFileSync(legacy.dir, "");
-    await refusedUnchanged(scope, () => retainCapabilityArtifact(scope, fixtureCopy(), ID, lock()), "invalid-artifact", { dir: legacy.dir });
-    await refusedUnchanged(scope, () => verifyRetainedCapability(scope, ID, lock()), "invalid-artifact", { dir: legacy.dir });
+    await refusedUnchanged(
+      scope,
+      () => retainCapabilityArtifact(scope, fixtureCopy(), ID, lock()),
+      "invalid-artifact",
+      { dir: legacy.dir },
+    );
+    await refusedUnchanged(scope, () => verifyRetainedCapability(scope, ID, lock()), "invalid-artifact", {
+      dir: legacy.dir,
+    });
   });
 });
 
@@ -613,30 +864,71 @@ describe("a damaged existing revision", () => {
         damage(receipt.dir);
         const actual = (await digestTree(receipt.dir, [TREE_EXEC]))[TREE_EXEC];
         assert.notEqual(actual, receipt.integrity.value);
-        const details = { kind: receipt.kind, key: receipt.key, expected: receipt.integrity.value, actual, dir: receipt.dir, reason: "damaged-revision" };
+        const details = {
+          kind: receipt.kind,
+          key: receipt.key,
+          expected: receipt.integrity.value,
+          actual,
+          dir: receipt.dir,
+          reason: "damaged-revision",
+        };
         const source = fixtureCopy();
-        await refusedUnchanged(scope, () => retainTree(scope, { kind: receipt.kind, key: receipt.key, source, expect: receipt.integrity }), "integrity-mismatch", details);
-        await refusedUnchanged(scope, () => retainTree(scope, { kind: receipt.kind, key: receipt.key, source }), "integrity-mismatch", details);
+        await refusedUnchanged(
+          scope,
+          () => retainTree(scope, { kind: receipt.kind, key: receipt.key, source, expect: receipt.integrity }),
+          "integrity-mismatch",
+          details,
+        );
+        await refusedUnchanged(
+          scope,
+          () => retainTree(scope, { kind: receipt.kind, key: receipt.key, source }),
+          "integrity-mismatch",
+          details,
+        );
         await refusedUnchanged(scope, () => verifyTree(scope, receipt), "integrity-mismatch", details);
       }
     });
 
-    test(`lock-named revision with ${name}: ${legacyVisible ? "refused on retain and verify, never repaired" : "outside legacy identity (execIntegrity shows it)"}`, async () => {
-      const { scope, legacy } = await populatedScope();
-      damage(legacy.dir);
-      if (!legacyVisible) {
-        // oats.tree-legacy.v0 does not cover modes (CONTRACT.md section 2); the receipt's execIntegrity does.
-        const verified = await verifyRetainedCapability(scope, ID, lock());
-        assert.deepEqual(verified.integrity, legacy.integrity);
-        assert.notDeepEqual(verified.execIntegrity, legacy.execIntegrity);
-        return;
-      }
-      const actual = (await digestTree(legacy.dir, [TREE_LEGACY]))[TREE_LEGACY];
-      const details = { kind: "capability", key: ID, format: TREE_LEGACY, expected: FIXTURE_LEGACY, actual, dir: legacy.dir, reason: "damaged-revision" };
-      await refusedUnchanged(scope, () => retainCapabilityArtifact(scope, fixtureCopy(), ID, lock()), "integrity-mismatch", details);
-      await refusedUnchanged(scope, () => verifyRetainedCapability(scope, ID, lock()), "integrity-mismatch", details);
-      await refusedUnchanged(scope, () => verifyTree(scope, { kind: "capability", key: ID, integrity: FIXTURE_LEGACY }), "integrity-mismatch", details);
-    });
+    test(
+      `lock-named revision with ${name}: ` +
+        (legacyVisible
+          ? "refused on retain and verify, never repaired"
+          : "outside legacy identity (execIntegrity shows it)"),
+      async () => {
+        const { scope, legacy } = await populatedScope();
+        damage(legacy.dir);
+        if (!legacyVisible) {
+          // oats.tree-legacy.v0 does not cover modes (CONTRACT.md section 2); the receipt's execIntegrity does.
+          const verified = await verifyRetainedCapability(scope, ID, lock());
+          assert.deepEqual(verified.integrity, legacy.integrity);
+          assert.notDeepEqual(verified.execIntegrity, legacy.execIntegrity);
+          return;
+        }
+        const actual = (await digestTree(legacy.dir, [TREE_LEGACY]))[TREE_LEGACY];
+        const details = {
+          kind: "capability",
+          key: ID,
+          format: TREE_LEGACY,
+          expected: FIXTURE_LEGACY,
+          actual,
+          dir: legacy.dir,
+          reason: "damaged-revision",
+        };
+        await refusedUnchanged(
+          scope,
+          () => retainCapabilityArtifact(scope, fixtureCopy(), ID, lock()),
+          "integrity-mismatch",
+          details,
+        );
+        await refusedUnchanged(scope, () => verifyRetainedCapability(scope, ID, lock()), "integrity-mismatch", details);
+        await refusedUnchanged(
+          scope,
+          () => verifyTree(scope, { kind: "capability", key: ID, integrity: FIXTURE_LEGACY }),
+          "integrity-mismatch",
+          details,
+        );
+      },
+    );
   }
 
   test("an empty directory added to a revision is not damage (empty directories are outside identity)", async () => {
@@ -650,8 +942,16 @@ describe("a damaged existing revision", () => {
   test("a revision that was never retained is artifact-not-found", async () => {
     const { scope, capture } = await populatedScope();
     const other = `sha256-${"0".repeat(64)}`;
-    await refusedUnchanged(scope, () => verifyTree(scope, { kind: "capture", key: "cap", integrity: `${TREE_EXEC}:${other}` }), "artifact-not-found");
-    await refusedUnchanged(scope, () => verifyTree(scope, { kind: "capture", key: "nobody", integrity: capture.integrity }), "artifact-not-found");
+    await refusedUnchanged(
+      scope,
+      () => verifyTree(scope, { kind: "capture", key: "cap", integrity: `${TREE_EXEC}:${other}` }),
+      "artifact-not-found",
+    );
+    await refusedUnchanged(
+      scope,
+      () => verifyTree(scope, { kind: "capture", key: "nobody", integrity: capture.integrity }),
+      "artifact-not-found",
+    );
     const fresh = tempDir("oats-scope-");
     await refusedUnchanged(fresh, () => verifyRetainedCapability(fresh, ID, lock()), "artifact-not-found");
     assert.deepEqual(snapshotTree(fresh), []);
@@ -673,20 +973,38 @@ describe("lock refusals (invalid-lock)", () => {
     ["a capability naming another, missing, package", (l) => ((l.capabilities[ID]!.package = "demo.other"), l)],
     ["an abbreviated integrity", (l) => ((l.capabilities[ID]!.integrity = FIXTURE_LEGACY.slice(0, 20)), l)],
     ["an uppercase integrity", (l) => ((l.capabilities[ID]!.integrity = FIXTURE_LEGACY.toUpperCase()), l)],
-    ["a format-prefixed integrity in a v2 row", (l) => ((l.capabilities[ID]!.integrity = `${TREE_LEGACY}:${FIXTURE_LEGACY}`), l)],
+    [
+      "a format-prefixed integrity in a v2 row",
+      (l) => ((l.capabilities[ID]!.integrity = `${TREE_LEGACY}:${FIXTURE_LEGACY}`), l),
+    ],
     ["a missing integrity", (l) => (delete l.capabilities[ID]!.integrity, l)],
     ["a malformed package integrity", (l) => ((l.packages[PKG]!.integrity = "sha256-xyz"), l)],
     ["an abbreviated commit", (l) => ((l.packages[PKG]!.commit = "4b825dc"), l)],
     ["a path with ..", (l) => ((l.capabilities[ID]!.path = "../escape"), l)],
     ["lockfileVersion 1", (l) => ((l.lockfileVersion = 1), l)],
-    ["lockfileVersion \"2\"", (l) => ((l.lockfileVersion = "2"), l)],
+    ['lockfileVersion "2"', (l) => ((l.lockfileVersion = "2"), l)],
     ["no lockfileVersion", (l) => (delete l.lockfileVersion, l)],
     ["no capabilities", (l) => (delete (l as Partial<LockObject>).capabilities, l)],
     ["no row for the capability", (l) => ((l.capabilities = {}), l)],
-    ["a __proto__ capability key", (l) => JSON.parse(JSON.stringify(l).replace('"capabilities":{', '"capabilities":{"__proto__":{"version":"1"},'))],
-    ["a __proto__ package key", (l) => JSON.parse(JSON.stringify(l).replace('"packages":{', '"packages":{"__proto__":{"source":"catalog:x","version":"1"},'))],
-    ["a __proto__ key at the root", (l) => JSON.parse(JSON.stringify(l).replace("{", '{"__proto__":{"lockfileVersion":2},'))],
-    ["a __proto__ key in a row", (l) => JSON.parse(JSON.stringify(l).replace(`"${ID}":{`, `"${ID}":{"__proto__":{"trusted":true},`))],
+    [
+      "a __proto__ capability key",
+      (l) => JSON.parse(JSON.stringify(l).replace('"capabilities":{', '"capabilities":{"__proto__":{"version":"1"},')),
+    ],
+    [
+      "a __proto__ package key",
+      (l) =>
+        JSON.parse(
+          JSON.stringify(l).replace('"packages":{', '"packages":{"__proto__":{"source":"catalog:x","version":"1"},'),
+        ),
+    ],
+    [
+      "a __proto__ key at the root",
+      (l) => JSON.parse(JSON.stringify(l).replace("{", '{"__proto__":{"lockfileVersion":2},')),
+    ],
+    [
+      "a __proto__ key in a row",
+      (l) => JSON.parse(JSON.stringify(l).replace(`"${ID}":{`, `"${ID}":{"__proto__":{"trusted":true},`)),
+    ],
     ["null", () => null],
     ["an array", () => []],
     ["a string", () => "lockfileVersion: 2"],
@@ -702,10 +1020,18 @@ describe("lock refusals (invalid-lock)", () => {
   }
 
   test("the __proto__ key is refused, not silently dropped, even when the rest of the lock is good", async () => {
-    const text = JSON.stringify(lock()).replace('"capabilities":{', '"capabilities":{"__proto__":{"version":"1.0.0","package":"demo.hello-pkg","integrity":"sha256-' + "0".repeat(64) + '"},');
+    const text = JSON.stringify(lock()).replace(
+      '"capabilities":{',
+      '"capabilities":{"__proto__":{"version":"1.0.0","package":"demo.hello-pkg","integrity":"sha256-' +
+        "0".repeat(64) +
+        '"},',
+    );
     const parsed = JSON.parse(text) as LockObject;
     assert.ok(Object.keys(parsed.capabilities).includes("__proto__"));
-    const error = await refusedOnFreshScope((scope) => retainCapabilityArtifact(scope, fixtureCopy(), ID, parsed), "invalid-lock");
+    const error = await refusedOnFreshScope(
+      (scope) => retainCapabilityArtifact(scope, fixtureCopy(), ID, parsed),
+      "invalid-lock",
+    );
     assert.match(error.message, /__proto__/);
   });
 });
@@ -739,21 +1065,47 @@ describe("provenance-mismatch", () => {
 
       // First retain: the staged copy's provenance is checked, and the scope stays empty.
       const fresh = tempDir("oats-scope-");
-      await refusedUnchanged(fresh, () => retainCapabilityArtifact(fresh, fixtureCopy(), ID, bad), "provenance-mismatch", details);
+      await refusedUnchanged(
+        fresh,
+        () => retainCapabilityArtifact(fresh, fixtureCopy(), ID, bad),
+        "provenance-mismatch",
+        details,
+      );
 
       // Existing revision: the kept path checks it too, and nothing changes.
       const { scope } = await populatedScope();
-      await refusedUnchanged(scope, () => retainCapabilityArtifact(scope, fixtureCopy(), ID, bad), "provenance-mismatch", details);
+      await refusedUnchanged(
+        scope,
+        () => retainCapabilityArtifact(scope, fixtureCopy(), ID, bad),
+        "provenance-mismatch",
+        details,
+      );
       await refusedUnchanged(scope, () => verifyRetainedCapability(scope, ID, bad), "provenance-mismatch", details);
     });
   }
 
   const FILE_CHANGES: [string, (source: string) => void, Details][] = [
     ["a missing .oats-installation.json", (source) => unlinkSync(join(source, ".oats-installation.json")), {}],
-    ["a file naming another capability", (source) => writeProvenance(source, { capability: "demo.other" }), { field: "capability", expected: ID, actual: "demo.other" }],
-    ["a file with another commit", (source) => writeProvenance(source, { commit: "1".repeat(40) }), { field: "commit", actual: "1".repeat(40) }],
-    ["a file with another source", (source) => writeProvenance(source, { source: "catalog:evil" }), { field: "source", actual: "catalog:evil" }],
-    ["a file without capabilityPath", (source) => writeProvenance(source, { capabilityPath: undefined }), { field: "capabilityPath", actual: null }],
+    [
+      "a file naming another capability",
+      (source) => writeProvenance(source, { capability: "demo.other" }),
+      { field: "capability", expected: ID, actual: "demo.other" },
+    ],
+    [
+      "a file with another commit",
+      (source) => writeProvenance(source, { commit: "1".repeat(40) }),
+      { field: "commit", actual: "1".repeat(40) },
+    ],
+    [
+      "a file with another source",
+      (source) => writeProvenance(source, { source: "catalog:evil" }),
+      { field: "source", actual: "catalog:evil" },
+    ],
+    [
+      "a file without capabilityPath",
+      (source) => writeProvenance(source, { capabilityPath: undefined }),
+      { field: "capabilityPath", actual: null },
+    ],
     ["a file of schemaVersion 2", (source) => writeProvenance(source, { schemaVersion: 2 }), {}],
     ["a file with an unknown key", (source) => writeProvenance(source, { installedBy: "x" }), {}],
     ["a file that is not JSON", (source) => writeFileSync(join(source, ".oats-installation.json"), "{"), {}],
@@ -773,9 +1125,19 @@ describe("provenance-mismatch", () => {
       change(source);
       const matching = await lockFor(source);
       const fresh = tempDir("oats-scope-");
-      await refusedUnchanged(fresh, () => retainCapabilityArtifact(fresh, source, ID, matching), "provenance-mismatch", { capability: ID, ...details });
+      await refusedUnchanged(
+        fresh,
+        () => retainCapabilityArtifact(fresh, source, ID, matching),
+        "provenance-mismatch",
+        { capability: ID, ...details },
+      );
       const { scope } = await populatedScope();
-      await refusedUnchanged(scope, () => retainCapabilityArtifact(scope, source, ID, matching), "provenance-mismatch", details);
+      await refusedUnchanged(
+        scope,
+        () => retainCapabilityArtifact(scope, source, ID, matching),
+        "provenance-mismatch",
+        details,
+      );
     });
   }
 });
@@ -787,9 +1149,19 @@ describe("integrity-mismatch between the lock and the tree", () => {
     bad.capabilities[ID]!.integrity = other;
     const details = { expected: other, actual: FIXTURE_LEGACY, format: TREE_LEGACY, reason: "source-differs" };
     const fresh = tempDir("oats-scope-");
-    await refusedUnchanged(fresh, () => retainCapabilityArtifact(fresh, fixtureCopy(), ID, bad), "integrity-mismatch", details);
+    await refusedUnchanged(
+      fresh,
+      () => retainCapabilityArtifact(fresh, fixtureCopy(), ID, bad),
+      "integrity-mismatch",
+      details,
+    );
     const { scope } = await populatedScope();
-    await refusedUnchanged(scope, () => retainCapabilityArtifact(scope, fixtureCopy(), ID, bad), "integrity-mismatch", details);
+    await refusedUnchanged(
+      scope,
+      () => retainCapabilityArtifact(scope, fixtureCopy(), ID, bad),
+      "integrity-mismatch",
+      details,
+    );
   });
 
   test("the tree was changed after the lock was written", async () => {
@@ -797,7 +1169,11 @@ describe("integrity-mismatch between the lock and the tree", () => {
     writeFileSync(join(source, "skills/greeting.md"), "tampered\n");
     const actual = (await digestTree(source, [TREE_LEGACY]))[TREE_LEGACY];
     const fresh = tempDir("oats-scope-");
-    await refusedUnchanged(fresh, () => retainCapabilityArtifact(fresh, source, ID, lock()), "integrity-mismatch", { expected: FIXTURE_LEGACY, actual, reason: "source-differs" });
+    await refusedUnchanged(fresh, () => retainCapabilityArtifact(fresh, source, ID, lock()), "integrity-mismatch", {
+      expected: FIXTURE_LEGACY,
+      actual,
+      reason: "source-differs",
+    });
     // An exec-bit change is outside the legacy lock digest but inside retainTree's expect.
     const modes = fixtureCopy();
     writeFileSync(join(modes, "bin/tool.sh"), "#!/bin/sh\n", { mode: 0o755 });
@@ -806,16 +1182,29 @@ describe("integrity-mismatch between the lock and the tree", () => {
     const { scope } = await populatedScope();
     const details = { expected: expect, reason: "source-differs" };
     // A key already in the store: byte-for-byte unchanged.
-    await refusedUnchanged(scope, () => retainTree(scope, { kind: "capture", key: "cap", source: modes, expect: `${TREE_EXEC}:${expect}` }), "integrity-mismatch", details);
+    await refusedUnchanged(
+      scope,
+      () => retainTree(scope, { kind: "capture", key: "cap", source: modes, expect: `${TREE_EXEC}:${expect}` }),
+      "integrity-mismatch",
+      details,
+    );
     // A new key: the key directories made for staging are taken back too.
-    await refusedUnchanged(scope, () => retainTree(scope, { kind: "capture", key: "other", source: modes, expect: `${TREE_EXEC}:${expect}` }), "integrity-mismatch", details);
+    await refusedUnchanged(
+      scope,
+      () => retainTree(scope, { kind: "capture", key: "other", source: modes, expect: `${TREE_EXEC}:${expect}` }),
+      "integrity-mismatch",
+      details,
+    );
   });
 
   test("a lock naming a revision already retained still refuses a source that differs from it", async () => {
     const { scope, legacy } = await populatedScope();
     const tampered = fixtureCopy();
     writeFileSync(join(tampered, "skills/greeting.md"), "tampered\n");
-    await refusedUnchanged(scope, () => retainCapabilityArtifact(scope, tampered, ID, lock()), "integrity-mismatch", { expected: legacy.integrity.value, reason: "source-differs" });
+    await refusedUnchanged(scope, () => retainCapabilityArtifact(scope, tampered, ID, lock()), "integrity-mismatch", {
+      expected: legacy.integrity.value,
+      reason: "source-differs",
+    });
   });
 });
 
@@ -852,22 +1241,37 @@ describe("prototype safety", () => {
       assert.equal((await verifyRetainedCapability(scope, id, twisted)).status, "verified");
       assert.equal((await retainCapabilityArtifact(scope, source, id, twisted)).status, "kept");
       const tree = await retainTree(scope, { kind: "capture", key: id, source });
-      assert.equal((await verifyTree(scope, { kind: "capture", key: id, integrity: tree.integrity })).status, "verified");
+      assert.equal(
+        (await verifyTree(scope, { kind: "capture", key: id, integrity: tree.integrity })).status,
+        "verified",
+      );
     }
-    const keys = listRetained(scope).map((entry) => `${entry.kind}:${entry.key}`).sort();
-    assert.deepEqual(keys, ["capability:constructor", "capability:x.__proto__", "capture:constructor", "capture:x.__proto__"]);
+    const keys = listRetained(scope)
+      .map((entry) => `${entry.kind}:${entry.key}`)
+      .sort();
+    assert.deepEqual(keys, [
+      "capability:constructor",
+      "capability:x.__proto__",
+      "capture:constructor",
+      "capture:x.__proto__",
+    ]);
     assert.deepEqual(Object.keys(Object.prototype), pollutedBefore);
     assert.equal(({} as Record<string, unknown>).version, undefined);
   });
 
   test("an id that exists only on Object.prototype has no lock row", async () => {
     // Without a capability row for `constructor`, Object.prototype.constructor must not be taken for one.
-    await refusedOnFreshScope((scope) => retainCapabilityArtifact(scope, fixtureCopy(), "constructor", lock()), "invalid-lock");
+    await refusedOnFreshScope(
+      (scope) => retainCapabilityArtifact(scope, fixtureCopy(), "constructor", lock()),
+      "invalid-lock",
+    );
     const { scope } = await populatedScope();
     await refusedUnchanged(scope, () => verifyRetainedCapability(scope, "constructor", lock()), "invalid-lock");
     // A capability row naming package `constructor`, which the lock does not have, is a missing package row.
     const bad = lock();
     bad.capabilities[ID]!.package = "constructor";
-    await refusedOnFreshScope((fresh) => retainCapabilityArtifact(fresh, fixtureCopy(), ID, bad), "invalid-lock", { package: "constructor" });
+    await refusedOnFreshScope((fresh) => retainCapabilityArtifact(fresh, fixtureCopy(), ID, bad), "invalid-lock", {
+      package: "constructor",
+    });
   });
 });

@@ -43,10 +43,18 @@ interface Spec {
 }
 
 function config(principals: Record<string, string>, wingLevel = "internal"): string {
-  return stringify({ schemaVersion: 1, wings: { ops: wingLevel, lobby: "public" }, repos: {}, defaults: [], fallback: "internal", principals });
+  return stringify({
+    schemaVersion: 1,
+    wings: { ops: wingLevel, lobby: "public" },
+    repos: {},
+    defaults: [],
+    fallback: "internal",
+    principals,
+  });
 }
 
-/** A tree whose bin/run writes a marker, a config, a spec (as `change` leaves it); prepared, approved, queued as `nightly`. */
+/** A tree whose bin/run writes a marker, a config, a spec (as `change` leaves it); prepared, approved, queued as
+ * `nightly`. */
 async function approvedCapture(policy: RecurrencePolicy = "capture") {
   const scope = tempDir("oats-composition-");
   const home = join(scope, "home");
@@ -110,32 +118,43 @@ async function dispatchChanged(change: (spec: Spec) => void, expected: string[])
 }
 
 describe("an approval covers the whole composition", () => {
-  test("Given an approved composition, When dispatched, Then it runs, and the plan names the approved composition", async () => {
-    const f = await approvedCapture();
-    const plan = await resolveQueuedCapture(f.scope, "nightly", { env: { API_TOKEN: "tok-1" } });
-    assert.deepEqual(plan.composition, f.prepared.composition.subject);
-    const run = await runDispatchPlan(plan, { stdio: "pipe" });
-    assert.equal(run.code, 0, run.stderr);
-    assert.ok(existsSync(f.marker));
-  });
+  test(
+    "Given an approved composition, When dispatched, Then it runs, and the " + "plan names the approved composition",
+    async () => {
+      const f = await approvedCapture();
+      const plan = await resolveQueuedCapture(f.scope, "nightly", { env: { API_TOKEN: "tok-1" } });
+      assert.deepEqual(plan.composition, f.prepared.composition.subject);
+      const run = await runDispatchPlan(plan, { stdio: "pipe" });
+      assert.equal(run.code, 0, run.stderr);
+      assert.ok(existsSync(f.marker));
+    },
+  );
 
-  test("Given only the executable tree is approved, When its capture is dispatched, Then approval-required: a tree approval never covers a composition", async () => {
-    const f = await approvedCapture();
-    const bare = await prepareCapture(f.scope, f.specPath);
-    const scope2 = tempDir("oats-composition-tree-");
-    const again = await prepareCapture(scope2, f.specPath);
-    await approve(scope2, again.subject, { reason: "the tree only" });
-    await addJob(scope2, { job: "nightly", resolution: again.id });
-    await assert.rejects(resolveQueuedCapture(scope2, "nightly"), refusedWith("approval-required"));
-    assert.equal(bare.id, f.prepared.id, "the same spec prepares the same record");
-    assert.equal(existsSync(f.marker), false);
-  });
+  test(
+    "Given only the executable tree is approved, When its capture is " +
+      "dispatched, Then approval-required: a tree approval never covers a composition",
+    async () => {
+      const f = await approvedCapture();
+      const bare = await prepareCapture(f.scope, f.specPath);
+      const scope2 = tempDir("oats-composition-tree-");
+      const again = await prepareCapture(scope2, f.specPath);
+      await approve(scope2, again.subject, { reason: "the tree only" });
+      await addJob(scope2, { job: "nightly", resolution: again.id });
+      await assert.rejects(resolveQueuedCapture(scope2, "nightly"), refusedWith("approval-required"));
+      assert.equal(bare.id, f.prepared.id, "the same spec prepares the same record");
+      assert.equal(existsSync(f.marker), false);
+    },
+  );
 
   for (const [what, change, expected] of [
     ["other args", (spec: Spec) => spec.executable.args.push("--all"), ["entrypoint.args"]],
     ["another entry path", (spec: Spec) => (spec.executable.path = "bin/../bin/run"), null],
     ["an added env value", (spec: Spec) => (spec.env["EXTRA"] = "1"), ["env.EXTRA"]],
-    ["a changed PATH (a fake node first)", (spec: Spec) => (spec.env["PATH"] = "/tmp/evil:/usr/bin:/bin"), ["env.PATH"]],
+    [
+      "a changed PATH (a fake node first)",
+      (spec: Spec) => (spec.env["PATH"] = "/tmp/evil:/usr/bin:/bin"),
+      ["env.PATH"],
+    ],
     [
       "NODE_OPTIONS, explicitly marked",
       (spec: Spec) => {
@@ -147,57 +166,114 @@ describe("an approval covers the whole composition", () => {
     ["another credential", (spec: Spec) => spec.credentials.push("OTHER_TOKEN"), ["credentials"]],
     ["another target", (spec: Spec) => (spec.target = { wing: "lobby" }), ["target.wing"]],
     ["a lower declared level", (spec: Spec) => (spec.classification = "public"), ["classification.declared"]],
-    ["a config of the author's choosing", (spec: Spec) => (spec.classificationConfig = "./other.yaml"), ["classification.config", "classification.configPath"]],
-    ["the same config bytes at a path the author controls", (spec: Spec) => (spec.classificationConfig = "./same.yaml"), ["classification.configPath"]],
+    [
+      "a config of the author's choosing",
+      (spec: Spec) => (spec.classificationConfig = "./other.yaml"),
+      ["classification.config", "classification.configPath"],
+    ],
+    [
+      "the same config bytes at a path the author controls",
+      (spec: Spec) => (spec.classificationConfig = "./same.yaml"),
+      ["classification.configPath"],
+    ],
   ] as const) {
-    if (expected === null) continue; // an entry path outside the grammar is refused at prepare; covered in captures-units
-    test(`Given an approved composition, When re-prepared with ${what}, Then dispatch under the old approval is approval-required naming ${expected.join(", ")} and nothing runs`, async () => {
-      await dispatchChanged(change, [...expected]);
-    });
+    // an entry path outside the grammar is refused at prepare; covered in captures-units
+    if (expected === null) continue;
+    test(
+      `Given an approved composition, When re-prepared with ${what}, Then ` +
+        `dispatch under the old approval is approval-required naming ` +
+        `${expected.join(", ")} and nothing runs`,
+      async () => {
+        await dispatchChanged(change, [...expected]);
+      },
+    );
   }
 
-  test("Given an approved confidential capture, When the config is edited to name the dispatcher sovereign and re-prepared, Then the new config bytes need a new approval", async () => {
-    const f = await approvedCapture();
-    writeFileSync(join(f.home, "class.yaml"), config({ [currentPrincipal()]: "sovereign", "mallory@host": "sovereign" }));
-    const again = await prepareCapture(f.scope, f.specPath);
-    await addJob(f.scope, { job: "changed", resolution: again.id });
-    await assert.rejects(resolveQueuedCapture(f.scope, "changed"), refusedWith("approval-required", (error) => assert.deepEqual(error.details["changes"], ["classification.config"])));
-  });
+  test(
+    "Given an approved confidential capture, When the config is edited to " +
+      "name the dispatcher sovereign and re-prepared, Then the new config " +
+      "bytes need a new approval",
+    async () => {
+      const f = await approvedCapture();
+      writeFileSync(
+        join(f.home, "class.yaml"),
+        config({ [currentPrincipal()]: "sovereign", "mallory@host": "sovereign" }),
+      );
+      const again = await prepareCapture(f.scope, f.specPath);
+      await addJob(f.scope, { job: "changed", resolution: again.id });
+      await assert.rejects(
+        resolveQueuedCapture(f.scope, "changed"),
+        refusedWith("approval-required", (error) =>
+          assert.deepEqual(error.details["changes"], ["classification.config"]),
+        ),
+      );
+    },
+  );
 
-  test("Given a prepare-on-tick job, When only the spec file on disk is edited (injected NODE_OPTIONS), Then the tick re-prepares and is refused before anything runs, naming the change", async () => {
-    const f = await approvedCapture("prepare-on-tick");
-    const spec = structuredClone(f.spec);
-    spec.env["NODE_OPTIONS"] = "--require /tmp/evil.js";
-    spec.loaderEnv = ["NODE_OPTIONS"];
-    f.write(spec);
-    await assert.rejects(resolveQueuedCapture(f.scope, "nightly"), refusedWith("approval-required", (error) => assert.deepEqual(error.details["changes"], ["env.NODE_OPTIONS"])));
-    assert.equal(existsSync(f.marker), false);
-  });
+  test(
+    "Given a prepare-on-tick job, When only the spec file on disk is edited " +
+      "(injected NODE_OPTIONS), Then the tick re-prepares and is refused " +
+      "before anything runs, naming the change",
+    async () => {
+      const f = await approvedCapture("prepare-on-tick");
+      const spec = structuredClone(f.spec);
+      spec.env["NODE_OPTIONS"] = "--require /tmp/evil.js";
+      spec.loaderEnv = ["NODE_OPTIONS"];
+      f.write(spec);
+      await assert.rejects(
+        resolveQueuedCapture(f.scope, "nightly"),
+        refusedWith("approval-required", (error) => assert.deepEqual(error.details["changes"], ["env.NODE_OPTIONS"])),
+      );
+      assert.equal(existsSync(f.marker), false);
+    },
+  );
 
-  test("Given a prepare-on-tick job, When the spec is unchanged, Then the tick re-prepares the same composition and dispatches under its approval", async () => {
-    const f = await approvedCapture("prepare-on-tick");
-    const plan = await resolveQueuedCapture(f.scope, "nightly");
-    assert.deepEqual(plan.composition, f.prepared.composition.subject);
-  });
+  test(
+    "Given a prepare-on-tick job, When the spec is unchanged, Then the tick " +
+      "re-prepares the same composition and dispatches under its approval",
+    async () => {
+      const f = await approvedCapture("prepare-on-tick");
+      const plan = await resolveQueuedCapture(f.scope, "nightly");
+      assert.deepEqual(plan.composition, f.prepared.composition.subject);
+    },
+  );
 });
 
 describe("loader environment variables", () => {
-  test("Given a spec pinning NODE_OPTIONS, LD_PRELOAD or PYTHONPATH without listing it, When prepared, Then invalid-input names the variable and nothing is written", async () => {
-    const f = await approvedCapture();
-    for (const name of ["NODE_OPTIONS", "LD_PRELOAD", "PYTHONPATH", "DYLD_INSERT_LIBRARIES", "NODE_PATH"]) {
-      f.write({ ...f.spec, env: { ...f.spec.env, [name]: "x" } });
-      const before = snapshotTree(f.scope);
-      await assert.rejects(prepareCapture(f.scope, f.specPath), refusedWith("invalid-input", (error) => assert.ok(error.message.includes(name), error.message)));
-      const after = snapshotTree(f.scope).filter((row) => !row.includes(".agents/audit"));
-      assert.deepEqual(after, before.filter((row) => !row.includes(".agents/audit")));
-    }
-  });
+  test(
+    "Given a spec pinning NODE_OPTIONS, LD_PRELOAD or PYTHONPATH without " +
+      "listing it, When prepared, Then invalid-input names the variable and " +
+      "nothing is written",
+    async () => {
+      const f = await approvedCapture();
+      for (const name of ["NODE_OPTIONS", "LD_PRELOAD", "PYTHONPATH", "DYLD_INSERT_LIBRARIES", "NODE_PATH"]) {
+        f.write({ ...f.spec, env: { ...f.spec.env, [name]: "x" } });
+        const before = snapshotTree(f.scope);
+        await assert.rejects(
+          prepareCapture(f.scope, f.specPath),
+          refusedWith("invalid-input", (error) => assert.ok(error.message.includes(name), error.message)),
+        );
+        const after = snapshotTree(f.scope).filter((row) => !row.includes(".agents/audit"));
+        assert.deepEqual(
+          after,
+          before.filter((row) => !row.includes(".agents/audit")),
+        );
+      }
+    },
+  );
 
-  test("Given a loader variable as a credential, When prepared, Then invalid-input: its value would come unapproved from the dispatcher's environment", async () => {
-    const f = await approvedCapture();
-    f.write({ ...f.spec, credentials: ["NODE_OPTIONS"] });
-    await assert.rejects(prepareCapture(f.scope, f.specPath), refusedWith("invalid-input", (error) => assert.ok(error.message.includes("NODE_OPTIONS"))));
-  });
+  test(
+    "Given a loader variable as a credential, When prepared, Then " +
+      "invalid-input: its value would come unapproved from the dispatcher's environment",
+    async () => {
+      const f = await approvedCapture();
+      f.write({ ...f.spec, credentials: ["NODE_OPTIONS"] });
+      await assert.rejects(
+        prepareCapture(f.scope, f.specPath),
+        refusedWith("invalid-input", (error) => assert.ok(error.message.includes("NODE_OPTIONS"))),
+      );
+    },
+  );
 
   test("Given loaderEnv listing a name that is not pinned, When prepared, Then invalid-input", async () => {
     const f = await approvedCapture();
@@ -205,46 +281,102 @@ describe("loader environment variables", () => {
     await assert.rejects(prepareCapture(f.scope, f.specPath), refusedWith("invalid-input"));
   });
 
-  test("Given a marked loader variable, When prepared, Then the composition lists it apart for the approver", async () => {
-    const f = await approvedCapture();
-    f.write({ ...f.spec, env: { ...f.spec.env, NODE_OPTIONS: "--max-old-space-size=64" }, loaderEnv: ["NODE_OPTIONS"] });
-    const prepared = await prepareCapture(f.scope, f.specPath);
-    assert.deepEqual(prepared.composition.value.loaderEnv, ["NODE_OPTIONS"]);
-  });
+  test(
+    "Given a marked loader variable, When prepared, Then the composition " + "lists it apart for the approver",
+    async () => {
+      const f = await approvedCapture();
+      f.write({
+        ...f.spec,
+        env: { ...f.spec.env, NODE_OPTIONS: "--max-old-space-size=64" },
+        loaderEnv: ["NODE_OPTIONS"],
+      });
+      const prepared = await prepareCapture(f.scope, f.specPath);
+      assert.deepEqual(prepared.composition.value.loaderEnv, ["NODE_OPTIONS"]);
+    },
+  );
 
   test("isLoaderEnvName: interpreter and loader variables, not ordinary ones", () => {
-    for (const name of ["NODE_OPTIONS", "NODE_PATH", "LD_PRELOAD", "LD_LIBRARY_PATH", "DYLD_INSERT_LIBRARIES", "PYTHONPATH", "PERL5OPT", "RUBYOPT", "BASH_ENV", "JAVA_TOOL_OPTIONS"]) assert.equal(isLoaderEnvName(name), true, name);
-    for (const name of ["PATH", "LOG_LEVEL", "HOME", "NODE_ENV", "API_TOKEN"]) assert.equal(isLoaderEnvName(name), false, name);
+    for (const name of [
+      "NODE_OPTIONS",
+      "NODE_PATH",
+      "LD_PRELOAD",
+      "LD_LIBRARY_PATH",
+      "DYLD_INSERT_LIBRARIES",
+      "PYTHONPATH",
+      "PERL5OPT",
+      "RUBYOPT",
+      "BASH_ENV",
+      "JAVA_TOOL_OPTIONS",
+    ])
+      assert.equal(isLoaderEnvName(name), true, name);
+    for (const name of ["PATH", "LOG_LEVEL", "HOME", "NODE_ENV", "API_TOKEN"])
+      assert.equal(isLoaderEnvName(name), false, name);
   });
 });
 
 describe("approving a composition", () => {
-  test("Given a prepared capture, When its composition is approved, Then the ledger entry carries the composition read from its pinned blob, and approvals lists it", async () => {
-    const f = await approvedCapture();
-    const blob = readBlob(f.scope, f.prepared.blobs.composition);
-    assert.deepEqual(JSON.parse(blob.toString("utf8")), f.prepared.composition.value);
-    assert.equal(`oats.json.v1:${f.prepared.blobs.composition}`, f.prepared.composition.subject.integrity, "the blob is named by the composition's digest");
-    const [listing] = listApprovals(f.scope);
-    assert.deepEqual(listing!.subject, f.prepared.composition.subject);
-    assert.deepEqual(listing!.entry?.composition, f.prepared.composition.value);
-  });
+  test(
+    "Given a prepared capture, When its composition is approved, Then the " +
+      "ledger entry carries the composition read from its pinned blob, and " +
+      "approvals lists it",
+    async () => {
+      const f = await approvedCapture();
+      const blob = readBlob(f.scope, f.prepared.blobs.composition);
+      assert.deepEqual(JSON.parse(blob.toString("utf8")), f.prepared.composition.value);
+      assert.equal(
+        `oats.json.v1:${f.prepared.blobs.composition}`,
+        f.prepared.composition.subject.integrity,
+        "the blob is named by the composition's digest",
+      );
+      const [listing] = listApprovals(f.scope);
+      assert.deepEqual(listing!.subject, f.prepared.composition.subject);
+      assert.deepEqual(listing!.entry?.composition, f.prepared.composition.value);
+    },
+  );
 
-  test("Given a composition digest nobody prepared in this scope, When approved, Then blob-not-found and the ledger is unchanged", async () => {
-    const f = await approvedCapture();
-    const before = readFileSync(join(f.scope, ".agents", "approvals", "ledger.jsonl"));
-    await assert.rejects(approve(f.scope, { kind: "composition", key: "nightly", integrity: `oats.json.v1:sha256-${"a".repeat(64)}` }, { reason: "blind" }), refusedWith("blob-not-found"));
-    assert.deepEqual(readFileSync(join(f.scope, ".agents", "approvals", "ledger.jsonl")), before);
-  });
+  test(
+    "Given a composition digest nobody prepared in this scope, When " +
+      "approved, Then blob-not-found and the ledger is unchanged",
+    async () => {
+      const f = await approvedCapture();
+      const before = readFileSync(join(f.scope, ".agents", "approvals", "ledger.jsonl"));
+      await assert.rejects(
+        approve(
+          f.scope,
+          { kind: "composition", key: "nightly", integrity: `oats.json.v1:sha256-${"a".repeat(64)}` },
+          { reason: "blind" },
+        ),
+        refusedWith("blob-not-found"),
+      );
+      assert.deepEqual(readFileSync(join(f.scope, ".agents", "approvals", "ledger.jsonl")), before);
+    },
+  );
 
-  test("Given a composition approved under another capture's name, When approved, Then invalid-artifact-reference", async () => {
-    const f = await approvedCapture();
-    await assert.rejects(approve(f.scope, { ...f.prepared.composition.subject, key: "other" }, { reason: "wrong name" }), refusedWith("invalid-artifact-reference"));
-  });
+  test(
+    "Given a composition approved under another capture's name, When " + "approved, Then invalid-artifact-reference",
+    async () => {
+      const f = await approvedCapture();
+      await assert.rejects(
+        approve(f.scope, { ...f.prepared.composition.subject, key: "other" }, { reason: "wrong name" }),
+        refusedWith("invalid-artifact-reference"),
+      );
+    },
+  );
 
-  test("Given a composition named by a tree digest format, When approved, Then invalid-artifact-reference", async () => {
-    const f = await approvedCapture();
-    await assert.rejects(approve(f.scope, { kind: "composition", key: "nightly", integrity: f.prepared.subject.integrity }, { reason: "wrong format" }), refusedWith("invalid-artifact-reference"));
-  });
+  test(
+    "Given a composition named by a tree digest format, When approved, Then " + "invalid-artifact-reference",
+    async () => {
+      const f = await approvedCapture();
+      await assert.rejects(
+        approve(
+          f.scope,
+          { kind: "composition", key: "nightly", integrity: f.prepared.subject.integrity },
+          { reason: "wrong format" },
+        ),
+        refusedWith("invalid-artifact-reference"),
+      );
+    },
+  );
 });
 
 describe("composition (pure)", () => {
@@ -271,11 +403,17 @@ describe("composition (pure)", () => {
   test("compositionSubject is the oats.json.v1 digest: any field change changes it", () => {
     const subject = compositionSubject(base);
     assert.match(subject.integrity, /^oats\.json\.v1:sha256-[0-9a-f]{64}$/);
-    assert.notEqual(compositionSubject({ ...base, entrypoint: { path: "bin/run", args: ["x"] } }).integrity, subject.integrity);
+    assert.notEqual(
+      compositionSubject({ ...base, entrypoint: { path: "bin/run", args: ["x"] } }).integrity,
+      subject.integrity,
+    );
     assert.notEqual(compositionSubject({ ...base, loaderEnv: ["A"] }).integrity, subject.integrity);
   });
 
   test("compositionOf refuses a record that is not a capture", () => {
-    assert.throws(() => compositionOf({ kind: "instance", capture: null, entrypoints: {} } as never), refusedWith("invalid-resolution"));
+    assert.throws(
+      () => compositionOf({ kind: "instance", capture: null, entrypoints: {} } as never),
+      refusedWith("invalid-resolution"),
+    );
   });
 });

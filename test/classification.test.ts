@@ -57,29 +57,57 @@ function refusedInvalid(text: string | Buffer, pointer?: string): void {
 }
 
 describe("levels", () => {
-  test("Given the three levels, When compared, Then public < internal < confidential and stricter is the maximum", () => {
-    assert.deepEqual([...LEVELS], ["public", "internal", "confidential"]);
-    assert.equal(stricter("public", "internal"), "internal");
-    assert.equal(stricter("internal", "public"), "internal");
-    assert.equal(stricter("confidential", "internal"), "confidential");
-    assert.equal(stricter("public", "public"), "public");
-    assert.equal(strictest(["public", "confidential", "internal"]), "confidential");
-    assert.equal(strictest(["public", "internal"]), "internal");
-    assert.equal(strictest([]), "public");
-  });
+  test(
+    "Given the three levels, When compared, Then public < internal < " + "confidential and stricter is the maximum",
+    () => {
+      assert.deepEqual([...LEVELS], ["public", "internal", "confidential"]);
+      assert.equal(stricter("public", "internal"), "internal");
+      assert.equal(stricter("internal", "public"), "internal");
+      assert.equal(stricter("confidential", "internal"), "confidential");
+      assert.equal(stricter("public", "public"), "public");
+      assert.equal(strictest(["public", "confidential", "internal"]), "confidential");
+      assert.equal(strictest(["public", "internal"]), "internal");
+      assert.equal(strictest([]), "public");
+    },
+  );
 });
 
 describe("parseClassificationConfig", () => {
-  test("Given a YAML config with every field, When parsed, Then every table is a Map and `constructor` is an ordinary name", () => {
-    const config = parse(FULL);
-    assert.equal(config.schemaVersion, 1);
-    assert.ok(config.wings instanceof Map);
-    assert.deepEqual([...config.wings], [["acme", "internal"], ["constructor", "public"]]);
-    assert.deepEqual([...config.repos], [["acme-site", "public"], ["vault", "confidential"]]);
-    assert.deepEqual(config.defaults, [{ match: "client-*", level: "confidential" }, { match: "docs-?", level: "public" }]);
-    assert.equal(config.fallback, "internal");
-    assert.deepEqual([...config.principals], [["alice@box", "sovereign"], ["bob@box", "non-sovereign"]]);
-  });
+  test(
+    "Given a YAML config with every field, When parsed, Then every table is " +
+      "a Map and `constructor` is an ordinary name",
+    () => {
+      const config = parse(FULL);
+      assert.equal(config.schemaVersion, 1);
+      assert.ok(config.wings instanceof Map);
+      assert.deepEqual(
+        [...config.wings],
+        [
+          ["acme", "internal"],
+          ["constructor", "public"],
+        ],
+      );
+      assert.deepEqual(
+        [...config.repos],
+        [
+          ["acme-site", "public"],
+          ["vault", "confidential"],
+        ],
+      );
+      assert.deepEqual(config.defaults, [
+        { match: "client-*", level: "confidential" },
+        { match: "docs-?", level: "public" },
+      ]);
+      assert.equal(config.fallback, "internal");
+      assert.deepEqual(
+        [...config.principals],
+        [
+          ["alice@box", "sovereign"],
+          ["bob@box", "non-sovereign"],
+        ],
+      );
+    },
+  );
 
   test("Given a config without a fallback, When parsed, Then the fallback is confidential", () => {
     const config = parse("schemaVersion: 1\n");
@@ -131,33 +159,40 @@ describe("parseClassificationConfig", () => {
     refusedInvalid(Buffer.from([0xff, 0xfe, 0x00]));
   });
 
-  test("Given a config file, When read, Then the exact bytes are returned with the config; a missing file is invalid-input", () => {
-    const dir = tempDir("oats-classification-");
-    const file = join(dir, "classification.yaml");
-    writeFileSync(file, FULL);
-    const link = join(dir, "link.yaml");
-    symlinkSync(file, link);
-    const { bytes, config } = readClassificationConfigFile(link);
-    assert.equal(bytes.toString("utf8"), FULL);
-    assert.equal(config.fallback, "internal");
-    assert.throws(() => readClassificationConfigFile(join(dir, "missing.yaml")), { code: "invalid-input" });
-    assert.throws(() => readClassificationConfigFile(dir), { code: "invalid-input" });
-  });
+  test(
+    "Given a config file, When read, Then the exact bytes are returned with " +
+      "the config; a missing file is invalid-input",
+    () => {
+      const dir = tempDir("oats-classification-");
+      const file = join(dir, "classification.yaml");
+      writeFileSync(file, FULL);
+      const link = join(dir, "link.yaml");
+      symlinkSync(file, link);
+      const { bytes, config } = readClassificationConfigFile(link);
+      assert.equal(bytes.toString("utf8"), FULL);
+      assert.equal(config.fallback, "internal");
+      assert.throws(() => readClassificationConfigFile(join(dir, "missing.yaml")), { code: "invalid-input" });
+      assert.throws(() => readClassificationConfigFile(dir), { code: "invalid-input" });
+    },
+  );
 });
 
 describe("deriveLevel", () => {
   const config = parse(FULL);
 
-  test("Given a wing and a repo with different levels, When derived, Then the strictest wins and both are listed", () => {
-    const derived = deriveLevel(config, { wing: "acme", repo: "acme-site" });
-    assert.equal(derived.level, "internal");
-    assert.equal(derived.fallback, false);
-    assert.deepEqual(derived.matched, [
-      { source: "wing", key: "acme", level: "internal" },
-      { source: "repo", key: "acme-site", level: "public" },
-    ]);
-    assert.equal(deriveLevel(config, { wing: "acme", repo: "vault" }).level, "confidential");
-  });
+  test(
+    "Given a wing and a repo with different levels, When derived, Then the " + "strictest wins and both are listed",
+    () => {
+      const derived = deriveLevel(config, { wing: "acme", repo: "acme-site" });
+      assert.equal(derived.level, "internal");
+      assert.equal(derived.fallback, false);
+      assert.deepEqual(derived.matched, [
+        { source: "wing", key: "acme", level: "internal" },
+        { source: "repo", key: "acme-site", level: "public" },
+      ]);
+      assert.equal(deriveLevel(config, { wing: "acme", repo: "vault" }).level, "confidential");
+    },
+  );
 
   test("Given a repo matching a default glob `client-*`, When derived, Then confidential beats a looser wing", () => {
     const derived = deriveLevel(config, { wing: "acme", repo: "client-bank" });
@@ -188,11 +223,17 @@ describe("deriveLevel", () => {
     assert.equal(deriveLevel(config, {}).level, "internal");
   });
 
-  test("Given a name inherited from Object.prototype, When derived, Then it is not a match unless the config names it", () => {
-    assert.equal(deriveLevel(config, { repo: "toString" }).fallback, true);
-    assert.equal(deriveLevel(config, { repo: "hasOwnProperty" }).fallback, true);
-    assert.deepEqual(deriveLevel(config, { wing: "constructor" }).matched, [{ source: "wing", key: "constructor", level: "public" }]);
-  });
+  test(
+    "Given a name inherited from Object.prototype, When derived, Then it is " +
+      "not a match unless the config names it",
+    () => {
+      assert.equal(deriveLevel(config, { repo: "toString" }).fallback, true);
+      assert.equal(deriveLevel(config, { repo: "hasOwnProperty" }).fallback, true);
+      assert.deepEqual(deriveLevel(config, { wing: "constructor" }).matched, [
+        { source: "wing", key: "constructor", level: "public" },
+      ]);
+    },
+  );
 
   test("Given a repo name differing only in case, When derived, Then it does not match (case-sensitive)", () => {
     assert.equal(deriveLevel(config, { repo: "VAULT" }).fallback, true);
@@ -249,13 +290,22 @@ describe("globMatch", () => {
 describe("effectiveClassification", () => {
   test("Given a current config that tightens, When combined, Then the tighter level is effective", () => {
     const result = effectiveClassification({ declared: "internal", pinned: "internal", current: "confidential" });
-    assert.deepEqual(result, { declared: "internal", pinned: "internal", current: "confidential", effective: "confidential", mismatch: false });
+    assert.deepEqual(result, {
+      declared: "internal",
+      pinned: "internal",
+      current: "confidential",
+      effective: "confidential",
+      mismatch: false,
+    });
   });
 
   test("Given a current config that loosens, When combined, Then the pinned level still applies", () => {
     const result = effectiveClassification({ declared: "public", pinned: "confidential", current: "public" });
     assert.equal(result.effective, "confidential");
-    assert.equal(effectiveClassification({ declared: "internal", pinned: "internal", current: "public" }).effective, "internal");
+    assert.equal(
+      effectiveClassification({ declared: "internal", pinned: "internal", current: "public" }).effective,
+      "internal",
+    );
   });
 
   test("Given no current config, When combined, Then the strictest of declared and pinned, current null", () => {
@@ -270,11 +320,16 @@ describe("effectiveClassification", () => {
 
   test("Given declared differs from pinned, When combined, Then mismatch is flagged; equal, Then not", () => {
     assert.equal(effectiveClassification({ declared: "public", pinned: "internal" }).mismatch, true);
-    assert.equal(effectiveClassification({ declared: "internal", pinned: "internal", current: "confidential" }).mismatch, false);
+    assert.equal(
+      effectiveClassification({ declared: "internal", pinned: "internal", current: "confidential" }).mismatch,
+      false,
+    );
   });
 
   test("Given a value that is not a level, When combined, Then invalid-input", () => {
-    assert.throws(() => effectiveClassification({ declared: "secret" as never, pinned: "public" }), { code: "invalid-input" });
+    assert.throws(() => effectiveClassification({ declared: "secret" as never, pinned: "public" }), {
+      code: "invalid-input",
+    });
   });
 });
 
@@ -282,19 +337,29 @@ describe("classificationGate", () => {
   const config = parse(FULL);
 
   test("Given a confidential capture and a sovereign principal, When gated, Then allowed", () => {
-    assert.deepEqual(classificationGate({ effective: "confidential", principal: "alice@box", config }), { allowed: true });
+    assert.deepEqual(classificationGate({ effective: "confidential", principal: "alice@box", config }), {
+      allowed: true,
+    });
   });
 
   test("Given a confidential capture and a non-sovereign principal, When gated, Then classification-refused", () => {
     assert.throws(
       () => classificationGate({ effective: "confidential", principal: "bob@box", config }),
-      (error: unknown) => error instanceof OatsError && error.code === "classification-refused" && error.kind === "refused" && error.details["principal"] === "bob@box",
+      (error: unknown) =>
+        error instanceof OatsError &&
+        error.code === "classification-refused" &&
+        error.kind === "refused" &&
+        error.details["principal"] === "bob@box",
     );
   });
 
   test("Given a confidential capture and an unknown principal, When gated, Then classification-refused", () => {
     for (const principal of ["mallory@box", "", "constructor", "toString", "__proto__", "alice@BOX"]) {
-      assert.throws(() => classificationGate({ effective: "confidential", principal, config }), { code: "classification-refused" }, principal);
+      assert.throws(
+        () => classificationGate({ effective: "confidential", principal, config }),
+        { code: "classification-refused" },
+        principal,
+      );
     }
   });
 
@@ -308,21 +373,30 @@ describe("classificationGate", () => {
 });
 
 describe("currentPrincipal", () => {
-  test("Given USER, LOGNAME and OATS_PRINCIPAL set, When the principal is derived, Then it is still the OS account and host", () => {
-    const expected = `${userInfo().username}@${hostname()}`;
-    const saved = { USER: process.env["USER"], LOGNAME: process.env["LOGNAME"], OATS_PRINCIPAL: process.env["OATS_PRINCIPAL"], HOSTNAME: process.env["HOSTNAME"] };
-    try {
-      process.env["USER"] = "alice";
-      process.env["LOGNAME"] = "alice";
-      process.env["OATS_PRINCIPAL"] = "alice@box";
-      process.env["HOSTNAME"] = "box";
-      assert.equal(currentPrincipal(), expected);
-      assert.notEqual(currentPrincipal(), "alice@box");
-    } finally {
-      for (const [key, value] of Object.entries(saved)) {
-        if (value === undefined) delete process.env[key];
-        else process.env[key] = value;
+  test(
+    "Given USER, LOGNAME and OATS_PRINCIPAL set, When the principal is " +
+      "derived, Then it is still the OS account and host",
+    () => {
+      const expected = `${userInfo().username}@${hostname()}`;
+      const saved = {
+        USER: process.env["USER"],
+        LOGNAME: process.env["LOGNAME"],
+        OATS_PRINCIPAL: process.env["OATS_PRINCIPAL"],
+        HOSTNAME: process.env["HOSTNAME"],
+      };
+      try {
+        process.env["USER"] = "alice";
+        process.env["LOGNAME"] = "alice";
+        process.env["OATS_PRINCIPAL"] = "alice@box";
+        process.env["HOSTNAME"] = "box";
+        assert.equal(currentPrincipal(), expected);
+        assert.notEqual(currentPrincipal(), "alice@box");
+      } finally {
+        for (const [key, value] of Object.entries(saved)) {
+          if (value === undefined) delete process.env[key];
+          else process.env[key] = value;
+        }
       }
-    }
-  });
+    },
+  );
 });

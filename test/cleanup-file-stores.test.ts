@@ -17,7 +17,9 @@ import { tempDir } from "./helpers.js";
  */
 
 function deadPid(): number {
-  const pid = Number(spawnSync(process.execPath, ["-e", "process.stdout.write(String(process.pid))"], { encoding: "utf8" }).stdout);
+  const pid = Number(
+    spawnSync(process.execPath, ["-e", "process.stdout.write(String(process.pid))"], { encoding: "utf8" }).stdout,
+  );
   // The child has exited and been reaped: no process has that pid now.
   assert.throws(() => process.kill(pid, 0), { code: "ESRCH" });
   return pid;
@@ -39,22 +41,32 @@ const EMPTY_RECORD = {
   unresolved: [],
 };
 
-test("Given staging files left in the record, ref and blob stores, When cleanup runs, Then a dead publisher's are removed and a live one's kept", async () => {
-  const scope = tempDir();
-  // Make the three file stores exist through their own publishers.
-  await putBlob(scope, Buffer.from("schemaVersion: 1\n"));
-  const record = writeResolution(scope, EMPTY_RECORD);
-  writeInstanceRef(scope, "alpha", record.id);
-  const pid = deadPid();
-  const stores = [".agents/resolutions", ".agents/refs/instances", ".agents/blobs"];
-  const dead = stores.map((store, index) => join(scope, store, `.staging-${hostTag()}-${pid}-${randomBytes(6).toString("hex")}${[".record", ".ref", ""][index]}`));
-  const live = join(scope, ".agents/blobs", stagingName());
-  for (const path of [...dead, live]) writeFileSync(path, "half-published");
+test(
+  "Given staging files left in the record, ref and blob stores, When " +
+    "cleanup runs, Then a dead publisher's are removed and a live one's kept",
+  async () => {
+    const scope = tempDir();
+    // Make the three file stores exist through their own publishers.
+    await putBlob(scope, Buffer.from("schemaVersion: 1\n"));
+    const record = writeResolution(scope, EMPTY_RECORD);
+    writeInstanceRef(scope, "alpha", record.id);
+    const pid = deadPid();
+    const stores = [".agents/resolutions", ".agents/refs/instances", ".agents/blobs"];
+    const dead = stores.map((store, index) =>
+      join(
+        scope,
+        store,
+        `.staging-${hostTag()}-${pid}-${randomBytes(6).toString("hex")}${[".record", ".ref", ""][index]}`,
+      ),
+    );
+    const live = join(scope, ".agents/blobs", stagingName());
+    for (const path of [...dead, live]) writeFileSync(path, "half-published");
 
-  assert.deepEqual((await fsck(scope)).staging.sort(), [...dead, live].sort());
-  const report = await cleanupStaging(scope);
-  assert.deepEqual(report.removed.sort(), [...dead].sort());
-  assert.deepEqual(report.active, [live]);
-  for (const path of dead) assert.equal(existsSync(path), false, path);
-  assert.equal(existsSync(live), true);
-});
+    assert.deepEqual((await fsck(scope)).staging.sort(), [...dead, live].sort());
+    const report = await cleanupStaging(scope);
+    assert.deepEqual(report.removed.sort(), [...dead].sort());
+    assert.deepEqual(report.active, [live]);
+    for (const path of dead) assert.equal(existsSync(path), false, path);
+    assert.equal(existsSync(live), true);
+  },
+);

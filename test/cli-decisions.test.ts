@@ -30,30 +30,47 @@ describe("approve: a tree retained nowhere in the scope is refused unless --forc
     const scope = scopeWithCapture();
     const run = json(["--scope", scope, "approve", "capture", "demo.y", EXEC, "--reason", "reviewed"]);
     assert.equal(run.status, 0, run.stderr);
-    assert.equal(run.envelope.result!["retained"], join(scope, ".agents/captures/artifacts/demo.y/tree-exec-v1", EXEC.split(":")[1]!));
+    assert.equal(
+      run.envelope.result!["retained"],
+      join(scope, ".agents/captures/artifacts/demo.y/tree-exec-v1", EXEC.split(":")[1]!),
+    );
     assert.equal(run.envelope.result!["forced"], false);
     const human = runOats(["--scope", scope, "approve", "capture", "demo.y", EXEC, "--reason", "again"]);
-    assert.match(human.stdout, /^approved capture demo\.y oats\.tree-exec\.v1:sha256-\S+\n {2}retained {2}\/.*\n {2}seq 2 by /);
+    assert.match(
+      human.stdout,
+      /^approved capture demo\.y oats\.tree-exec\.v1:sha256-\S+\n {2}retained {2}\/.*\n {2}seq 2 by /,
+    );
   });
 
-  test("a mistyped key or digest: artifact-not-found (exit 3, reason not-retained), naming where the digest is retained; nothing written, nothing audited", () => {
-    const scope = scopeWithCapture();
-    for (const [key, integrity, elsewhere] of [
-      ["demo.typo", EXEC, [{ kind: "capture", key: "demo.y" }]],
-      ["demo.y", OTHER, []],
-    ] as const) {
-      const before = snapshotTree(scope);
-      const run = json(["--scope", scope, "approve", "capture", key, integrity, "--reason", "typo"]);
-      assert.equal(run.status, 3, JSON.stringify(run.envelope));
-      assert.equal(run.envelope.error!.code, "artifact-not-found");
-      assert.equal(run.envelope.error!.details["reason"], "not-retained");
-      assert.deepEqual(run.envelope.error!.details["elsewhere"].map((row: { kind: string; key: string }) => ({ kind: row.kind, key: row.key })), elsewhere);
-      assert.deepEqual(snapshotTree(scope), before, "no ledger entry, no audit entry");
-    }
-    const human = runOats(["--scope", scope, "approve", "capture", "demo.typo", EXEC, "--reason", "typo"]);
-    assert.match(human.stderr, /retained nowhere in this scope; the same digest is retained as capture demo\.y/);
-    assert.match(human.stderr.split("\n")[1]!, /repeat with --force/);
-  });
+  test(
+    "a mistyped key or digest: artifact-not-found (exit 3, reason " +
+      "not-retained), naming where the digest is retained; nothing written, " +
+      "nothing audited",
+    () => {
+      const scope = scopeWithCapture();
+      for (const [key, integrity, elsewhere] of [
+        ["demo.typo", EXEC, [{ kind: "capture", key: "demo.y" }]],
+        ["demo.y", OTHER, []],
+      ] as const) {
+        const before = snapshotTree(scope);
+        const run = json(["--scope", scope, "approve", "capture", key, integrity, "--reason", "typo"]);
+        assert.equal(run.status, 3, JSON.stringify(run.envelope));
+        assert.equal(run.envelope.error!.code, "artifact-not-found");
+        assert.equal(run.envelope.error!.details["reason"], "not-retained");
+        assert.deepEqual(
+          run.envelope.error!.details["elsewhere"].map((row: { kind: string; key: string }) => ({
+            kind: row.kind,
+            key: row.key,
+          })),
+          elsewhere,
+        );
+        assert.deepEqual(snapshotTree(scope), before, "no ledger entry, no audit entry");
+      }
+      const human = runOats(["--scope", scope, "approve", "capture", "demo.typo", EXEC, "--reason", "typo"]);
+      assert.match(human.stderr, /retained nowhere in this scope; the same digest is retained as capture demo\.y/);
+      assert.match(human.stderr.split("\n")[1]!, /repeat with --force/);
+    },
+  );
 
   test("--force approves ahead of retention, and says so", () => {
     const scope = scopeWithCapture();
@@ -62,13 +79,26 @@ describe("approve: a tree retained nowhere in the scope is refused unless --forc
     assert.equal(run.envelope.result!["retained"], null);
     assert.equal(run.envelope.result!["forced"], true);
     assert.equal(run.envelope.result!["entry"]["subject"]["key"], "demo.later");
-    const human = runOats(["--scope", scope, "approve", "capture", "demo.later2", OTHER, "--reason", "ahead", "--force"]);
+    const human = runOats([
+      "--scope",
+      scope,
+      "approve",
+      "capture",
+      "demo.later2",
+      OTHER,
+      "--reason",
+      "ahead",
+      "--force",
+    ]);
     assert.match(human.stdout, /not retained in this scope: approved ahead of retention \(--force\)/);
   });
 
   test("a capability retained under its lock's legacy name only counts as retained for its exec digest", () => {
     const scope = tempDir("oats-decide-");
-    assert.equal(runOats(["--scope", scope, "retain", FIXTURE_PAYLOAD, "--id", "demo.hello", "--lock", FIXTURE_LOCK]).status, 0);
+    assert.equal(
+      runOats(["--scope", scope, "retain", FIXTURE_PAYLOAD, "--id", "demo.hello", "--lock", FIXTURE_LOCK]).status,
+      0,
+    );
     const run = json(["--scope", scope, "approve", "capability", "demo.hello", EXEC, "--reason", "locked tree"]);
     assert.equal(run.status, 0, JSON.stringify(run.envelope));
     assert.match(run.envelope.result!["retained"], /\/demo\.hello\/sha256-a79c/);
@@ -101,7 +131,10 @@ describe("revoke: a subject never approved is refused unless --force", () => {
     assert.equal(run.envelope.error!.code, "invalid-input");
     assert.equal(run.envelope.error!.details["reason"], "never-approved");
     assert.deepEqual(snapshotTree(scope), before);
-    assert.match(runOats(["--scope", scope, "revoke", "capture", "demo.y", EXEC, "--reason", "typo"]).stderr.split("\n")[1]!, /repeat with --force/);
+    assert.match(
+      runOats(["--scope", scope, "revoke", "capture", "demo.y", EXEC, "--reason", "typo"]).stderr.split("\n")[1]!,
+      /repeat with --force/,
+    );
     const forced = json(["--scope", scope, "revoke", "capture", "demo.y", EXEC, "--reason", "pre-emptive", "--force"]);
     assert.equal(forced.status, 0, forced.stderr);
     assert.equal(forced.envelope.result!["revokes"], null);

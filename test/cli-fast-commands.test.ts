@@ -32,7 +32,12 @@ async function answer(program: Main, argv: string[]): Promise<Answer> {
   const json = (terminator === -1 ? argv : argv.slice(0, terminator)).includes("--json");
   let out = "";
   let err = "";
-  const code = await program(argv, { json, writeOut: (text) => void (out += text), writeErr: (text) => void (err += text), env: { ...process.env, OATS_SCOPE: "" } });
+  const code = await program(argv, {
+    json,
+    writeOut: (text) => void (out += text),
+    writeErr: (text) => void (err += text),
+    env: { ...process.env, OATS_SCOPE: "" },
+  });
   return { code, out, err };
 }
 
@@ -43,11 +48,30 @@ describe("a command's own program answers as the whole program does", () => {
 
   before(() => {
     scope = tempDir("oats-fast-");
-    const retained = runOats(["--scope", scope, "retain", "--lock", FIXTURE_LOCK, FIXTURE_PAYLOAD, "--id", "demo.hello"]);
+    const retained = runOats([
+      "--scope",
+      scope,
+      "retain",
+      "--lock",
+      FIXTURE_LOCK,
+      FIXTURE_PAYLOAD,
+      "--id",
+      "demo.hello",
+    ]);
     assert.equal(retained.status, 0, retained.stderr);
     // A stored revision with one file changed behind oats's back: verify refuses it as a mismatch.
     damaged = tempDir("oats-fast-damaged-");
-    const kept = runOats(["--scope", damaged, "--json", "retain", "--lock", FIXTURE_LOCK, FIXTURE_PAYLOAD, "--id", "demo.hello"]);
+    const kept = runOats([
+      "--scope",
+      damaged,
+      "--json",
+      "retain",
+      "--lock",
+      FIXTURE_LOCK,
+      FIXTURE_PAYLOAD,
+      "--id",
+      "demo.hello",
+    ]);
     assert.equal(kept.status, 0, kept.stderr);
     const dir = (JSON.parse(kept.stdout) as { result: { dir: string } }).result.dir;
     const file = readdirSync(dir, { recursive: true, withFileTypes: true }).find((entry) => entry.isFile())!;
@@ -108,7 +132,8 @@ describe("a command's own program answers as the whole program does", () => {
   }
 
   test("every verify command line: the same exit code, stdout and stderr from verify's own program", async () => {
-    // The lines reach success, the missing, invalid and mismatch refusals and usage errors: the comparison saw each way out.
+    // The lines reach success, the missing, invalid and mismatch refusals and usage errors: the comparison saw each
+    // way out.
     assert.deepEqual(await compared(verifyLines(), "verify", verifyMain), [0, 2, 3, 4, 5]);
   });
 
@@ -117,7 +142,10 @@ describe("a command's own program answers as the whole program does", () => {
   });
 
   test("help is the answer that differs, which is why fastCommandOf keeps it for the whole program", async () => {
-    for (const argv of [["--help", "verify"], ["-h", "digest", FIXTURE_PAYLOAD]]) {
+    for (const argv of [
+      ["--help", "verify"],
+      ["-h", "digest", FIXTURE_PAYLOAD],
+    ]) {
       const own = argv.includes("verify") ? verifyMain : digestMain;
       const whole = await answer(main, argv);
       assert.equal(whole.code, 0);

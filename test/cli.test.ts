@@ -10,7 +10,16 @@ import { join } from "node:path";
 import { describe, test } from "node:test";
 import { sourceIdentityKey } from "../src/retention/index.js";
 import { hostTag } from "../src/retention/store/layout.js";
-import { FIXTURE_LOCK, FIXTURE_PAYLOAD, REPO, fixtureCopy, makeVectorTree, runOats, snapshotTree, tempDir } from "./helpers.js";
+import {
+  FIXTURE_LOCK,
+  FIXTURE_PAYLOAD,
+  REPO,
+  fixtureCopy,
+  makeVectorTree,
+  runOats,
+  snapshotTree,
+  tempDir,
+} from "./helpers.js";
 
 const LEGACY = "sha256-a79ca625eee1167f6d71dc500d966693a57225fa92e0bb5187973f3ca7695814";
 const EXEC = "sha256-82f8a3ffa30e6a05a161d469ff412e364cf55bfd02e74bc6114810f9c95c2a45";
@@ -31,11 +40,20 @@ function runJson(args: string[], options: Parameters<typeof runOats>[1] = {}) {
   assert.doesNotMatch(run.stdout, /^\s|\s\n$/, "compact JSON");
   const envelope = JSON.parse(run.stdout) as Envelope;
   assert.equal(envelope.schemaVersion, 1);
-  assert.deepEqual(Object.keys(envelope), envelope.ok ? ["schemaVersion", "ok", "command", "result"] : ["schemaVersion", "ok", "command", "error"]);
+  assert.deepEqual(
+    Object.keys(envelope),
+    envelope.ok ? ["schemaVersion", "ok", "command", "result"] : ["schemaVersion", "ok", "command", "error"],
+  );
   return { ...run, envelope };
 }
 
-function expectRefusal(args: string[], code: string, kind: string, exit: number, options: Parameters<typeof runOats>[1] = {}) {
+function expectRefusal(
+  args: string[],
+  code: string,
+  kind: string,
+  exit: number,
+  options: Parameters<typeof runOats>[1] = {},
+) {
   const run = runJson(args, options);
   assert.equal(run.status, exit, run.stdout + run.stderr);
   assert.equal(run.envelope.ok, false);
@@ -104,7 +122,14 @@ describe("JSON envelope on success", () => {
     assert.equal(byLock.envelope.result!["status"], "verified");
     assert.equal(byLock.envelope.result!["dir"], dir);
 
-    const byIntegrity = runJson(["verify", "demo.hello", "--integrity", `oats.tree-legacy.v0:${LEGACY}`, "--scope", scope]);
+    const byIntegrity = runJson([
+      "verify",
+      "demo.hello",
+      "--integrity",
+      `oats.tree-legacy.v0:${LEGACY}`,
+      "--scope",
+      scope,
+    ]);
     assert.equal(byIntegrity.status, 0);
     assert.deepEqual(byIntegrity.envelope.result!["execIntegrity"], { format: "oats.tree-exec.v1", value: EXEC });
 
@@ -117,7 +142,15 @@ describe("JSON envelope on success", () => {
     const ls = runJson(["--scope", scope, "ls"]);
     assert.equal(ls.status, 0);
     assert.equal(ls.envelope.command, "ls");
-    assert.deepEqual(ls.envelope.result!["revisions"], [{ kind: "capability", key: "demo.hello", integrity: { format: "oats.tree-legacy.v0", value: LEGACY }, dir, size: { files: 5, bytes: 800 } }]);
+    assert.deepEqual(ls.envelope.result!["revisions"], [
+      {
+        kind: "capability",
+        key: "demo.hello",
+        integrity: { format: "oats.tree-legacy.v0", value: LEGACY },
+        dir,
+        size: { files: 5, bytes: 800 },
+      },
+    ]);
 
     const fsck = runJson(["--scope", scope, "fsck"]);
     assert.equal(fsck.status, 0);
@@ -135,7 +168,11 @@ describe("JSON envelope on success", () => {
   test("cleanup removes a crashed publisher's staging and reports it", () => {
     const { scope } = retainedFixture();
     const dead = spawnSync(process.execPath, ["-e", "0"]).pid!;
-    const staging = join(realpathSync(scope), ".agents/capabilities/artifacts/demo.hello", `.staging-${hostTag()}-${dead}-0123456789ab`);
+    const staging = join(
+      realpathSync(scope),
+      ".agents/capabilities/artifacts/demo.hello",
+      `.staging-${hostTag()}-${dead}-0123456789ab`,
+    );
     mkdirSync(staging);
     writeFileSync(join(staging, "partial"), "x");
     const run = runJson(["--scope", scope, "cleanup"]);
@@ -156,7 +193,16 @@ describe("JSON envelope on success", () => {
     assert.ok(existsSync(join(scope, ".agents/sources/artifacts", key, "tree-exec-v1", EXEC)));
 
     for (const id of [identity, key]) {
-      const verify = runJson(["--scope", scope, "verify", id, "--kind", "source", "--integrity", `oats.tree-exec.v1:${EXEC}`]);
+      const verify = runJson([
+        "--scope",
+        scope,
+        "verify",
+        id,
+        "--kind",
+        "source",
+        "--integrity",
+        `oats.tree-exec.v1:${EXEC}`,
+      ]);
       assert.equal(verify.status, 0, verify.stdout);
       assert.equal(verify.envelope.result!["key"], key);
     }
@@ -164,11 +210,27 @@ describe("JSON envelope on success", () => {
 
   test("retain --expect checks the tree-exec integrity of a capture", () => {
     const scope = tempDir("oats-cli-");
-    const ok = runJson(["--scope", scope, "retain", FIXTURE_PAYLOAD, "--kind", "capture", "--id", "nightly", "--expect", `oats.tree-exec.v1:${EXEC}`]);
+    const ok = runJson([
+      "--scope",
+      scope,
+      "retain",
+      FIXTURE_PAYLOAD,
+      "--kind",
+      "capture",
+      "--id",
+      "nightly",
+      "--expect",
+      `oats.tree-exec.v1:${EXEC}`,
+    ]);
     assert.equal(ok.status, 0, ok.stdout);
     assert.equal(ok.envelope.result!["kind"], "capture");
     const wrong = `oats.tree-exec.v1:sha256-${"0".repeat(64)}`;
-    const refused = expectRefusal(["--scope", scope, "retain", FIXTURE_PAYLOAD, "--kind", "capture", "--id", "other", "--expect", wrong], "integrity-mismatch", "mismatch", 5);
+    const refused = expectRefusal(
+      ["--scope", scope, "retain", FIXTURE_PAYLOAD, "--kind", "capture", "--id", "other", "--expect", wrong],
+      "integrity-mismatch",
+      "mismatch",
+      5,
+    );
     assert.equal(refused.envelope.error!.details["reason"], "source-differs");
   });
 
@@ -185,7 +247,12 @@ describe("typed refusals", () => {
     const { scope, dir } = retainedFixture();
     appendFileSync(join(dir, "oats.json"), "x");
     const before = snapshotTree(scope);
-    const run = expectRefusal(["--scope", scope, "verify", "demo.hello", "--lock", FIXTURE_LOCK], "integrity-mismatch", "mismatch", 5);
+    const run = expectRefusal(
+      ["--scope", scope, "verify", "demo.hello", "--lock", FIXTURE_LOCK],
+      "integrity-mismatch",
+      "mismatch",
+      5,
+    );
     assert.equal(run.envelope.command, "verify");
     assert.equal(run.envelope.error!.details["expected"], LEGACY);
     assert.match(String(run.envelope.error!.details["actual"]), /^sha256-[0-9a-f]{64}$/);
@@ -213,23 +280,48 @@ describe("typed refusals", () => {
 
   test("nothing retained: artifact-not-found, exit 3", () => {
     const scope = tempDir("oats-cli-");
-    const run = expectRefusal(["--scope", scope, "verify", "demo.hello", "--integrity", LEGACY], "artifact-not-found", "missing", 3);
+    const run = expectRefusal(
+      ["--scope", scope, "verify", "demo.hello", "--integrity", LEGACY],
+      "artifact-not-found",
+      "missing",
+      3,
+    );
     assert.equal(run.envelope.error!.details["expected"], LEGACY);
   });
 
   test("an invalid id: invalid-artifact-reference, exit 4, nothing created", () => {
     for (const id of ["../x", "X", "a/b"]) {
       const scope = tempDir("oats-cli-");
-      expectRefusal(["--scope", scope, "retain", FIXTURE_PAYLOAD, "--id", id, "--lock", FIXTURE_LOCK], "invalid-artifact-reference", "invalid", 4);
-      expectRefusal(["--scope", scope, "retain", FIXTURE_PAYLOAD, "--id", id, "--kind", "capture"], "invalid-artifact-reference", "invalid", 4);
-      expectRefusal(["--scope", scope, "verify", id, "--integrity", LEGACY], "invalid-artifact-reference", "invalid", 4);
+      expectRefusal(
+        ["--scope", scope, "retain", FIXTURE_PAYLOAD, "--id", id, "--lock", FIXTURE_LOCK],
+        "invalid-artifact-reference",
+        "invalid",
+        4,
+      );
+      expectRefusal(
+        ["--scope", scope, "retain", FIXTURE_PAYLOAD, "--id", id, "--kind", "capture"],
+        "invalid-artifact-reference",
+        "invalid",
+        4,
+      );
+      expectRefusal(
+        ["--scope", scope, "verify", id, "--integrity", LEGACY],
+        "invalid-artifact-reference",
+        "invalid",
+        4,
+      );
       assert.deepEqual(snapshotTree(scope), [], "nothing created for a refused request");
     }
   });
 
   test("an abbreviated integrity: invalid-artifact-reference, exit 4", () => {
     const scope = tempDir("oats-cli-");
-    expectRefusal(["--scope", scope, "path", "demo.hello", LEGACY.slice(0, 20)], "invalid-artifact-reference", "invalid", 4);
+    expectRefusal(
+      ["--scope", scope, "path", "demo.hello", LEGACY.slice(0, 20)],
+      "invalid-artifact-reference",
+      "invalid",
+      4,
+    );
   });
 
   const usageCases: [string, string[], RegExp][] = [
@@ -239,9 +331,17 @@ describe("typed refusals", () => {
     ["no command", [], /command is required/],
     ["a missing required argument", ["verify"], /missing required argument 'id'/],
     ["a missing required option", ["retain", FIXTURE_PAYLOAD], /required option '--id <id>'/],
-    ["both --integrity and --lock", ["verify", "demo.hello", "--integrity", LEGACY, "--lock", FIXTURE_LOCK], /--integrity and --lock/],
+    [
+      "both --integrity and --lock",
+      ["verify", "demo.hello", "--integrity", LEGACY, "--lock", FIXTURE_LOCK],
+      /--integrity and --lock/,
+    ],
     ["neither --integrity nor --lock", ["verify", "demo.hello"], /--integrity and --lock/],
-    ["--lock with another kind", ["retain", FIXTURE_PAYLOAD, "--id", "x", "--kind", "capture", "--lock", FIXTURE_LOCK], /--lock/],
+    [
+      "--lock with another kind",
+      ["retain", FIXTURE_PAYLOAD, "--id", "x", "--kind", "capture", "--lock", FIXTURE_LOCK],
+      /--lock/,
+    ],
     ["an unknown kind", ["verify", "x", "--kind", "nope", "--integrity", LEGACY], /nope/],
     ["an unknown digest format", ["digest", FIXTURE_PAYLOAD, "--format", "md5"], /md5/],
     ["too many arguments", ["path", "a", "b", "c"], /too many arguments/],
@@ -286,7 +386,13 @@ describe("human mode", () => {
     appendFileSync(join(dir, "oats.json"), "x");
     const run = runOats(["--scope", scope, "verify", "demo.hello", "--lock", FIXTURE_LOCK]);
     assert.equal(run.status, 5);
-    assert.match(run.stderr, /^oats: integrity-mismatch: capability demo\.hello: expected .*\nthe stored revision is damaged or the expected digest is wrong; it was not repaired\..*\n$/);
+    assert.match(
+      run.stderr,
+      new RegExp(
+        String.raw`^oats: integrity-mismatch: capability demo\.hello: expected .*\n` +
+          String.raw`the stored revision is damaged or the expected digest is wrong; it was not repaired\..*\n$`,
+      ),
+    );
   });
 
   test("results are short lines on stdout; --quiet keeps only the essential one", () => {
@@ -306,7 +412,9 @@ describe("human mode", () => {
 describe("--scope", () => {
   test("defaults to $OATS_SCOPE", () => {
     const scope = tempDir("oats-env-");
-    const run = runOats(["retain", FIXTURE_PAYLOAD, "--id", "demo.hello", "--lock", FIXTURE_LOCK, "--json"], { env: { OATS_SCOPE: scope } });
+    const run = runOats(["retain", FIXTURE_PAYLOAD, "--id", "demo.hello", "--lock", FIXTURE_LOCK, "--json"], {
+      env: { OATS_SCOPE: scope },
+    });
     assert.equal(run.status, 0, run.stdout);
     assert.ok(existsSync(join(scope, ".agents/capabilities/artifacts/demo.hello", LEGACY)));
     const ls = runJson(["ls"], { env: { OATS_SCOPE: scope } });
@@ -316,7 +424,10 @@ describe("--scope", () => {
   test("an explicit --scope wins over $OATS_SCOPE", () => {
     const env = tempDir("oats-env-");
     const explicit = tempDir("oats-explicit-");
-    const run = runJson(["--scope", explicit, "retain", FIXTURE_PAYLOAD, "--id", "demo.hello", "--lock", FIXTURE_LOCK], { env: { OATS_SCOPE: env } });
+    const run = runJson(
+      ["--scope", explicit, "retain", FIXTURE_PAYLOAD, "--id", "demo.hello", "--lock", FIXTURE_LOCK],
+      { env: { OATS_SCOPE: env } },
+    );
     assert.equal(run.status, 0);
     assert.ok(existsSync(join(explicit, ".agents")));
     assert.equal(existsSync(join(env, ".agents")), false);
@@ -324,7 +435,10 @@ describe("--scope", () => {
 
   test("without either, the working directory", () => {
     const cwd = tempDir("oats-cwd-");
-    const run = runJson(["retain", FIXTURE_PAYLOAD, "--id", "demo.hello", "--lock", FIXTURE_LOCK], { cwd, env: { OATS_SCOPE: "" } });
+    const run = runJson(["retain", FIXTURE_PAYLOAD, "--id", "demo.hello", "--lock", FIXTURE_LOCK], {
+      cwd,
+      env: { OATS_SCOPE: "" },
+    });
     assert.equal(run.status, 0, run.stdout);
     assert.ok(existsSync(join(cwd, ".agents/capabilities/artifacts/demo.hello", LEGACY)));
   });
@@ -350,7 +464,12 @@ describe("--scope", () => {
   test("a scope that is a file is invalid-artifact-store (exit 4)", () => {
     const file = join(tempDir(), "scope-file");
     writeFileSync(file, "x");
-    const run = expectRefusal(["--scope", file, "verify", "demo.hello", "--integrity", LEGACY], "invalid-artifact-store", "invalid", 4);
+    const run = expectRefusal(
+      ["--scope", file, "verify", "demo.hello", "--integrity", LEGACY],
+      "invalid-artifact-store",
+      "invalid",
+      4,
+    );
     assert.equal(run.envelope.error!.details["reason"], "scope-not-a-directory");
   });
 });
@@ -360,12 +479,21 @@ describe("oats digest", () => {
     const tree = makeVectorTree(join(tempDir(), "t"));
     const exec = runOats(["digest", tree]);
     assert.equal(exec.status, 0, exec.stderr);
-    assert.equal(exec.stdout, "oats.tree-exec.v1:sha256-d9cbed1fc235b8c4d7a37df9f882cbce8156ecd5e1c706260414385e3bcf6422\n");
+    assert.equal(
+      exec.stdout,
+      "oats.tree-exec.v1:sha256-d9cbed1fc235b8c4d7a37df9f882cbce8156ecd5e1c706260414385e3bcf6422\n",
+    );
     const legacy = runOats(["digest", tree, "--format", "oats.tree-legacy.v0"]);
     assert.equal(legacy.status, 0);
-    assert.equal(legacy.stdout, "oats.tree-legacy.v0:sha256-11069eff8ab56c6e67ad72ac7d88a77764601caedb91c39739cf6ac05afedb50\n");
+    assert.equal(
+      legacy.stdout,
+      "oats.tree-legacy.v0:sha256-11069eff8ab56c6e67ad72ac7d88a77764601caedb91c39739cf6ac05afedb50\n",
+    );
     const json = runJson(["digest", tree, "--format", "oats.tree-legacy.v0"]);
-    assert.deepEqual(json.envelope.result!["integrity"], { format: "oats.tree-legacy.v0", value: "sha256-11069eff8ab56c6e67ad72ac7d88a77764601caedb91c39739cf6ac05afedb50" });
+    assert.deepEqual(json.envelope.result!["integrity"], {
+      format: "oats.tree-legacy.v0",
+      value: "sha256-11069eff8ab56c6e67ad72ac7d88a77764601caedb91c39739cf6ac05afedb50",
+    });
   });
 
   test("touches no store", () => {
@@ -387,11 +515,7 @@ describe("progress", () => {
   test("never appears on stderr when stderr is not a TTY", () => {
     const scope = tempDir("oats-cli-");
     const source = bigTree();
-    for (const args of [
-      ["retain", source, "--id", "big", "--kind", "capture"],
-      ["digest", source],
-      ["fsck"],
-    ]) {
+    for (const args of [["retain", source, "--id", "big", "--kind", "capture"], ["digest", source], ["fsck"]]) {
       const run = runOats(["--scope", scope, ...args]);
       assert.equal(run.status, 0, run.stderr);
       assert.equal(run.stderr, "", `no progress for ${args[0]}`);
@@ -402,14 +526,21 @@ describe("progress", () => {
   });
 
   const script = spawnSync("script", ["--version"], { encoding: "utf8" });
-  test("appears on a terminal, and is silenced by --quiet and --json", { skip: script.status !== 0 && "util-linux `script` is not available" }, () => {
+  test("appears on a terminal, and is silenced by --quiet and --json", {
+    skip: script.status !== 0 && "util-linux `script` is not available",
+  }, () => {
     const scope = tempDir("oats-cli-");
     const source = bigTree();
     const onTty = (args: string[]) => {
-      const command = [process.execPath, join(REPO, "dist/cli/bin.js"), "--scope", scope, ...args].map((arg) => `'${arg}'`).join(" ");
+      const command = [process.execPath, join(REPO, "dist/cli/bin.js"), "--scope", scope, ...args]
+        .map((arg) => `'${arg}'`)
+        .join(" ");
       return spawnSync("script", ["-qec", command, "/dev/null"], { encoding: "utf8" }).stdout;
     };
-    assert.match(onTty(["retain", source, "--id", "big", "--kind", "capture"]), /\r\x1b\[2Koats: retain big: read-copy {2}files \d+\/\d+ {2}[0-9.]+ (B|KiB|MiB)/);
+    assert.match(
+      onTty(["retain", source, "--id", "big", "--kind", "capture"]),
+      /\r\x1b\[2Koats: retain big: read-copy {2}files \d+\/\d+ {2}[0-9.]+ (B|KiB|MiB)/,
+    );
     assert.doesNotMatch(onTty(["--quiet", "retain", source, "--id", "big2", "--kind", "capture"]), /oats: retain/);
     assert.doesNotMatch(onTty(["--json", "retain", source, "--id", "big3", "--kind", "capture"]), /oats: retain/);
   });

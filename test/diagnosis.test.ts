@@ -34,33 +34,64 @@ async function refusal(scope: string, receipt: { kind: string; key: string; inte
 }
 
 const damages: [string, (dir: string) => void, { path: string; change: string }][] = [
-  ["a byte changed", (dir) => writeFileSync(join(dir, "skills/greeting.md"), "# Greeting\n\nSay hellO before anything else.\n"), { path: "skills/greeting.md", change: "content" }],
+  [
+    "a byte changed",
+    (dir) => writeFileSync(join(dir, "skills/greeting.md"), "# Greeting\n\nSay hellO before anything else.\n"),
+    { path: "skills/greeting.md", change: "content" },
+  ],
   ["a file added", (dir) => writeFileSync(join(dir, "bin/extra.mjs"), "x"), { path: "bin/extra.mjs", change: "added" }],
   ["a file removed", (dir) => unlinkSync(join(dir, "package.json")), { path: "package.json", change: "removed" }],
-  ["an exec bit flipped", (dir) => chmodSync(join(dir, "bin/hello.mjs"), 0o644), { path: "bin/hello.mjs", change: "exec-bit" }],
-  ["a symlink retargeted", (dir) => { unlinkSync(join(dir, "current.mjs")); symlinkSync("./bin/hello.mjs", join(dir, "current.mjs")); }, { path: "current.mjs", change: "symlink-target" }],
-  ["a symlink replaced by a file", (dir) => { unlinkSync(join(dir, "current.mjs")); writeFileSync(join(dir, "current.mjs"), "x"); }, { path: "current.mjs", change: "type" }],
+  [
+    "an exec bit flipped",
+    (dir) => chmodSync(join(dir, "bin/hello.mjs"), 0o644),
+    { path: "bin/hello.mjs", change: "exec-bit" },
+  ],
+  [
+    "a symlink retargeted",
+    (dir) => {
+      unlinkSync(join(dir, "current.mjs"));
+      symlinkSync("./bin/hello.mjs", join(dir, "current.mjs"));
+    },
+    { path: "current.mjs", change: "symlink-target" },
+  ],
+  [
+    "a symlink replaced by a file",
+    (dir) => {
+      unlinkSync(join(dir, "current.mjs"));
+      writeFileSync(join(dir, "current.mjs"), "x");
+    },
+    { path: "current.mjs", change: "type" },
+  ],
 ];
 
 for (const [what, damage, expected] of damages) {
-  test(`Given a retained revision with ${what}, When it is verified, Then the refusal names the first differing path`, async () => {
-    const { scope, receipt } = await retained();
-    damage(receipt.dir);
-    const error = await refusal(scope, receipt);
-    assert.deepEqual(error.details.firstDifference, expected);
-    assert.match(error.message, new RegExp(`first difference: ${expected.path.replace(".", "\\.")}, ${expected.change}`));
-    assert.equal(error.details.expected, receipt.integrity.value);
-    assert.notEqual(error.details.actual, receipt.integrity.value);
-  });
+  test(
+    `Given a retained revision with ${what}, When it is verified, Then the ` + `refusal names the first differing path`,
+    async () => {
+      const { scope, receipt } = await retained();
+      damage(receipt.dir);
+      const error = await refusal(scope, receipt);
+      assert.deepEqual(error.details.firstDifference, expected);
+      assert.match(
+        error.message,
+        new RegExp(`first difference: ${expected.path.replace(".", "\\.")}, ${expected.change}`),
+      );
+      assert.equal(error.details.expected, receipt.integrity.value);
+      assert.notEqual(error.details.actual, receipt.integrity.value);
+    },
+  );
 }
 
-test("Given a damaged revision without its manifest, When it is verified, Then it is still refused, without a path", async () => {
-  const { scope, receipt } = await retained();
-  writeFileSync(join(receipt.dir, "skills/greeting.md"), "tampered");
-  rmSync(manifestPath(receipt.dir));
-  const error = await refusal(scope, receipt);
-  assert.equal(error.details.firstDifference, undefined);
-});
+test(
+  "Given a damaged revision without its manifest, When it is verified, " + "Then it is still refused, without a path",
+  async () => {
+    const { scope, receipt } = await retained();
+    writeFileSync(join(receipt.dir, "skills/greeting.md"), "tampered");
+    rmSync(manifestPath(receipt.dir));
+    const error = await refusal(scope, receipt);
+    assert.equal(error.details.firstDifference, undefined);
+  },
+);
 
 test("Given a malformed manifest, When a damaged revision is verified, Then it is refused without a path", async () => {
   const { scope, receipt } = await retained();
@@ -70,21 +101,31 @@ test("Given a malformed manifest, When a damaged revision is verified, Then it i
   assert.equal(error.details.firstDifference, undefined);
 });
 
-test("Given a manifest rewritten to match a damaged tree, When it is verified, Then the digest still decides: refused", async () => {
-  const { scope, receipt } = await retained();
-  writeFileSync(join(receipt.dir, "skills/greeting.md"), "tampered");
-  const rows = new ManifestBuilder();
-  await digestListing(await walkTree(receipt.dir), [], { sink: rows, sinkOrder: "bytes" });
-  writeFileSync(manifestPath(receipt.dir), canonicalJsonBytes({ schemaVersion: 1, rows: rows.rows }));
-  const error = await refusal(scope, receipt);
-  assert.equal(error.details.firstDifference, undefined);
-});
+test(
+  "Given a manifest rewritten to match a damaged tree, When it is " +
+    "verified, Then the digest still decides: refused",
+  async () => {
+    const { scope, receipt } = await retained();
+    writeFileSync(join(receipt.dir, "skills/greeting.md"), "tampered");
+    const rows = new ManifestBuilder();
+    await digestListing(await walkTree(receipt.dir), [], { sink: rows, sinkOrder: "bytes" });
+    writeFileSync(manifestPath(receipt.dir), canonicalJsonBytes({ schemaVersion: 1, rows: rows.rows }));
+    const error = await refusal(scope, receipt);
+    assert.equal(error.details.firstDifference, undefined);
+  },
+);
 
-test("Given an intact revision, When it is verified, Then its manifest lists every leaf with content digests", async () => {
-  const { scope, receipt } = await retained();
-  assert.equal((await verifyTree(scope, receipt)).status, "verified");
-  const rows = new ManifestBuilder();
-  await digestListing(await walkTree(receipt.dir), [], { sink: rows, sinkOrder: "bytes" });
-  assert.deepEqual(JSON.parse((await import("node:fs")).readFileSync(manifestPath(receipt.dir), "utf8")).rows, rows.rows);
-  assert.ok(rows.rows.some((row) => row.type === "symlink" && row.path === "current.mjs"));
-});
+test(
+  "Given an intact revision, When it is verified, Then its manifest lists " + "every leaf with content digests",
+  async () => {
+    const { scope, receipt } = await retained();
+    assert.equal((await verifyTree(scope, receipt)).status, "verified");
+    const rows = new ManifestBuilder();
+    await digestListing(await walkTree(receipt.dir), [], { sink: rows, sinkOrder: "bytes" });
+    assert.deepEqual(
+      JSON.parse((await import("node:fs")).readFileSync(manifestPath(receipt.dir), "utf8")).rows,
+      rows.rows,
+    );
+    assert.ok(rows.rows.some((row) => row.type === "symlink" && row.path === "current.mjs"));
+  },
+);

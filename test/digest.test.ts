@@ -6,7 +6,18 @@
  */
 import { spawn, execFileSync, type ChildProcess } from "node:child_process";
 import { createHash, randomBytes } from "node:crypto";
-import { chmodSync, lstatSync, mkdirSync, readFileSync, readdirSync, readlinkSync, rmSync, symlinkSync, unlinkSync, writeFileSync } from "node:fs";
+import {
+  chmodSync,
+  lstatSync,
+  mkdirSync,
+  readFileSync,
+  readdirSync,
+  readlinkSync,
+  rmSync,
+  symlinkSync,
+  unlinkSync,
+  writeFileSync,
+} from "node:fs";
 import { createServer } from "node:net";
 import { join } from "node:path";
 import { describe, test } from "node:test";
@@ -44,11 +55,16 @@ function checkRefusal(error: unknown, code: string, details: Record<string, unkn
   assert.ok(error instanceof OatsError, `expected an OatsError, got ${String(error)}`);
   assert.equal(error.code, code, `code (message: ${error.message})`);
   assert.equal(error.kind, CONTRACT_KIND[code], "kind");
-  for (const [key, value] of Object.entries(details)) assert.deepEqual(error.details[key], value, `details.${key} (message: ${error.message})`);
+  for (const [key, value] of Object.entries(details))
+    assert.deepEqual(error.details[key], value, `details.${key} (message: ${error.message})`);
   return true;
 }
 
-async function rejectsWith(promise: Promise<unknown>, code: string, details: Record<string, unknown> = {}): Promise<void> {
+async function rejectsWith(
+  promise: Promise<unknown>,
+  code: string,
+  details: Record<string, unknown> = {},
+): Promise<void> {
   await assert.rejects(promise, (error) => checkRefusal(error, code, details));
 }
 
@@ -88,8 +104,19 @@ function refLegacy(root: string): string {
       const path = rel === "" ? name : `${rel}/${name}`;
       const stats = lstatSync(absolute);
       if (stats.isDirectory()) visit(absolute, path);
-      else if (stats.isSymbolicLink()) hash.update(Buffer.concat([Buffer.from(path), Buffer.from("\0symlink\0"), Buffer.from(readlinkSync(absolute)), Buffer.from("\0")]));
-      else if (stats.isFile()) hash.update(Buffer.concat([Buffer.from(path), Buffer.from("\0file\0"), readFileSync(absolute), Buffer.from("\0")]));
+      else if (stats.isSymbolicLink())
+        hash.update(
+          Buffer.concat([
+            Buffer.from(path),
+            Buffer.from("\0symlink\0"),
+            Buffer.from(readlinkSync(absolute)),
+            Buffer.from("\0"),
+          ]),
+        );
+      else if (stats.isFile())
+        hash.update(
+          Buffer.concat([Buffer.from(path), Buffer.from("\0file\0"), readFileSync(absolute), Buffer.from("\0")]),
+        );
       else throw new Error(`reference: special file ${path}`);
     }
   };
@@ -126,7 +153,9 @@ function refExecLike(format: string, leaves: RefLeaf[]): string {
     } else if (stats.isFile()) {
       const content = readFileSync(leaf.absolute);
       const exec = stats.mode & 0o100 ? 1 : 0;
-      hash.update(Buffer.concat([Buffer.from("F"), u64(path.length), path, Buffer.from([exec]), u64(content.length), content]));
+      hash.update(
+        Buffer.concat([Buffer.from("F"), u64(path.length), path, Buffer.from([exec]), u64(content.length), content]),
+      );
     } else throw new Error(`reference: special file ${leaf.path}`);
   }
   return `sha256-${hash.digest("hex")}`;
@@ -135,7 +164,10 @@ function refExecLike(format: string, leaves: RefLeaf[]): string {
 function refDigests(root: string): Record<TreeFormat, string> {
   return {
     [TREE_LEGACY]: refLegacy(root),
-    [TREE_EXEC]: refExecLike(TREE_EXEC, refLeaves(root, () => false)),
+    [TREE_EXEC]: refExecLike(
+      TREE_EXEC,
+      refLeaves(root, () => false),
+    ),
     [PACKAGE_PAYLOAD_EXEC]: refExecLike(
       PACKAGE_PAYLOAD_EXEC,
       refLeaves(root, (name, atRoot) => name === "node_modules" || (atRoot && name === "oats-lock.json")),
@@ -207,14 +239,35 @@ describe("vectors (vectors/README.md)", () => {
     assert.equal(canonicalJson(value), expected);
     assert.deepEqual(canonicalJsonBytes(value), Buffer.from(expected, "utf8"));
     assert.equal(jsonDigest(value), "sha256-0addcae5a30c31ca65479d6dd21891fa391958fbab5b1086f3557f965b23d2d9");
-    assert.equal(bytesDigest(Buffer.from(expected, "utf8")), "sha256-0addcae5a30c31ca65479d6dd21891fa391958fbab5b1086f3557f965b23d2d9");
+    assert.equal(
+      bytesDigest(Buffer.from(expected, "utf8")),
+      "sha256-0addcae5a30c31ca65479d6dd21891fa391958fbab5b1086f3557f965b23d2d9",
+    );
   });
 });
 
 describe("own trees against the reference implementation", () => {
   test("non-ASCII names and names whose collation and byte order differ", async () => {
     const dir = join(tempDir(), "names");
-    for (const name of ["B", "a-b", "a-c", "_x", "Z", "z", "é.txt", "f.txt", "e.txt", "😀", "Ä", "10", "9", ".hidden", "A.md", "a.md"]) put(dir, name);
+    for (const name of [
+      "B",
+      "a-b",
+      "a-c",
+      "_x",
+      "Z",
+      "z",
+      "é.txt",
+      "f.txt",
+      "e.txt",
+      "😀",
+      "Ä",
+      "10",
+      "9",
+      ".hidden",
+      "A.md",
+      "a.md",
+    ])
+      put(dir, name);
     put(dir, "a/b");
     put(dir, "日本/語.md");
     put(dir, "日本/a.md");
@@ -236,7 +289,10 @@ describe("own trees against the reference implementation", () => {
     };
     visit(dir, "");
     assert.notDeepEqual(preorder, byBytes);
-    assert.ok(preorder.indexOf("a/b") < preorder.indexOf("a-c") && byBytes.indexOf("a-c") < byBytes.indexOf("a/b"), "a/b vs a-c differ between orders");
+    assert.ok(
+      preorder.indexOf("a/b") < preorder.indexOf("a-c") && byBytes.indexOf("a-c") < byBytes.indexOf("a/b"),
+      "a/b vs a-c differ between orders",
+    );
 
     const digests = await assertMatchesReference(dir);
     rmSync(join(dir, "empty"), { recursive: true });
@@ -320,18 +376,34 @@ describe("own trees against the reference implementation", () => {
     await assertMatchesReference(only);
   });
 
-  test("many small files whose record heads fill the hash's gathering buffer many times over, ASCII and not, executable and not", async () => {
-    // Small records are gathered into 64 KiB before they reach SHA-256 (tree.ts), and ASCII heads are written there directly (exec.ts): every boundary case of that buffer is met here.
-    const dir = join(tempDir(), "many");
-    for (let i = 0; i < 300; i++) {
-      const name = i % 7 === 0 ? `dir-${i % 5}/é-${i}.txt` : i % 11 === 0 ? `dir-${i % 5}/日本-${i}` : `dir-${i % 5}/${"n".repeat(i % 97)}-${i}.js`;
-      put(dir, name, Buffer.alloc(200 + ((i * 37) % 1400), i), i % 3 === 0 ? 0o755 : 0o644);
-    }
-    // Long names and tiny contents: the buffer fills up in the middle of a record head, again and again.
-    for (let i = 0; i < 900; i++) put(dir, `heads/${String(i).padStart(4, "0")}-${"h".repeat(140 + ((i * 13) % 100))}${i % 9 === 0 ? "-ü" : ""}`, "x".repeat(i % 20), i % 2 ? 0o755 : 0o644);
-    put(dir, `long/${"x".repeat(250)}/${"y".repeat(250)}.txt`, "deep\n", 0o755);
-    await assertMatchesReference(dir);
-  });
+  test(
+    "many small files whose record heads fill the hash's gathering buffer " +
+      "many times over, ASCII and not, executable and not",
+    async () => {
+      // Small records are gathered into 64 KiB before they reach SHA-256 (tree.ts), and ASCII heads are written there
+      // directly (exec.ts): every boundary case of that buffer is met here.
+      const dir = join(tempDir(), "many");
+      for (let i = 0; i < 300; i++) {
+        const name =
+          i % 7 === 0
+            ? `dir-${i % 5}/é-${i}.txt`
+            : i % 11 === 0
+              ? `dir-${i % 5}/日本-${i}`
+              : `dir-${i % 5}/${"n".repeat(i % 97)}-${i}.js`;
+        put(dir, name, Buffer.alloc(200 + ((i * 37) % 1400), i), i % 3 === 0 ? 0o755 : 0o644);
+      }
+      // Long names and tiny contents: the buffer fills up in the middle of a record head, again and again.
+      for (let i = 0; i < 900; i++)
+        put(
+          dir,
+          `heads/${String(i).padStart(4, "0")}-${"h".repeat(140 + ((i * 13) % 100))}${i % 9 === 0 ? "-ü" : ""}`,
+          "x".repeat(i % 20),
+          i % 2 ? 0o755 : 0o644,
+        );
+      put(dir, `long/${"x".repeat(250)}/${"y".repeat(250)}.txt`, "deep\n", 0o755);
+      await assertMatchesReference(dir);
+    },
+  );
 
   test("an empty tree", async () => {
     const dir = join(tempDir(), "nothing");
@@ -423,7 +495,12 @@ describe("refusals of the walk", () => {
     put(dir, "a.txt");
     mkdirSync(join(dir, "sub"));
     execFileSync("mkfifo", [join(dir, "sub/pipe")]);
-    for (const format of TREE_FORMATS) await rejectsWith(digestTree(dir, [format]), "invalid-artifact", { path: "sub/pipe", reason: "special-file", type: "FIFO" });
+    for (const format of TREE_FORMATS)
+      await rejectsWith(digestTree(dir, [format]), "invalid-artifact", {
+        path: "sub/pipe",
+        reason: "special-file",
+        type: "FIFO",
+      });
   });
 
   test("a socket is invalid-artifact", async () => {
@@ -445,7 +522,8 @@ describe("refusals of the walk", () => {
     const bad = Buffer.concat([Buffer.from(`${dir}/sub/`), Buffer.from([0xff, 0xfe])]);
     writeFileSync(bad, "x");
     try {
-      for (const format of TREE_FORMATS) await rejectsWith(digestTree(dir, [format]), "invalid-artifact", { reason: "non-utf8-name" });
+      for (const format of TREE_FORMATS)
+        await rejectsWith(digestTree(dir, [format]), "invalid-artifact", { reason: "non-utf8-name" });
       // A directory with that name is refused as well.
       unlinkSync(bad);
       mkdirSync(bad);
@@ -463,7 +541,8 @@ describe("refusals of the walk", () => {
     const dir = join(tempDir(), "latin-link");
     put(dir, "ok.txt");
     symlinkSync(Buffer.from([0x61, 0xc3, 0x28]), join(dir, "bad-link"));
-    for (const format of TREE_FORMATS) await rejectsWith(digestTree(dir, [format]), "invalid-artifact", { reason: "non-utf8-name" });
+    for (const format of TREE_FORMATS)
+      await rejectsWith(digestTree(dir, [format]), "invalid-artifact", { reason: "non-utf8-name" });
   });
 
   test("a missing directory and a file are refused", async () => {
@@ -517,7 +596,11 @@ async function stopWriter(child: ChildProcess): Promise<void> {
 }
 
 /** Run `attempt` against a concurrently modified file until it is refused; a few retries absorb an unlucky schedule. */
-async function refusedUnderConcurrentWrite(file: string, mode: "overwrite" | "append", attempt: () => Promise<unknown>): Promise<OatsError> {
+async function refusedUnderConcurrentWrite(
+  file: string,
+  mode: "overwrite" | "append",
+  attempt: () => Promise<unknown>,
+): Promise<OatsError> {
   let lastOutcome = "";
   for (let round = 0; round < 5; round++) {
     const writer = await startWriter(file, mode);
@@ -543,9 +626,14 @@ describe("a file that changes while it is read", () => {
       put(dir, "a-small.txt");
       put(dir, "big.bin", Buffer.alloc(SIZE, 0x5a));
       put(dir, "z-small.txt");
-      const error = await refusedUnderConcurrentWrite(join(dir, "big.bin"), mode, () => digestTree(dir, [...TREE_FORMATS]));
+      const error = await refusedUnderConcurrentWrite(join(dir, "big.bin"), mode, () =>
+        digestTree(dir, [...TREE_FORMATS]),
+      );
       checkRefusal(error, "invalid-artifact", { path: "big.bin", reason: "changed-while-reading" });
-      assert.ok(["size", "mtime", "ctime", "short read"].includes(String(error.details.changed)), `changed: ${String(error.details.changed)}`);
+      assert.ok(
+        ["size", "mtime", "ctime", "short read"].includes(String(error.details.changed)),
+        `changed: ${String(error.details.changed)}`,
+      );
       if (mode === "overwrite") assert.notEqual(error.details.changed, "size");
     });
   }
@@ -554,10 +642,15 @@ describe("a file that changes while it is read", () => {
     const dir = join(tempDir(), "racy-retain");
     put(dir, "big.bin", Buffer.alloc(SIZE, 0x33));
     const scope = tempDir("oats-scope-");
-    const error = await refusedUnderConcurrentWrite(join(dir, "big.bin"), "overwrite", () => retainTree(scope, { kind: "capture", key: "racy", source: dir }));
+    const error = await refusedUnderConcurrentWrite(join(dir, "big.bin"), "overwrite", () =>
+      retainTree(scope, { kind: "capture", key: "racy", source: dir }),
+    );
     checkRefusal(error, "invalid-artifact", { path: "big.bin", reason: "changed-while-reading" });
     assert.deepEqual(listRetained(scope), []);
-    assert.deepEqual(snapshotTree(scope).filter((row) => row.includes(".staging-") || row.includes("sha256-")), []);
+    assert.deepEqual(
+      snapshotTree(scope).filter((row) => row.includes(".staging-") || row.includes("sha256-")),
+      [],
+    );
   });
 });
 
@@ -618,13 +711,20 @@ describe("canonical JSON (oats.json.v1)", () => {
     ["Date", () => ({ when: new Date(0) })],
     ["Map", () => new Map([["a", 1]])],
     ["Set", () => [new Set([1])]],
-    ["class instance", () => ({ x: new (class Point { x = 1; })() })],
+    [
+      "class instance",
+      () => ({
+        x: new (class Point {
+          x = 1;
+        })(),
+      }),
+    ],
     ["boxed number", () => ({ n: new Number(1) })],
     ["undefined", () => ({ a: undefined })],
     ["function", () => ({ f: () => 1 })],
     ["bigint", () => ({ n: 1n })],
     ["symbol", () => [Symbol("s")]],
-    // eslint-disable-next-line no-sparse-arrays
+    // biome-ignore lint/suspicious/noSparseArray: a hole is the input under test
     ["sparse array (a hole is not a JSON value)", () => [1, , 3]],
   ];
   for (const [name, make] of refusals) {
@@ -645,9 +745,15 @@ describe("parseIntegrity", () => {
 
   test("text form, object form, bare sha256 (legacy)", () => {
     assert.deepEqual(parseIntegrity(`${TREE_EXEC}:sha256-${hex}`), { format: TREE_EXEC, value: `sha256-${hex}` });
-    assert.deepEqual(parseIntegrity(`${PACKAGE_PAYLOAD_EXEC}:sha256-${hex}`), { format: PACKAGE_PAYLOAD_EXEC, value: `sha256-${hex}` });
+    assert.deepEqual(parseIntegrity(`${PACKAGE_PAYLOAD_EXEC}:sha256-${hex}`), {
+      format: PACKAGE_PAYLOAD_EXEC,
+      value: `sha256-${hex}`,
+    });
     assert.deepEqual(parseIntegrity(`oats.json.v1:sha256-${hex}`), { format: "oats.json.v1", value: `sha256-${hex}` });
-    assert.deepEqual(parseIntegrity({ format: TREE_LEGACY, value: `sha256-${hex}` }), { format: TREE_LEGACY, value: `sha256-${hex}` });
+    assert.deepEqual(parseIntegrity({ format: TREE_LEGACY, value: `sha256-${hex}` }), {
+      format: TREE_LEGACY,
+      value: `sha256-${hex}`,
+    });
     assert.deepEqual(parseIntegrity(`sha256-${hex}`), { format: TREE_LEGACY, value: `sha256-${hex}` });
     assert.deepEqual(parseIntegrity(`${TREE_LEGACY}:sha256-${hex}`), parseIntegrity(`sha256-${hex}`));
   });

@@ -33,13 +33,21 @@ describe("evidence delivery to an OCI registry", () => {
     const to = registry.ref("oats/evidence");
     const first = runJson(["--scope", scope, "push", "--to", to]);
     assert.equal(first.status, 0, first.stderr);
-    assert.deepEqual(first.envelope.result!["delivered"].map((entry: { seq: number }) => entry.seq), [1]);
+    assert.deepEqual(
+      first.envelope.result!["delivered"].map((entry: { seq: number }) => entry.seq),
+      [1],
+    );
     // Sealed later: the second is queued by hand, the third only by the push's sweep.
     runs.push(await makeSealedRun(scope, { index: 2 }), await makeSealedRun(scope, { index: 3 }));
     await enqueueSealedRun(scope, runs[1]!.handle);
     const order: number[] = [];
     const real = transportFor(to);
-    const recording: EvidenceTransport = { describe: () => real.describe(), probe: () => real.probe(), readBack: (id) => real.readBack(id), put: async (bundle) => (order.push(bundle.seq), real.put(bundle)) };
+    const recording: EvidenceTransport = {
+      describe: () => real.describe(),
+      probe: () => real.probe(),
+      readBack: (id) => real.readBack(id),
+      put: async (bundle) => (order.push(bundle.seq), real.put(bundle)),
+    };
     const second = await pushEvidence(scope, { to: recording });
     assert.deepEqual(order, [2, 3]);
     assert.equal(second.alreadyDelivered, 1);
@@ -51,19 +59,43 @@ describe("evidence delivery to an OCI registry", () => {
     const third = await pushEvidence(scope, { to });
     assert.deepEqual(third.delivered, []);
     const listed = runJson(["--scope", scope, "outbox", "ls"]);
-    assert.deepEqual(listed.envelope.result!["entries"].map((entry: { delivered: { to: string }[] }) => entry.delivered.map((mark) => mark.to)), runs.map(() => [real.describe()]));
+    assert.deepEqual(
+      listed.envelope.result!["entries"].map((entry: { delivered: { to: string }[] }) =>
+        entry.delivered.map((mark) => mark.to),
+      ),
+      runs.map(() => [real.describe()]),
+    );
   });
 
-  test("Given a registry transport whose put succeeds and stores nothing, When pushed, Then integrity-mismatch and the run stays queued; the registry unreachable keeps it queued too", async (t) => {
-    if (!HAVE) return t.skip(NO_REGISTRY);
-    const scope = tempDir("oats-scope-");
-    const run = await makeSealedRun(scope);
-    await enqueueSealedRun(scope, run.handle);
-    const real = transportFor(registry.ref("oats/dropped"));
-    const dropping: EvidenceTransport = { describe: () => real.describe(), probe: () => real.probe(), readBack: (id) => real.readBack(id), put: async () => undefined };
-    await assert.rejects(pushEvidence(scope, { to: dropping }), (error: unknown) => error instanceof OatsError && error.code === "integrity-mismatch" && error.details["reason"] === "read-back-mismatch");
-    // A port nobody listens on: unreachable, nothing marked.
-    await assert.rejects(pushEvidence(scope, { to: "http://127.0.0.1:9/oats/evidence" }), (error: unknown) => error instanceof OatsError && error.details["reason"] === "far-side-unreachable");
-    assert.deepEqual(listOutbox(scope)[0]!.delivered, []);
-  });
+  test(
+    "Given a registry transport whose put succeeds and stores nothing, When " +
+      "pushed, Then integrity-mismatch and the run stays queued; the registry " +
+      "unreachable keeps it queued too",
+    async (t) => {
+      if (!HAVE) return t.skip(NO_REGISTRY);
+      const scope = tempDir("oats-scope-");
+      const run = await makeSealedRun(scope);
+      await enqueueSealedRun(scope, run.handle);
+      const real = transportFor(registry.ref("oats/dropped"));
+      const dropping: EvidenceTransport = {
+        describe: () => real.describe(),
+        probe: () => real.probe(),
+        readBack: (id) => real.readBack(id),
+        put: async () => undefined,
+      };
+      await assert.rejects(
+        pushEvidence(scope, { to: dropping }),
+        (error: unknown) =>
+          error instanceof OatsError &&
+          error.code === "integrity-mismatch" &&
+          error.details["reason"] === "read-back-mismatch",
+      );
+      // A port nobody listens on: unreachable, nothing marked.
+      await assert.rejects(
+        pushEvidence(scope, { to: "http://127.0.0.1:9/oats/evidence" }),
+        (error: unknown) => error instanceof OatsError && error.details["reason"] === "far-side-unreachable",
+      );
+      assert.deepEqual(listOutbox(scope)[0]!.delivered, []);
+    },
+  );
 });

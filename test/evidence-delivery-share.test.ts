@@ -15,7 +15,9 @@ import { asNobody, makeShare } from "./support/shares.js";
  */
 
 function bundle(seed: string, seq = 1): EvidenceBundle {
-  const files = new Map<EvidenceFileName, Buffer>(EVIDENCE_FILES.map((name) => [name, Buffer.from(`${name} of ${seed}\n`)]));
+  const files = new Map<EvidenceFileName, Buffer>(
+    EVIDENCE_FILES.map((name) => [name, Buffer.from(`${name} of ${seed}\n`)]),
+  );
   const hex = Buffer.from(seed.padEnd(32, "-")).toString("hex").slice(0, 64);
   return { runId: `sha256-${hex}`, seq, files };
 }
@@ -34,92 +36,147 @@ function refused(code: string, reason?: string) {
 }
 
 describe("the dir: transport", () => {
-  test("Given a bundle, When put, Then <share>/runs/<hex>/{record.json,log,audit.jsonl} hold its exact bytes, no staging is left, and read-back returns exactly them", async () => {
-    const { share, mounted } = makeShare();
-    const transport = dirTransport(share, { allowSameFilesystem: !mounted });
-    const b = bundle("layout");
-    await transport.put(b);
-    assert.deepEqual(readdirSync(join(share, "runs")), [hexOf(b)]);
-    for (const [name, bytes] of b.files) assert.ok(readFileSync(join(share, "runs", hexOf(b), name)).equals(bytes));
-    const back = await transport.readBack(b.runId);
-    assert.deepEqual([...back!.keys()].sort(), [...EVIDENCE_FILES].sort());
-    assert.equal(await transport.readBack(bundle("absent").runId), null);
-  });
+  test(
+    "Given a bundle, When put, Then " +
+      "<share>/runs/<hex>/{record.json,log,audit.jsonl} hold its exact bytes, " +
+      "no staging is left, and read-back returns exactly them",
+    async () => {
+      const { share, mounted } = makeShare();
+      const transport = dirTransport(share, { allowSameFilesystem: !mounted });
+      const b = bundle("layout");
+      await transport.put(b);
+      assert.deepEqual(readdirSync(join(share, "runs")), [hexOf(b)]);
+      for (const [name, bytes] of b.files) assert.ok(readFileSync(join(share, "runs", hexOf(b), name)).equals(bytes));
+      const back = await transport.readBack(b.runId);
+      assert.deepEqual([...back!.keys()].sort(), [...EVIDENCE_FILES].sort());
+      assert.equal(await transport.readBack(bundle("absent").runId), null);
+    },
+  );
 
-  test("Given the same run already on the share with the same bytes, When put again, Then nothing changes; with other bytes, Then integrity-mismatch and the share is byte-for-byte as it was", async () => {
-    const { share, mounted } = makeShare();
-    const transport = dirTransport(share, { allowSameFilesystem: !mounted });
-    const b = bundle("same");
-    await transport.put(b);
-    const before = snapshotTree(share);
-    await transport.put(b);
-    assert.deepEqual(snapshotTree(share), before);
-    const other = { ...b, files: new Map(b.files).set("log", Buffer.from("another log\n")) };
-    await assert.rejects(transport.put(other), refused("integrity-mismatch", "existing-content-differs"));
-    assert.deepEqual(snapshotTree(share), before);
-    // Same files plus one the run never had: not the same content either.
-    writeFileSync(join(share, "runs", hexOf(b), "extra"), "x");
-    const withExtra = snapshotTree(share);
-    await assert.rejects(transport.put(b), (error: unknown) => error instanceof OatsError && (error.details["differences"] as string[]).includes("extra: unexpected"));
-    assert.deepEqual(snapshotTree(share), withExtra);
-  });
+  test(
+    "Given the same run already on the share with the same bytes, When put " +
+      "again, Then nothing changes; with other bytes, Then integrity-mismatch " +
+      "and the share is byte-for-byte as it was",
+    async () => {
+      const { share, mounted } = makeShare();
+      const transport = dirTransport(share, { allowSameFilesystem: !mounted });
+      const b = bundle("same");
+      await transport.put(b);
+      const before = snapshotTree(share);
+      await transport.put(b);
+      assert.deepEqual(snapshotTree(share), before);
+      const other = { ...b, files: new Map(b.files).set("log", Buffer.from("another log\n")) };
+      await assert.rejects(transport.put(other), refused("integrity-mismatch", "existing-content-differs"));
+      assert.deepEqual(snapshotTree(share), before);
+      // Same files plus one the run never had: not the same content either.
+      writeFileSync(join(share, "runs", hexOf(b), "extra"), "x");
+      const withExtra = snapshotTree(share);
+      await assert.rejects(
+        transport.put(b),
+        (error: unknown) =>
+          error instanceof OatsError && (error.details["differences"] as string[]).includes("extra: unexpected"),
+      );
+      assert.deepEqual(snapshotTree(share), withExtra);
+    },
+  );
 
-  test("Given a share that is missing or a file, When probed, Then unreachable (missing / not-a-directory); a share on the scope's filesystem is unreachable (same-filesystem) unless allowed", async () => {
-    const { base, share, mounted } = makeShare();
-    assert.deepEqual(await dirTransport(join(base, "absent")).probe(), { state: "unreachable", reason: "missing" });
-    writeFileSync(join(base, "file"), "x");
-    assert.deepEqual(await dirTransport(join(base, "file")).probe(), { state: "unreachable", reason: "not-a-directory" });
-    mkdirSync(join(base, "local"));
-    assert.deepEqual(await dirTransport(join(base, "local"), { localPath: base }).probe(), { state: "unreachable", reason: "same-filesystem" });
-    assert.deepEqual(await dirTransport(join(base, "local"), { localPath: base, allowSameFilesystem: true }).probe(), { state: "reachable", reason: null });
-    if (mounted) assert.deepEqual(await dirTransport(share, { localPath: base }).probe(), { state: "reachable", reason: null });
-  });
+  test(
+    "Given a share that is missing or a file, When probed, Then unreachable " +
+      "(missing / not-a-directory); a share on the scope's filesystem is " +
+      "unreachable (same-filesystem) unless allowed",
+    async () => {
+      const { base, share, mounted } = makeShare();
+      assert.deepEqual(await dirTransport(join(base, "absent")).probe(), { state: "unreachable", reason: "missing" });
+      writeFileSync(join(base, "file"), "x");
+      assert.deepEqual(await dirTransport(join(base, "file")).probe(), {
+        state: "unreachable",
+        reason: "not-a-directory",
+      });
+      mkdirSync(join(base, "local"));
+      assert.deepEqual(await dirTransport(join(base, "local"), { localPath: base }).probe(), {
+        state: "unreachable",
+        reason: "same-filesystem",
+      });
+      assert.deepEqual(
+        await dirTransport(join(base, "local"), { localPath: base, allowSameFilesystem: true }).probe(),
+        {
+          state: "reachable",
+          reason: null,
+        },
+      );
+      if (mounted)
+        assert.deepEqual(await dirTransport(share, { localPath: base }).probe(), { state: "reachable", reason: null });
+    },
+  );
 });
 
 describe("another user who can write the share (nobody)", () => {
-  test("Given nobody replaced runs/ with a symlink to a directory it owns, When put, Then invalid-artifact-store (symlink) and nothing lands in nobody's directory", async () => {
-    const { base, share, mounted } = makeShare({ open: true });
-    const loot = join(base, "loot");
-    assert.equal(asNobody(["mkdir", loot]).status, 0, "nobody can make its own directory");
-    const planted = asNobody(["ln", "-s", loot, join(share, "runs")]);
-    assert.equal(planted.status, 0, planted.stderr);
-    const transport = dirTransport(share, { allowSameFilesystem: !mounted });
-    await assert.rejects(transport.put(bundle("redirect")), refused("invalid-artifact-store", "symlink"));
-    assert.deepEqual(readdirSync(loot), []);
-    assert.ok(lstatSync(join(share, "runs")).isSymbolicLink(), "the planted link is left alone, not followed or replaced");
-    await assert.rejects(transport.readBack(bundle("redirect").runId), refused("invalid-artifact-store", "symlink"));
-  });
+  test(
+    "Given nobody replaced runs/ with a symlink to a directory it owns, When " +
+      "put, Then invalid-artifact-store (symlink) and nothing lands in " +
+      "nobody's directory",
+    async () => {
+      const { base, share, mounted } = makeShare({ open: true });
+      const loot = join(base, "loot");
+      assert.equal(asNobody(["mkdir", loot]).status, 0, "nobody can make its own directory");
+      const planted = asNobody(["ln", "-s", loot, join(share, "runs")]);
+      assert.equal(planted.status, 0, planted.stderr);
+      const transport = dirTransport(share, { allowSameFilesystem: !mounted });
+      await assert.rejects(transport.put(bundle("redirect")), refused("invalid-artifact-store", "symlink"));
+      assert.deepEqual(readdirSync(loot), []);
+      assert.ok(
+        lstatSync(join(share, "runs")).isSymbolicLink(),
+        "the planted link is left alone, not followed or replaced",
+      );
+      await assert.rejects(transport.readBack(bundle("redirect").runId), refused("invalid-artifact-store", "symlink"));
+    },
+  );
 
-  test("Given nobody planted runs/<hex> as a symlink to its own directory before the run arrived, When put, Then integrity-mismatch and nothing is written through the link", async () => {
-    const { base, share, mounted } = makeShare({ open: true });
-    const b = bundle("predicted");
-    mkdirSync(join(share, "runs"), { mode: 0o777 });
-    // runs/ as another user's shared mount might leave it: writable by everyone.
-    const { chmodSync } = await import("node:fs");
-    chmodSync(join(share, "runs"), 0o777);
-    const loot = join(base, "loot2");
-    assert.equal(asNobody(["mkdir", "-m", "0777", loot]).status, 0);
-    const planted = asNobody(["ln", "-s", loot, join(share, "runs", hexOf(b))]);
-    assert.equal(planted.status, 0, planted.stderr);
-    const transport = dirTransport(share, { allowSameFilesystem: !mounted });
-    await assert.rejects(transport.put(b), refused("integrity-mismatch", "symlink"));
-    assert.deepEqual(readdirSync(loot), [], "nothing written into nobody's directory");
-    assert.deepEqual(readdirSync(join(share, "runs")).filter((name) => name.startsWith(".")), [], "our staging was taken back");
-  });
+  test(
+    "Given nobody planted runs/<hex> as a symlink to its own directory " +
+      "before the run arrived, When put, Then integrity-mismatch and nothing " +
+      "is written through the link",
+    async () => {
+      const { base, share, mounted } = makeShare({ open: true });
+      const b = bundle("predicted");
+      mkdirSync(join(share, "runs"), { mode: 0o777 });
+      // runs/ as another user's shared mount might leave it: writable by everyone.
+      const { chmodSync } = await import("node:fs");
+      chmodSync(join(share, "runs"), 0o777);
+      const loot = join(base, "loot2");
+      assert.equal(asNobody(["mkdir", "-m", "0777", loot]).status, 0);
+      const planted = asNobody(["ln", "-s", loot, join(share, "runs", hexOf(b))]);
+      assert.equal(planted.status, 0, planted.stderr);
+      const transport = dirTransport(share, { allowSameFilesystem: !mounted });
+      await assert.rejects(transport.put(b), refused("integrity-mismatch", "symlink"));
+      assert.deepEqual(readdirSync(loot), [], "nothing written into nobody's directory");
+      assert.deepEqual(
+        readdirSync(join(share, "runs")).filter((name) => name.startsWith(".")),
+        [],
+        "our staging was taken back",
+      );
+    },
+  );
 
-  test("Given nobody swapped a file of a delivered run for a symlink to a file it controls, When read back, Then integrity-mismatch (symlink), never the linked file's bytes", async () => {
-    const { base, share, mounted } = makeShare({ open: true });
-    const b = bundle("swapped");
-    const transport = dirTransport(share, { allowSameFilesystem: !mounted });
-    await transport.put(b);
-    // As if the run directory were writable by others (a careless share): root stages as itself, so we loosen it for the attack.
-    const { chmodSync, unlinkSync } = await import("node:fs");
-    chmodSync(join(share, "runs", hexOf(b)), 0o777);
-    const fake = join(base, "fake-log");
-    assert.equal(asNobody(["sh", "-c", `printf forged > '${fake}'`]).status, 0);
-    unlinkSync(join(share, "runs", hexOf(b), "log"));
-    assert.equal(asNobody(["ln", "-s", fake, join(share, "runs", hexOf(b), "log")]).status, 0);
-    await assert.rejects(transport.readBack(b.runId), refused("integrity-mismatch", "symlink"));
-    assert.ok(existsSync(fake));
-  });
+  test(
+    "Given nobody swapped a file of a delivered run for a symlink to a file " +
+      "it controls, When read back, Then integrity-mismatch (symlink), never " +
+      "the linked file's bytes",
+    async () => {
+      const { base, share, mounted } = makeShare({ open: true });
+      const b = bundle("swapped");
+      const transport = dirTransport(share, { allowSameFilesystem: !mounted });
+      await transport.put(b);
+      // As if the run directory were writable by others (a careless share): root stages as itself, so we loosen it for
+      // the attack.
+      const { chmodSync, unlinkSync } = await import("node:fs");
+      chmodSync(join(share, "runs", hexOf(b)), 0o777);
+      const fake = join(base, "fake-log");
+      assert.equal(asNobody(["sh", "-c", `printf forged > '${fake}'`]).status, 0);
+      unlinkSync(join(share, "runs", hexOf(b), "log"));
+      assert.equal(asNobody(["ln", "-s", fake, join(share, "runs", hexOf(b), "log")]).status, 0);
+      await assert.rejects(transport.readBack(b.runId), refused("integrity-mismatch", "symlink"));
+      assert.ok(existsSync(fake));
+    },
+  );
 });

@@ -10,12 +10,25 @@ import { join } from "node:path";
 import { describe, test } from "node:test";
 import { isOatsError } from "../src/core/errors.js";
 import { analysePattern, PatternRefusal } from "../src/captures/redact-pattern.js";
-import { budgetedOutcome, createRedactor, credentialValueProblem, redactionRules, type Match, type RedactionRule } from "../src/captures/redact.js";
+import {
+  budgetedOutcome,
+  createRedactor,
+  credentialValueProblem,
+  redactionRules,
+  type Match,
+  type RedactionRule,
+} from "../src/captures/redact.js";
 import { REPO } from "./helpers.js";
 
 interface Corpus {
   format: string;
-  cases: Array<{ name: string; rules: RedactionRule[]; input: string[]; output: string[]; statement: Array<{ rule: string; count: number }> }>;
+  cases: Array<{
+    name: string;
+    rules: RedactionRule[];
+    input: string[];
+    output: string[];
+    statement: Array<{ rule: string; count: number }>;
+  }>;
   refusals: Array<{ name: string; rules: RedactionRule[]; code: string }>;
 }
 
@@ -31,7 +44,10 @@ describe("the redaction corpus, through createRedactor", () => {
   for (const entry of corpus.cases) {
     test(`case: ${entry.name}`, () => {
       const redactor = createRedactor(entry.rules);
-      assert.deepEqual(entry.input.map((line) => redactor.apply(line)), entry.output);
+      assert.deepEqual(
+        entry.input.map((line) => redactor.apply(line)),
+        entry.output,
+      );
       assert.deepEqual(redactor.statement(), entry.statement);
     });
   }
@@ -45,7 +61,9 @@ describe("the redaction corpus, through createRedactor", () => {
           assert.equal(error.code, entry.code);
           assert.equal(error.details["rule"], entry.rules[0]!.name);
           // A refusal is audited: it names the rule, never the value.
-          for (const rule of entry.rules) if (rule.kind === "literal" && rule.value !== "") assert.ok(!JSON.stringify(error.toJSON()).includes(rule.value));
+          for (const rule of entry.rules)
+            if (rule.kind === "literal" && rule.value !== "")
+              assert.ok(!JSON.stringify(error.toJSON()).includes(rule.value));
           return true;
         },
       );
@@ -54,34 +72,50 @@ describe("the redaction corpus, through createRedactor", () => {
 });
 
 describe("redaction beyond the corpus", () => {
-  test("Given a pattern whose backtracking on a long line is unbounded, When it runs, Then the work stops at the line budget and the whole line is masked (fail closed), and the next line is redacted normally", () => {
-    // Star height 1, so the profile accepts it; on 3000 non-spaces with no x it backtracks ~n^4.
-    const redactor = createRedactor([{ name: "profile:slow", kind: "pattern", source: "\\S+\\S+\\S+\\S+x" }]);
-    const line = `secret=${"a".repeat(3000)}`;
-    assert.equal(redactor.apply(line), "[REDACTED:profile:slow]");
-    assert.equal(redactor.apply("abcdx and more"), "[REDACTED:profile:slow] and more");
-    assert.deepEqual(redactor.statement(), [{ rule: "profile:slow", count: 2 }]);
-  });
+  test(
+    "Given a pattern whose backtracking on a long line is unbounded, When it " +
+      "runs, Then the work stops at the line budget and the whole line is " +
+      "masked (fail closed), and the next line is redacted normally",
+    () => {
+      // Star height 1, so the profile accepts it; on 3000 non-spaces with no x it backtracks ~n^4.
+      const redactor = createRedactor([{ name: "profile:slow", kind: "pattern", source: "\\S+\\S+\\S+\\S+x" }]);
+      const line = `secret=${"a".repeat(3000)}`;
+      assert.equal(redactor.apply(line), "[REDACTED:profile:slow]");
+      assert.equal(redactor.apply("abcdx and more"), "[REDACTED:profile:slow] and more");
+      assert.deepEqual(redactor.statement(), [{ rule: "profile:slow", count: 2 }]);
+    },
+  );
 
-  test("Given a long line, When an ordinary pattern runs under the budget, Then it masks exactly what the direct path masks", () => {
-    const rules: RedactionRule[] = [
-      { name: "credential:API_TOKEN", kind: "literal", value: "abc.DEF-ghi" },
-      { name: "profile:bearer", kind: "pattern", source: "bearer [a-z0-9._~+/-]+=*", flags: "i" },
-    ];
-    const long = `${"word ".repeat(600)}Bearer abc.DEF-ghi and abc.DEF-ghi ${"x".repeat(50)}`;
-    const expected = `${"word ".repeat(600)}[REDACTED:profile:bearer] and [REDACTED:credential:API_TOKEN] ${"x".repeat(50)}`;
-    const redactor = createRedactor(rules);
-    assert.equal(redactor.apply(long), expected);
-    assert.equal(redactor.apply("Bearer abc.DEF-ghi and abc.DEF-ghi"), "[REDACTED:profile:bearer] and [REDACTED:credential:API_TOKEN]");
-    assert.deepEqual(redactor.statement(), [
-      { rule: "credential:API_TOKEN", count: 2 },
-      { rule: "profile:bearer", count: 2 },
-    ]);
-  });
+  test(
+    "Given a long line, When an ordinary pattern runs under the budget, Then " +
+      "it masks exactly what the direct path masks",
+    () => {
+      const rules: RedactionRule[] = [
+        { name: "credential:API_TOKEN", kind: "literal", value: "abc.DEF-ghi" },
+        { name: "profile:bearer", kind: "pattern", source: "bearer [a-z0-9._~+/-]+=*", flags: "i" },
+      ];
+      const long = `${"word ".repeat(600)}Bearer abc.DEF-ghi and abc.DEF-ghi ${"x".repeat(50)}`;
+      const expected =
+        `${"word ".repeat(600)}[REDACTED:profile:bearer] and ` + `[REDACTED:credential:API_TOKEN] ${"x".repeat(50)}`;
+      const redactor = createRedactor(rules);
+      assert.equal(redactor.apply(long), expected);
+      assert.equal(
+        redactor.apply("Bearer abc.DEF-ghi and abc.DEF-ghi"),
+        "[REDACTED:profile:bearer] and [REDACTED:credential:API_TOKEN]",
+      );
+      assert.deepEqual(redactor.statement(), [
+        { rule: "credential:API_TOKEN", count: 2 },
+        { rule: "profile:bearer", count: 2 },
+      ]);
+    },
+  );
 
   test("Given rules named wrongly or twice, When a redactor is made, Then it is refused", () => {
     const refused = (rules: RedactionRule[], reason: RegExp) =>
-      assert.throws(() => createRedactor(rules), (error: unknown) => isOatsError(error) && error.code === "invalid-input" && reason.test(error.message));
+      assert.throws(
+        () => createRedactor(rules),
+        (error: unknown) => isOatsError(error) && error.code === "invalid-input" && reason.test(error.message),
+      );
     refused([{ name: "API_TOKEN", kind: "literal", value: "abcdefgh" }], /credential:<NAME>/);
     refused([{ name: "secret", kind: "pattern", source: "abc" }], /profile:<name>/);
     refused(
@@ -106,14 +140,18 @@ describe("redaction beyond the corpus", () => {
     ]);
   });
 
-  test("credentialValueProblem: four characters (code points) are enough; fewer, line breaks and control characters are not; a tab is fine", () => {
-    assert.equal(credentialValueProblem("abcd"), null);
-    assert.equal(credentialValueProblem("ab\tcd"), null);
-    assert.equal(credentialValueProblem("😀😀😀😀"), null);
-    assert.match(credentialValueProblem("😀😀😀") ?? "", /shorter than 4/);
-    assert.match(credentialValueProblem("abcd\refgh") ?? "", /line break/);
-    assert.match(credentialValueProblem("abcd\u0085efgh") ?? "", /control/);
-  });
+  test(
+    "credentialValueProblem: four characters (code points) are enough; " +
+      "fewer, line breaks and control characters are not; a tab is fine",
+    () => {
+      assert.equal(credentialValueProblem("abcd"), null);
+      assert.equal(credentialValueProblem("ab\tcd"), null);
+      assert.equal(credentialValueProblem("😀😀😀😀"), null);
+      assert.match(credentialValueProblem("😀😀😀") ?? "", /shorter than 4/);
+      assert.match(credentialValueProblem("abcd\refgh") ?? "", /line break/);
+      assert.match(credentialValueProblem("abcd\u0085efgh") ?? "", /control/);
+    },
+  );
 
   test("analysePattern: what the profile accepts and refuses, with the reason", () => {
     const reason = (source: string, flags = "") => {
@@ -125,7 +163,18 @@ describe("redaction beyond the corpus", () => {
         return error.message;
       }
     };
-    for (const ok of ["ghp_[A-Za-z0-9]{36}", "(?<=password=)[^\\s&]+", "(?:ab)+", "(?<key>api)[-_]?key=\\S+", "a{2,}", "x?y", "[]]x", "\\p{L}+", "a|b", "(?:(?:ab))+"]) {
+    for (const ok of [
+      "ghp_[A-Za-z0-9]{36}",
+      "(?<=password=)[^\\s&]+",
+      "(?:ab)+",
+      "(?<key>api)[-_]?key=\\S+",
+      "a{2,}",
+      "x?y",
+      "[]]x",
+      "\\p{L}+",
+      "a|b",
+      "(?:(?:ab))+",
+    ]) {
       assert.equal(reason(ok, ok.startsWith("\\p") ? "u" : ""), "accepted", ok);
     }
     assert.match(reason("a?"), /empty string/);
@@ -145,8 +194,24 @@ describe("the budgeted runner's outcome", () => {
   const patterns = [{ index: 3 }, { index: 5 }];
   test("a watchdog that fires after the last rule finished keeps every span (it is not an exhausted budget)", () => {
     const into: Match[] = [];
-    assert.deepEqual(budgetedOutcome(patterns, true, 2, [[0, 4], [6, 9, 10, 12]], into), { exhausted: null });
-    assert.deepEqual(into, [{ start: 0, end: 4, rule: 3 }, { start: 6, end: 9, rule: 5 }, { start: 10, end: 12, rule: 5 }]);
+    assert.deepEqual(
+      budgetedOutcome(
+        patterns,
+        true,
+        2,
+        [
+          [0, 4],
+          [6, 9, 10, 12],
+        ],
+        into,
+      ),
+      { exhausted: null },
+    );
+    assert.deepEqual(into, [
+      { start: 0, end: 4, rule: 3 },
+      { start: 6, end: 9, rule: 5 },
+      { start: 10, end: 12, rule: 5 },
+    ]);
   });
   test("a watchdog that fires inside a rule names that rule and keeps no partial spans", () => {
     const into: Match[] = [];
@@ -161,11 +226,27 @@ describe("the budgeted runner's outcome", () => {
 });
 
 describe("the conformance suite's leak search in a run record", () => {
-  test("a value inside a digest or a timestamp is chance, a value in any other text field or key is a leak", async () => {
-    const { recordTextFields } = await import("./conformance/properties/redaction.js");
-    const record = { runId: `sha256-${"7777".padEnd(64, "a")}`, start: "2026-12-01T08:47:07.777712Z", pid: 7777, note: "PIN=7777", lines: [{ text: "x7777" }], "7777": true };
-    const fields = recordTextFields(record);
-    assert.ok(!fields.some((field) => field.startsWith("sha256-") || field.startsWith("2026-")), "digests and stamps are left out");
-    assert.ok(fields.includes("PIN=7777") && fields.includes("x7777") && fields.includes("7777"), "text fields, nested ones and keys are searched");
-  });
+  test(
+    "a value inside a digest or a timestamp is chance, a value in any other " + "text field or key is a leak",
+    async () => {
+      const { recordTextFields } = await import("./conformance/properties/redaction.js");
+      const record = {
+        runId: `sha256-${"7777".padEnd(64, "a")}`,
+        start: "2026-12-01T08:47:07.777712Z",
+        pid: 7777,
+        note: "PIN=7777",
+        lines: [{ text: "x7777" }],
+        "7777": true,
+      };
+      const fields = recordTextFields(record);
+      assert.ok(
+        !fields.some((field) => field.startsWith("sha256-") || field.startsWith("2026-")),
+        "digests and stamps are left out",
+      );
+      assert.ok(
+        fields.includes("PIN=7777") && fields.includes("x7777") && fields.includes("7777"),
+        "text fields, nested ones and keys are searched",
+      );
+    },
+  );
 });

@@ -12,7 +12,15 @@ import { join } from "node:path";
 import { describe, test } from "node:test";
 import { parse as parseYaml } from "yaml";
 import { SCHEMA_NAMES, formatJsonSchemaText, schemaFileName, type SchemaName } from "../src/schemas/json-schema.js";
-import { OatsError, classificationGate, parseClassificationConfig, readCaptureProfileFile, readCaptureSpecFile, readLockFile, readPlanFile } from "../src/index.js";
+import {
+  OatsError,
+  classificationGate,
+  parseClassificationConfig,
+  readCaptureProfileFile,
+  readCaptureSpecFile,
+  readLockFile,
+  readPlanFile,
+} from "../src/index.js";
 import { REPO, runOats, tempDir } from "./helpers.js";
 import { violation, type Schema } from "./schema-validator.js";
 
@@ -28,18 +36,29 @@ function example(name: string): { text: string; language: string } {
 }
 
 /** Each documented format: how its real reader reads the example, and a key the reader requires. */
-const READERS: Record<Exclude<SchemaName, "resolution">, { file: string; read: (path: string) => unknown; required: string }> = {
+const READERS: Record<
+  Exclude<SchemaName, "resolution">,
+  { file: string; read: (path: string) => unknown; required: string }
+> = {
   plan: { file: "plan.yaml", read: (path) => readPlanFile(path), required: "instance" },
   "capture-spec": { file: "spec.yaml", read: (path) => readCaptureSpecFile(path), required: "name" },
   "capture-profile": { file: "profile.yaml", read: (path) => readCaptureProfileFile(path), required: "schemaVersion" },
-  "classification-config": { file: "classification.yaml", read: (path) => parseClassificationConfig(readFileSync(path)), required: "schemaVersion" },
+  "classification-config": {
+    file: "classification.yaml",
+    read: (path) => parseClassificationConfig(readFileSync(path)),
+    required: "schemaVersion",
+  },
   lock: { file: "oats-lock.json", read: (path) => readLockFile(path), required: "lockfileVersion" },
 };
 
 describe("documented formats: JSON Schemas", () => {
   for (const name of SCHEMA_NAMES) {
     test(`docs/design/${schemaFileName(name)} is what \`npm run schema\` generates now (fails when stale)`, () => {
-      assert.equal(readFileSync(join(DESIGN, schemaFileName(name)), "utf8"), formatJsonSchemaText(name), `${schemaFileName(name)} is stale: run \`npm run schema\` and commit it`);
+      assert.equal(
+        readFileSync(join(DESIGN, schemaFileName(name)), "utf8"),
+        formatJsonSchemaText(name),
+        `${schemaFileName(name)} is stale: run \`npm run schema\` and commit it`,
+      );
     });
   }
 
@@ -67,31 +86,52 @@ describe("documented formats: JSON Schemas", () => {
 });
 
 describe("documented formats: the examples in formats.md", () => {
-  for (const [name, reader] of Object.entries(READERS) as [Exclude<SchemaName, "resolution">, (typeof READERS)[keyof typeof READERS]][]) {
-    test(`the ${name} example is read by its real reader and accepted by its JSON Schema; without ${reader.required} both refuse it`, () => {
-      const { text, language } = example(name);
-      const value = language === "json" ? JSON.parse(text) : parseYaml(text);
-      const dir = tempDir("oats-formats-");
-      const path = join(dir, reader.file);
-      writeFileSync(path, text);
-      assert.doesNotThrow(() => reader.read(path), `the ${name} example reads`);
-      const schema = schemaOf(name);
-      assert.equal(violation(schema, value, schema), null);
+  for (const [name, reader] of Object.entries(READERS) as [
+    Exclude<SchemaName, "resolution">,
+    (typeof READERS)[keyof typeof READERS],
+  ][]) {
+    test(
+      `the ${name} example is read by its real reader and accepted by its JSON ` +
+        `Schema; without ${reader.required} both refuse it`,
+      () => {
+        const { text, language } = example(name);
+        const value = language === "json" ? JSON.parse(text) : parseYaml(text);
+        const dir = tempDir("oats-formats-");
+        const path = join(dir, reader.file);
+        writeFileSync(path, text);
+        assert.doesNotThrow(() => reader.read(path), `the ${name} example reads`);
+        const schema = schemaOf(name);
+        assert.equal(violation(schema, value, schema), null);
 
-      const broken = { ...value };
-      delete broken[reader.required];
-      writeFileSync(path, language === "json" ? JSON.stringify(broken) : JSON.stringify(broken));
-      assert.throws(() => reader.read(path), (error: unknown) => error instanceof OatsError && error.kind === "invalid");
-      assert.equal(violation(schema, broken, schema), `/${reader.required}: required`);
-    });
+        const broken = { ...value };
+        delete broken[reader.required];
+        writeFileSync(path, language === "json" ? JSON.stringify(broken) : JSON.stringify(broken));
+        assert.throws(
+          () => reader.read(path),
+          (error: unknown) => error instanceof OatsError && error.kind === "invalid",
+        );
+        assert.equal(violation(schema, broken, schema), `/${reader.required}: required`);
+      },
+    );
   }
 
-  test("the classification example's principals: the sovereign one may dispatch a confidential capture, the non-sovereign and unlisted ones may not", () => {
-    const config = parseClassificationConfig(Buffer.from(example("classification-config").text));
-    assert.deepEqual(classificationGate({ effective: "confidential", principal: "oats-runner@build-01", config }), { allowed: true });
-    for (const principal of ["alice@laptop-7", "mallory@build-01"]) {
-      assert.throws(() => classificationGate({ effective: "confidential", principal, config }), (error: unknown) => error instanceof OatsError && error.code === "classification-refused");
-    }
-    assert.deepEqual(classificationGate({ effective: "internal", principal: "mallory@build-01", config }), { allowed: true });
-  });
+  test(
+    "the classification example's principals: the sovereign one may dispatch " +
+      "a confidential capture, the non-sovereign and unlisted ones may not",
+    () => {
+      const config = parseClassificationConfig(Buffer.from(example("classification-config").text));
+      assert.deepEqual(classificationGate({ effective: "confidential", principal: "oats-runner@build-01", config }), {
+        allowed: true,
+      });
+      for (const principal of ["alice@laptop-7", "mallory@build-01"]) {
+        assert.throws(
+          () => classificationGate({ effective: "confidential", principal, config }),
+          (error: unknown) => error instanceof OatsError && error.code === "classification-refused",
+        );
+      }
+      assert.deepEqual(classificationGate({ effective: "internal", principal: "mallory@build-01", config }), {
+        allowed: true,
+      });
+    },
+  );
 });

@@ -1,7 +1,20 @@
 import assert from "node:assert/strict";
 import { execFileSync, spawn, spawnSync, type ChildProcess } from "node:child_process";
 import { createHash } from "node:crypto";
-import { closeSync, cpSync, fsyncSync, lstatSync, mkdirSync, mkdtempSync, openSync, readFileSync, readdirSync, readlinkSync, rmSync, writeFileSync } from "node:fs";
+import {
+  closeSync,
+  cpSync,
+  fsyncSync,
+  lstatSync,
+  mkdirSync,
+  mkdtempSync,
+  openSync,
+  readFileSync,
+  readdirSync,
+  readlinkSync,
+  rmSync,
+  writeFileSync,
+} from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { after, before } from "node:test";
@@ -55,10 +68,13 @@ export function holdPageCacheLock(): void {
     // cat echoes this line only once flock holds the lock.
     child.stdin!.write("held\n");
     if (await held) holder = child;
-    else console.error("holdPageCacheLock: flock(1) did not run; this file's page-cache tests may meet another file's drop");
+    else
+      console.error(
+        "holdPageCacheLock: flock(1) did not run; this file's page-cache tests may meet another file's drop",
+      );
   });
   after(() => {
-    holder?.stdin!.end();
+    holder?.stdin?.end();
   });
 }
 
@@ -96,14 +112,16 @@ export function tempDir(prefix = "oats-test-"): string {
   return dir;
 }
 
-/** `size` bytes that differ with `seed` and along the file (no run of 4 KiB repeats), so a piece out of place changes them. */
+/** `size` bytes that differ with `seed` and along the file (no run of 4 KiB repeats), so a piece out of place changes
+ * them. */
 export function patterned(size: number, seed: number): Buffer {
   const bytes = Buffer.allocUnsafe(size);
   for (let i = 0; i < size; i++) bytes[i] = (i * 131 + seed * 17 + (i >> 10)) & 0xff;
   return bytes;
 }
 
-/** A fresh tree of these files (parents made), returned once the coarse timestamp clock has moved on, so a later change moves mtime. */
+/** A fresh tree of these files (parents made), returned once the coarse timestamp clock has moved on, so a later
+ * change moves mtime. */
 export async function treeOfFiles(prefix: string, files: Record<string, Buffer>): Promise<string> {
   const root = tempDir(prefix);
   for (const [path, content] of Object.entries(files)) {
@@ -147,7 +165,8 @@ export function snapshotTree(root: string): string[] {
       else if (stats.isDirectory()) {
         rows.push(`D ${relPath} ${mode}`);
         walk(path, relPath);
-      } else if (stats.isFile()) rows.push(`F ${relPath} ${mode} ${createHash("sha256").update(readFileSync(path)).digest("hex")}`);
+      } else if (stats.isFile())
+        rows.push(`F ${relPath} ${mode} ${createHash("sha256").update(readFileSync(path)).digest("hex")}`);
       else rows.push(`? ${relPath}`);
     }
   };
@@ -183,10 +202,17 @@ export type Envelope = {
 /** `oats --json ...args`: exactly one line on stdout, an envelope of exactly the contract's shape. */
 export function runJson(args: string[], options: Parameters<typeof runOats>[1] = {}) {
   const run = runOats(["--json", ...args], options);
-  assert.match(run.stdout, /^[^\n]+\n$/, `exactly one line on stdout, got ${JSON.stringify(run.stdout)} (stderr ${run.stderr})`);
+  assert.match(
+    run.stdout,
+    /^[^\n]+\n$/,
+    `exactly one line on stdout, got ${JSON.stringify(run.stdout)} (stderr ${run.stderr})`,
+  );
   const envelope = JSON.parse(run.stdout) as Envelope;
   assert.equal(envelope.schemaVersion, 1);
-  assert.deepEqual(Object.keys(envelope), envelope.ok ? ["schemaVersion", "ok", "command", "result"] : ["schemaVersion", "ok", "command", "error"]);
+  assert.deepEqual(
+    Object.keys(envelope),
+    envelope.ok ? ["schemaVersion", "ok", "command", "result"] : ["schemaVersion", "ok", "command", "error"],
+  );
   return { ...run, envelope };
 }
 

@@ -20,7 +20,11 @@ import { OatsError, parseLock } from "../src/index.js";
 import { REPO, runOats, tempDir } from "./helpers.js";
 
 const SHARED_CORPUS = resolve(REPO, "../shared/interop/upstream-oats-0.21");
-const CASES = existsSync(SHARED_CORPUS) ? readdirSync(SHARED_CORPUS, { withFileTypes: true }).filter((entry) => entry.isDirectory()).map((entry) => entry.name) : [];
+const CASES = existsSync(SHARED_CORPUS)
+  ? readdirSync(SHARED_CORPUS, { withFileTypes: true })
+      .filter((entry) => entry.isDirectory())
+      .map((entry) => entry.name)
+  : [];
 /** The files the corpus README describes as relative symlinks, per capability tree. */
 const LINKS = ["current", "docs/helper-link.mjs"];
 
@@ -51,7 +55,10 @@ function corpusCopy(): { root: string; restored: string[] } {
 
 const { root: CORPUS } = CASES.length ? corpusCopy() : { root: SHARED_CORPUS };
 
-function lockOf(name: string): { packages: Record<string, { integrity: string }>; capabilities: Record<string, { integrity: string }> } {
+function lockOf(name: string): {
+  packages: Record<string, { integrity: string }>;
+  capabilities: Record<string, { integrity: string }>;
+} {
   return JSON.parse(readFileSync(join(CORPUS, name, "oats-lock.json"), "utf8"));
 }
 
@@ -66,7 +73,17 @@ describe("upstream oats v0.21 install outputs", () => {
     for (const [id, row] of Object.entries(lock.capabilities)) {
       test(`${name}: ${id} retains under its lock row's integrity and verifies`, () => {
         const scope = tempDir("oats-interop-");
-        const retained = runOats(["--scope", scope, "--json", "retain", join(CORPUS, name, "installed", id), "--id", id, "--lock", lockPath]);
+        const retained = runOats([
+          "--scope",
+          scope,
+          "--json",
+          "retain",
+          join(CORPUS, name, "installed", id),
+          "--id",
+          id,
+          "--lock",
+          lockPath,
+        ]);
         assert.equal(retained.status, 0, retained.stdout + retained.stderr);
         const receipt = JSON.parse(retained.stdout).result;
         assert.deepEqual(receipt.integrity, { format: "oats.tree-legacy.v0", value: row.integrity });
@@ -89,8 +106,19 @@ describe("upstream oats v0.21 install outputs", () => {
 describe("upstream lock grammar", () => {
   const base = () => ({
     lockfileVersion: 2,
-    packages: { p: { source: "path:/srv/p", path: ".", version: "1.0.0", commit: "local", integrity: `sha256-${"a".repeat(64)}`, dependencies: [] } },
-    capabilities: { "c.x": { version: "1.0.0", package: "p", path: "caps/x", integrity: `sha256-${"b".repeat(64)}`, trusted: false } },
+    packages: {
+      p: {
+        source: "path:/srv/p",
+        path: ".",
+        version: "1.0.0",
+        commit: "local",
+        integrity: `sha256-${"a".repeat(64)}`,
+        dependencies: [],
+      },
+    },
+    capabilities: {
+      "c.x": { version: "1.0.0", package: "p", path: "caps/x", integrity: `sha256-${"b".repeat(64)}`, trusted: false },
+    },
   });
   const refused = (mutate: (lock: ReturnType<typeof base>) => void, field: string) => {
     const lock = base();
@@ -101,15 +129,25 @@ describe("upstream lock grammar", () => {
     );
   };
 
-  test("accepts what upstream writes: commit local for a path: source, path '.', catalog selectors, http and scp-style git URLs", () => {
-    parseLock(base());
-    for (const source of ["catalog:tools", "catalog:tools@^2", "git:http://host/org/repo@v1", "git:https://host/org/repo", "git:git@host:org/repo@v1"]) {
-      const lock = base();
-      lock.packages.p.source = source;
-      lock.packages.p.commit = "0123456789abcdef0123456789abcdef01234567";
-      parseLock(lock);
-    }
-  });
+  test(
+    "accepts what upstream writes: commit local for a path: source, path " +
+      "'.', catalog selectors, http and scp-style git URLs",
+    () => {
+      parseLock(base());
+      for (const source of [
+        "catalog:tools",
+        "catalog:tools@^2",
+        "git:http://host/org/repo@v1",
+        "git:https://host/org/repo",
+        "git:git@host:org/repo@v1",
+      ]) {
+        const lock = base();
+        lock.packages.p.source = source;
+        lock.packages.p.commit = "0123456789abcdef0123456789abcdef01234567";
+        parseLock(lock);
+      }
+    },
+  );
 
   test("refuses commit local for a source that has commits", () => {
     refused((lock) => (lock.packages.p.source = "git:https://host/org/repo@v1"), "packages.p.commit");

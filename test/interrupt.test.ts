@@ -29,62 +29,78 @@ function removedPaths(output: string, what: string): string[] {
   return [...output.matchAll(new RegExp(`oats: interrupted: removed ${what} (\\S+)`, "g"))].map((match) => match[1]!);
 }
 
-test("Ctrl-C during retain of a directory removes the staging, says so, exits 130 and leaves the store as it was", async () => {
-  const scope = populatedScope();
-  const before = snapshotTree(scope);
-  const run = await runOatsPty(["--scope", scope, "retain", source, "--kind", "capture", "--id", "big"], { interruptOn: "read-copy" });
-  assert.equal(run.status, 130, run.output);
-  const removed = removedPaths(run.output, "staging");
-  assert.equal(removed.length, 1, run.output);
-  assert.match(removed[0]!, /\/\.agents\/captures\/artifacts\/big\/tree-exec-v1\/\.staging-/);
-  assert.equal(existsSync(removed[0]!), false);
-  // It stopped at the next file: after the terminal echoed the Ctrl-C, no further progress was drawn (updates are 250 ms apart; a file takes microseconds).
-  const echoed = run.output.indexOf("^C");
-  assert.ok(echoed > 0, run.output);
-  assert.doesNotMatch(run.output.slice(echoed), /oats: retain big: /);
-  // The progress line was cleared before the message.
-  assert.match(run.output, /\r\x1b\[2Koats: interrupted: removed staging /);
-  assert.deepEqual(snapshotTree(scope), before);
-});
+test(
+  "Ctrl-C during retain of a directory removes the staging, says so, exits " + "130 and leaves the store as it was",
+  async () => {
+    const scope = populatedScope();
+    const before = snapshotTree(scope);
+    const run = await runOatsPty(["--scope", scope, "retain", source, "--kind", "capture", "--id", "big"], {
+      interruptOn: "read-copy",
+    });
+    assert.equal(run.status, 130, run.output);
+    const removed = removedPaths(run.output, "staging");
+    assert.equal(removed.length, 1, run.output);
+    assert.match(removed[0]!, /\/\.agents\/captures\/artifacts\/big\/tree-exec-v1\/\.staging-/);
+    assert.equal(existsSync(removed[0]!), false);
+    // It stopped at the next file: after the terminal echoed the Ctrl-C, no further progress was drawn (updates are 250
+    // ms apart; a file takes microseconds).
+    const echoed = run.output.indexOf("^C");
+    assert.ok(echoed > 0, run.output);
+    assert.doesNotMatch(run.output.slice(echoed), /oats: retain big: /);
+    // The progress line was cleared before the message.
+    assert.match(run.output, /\r\x1b\[2Koats: interrupted: removed staging /);
+    assert.deepEqual(snapshotTree(scope), before);
+  },
+);
 
 test("Ctrl-C pressed twice during retain still removes the whole staging and exits 130", async () => {
   const scope = populatedScope();
   const before = snapshotTree(scope);
-  const run = await runOatsPty(["--scope", scope, "retain", source, "--kind", "capture", "--id", "big"], { interruptOn: "read-copy", twice: true });
+  const run = await runOatsPty(["--scope", scope, "retain", source, "--kind", "capture", "--id", "big"], {
+    interruptOn: "read-copy",
+    twice: true,
+  });
   assert.equal(run.status, 130, run.output);
   assert.equal(removedPaths(run.output, "staging").length, 1, run.output);
   assert.deepEqual(snapshotTree(scope), before);
 });
 
-test("SIGINT under --json: one envelope, error internal-error with reason interrupted and what was removed, exit 130", async () => {
-  const scope = populatedScope();
-  const before = snapshotTree(scope);
-  const child = spawn(process.execPath, [join(REPO, "dist/cli/bin.js"), "--json", "--scope", scope, "retain", source, "--kind", "capture", "--id", "big"], { stdio: ["ignore", "pipe", "pipe"] });
-  let stdout = "";
-  let stderr = "";
-  child.stdout.on("data", (chunk) => (stdout += chunk));
-  child.stderr.on("data", (chunk) => (stderr += chunk));
-  const parent = join(scope, ".agents/captures/artifacts/big/tree-exec-v1");
-  // Wait for the staging directory to appear, then interrupt.
-  while (!(existsSync(parent) && readdirSync(parent).some((name) => name.startsWith(".staging-")))) {
-    assert.equal(child.exitCode, null, `finished before staging appeared: ${stdout}${stderr}`);
-    await new Promise((resolve) => setTimeout(resolve, 5));
-  }
-  child.kill("SIGINT");
-  const status = await new Promise((resolve) => child.on("close", resolve));
-  assert.equal(status, 130, stderr);
-  const lines = stdout.trim().split("\n");
-  assert.equal(lines.length, 1, stdout);
-  const envelope = JSON.parse(lines[0]!);
-  assert.equal(envelope.ok, false);
-  assert.equal(envelope.command, "retain");
-  assert.equal(envelope.error.code, "internal-error");
-  assert.equal(envelope.error.details.reason, "interrupted");
-  assert.equal(envelope.error.details.removed.length, 1);
-  assert.equal(envelope.error.details.removed[0].what, "staging");
-  assert.ok(envelope.error.details.removed[0].path.startsWith(parent));
-  assert.deepEqual(snapshotTree(scope), before);
-});
+test(
+  "SIGINT under --json: one envelope, error internal-error with reason " + "interrupted and what was removed, exit 130",
+  async () => {
+    const scope = populatedScope();
+    const before = snapshotTree(scope);
+    const child = spawn(
+      process.execPath,
+      [join(REPO, "dist/cli/bin.js"), "--json", "--scope", scope, "retain", source, "--kind", "capture", "--id", "big"],
+      { stdio: ["ignore", "pipe", "pipe"] },
+    );
+    let stdout = "";
+    let stderr = "";
+    child.stdout.on("data", (chunk) => (stdout += chunk));
+    child.stderr.on("data", (chunk) => (stderr += chunk));
+    const parent = join(scope, ".agents/captures/artifacts/big/tree-exec-v1");
+    // Wait for the staging directory to appear, then interrupt.
+    while (!(existsSync(parent) && readdirSync(parent).some((name) => name.startsWith(".staging-")))) {
+      assert.equal(child.exitCode, null, `finished before staging appeared: ${stdout}${stderr}`);
+      await new Promise((resolve) => setTimeout(resolve, 5));
+    }
+    child.kill("SIGINT");
+    const status = await new Promise((resolve) => child.on("close", resolve));
+    assert.equal(status, 130, stderr);
+    const lines = stdout.trim().split("\n");
+    assert.equal(lines.length, 1, stdout);
+    const envelope = JSON.parse(lines[0]!);
+    assert.equal(envelope.ok, false);
+    assert.equal(envelope.command, "retain");
+    assert.equal(envelope.error.code, "internal-error");
+    assert.equal(envelope.error.details.reason, "interrupted");
+    assert.equal(envelope.error.details.removed.length, 1);
+    assert.equal(envelope.error.details.removed[0].what, "staging");
+    assert.ok(envelope.error.details.removed[0].path.startsWith(parent));
+    assert.deepEqual(snapshotTree(scope), before);
+  },
+);
 
 test("Ctrl-C during retain of a package tarball removes the extraction directory", async () => {
   const scope = populatedScope();
@@ -94,7 +110,9 @@ test("Ctrl-C during retain of a package tarball removes the extraction directory
   const tarball = join(work, "big.tgz");
   execFileSync("tar", ["-czf", tarball, "-C", work, "package"]);
   const before = snapshotTree(scope);
-  const run = await runOatsPty(["--scope", scope, "retain", tarball, "--kind", "capture", "--id", "big"], { interruptOn: "extract" });
+  const run = await runOatsPty(["--scope", scope, "retain", tarball, "--kind", "capture", "--id", "big"], {
+    interruptOn: "extract",
+  });
   assert.equal(run.status, 130, run.output);
   const removed = removedPaths(run.output, "extraction");
   assert.equal(removed.length, 1, run.output);
@@ -102,31 +120,35 @@ test("Ctrl-C during retain of a package tarball removes the extraction directory
   assert.deepEqual(snapshotTree(scope), before);
 });
 
-test("Ctrl-C during export removes the temporary bundle file and writes no bundle; during import, the extraction directory", async () => {
-  const from = tempDir();
-  const retained = runOats(["--json", "--scope", from, "retain", source, "--kind", "capture", "--id", "big"]);
-  assert.equal(retained.status, 0, retained.stderr);
-  const integrity = JSON.parse(retained.stdout).result.integrity as { format: string; value: string };
-  const ref = `capture:big@${integrity.format}:${integrity.value}`;
-  const out = tempDir();
-  const bundle = join(out, "big.tar");
+test(
+  "Ctrl-C during export removes the temporary bundle file and writes no " +
+    "bundle; during import, the extraction directory",
+  async () => {
+    const from = tempDir();
+    const retained = runOats(["--json", "--scope", from, "retain", source, "--kind", "capture", "--id", "big"]);
+    assert.equal(retained.status, 0, retained.stderr);
+    const integrity = JSON.parse(retained.stdout).result.integrity as { format: string; value: string };
+    const ref = `capture:big@${integrity.format}:${integrity.value}`;
+    const out = tempDir();
+    const bundle = join(out, "big.tar");
 
-  const beforeExport = snapshotTree(from);
-  const interrupted = await runOatsPty(["--scope", from, "export", ref, "-o", bundle], { interruptOn: "export" });
-  assert.equal(interrupted.status, 130, interrupted.output);
-  const temp = removedPaths(interrupted.output, "temp");
-  assert.equal(temp.length, 1, interrupted.output);
-  assert.match(temp[0]!, /\/\.big\.tar\.partial-/);
-  assert.deepEqual(readdirSync(out), []);
-  assert.deepEqual(snapshotTree(from), beforeExport);
+    const beforeExport = snapshotTree(from);
+    const interrupted = await runOatsPty(["--scope", from, "export", ref, "-o", bundle], { interruptOn: "export" });
+    assert.equal(interrupted.status, 130, interrupted.output);
+    const temp = removedPaths(interrupted.output, "temp");
+    assert.equal(temp.length, 1, interrupted.output);
+    assert.match(temp[0]!, /\/\.big\.tar\.partial-/);
+    assert.deepEqual(readdirSync(out), []);
+    assert.deepEqual(snapshotTree(from), beforeExport);
 
-  const exported = runOats(["--scope", from, "export", ref, "-o", bundle]);
-  assert.equal(exported.status, 0, exported.stderr);
-  const scope = populatedScope();
-  const before = snapshotTree(scope);
-  const run = await runOatsPty(["--scope", scope, "import", bundle], { interruptOn: "extract" });
-  assert.equal(run.status, 130, run.output);
-  const removed = removedPaths(run.output, "extraction");
-  assert.equal(removed.length, 1, run.output);
-  assert.deepEqual(snapshotTree(scope), before);
-});
+    const exported = runOats(["--scope", from, "export", ref, "-o", bundle]);
+    assert.equal(exported.status, 0, exported.stderr);
+    const scope = populatedScope();
+    const before = snapshotTree(scope);
+    const run = await runOatsPty(["--scope", scope, "import", bundle], { interruptOn: "extract" });
+    assert.equal(run.status, 130, run.output);
+    const removed = removedPaths(run.output, "extraction");
+    assert.equal(removed.length, 1, run.output);
+    assert.deepEqual(snapshotTree(scope), before);
+  },
+);

@@ -12,13 +12,24 @@ import { mkdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { describe, test } from "node:test";
 import { OatsError } from "../src/core/errors.js";
-import { OPERATOR_MAX_DEPTH, STORED_MAX_DEPTH, nestsDeeperThan, scanJsonText, valueDepthProblem } from "../src/core/json-text.js";
+import {
+  OPERATOR_MAX_DEPTH,
+  STORED_MAX_DEPTH,
+  nestsDeeperThan,
+  scanJsonText,
+  valueDepthProblem,
+} from "../src/core/json-text.js";
 import { checkLine, parseLine } from "../src/ledger/chain-line.js";
 import { parseByExtension, parseYamlText } from "../src/resolution/operator-input.js";
 import { readLockFile } from "../src/retention/oats-lock.js";
 import { retainCapabilityArtifact } from "../src/retention/index.js";
 import { readCanonicalJson, readInstanceRef, readResolution, reconstruct } from "../src/resolution/index.js";
-import { parseClassificationConfig, readCaptureProfileFile, readCaptureSpecFile, readJob } from "../src/captures/index.js";
+import {
+  parseClassificationConfig,
+  readCaptureProfileFile,
+  readCaptureSpecFile,
+  readJob,
+} from "../src/captures/index.js";
 import { verifyAudit } from "../src/ledger/index.js";
 import { readPlanFile } from "../src/resolution/plan.js";
 import { fixtureCopy, fixtureLock, runOats, snapshotTree, tempDir } from "./helpers.js";
@@ -29,7 +40,10 @@ const nested = (depth: number) => `${"[".repeat(depth)}1${"]".repeat(depth)}`;
 
 function refused(code: string, reason?: string) {
   return (error: unknown) => {
-    assert.ok(error instanceof OatsError, `expected an OatsError, got ${error instanceof Error ? error.stack : String(error)}`);
+    assert.ok(
+      error instanceof OatsError,
+      `expected an OatsError, got ${error instanceof Error ? error.stack : String(error)}`,
+    );
     assert.equal(error.code, code, error.message);
     if (reason !== undefined) assert.equal(error.details["reason"], reason, error.message);
     assert.doesNotMatch(error.message, /call stack/);
@@ -55,31 +69,70 @@ function plant(scope: string, root: readonly string[], name: string, bytes: stri
 describe("scanJsonText: one linear pass for depth and duplicate keys", () => {
   test("depth: exactly the bound passes, one more is refused with the pointer of the container", () => {
     assert.equal(scanJsonText(nested(10), 10), null);
-    assert.deepEqual(scanJsonText(nested(11), 10), { reason: "too-deep", pointer: "/0/0/0/0/0/0/0/0/0/0", maxDepth: 10 });
-    assert.deepEqual(scanJsonText('{"a":[1,{"b":{"c":[]}}]}', 3), { reason: "too-deep", pointer: "/a/1/b", maxDepth: 3 });
+    assert.deepEqual(scanJsonText(nested(11), 10), {
+      reason: "too-deep",
+      pointer: "/0/0/0/0/0/0/0/0/0/0",
+      maxDepth: 10,
+    });
+    assert.deepEqual(scanJsonText('{"a":[1,{"b":{"c":[]}}]}', 3), {
+      reason: "too-deep",
+      pointer: "/a/1/b",
+      maxDepth: 3,
+    });
     assert.equal(scanJsonText(deepArrays(100_000), 100_000), null, "iterative: no stack use however deep");
   });
 
-  test("duplicates: per object, decoded (escapes), in document order; arrays and sibling objects are separate scopes", () => {
-    assert.deepEqual(scanJsonText('{"a":1,"b":{"x":1},"a":2}', 64), { reason: "duplicate-key", pointer: "/a", key: "a" });
-    assert.deepEqual(scanJsonText('{"a":"\\u0061","\\u0061":2}', 64), { reason: "duplicate-key", pointer: "/a", key: "a" });
-    assert.deepEqual(scanJsonText('{"l":[{"k":1},{"k":2,"k":3}]}', 64), { reason: "duplicate-key", pointer: "/l/1/k", key: "k" });
-    assert.equal(scanJsonText('[{"k":1},{"k":2}]', 64), null);
-    assert.equal(scanJsonText('{"a":{"k":1},"b":{"k":1}}', 64), null);
-    assert.deepEqual(scanJsonText('{"a/b~":1,"a/b~":2}', 64), { reason: "duplicate-key", pointer: "/a~1b~0", key: "a/b~" });
-    assert.deepEqual(scanJsonText('{"__proto__":1,"__proto__":2}', 64), { reason: "duplicate-key", pointer: "/__proto__", key: "__proto__" });
-  });
+  test(
+    "duplicates: per object, decoded (escapes), in document order; arrays " + "and sibling objects are separate scopes",
+    () => {
+      assert.deepEqual(scanJsonText('{"a":1,"b":{"x":1},"a":2}', 64), {
+        reason: "duplicate-key",
+        pointer: "/a",
+        key: "a",
+      });
+      assert.deepEqual(scanJsonText('{"a":"\\u0061","\\u0061":2}', 64), {
+        reason: "duplicate-key",
+        pointer: "/a",
+        key: "a",
+      });
+      assert.deepEqual(scanJsonText('{"l":[{"k":1},{"k":2,"k":3}]}', 64), {
+        reason: "duplicate-key",
+        pointer: "/l/1/k",
+        key: "k",
+      });
+      assert.equal(scanJsonText('[{"k":1},{"k":2}]', 64), null);
+      assert.equal(scanJsonText('{"a":{"k":1},"b":{"k":1}}', 64), null);
+      assert.deepEqual(scanJsonText('{"a/b~":1,"a/b~":2}', 64), {
+        reason: "duplicate-key",
+        pointer: "/a~1b~0",
+        key: "a/b~",
+      });
+      assert.deepEqual(scanJsonText('{"__proto__":1,"__proto__":2}', 64), {
+        reason: "duplicate-key",
+        pointer: "/__proto__",
+        key: "__proto__",
+      });
+    },
+  );
 
   test("strings are opaque: brackets, quotes, commas and backslashes inside them count for nothing", () => {
-    assert.equal(scanJsonText(JSON.stringify({ a: "[[[{{{", b: 'x\\"},"a":', c: "\\", d: "\"" }), 2), null);
-    assert.equal(scanJsonText(JSON.stringify({ "k,\"k": 1, "k": 2 }), 2), null);
+    assert.equal(scanJsonText(JSON.stringify({ a: "[[[{{{", b: 'x\\"},"a":', c: "\\", d: '"' }), 2), null);
+    assert.equal(scanJsonText(JSON.stringify({ 'k,"k': 1, k: 2 }), 2), null);
     assert.equal(scanJsonText(JSON.stringify([{ v: "]" }, { v: "," }]), 2), null);
   });
 
   test("depth comes first: a repeated key before the deep part does not hide it", () => {
     // Reported in document order before, the duplicate hid the depth from a caller checking for "too-deep" alone.
-    assert.deepEqual(scanJsonText(`{"a":1,"a":2,"b":${nested(11)}}`, 10), { reason: "too-deep", pointer: `/b${"/0".repeat(9)}`, maxDepth: 10 });
-    assert.deepEqual(scanJsonText(`{"a":1,"a":2,"b":${nested(9)}}`, 10), { reason: "duplicate-key", pointer: "/a", key: "a" });
+    assert.deepEqual(scanJsonText(`{"a":1,"a":2,"b":${nested(11)}}`, 10), {
+      reason: "too-deep",
+      pointer: `/b${"/0".repeat(9)}`,
+      maxDepth: 10,
+    });
+    assert.deepEqual(scanJsonText(`{"a":1,"a":2,"b":${nested(9)}}`, 10), {
+      reason: "duplicate-key",
+      pointer: "/a",
+      key: "a",
+    });
   });
 
   test("nestsDeeperThan gives scanJsonText's depth verdict, strings opaque, a stray closer no credit", () => {
@@ -87,7 +140,7 @@ describe("scanJsonText: one linear pass for depth and duplicate keys", () => {
       nested(10),
       nested(11),
       '{"a":[1,{"b":{"c":[]}}]}',
-      JSON.stringify({ a: "[[[{{{", b: 'x\\"},"a":', c: "\\", d: "\"" }),
+      JSON.stringify({ a: "[[[{{{", b: 'x\\"},"a":', c: "\\", d: '"' }),
       '["\\\\[[[[[[[[[[[["]',
       `]]]]]${nested(10)}`,
       `}}}}${nested(11)}`,
@@ -97,7 +150,12 @@ describe("scanJsonText: one linear pass for depth and duplicate keys", () => {
       '["\\"[[[[[[[[[[[["]',
     ];
     for (const text of texts) {
-      for (const bound of [3, 10]) assert.equal(nestsDeeperThan(text, bound), scanJsonText(text, bound)?.reason === "too-deep", `${text} at ${bound}`);
+      for (const bound of [3, 10])
+        assert.equal(
+          nestsDeeperThan(text, bound),
+          scanJsonText(text, bound)?.reason === "too-deep",
+          `${text} at ${bound}`,
+        );
     }
     assert.equal(nestsDeeperThan(deepArrays(100_000), 100_000), false, "iterative");
     assert.equal(nestsDeeperThan(deepArrays(100_001), 100_000), true);
@@ -117,7 +175,10 @@ describe("operator files: 5,000 nested arrays in 10 KB are invalid-input (too-de
     ["flow sequences", deepArrays()],
     ["flow mappings", `${"{a: ".repeat(DEEP)}1${"}".repeat(DEEP)}`],
     ["block sequences", `${"- ".repeat(DEEP)}x\n`],
-    ["block mappings (indentation)", Array.from({ length: 600 }, (_, index) => `${" ".repeat(index)}k:`).join("\n") + `\n${" ".repeat(600)}v: 1\n`],
+    [
+      "block mappings (indentation)",
+      `${Array.from({ length: 600 }, (_, index) => `${" ".repeat(index)}k:`).join("\n")}\n${" ".repeat(600)}v: 1\n`,
+    ],
     ["just past the bound", `${"[".repeat(OPERATOR_MAX_DEPTH + 1)}${"]".repeat(OPERATOR_MAX_DEPTH + 1)}`],
   ];
   for (const [name, text] of yamlForms) {
@@ -130,7 +191,10 @@ describe("operator files: 5,000 nested arrays in 10 KB are invalid-input (too-de
   });
   test("JSON plan text, and JSON at the bound still parses", () => {
     assert.throws(() => parseByExtension(deepArrays(), ".json", "plan"), refused("invalid-input", "too-deep"));
-    assert.deepEqual(parseByExtension(nested(OPERATOR_MAX_DEPTH), ".json", "plan"), JSON.parse(nested(OPERATOR_MAX_DEPTH)));
+    assert.deepEqual(
+      parseByExtension(nested(OPERATOR_MAX_DEPTH), ".json", "plan"),
+      JSON.parse(nested(OPERATOR_MAX_DEPTH)),
+    );
   });
   for (const ext of [".json", ".yaml"]) {
     test(`a plan file (${ext}) with a deep config value`, () => {
@@ -138,15 +202,27 @@ describe("operator files: 5,000 nested arrays in 10 KB are invalid-input (too-de
       assert.throws(() => readPlanFile(file(`plan${ext}`, text)), refused("invalid-input", "too-deep"));
     });
     test(`a capture spec (${ext})`, () => {
-      assert.throws(() => readCaptureSpecFile(file(`spec${ext}`, `{"name":"n","env":${deepArrays()}}`)), refused("invalid-input", "too-deep"));
+      assert.throws(
+        () => readCaptureSpecFile(file(`spec${ext}`, `{"name":"n","env":${deepArrays()}}`)),
+        refused("invalid-input", "too-deep"),
+      );
     });
   }
   test("a classification config and a capture profile", () => {
-    assert.throws(() => parseClassificationConfig(Buffer.from(`schemaVersion: 1\nrules: ${deepArrays()}\n`)), refused("invalid-input", "too-deep"));
-    assert.throws(() => readCaptureProfileFile(file("profile.yaml", `schemaVersion: 1\nenv: ${deepArrays()}\n`)), refused("invalid-input", "too-deep"));
+    assert.throws(
+      () => parseClassificationConfig(Buffer.from(`schemaVersion: 1\nrules: ${deepArrays()}\n`)),
+      refused("invalid-input", "too-deep"),
+    );
+    assert.throws(
+      () => readCaptureProfileFile(file("profile.yaml", `schemaVersion: 1\nenv: ${deepArrays()}\n`)),
+      refused("invalid-input", "too-deep"),
+    );
   });
   test("a lock file is invalid-lock (too-deep)", () => {
-    assert.throws(() => readLockFile(file("oats-lock.json", `{"lockfileVersion":2,"packages":${deepArrays()}}`)), refused("invalid-lock", "too-deep"));
+    assert.throws(
+      () => readLockFile(file("oats-lock.json", `{"lockfileVersion":2,"packages":${deepArrays()}}`)),
+      refused("invalid-lock", "too-deep"),
+    );
   });
   test("a legacy instance.json is invalid-input (too-deep), nothing written", async () => {
     const scope = tempDir("oats-scope-");
@@ -163,7 +239,10 @@ describe("operator files: 5,000 nested arrays in 10 KB are invalid-input (too-de
     const lockPath = file("oats-lock.json", JSON.stringify(fixtureLock()));
     await assert.rejects(retainCapabilityArtifact(scope, source, "demo.hello", readLockFile(lockPath)), (error) => {
       // The tree no longer digests to the lock's integrity either; whichever check runs first, it is typed.
-      assert.ok(error instanceof OatsError && ["provenance-mismatch", "integrity-mismatch"].includes(error.code), String(error));
+      assert.ok(
+        error instanceof OatsError && ["provenance-mismatch", "integrity-mismatch"].includes(error.code),
+        String(error),
+      );
       return true;
     });
   });
@@ -181,14 +260,27 @@ describe("operator files: 5,000 nested arrays in 10 KB are invalid-input (too-de
 describe("duplicate keys in JSON operator files are refused, as YAML refuses them", () => {
   test("a JSON plan: invalid-input (duplicate-key), naming the pointer", () => {
     const path = file("plan.json", '{"schemaVersion":1,"instance":"a","instance":"b"}');
-    assert.throws(() => readPlanFile(path), (error) => refused("invalid-input", "duplicate-key")(error) && (error as OatsError).details["pointer"] === "/instance");
+    assert.throws(
+      () => readPlanFile(path),
+      (error) =>
+        refused("invalid-input", "duplicate-key")(error) && (error as OatsError).details["pointer"] === "/instance",
+    );
   });
   test("the same plan in YAML is refused too (yaml's own DUPLICATE_KEY)", () => {
-    assert.throws(() => readPlanFile(file("plan.yaml", "schemaVersion: 1\ninstance: a\ninstance: b\n")), refused("invalid-input"));
+    assert.throws(
+      () => readPlanFile(file("plan.yaml", "schemaVersion: 1\ninstance: a\ninstance: b\n")),
+      refused("invalid-input"),
+    );
   });
   test("a JSON capture spec, a lock, an instance.json", async () => {
-    assert.throws(() => readCaptureSpecFile(file("spec.json", '{"name":"a","env":{"X":"1","X":"2"}}')), refused("invalid-input", "duplicate-key"));
-    const lock = JSON.stringify(fixtureLock()).replace('"lockfileVersion":2', '"lockfileVersion":2,"lockfileVersion":2');
+    assert.throws(
+      () => readCaptureSpecFile(file("spec.json", '{"name":"a","env":{"X":"1","X":"2"}}')),
+      refused("invalid-input", "duplicate-key"),
+    );
+    const lock = JSON.stringify(fixtureLock()).replace(
+      '"lockfileVersion":2',
+      '"lockfileVersion":2,"lockfileVersion":2',
+    );
     assert.throws(() => readLockFile(file("oats-lock.json", lock)), refused("invalid-lock", "duplicate-key"));
     const home = tempDir("oats-home-");
     writeFileSync(join(home, "instance.json"), '{"name":"a","name":"b"}');
@@ -208,8 +300,14 @@ describe("stored JSON: deep bytes are refused with the reader's own code", () =>
 
   test("the canonical reader: invalid-resolution (too-deep), at the stored bound", () => {
     assert.throws(() => readCanonicalJson(deepBytes, "record"), refused("invalid-resolution", "too-deep"));
-    assert.throws(() => readCanonicalJson(Buffer.from(nested(STORED_MAX_DEPTH + 1)), "record"), refused("invalid-resolution", "too-deep"));
-    assert.deepEqual(readCanonicalJson(Buffer.from(`${nested(STORED_MAX_DEPTH)}\n`), "record"), JSON.parse(nested(STORED_MAX_DEPTH)));
+    assert.throws(
+      () => readCanonicalJson(Buffer.from(nested(STORED_MAX_DEPTH + 1)), "record"),
+      refused("invalid-resolution", "too-deep"),
+    );
+    assert.deepEqual(
+      readCanonicalJson(Buffer.from(`${nested(STORED_MAX_DEPTH)}\n`), "record"),
+      JSON.parse(nested(STORED_MAX_DEPTH)),
+    );
   });
   test("a resolution record whose id is its digest", async () => {
     const scope = tempDir("oats-scope-");
@@ -225,11 +323,14 @@ describe("stored JSON: deep bytes are refused with the reader's own code", () =>
   test("a queue job: typed (the job store's own code), not a crash", () => {
     const scope = tempDir("oats-scope-");
     plant(scope, [".agents", "queue"], "nightly.json", deepBytes);
-    assert.throws(() => readJob(scope, "nightly"), (error) => {
-      assert.ok(error instanceof OatsError && error.kind === "invalid", String(error));
-      assert.match(error.message, /nested deeper/);
-      return true;
-    });
+    assert.throws(
+      () => readJob(scope, "nightly"),
+      (error) => {
+        assert.ok(error instanceof OatsError && error.kind === "invalid", String(error));
+        assert.match(error.message, /nested deeper/);
+        return true;
+      },
+    );
   });
   test("an audit log line: a broken chain, not a crash", () => {
     const scope = tempDir("oats-scope-");
@@ -237,15 +338,18 @@ describe("stored JSON: deep bytes are refused with the reader's own code", () =>
     const verdict = verifyAudit(scope);
     assert.equal(verdict.ok, false);
   });
-  test("a repeated key before the deep part: still refused as too deep, by the chain reader and the canonical reader", () => {
-    // checkLine threw RangeError (its reviver recursed) where the scan had reported only the repeated key.
-    const line = `{"a":1,"a":2,"b":${deepArrays()}}`;
-    assert.deepEqual(checkLine(line), { reason: "bad-json", seq: null });
-    assert.deepEqual(checkLine(line.replace('"b"', '"__proto__"')), { reason: "bad-json", seq: null });
-    assert.throws(() => parseLine(line), /nested too deep/);
-    assert.throws(() => readCanonicalJson(Buffer.from(line), "record"), refused("invalid-resolution", "too-deep"));
-    const scope = tempDir("oats-scope-");
-    plant(scope, [".agents", "audit"], "audit.jsonl", `${line}\n`);
-    assert.equal(verifyAudit(scope).ok, false);
-  });
+  test(
+    "a repeated key before the deep part: still refused as too deep, by the " + "chain reader and the canonical reader",
+    () => {
+      // checkLine threw RangeError (its reviver recursed) where the scan had reported only the repeated key.
+      const line = `{"a":1,"a":2,"b":${deepArrays()}}`;
+      assert.deepEqual(checkLine(line), { reason: "bad-json", seq: null });
+      assert.deepEqual(checkLine(line.replace('"b"', '"__proto__"')), { reason: "bad-json", seq: null });
+      assert.throws(() => parseLine(line), /nested too deep/);
+      assert.throws(() => readCanonicalJson(Buffer.from(line), "record"), refused("invalid-resolution", "too-deep"));
+      const scope = tempDir("oats-scope-");
+      plant(scope, [".agents", "audit"], "audit.jsonl", `${line}\n`);
+      assert.equal(verifyAudit(scope).ok, false);
+    },
+  );
 });

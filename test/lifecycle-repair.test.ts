@@ -46,81 +46,136 @@ async function damagedCapture() {
 }
 
 describe("repair of an exec-named revision", () => {
-  test("Given a damaged revision and a directory holding its exact tree, When repairing, Then it verifies again, the damaged tree is in quarantine, and the repair is audited", async () => {
-    const { scope, source, receipt, ref } = await damagedCapture();
-    const { run, envelope } = repairJson(scope, ref, "--from", source);
-    assert.equal(run.status, 0, run.stdout + run.stderr);
-    assert.equal(envelope.result.status, "repaired");
-    assert.equal(envelope.result.damage.code, "integrity-mismatch");
-    await verifyTree(scope, { kind: "capture", key: "nightly", integrity: receipt.execIntegrity });
-    const quarantine = envelope.result.quarantine as string;
-    assert.match(quarantine, new RegExp(`^${scope.replace(/[.*+?^${}()|[\]\\]/g, "\\$&")}/\\.agents/quarantine/\\d{8}T\\d{6}Z-capture-nightly-[0-9a-f]{12}-[0-9a-f]{8}$`));
-    assert.equal(readFileSync(join(quarantine, "data.txt"), "utf8"), "tampered\n", "the damaged bytes are kept for inspection");
-    assert.deepEqual(readdirSync(join(scope, ".agents/quarantine")).filter((name) => name !== ".gitignore").length, 1);
-    const entry = readAudit(scope).entries.find((each) => each.action === "repair");
-    assert.equal(entry?.outcome, "ok");
-    assert.equal(entry?.subject?.["ref"], ref);
-    assert.equal(entry?.details["quarantine"], quarantine);
-  });
+  test(
+    "Given a damaged revision and a directory holding its exact tree, When " +
+      "repairing, Then it verifies again, the damaged tree is in quarantine, " +
+      "and the repair is audited",
+    async () => {
+      const { scope, source, receipt, ref } = await damagedCapture();
+      const { run, envelope } = repairJson(scope, ref, "--from", source);
+      assert.equal(run.status, 0, run.stdout + run.stderr);
+      assert.equal(envelope.result.status, "repaired");
+      assert.equal(envelope.result.damage.code, "integrity-mismatch");
+      await verifyTree(scope, { kind: "capture", key: "nightly", integrity: receipt.execIntegrity });
+      const quarantine = envelope.result.quarantine as string;
+      assert.match(
+        quarantine,
+        new RegExp(
+          `^${scope.replace(/[.*+?^${}()|[\]\\]/g, "\\$&")}/\\.agents/quarantine/` +
+            String.raw`\d{8}T\d{6}Z-capture-nightly-[0-9a-f]{12}-[0-9a-f]{8}$`,
+        ),
+      );
+      assert.equal(
+        readFileSync(join(quarantine, "data.txt"), "utf8"),
+        "tampered\n",
+        "the damaged bytes are kept for inspection",
+      );
+      assert.deepEqual(
+        readdirSync(join(scope, ".agents/quarantine")).filter((name) => name !== ".gitignore").length,
+        1,
+      );
+      const entry = readAudit(scope).entries.find((each) => each.action === "repair");
+      assert.equal(entry?.outcome, "ok");
+      assert.equal(entry?.subject?.["ref"], ref);
+      assert.equal(entry?.details["quarantine"], quarantine);
+    },
+  );
 
-  test("Given a damaged revision, When the repair source does not verify, Then integrity-mismatch (exit 5) and the store is as it was", async () => {
-    const { scope, ref } = await damagedCapture();
-    const before = storeSnapshot(scope);
-    const { run, envelope } = repairJson(scope, ref, "--from", tool("another"));
-    assert.equal(run.status, 5, run.stdout);
-    assert.equal(envelope.error.code, "integrity-mismatch");
-    assert.equal(envelope.error.details.reason, "repair-source-differs");
-    assert.deepEqual(storeSnapshot(scope), before);
-    assert.equal(readAudit(scope).entries.at(-1)?.outcome, "refused");
-  });
+  test(
+    "Given a damaged revision, When the repair source does not verify, Then " +
+      "integrity-mismatch (exit 5) and the store is as it was",
+    async () => {
+      const { scope, ref } = await damagedCapture();
+      const before = storeSnapshot(scope);
+      const { run, envelope } = repairJson(scope, ref, "--from", tool("another"));
+      assert.equal(run.status, 5, run.stdout);
+      assert.equal(envelope.error.code, "integrity-mismatch");
+      assert.equal(envelope.error.details.reason, "repair-source-differs");
+      assert.deepEqual(storeSnapshot(scope), before);
+      assert.equal(readAudit(scope).entries.at(-1)?.outcome, "refused");
+    },
+  );
 
-  test("Given an intact revision, When repairing it, Then invalid-input not-damaged (exit 4) and nothing changes", async () => {
-    const scope = tempDir("oats-repair-scope-");
-    const source = tool("fine");
-    const receipt = await retainTree(scope, { kind: "capture", key: "fine", source });
-    const before = storeSnapshot(scope);
-    const { run, envelope } = repairJson(scope, `capture:fine@oats.tree-exec.v1:${receipt.execIntegrity.value}`, "--from", source);
-    assert.equal(run.status, 4, run.stdout);
-    assert.equal(envelope.error.details.reason, "not-damaged");
-    assert.deepEqual(storeSnapshot(scope), before);
-  });
+  test(
+    "Given an intact revision, When repairing it, Then invalid-input " + "not-damaged (exit 4) and nothing changes",
+    async () => {
+      const scope = tempDir("oats-repair-scope-");
+      const source = tool("fine");
+      const receipt = await retainTree(scope, { kind: "capture", key: "fine", source });
+      const before = storeSnapshot(scope);
+      const { run, envelope } = repairJson(
+        scope,
+        `capture:fine@oats.tree-exec.v1:${receipt.execIntegrity.value}`,
+        "--from",
+        source,
+      );
+      assert.equal(run.status, 4, run.stdout);
+      assert.equal(envelope.error.details.reason, "not-damaged");
+      assert.deepEqual(storeSnapshot(scope), before);
+    },
+  );
 
-  test("Given a revision that is not retained, or a resolution id, When repairing, Then artifact-not-found (3) or invalid-artifact-reference (4)", async () => {
-    const { scope, source } = await damagedCapture();
-    const before = storeSnapshot(scope);
-    assert.equal(repairJson(scope, `capture:nightly@oats.tree-exec.v1:sha256-${"1".repeat(64)}`, "--from", source).run.status, 3);
-    const id = repairJson(scope, `sha256-${"2".repeat(64)}`, "--from", source);
-    assert.equal(id.run.status, 4);
-    assert.equal(id.envelope.error.code, "invalid-artifact-reference");
-    assert.equal(repairJson(scope, "capture:../x@oats.tree-exec.v1:sha256-" + "1".repeat(64), "--from", source).run.status, 4);
-    assert.equal(repairJson(scope, `capture:nightly@oats.tree-exec.v1:sha256-${"1".repeat(64)}`).run.status, 2, "--from is required");
-    assert.deepEqual(storeSnapshot(scope), before);
-  });
+  test(
+    "Given a revision that is not retained, or a resolution id, When " +
+      "repairing, Then artifact-not-found (3) or invalid-artifact-reference (4)",
+    async () => {
+      const { scope, source } = await damagedCapture();
+      const before = storeSnapshot(scope);
+      assert.equal(
+        repairJson(scope, `capture:nightly@oats.tree-exec.v1:sha256-${"1".repeat(64)}`, "--from", source).run.status,
+        3,
+      );
+      const id = repairJson(scope, `sha256-${"2".repeat(64)}`, "--from", source);
+      assert.equal(id.run.status, 4);
+      assert.equal(id.envelope.error.code, "invalid-artifact-reference");
+      assert.equal(
+        repairJson(scope, `capture:../x@oats.tree-exec.v1:sha256-${"1".repeat(64)}`, "--from", source).run.status,
+        4,
+      );
+      assert.equal(
+        repairJson(scope, `capture:nightly@oats.tree-exec.v1:sha256-${"1".repeat(64)}`).run.status,
+        2,
+        "--from is required",
+      );
+      assert.deepEqual(storeSnapshot(scope), before);
+    },
+  );
 
-  test("Given a damaged revision, When retaining the same tree over it, Then the retain is still refused and the damage stays", async () => {
-    const { scope, source, receipt } = await damagedCapture();
-    const before = storeSnapshot(scope);
-    await assert.rejects(retainTree(scope, { kind: "capture", key: "nightly", source }), (error: any) => error.code === "integrity-mismatch");
-    assert.deepEqual(storeSnapshot(scope), before);
-    assert.equal(readFileSync(join(receipt.dir, "data.txt"), "utf8"), "tampered\n");
-  });
+  test(
+    "Given a damaged revision, When retaining the same tree over it, Then " +
+      "the retain is still refused and the damage stays",
+    async () => {
+      const { scope, source, receipt } = await damagedCapture();
+      const before = storeSnapshot(scope);
+      await assert.rejects(
+        retainTree(scope, { kind: "capture", key: "nightly", source }),
+        (error: any) => error.code === "integrity-mismatch",
+      );
+      assert.deepEqual(storeSnapshot(scope), before);
+      assert.equal(readFileSync(join(receipt.dir, "data.txt"), "utf8"), "tampered\n");
+    },
+  );
 
-  test("Given a damaged revision, When repairing from a package tarball or from a bundle exported elsewhere, Then each is repaired", async () => {
-    const { scope, source, ref, receipt } = await damagedCapture();
-    const pack = tempDir("oats-repair-tgz-");
-    cpSync(source, join(pack, "package"), { recursive: true });
-    execFileSync("tar", ["-czf", join(pack, "tool.tgz"), "-C", pack, "package"]);
-    assert.equal(repairJson(scope, ref, "--from", join(pack, "tool.tgz")).envelope.result.from.type, "tarball");
-    damage(join(receipt.dir, "data.txt"), "again\n");
-    const other = tempDir("oats-repair-other-");
-    await retainTree(other, { kind: "capture", key: "nightly", source });
-    const bundle = join(tempDir("oats-repair-bundle-"), "b.tar");
-    assert.equal(runOats(["--scope", other, "export", ref, "-o", bundle]).status, 0);
-    const fromBundle = repairJson(scope, ref, "--from", bundle);
-    assert.equal(fromBundle.run.status, 0, fromBundle.run.stdout);
-    assert.equal(fromBundle.envelope.result.from.type, "bundle");
-    assert.equal(readdirSync(join(scope, ".agents/quarantine")).filter((name) => name !== ".gitignore").length, 2);
-  });
+  test(
+    "Given a damaged revision, When repairing from a package tarball or from " +
+      "a bundle exported elsewhere, Then each is repaired",
+    async () => {
+      const { scope, source, ref, receipt } = await damagedCapture();
+      const pack = tempDir("oats-repair-tgz-");
+      cpSync(source, join(pack, "package"), { recursive: true });
+      execFileSync("tar", ["-czf", join(pack, "tool.tgz"), "-C", pack, "package"]);
+      assert.equal(repairJson(scope, ref, "--from", join(pack, "tool.tgz")).envelope.result.from.type, "tarball");
+      damage(join(receipt.dir, "data.txt"), "again\n");
+      const other = tempDir("oats-repair-other-");
+      await retainTree(other, { kind: "capture", key: "nightly", source });
+      const bundle = join(tempDir("oats-repair-bundle-"), "b.tar");
+      assert.equal(runOats(["--scope", other, "export", ref, "-o", bundle]).status, 0);
+      const fromBundle = repairJson(scope, ref, "--from", bundle);
+      assert.equal(fromBundle.run.status, 0, fromBundle.run.stdout);
+      assert.equal(fromBundle.envelope.result.from.type, "bundle");
+      assert.equal(readdirSync(join(scope, ".agents/quarantine")).filter((name) => name !== ".gitignore").length, 2);
+    },
+  );
 });
 
 describe("repair of a legacy-named capability", () => {
@@ -131,34 +186,49 @@ describe("repair of a legacy-named capability", () => {
     return { scope, receipt, ref: `capability:demo.hello@${receipt.integrity.value}` };
   }
 
-  test("Given a damaged legacy revision, When repairing with its lock, Then it is repaired; without the lock it is a usage error", async () => {
-    const { scope, ref } = await damagedLegacy();
-    const before = storeSnapshot(scope);
-    const missingLock = repairJson(scope, ref, "--from", FIXTURE_PAYLOAD);
-    assert.equal(missingLock.run.status, 2, missingLock.run.stdout);
-    assert.equal(missingLock.envelope.error.details.reason, "lock-required");
-    assert.deepEqual(storeSnapshot(scope), before);
-    const { run } = repairJson(scope, ref, "--from", FIXTURE_PAYLOAD, "--lock", FIXTURE_LOCK);
-    assert.equal(run.status, 0, run.stdout);
-  });
+  test(
+    "Given a damaged legacy revision, When repairing with its lock, Then it " +
+      "is repaired; without the lock it is a usage error",
+    async () => {
+      const { scope, ref } = await damagedLegacy();
+      const before = storeSnapshot(scope);
+      const missingLock = repairJson(scope, ref, "--from", FIXTURE_PAYLOAD);
+      assert.equal(missingLock.run.status, 2, missingLock.run.stdout);
+      assert.equal(missingLock.envelope.error.details.reason, "lock-required");
+      assert.deepEqual(storeSnapshot(scope), before);
+      const { run } = repairJson(scope, ref, "--from", FIXTURE_PAYLOAD, "--lock", FIXTURE_LOCK);
+      assert.equal(run.status, 0, run.stdout);
+    },
+  );
 
-  test("Given a lock whose rows disagree with the tree's provenance, When repairing, Then provenance-mismatch (exit 5) and the store is as it was", async () => {
-    const { scope, ref } = await damagedLegacy();
-    const lock = fixtureLock() as any;
-    for (const row of Object.values(lock.packages) as any[]) row.source = `${row.source}-elsewhere`;
-    const path = join(tempDir("oats-repair-lock-"), "oats-lock.json");
-    writeFileSync(path, JSON.stringify(lock));
-    const before = storeSnapshot(scope);
-    const { run, envelope } = repairJson(scope, ref, "--from", FIXTURE_PAYLOAD, "--lock", path);
-    assert.equal(run.status, 5, run.stdout);
-    assert.equal(envelope.error.code, "provenance-mismatch");
-    assert.deepEqual(storeSnapshot(scope), before);
-  });
+  test(
+    "Given a lock whose rows disagree with the tree's provenance, When " +
+      "repairing, Then provenance-mismatch (exit 5) and the store is as it was",
+    async () => {
+      const { scope, ref } = await damagedLegacy();
+      const lock = fixtureLock() as any;
+      for (const row of Object.values(lock.packages) as any[]) row.source = `${row.source}-elsewhere`;
+      const path = join(tempDir("oats-repair-lock-"), "oats-lock.json");
+      writeFileSync(path, JSON.stringify(lock));
+      const before = storeSnapshot(scope);
+      const { run, envelope } = repairJson(scope, ref, "--from", FIXTURE_PAYLOAD, "--lock", path);
+      assert.equal(run.status, 5, run.stdout);
+      assert.equal(envelope.error.code, "provenance-mismatch");
+      assert.deepEqual(storeSnapshot(scope), before);
+    },
+  );
 
   test("Given a lock that names another revision, When repairing, Then invalid-lock and nothing changes", async () => {
     const { scope } = await damagedLegacy();
     const before = storeSnapshot(scope);
-    const { run, envelope } = repairJson(scope, `capability:demo.hello@sha256-${"3".repeat(64)}`, "--from", FIXTURE_PAYLOAD, "--lock", FIXTURE_LOCK);
+    const { run, envelope } = repairJson(
+      scope,
+      `capability:demo.hello@sha256-${"3".repeat(64)}`,
+      "--from",
+      FIXTURE_PAYLOAD,
+      "--lock",
+      FIXTURE_LOCK,
+    );
     assert.equal(run.status, 4, run.stdout);
     assert.equal(envelope.error.code, "invalid-lock");
     assert.deepEqual(storeSnapshot(scope), before);
@@ -167,7 +237,11 @@ describe("repair of a legacy-named capability", () => {
 });
 
 describe("repair against a local attacker", () => {
-  test("Given a repair source owned by another user who keeps swapping a file in it, When repairing repeatedly, Then each repair either publishes verified bytes or is refused with the damaged tree back in place", { timeout: 180_000 }, async (t) => {
+  test("Given a repair source owned by another user who keeps swapping a file " +
+    "in it, When repairing repeatedly, Then each repair either publishes " +
+    "verified bytes or is refused with the damaged tree back in place", {
+    timeout: 180_000,
+  }, async (t) => {
     if (process.getuid?.() !== 0) {
       t.skip("needs root to run the attacker as nobody (uid 65534)");
       return;
@@ -180,14 +254,20 @@ describe("repair against a local attacker", () => {
     mkdirSync(join(source, "lib"), { recursive: true });
     writeFileSync(join(source, "bin/run"), "#!/bin/sh\necho run\n", { mode: 0o755 });
     writeFileSync(join(source, "data.txt"), "nightly\n");
-    for (let index = 0; index < 1500; index++) writeFileSync(join(source, "lib", `f-${index}.js`), `module.exports = ${index};\n`);
+    for (let index = 0; index < 1500; index++)
+      writeFileSync(join(source, "lib", `f-${index}.js`), `module.exports = ${index};\n`);
     const scope = tempDir("oats-repair-scope-");
     const receipt = await retainTree(scope, { kind: "capture", key: "nightly", source });
     const ref = `capture:nightly@oats.tree-exec.v1:${receipt.execIntegrity.value}`;
     damage(join(receipt.dir, "data.txt"));
     execFileSync("chown", ["-R", "65534:65534", source]);
     const { spawn } = await import("node:child_process");
-    const script = `const fs=require("fs");const p=${JSON.stringify(join(source, "data.txt"))};const s=p+".swap";const end=Date.now()+120000;let i=0;const pause=new Int32Array(new SharedArrayBuffer(4));while(Date.now()<end){fs.writeFileSync(s,(i++%2)?"nightly\\n":"evil\\n");fs.renameSync(s,p);Atomics.wait(pause,0,0,7);}`;
+    const script =
+      `const fs=require("fs");const ` +
+      `p=${JSON.stringify(join(source, "data.txt"))};const s=p+".swap";const ` +
+      `end=Date.now()+120000;let i=0;const pause=new Int32Array(new ` +
+      `SharedArrayBuffer(4));while(Date.now()<end){` +
+      `fs.writeFileSync(s,(i++%2)?"nightly\\n":"evil\\n");fs.renameSync(s,p);Atomics.wait(pause,0,0,7);}`;
     const child = spawn(process.execPath, ["-e", script], { uid: 65534, gid: 65534, stdio: "ignore" });
     const outcomes: string[] = [];
     try {
@@ -200,7 +280,11 @@ describe("repair against a local attacker", () => {
           await verifyTree(scope, { kind: "capture", key: "nightly", integrity: receipt.execIntegrity });
           damage(join(receipt.dir, "data.txt"));
         } else {
-          assert.equal(readFileSync(join(receipt.dir, "data.txt"), "utf8"), "tampered\n", "a refused repair leaves the damaged tree in place");
+          assert.equal(
+            readFileSync(join(receipt.dir, "data.txt"), "utf8"),
+            "tampered\n",
+            "a refused repair leaves the damaged tree in place",
+          );
           assert.equal(readFileSync(join(receipt.dir, "bin/run"), "utf8"), "#!/bin/sh\necho run\n");
         }
       }

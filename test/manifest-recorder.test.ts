@@ -1,4 +1,5 @@
-/** The manifest a retain writes, now encoded as the staged copy is read back, is byte for byte the canonical document of its rows. */
+/** The manifest a retain writes, now encoded as the staged copy is read back, is byte for byte the canonical document
+ * of its rows. */
 import assert from "node:assert/strict";
 import { chmodSync, mkdirSync, readFileSync, symlinkSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
@@ -16,7 +17,11 @@ function awkwardTree(): string {
   const root = tempDir("oats-manifest-src-");
   for (let d = 0; d < 6; d++) mkdirSync(join(root, `dir-${d}-é`));
   for (let i = 0; i < 1500; i++) {
-    const path = join(root, `dir-${i % 6}-é`, `f-${String(i).padStart(4, "0")}-"q"\\-\u2028-\u{1F600}-${"n".repeat(i % 40)}.txt`);
+    const path = join(
+      root,
+      `dir-${i % 6}-é`,
+      `f-${String(i).padStart(4, "0")}-"q"\\-\u2028-\u{1F600}-${"n".repeat(i % 40)}.txt`,
+    );
     writeFileSync(path, i % 50 === 0 ? "" : `content ${i}\n`);
     if (i % 7 === 0) chmodSync(path, 0o755);
   }
@@ -32,16 +37,21 @@ async function rowsOf(dir: string): Promise<ManifestBuilder["rows"]> {
   return builder.rows;
 }
 
-test("Given a retained tree of 1,500 awkward names, When its manifest is read, Then it is exactly canonicalJsonBytes({ schemaVersion: 1, rows }) of the revision", async () => {
-  const scope = tempDir();
-  const receipt = await retainTree(scope, { kind: "capture", key: "awkward", source: awkwardTree() });
-  assert.equal(receipt.status, "retained");
-  const written = readFileSync(manifestPath(receipt.dir));
-  const rows = await rowsOf(receipt.dir);
-  assert.equal(rows.length, 1502);
-  assert.ok(written.length > 3 * (64 << 10), "the document spans several chunks");
-  assert.ok(written.equals(canonicalJsonBytes({ schemaVersion: 1, rows })));
-});
+test(
+  "Given a retained tree of 1,500 awkward names, When its manifest is " +
+    "read, Then it is exactly canonicalJsonBytes({ schemaVersion: 1, rows }) " +
+    "of the revision",
+  async () => {
+    const scope = tempDir();
+    const receipt = await retainTree(scope, { kind: "capture", key: "awkward", source: awkwardTree() });
+    assert.equal(receipt.status, "retained");
+    const written = readFileSync(manifestPath(receipt.dir));
+    const rows = await rowsOf(receipt.dir);
+    assert.equal(rows.length, 1502);
+    assert.ok(written.length > 3 * (64 << 10), "the document spans several chunks");
+    assert.ok(written.equals(canonicalJsonBytes({ schemaVersion: 1, rows })));
+  },
+);
 
 test("Given an empty tree, When it is retained, Then its manifest is the document with no rows", async () => {
   const scope = tempDir();
@@ -51,7 +61,8 @@ test("Given an empty tree, When it is retained, Then its manifest is the documen
 
 test("Given a row longer than a chunk, When the recorder encodes it between others, Then no byte is lost", () => {
   const recorder = new ManifestRecorder();
-  const link = (path: string, target: string) => ({ type: "symlink", name: path, path, absolute: `/x/${path}`, target }) as unknown as SymlinkEntry;
+  const link = (path: string, target: string) =>
+    ({ type: "symlink", name: path, path, absolute: `/x/${path}`, target }) as unknown as SymlinkEntry;
   const rows = [
     { path: "a", type: "symlink" as const, target: "short" },
     { path: "b", type: "symlink" as const, target: "é".repeat(40_000) },
@@ -62,20 +73,25 @@ test("Given a row longer than a chunk, When the recorder encodes it between othe
   assert.ok(recorder.bytes().equals(canonicalJsonBytes({ schemaVersion: 1, rows })));
 });
 
-test("Given files 0755 and 0644 and a symlink, When a retain writes its manifest, Then each row says what the file is, measured independently (size, exec bit, SHA-256, link target)", async () => {
-  const { createHash } = await import("node:crypto");
-  const source = tempDir("oats-manifest-rows-");
-  writeFileSync(join(source, "run.sh"), "#!/bin/sh\necho hi\n");
-  chmodSync(join(source, "run.sh"), 0o755);
-  writeFileSync(join(source, "data.txt"), "plain data\n");
-  chmodSync(join(source, "data.txt"), 0o654); // group and other exec bits do not make a file executable here
-  symlinkSync("data.txt", join(source, "link"));
-  const receipt = await retainTree(tempDir(), { kind: "capture", key: "rows", source });
-  const manifest = JSON.parse(readFileSync(manifestPath(receipt.dir), "utf8")) as { rows: unknown[] };
-  const sha = (text: string) => createHash("sha256").update(text).digest("hex");
-  assert.deepEqual(manifest.rows, [
-    { exec: false, path: "data.txt", sha256: sha("plain data\n"), size: 11, type: "file" },
-    { path: "link", target: "data.txt", type: "symlink" },
-    { exec: true, path: "run.sh", sha256: sha("#!/bin/sh\necho hi\n"), size: 18, type: "file" },
-  ]);
-});
+test(
+  "Given files 0755 and 0644 and a symlink, When a retain writes its " +
+    "manifest, Then each row says what the file is, measured independently " +
+    "(size, exec bit, SHA-256, link target)",
+  async () => {
+    const { createHash } = await import("node:crypto");
+    const source = tempDir("oats-manifest-rows-");
+    writeFileSync(join(source, "run.sh"), "#!/bin/sh\necho hi\n");
+    chmodSync(join(source, "run.sh"), 0o755);
+    writeFileSync(join(source, "data.txt"), "plain data\n");
+    chmodSync(join(source, "data.txt"), 0o654); // group and other exec bits do not make a file executable here
+    symlinkSync("data.txt", join(source, "link"));
+    const receipt = await retainTree(tempDir(), { kind: "capture", key: "rows", source });
+    const manifest = JSON.parse(readFileSync(manifestPath(receipt.dir), "utf8")) as { rows: unknown[] };
+    const sha = (text: string) => createHash("sha256").update(text).digest("hex");
+    assert.deepEqual(manifest.rows, [
+      { exec: false, path: "data.txt", sha256: sha("plain data\n"), size: 11, type: "file" },
+      { path: "link", target: "data.txt", type: "symlink" },
+      { exec: true, path: "run.sh", sha256: sha("#!/bin/sh\necho hi\n"), size: 18, type: "file" },
+    ]);
+  },
+);

@@ -48,17 +48,35 @@ test("OCI references: bad input is invalid-artifact-reference and a reference wi
     "oci://registry.example.com/repo#frag",
   ];
   for (const text of bad) {
-    assert.throws(() => parseOciReference(text), (error: unknown) => error instanceof OatsError && error.code === "invalid-artifact-reference", text);
+    assert.throws(
+      () => parseOciReference(text),
+      (error: unknown) => error instanceof OatsError && error.code === "invalid-artifact-reference",
+      text,
+    );
   }
   assert.throws(
     () => parseOciReference("oci://alice:hunter2-secret@registry.example.com/repo"),
-    (error: unknown) => error instanceof OatsError && error.code === "invalid-artifact-reference" && !JSON.stringify(error.toJSON()).includes("hunter2"),
+    (error: unknown) =>
+      error instanceof OatsError &&
+      error.code === "invalid-artifact-reference" &&
+      !JSON.stringify(error.toJSON()).includes("hunter2"),
   );
 });
 
 test("loopback is exactly 127.0.0.0/8, ::1 and localhost", () => {
-  for (const host of ["127.0.0.1", "127.255.0.9", "::1", "[::1]", "localhost", "LOCALHOST", "::ffff:127.0.0.1"]) assert.ok(isLoopbackHost(host), host);
-  for (const host of ["128.0.0.1", "10.0.0.1", "::2", "localhost.example.com", "evil.localhost", "127.0.0.1.nip.io", "0.0.0.0", "::ffff:10.0.0.1"]) assert.ok(!isLoopbackHost(host), host);
+  for (const host of ["127.0.0.1", "127.255.0.9", "::1", "[::1]", "localhost", "LOCALHOST", "::ffff:127.0.0.1"])
+    assert.ok(isLoopbackHost(host), host);
+  for (const host of [
+    "128.0.0.1",
+    "10.0.0.1",
+    "::2",
+    "localhost.example.com",
+    "evil.localhost",
+    "127.0.0.1.nip.io",
+    "0.0.0.0",
+    "::ffff:10.0.0.1",
+  ])
+    assert.ok(!isLoopbackHost(host), host);
 });
 
 test("plain HTTP to a remote registry is refused before any byte is sent: http:// and --insecure alike", () => {
@@ -70,7 +88,10 @@ test("plain HTTP to a remote registry is refused before any byte is sent: http:/
   ] as const) {
     assert.throws(
       () => new OciClient(text, { insecure }),
-      (error: unknown) => error instanceof OatsError && error.code === "registry-refused" && error.details["reason"] === "insecure-remote",
+      (error: unknown) =>
+        error instanceof OatsError &&
+        error.code === "registry-refused" &&
+        error.details["reason"] === "insecure-remote",
       text,
     );
   }

@@ -27,7 +27,10 @@ async function drainToBuffer(stream: NodeJS.ReadableStream): Promise<Buffer> {
   return Buffer.concat(chunks);
 }
 
-function manifestFor(config: { digest: string; size: number }, layers: Array<{ digest: string; size: number }>): Buffer {
+function manifestFor(
+  config: { digest: string; size: number },
+  layers: Array<{ digest: string; size: number }>,
+): Buffer {
   return Buffer.from(
     JSON.stringify({
       schemaVersion: 2,
@@ -65,8 +68,14 @@ test("a blob sent with the wrong digest is refused by the registry as integrity-
   const client = new OciClient(registry.ref("oats/wrong"));
   const bytes = randomBytes(500);
   const claimed = sha256(Buffer.from("something else"));
-  await assert.rejects(client.putBlob(bufferSource(bytes, claimed)), (error: unknown) => error instanceof OatsError && error.code === "integrity-mismatch");
-  await assert.rejects(client.putBlob(bufferSource(bytes, claimed), { chunked: true, chunkSize: 100 }), (error: unknown) => error instanceof OatsError && error.code === "integrity-mismatch");
+  await assert.rejects(
+    client.putBlob(bufferSource(bytes, claimed)),
+    (error: unknown) => error instanceof OatsError && error.code === "integrity-mismatch",
+  );
+  await assert.rejects(
+    client.putBlob(bufferSource(bytes, claimed), { chunked: true, chunkSize: 100 }),
+    (error: unknown) => error instanceof OatsError && error.code === "integrity-mismatch",
+  );
   assert.equal(await client.headBlob(claimed), null);
 });
 
@@ -79,66 +88,112 @@ test("a blob corrupted inside the registry's storage fails the verifying stream"
   const tampered = Buffer.from(bytes);
   tampered[100] = tampered[100]! ^ 0xff;
   writeFileSync(registry.blobPath(digest), tampered);
-  await assert.rejects(drainToBuffer(await client.getBlob(digest)), (error: unknown) => error instanceof OatsError && error.code === "integrity-mismatch" && error.details["actual"] === sha256(tampered));
+  await assert.rejects(
+    drainToBuffer(await client.getBlob(digest)),
+    (error: unknown) =>
+      error instanceof OatsError && error.code === "integrity-mismatch" && error.details["actual"] === sha256(tampered),
+  );
   writeFileSync(registry.blobPath(digest), bytes.subarray(0, 4000));
-  await assert.rejects(drainToBuffer(await client.getBlob(digest, { size: 4096 })), (error: unknown) => error instanceof OatsError && error.code === "integrity-mismatch");
+  await assert.rejects(
+    drainToBuffer(await client.getBlob(digest, { size: 4096 })),
+    (error: unknown) => error instanceof OatsError && error.code === "integrity-mismatch",
+  );
   writeFileSync(registry.blobPath(digest), bytes);
-  await assert.rejects(async () => drainToBuffer(await client.getBlob(digest, { maxBytes: 4095 })), (error: unknown) => error instanceof OatsError && error.code === "invalid-artifact" && error.details["reason"] === "too-large");
+  await assert.rejects(
+    async () => drainToBuffer(await client.getBlob(digest, { maxBytes: 4095 })),
+    (error: unknown) =>
+      error instanceof OatsError && error.code === "invalid-artifact" && error.details["reason"] === "too-large",
+  );
 });
 
 test("missing blobs and manifests are typed: blob-not-found, artifact-not-found", async (t) => {
   if (!HAVE) return t.skip(NO_REGISTRY);
   const client = new OciClient(registry.ref("oats/missing"));
   const digest = sha256(Buffer.from("never pushed"));
-  await assert.rejects(client.getBlob(digest), (error: unknown) => error instanceof OatsError && error.code === "blob-not-found");
-  await assert.rejects(client.getManifest("nope"), (error: unknown) => error instanceof OatsError && error.code === "artifact-not-found");
-  await assert.rejects(client.getManifest(digest), (error: unknown) => error instanceof OatsError && error.code === "artifact-not-found");
+  await assert.rejects(
+    client.getBlob(digest),
+    (error: unknown) => error instanceof OatsError && error.code === "blob-not-found",
+  );
+  await assert.rejects(
+    client.getManifest("nope"),
+    (error: unknown) => error instanceof OatsError && error.code === "artifact-not-found",
+  );
+  await assert.rejects(
+    client.getManifest(digest),
+    (error: unknown) => error instanceof OatsError && error.code === "artifact-not-found",
+  );
   assert.deepEqual(await client.listTags(), []);
 });
 
-test("manifests: put by tag, read back by tag and by digest with the exact bytes; tags listed; blobs mounted across repositories", async (t) => {
-  if (!HAVE) return t.skip(NO_REGISTRY);
-  const client = new OciClient(registry.ref("oats/manifests"));
-  const config = Buffer.from('{"oats":"record"}');
-  const layer = randomBytes(2048);
-  await client.putBlob(bufferSource(config, sha256(config)));
-  await client.putBlob(bufferSource(layer, sha256(layer)));
-  const bytes = manifestFor({ digest: sha256(config), size: config.length }, [{ digest: sha256(layer), size: layer.length }]);
-  const put = await client.putManifest("run-1", bytes, OCI_MANIFEST);
-  assert.equal(put.digest, sha256(bytes));
-  const byTag = await client.getManifest("run-1");
-  assert.ok(byTag.bytes.equals(bytes));
-  assert.equal(byTag.mediaType, OCI_MANIFEST);
-  assert.equal(byTag.digest, sha256(bytes));
-  assert.ok((await client.getManifest(sha256(bytes))).bytes.equals(bytes));
-  await client.putManifest("run-2", bytes, OCI_MANIFEST);
-  assert.deepEqual((await client.listTags()).sort(), ["run-1", "run-2"]);
-  // The same blob linked into another repository without re-uploading it.
-  const other = new OciClient(registry.ref("oats/other"));
-  assert.equal(await other.headBlob(sha256(layer)), null);
-  assert.equal(await other.mountBlob(sha256(layer), "oats/manifests"), true);
-  assert.deepEqual(await other.headBlob(sha256(layer)), { size: layer.length });
-  assert.equal(await other.mountBlob(sha256(Buffer.from("absent")), "oats/manifests"), false);
-  // A manifest whose blobs the registry does not hold is refused by the registry and left untagged.
-  const dangling = manifestFor({ digest: sha256(config), size: config.length }, [{ digest: sha256(Buffer.from("not uploaded")), size: 12 }]);
-  await assert.rejects(client.putManifest("dangling", dangling, OCI_MANIFEST), (error: unknown) => error instanceof OatsError && error.code === "registry-refused" && error.details["reason"] === "protocol");
-  await assert.rejects(client.getManifest("dangling"), (error: unknown) => error instanceof OatsError && error.code === "artifact-not-found");
-  // Putting under a digest that is not the bytes' digest is refused before sending.
-  await assert.rejects(client.putManifest(sha256(config), bytes, OCI_MANIFEST), (error: unknown) => error instanceof OatsError && error.code === "invalid-input");
-  assert.equal(await text(await client.getBlob(sha256(config))), '{"oats":"record"}');
-});
+test(
+  "manifests: put by tag, read back by tag and by digest with the exact " +
+    "bytes; tags listed; blobs mounted across repositories",
+  async (t) => {
+    if (!HAVE) return t.skip(NO_REGISTRY);
+    const client = new OciClient(registry.ref("oats/manifests"));
+    const config = Buffer.from('{"oats":"record"}');
+    const layer = randomBytes(2048);
+    await client.putBlob(bufferSource(config, sha256(config)));
+    await client.putBlob(bufferSource(layer, sha256(layer)));
+    const bytes = manifestFor({ digest: sha256(config), size: config.length }, [
+      { digest: sha256(layer), size: layer.length },
+    ]);
+    const put = await client.putManifest("run-1", bytes, OCI_MANIFEST);
+    assert.equal(put.digest, sha256(bytes));
+    const byTag = await client.getManifest("run-1");
+    assert.ok(byTag.bytes.equals(bytes));
+    assert.equal(byTag.mediaType, OCI_MANIFEST);
+    assert.equal(byTag.digest, sha256(bytes));
+    assert.ok((await client.getManifest(sha256(bytes))).bytes.equals(bytes));
+    await client.putManifest("run-2", bytes, OCI_MANIFEST);
+    assert.deepEqual((await client.listTags()).sort(), ["run-1", "run-2"]);
+    // The same blob linked into another repository without re-uploading it.
+    const other = new OciClient(registry.ref("oats/other"));
+    assert.equal(await other.headBlob(sha256(layer)), null);
+    assert.equal(await other.mountBlob(sha256(layer), "oats/manifests"), true);
+    assert.deepEqual(await other.headBlob(sha256(layer)), { size: layer.length });
+    assert.equal(await other.mountBlob(sha256(Buffer.from("absent")), "oats/manifests"), false);
+    // A manifest whose blobs the registry does not hold is refused by the registry and left untagged.
+    const dangling = manifestFor({ digest: sha256(config), size: config.length }, [
+      { digest: sha256(Buffer.from("not uploaded")), size: 12 },
+    ]);
+    await assert.rejects(
+      client.putManifest("dangling", dangling, OCI_MANIFEST),
+      (error: unknown) =>
+        error instanceof OatsError && error.code === "registry-refused" && error.details["reason"] === "protocol",
+    );
+    await assert.rejects(
+      client.getManifest("dangling"),
+      (error: unknown) => error instanceof OatsError && error.code === "artifact-not-found",
+    );
+    // Putting under a digest that is not the bytes' digest is refused before sending.
+    await assert.rejects(
+      client.putManifest(sha256(config), bytes, OCI_MANIFEST),
+      (error: unknown) => error instanceof OatsError && error.code === "invalid-input",
+    );
+    assert.equal(await text(await client.getBlob(sha256(config))), '{"oats":"record"}');
+  },
+);
 
-test("two clients pushing the same blob and manifest at once both succeed and the registry holds one copy", async (t) => {
-  if (!HAVE) return t.skip(NO_REGISTRY);
-  const bytes = randomBytes(2 * 1024 * 1024 + 3);
-  const config = Buffer.from("{}");
-  const [a, b] = [new OciClient(registry.ref("oats/race")), new OciClient(registry.ref("oats/race"))];
-  const results = await Promise.all([a, b].map((client) => client.putBlob(bufferSource(bytes, sha256(bytes)), { chunkSize: 512 * 1024 })));
-  assert.deepEqual(results.map((r) => r.digest), [sha256(bytes), sha256(bytes)]);
-  await Promise.all([a, b].map((client) => client.putBlob(bufferSource(config, sha256(config)))));
-  const manifest = manifestFor({ digest: sha256(config), size: 2 }, [{ digest: sha256(bytes), size: bytes.length }]);
-  const puts = await Promise.all([a, b].map((client) => client.putManifest("same", manifest, OCI_MANIFEST)));
-  assert.deepEqual(puts, [{ digest: sha256(manifest) }, { digest: sha256(manifest) }]);
-  assert.ok((await drainToBuffer(await b.getBlob(sha256(bytes)))).equals(bytes));
-  assert.ok((await a.getManifest("same")).bytes.equals(manifest));
-});
+test(
+  "two clients pushing the same blob and manifest at once both succeed and " + "the registry holds one copy",
+  async (t) => {
+    if (!HAVE) return t.skip(NO_REGISTRY);
+    const bytes = randomBytes(2 * 1024 * 1024 + 3);
+    const config = Buffer.from("{}");
+    const [a, b] = [new OciClient(registry.ref("oats/race")), new OciClient(registry.ref("oats/race"))];
+    const results = await Promise.all(
+      [a, b].map((client) => client.putBlob(bufferSource(bytes, sha256(bytes)), { chunkSize: 512 * 1024 })),
+    );
+    assert.deepEqual(
+      results.map((r) => r.digest),
+      [sha256(bytes), sha256(bytes)],
+    );
+    await Promise.all([a, b].map((client) => client.putBlob(bufferSource(config, sha256(config)))));
+    const manifest = manifestFor({ digest: sha256(config), size: 2 }, [{ digest: sha256(bytes), size: bytes.length }]);
+    const puts = await Promise.all([a, b].map((client) => client.putManifest("same", manifest, OCI_MANIFEST)));
+    assert.deepEqual(puts, [{ digest: sha256(manifest) }, { digest: sha256(manifest) }]);
+    assert.ok((await drainToBuffer(await b.getBlob(sha256(bytes)))).equals(bytes));
+    assert.ok((await a.getManifest("same")).bytes.equals(manifest));
+  },
+);

@@ -37,7 +37,8 @@ for (const [name, cutAfter] of [
     const client = new OciClient(`http://127.0.0.1:${proxy.port}/oats/resume`);
     const result = await client.putBlob(bufferSource(bytes, digest), { chunkSize: 1024 * 1024 });
     assert.equal(proxy.cuts, 1, "the proxy did cut the connection");
-    // distribution 2.8 may report an offset that includes the cut PATCH's partial bytes and then refuse to continue from it: one resume and one clean restart.
+    // distribution 2.8 may report an offset that includes the cut PATCH's partial bytes and then refuse to continue
+    // from it: one resume and one clean restart.
     assert.ok(result.resumed + result.restarted >= 1 && result.restarted <= 1, JSON.stringify(result));
     t.diagnostic(`resumed ${result.resumed}, restarted ${result.restarted}`);
     const direct = new OciClient(registry.ref("oats/resume"));
@@ -46,20 +47,23 @@ for (const [name, cutAfter] of [
   });
 }
 
-test("a connection cut between two chunks resumes from the registry's offset without sending the first chunk again", async (t) => {
-  if (!HAVE) return t.skip(NO_REGISTRY);
-  const proxy = await startFaultProxy(registry.port, { request: "PATCH", nth: 3 });
-  t.after(() => proxy.close());
-  const bytes = randomBytes(4 * 1024 * 1024 + 1);
-  const digest = sha256(bytes);
-  const client = new OciClient(`http://127.0.0.1:${proxy.port}/oats/resume-exact`);
-  const result = await client.putBlob(bufferSource(bytes, digest), { chunkSize: 1024 * 1024 });
-  assert.equal(proxy.cuts, 1);
-  assert.deepEqual({ resumed: result.resumed, restarted: result.restarted }, { resumed: 1, restarted: 0 });
-  // Five chunks and the request heads: a restart would have sent at least 2 MiB more.
-  assert.ok(proxy.forwarded < bytes.length + 64 * 1024, `${proxy.forwarded} bytes went through`);
-  assert.ok((await read(new OciClient(registry.ref("oats/resume-exact")), digest)).equals(bytes));
-});
+test(
+  "a connection cut between two chunks resumes from the registry's offset " + "without sending the first chunk again",
+  async (t) => {
+    if (!HAVE) return t.skip(NO_REGISTRY);
+    const proxy = await startFaultProxy(registry.port, { request: "PATCH", nth: 3 });
+    t.after(() => proxy.close());
+    const bytes = randomBytes(4 * 1024 * 1024 + 1);
+    const digest = sha256(bytes);
+    const client = new OciClient(`http://127.0.0.1:${proxy.port}/oats/resume-exact`);
+    const result = await client.putBlob(bufferSource(bytes, digest), { chunkSize: 1024 * 1024 });
+    assert.equal(proxy.cuts, 1);
+    assert.deepEqual({ resumed: result.resumed, restarted: result.restarted }, { resumed: 1, restarted: 0 });
+    // Five chunks and the request heads: a restart would have sent at least 2 MiB more.
+    assert.ok(proxy.forwarded < bytes.length + 64 * 1024, `${proxy.forwarded} bytes went through`);
+    assert.ok((await read(new OciClient(registry.ref("oats/resume-exact")), digest)).equals(bytes));
+  },
+);
 
 test("a monolithic upload cut mid-body restarts cleanly", async (t) => {
   if (!HAVE) return t.skip(NO_REGISTRY);

@@ -10,7 +10,13 @@ import { join } from "node:path";
 import { describe, test } from "node:test";
 import { FIXTURE_PAYLOAD, REPO, tempDir } from "./helpers.js";
 
-const PACKAGE = JSON.parse(readFileSync(join(REPO, "package.json"), "utf8")) as { name: string; version: string; license: string; files: string[]; exports: Record<string, unknown> };
+const PACKAGE = JSON.parse(readFileSync(join(REPO, "package.json"), "utf8")) as {
+  name: string;
+  version: string;
+  license: string;
+  files: string[];
+  exports: Record<string, unknown>;
+};
 const EXEC = "oats.tree-exec.v1:sha256-82f8a3ffa30e6a05a161d469ff412e364cf55bfd02e74bc6114810f9c95c2a45";
 
 /** A consumer project whose node_modules holds this package under its name. */
@@ -47,9 +53,21 @@ const retention = require(${JSON.stringify(`${PACKAGE.name}/retention`)});
 
   test("node -e 'require(...)' works too, and import keeps working", () => {
     const dir = consumer();
-    const required = execFileSync(process.execPath, ["-e", `console.log(typeof require(${JSON.stringify(PACKAGE.name)}).retainTree)`], { cwd: dir, encoding: "utf8" });
+    const required = execFileSync(
+      process.execPath,
+      ["-e", `console.log(typeof require(${JSON.stringify(PACKAGE.name)}).retainTree)`],
+      { cwd: dir, encoding: "utf8" },
+    );
     assert.equal(required, "function\n");
-    const imported = execFileSync(process.execPath, ["--input-type=module", "-e", `import { retainTree } from ${JSON.stringify(PACKAGE.name)}; console.log(typeof retainTree)`], { cwd: dir, encoding: "utf8" });
+    const imported = execFileSync(
+      process.execPath,
+      [
+        "--input-type=module",
+        "-e",
+        `import { retainTree } from ${JSON.stringify(PACKAGE.name)}; console.log(typeof retainTree)`,
+      ],
+      { cwd: dir, encoding: "utf8" },
+    );
     assert.equal(imported, "function\n");
   });
 });
@@ -64,12 +82,20 @@ describe("what ships", () => {
   });
 
   test("a global install puts `oats` on PATH (npm install -g <checkout>, offline)", (t) => {
-    if (spawnSync("npm", ["--version"]).status !== 0) return t.skip("npm is not installed here: the PATH instructions cannot be exercised");
+    if (spawnSync("npm", ["--version"]).status !== 0)
+      return t.skip("npm is not installed here: the PATH instructions cannot be exercised");
     const prefix = tempDir("oats-prefix-");
-    execFileSync("npm", ["install", "-g", "--offline", "--no-audit", "--no-fund", "--ignore-scripts", "--prefix", prefix, REPO], { stdio: "pipe" });
+    execFileSync(
+      "npm",
+      ["install", "-g", "--offline", "--no-audit", "--no-fund", "--ignore-scripts", "--prefix", prefix, REPO],
+      { stdio: "pipe" },
+    );
     const bin = join(prefix, "bin", "oats");
     assert.ok(existsSync(bin));
-    const run = spawnSync("oats", ["version"], { env: { ...process.env, PATH: `${join(prefix, "bin")}:${process.env["PATH"]}` }, encoding: "utf8" });
+    const run = spawnSync("oats", ["version"], {
+      env: { ...process.env, PATH: `${join(prefix, "bin")}:${process.env["PATH"]}` },
+      encoding: "utf8",
+    });
     assert.equal(run.status, 0, run.stderr);
     assert.equal(run.stdout, `${PACKAGE.version}\n`);
   });

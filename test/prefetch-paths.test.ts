@@ -23,38 +23,42 @@ for (const { way, native } of [
   { way: "native threads", native: true },
   { way: "worker threads", native: false },
 ] as const) {
-test(`${way}: Given a cold tree with multi-byte names and symlinks, When the read-ahead has run over its listing, Then reading it does no block reads`, async (t) => {
-  setNativeReads(native);
-  const root = tempDir("oats-prefetch-paths-");
-  for (let d = 0; d < 5; d++) mkdirSync(join(root, `dïr-${d}`));
-  for (let i = 0; i < 800; i++) {
-    writeFileSync(join(root, `dïr-${i % 5}`, `fïle-€-${i}.txt`), `${i}\n${"y".repeat(3000 + i)}`);
-    if (i % 100 === 0) symlinkSync(`fïle-€-${i}.txt`, join(root, `dïr-${i % 5}`, `lïnk-${i}`));
-  }
-  const listing = await walkTree(root);
-  const warm = await digestListing(listing, ["oats.tree-exec.v1"]);
-  if (!dropPageCache(t)) return;
-  const prefetcher = startPrefetch(listing.leaves, 0);
-  assert.ok(prefetcher);
-  prefetcher.advance(listing.leaves.length);
-  // The workers are unreferenced (they never keep a process alive); this wait must.
-  const alive = setInterval(() => undefined, 1000);
-  try {
-    await prefetcher.finished;
-  } finally {
-    clearInterval(alive);
-  }
-  const mode = prefetchMode();
-  setPrefetchMode("never");
-  try {
-    const before = process.resourceUsage().fsRead;
-    const digests = await digestListing(listing, ["oats.tree-exec.v1"]);
-    const blockReads = process.resourceUsage().fsRead - before;
-    assert.deepEqual(digests, warm);
-    // Cold, these 800 files of 3-4 KiB take at least 8 units each (6,400).
-    assert.ok(blockReads < 256, `the workers warmed every file (${blockReads} block reads after them)`);
-  } finally {
-    setPrefetchMode(mode);
-  }
-});
+  test(
+    `${way}: Given a cold tree with multi-byte names and symlinks, When the ` +
+      `read-ahead has run over its listing, Then reading it does no block reads`,
+    async (t) => {
+      setNativeReads(native);
+      const root = tempDir("oats-prefetch-paths-");
+      for (let d = 0; d < 5; d++) mkdirSync(join(root, `dïr-${d}`));
+      for (let i = 0; i < 800; i++) {
+        writeFileSync(join(root, `dïr-${i % 5}`, `fïle-€-${i}.txt`), `${i}\n${"y".repeat(3000 + i)}`);
+        if (i % 100 === 0) symlinkSync(`fïle-€-${i}.txt`, join(root, `dïr-${i % 5}`, `lïnk-${i}`));
+      }
+      const listing = await walkTree(root);
+      const warm = await digestListing(listing, ["oats.tree-exec.v1"]);
+      if (!dropPageCache(t)) return;
+      const prefetcher = startPrefetch(listing.leaves, 0);
+      assert.ok(prefetcher);
+      prefetcher.advance(listing.leaves.length);
+      // The workers are unreferenced (they never keep a process alive); this wait must.
+      const alive = setInterval(() => undefined, 1000);
+      try {
+        await prefetcher.finished;
+      } finally {
+        clearInterval(alive);
+      }
+      const mode = prefetchMode();
+      setPrefetchMode("never");
+      try {
+        const before = process.resourceUsage().fsRead;
+        const digests = await digestListing(listing, ["oats.tree-exec.v1"]);
+        const blockReads = process.resourceUsage().fsRead - before;
+        assert.deepEqual(digests, warm);
+        // Cold, these 800 files of 3-4 KiB take at least 8 units each (6,400).
+        assert.ok(blockReads < 256, `the workers warmed every file (${blockReads} block reads after them)`);
+      } finally {
+        setPrefetchMode(mode);
+      }
+    },
+  );
 }

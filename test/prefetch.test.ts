@@ -62,23 +62,26 @@ for (const { way, native } of WAYS) {
     assert.deepEqual(withWorkers, without);
   });
 
-  test(`${way}: with the read-ahead running, a file changed between its read and its check is still refused`, async () => {
-    setNativeReads(native);
-    const root = bigTree();
-    await sleep(30); // past the coarse clock tick of the files' creation, so the rewrite moves mtime
-    setPrefetchMode("always");
-    const target = "dir-3/sub/file-0010.js";
-    setReadHook((path) => {
-      if (path === target) writeFileSync(join(root, target), "rewritten while read\n");
-    });
-    await assert.rejects(digestTree(root), (error: unknown) => {
-      assert.ok(error instanceof OatsError, String(error));
-      assert.equal(error.code, "invalid-artifact");
-      assert.equal(error.details.reason, "changed-while-reading");
-      assert.equal(error.details.path, target);
-      return true;
-    });
-  });
+  test(
+    `${way}: with the read-ahead running, a file changed between its read ` + `and its check is still refused`,
+    async () => {
+      setNativeReads(native);
+      const root = bigTree();
+      await sleep(30); // past the coarse clock tick of the files' creation, so the rewrite moves mtime
+      setPrefetchMode("always");
+      const target = "dir-3/sub/file-0010.js";
+      setReadHook((path) => {
+        if (path === target) writeFileSync(join(root, target), "rewritten while read\n");
+      });
+      await assert.rejects(digestTree(root), (error: unknown) => {
+        assert.ok(error instanceof OatsError, String(error));
+        assert.equal(error.code, "invalid-artifact");
+        assert.equal(error.details.reason, "changed-while-reading");
+        assert.equal(error.details.path, target);
+        return true;
+      });
+    },
+  );
 
   test(`${way}: a leaf swapped for a FIFO or a symlink after the walk does not hang the read-ahead`, async (t) => {
     setNativeReads(native);
@@ -111,7 +114,10 @@ for (const { way, native } of WAYS) {
     assert.equal(outcome, "finished");
     // The reader, not the workers, is what refuses the swap.
     setPrefetchMode("always");
-    await assert.rejects(digestTree(root), (error: unknown) => error instanceof OatsError && error.code === "invalid-artifact");
+    await assert.rejects(
+      digestTree(root),
+      (error: unknown) => error instanceof OatsError && error.code === "invalid-artifact",
+    );
   });
 
   test(`${way}: the read-ahead stops when the reader stops early, however far behind they are`, async () => {

@@ -6,7 +6,13 @@ import { fileURLToPath } from "node:url";
 import { setTimeout as sleep } from "node:timers/promises";
 import { afterEach, test } from "node:test";
 import { digestTree } from "../src/index.js";
-import { CHUNK_SIZE, largeFilesReadByRing, largeFilesReadInline, readLeavesInOrder, type FileConsumer } from "../src/retention/digest/file-reader.js";
+import {
+  CHUNK_SIZE,
+  largeFilesReadByRing,
+  largeFilesReadInline,
+  readLeavesInOrder,
+  type FileConsumer,
+} from "../src/retention/digest/file-reader.js";
 import { nativeReads, nativeReadsAvailable, setNativeReads } from "../src/retention/digest/native-reads.js";
 import { setReadHook } from "../src/retention/digest/read-hook.js";
 import { RING_MIN_REST, RING_SLOTS, RING_SLOT_SIZE } from "../src/retention/digest/read-ring.js";
@@ -58,8 +64,19 @@ function collector(onChunk: (length: number, path: string) => void | Promise<voi
 // A pure hash with a core free reads a large file's first CHUNK_SIZE with its open, the rest by the ring.
 const HEAD = CHUNK_SIZE;
 
-test("Given large files whose rests end before, on and after the ring's boundaries, When read warm with a core free, Then the ring reads every rest past its minimum, each file's bytes are handed over exactly, and the digest is the JavaScript reads' digest", { skip }, async () => {
-  const sizes = [HEAD + RING_MIN_REST - 1, HEAD + RING_MIN_REST, HEAD + RING_MIN_REST + 1, HEAD + RING_MIN_REST + RING_SLOTS * RING_SLOT_SIZE * 3 + 17, 16 * CHUNK_SIZE + 5];
+test("Given large files whose rests end before, on and after the ring's " +
+  "boundaries, When read warm with a core free, Then the ring reads every " +
+  "rest past its minimum, each file's bytes are handed over exactly, and " +
+  "the digest is the JavaScript reads' digest", {
+  skip,
+}, async () => {
+  const sizes = [
+    HEAD + RING_MIN_REST - 1,
+    HEAD + RING_MIN_REST,
+    HEAD + RING_MIN_REST + 1,
+    HEAD + RING_MIN_REST + RING_SLOTS * RING_SLOT_SIZE * 3 + 17,
+    16 * CHUNK_SIZE + 5,
+  ];
   const files = Object.fromEntries(sizes.map((size, index) => [`f-${index}.bin`, patterned(size, index)]));
   files["small.txt"] = Buffer.from("small\n");
   const root = await treeOf(files);
@@ -67,7 +84,11 @@ test("Given large files whose rests end before, on and after the ring's boundari
   const ringBefore = largeFilesReadByRing();
   const inlineBefore = largeFilesReadInline();
   await readLeavesInOrder((await walkTree(root)).leaves, consumer, { inline: "warm" });
-  assert.equal(largeFilesReadByRing() - ringBefore, sizes.length - 1, "every rest of at least RING_MIN_REST went to the ring");
+  assert.equal(
+    largeFilesReadByRing() - ringBefore,
+    sizes.length - 1,
+    "every rest of at least RING_MIN_REST went to the ring",
+  );
   assert.equal(largeFilesReadInline() - inlineBefore, 1, "the one under it was read inline");
   for (const [path, content] of Object.entries(files)) assert.ok(seen.get(path)?.equals(content), path);
 
@@ -77,7 +98,11 @@ test("Given large files whose rests end before, on and after the ring's boundari
   assert.deepEqual(await digestTree(root), byRing);
 });
 
-test("Given warm large files and a consumer that reads a cold file of its own as the first one starts, When read warm with a core free, Then every one still goes to the ring: only the pass's own reads say the cache is cold", { skip }, async () => {
+test("Given warm large files and a consumer that reads a cold file of its own " +
+  "as the first one starts, When read warm with a core free, Then every " +
+  "one still goes to the ring: only the pass's own reads say the cache is cold", {
+  skip,
+}, async () => {
   const size = HEAD + RING_MIN_REST + 5;
   const files = Object.fromEntries([0, 1, 2].map((index) => [`f-${index}.bin`, patterned(size, index)]));
   const root = await treeOf(files);
@@ -103,7 +128,11 @@ test("Given warm large files and a consumer that reads a cold file of its own as
   for (const [path, content] of Object.entries(files)) assert.ok(seen.get(path)?.equals(content), path);
 });
 
-test("Given two cold large files, When read warm with a core free, Then neither goes to the ring: the second's head, opened ahead on the thread pool, is judged by the process's block reads", { skip }, async () => {
+test("Given two cold large files, When read warm with a core free, Then " +
+  "neither goes to the ring: the second's head, opened ahead on the thread " +
+  "pool, is judged by the process's block reads", {
+  skip,
+}, async () => {
   const size = HEAD + RING_MIN_REST + 5;
   const files = Object.fromEntries([0, 1].map((index) => [`f-${index}.bin`, patterned(size, index)]));
   const root = await treeOf(files);
@@ -116,7 +145,10 @@ test("Given two cold large files, When read warm with a core free, Then neither 
   for (const [path, content] of Object.entries(files)) assert.ok(seen.get(path)?.equals(content), path);
 });
 
-test("Given a large file cut short while the ring reads it, When read, Then it is refused as a short read and nothing read after the cut is handed over", { skip }, async () => {
+test("Given a large file cut short while the ring reads it, When read, Then " +
+  "it is refused as a short read and nothing read after the cut is handed over", {
+  skip,
+}, async () => {
   const root = await treeOf({ "big.bin": patterned(HEAD + 4 * CHUNK_SIZE, 2) });
   // Past the slots the thread may have filled before the cut: the piece it lands in is read after it.
   const cut = HEAD + 20 * RING_SLOT_SIZE + 100;
@@ -126,13 +158,18 @@ test("Given a large file cut short while the ring reads it, When read, Then it i
     handed += length;
   });
   const before = largeFilesReadByRing();
-  const error = await refusedAsChanged(readLeavesInOrder((await walkTree(root)).leaves, consumer, { inline: "warm" }), "big.bin");
+  const error = await refusedAsChanged(
+    readLeavesInOrder((await walkTree(root)).leaves, consumer, { inline: "warm" }),
+    "big.bin",
+  );
   assert.equal(largeFilesReadByRing() - before, 1);
   assert.equal(error.details.changed, "short read");
   assert.equal(handed, HEAD + 20 * RING_SLOT_SIZE, "the whole pieces before the cut, and not the part of the next one");
 });
 
-test("Given a large file appended to after the ring's last piece, When read, Then it is refused (size)", { skip }, async () => {
+test("Given a large file appended to after the ring's last piece, When read, Then it is refused (size)", {
+  skip,
+}, async () => {
   const root = await treeOf({ "big.bin": patterned(HEAD + 3 * CHUNK_SIZE, 3), "z.txt": Buffer.from("after\n") });
   setReadHook((path) => {
     if (path === "big.bin") appendFileSync(join(root, "big.bin"), "tail");
@@ -143,7 +180,11 @@ test("Given a large file appended to after the ring's last piece, When read, The
   assert.equal(error.details.changed, "size");
 });
 
-test("Given a consumer that throws in the middle of a ring's read, Then its error comes out unchanged and the next read takes the ring again and hands over every byte", { skip }, async () => {
+test("Given a consumer that throws in the middle of a ring's read, Then its " +
+  "error comes out unchanged and the next read takes the ring again and " +
+  "hands over every byte", {
+  skip,
+}, async () => {
   const content = patterned(HEAD + 4 * CHUNK_SIZE, 4);
   const root = await treeOf({ "big.bin": content });
   const leaves = (await walkTree(root)).leaves;
@@ -159,7 +200,11 @@ test("Given a consumer that throws in the middle of a ring's read, Then its erro
   assert.ok(again.seen.get("big.bin")?.equals(content));
 });
 
-test("Given two passes on one thread at once, each with a large file and a consumer that awaits every piece, Then each hands over its own file's bytes, and the ring serves one of them at a time", { skip }, async () => {
+test("Given two passes on one thread at once, each with a large file and a " +
+  "consumer that awaits every piece, Then each hands over its own file's " +
+  "bytes, and the ring serves one of them at a time", {
+  skip,
+}, async () => {
   const a = patterned(HEAD + 3 * CHUNK_SIZE, 5);
   const b = patterned(HEAD + 3 * CHUNK_SIZE + 9, 6);
   const rootA = await treeOf({ "big.bin": a });
@@ -179,7 +224,12 @@ test("Given two passes on one thread at once, each with a large file and a consu
   assert.equal(largeFilesReadInline() - inlineBefore, 1, "the other read inline");
 });
 
-test("Given the ring itself, Then a read past its last piece, after a short one or after a stop throws rather than waits, a read error comes back as -errno, a second read waits for the first's stop, and the caller's descriptor may close at once", { skip }, async () => {
+test("Given the ring itself, Then a read past its last piece, after a short " +
+  "one or after a stop throws rather than waits, a read error comes back " +
+  "as -errno, a second read waits for the first's stop, and the caller's " +
+  "descriptor may close at once", {
+  skip,
+}, async () => {
   const native = nativeReads()!;
   const root = await treeOf({ "two.bin": patterned(2 * RING_SLOT_SIZE, 7) });
   const ring = native.createRing(RING_SLOTS, RING_SLOT_SIZE);
@@ -192,7 +242,11 @@ test("Given the ring itself, Then a read past its last piece, after a short one 
   assert.equal(native.ringNext(ring), RING_SLOT_SIZE);
   assert.ok(memory.subarray(0, RING_SLOT_SIZE).equals(patterned(2 * RING_SLOT_SIZE, 7).subarray(0, RING_SLOT_SIZE)));
   assert.equal(native.ringNext(ring), RING_SLOT_SIZE);
-  assert.ok(memory.subarray(RING_SLOT_SIZE, 2 * RING_SLOT_SIZE).equals(patterned(2 * RING_SLOT_SIZE, 7).subarray(RING_SLOT_SIZE)));
+  assert.ok(
+    memory
+      .subarray(RING_SLOT_SIZE, 2 * RING_SLOT_SIZE)
+      .equals(patterned(2 * RING_SLOT_SIZE, 7).subarray(RING_SLOT_SIZE)),
+  );
   // Everything is read and the thread has ended, but the caller may still hash the last slot.
   await sleep(20);
   const again = openSync(join(root, "two.bin"), "r");
@@ -214,7 +268,8 @@ test("Given the ring itself, Then a read past its last piece, after a short one 
   assert.equal(native.ringStop(ring), true);
   closeSync(directory);
 
-  // A wait that could never end would hang the caller inside the call, where no timer runs: asked in a child, killed if it hangs.
+  // A wait that could never end would hang the caller inside the call, where no timer runs: asked in a child, killed
+  // if it hangs.
   const child = `
     const native = require(${JSON.stringify(ADDON)});
     const fs = require("node:fs");
@@ -235,7 +290,11 @@ test("Given the ring itself, Then a read past its last piece, after a short one 
     const afterStop = outcome(() => native.ringNext(ring));
     console.log(JSON.stringify({ pastLast, afterShort, afterStop }));
   `;
-  const answer = execFileSync(process.execPath, ["-e", child], { timeout: 30_000, killSignal: "SIGKILL", encoding: "utf8" });
+  const answer = execFileSync(process.execPath, ["-e", child], {
+    timeout: 30_000,
+    killSignal: "SIGKILL",
+    encoding: "utf8",
+  });
   assert.deepEqual(JSON.parse(answer), { pastLast: "TypeError", afterShort: "TypeError", afterStop: "TypeError" });
 
   assert.throws(() => native.createRing(1, RING_SLOT_SIZE), TypeError);
@@ -244,7 +303,11 @@ test("Given the ring itself, Then a read past its last piece, after a short one 
   assert.throws(() => native.ringRead(ring, 0, 0, 0), TypeError);
 });
 
-test("Given worker threads terminated while a ring's thread reads for them, Then the process goes on and exits cleanly: the reader never writes into memory the worker's teardown freed", { skip }, async () => {
+test("Given worker threads terminated while a ring's thread reads for them, " +
+  "Then the process goes on and exits cleanly: the reader never writes " +
+  "into memory the worker's teardown freed", {
+  skip,
+}, async () => {
   const root = await treeOf({ "big.bin": patterned(HEAD + 24 * CHUNK_SIZE, 8) });
   const reader = fileURLToPath(new URL("../dist/retention/digest/file-reader.js", import.meta.url));
   const library = fileURLToPath(new URL("../dist/index.js", import.meta.url));
@@ -262,7 +325,10 @@ test("Given worker threads terminated while a ring's thread reads for them, Then
     let byRing = 0;
     for (let round = 0; round < 6; round++) {
       const worker = new Worker(body, { eval: true });
-      byRing += await new Promise((resolve, reject) => { worker.once("message", resolve); worker.once("error", reject); });
+      byRing += await new Promise((resolve, reject) => {
+        worker.once("message", resolve);
+        worker.once("error", reject);
+      });
       // Somewhere inside its next digest: 25 MiB take some 15-40 ms to hash here.
       await new Promise((resolve) => setTimeout(resolve, 2 + round * 5));
       await worker.terminate();
@@ -272,6 +338,10 @@ test("Given worker threads terminated while a ring's thread reads for them, Then
     globalThis.gc();
     console.log(JSON.stringify({ byRing }));
   `;
-  const answer = execFileSync(process.execPath, ["--expose-gc", "--input-type=module", "-e", child], { timeout: 120_000, killSignal: "SIGKILL", encoding: "utf8" });
+  const answer = execFileSync(process.execPath, ["--expose-gc", "--input-type=module", "-e", child], {
+    timeout: 120_000,
+    killSignal: "SIGKILL",
+    encoding: "utf8",
+  });
   assert.ok(JSON.parse(answer).byRing >= 6, `every worker read through its ring before it was terminated: ${answer}`);
 });

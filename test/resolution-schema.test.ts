@@ -30,7 +30,13 @@ function sampleRecord(): Record<string, any> {
     artifacts: {
       "demo.hello": {
         artifact: ARTIFACT,
-        package: { id: "demo.hello", source: "git:https://example.invalid/hello#", version: "1.0.0", commit: "a".repeat(40), integrity: null },
+        package: {
+          id: "demo.hello",
+          source: "git:https://example.invalid/hello#",
+          version: "1.0.0",
+          commit: "a".repeat(40),
+          integrity: null,
+        },
         legacyIntegrity: null,
       },
     },
@@ -42,7 +48,13 @@ function sampleRecord(): Record<string, any> {
         considered: [{ value: "hello", origin: { kind: "soul-default", ref: "soul.yaml" } }],
       },
     },
-    bindings: { chat: { capability: "demo.hello", payload: { channel: "#general" }, credentialRefs: [{ kind: "env", name: "CHAT_TOKEN" }] } },
+    bindings: {
+      chat: {
+        capability: "demo.hello",
+        payload: { channel: "#general" },
+        credentialRefs: [{ kind: "env", name: "CHAT_TOKEN" }],
+      },
+    },
     messaging: { responsible: { kind: "human", key: "ops" }, teams: ["core"] },
     entrypoints: { hello: { artifact: ARTIFACT, path: "bin/hello", args: ["--greet"], role: "command" } },
     capture: null,
@@ -54,7 +66,11 @@ function sampleRecord(): Record<string, any> {
 describe("docs/design/resolution.schema.json", () => {
   test("is what `npm run schema` generates now (fails when stale)", () => {
     const committed = readFileSync(SCHEMA_FILE, "utf8");
-    assert.equal(committed, resolutionJsonSchemaText(), "docs/design/resolution.schema.json is stale: run `npm run schema` and commit it");
+    assert.equal(
+      committed,
+      resolutionJsonSchemaText(),
+      "docs/design/resolution.schema.json is stale: run `npm run schema` and commit it",
+    );
   });
 
   test("is stable: generating twice gives the same bytes", () => {
@@ -81,16 +97,35 @@ describe("docs/design/resolution.schema.json", () => {
     assert.equal(violation(schema, { ...sampleRecord(), extra: 1 }, schema), "/extra: not allowed");
   });
 
-  test("refuses nested shapes: a wrong status, a legacy integrity on an artifact, a credential value, a non-pointer config key", () => {
-    const schema = JSON.parse(readFileSync(SCHEMA_FILE, "utf8")) as Schema;
-    const bad = (change: (record: Record<string, any>) => void) => {
-      const record = sampleRecord();
-      change(record);
-      return violation(schema, record, schema);
-    };
-    assert.match(bad((r) => (r["status"] = "done")) ?? "", /^\/status/);
-    assert.notEqual(bad((r) => (r["artifacts"]["demo.hello"].artifact.integrity = { format: "oats.tree-legacy.v0", value: INTEGRITY.value })), null);
-    assert.notEqual(bad((r) => (r["bindings"]["chat"].credentialRefs = [{ kind: "env", name: "CHAT_TOKEN", value: "s3cr3t" }])), null);
-    assert.notEqual(bad((r) => (r["config"] = { "settings/x": r["config"]["/settings/demo.hello/greeting"] })), null);
-  });
+  test(
+    "refuses nested shapes: a wrong status, a legacy integrity on an " +
+      "artifact, a credential value, a non-pointer config key",
+    () => {
+      const schema = JSON.parse(readFileSync(SCHEMA_FILE, "utf8")) as Schema;
+      const bad = (change: (record: Record<string, any>) => void) => {
+        const record = sampleRecord();
+        change(record);
+        return violation(schema, record, schema);
+      };
+      assert.match(bad((r) => (r["status"] = "done")) ?? "", /^\/status/);
+      assert.notEqual(
+        bad(
+          (r) =>
+            (r["artifacts"]["demo.hello"].artifact.integrity = {
+              format: "oats.tree-legacy.v0",
+              value: INTEGRITY.value,
+            }),
+        ),
+        null,
+      );
+      assert.notEqual(
+        bad((r) => (r["bindings"]["chat"].credentialRefs = [{ kind: "env", name: "CHAT_TOKEN", value: "s3cr3t" }])),
+        null,
+      );
+      assert.notEqual(
+        bad((r) => (r["config"] = { "settings/x": r["config"]["/settings/demo.hello/greeting"] })),
+        null,
+      );
+    },
+  );
 });

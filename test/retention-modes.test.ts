@@ -22,9 +22,23 @@ import { REPO, tempDir } from "./helpers.js";
 const NOBODY = 65534;
 const canRunAsNobody = process.getuid?.() === 0;
 
-/** The built CLI in a child whose umask is 000 (set by sh; the operands reach node as arguments, never as shell text). */
+/** The built CLI in a child whose umask is 000 (set by sh; the operands reach node as arguments, never as shell
+ * text). */
 function oatsUmask0(scope: string, args: string[]) {
-  const run = spawnSync("sh", ["-c", 'umask 000 && exec "$0" "$@"', process.execPath, join(REPO, "dist/cli/bin.js"), "--json", "--scope", scope, ...args], { encoding: "utf8" });
+  const run = spawnSync(
+    "sh",
+    [
+      "-c",
+      'umask 000 && exec "$0" "$@"',
+      process.execPath,
+      join(REPO, "dist/cli/bin.js"),
+      "--json",
+      "--scope",
+      scope,
+      ...args,
+    ],
+    { encoding: "utf8" },
+  );
   assert.equal(run.status, 0, run.stdout + run.stderr);
   return JSON.parse(run.stdout) as { result: Record<string, any> };
 }
@@ -53,7 +67,8 @@ function reachableScope(): string {
   return scope;
 }
 
-/** Every directory and file under the scope, with its mode, for those group or other may write or that keep special bits. */
+/** Every directory and file under the scope, with its mode, for those group or other may write or that keep special
+ * bits. */
 function looseModes(scope: string): string[] {
   const out: string[] = [];
   const walk = (dir: string) => {
@@ -79,14 +94,19 @@ function attackAsNobody(file: string, revision: string, components: string[]): R
     const fs = require("fs");
     const [file, revision, components] = [process.argv[1], process.argv[2], JSON.parse(process.argv[3])];
     const out = {};
-    const attempt = (what, action) => { try { action(); out[what] = "ok"; } catch (error) { out[what] = error.code; } };
+    const attempt = (what, action) => {
+      try { action(); out[what] = "ok"; } catch (error) { out[what] = error.code; }
+    };
     attempt("write retained file", () => fs.closeSync(fs.openSync(file, "r+")));
     attempt("truncate retained file", () => fs.truncateSync(file, 0));
     attempt("chmod retained file", () => fs.chmodSync(file, 0o666));
     attempt("unlink retained file", () => fs.unlinkSync(file));
     attempt("create in revision", () => fs.writeFileSync(revision + "/planted", "x"));
     attempt("rename revision", () => fs.renameSync(revision, revision + ".moved"));
-    attempt("replace revision", () => { fs.mkdirSync("/tmp/oats-nobody-" + process.pid); fs.renameSync("/tmp/oats-nobody-" + process.pid, revision); });
+    attempt("replace revision", () => {
+      fs.mkdirSync("/tmp/oats-nobody-" + process.pid);
+      fs.renameSync("/tmp/oats-nobody-" + process.pid, revision);
+    });
     for (const component of components) {
       attempt("rename " + component, () => fs.renameSync(component, component + ".moved"));
       attempt("create in " + component, () => fs.mkdirSync(component + "/planted"));
@@ -94,7 +114,11 @@ function attackAsNobody(file: string, revision: string, components: string[]): R
     try { fs.rmdirSync("/tmp/oats-nobody-" + process.pid); } catch {}
     process.stdout.write(JSON.stringify(out));
   `;
-  const run = spawnSync(process.execPath, ["-e", script, file, revision, JSON.stringify(components)], { uid: NOBODY, gid: NOBODY, encoding: "utf8" });
+  const run = spawnSync(process.execPath, ["-e", script, file, revision, JSON.stringify(components)], {
+    uid: NOBODY,
+    gid: NOBODY,
+    encoding: "utf8",
+  });
   assert.equal(run.status, 0, run.stderr);
   return JSON.parse(run.stdout) as Record<string, string>;
 }
@@ -109,11 +133,16 @@ function componentsUpTo(scope: string, revision: string): string[] {
 function assertRefused(results: Record<string, string>): void {
   const allowed = results;
   assert.ok(Object.keys(allowed).length >= 9, "every attempt was made");
-  for (const [what, outcome] of Object.entries(allowed)) assert.ok(outcome === "EACCES" || outcome === "EPERM", `nobody could ${what}: ${outcome}`);
+  for (const [what, outcome] of Object.entries(allowed))
+    assert.ok(outcome === "EACCES" || outcome === "EPERM", `nobody could ${what}: ${outcome}`);
 }
 
 describe("retained modes: group and other never write, whatever the source's modes or the umask", () => {
-  test("Given a 0666/0777 source retained by a process with umask 000, When nobody attacks the copy, the tarball adoption and the import, Then every attempt is refused and verify passes", { skip: canRunAsNobody ? false : "needs root to spawn the attacker as nobody (uid 65534)" }, () => {
+  test("Given a 0666/0777 source retained by a process with umask 000, When " +
+    "nobody attacks the copy, the tarball adoption and the import, Then " +
+    "every attempt is refused and verify passes", {
+    skip: canRunAsNobody ? false : "needs root to spawn the attacker as nobody (uid 65534)",
+  }, () => {
     const source = looseSource();
     const scope = reachableScope();
 
@@ -138,11 +167,20 @@ describe("retained modes: group and other never write, whatever the source's mod
     assert.equal(lstatSync(join(copied.dir, "sub/deeper/setuid")).mode & 0o7777, 0o755);
     assert.equal(lstatSync(join(copied.dir, "sub")).mode & 0o7777, 0o755);
 
-    for (const [root, dir] of [[scope, copied.dir as string], [scope, adopted.dir as string], [target, imported]] as const) {
+    for (const [root, dir] of [
+      [scope, copied.dir as string],
+      [scope, adopted.dir as string],
+      [target, imported],
+    ] as const) {
       assertRefused(attackAsNobody(join(dir, "sub/run.sh"), dir, componentsUpTo(root, dir)));
     }
     oatsUmask0(scope, ["verify", "demo.loose", "--integrity", `${copied.integrity.format}:${copied.integrity.value}`]);
-    oatsUmask0(scope, ["verify", "demo.loose-tgz", "--integrity", `${adopted.integrity.format}:${adopted.integrity.value}`]);
+    oatsUmask0(scope, [
+      "verify",
+      "demo.loose-tgz",
+      "--integrity",
+      `${adopted.integrity.format}:${adopted.integrity.value}`,
+    ]);
     oatsUmask0(target, ["verify", "demo.loose", "--integrity", `${copied.integrity.format}:${copied.integrity.value}`]);
     oatsUmask0(scope, ["fsck"]);
   });

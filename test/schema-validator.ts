@@ -1,4 +1,5 @@
-/** A tiny structural validator for the generated JSON Schemas (no dependency): the subset of JSON Schema 2020-12 they use. */
+/** A tiny structural validator for the generated JSON Schemas (no dependency): the subset of JSON Schema 2020-12 they
+ * use. */
 import assert from "node:assert/strict";
 
 export type Schema = Record<string, any>;
@@ -10,12 +11,16 @@ export function violation(schema: Schema, value: unknown, root: Schema, at = "")
     assert.ok(root["$defs"]?.[name], `unresolved $ref ${schema["$ref"]}`);
     return violation(root["$defs"][name], value, root, at);
   }
-  if (schema["anyOf"]) return (schema["anyOf"] as Schema[]).some((each) => violation(each, value, root, at) === null) ? null : `${at}: no anyOf branch`;
+  if (schema["anyOf"])
+    return (schema["anyOf"] as Schema[]).some((each) => violation(each, value, root, at) === null)
+      ? null
+      : `${at}: no anyOf branch`;
   if ("const" in schema && value !== schema["const"]) return `${at}: not ${JSON.stringify(schema["const"])}`;
   if (schema["enum"] && !(schema["enum"] as unknown[]).includes(value)) return `${at}: not in enum`;
   const type = schema["type"];
   const actual = value === null ? "null" : Array.isArray(value) ? "array" : typeof value;
-  if (type && !(type === actual || (type === "integer" && Number.isInteger(value)))) return `${at}: ${actual} is not ${type}`;
+  if (type && !(type === actual || (type === "integer" && Number.isInteger(value))))
+    return `${at}: ${actual} is not ${type}`;
   if (typeof value === "string") {
     if (schema["pattern"] && !new RegExp(schema["pattern"], "u").test(value)) return `${at}: pattern`;
     if (schema["minLength"] !== undefined && value.length < schema["minLength"]) return `${at}: minLength`;
@@ -33,7 +38,8 @@ export function violation(schema: Schema, value: unknown, root: Schema, at = "")
   }
   if (actual === "object") {
     const object = value as Record<string, unknown>;
-    for (const key of (schema["required"] ?? []) as string[]) if (!Object.hasOwn(object, key)) return `${at}/${key}: required`;
+    for (const key of (schema["required"] ?? []) as string[])
+      if (!Object.hasOwn(object, key)) return `${at}/${key}: required`;
     for (const [key, item] of Object.entries(object)) {
       if (schema["propertyNames"]) {
         const found = violation(schema["propertyNames"], key, root, `${at}/${key}(name)`);
@@ -52,4 +58,3 @@ export function violation(schema: Schema, value: unknown, root: Schema, at = "")
   }
   return null;
 }
-

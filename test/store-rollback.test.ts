@@ -19,41 +19,66 @@ function lockWithIntegrity(integrity: string): unknown {
   return lock;
 }
 
-test("Given an empty scope, When the tree differs from the lock's integrity, Then the refusal leaves the scope empty", async () => {
-  const scope = tempDir();
-  await assert.rejects(retainCapabilityArtifact(scope, fixtureCopy(), "demo.hello", lockWithIntegrity(`sha256-${"0".repeat(64)}`)), (error: unknown) => {
-    assert.ok(error instanceof OatsError);
-    assert.equal(error.code, "integrity-mismatch");
-    assert.equal(error.details.reason, "source-differs");
-    return true;
-  });
-  assert.deepEqual(readdirSync(scope), []);
-});
+test(
+  "Given an empty scope, When the tree differs from the lock's integrity, " + "Then the refusal leaves the scope empty",
+  async () => {
+    const scope = tempDir();
+    await assert.rejects(
+      retainCapabilityArtifact(scope, fixtureCopy(), "demo.hello", lockWithIntegrity(`sha256-${"0".repeat(64)}`)),
+      (error: unknown) => {
+        assert.ok(error instanceof OatsError);
+        assert.equal(error.code, "integrity-mismatch");
+        assert.equal(error.details.reason, "source-differs");
+        return true;
+      },
+    );
+    assert.deepEqual(readdirSync(scope), []);
+  },
+);
 
-test("Given a store that holds another key, When a retain under a new key fails, Then only that key's directories are taken back", async () => {
-  const scope = tempDir();
-  await retainTree(scope, { kind: "capture", key: "first", source: fixtureCopy() });
-  const before = snapshotTree(scope);
-  await assert.rejects(retainTree(scope, { kind: "capture", key: "second", source: fixtureCopy(), expect: `oats.tree-exec.v1:sha256-${"1".repeat(64)}` }), { code: "integrity-mismatch" });
-  assert.deepEqual(snapshotTree(scope), before);
-  assert.ok(existsSync(join(scope, ".agents/captures/artifacts/.gitignore")));
-});
+test(
+  "Given a store that holds another key, When a retain under a new key " +
+    "fails, Then only that key's directories are taken back",
+  async () => {
+    const scope = tempDir();
+    await retainTree(scope, { kind: "capture", key: "first", source: fixtureCopy() });
+    const before = snapshotTree(scope);
+    await assert.rejects(
+      retainTree(scope, {
+        kind: "capture",
+        key: "second",
+        source: fixtureCopy(),
+        expect: `oats.tree-exec.v1:sha256-${"1".repeat(64)}`,
+      }),
+      { code: "integrity-mismatch" },
+    );
+    assert.deepEqual(snapshotTree(scope), before);
+    assert.ok(existsSync(join(scope, ".agents/captures/artifacts/.gitignore")));
+  },
+);
 
-test("Given a scope that already has .agents, When the first capture retain fails, Then .agents stays and only what the call created goes", async () => {
-  const scope = tempDir();
-  mkdirSync(join(scope, ".agents"));
-  const before = snapshotTree(scope);
-  setFaultHook((step) => {
-    if (step === "fsync") throw new Error("injected fsync failure");
-  });
-  try {
-    await assert.rejects(retainTree(scope, { kind: "capture", key: "nightly", source: fixtureCopy() }), (error: unknown) => {
-      assert.ok(error instanceof OatsError);
-      assert.equal(error.details.step, "fsync");
-      return true;
+test(
+  "Given a scope that already has .agents, When the first capture retain " +
+    "fails, Then .agents stays and only what the call created goes",
+  async () => {
+    const scope = tempDir();
+    mkdirSync(join(scope, ".agents"));
+    const before = snapshotTree(scope);
+    setFaultHook((step) => {
+      if (step === "fsync") throw new Error("injected fsync failure");
     });
-  } finally {
-    setFaultHook(null);
-  }
-  assert.deepEqual(snapshotTree(scope), before);
-});
+    try {
+      await assert.rejects(
+        retainTree(scope, { kind: "capture", key: "nightly", source: fixtureCopy() }),
+        (error: unknown) => {
+          assert.ok(error instanceof OatsError);
+          assert.equal(error.details.step, "fsync");
+          return true;
+        },
+      );
+    } finally {
+      setFaultHook(null);
+    }
+    assert.deepEqual(snapshotTree(scope), before);
+  },
+);

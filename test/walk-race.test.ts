@@ -17,7 +17,18 @@
  */
 import assert from "node:assert/strict";
 import { execFileSync, spawn, type ChildProcess } from "node:child_process";
-import { chmodSync, chownSync, lstatSync, mkdirSync, readFileSync, readdirSync, renameSync, symlinkSync, unlinkSync, writeFileSync } from "node:fs";
+import {
+  chmodSync,
+  chownSync,
+  lstatSync,
+  mkdirSync,
+  readFileSync,
+  readdirSync,
+  renameSync,
+  symlinkSync,
+  unlinkSync,
+  writeFileSync,
+} from "node:fs";
 import { join } from "node:path";
 import { afterEach, beforeEach, describe, test } from "node:test";
 import { OatsError } from "../src/core/errors.js";
@@ -130,14 +141,23 @@ async function raceRounds(owner: number | null): Promise<{ retained: number; ref
         const receipt = await retainTree(scope, { kind: "capability", key: "demo.race", source });
         retained += 1;
         const files = retainedFiles(receipt.dir);
-        assert.equal(files.has("m-victim/SECRET"), false, `round ${round}: a file from outside the source was retained`);
-        for (const [path, bytes] of files) assert.notEqual(bytes, SECRET, `round ${round}: ${path} holds the outside file's bytes`);
+        assert.equal(
+          files.has("m-victim/SECRET"),
+          false,
+          `round ${round}: a file from outside the source was retained`,
+        );
+        for (const [path, bytes] of files)
+          assert.notEqual(bytes, SECRET, `round ${round}: ${path} holds the outside file's bytes`);
       } catch (error) {
         if (error instanceof assert.AssertionError) throw error;
-        assert.ok(error instanceof OatsError, `round ${round}: not a typed refusal: ${error instanceof Error ? error.stack : String(error)}`);
+        assert.ok(
+          error instanceof OatsError,
+          `round ${round}: not a typed refusal: ${error instanceof Error ? error.stack : String(error)}`,
+        );
         const reason = String(error.details.reason);
         assert.ok(
-          (error.code === "invalid-artifact" || error.code === "artifact-not-contained") && ALLOWED_REFUSALS.has(reason),
+          (error.code === "invalid-artifact" || error.code === "artifact-not-contained") &&
+            ALLOWED_REFUSALS.has(reason),
           `round ${round}: unexpected refusal ${error.code} (${reason}): ${error.message}`,
         );
         refused[reason] = (refused[reason] ?? 0) + 1;
@@ -149,7 +169,8 @@ async function raceRounds(owner: number | null): Promise<{ retained: number; ref
   return { retained, refused };
 }
 
-// Both ways: the walk's directory calls made by the addon (native/directories.c) and, as without it, through /proc paths.
+// Both ways: the walk's directory calls made by the addon (native/directories.c) and, as without it, through /proc
+// paths.
 for (const { way, native } of [
   { way: "native directory calls", native: true },
   { way: "directory calls from JavaScript", native: false },
@@ -157,28 +178,36 @@ for (const { way, native } of [
   describe(`${way}: walk race: a directory swapped for a symlink to outside the source`, () => {
     beforeEach(() => setNativeReads(native));
     afterEach(() => setNativeReads(true));
-    test("Given a root swapper, When retain runs 40 rounds, Then nothing from outside is ever retained and every failed round is a typed refusal", async (t) => {
-      const outcome = await raceRounds(null);
-      t.diagnostic(JSON.stringify(outcome));
-      assert.ok(Object.keys(outcome.refused).length > 0, "the swapper was seen at work (some round was refused)");
-    });
-
     test(
-      "Given nobody owning the source and swapping inside it, When root retains it 40 rounds, Then nothing from the 0700 directory is ever retained and every failed round is a typed refusal",
-      { skip: process.getuid?.() === 0 ? false : "needs root to run the swapper as nobody (uid 65534)" },
+      "Given a root swapper, When retain runs 40 rounds, Then nothing from " +
+        "outside is ever retained and every failed round is a typed refusal",
       async (t) => {
-        const outcome = await raceRounds(NOBODY);
+        const outcome = await raceRounds(null);
         t.diagnostic(JSON.stringify(outcome));
         assert.ok(Object.keys(outcome.refused).length > 0, "the swapper was seen at work (some round was refused)");
       },
     );
+
+    test("Given nobody owning the source and swapping inside it, When root " +
+      "retains it 40 rounds, Then nothing from the 0700 directory is ever " +
+      "retained and every failed round is a typed refusal", {
+      skip: process.getuid?.() === 0 ? false : "needs root to run the swapper as nobody (uid 65534)",
+    }, async (t) => {
+      const outcome = await raceRounds(NOBODY);
+      t.diagnostic(JSON.stringify(outcome));
+      assert.ok(Object.keys(outcome.refused).length > 0, "the swapper was seen at work (some round was refused)");
+    });
   });
 
   describe(`${way}: walk race: a directory replaced by another real directory between the walk and its reads`, () => {
     beforeEach(() => setNativeReads(native));
     afterEach(() => setNativeReads(true));
-    /** src/a/ with `files` files, src/b/x, and `arm`: a read hook that replaces b/ with another directory (and does `also`) once a/`trigger` has been read. */
-    function treeWithReplacement(files: readonly string[], trigger: string): { root: string; arm: (also?: () => void) => void } {
+    /** src/a/ with `files` files, src/b/x, and `arm`: a read hook that replaces b/ with another directory (and does
+     * `also`) once a/`trigger` has been read. */
+    function treeWithReplacement(
+      files: readonly string[],
+      trigger: string,
+    ): { root: string; arm: (also?: () => void) => void } {
       const root = join(tempDir("oats-replace-"), "src");
       mkdirSync(join(root, "a"), { recursive: true });
       mkdirSync(join(root, "b"));
@@ -199,79 +228,111 @@ for (const { way, native } of [
     }
 
     // a/ holds more files than one native call takes (128), so b/ is opened by a later call than a/x000's read.
-    test("Given b/ replaced (same names, other bytes) after a/'s first file is read and before b/ is opened, When the tree is digested, Then invalid-artifact changed-while-reading: reads never mix a listing with another directory's files", async () => {
-      const { root, arm } = treeWithReplacement(
-        Array.from({ length: 130 }, (_, at) => `x${String(at).padStart(3, "0")}`),
-        "x000",
-      );
-      arm();
-      try {
-        await assert.rejects(digestTree(root), (error) => {
-          assert.ok(error instanceof OatsError, String(error));
-          assert.equal(error.code, "invalid-artifact");
-          assert.deepEqual([error.details.reason, error.details.path, error.details.changed], ["changed-while-reading", "b", "directory"]);
-          return true;
-        });
-      } finally {
-        setReadHook(null);
-      }
-    });
-
-    // The native run that holds a/x128 and a/x129 stops before b/; the refusal is the one a file-by-file read meets first.
-    test("Given a/x129 replaced by a FIFO and b/ replaced, both before either is opened, When the tree is digested, Then the refusal names a/x129, the earlier in order", async () => {
-      const { root, arm } = treeWithReplacement(
-        Array.from({ length: 130 }, (_, at) => `x${String(at).padStart(3, "0")}`),
-        "x000",
-      );
-      arm(() => {
-        unlinkSync(join(root, "a/x129"));
-        execFileSync("mkfifo", [join(root, "a/x129")]);
-      });
-      try {
-        await assert.rejects(digestTree(root), (error) => {
-          assert.ok(error instanceof OatsError, String(error));
-          assert.deepEqual([error.code, error.details.reason, error.details.path, error.details.changed], ["invalid-artifact", "changed-while-reading", "a/x129", "no longer a regular file"]);
-          return true;
-        });
-      } finally {
-        setReadHook(null);
-      }
-    });
-
-    // Only the native reads take a run of files across directories; from JavaScript each file is opened on its own.
-    if (native)
-      test("Given b/ replaced after its descriptor is held for a run of files that spans a/ and b/, When the tree is digested, Then the digest is the listed tree's: b/x is read inside the directory that was listed", async () => {
-        const { root, arm } = treeWithReplacement(["x"], "x");
-        const listed = await digestTree(root);
+    test(
+      "Given b/ replaced (same names, other bytes) after a/'s first file is " +
+        "read and before b/ is opened, When the tree is digested, Then " +
+        "invalid-artifact changed-while-reading: reads never mix a listing with " +
+        "another directory's files",
+      async () => {
+        const { root, arm } = treeWithReplacement(
+          Array.from({ length: 130 }, (_, at) => `x${String(at).padStart(3, "0")}`),
+          "x000",
+        );
         arm();
         try {
-          assert.deepEqual(await digestTree(root), listed);
-          assert.equal(readFileSync(join(root, "b/x"), "utf8"), "not what was listed\n", "the replacement happened");
+          await assert.rejects(digestTree(root), (error) => {
+            assert.ok(error instanceof OatsError, String(error));
+            assert.equal(error.code, "invalid-artifact");
+            assert.deepEqual(
+              [error.details.reason, error.details.path, error.details.changed],
+              ["changed-while-reading", "b", "directory"],
+            );
+            return true;
+          });
         } finally {
           setReadHook(null);
         }
-      });
+      },
+    );
+
+    // The native run that holds a/x128 and a/x129 stops before b/; the refusal is the one a file-by-file read meets
+    // first.
+    test(
+      "Given a/x129 replaced by a FIFO and b/ replaced, both before either is " +
+        "opened, When the tree is digested, Then the refusal names a/x129, the " +
+        "earlier in order",
+      async () => {
+        const { root, arm } = treeWithReplacement(
+          Array.from({ length: 130 }, (_, at) => `x${String(at).padStart(3, "0")}`),
+          "x000",
+        );
+        arm(() => {
+          unlinkSync(join(root, "a/x129"));
+          execFileSync("mkfifo", [join(root, "a/x129")]);
+        });
+        try {
+          await assert.rejects(digestTree(root), (error) => {
+            assert.ok(error instanceof OatsError, String(error));
+            assert.deepEqual(
+              [error.code, error.details.reason, error.details.path, error.details.changed],
+              ["invalid-artifact", "changed-while-reading", "a/x129", "no longer a regular file"],
+            );
+            return true;
+          });
+        } finally {
+          setReadHook(null);
+        }
+      },
+    );
+
+    // Only the native reads take a run of files across directories; from JavaScript each file is opened on its own.
+    if (native)
+      test(
+        "Given b/ replaced after its descriptor is held for a run of files that " +
+          "spans a/ and b/, When the tree is digested, Then the digest is the " +
+          "listed tree's: b/x is read inside the directory that was listed",
+        async () => {
+          const { root, arm } = treeWithReplacement(["x"], "x");
+          const listed = await digestTree(root);
+          arm();
+          try {
+            assert.deepEqual(await digestTree(root), listed);
+            assert.equal(readFileSync(join(root, "b/x"), "utf8"), "not what was listed\n", "the replacement happened");
+          } finally {
+            setReadHook(null);
+          }
+        },
+      );
   });
 
   describe(`${way}: walk race: a directory above the root swapped for a symlink`, () => {
     beforeEach(() => setNativeReads(native));
     afterEach(() => setNativeReads(true));
-    test("Given a resolved root whose parent is then swapped for a symlink to another directory, When it is walked, Then invalid-artifact changed-while-reading (root): the kernel's name for what was opened must be the root asked for", async () => {
-      const base = tempDir("oats-root-swap-");
-      mkdirSync(join(base, "parent/pkg"), { recursive: true });
-      writeFileSync(join(base, "parent/pkg/f"), "real\n");
-      mkdirSync(join(base, "elsewhere/pkg"), { recursive: true });
-      writeFileSync(join(base, "elsewhere/pkg/f"), "elsewhere\n");
-      const root = join(base, "parent/pkg");
-      // As if the swap happened between the caller's realpath and the walk's open.
-      renameSync(join(base, "parent"), join(base, "parent-real"));
-      symlinkSync(join(base, "elsewhere"), join(base, "parent"));
-      await assert.rejects(walkTree(root), (error) => {
-        assert.ok(error instanceof OatsError, String(error));
-        assert.equal(error.code, "invalid-artifact");
-        assert.deepEqual([error.details.reason, error.details.changed, error.details.opened], ["changed-while-reading", "root", join(base, "elsewhere/pkg")]);
-        return true;
-      });
-    });
+    test(
+      "Given a resolved root whose parent is then swapped for a symlink to " +
+        "another directory, When it is walked, Then invalid-artifact " +
+        "changed-while-reading (root): the kernel's name for what was opened " +
+        "must be the root asked for",
+      async () => {
+        const base = tempDir("oats-root-swap-");
+        mkdirSync(join(base, "parent/pkg"), { recursive: true });
+        writeFileSync(join(base, "parent/pkg/f"), "real\n");
+        mkdirSync(join(base, "elsewhere/pkg"), { recursive: true });
+        writeFileSync(join(base, "elsewhere/pkg/f"), "elsewhere\n");
+        const root = join(base, "parent/pkg");
+        // As if the swap happened between the caller's realpath and the walk's open.
+        renameSync(join(base, "parent"), join(base, "parent-real"));
+        symlinkSync(join(base, "elsewhere"), join(base, "parent"));
+        await assert.rejects(walkTree(root), (error) => {
+          assert.ok(error instanceof OatsError, String(error));
+          assert.equal(error.code, "invalid-artifact");
+          assert.deepEqual(
+            [error.details.reason, error.details.changed, error.details.opened],
+            ["changed-while-reading", "root", join(base, "elsewhere/pkg")],
+          );
+          return true;
+        });
+      },
+    );
   });
 }

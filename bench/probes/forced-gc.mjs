@@ -1,6 +1,8 @@
-// What a collection before each timed run does to a kept retain and a digest of the 20k-file tree (bench/lib.mjs, interleave):
+// What a collection before each timed run does to a kept retain and a digest of the 20k-file tree (bench/lib.mjs,
+// interleave):
 //   node --expose-gc bench/probes/forced-gc.mjs [tree]
-// Add --trace-opt and count "completed compiling" lines between the "==" markers to see the recompiles a forced full one causes.
+// Add --trace-opt and count "completed compiling" lines between the "==" markers to see the recompiles a forced full
+// one causes.
 const oats = await import(new URL("../../dist/retention/index.js", import.meta.url));
 const { mkdtempSync, rmSync } = await import("node:fs");
 const source = process.argv[2] ?? "/tmp/oats-bench/data/small";

@@ -1,6 +1,9 @@
-// A kept retain against digestTree split over both cores and on one thread (a worker held), in a loop (rows 24a, 24g): node bench/probes/kept-split.mjs [tree]
+// A kept retain against digestTree split over both cores and on one thread (a worker held), in a loop (rows 24a,
+// 24g): node bench/probes/kept-split.mjs [tree]
 const oats = await import(new URL("../../dist/retention/index.js", import.meta.url));
-const { acquireWorker, releaseWorker } = await import(new URL("../../dist/retention/parallel/pool.js", import.meta.url));
+const { acquireWorker, releaseWorker } = await import(
+  new URL("../../dist/retention/parallel/pool.js", import.meta.url)
+);
 const { mkdtempSync, rmSync } = await import("node:fs");
 const source = process.argv[2] ?? "/tmp/oats-bench/data/small";
 const scope = mkdtempSync("/tmp/oats-kept-split-");
@@ -21,6 +24,8 @@ for (let pass = 0; pass < 2; pass++) {
   const worker = acquireWorker();
   await median("digest on one thread (a worker held)", () => oats.digestTree(source, ["oats.tree-exec.v1"]));
   await releaseWorker(worker);
-  await median("kept --expect", () => oats.retainTree(scope, { kind: "capture", key: "k", source, expect: first.integrity }));
+  await median("kept --expect", () =>
+    oats.retainTree(scope, { kind: "capture", key: "k", source, expect: first.integrity }),
+  );
 }
 rmSync(scope, { recursive: true, force: true });

@@ -1,4 +1,5 @@
-// The native small-file calls alone over a tree's directories, one thread against two (split): node bench/probes/native-calls.mjs [one|split] [dir]
+// The native small-file calls alone over a tree's directories, one thread against two (split): node
+// bench/probes/native-calls.mjs [one|split] [dir]
 import * as fs from "node:fs";
 import { createRequire } from "node:module";
 const native = createRequire(import.meta.url)("../../dist/native/oats.node");
@@ -13,7 +14,8 @@ function walk(dirFd) {
   const entries = fs.readdirSync(`${FD}/${dirFd}`, { withFileTypes: true }).sort((a, b) => (a.name < b.name ? -1 : 1));
   const names = [];
   for (const entry of entries) {
-    if (entry.isDirectory()) walk(fs.openSync(`${FD}/${dirFd}/${entry.name}`, O.O_RDONLY | O.O_DIRECTORY | O.O_NOFOLLOW));
+    if (entry.isDirectory())
+      walk(fs.openSync(`${FD}/${dirFd}/${entry.name}`, O.O_RDONLY | O.O_DIRECTORY | O.O_NOFOLLOW));
     else if (entry.isFile()) names.push(entry.name);
   }
   directories.push([dirFd, names]);
@@ -25,7 +27,8 @@ for (let round = 0; round < 4; round++) {
   for (const [fd, names] of directories) {
     for (let at = 0; at < names.length; ) {
       const count = native.readSmallFiles(fd, names.slice(at, at + 128), buffer, 256 << 10, meta, split);
-      if (count === 0 || meta[(count - 1) * 4] !== 0) throw new Error(`status ${meta[(count - 1) * 4]} at ${names[at + count - 1]}`);
+      if (count === 0 || meta[(count - 1) * 4] !== 0)
+        throw new Error(`status ${meta[(count - 1) * 4]} at ${names[at + count - 1]}`);
       at += count;
       files += count;
     }

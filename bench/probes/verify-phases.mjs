@@ -1,4 +1,5 @@
-// node bench/probes/verify-phases.mjs <oats arguments...>   (as root, `sync; echo 3 > /proc/sys/vm/drop_caches` first for a cold run)
+// node bench/probes/verify-phases.mjs <oats arguments...>   (as root, `sync; echo 3 > /proc/sys/vm/drop_caches` first
+// for a cold run)
 /**
  * One CLI command, timed by phase as dist/cli/bin.js runs it (performance-log.md,
  * "Issue 13: the twentieth session"): node's own start (process start to this
@@ -30,5 +31,9 @@ await main(args, { json: false, writeOut: () => {}, writeErr: () => {} });
 const again = performance.now() - ran;
 const ms = (value) => `${value.toFixed(1)} ms`;
 console.error(
-  `exit ${code}: node's start ${ms(start)} (${atStart} faults), loader ${ms(imported - start)} (${atImport - atStart}), bundle ${ms(loaded - imported)} (${atLoad - atImport}), main ${ms(ran - loaded)} (${atRun - atLoad}); the same command again ${ms(again)} (${faults() - atRun})`,
+  `exit ${code}: node's start ${ms(start)} (${atStart} faults), loader ` +
+    `${ms(imported - start)} (${atImport - atStart}), bundle ` +
+    `${ms(loaded - imported)} (${atLoad - atImport}), main ` +
+    `${ms(ran - loaded)} (${atRun - atLoad}); the same command again ` +
+    `${ms(again)} (${faults() - atRun})`,
 );

@@ -1,6 +1,23 @@
 import { mkdirSync } from "node:fs";
 import { join } from "node:path";
-import { MiB, StagingWriter, TREE_EXEC, WORK, dataset, digestListing, digestOf, interleave, median, notes, oats, removeTree, retainTree, run, settle, timeRow, walkTree, warm } from "../lib.mjs";
+import {
+  StagingWriter,
+  TREE_EXEC,
+  WORK,
+  dataset,
+  digestListing,
+  digestOf,
+  interleave,
+  median,
+  notes,
+  removeTree,
+  retainTree,
+  run,
+  settle,
+  timeRow,
+  walkTree,
+  warm,
+} from "../lib.mjs";
 
 // ---------------------------------------------------------------- 3. retain vs cp -a + sync -f + digest
 
@@ -48,7 +65,13 @@ async function benchRetain(name, runs) {
   await settle();
   if (digests.size !== 1) notes.push(`[3] ${name}: retained and copied digests differ: ${[...digests].join(", ")}`);
   const label = name === "small" ? "20k small files" : "8 x 128 MiB";
-  timeRow({ id: name === "small" ? "3a" : "3b", what: `retainTree ${label} vs cp -a + sync -f + digest`, oursMs: median(times.oats), baseMs: median(times.baseline), goal: 2.0 });
+  timeRow({
+    id: name === "small" ? "3a" : "3b",
+    what: `retainTree ${label} vs cp -a + sync -f + digest`,
+    oursMs: median(times.oats),
+    baseMs: median(times.baseline),
+    goal: 2.0,
+  });
 }
 
 // ---------------------------------------------------------------- 3c. durability: per-file fsync vs one syncfs

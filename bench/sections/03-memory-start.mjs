@@ -1,6 +1,22 @@
 import { existsSync } from "node:fs";
 import { join } from "node:path";
-import { CLI, DIST, GiB, MiB, TREE_EXEC, addRow, cliWorks, dataset, digestTree, fmtRate, interleave, median, missingRow, notes, oats, run, timeRow, warm } from "../lib.mjs";
+import {
+  CLI,
+  DIST,
+  GiB,
+  TREE_EXEC,
+  addRow,
+  cliWorks,
+  dataset,
+  fmtRate,
+  interleave,
+  median,
+  missingRow,
+  notes,
+  run,
+  timeRow,
+  warm,
+} from "../lib.mjs";
 import { extraCaCerts, runEnv } from "../tools.mjs";
 
 // ---------------------------------------------------------------- 4. peak RSS on a 2 GiB file
@@ -21,7 +37,9 @@ async function benchRss() {
   const script = [
     `const { digestTree } = await import(${JSON.stringify(join(DIST, "retention", "digest", "tree.js"))});`,
     `const digests = await digestTree(${JSON.stringify(dir)}, [${JSON.stringify(TREE_EXEC)}]);`,
-    `console.log(JSON.stringify({ digest: digests[${JSON.stringify(TREE_EXEC)}], maxRSS: process.resourceUsage().maxRSS }));`,
+    `console.log(JSON.stringify({ digest: ` +
+      `digests[${JSON.stringify(TREE_EXEC)}], maxRSS: ` +
+      `process.resourceUsage().maxRSS }));`,
   ].join("\n");
   const empty = await peakRss(process.execPath, ["-e", "0"]);
   const library = await peakRss(process.execPath, ["--input-type=module", "-e", script]);
@@ -56,7 +74,8 @@ async function benchRss() {
 
 async function benchStart() {
   console.error("\n[5] `oats --version` cold start vs `node -e 0`");
-  if (!(await cliWorks("5", ["--version"]))) return missingRow("5", "`oats --version` cold start vs `node -e 0`", "<= 3x", "CLI not usable, see notes");
+  if (!(await cliWorks("5", ["--version"])))
+    return missingRow("5", "`oats --version` cold start vs `node -e 0`", "<= 3x", "CLI not usable, see notes");
   const times = await interleave(
     [
       { name: "node", run: () => run(process.execPath, ["-e", "0"], { capture: false }) },
@@ -64,8 +83,15 @@ async function benchStart() {
     ],
     15,
   );
-  timeRow({ id: "5", what: "`oats --version` cold start vs `node -e 0` (15 runs each)", oursMs: median(times.oats), baseMs: median(times.node), goal: 3.0 });
-  if (!extraCaCerts) return notes.push("[5b] NODE_EXTRA_CA_CERTS is not set: node parses no extra certificates at its start");
+  timeRow({
+    id: "5",
+    what: "`oats --version` cold start vs `node -e 0` (15 runs each)",
+    oursMs: median(times.oats),
+    baseMs: median(times.node),
+    goal: 3.0,
+  });
+  if (!extraCaCerts)
+    return notes.push("[5b] NODE_EXTRA_CA_CERTS is not set: node parses no extra certificates at its start");
   const certs = await interleave(
     [
       { name: "with", run: () => runEnv(process.execPath, ["-e", "0"]) },
@@ -75,7 +101,9 @@ async function benchStart() {
   );
   timeRow({
     id: "5b",
-    what: `\`node -e 0\` with the caller's NODE_EXTRA_CA_CERTS (${extraCaCerts}, parsed at every start) vs without it (info)`,
+    what:
+      `\`node -e 0\` with the caller's NODE_EXTRA_CA_CERTS (${extraCaCerts}, ` +
+      `parsed at every start) vs without it (info)`,
     oursMs: median(certs.with),
     baseMs: median(certs.without),
     goal: null,

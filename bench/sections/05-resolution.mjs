@@ -1,12 +1,34 @@
 import { mkdirSync, readdirSync, statSync } from "node:fs";
 import { join } from "node:path";
 import { benchRecord } from "../datasets.mjs";
-import { CAPS, WORK, addRow, dataset, fmtMs, gc, interleave, log, median, options, readRecordBytes, readResolution, removeTree, retainTree, run, timeRow, verifyTree, warm, writeResolution } from "../lib.mjs";
+import {
+  CAPS,
+  WORK,
+  addRow,
+  dataset,
+  fmtMs,
+  gc,
+  interleave,
+  log,
+  median,
+  options,
+  readRecordBytes,
+  readResolution,
+  removeTree,
+  retainTree,
+  timeRow,
+  verifyTree,
+  warm,
+  writeResolution,
+} from "../lib.mjs";
 
 // ---------------------------------------------------------------- 7. resolution records
 
 async function benchResolution() {
-  console.error(`\n[7] resolution records: verify ${CAPS.capabilities} capabilities of ${CAPS.files} files through the record vs directly; read a ~100 KB record`);
+  console.error(
+    `\n[7] resolution records: verify ${CAPS.capabilities} capabilities of ` +
+      `${CAPS.files} files through the record vs directly; read a ~100 KB record`,
+  );
   const dir = dataset("caps");
   const scope = join(WORK, "resolution-scope");
   removeTree(scope);
@@ -15,7 +37,11 @@ async function benchResolution() {
   const refs = [];
   for (const name of readdirSync(dir).sort()) {
     const receipt = await retainTree(scope, { kind: "capability", key: `bench.${name}`, source: join(dir, name) });
-    refs.push({ kind: "capability", key: receipt.key, integrity: { format: receipt.execIntegrity.format, value: receipt.execIntegrity.value } });
+    refs.push({
+      kind: "capability",
+      key: receipt.key,
+      integrity: { format: receipt.execIntegrity.format, value: receipt.execIntegrity.value },
+    });
   }
   log(`retained ${refs.length} capabilities in ${fmtMs(performance.now() - started)}`);
   warm(join(scope, ".agents"));
@@ -23,20 +49,29 @@ async function benchResolution() {
   // (a) verification through the record vs the same artifacts verified directly.
   const { id } = writeResolution(scope, benchRecord(refs, 0));
   const sides = [
-    { name: "direct", inProcess: true, run: async () => { for (const ref of refs) await verifyTree(scope, ref); } },
+    {
+      name: "direct",
+      inProcess: true,
+      run: async () => {
+        for (const ref of refs) await verifyTree(scope, ref);
+      },
+    },
     {
       name: "record",
       inProcess: true,
       run: async () => {
         const read = await readResolution(scope, id, { verify: true });
-        if (!read.verified || Object.keys(read.entrypoints).length !== refs.length) throw new Error("the record did not verify every artifact");
+        if (!read.verified || Object.keys(read.entrypoints).length !== refs.length)
+          throw new Error("the record did not verify every artifact");
       },
     },
   ];
   const times = await interleave(sides, options.runs);
   timeRow({
     id: "7a",
-    what: `readResolution(verify) of a record naming ${CAPS.capabilities} x ${CAPS.files}-file capabilities vs verifyTree on each`,
+    what:
+      `readResolution(verify) of a record naming ${CAPS.capabilities} x ` +
+      `${CAPS.files}-file capabilities vs verifyTree on each`,
     oursMs: median(times.record),
     baseMs: median(times.direct),
     goal: 1.1,
@@ -63,12 +98,16 @@ async function benchResolution() {
     return samples;
   };
   const samples = await sample(() => readResolution(scope, big.id));
-  // Where the time goes: the record alone (bounded read, digest, canonical check, schema), without resolving the entry points.
+  // Where the time goes: the record alone (bounded read, digest, canonical check, schema), without resolving the
+  // entry points.
   const recordOnly = await sample(() => readRecordBytes(scope, big.id));
   const ms = median(samples);
   addRow({
     id: "7b",
-    what: `read + check a ${(bytes / 1024).toFixed(0)} KB record (${entries} config entries, ${refs.length} entry points), no artifact verification; median of ${reads}`,
+    what:
+      `read + check a ${(bytes / 1024).toFixed(0)} KB record (${entries} ` +
+      `config entries, ${refs.length} entry points), no artifact verification; ` +
+      `median of ${reads}`,
     headline: true,
     ours: `${ms.toFixed(2)} ms (min ${Math.min(...samples).toFixed(2)}, max ${Math.max(...samples).toFixed(2)})`,
     baseline: "-",

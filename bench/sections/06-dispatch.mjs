@@ -1,6 +1,19 @@
 import { existsSync, mkdirSync, readdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { CAPTURE, WORK, dataset, interleave, median, oats, options, removeTree, run, timeRow, verifyTree, warm } from "../lib.mjs";
+import {
+  CAPTURE,
+  WORK,
+  dataset,
+  interleave,
+  median,
+  oats,
+  options,
+  removeTree,
+  run,
+  timeRow,
+  verifyTree,
+  warm,
+} from "../lib.mjs";
 
 // ---------------------------------------------------------------- 8. capture dispatch
 
@@ -24,7 +37,9 @@ import { CAPTURE, WORK, dataset, interleave, median, oats, options, removeTree, 
  *   CAPTURE.files inodes, which verifyTree never does.
  */
 async function benchDispatch() {
-  console.error(`\n[8] dispatch of a queued capture (${CAPTURE.files}-file executable tree) vs verifying that tree alone`);
+  console.error(
+    `\n[8] dispatch of a queued capture (${CAPTURE.files}-file executable tree) vs verifying that tree alone`,
+  );
   const tree = dataset("capture");
   const scope = join(WORK, "dispatch-scope");
   const inputs = join(WORK, "dispatch-inputs");
@@ -32,11 +47,18 @@ async function benchDispatch() {
   removeTree(inputs);
   mkdirSync(scope, { recursive: true });
   mkdirSync(inputs, { recursive: true });
-  writeFileSync(join(inputs, "class.yaml"), "schemaVersion: 1\nwings: {bench: internal}\nrepos: {}\ndefaults: []\nfallback: confidential\nprincipals: {}\n");
+  writeFileSync(
+    join(inputs, "class.yaml"),
+    "schemaVersion: 1\nwings: {bench: internal}\nrepos: {}\ndefaults: []\nfallback: confidential\nprincipals: {}\n",
+  );
   // As root, only a privileged composition may run (src/captures/privilege.ts).
   writeFileSync(
     join(inputs, "spec.yaml"),
-    `name: bench-capture\nexecutable: {tree: ${JSON.stringify(tree)}, path: bin/run, args: [--bench]}\ntarget: {wing: bench}\nclassification: internal\nclassificationConfig: ./class.yaml\nenv: {PATH: /usr/bin:/bin}\ncredentials: [BENCH_TOKEN]\n${process.geteuid?.() === 0 ? "privileged: true\n" : ""}`,
+    `name: bench-capture\nexecutable: {tree: ${JSON.stringify(tree)}, path: ` +
+      `bin/run, args: [--bench]}\ntarget: {wing: bench}\nclassification: ` +
+      `internal\nclassificationConfig: ./class.yaml\nenv: {PATH: ` +
+      `/usr/bin:/bin}\ncredentials: ` +
+      `[BENCH_TOKEN]\n${process.geteuid?.() === 0 ? "privileged: true\n" : ""}`,
   );
   const prepared = await oats.prepareCapture(scope, join(inputs, "spec.yaml"));
   await oats.approve(scope, prepared.composition.subject, { reason: "bench" });
@@ -51,7 +73,8 @@ async function benchDispatch() {
       run: async () => {
         const plan = await oats.resolveQueuedCapture(scope, "bench-job", { env: { BENCH_TOKEN: "bench-token" } });
         await oats.discardDispatchPlan(plan);
-        if (plan.verified.length !== 1 || plan.executable.subject.integrity !== prepared.subject.integrity) throw new Error("dispatch did not verify the executable tree");
+        if (plan.verified.length !== 1 || plan.executable.subject.integrity !== prepared.subject.integrity)
+          throw new Error("dispatch did not verify the executable tree");
       },
     },
     {
@@ -60,7 +83,8 @@ async function benchDispatch() {
       run: async () => {
         const plan = await oats.resolveQueuedCapture(scope, "bench-job", { env: { BENCH_TOKEN: "bench-token" } });
         const ran = await oats.runDispatchPlan(plan, { stdio: "pipe" });
-        if (ran.code !== 0 || ran.stdout !== "captured\n") throw new Error(`the dispatched entry point failed: ${ran.code} ${ran.stderr}`);
+        if (ran.code !== 0 || ran.stdout !== "captured\n")
+          throw new Error(`the dispatched entry point failed: ${ran.code} ${ran.stderr}`);
       },
     },
   ];
@@ -76,7 +100,9 @@ async function benchDispatch() {
   const times = await interleave(sides, Math.max(options.runs, 9));
   timeRow({
     id: "8",
-    what: `dispatch plan (resolveQueuedCapture + discardDispatchPlan, private copy included) of a ${CAPTURE.files}-file capture vs verifyTree of that tree alone`,
+    what:
+      `dispatch plan (resolveQueuedCapture + discardDispatchPlan, private copy ` +
+      `included) of a ${CAPTURE.files}-file capture vs verifyTree of that tree alone`,
     oursMs: median(times.dispatch),
     baseMs: median(times.verify),
     goal: 1.5,
@@ -84,7 +110,10 @@ async function benchDispatch() {
   });
   timeRow({
     id: "8b",
-    what: `dispatch --exec (plan, run a trivial entry from the private copy, remove it) of a ${CAPTURE.files}-file capture vs verifyTree of that tree alone`,
+    what:
+      `dispatch --exec (plan, run a trivial entry from the private copy, ` +
+      `remove it) of a ${CAPTURE.files}-file capture vs verifyTree of that ` +
+      `tree alone`,
     oursMs: median(times.exec),
     baseMs: median(times.verify),
     goal: 1.5,
@@ -92,14 +121,17 @@ async function benchDispatch() {
   });
   timeRow({
     id: "8c",
-    what: `cp -a + rm -rf of the same ${CAPTURE.files}-file tree on the scope's filesystem (the floor of a private copy) vs verifyTree (info)`,
+    what:
+      `cp -a + rm -rf of the same ${CAPTURE.files}-file tree on the scope's ` +
+      `filesystem (the floor of a private copy) vs verifyTree (info)`,
     oursMs: median(times.cp),
     baseMs: median(times.verify),
     goal: null,
     baseExtra: " verify",
   });
   const copies = join(scope, ".agents", "run-copies");
-  if (existsSync(copies) && readdirSync(copies).some((name) => name !== ".gitignore")) throw new Error("the dispatch bench left a run copy behind");
+  if (existsSync(copies) && readdirSync(copies).some((name) => name !== ".gitignore"))
+    throw new Error("the dispatch bench left a run copy behind");
   const verdict = oats.verifyAudit(scope);
   if (!verdict.ok) throw new Error(`audit chain broken after the dispatch bench: ${JSON.stringify(verdict.brokenAt)}`);
   removeTree(scope);

@@ -1,6 +1,21 @@
 import { mkdirSync, statSync } from "node:fs";
 import { join } from "node:path";
-import { MiB, TARBALL, WORK, dataset, digestOf, interleave, median, missingRow, notes, oats, removeTree, run, settle, timeRow } from "../lib.mjs";
+import {
+  MiB,
+  TARBALL,
+  WORK,
+  dataset,
+  digestOf,
+  interleave,
+  median,
+  missingRow,
+  notes,
+  oats,
+  removeTree,
+  run,
+  settle,
+  timeRow,
+} from "../lib.mjs";
 
 // ---------------------------------------------------------------- 9. retain from a package tarball
 
@@ -11,7 +26,8 @@ import { MiB, TARBALL, WORK, dataset, digestOf, interleave, median, missingRow, 
  */
 async function benchTarball() {
   console.error(`\n[9] retain from a ${TARBALL.files}-file .tgz vs tar xzf + sync -f + digest`);
-  if (typeof oats.retainTarball !== "function") return missingRow("9", "retain from a 50 MB .tgz vs tar xzf + digest", "<= 1.5x", "retainTarball is not built");
+  if (typeof oats.retainTarball !== "function")
+    return missingRow("9", "retain from a 50 MB .tgz vs tar xzf + digest", "<= 1.5x", "retainTarball is not built");
   const tree = dataset("tarball");
   const tgz = join(WORK, "bench-package.tgz");
   removeTree(tgz);
@@ -33,7 +49,10 @@ async function benchTarball() {
         await settle();
       },
       run: async (round) => {
-        const receipt = await oats.retainTarball(join(scopes, `scope-${round + 1}`), tgz, { kind: "capture", key: "bench-tgz" });
+        const receipt = await oats.retainTarball(join(scopes, `scope-${round + 1}`), tgz, {
+          kind: "capture",
+          key: "bench-tgz",
+        });
         digests.add(receipt.execIntegrity.value);
       },
     },
@@ -59,7 +78,9 @@ async function benchTarball() {
   if (digests.size !== 1) notes.push(`[9] the retained and extracted digests differ: ${[...digests].join(", ")}`);
   timeRow({
     id: "9",
-    what: `retainTarball of a ${(bytes / MiB).toFixed(0)} MiB .tgz (${TARBALL.files} files) vs tar xzf + sync -f + digest`,
+    what:
+      `retainTarball of a ${(bytes / MiB).toFixed(0)} MiB .tgz ` +
+      `(${TARBALL.files} files) vs tar xzf + sync -f + digest`,
     oursMs: median(times.oats),
     baseMs: median(times.baseline),
     goal: 1.5,

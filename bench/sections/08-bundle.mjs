@@ -1,6 +1,20 @@
 import { mkdirSync } from "node:fs";
 import { join } from "node:path";
-import { GiB, MiB, WORK, dataset, interleave, median, missingRow, oats, removeTree, retainTree, run, settle, timeRow, warm } from "../lib.mjs";
+import {
+  MiB,
+  WORK,
+  dataset,
+  interleave,
+  median,
+  missingRow,
+  oats,
+  removeTree,
+  retainTree,
+  run,
+  settle,
+  timeRow,
+  warm,
+} from "../lib.mjs";
 
 // ---------------------------------------------------------------- 10. export and import
 
@@ -20,15 +34,39 @@ async function benchBundle() {
     mkdirSync(dir, { recursive: true });
   }
   const receipt = await retainTree(scope, { kind: "capture", key: "bench-bundle", source });
-  const ref = { kind: "capture", key: "bench-bundle", integrity: `${receipt.execIntegrity.format}:${receipt.execIntegrity.value}` };
+  const ref = {
+    kind: "capture",
+    key: "bench-bundle",
+    integrity: `${receipt.execIntegrity.format}:${receipt.execIntegrity.value}`,
+  };
   const bytes = 8 * 128 * MiB;
   warm(receipt.dir);
   const exportSides = [
-    { name: "oats", inProcess: true, prepare: settle, run: async (round) => void (await oats.exportBundle(scope, [ref], join(bundles, `oats-${round + 1}.tar`))), cleanup: (round) => removeTree(join(bundles, `oats-${round + 1}.tar`)) },
-    { name: "tar", prepare: settle, run: (round) => run("tar", ["-C", receipt.dir, "-cf", join(bundles, `tar-${round + 1}.tar`), "."], { capture: false }), cleanup: (round) => removeTree(join(bundles, `tar-${round + 1}.tar`)) },
+    {
+      name: "oats",
+      inProcess: true,
+      prepare: settle,
+      run: async (round) => void (await oats.exportBundle(scope, [ref], join(bundles, `oats-${round + 1}.tar`))),
+      cleanup: (round) => removeTree(join(bundles, `oats-${round + 1}.tar`)),
+    },
+    {
+      name: "tar",
+      prepare: settle,
+      run: (round) =>
+        run("tar", ["-C", receipt.dir, "-cf", join(bundles, `tar-${round + 1}.tar`), "."], { capture: false }),
+      cleanup: (round) => removeTree(join(bundles, `tar-${round + 1}.tar`)),
+    },
   ];
   const exported = await interleave(exportSides, 3);
-  timeRow({ id: "10a", what: "exportBundle of 1 GiB of retained trees (verify + write) vs tar cf of the revision", oursMs: median(exported.oats), baseMs: median(exported.tar), goal: null, kind: "ratio-min", bytes });
+  timeRow({
+    id: "10a",
+    what: "exportBundle of 1 GiB of retained trees (verify + write) vs tar cf of the revision",
+    oursMs: median(exported.oats),
+    baseMs: median(exported.tar),
+    goal: null,
+    kind: "ratio-min",
+    bytes,
+  });
 
   const bundle = join(bundles, "bench.tar");
   const plain = join(bundles, "plain.tar");
@@ -56,7 +94,15 @@ async function benchBundle() {
     },
   ];
   const imported = await interleave(importSides, 3);
-  timeRow({ id: "10b", what: "importBundle of the same (extract to staging, verify all, publish durably) vs tar xf", oursMs: median(imported.oats), baseMs: median(imported.tar), goal: null, kind: "ratio-min", bytes });
+  timeRow({
+    id: "10b",
+    what: "importBundle of the same (extract to staging, verify all, publish durably) vs tar xf",
+    oursMs: median(imported.oats),
+    baseMs: median(imported.tar),
+    goal: null,
+    kind: "ratio-min",
+    bytes,
+  });
   for (const dir of [scope, bundles, targets]) removeTree(dir);
 }
 

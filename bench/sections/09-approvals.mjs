@@ -9,7 +9,11 @@ const { entryHash } = await import(join(DIST, "captures", "chain-line.js"));
 
 const SIZES = [1, 1_000, 100_000];
 const GENESIS = `sha256-${"0".repeat(64)}`;
-const subjectFor = (n) => ({ kind: "capture", key: `bench-${n}`, integrity: `oats.tree-exec.v1:sha256-${n.toString(16).padStart(64, "0")}` });
+const subjectFor = (n) => ({
+  kind: "capture",
+  key: `bench-${n}`,
+  integrity: `oats.tree-exec.v1:sha256-${n.toString(16).padStart(64, "0")}`,
+});
 
 /**
  * A scope whose approvals ledger holds `count` approvals of distinct subjects
@@ -26,7 +30,14 @@ export function historyScope(count) {
   mkdirSync(auditDir, { recursive: true });
   writeFileSync(join(ledgerDir, ".gitignore"), "*\n");
   writeFileSync(join(auditDir, ".gitignore"), "*\n");
-  const history = { scope, ledger: join(ledgerDir, "ledger.jsonl"), audit: join(auditDir, "audit.jsonl"), seq: 0, ledgerPrev: GENESIS, auditPrev: GENESIS };
+  const history = {
+    scope,
+    ledger: join(ledgerDir, "ledger.jsonl"),
+    audit: join(auditDir, "audit.jsonl"),
+    seq: 0,
+    ledgerPrev: GENESIS,
+    auditPrev: GENESIS,
+  };
   writeFileSync(history.ledger, "");
   writeFileSync(history.audit, "");
   appendDecisions(history, count);
@@ -41,11 +52,28 @@ export function appendDecisions(history, count) {
   for (let i = 0; i < count; i++) {
     const n = ++history.seq;
     const subject = subjectFor(n);
-    const decision = { seq: n, at, action: "approve", subject, operator: "bench@host", reason: "bench", prev: history.ledgerPrev };
+    const decision = {
+      seq: n,
+      at,
+      action: "approve",
+      subject,
+      operator: "bench@host",
+      reason: "bench",
+      prev: history.ledgerPrev,
+    };
     decision.hash = entryHash(decision);
     history.ledgerPrev = decision.hash;
     ledger.push(canonicalJson(decision));
-    const entry = { seq: n, at, principal: "bench@host", action: "approve", subject, outcome: "ok", details: { ledger: { seq: n, hash: decision.hash }, reason: "bench" }, prev: history.auditPrev };
+    const entry = {
+      seq: n,
+      at,
+      principal: "bench@host",
+      action: "approve",
+      subject,
+      outcome: "ok",
+      details: { ledger: { seq: n, hash: decision.hash }, reason: "bench" },
+      prev: history.auditPrev,
+    };
     entry.hash = entryHash(entry);
     history.auditPrev = entry.hash;
     audit.push(canonicalJson(entry));
@@ -87,17 +115,24 @@ async function benchApprovals() {
         cold.push(timeOnce(() => oats.requireApproval(scope, probe)));
       }
       const warm = [];
-      for (let run = 0; run < 200; run++) warm.push(timeOnce(() => oats.requireApproval(scope, subjectFor(1 + ((run * 7919) % count)))));
-      // Another writer (another account's oats) appends one decision: the next call hashes the anchored prefix and verifies the new lines.
+      for (let run = 0; run < 200; run++)
+        warm.push(timeOnce(() => oats.requireApproval(scope, subjectFor(1 + ((run * 7919) % count)))));
+      // Another writer (another account's oats) appends one decision: the next call hashes the anchored prefix and
+      // verifies the new lines.
       const changed = [];
       for (let run = 0; run < 3; run++) {
         appendDecisions(history, 1);
         changed.push(timeOnce(() => oats.requireApproval(scope, subjectFor(history.seq))));
       }
       const linear = [];
-      for (let run = 0; run < (count > 10_000 ? 3 : 20); run++) linear.push(timeOnce(() => oats.readEntries(scope, oats.CHAIN_LOGS.approvals)));
+      for (let run = 0; run < (count > 10_000 ? 3 : 20); run++)
+        linear.push(timeOnce(() => oats.readEntries(scope, oats.CHAIN_LOGS.approvals)));
       results.push({ count, cold: median(cold), warm: median(warm), changed: median(changed), linear: median(linear) });
-      console.error(`  .. ${count} decisions: cold ${fmtMs(median(cold))}, warm ${(median(warm) * 1000).toFixed(0)} µs, after another writer's append ${fmtMs(median(changed))}, whole-ledger read ${fmtMs(median(linear))}`);
+      console.error(
+        `  .. ${count} decisions: cold ${fmtMs(median(cold))}, warm ` +
+          `${(median(warm) * 1000).toFixed(0)} µs, after another writer's append ` +
+          `${fmtMs(median(changed))}, whole-ledger read ${fmtMs(median(linear))}`,
+      );
       for (let run = 0; run < 3; run++) removeTree(join(WORK, `approvals-state-${count}-${run}`));
       removeTree(scope);
     }
@@ -107,10 +142,36 @@ async function benchApprovals() {
   }
   const one = results[0];
   const big = results[results.length - 1];
-  timeRow({ id: "11", what: "requireApproval, warm checkpoint: 100,000 decisions vs 1 (ledger + audit cross-check)", oursMs: big.warm, baseMs: one.warm, goal: 3, oursExtra: " @100k", baseExtra: " @1" });
-  timeRow({ id: "11b", what: "requireApproval, cold (fresh state dir: full verification + checkpoint): 100,000 decisions vs 1", oursMs: big.cold, baseMs: one.cold, goal: null, headline: false, oursExtra: " @100k", baseExtra: " @1" });
+  timeRow({
+    id: "11",
+    what: "requireApproval, warm checkpoint: 100,000 decisions vs 1 (ledger + audit cross-check)",
+    oursMs: big.warm,
+    baseMs: one.warm,
+    goal: 3,
+    oursExtra: " @100k",
+    baseExtra: " @1",
+  });
+  timeRow({
+    id: "11b",
+    what: "requireApproval, cold (fresh state dir: full verification + checkpoint): 100,000 decisions vs 1",
+    oursMs: big.cold,
+    baseMs: one.cold,
+    goal: null,
+    headline: false,
+    oursExtra: " @100k",
+    baseExtra: " @1",
+  });
   notes.push(
-    `[11] requireApproval per call (median): ${results.map((r) => `${r.count.toLocaleString("en-US")} decisions: warm ${(r.warm * 1000).toFixed(0)} µs, after another writer's append ${fmtMs(r.changed)}, cold ${fmtMs(r.cold)}, whole-ledger read (the old per-call cost) ${fmtMs(r.linear)}`).join("; ")}.`,
+    `[11] requireApproval per call (median): ` +
+      results
+        .map(
+          (r) =>
+            `${r.count.toLocaleString("en-US")} decisions: warm ${(r.warm * 1000).toFixed(0)} µs, ` +
+            `after another writer's append ${fmtMs(r.changed)}, cold ${fmtMs(r.cold)}, ` +
+            `whole-ledger read (the old per-call cost) ${fmtMs(r.linear)}`,
+        )
+        .join("; ") +
+      ".",
   );
 }
 

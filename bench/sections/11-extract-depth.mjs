@@ -68,12 +68,19 @@ async function benchExtractDepth() {
     name,
     inProcess: true,
     prepare: () => mkdirSync(join(out, `${name}-${++n}`), { mode: 0o700 }),
-    run: () => extractTar(Readable.from([archives[name]]), join(out, `${name}-${n}`), { origin: name, prefix: "package" }),
+    run: () =>
+      extractTar(Readable.from([archives[name]]), join(out, `${name}-${n}`), { origin: name, prefix: "package" }),
     cleanup: () => removeTree(join(out, `${name}-${n}`)),
   });
   const times = await interleave([side("deep"), side("shallow")], 7);
   removeTree(out);
-  timeRow({ id: "14", what: "extractTar: 1,000 entries at depth 200 vs 1,000 at depth 2", oursMs: median(times.deep), baseMs: median(times.shallow), goal: 1.5 });
+  timeRow({
+    id: "14",
+    what: "extractTar: 1,000 entries at depth 200 vs 1,000 at depth 2",
+    oursMs: median(times.deep),
+    baseMs: median(times.shallow),
+    goal: 1.5,
+  });
 }
 
 export const parts = { "extract-depth": benchExtractDepth };

@@ -1,13 +1,38 @@
 import { cpSync, existsSync, mkdirSync, readFileSync, utimesSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { CAPTURE, CLI, DIST, WORK, addRow, cliWorks, dataset, fmtMs, log, median, notes, oats, options, removeTree, retainTree, run, warm, writeResolution } from "../lib.mjs";
+import {
+  CAPTURE,
+  CLI,
+  DIST,
+  WORK,
+  addRow,
+  cliWorks,
+  dataset,
+  fmtMs,
+  log,
+  median,
+  notes,
+  oats,
+  options,
+  removeTree,
+  retainTree,
+  run,
+  warm,
+  writeResolution,
+} from "../lib.mjs";
 
 // ---------------------------------------------------------------- 12. gc --dry-run of a large scope
 
 const { canonicalJson } = await import(join(DIST, "retention", "digest", "json.js"));
 const { entryHash } = await import(join(DIST, "captures", "chain-line.js"));
 
-const GC_SCOPE = { revisions: 50, unreachableRevisions: 2, records: 1000, unreferencedRecords: 100, auditEntries: 10_000 };
+const GC_SCOPE = {
+  revisions: 50,
+  unreachableRevisions: 2,
+  records: 1000,
+  unreferencedRecords: 100,
+  auditEntries: 10_000,
+};
 const STAMP_VERSION = 1;
 const GENESIS = `sha256-${"0".repeat(64)}`;
 const TWO_DAYS_AGO = () => new Date(Date.now() - 2 * 24 * 3600 * 1000);
@@ -19,8 +44,16 @@ function instanceRecord(ref, n) {
     status: "complete",
     subject: { instance: `bench-${n}` },
     source: null,
-    artifacts: { [ref.key]: { artifact: ref, package: { id: ref.key, source: `path:/bench/${ref.key}`, version: "1.0.0", commit: null, integrity: null }, legacyIntegrity: null } },
-    config: { "/bench/n": { value: n, origin: { kind: "operator", ref: "bench/plan.yaml" }, constraints: [], considered: [] } },
+    artifacts: {
+      [ref.key]: {
+        artifact: ref,
+        package: { id: ref.key, source: `path:/bench/${ref.key}`, version: "1.0.0", commit: null, integrity: null },
+        legacyIntegrity: null,
+      },
+    },
+    config: {
+      "/bench/n": { value: n, origin: { kind: "operator", ref: "bench/plan.yaml" }, constraints: [], considered: [] },
+    },
     bindings: {},
     messaging: null,
     entrypoints: { run: { artifact: ref, path: "bin/run", args: [], role: "command" } },
@@ -53,8 +86,17 @@ async function gcScope() {
   const refs = [];
   for (let i = 0; i < GC_SCOPE.revisions; i++) {
     writeFileSync(join(source, "variant.txt"), `variant ${i}\n`);
-    const receipt = await retainTree(scope, { kind: "capability", key: `bench.gc-${String(i).padStart(2, "0")}`, source });
-    refs.push({ kind: "capability", key: receipt.key, integrity: { format: receipt.execIntegrity.format, value: receipt.execIntegrity.value }, dir: receipt.dir });
+    const receipt = await retainTree(scope, {
+      kind: "capability",
+      key: `bench.gc-${String(i).padStart(2, "0")}`,
+      source,
+    });
+    refs.push({
+      kind: "capability",
+      key: receipt.key,
+      integrity: { format: receipt.execIntegrity.format, value: receipt.execIntegrity.value },
+      dir: receipt.dir,
+    });
   }
   removeTree(source);
   const reachable = refs.slice(0, GC_SCOPE.revisions - GC_SCOPE.unreachableRevisions);
@@ -74,7 +116,16 @@ async function gcScope() {
   let prev = GENESIS;
   for (let n = 1; n <= GC_SCOPE.auditEntries; n++) {
     const ref = refs[n % refs.length];
-    const entry = { seq: n, at, principal: "bench@host", action: "retain", subject: { kind: ref.kind, key: ref.key, integrity: `${ref.integrity.format}:${ref.integrity.value}` }, outcome: "kept", details: {}, prev };
+    const entry = {
+      seq: n,
+      at,
+      principal: "bench@host",
+      action: "retain",
+      subject: { kind: ref.kind, key: ref.key, integrity: `${ref.integrity.format}:${ref.integrity.value}` },
+      outcome: "kept",
+      details: {},
+      prev,
+    };
     entry.hash = entryHash(entry);
     prev = entry.hash;
     lines.push(canonicalJson(entry));
@@ -86,13 +137,19 @@ async function gcScope() {
 }
 
 async function benchGc() {
-  console.error(`\n[13] gc --dry-run of a scope with ${GC_SCOPE.records} records, ${GC_SCOPE.auditEntries} audit entries and ${GC_SCOPE.revisions} revisions of ${CAPTURE.files} files`);
+  console.error(
+    `\n[13] gc --dry-run of a scope with ${GC_SCOPE.records} records, ` +
+      `${GC_SCOPE.auditEntries} audit entries and ${GC_SCOPE.revisions} ` +
+      `revisions of ${CAPTURE.files} files`,
+  );
   const scope = await gcScope();
   warm(join(scope, ".agents"));
   const expected = GC_SCOPE.unreachableRevisions + GC_SCOPE.unreferencedRecords;
   const check = (report) => {
     if (report.collect.length !== expected || report.kept.records !== GC_SCOPE.records - GC_SCOPE.unreferencedRecords) {
-      throw new Error(`gc listed ${report.collect.length} items (expected ${expected}) and kept ${report.kept.records} records`);
+      throw new Error(
+        `gc listed ${report.collect.length} items (expected ${expected}) and kept ${report.kept.records} records`,
+      );
     }
   };
   const inProcess = [];
@@ -114,7 +171,12 @@ async function benchGc() {
   const ours = cli ? median(cli) : median(inProcess);
   addRow({
     id: "13",
-    what: `\`oats gc --dry-run\` (${cli ? "CLI, process start included" : "library"}): ${GC_SCOPE.records} records, ${GC_SCOPE.auditEntries} audit entries, ${GC_SCOPE.revisions} revisions of ${CAPTURE.files} files (${GC_SCOPE.unreachableRevisions} unreachable revisions verified)`,
+    what:
+      `\`oats gc --dry-run\` ` +
+      `(${cli ? "CLI, process start included" : "library"}): ` +
+      `${GC_SCOPE.records} records, ${GC_SCOPE.auditEntries} audit entries, ` +
+      `${GC_SCOPE.revisions} revisions of ${CAPTURE.files} files ` +
+      `(${GC_SCOPE.unreachableRevisions} unreachable revisions verified)`,
     headline: true,
     ours: fmtMs(ours),
     baseline: "-",
@@ -122,7 +184,11 @@ async function benchGc() {
     goal: "< 1 s",
     pass: ours < 1000,
   });
-  notes.push(`[13] gc dry run in-process (library) median ${fmtMs(median(inProcess))}; it reads every root and record, and verifies only the unreachable revisions older than the grace period.`);
+  notes.push(
+    `[13] gc dry run in-process (library) median ` +
+      `${fmtMs(median(inProcess))}; it reads every root and record, and ` +
+      `verifies only the unreachable revisions older than the grace period.`,
+  );
 }
 
 export const parts = { gc: benchGc };

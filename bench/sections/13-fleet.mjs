@@ -4,7 +4,25 @@ import { createReadStream, createWriteStream, mkdirSync, statSync, writeFileSync
 import { createServer } from "node:net";
 import { join } from "node:path";
 import { pipeline } from "node:stream/promises";
-import { DIST, MiB, WORK, addRow, dataset, fmtMs, interleave, log, median, missingRow, removeTree, retainTree, run, settle, timeRow, warm, writeResolution } from "../lib.mjs";
+import {
+  DIST,
+  MiB,
+  WORK,
+  addRow,
+  dataset,
+  fmtMs,
+  interleave,
+  log,
+  median,
+  missingRow,
+  removeTree,
+  retainTree,
+  run,
+  settle,
+  timeRow,
+  warm,
+  writeResolution,
+} from "../lib.mjs";
 import { haveTool } from "../tools.mjs";
 
 // ---------------------------------------------------------------- 15. fleet: push and pull through a loopback registry
@@ -36,10 +54,28 @@ async function startRegistry(binary, dir) {
   mkdirSync(root, { recursive: true });
   const port = await freePort();
   const config = join(dir, "config.yml");
-  writeFileSync(config, ["version: 0.1", "log:", "  level: error", "  accesslog:", "    disabled: true", "storage:", "  filesystem:", `    rootdirectory: ${root}`, "http:", `  addr: 127.0.0.1:${port}`, ""].join("\n"));
+  writeFileSync(
+    config,
+    [
+      "version: 0.1",
+      "log:",
+      "  level: error",
+      "  accesslog:",
+      "    disabled: true",
+      "storage:",
+      "  filesystem:",
+      `    rootdirectory: ${root}`,
+      "http:",
+      `  addr: 127.0.0.1:${port}`,
+      "",
+    ].join("\n"),
+  );
   const child = spawn(binary, ["serve", config], { stdio: "ignore" });
   for (let i = 0; i < 300; i++) {
-    const up = await fetch(`http://127.0.0.1:${port}/v2/`).then((response) => response.ok, () => false);
+    const up = await fetch(`http://127.0.0.1:${port}/v2/`).then(
+      (response) => response.ok,
+      () => false,
+    );
     if (up) return { port, root, child, base: `127.0.0.1:${port}` };
     await new Promise((resolve) => setTimeout(resolve, 50));
   }
@@ -59,7 +95,11 @@ async function curlUpload(base, repository, file, digest) {
   const location = new URL(started.headers.get("location"), `http://${base}`);
   location.searchParams.set("digest", digest);
   // -T streams the file (--data-binary @file would read it all into memory first).
-  const put = await run("curl", ["-sS", "-f", "-o", "/dev/null", "-H", "Content-Type: application/octet-stream", "-T", file, location.href], { capture: false });
+  const put = await run(
+    "curl",
+    ["-sS", "-f", "-o", "/dev/null", "-H", "Content-Type: application/octet-stream", "-T", file, location.href],
+    { capture: false },
+  );
   return put;
 }
 
@@ -94,14 +134,27 @@ async function benchFleet() {
     mkdirSync(scope);
     const big = await retainTree(scope, { kind: "capability", key: "bench.big", source: dataset("big") });
     const small = await retainTree(scope, { kind: "capability", key: "bench.small", source: dataset("small") });
-    const refs = [big, small].map((receipt) => ({ kind: "capability", key: receipt.key, integrity: { format: receipt.execIntegrity.format, value: receipt.execIntegrity.value } }));
+    const refs = [big, small].map((receipt) => ({
+      kind: "capability",
+      key: receipt.key,
+      integrity: { format: receipt.execIntegrity.format, value: receipt.execIntegrity.value },
+    }));
     const record = {
       schemaVersion: 1,
       kind: "instance",
       status: "complete",
       subject: { instance: "bench-fleet" },
       source: null,
-      artifacts: Object.fromEntries(refs.map((ref) => [ref.key, { artifact: ref, package: { id: ref.key, source: `path:/bench/${ref.key}`, version: "1.0.0", commit: null, integrity: null }, legacyIntegrity: null }])),
+      artifacts: Object.fromEntries(
+        refs.map((ref) => [
+          ref.key,
+          {
+            artifact: ref,
+            package: { id: ref.key, source: `path:/bench/${ref.key}`, version: "1.0.0", commit: null, integrity: null },
+            legacyIntegrity: null,
+          },
+        ]),
+      ),
       config: {},
       bindings: {},
       messaging: null,
@@ -116,7 +169,13 @@ async function benchFleet() {
 
     // Push: each round to a fresh repository, which lacks every blob.
     const pushSides = [
-      { name: "oats", inProcess: true, prepare: settle, run: async (round) => void (await fleet.pushToRegistry(scope, [id], `http://${registry.base}/bench/push-${round + 2}`)) },
+      {
+        name: "oats",
+        inProcess: true,
+        prepare: settle,
+        run: async (round) =>
+          void (await fleet.pushToRegistry(scope, [id], `http://${registry.base}/bench/push-${round + 2}`)),
+      },
     ];
     // The curl side needs the layers' bytes as one file: made once from the blobs the registry now holds.
     const first = await fleet.pushToRegistry(scope, [id], `http://${registry.base}/bench/first`);
@@ -125,7 +184,8 @@ async function benchFleet() {
     const joined = join(work, "layers.bin");
     {
       const out = createWriteStream(joined);
-      for (const layer of layers) await pipeline(createReadStream(blobData(registry.root, layer.digest)), out, { end: false });
+      for (const layer of layers)
+        await pipeline(createReadStream(blobData(registry.root, layer.digest)), out, { end: false });
       out.end();
       await new Promise((resolve) => out.on("finish", resolve));
     }
@@ -133,9 +193,23 @@ async function benchFleet() {
     await pipeline(createReadStream(joined), hash);
     const oneBlob = `sha256:${hash.digest("hex")}`;
     if (statSync(joined).size !== bytes) throw new Error("the joined layers are not the layers' size");
-    pushSides.push({ name: "curl", prepare: settle, run: (round) => curlUpload(registry.base, `bench/curl-${round + 2}`, joined, oneBlob) });
+    pushSides.push({
+      name: "curl",
+      prepare: settle,
+      run: (round) => curlUpload(registry.base, `bench/curl-${round + 2}`, joined, oneBlob),
+    });
     const pushed = await interleave(pushSides, 3);
-    timeRow({ id: "15a", what: `push of a resolution with 1 GiB of retained trees (${layers.length} layers, ${(bytes / MiB).toFixed(0)} MiB) vs curl upload of the same bytes as one blob`, oursMs: median(pushed.oats), baseMs: median(pushed.curl), goal: 1.5, bytes });
+    timeRow({
+      id: "15a",
+      what:
+        `push of a resolution with 1 GiB of retained trees (${layers.length} ` +
+        `layers, ${(bytes / MiB).toFixed(0)} MiB) vs curl upload of the same ` +
+        `bytes as one blob`,
+      oursMs: median(pushed.oats),
+      baseMs: median(pushed.curl),
+      goal: 1.5,
+      bytes,
+    });
 
     // A second push of the same resolution: nothing to upload.
     const again = [];
@@ -146,7 +220,16 @@ async function benchFleet() {
       if (report.uploadedBytes !== 0) throw new Error("the second push uploaded bytes");
     }
     const againMs = median(again);
-    addRow({ id: "15b", what: "second push of the same resolution (registry has it all; nothing uploaded)", headline: true, ours: fmtMs(againMs), baseline: "-", ratio: "-", goal: "< 1 s", pass: againMs < 1000 });
+    addRow({
+      id: "15b",
+      what: "second push of the same resolution (registry has it all; nothing uploaded)",
+      headline: true,
+      ours: fmtMs(againMs),
+      baseline: "-",
+      ratio: "-",
+      goal: "< 1 s",
+      pass: againMs < 1000,
+    });
 
     // Pull into a fresh scope each round, vs tar xf of the same layer files plus sha256sum of them.
     const targets = join(work, "targets");
@@ -161,7 +244,10 @@ async function benchFleet() {
           await settle();
         },
         run: async (round) => {
-          const report = await fleet.pullFromRegistry(join(targets, `scope-${round + 2}`), `http://${registry.base}/bench/first:oats-json-v1-${id.slice(7)}`);
+          const report = await fleet.pullFromRegistry(
+            join(targets, `scope-${round + 2}`),
+            `http://${registry.base}/bench/first:oats-json-v1-${id.slice(7)}`,
+          );
           if (report.resolutions[0]?.id !== id) throw new Error("the pull did not bring the record");
         },
         cleanup: (round) => removeTree(join(targets, `scope-${round + 2}`)),
@@ -169,18 +255,31 @@ async function benchFleet() {
       {
         name: "tar",
         prepare: async (round) => {
-          for (let i = 0; i < layerFiles.length; i++) mkdirSync(join(targets, `tar-${round + 2}`, `l${i}`), { recursive: true });
+          for (let i = 0; i < layerFiles.length; i++)
+            mkdirSync(join(targets, `tar-${round + 2}`, `l${i}`), { recursive: true });
           await settle();
         },
         run: async (round) => {
-          for (let i = 0; i < layerFiles.length; i++) await run("tar", ["-C", join(targets, `tar-${round + 2}`, `l${i}`), "-xf", layerFiles[i]], { capture: false });
+          for (let i = 0; i < layerFiles.length; i++)
+            await run("tar", ["-C", join(targets, `tar-${round + 2}`, `l${i}`), "-xf", layerFiles[i]], {
+              capture: false,
+            });
           await run("sha256sum", layerFiles, { capture: false });
         },
         cleanup: (round) => removeTree(join(targets, `tar-${round + 2}`)),
       },
     ];
     const pulled = await interleave(pullSides, 3);
-    timeRow({ id: "15c", what: "pull of the same resolution (stream, OCI digests, safe extraction, oats digests, durable publication) vs tar xf + sha256sum of the layers", oursMs: median(pulled.oats), baseMs: median(pulled.tar), goal: 2, bytes });
+    timeRow({
+      id: "15c",
+      what:
+        "pull of the same resolution (stream, OCI digests, safe extraction, oats " +
+        "digests, durable publication) vs tar xf + sha256sum of the layers",
+      oursMs: median(pulled.oats),
+      baseMs: median(pulled.tar),
+      goal: 2,
+      bytes,
+    });
     log(`pull ${fmtMs(median(pulled.oats))}, baseline ${fmtMs(median(pulled.tar))}`);
   } finally {
     registry.child.kill("SIGTERM");

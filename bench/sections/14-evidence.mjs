@@ -16,11 +16,17 @@ async function captureScope(name, script) {
   mkdirSync(scope, { recursive: true });
   mkdirSync(join(inputs, "tool", "bin"), { recursive: true });
   writeFileSync(join(inputs, "tool", "bin", "run.mjs"), script);
-  writeFileSync(join(inputs, "class.yaml"), "schemaVersion: 1\nwings: {bench: internal}\nrepos: {}\ndefaults: []\nfallback: confidential\nprincipals: {}\n");
+  writeFileSync(
+    join(inputs, "class.yaml"),
+    "schemaVersion: 1\nwings: {bench: internal}\nrepos: {}\ndefaults: []\nfallback: confidential\nprincipals: {}\n",
+  );
   // As root, only a privileged composition may run (src/captures/privilege.ts).
   writeFileSync(
     join(inputs, "spec.yaml"),
-    `name: ${name}\nexecutable: {tree: ./tool, path: bin/run.mjs, args: []}\ntarget: {wing: bench}\nclassification: internal\nclassificationConfig: ./class.yaml\nenv: {PATH: /usr/bin:/bin}\n${process.geteuid?.() === 0 ? "privileged: true\n" : ""}`,
+    `name: ${name}\nexecutable: {tree: ./tool, path: bin/run.mjs, args: ` +
+      `[]}\ntarget: {wing: bench}\nclassification: ` +
+      `internal\nclassificationConfig: ./class.yaml\nenv: {PATH: ` +
+      `/usr/bin:/bin}\n${process.geteuid?.() === 0 ? "privileged: true\n" : ""}`,
   );
   const prepared = await oats.prepareCapture(scope, join(inputs, "spec.yaml"));
   await oats.approve(scope, prepared.composition.subject, { reason: "bench" });
@@ -40,7 +46,12 @@ async function captureScope(name, script) {
  */
 async function benchEvidence() {
   console.error(`\n[14] run evidence: capture cost and stamp latency`);
-  const burst = await captureScope("evidence-burst", `const chunk = [];\nfor (let i = 0; i < ${LINES}; i++) { chunk.push(\`line \${i}\`); if (chunk.length === 1000) { process.stdout.write(chunk.join("\\n") + "\\n"); chunk.length = 0; } }\n`);
+  const burst = await captureScope(
+    "evidence-burst",
+    `const chunk = [];\nfor (let i = 0; i < ${LINES}; i++) { ` +
+      `chunk.push(\`line \${i}\`); if (chunk.length === 1000) { ` +
+      `process.stdout.write(chunk.join("\\n") + "\\n"); chunk.length = 0; } }\n`,
+  );
   const devNull = openSync("/dev/null", "w");
   const sides = [
     {
@@ -58,7 +69,8 @@ async function benchEvidence() {
       run: async () => {
         const plan = await oats.planQueuedRun(burst.scope, burst.job);
         const ran = await oats.runDispatchPlanWithEvidence(burst.scope, plan, { output: "quiet" });
-        if (ran.exitCode !== 0 || ran.record.log.lines !== LINES) throw new Error(`the burst run logged ${ran.record.log.lines} lines, exit ${ran.exitCode}`);
+        if (ran.exitCode !== 0 || ran.record.log.lines !== LINES)
+          throw new Error(`the burst run logged ${ran.record.log.lines} lines, exit ${ran.exitCode}`);
       },
     },
   ];
@@ -66,7 +78,9 @@ async function benchEvidence() {
   closeSync(devNull);
   timeRow({
     id: "14",
-    what: `dispatch --exec of a child printing ${LINES.toLocaleString("en")} short lines, recorded as a run (log, stamps, seal) vs its output to /dev/null`,
+    what:
+      `dispatch --exec of a child printing ${LINES.toLocaleString("en")} short ` +
+      `lines, recorded as a run (log, stamps, seal) vs its output to /dev/null`,
     oursMs: median(times.evidence),
     baseMs: median(times.null),
     goal: 1.5,
@@ -75,7 +89,10 @@ async function benchEvidence() {
 
   const ticks = await captureScope(
     "evidence-latency",
-    "let n = 0;\nconst tick = () => { const us = Math.round((performance.timeOrigin + performance.now()) * 1000); process.stdout.write(`${us}\\n`); if (++n < 300) setTimeout(tick, 10); };\ntick();\n",
+    "let n = 0;\nconst tick = () => { const us = " +
+      "Math.round((performance.timeOrigin + performance.now()) * 1000); " +
+      "process.stdout.write(`${us}\\n`); if (++n < 300) setTimeout(tick, 10); " +
+      "};\ntick();\n",
   );
   const plan = await oats.planQueuedRun(ticks.scope, ticks.job);
   const ran = await oats.runDispatchPlanWithEvidence(ticks.scope, plan, { output: "quiet" });
@@ -84,7 +101,10 @@ async function benchEvidence() {
   const p99 = latencies[Math.min(latencies.length - 1, Math.ceil(latencies.length * 0.99) - 1)];
   addRow({
     id: "14b",
-    what: `stamp latency: p99 of (stamp - write time) for a child writing one line every 10 ms (${latencies.length} lines; median ${median(latencies).toFixed(2)} ms)`,
+    what:
+      `stamp latency: p99 of (stamp - write time) for a child writing one line ` +
+      `every 10 ms (${latencies.length} lines; median ` +
+      `${median(latencies).toFixed(2)} ms)`,
     headline: true,
     ours: `${p99.toFixed(2)} ms`,
     baseline: "-",

@@ -18,13 +18,20 @@ function corpus() {
   const lines = [];
   for (let i = 0; i < LINES; i++) {
     if (i % 100 === 0) lines.push(`step ${i}: token ${TOKEN} clone ${GHP}`);
-    else lines.push(`step ${i}: processed record ${i * 7919} of the nightly report, checksum ${(i * 2654435761 >>> 0).toString(16)} ok`);
+    else
+      lines.push(
+        `step ${i}: processed record ${i * 7919} of the nightly report, checksum ` +
+          `${((i * 2654435761) >>> 0).toString(16)} ok`,
+      );
   }
   return lines;
 }
 
 async function benchRedact() {
-  console.error(`\n[18] redaction of ${LINES.toLocaleString("en")} captured lines (2 credentials, ${PATTERNS.length} profile patterns)`);
+  console.error(
+    `\n[18] redaction of ${LINES.toLocaleString("en")} captured lines (2 ` +
+      `credentials, ${PATTERNS.length} profile patterns)`,
+  );
   const lines = corpus();
   const rules = redactionRules({ API_TOKEN: TOKEN, DB_PASSWORD: "hunter2-but-longer" }, PATTERNS);
   const runs = Math.max(3, Math.min(options.runs, 7));
@@ -47,7 +54,9 @@ async function benchRedact() {
   const ours = median(times.redact);
   addRow({
     id: "18",
-    what: `redact ${LINES.toLocaleString("en")} log lines, 2 credentials + ${PATTERNS.length} profile patterns (library)`,
+    what:
+      `redact ${LINES.toLocaleString("en")} log lines, 2 credentials + ` +
+      `${PATTERNS.length} profile patterns (library)`,
     headline: true,
     ours: `${fmtMs(ours)} (${((ours * 1000) / LINES).toFixed(2)} us/line)`,
     baseline: `${fmtMs(median(times.copy))} (formatting the same lines)`,
@@ -58,7 +67,9 @@ async function benchRedact() {
 
   // Long lines that take the budgeted path (a separate V8 context with a time limit per line).
   const long = Array.from({ length: 2000 }, (_, i) => `${"word ".repeat(800)}Bearer abc.DEF-${i}`);
-  const budgeted = createRedactor(redactionRules({}, [{ name: "bearer", pattern: "bearer [a-z0-9._~+/-]+=*", flags: "i" }]));
+  const budgeted = createRedactor(
+    redactionRules({}, [{ name: "bearer", pattern: "bearer [a-z0-9._~+/-]+=*", flags: "i" }]),
+  );
   const started = performance.now();
   for (const line of long) sink += budgeted.apply(line).length;
   const longMs = performance.now() - started;
@@ -73,7 +84,10 @@ async function benchRedact() {
     goal: "-",
     pass: undefined,
   });
-  notes.push(`[18] redaction cost per line, direct path; lines whose estimated backtracking is large run in a budgeted V8 context (row 18b). sink ${sink % 10}`);
+  notes.push(
+    `[18] redaction cost per line, direct path; lines whose estimated ` +
+      `backtracking is large run in a budgeted V8 context (row 18b). sink ${sink % 10}`,
+  );
 }
 
 export const parts = { redact: benchRedact };

@@ -1,7 +1,17 @@
 import { mkdirSync } from "node:fs";
 import { join } from "node:path";
 import { CLI, WORK, dataset, interleave, log, median, missingRow, notes, retainTree, timeRow, warm } from "../lib.mjs";
-import { coldPossible, describeNodeModules, dropCaches, extraCaCerts, haveTool, nixEnv, nodeModulesTree, removeReadOnly, runEnv } from "../tools.mjs";
+import {
+  coldPossible,
+  describeNodeModules,
+  dropCaches,
+  extraCaCerts,
+  haveTool,
+  nixEnv,
+  nodeModulesTree,
+  removeReadOnly,
+  runEnv,
+} from "../tools.mjs";
 
 // ---------------------------------------------------------------- 20. verify vs nix-store --verify-path (issue 13)
 
@@ -46,19 +56,40 @@ async function benchVerifyTools() {
     const integrity = `${receipt.integrity.format}:${receipt.integrity.value}`;
     const verifyArgs = [CLI, "--scope", scope, "--quiet", "verify", "--kind", "capture", "--integrity", integrity, key];
     const oats = { name: "oats verify", run: () => runEnv(process.execPath, verifyArgs) };
-    const oatsWithoutCerts = { name: "oats verify, no NODE_EXTRA_CA_CERTS", run: () => runEnv(process.execPath, verifyArgs, { unset: ["NODE_EXTRA_CA_CERTS"] }) };
+    const oatsWithoutCerts = {
+      name: "oats verify, no NODE_EXTRA_CA_CERTS",
+      run: () => runEnv(process.execPath, verifyArgs, { unset: ["NODE_EXTRA_CA_CERTS"] }),
+    };
     let nix = null;
     if (hasNix) {
-      const added = await runEnv("nix-store", ["--add-fixed", "--recursive", "sha256", workload.dir], { env: nixEnv(nixRoot), capture: true });
+      const added = await runEnv("nix-store", ["--add-fixed", "--recursive", "sha256", workload.dir], {
+        env: nixEnv(nixRoot),
+        capture: true,
+      });
       const storePath = added.stdout.trim().split("\n").at(-1);
       log(`nix-store --add-fixed: ${storePath}`);
-      nix = { name: "nix-store --verify-path", run: () => runEnv("nix-store", ["--verify-path", storePath], { env: nixEnv(nixRoot) }) };
+      nix = {
+        name: "nix-store --verify-path",
+        run: () => runEnv("nix-store", ["--verify-path", storePath], { env: nixEnv(nixRoot) }),
+      };
     }
     const sides = nix ? [oats, nix] : [oats];
-    const coldSides = (extraCaCerts ? [...sides, oatsWithoutCerts] : sides).map((side) => ({ ...side, prepare: () => void dropCaches() }));
-    const what = (temperature) => `verify ${workload.label}, ${temperature}: \`oats verify\` vs \`nix-store --verify-path\``;
+    const coldSides = (extraCaCerts ? [...sides, oatsWithoutCerts] : sides).map((side) => ({
+      ...side,
+      prepare: () => void dropCaches(),
+    }));
+    const what = (temperature) =>
+      `verify ${workload.label}, ${temperature}: \`oats verify\` vs \`nix-store --verify-path\``;
     const coldTimes = await interleave(coldSides, COLD_RUNS);
-    if (nix) timeRow({ id: `20${workload.id}`, what: what(cold ? "COLD cache" : "cache NOT dropped"), oursMs: median(coldTimes[oats.name]), baseMs: median(coldTimes[nix.name]), goal: 1.0, baseExtra: " nix" });
+    if (nix)
+      timeRow({
+        id: `20${workload.id}`,
+        what: what(cold ? "COLD cache" : "cache NOT dropped"),
+        oursMs: median(coldTimes[oats.name]),
+        baseMs: median(coldTimes[nix.name]),
+        goal: 1.0,
+        baseExtra: " nix",
+      });
     else missingRow(`20${workload.id}`, what("COLD cache"), "<= 1.0x", "nix-store not available");
     if (nix && extraCaCerts) {
       timeRow({
@@ -74,7 +105,16 @@ async function benchVerifyTools() {
     warm(workload.dir);
     warm(receipt.dir);
     const warmTimes = await interleave(sides, RUNS);
-    if (nix) timeRow({ id: `20${workload.id}w`, what: `${what("warm")} (info)`, oursMs: median(warmTimes[oats.name]), baseMs: median(warmTimes[nix.name]), goal: null, headline: false, baseExtra: " nix" });
+    if (nix)
+      timeRow({
+        id: `20${workload.id}w`,
+        what: `${what("warm")} (info)`,
+        oursMs: median(warmTimes[oats.name]),
+        baseMs: median(warmTimes[nix.name]),
+        goal: null,
+        headline: false,
+        baseExtra: " nix",
+      });
   }
   if (!cold) notes.push("[20] the cold rows are not cold: the page cache could not be dropped");
   removeReadOnly(scope);

@@ -15,13 +15,16 @@ const FIND_PIPELINE = "find . -type f | sort | xargs sha256sum";
  * same for the 20k tree).
  */
 async function benchDigestTools() {
-  console.error("\n[21] `oats digest` vs cat | openssl dgst -sha256, and vs find | sort | xargs sha256sum on a real node_modules");
+  console.error(
+    "\n[21] `oats digest` vs cat | openssl dgst -sha256, and vs find | sort | xargs sha256sum on a real node_modules",
+  );
   const big = dataset("big");
   const blobs = readdirSync(big).sort();
   warm(big);
   const expected = await digestOf(big);
   const probe = await run(process.execPath, [CLI, "digest", big]);
-  if (digestInOutput(probe.stdout) !== expected) notes.push(`[21] the CLI printed ${digestInOutput(probe.stdout)}, the library computed ${expected}`);
+  if (digestInOutput(probe.stdout) !== expected)
+    notes.push(`[21] the CLI printed ${digestInOutput(probe.stdout)}, the library computed ${expected}`);
   const catSh = `cat ${blobs.map((name) => `'${name}'`).join(" ")} | openssl dgst -sha256`;
   let times = await interleave(
     [
@@ -30,7 +33,13 @@ async function benchDigestTools() {
     ],
     RUNS,
   );
-  timeRow({ id: "21a", what: "digest 8 x 128 MiB, CLI `oats digest` vs `cat files | openssl dgst -sha256` (warm)", oursMs: median(times.cli), baseMs: median(times["cat|openssl"]), goal: 0.85 });
+  timeRow({
+    id: "21a",
+    what: "digest 8 x 128 MiB, CLI `oats digest` vs `cat files | openssl dgst -sha256` (warm)",
+    oursMs: median(times.cli),
+    baseMs: median(times["cat|openssl"]),
+    goal: 0.85,
+  });
 
   const tree = nodeModulesTree();
   warm(tree.dir);
@@ -41,7 +50,14 @@ async function benchDigestTools() {
     ],
     RUNS,
   );
-  timeRow({ id: "21b", what: `digest ${describeNodeModules(tree)}, CLI vs \`${FIND_PIPELINE}\` (warm, info)`, oursMs: median(times.cli), baseMs: median(times.pipeline), goal: null, headline: false });
+  timeRow({
+    id: "21b",
+    what: `digest ${describeNodeModules(tree)}, CLI vs \`${FIND_PIPELINE}\` (warm, info)`,
+    oursMs: median(times.cli),
+    baseMs: median(times.pipeline),
+    goal: null,
+    headline: false,
+  });
 }
 
 export const parts = { "digest-tools": benchDigestTools };

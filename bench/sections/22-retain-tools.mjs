@@ -6,7 +6,7 @@ import { describeNodeModules, haveTool, nixEnv, nodeModulesTree, removeReadOnly,
 // ---------------------------------------------------------------- 22. retain vs git, restic, nix (issue 13; info)
 
 const RUNS = 3;
-const PIPELINE = "cp -a \"$1\" \"$2\" && sync -f \"$2\" && cd \"$2\" && find . -type f | sort | xargs sha256sum > /dev/null";
+const PIPELINE = 'cp -a "$1" "$2" && sync -f "$2" && cd "$2" && find . -type f | sort | xargs sha256sum > /dev/null';
 // For the bench only: restic refuses to run without a repository password.
 const RESTIC_ENV = { RESTIC_PASSWORD: "oats-bench-only" };
 
@@ -47,13 +47,21 @@ async function benchRetainTools() {
         await settle();
       },
       run: async (round) => {
-        const out = await runEnv(process.execPath, [CLI, "--scope", place("scope", round), "--json", "retain", "--kind", "capture", "--id", key, workload.dir], { capture: true });
+        const out = await runEnv(
+          process.execPath,
+          [CLI, "--scope", place("scope", round), "--json", "retain", "--kind", "capture", "--id", key, workload.dir],
+          { capture: true },
+        );
         const result = JSON.parse(out.stdout).result;
         integrity = `${result.integrity.format}:${result.integrity.value}`;
       },
     };
     const first = [oats];
-    const cp = { name: "cp+sync+sha256sum", prepare: settle, run: (round) => runEnv("sh", ["-c", PIPELINE, "sh", workload.dir, place("copy", round)]) };
+    const cp = {
+      name: "cp+sync+sha256sum",
+      prepare: settle,
+      run: (round) => runEnv("sh", ["-c", PIPELINE, "sh", workload.dir, place("copy", round)]),
+    };
     first.push(cp);
     if (hasGit && workload.git) {
       first.push({
@@ -65,12 +73,28 @@ async function benchRetainTools() {
           await settle();
         },
         run: async (round) => {
-          const git = ["-C", place("git", round), "-c", "core.fsync=all", "-c", "core.fsyncMethod=fsync", "-c", "user.name=bench", "-c", "user.email=bench@localhost", "--work-tree", workload.dir];
+          const git = [
+            "-C",
+            place("git", round),
+            "-c",
+            "core.fsync=all",
+            "-c",
+            "core.fsyncMethod=fsync",
+            "-c",
+            "user.name=bench",
+            "-c",
+            "user.email=bench@localhost",
+            "--work-tree",
+            workload.dir,
+          ];
           await runEnv("git", [...git, "add", "-A", "."]);
           await runEnv("git", [...git, "commit", "-q", "-m", "bench"]);
         },
       });
-    } else if (hasGit) notes.push(`[22${workload.id}] git left out on ${workload.label}: zlib at 32 MiB/s here makes one run half a minute`);
+    } else if (hasGit)
+      notes.push(
+        `[22${workload.id}] git left out on ${workload.label}: zlib at 32 MiB/s here makes one run half a minute`,
+      );
     if (hasRestic) {
       first.push({
         name: "restic backup",
@@ -78,27 +102,84 @@ async function benchRetainTools() {
           await runEnv("restic", ["init", "-q", "--repo", place("restic", round)], { env: RESTIC_ENV });
           await settle();
         },
-        run: (round) => runEnv("restic", ["backup", "-q", "--repo", place("restic", round), workload.dir], { env: RESTIC_ENV }),
+        run: (round) =>
+          runEnv("restic", ["backup", "-q", "--repo", place("restic", round), workload.dir], { env: RESTIC_ENV }),
       });
     }
-    if (hasNix) first.push({ name: "nix-store --add-fixed", prepare: settle, run: (round) => runEnv("nix-store", ["--add-fixed", "--recursive", "sha256", workload.dir], { env: nixEnv(place("nix", round)) }) });
+    if (hasNix)
+      first.push({
+        name: "nix-store --add-fixed",
+        prepare: settle,
+        run: (round) =>
+          runEnv("nix-store", ["--add-fixed", "--recursive", "sha256", workload.dir], {
+            env: nixEnv(place("nix", round)),
+          }),
+      });
     const times = await interleave(first, RUNS);
-    const best = (names) => names.filter((name) => times[name]).map((name) => [name, median(times[name])]).sort((a, b) => a[1] - b[1]);
+    const best = (names) =>
+      names
+        .filter((name) => times[name])
+        .map((name) => [name, median(times[name])])
+        .sort((a, b) => a[1] - b[1]);
     const others = best(first.slice(1).map((side) => side.name));
     const listed = others.map(([name, ms]) => `${name} ${fmtMs(ms)}`).join(", ");
-    timeRow({ id: `22${workload.id}`, what: `first retain of ${workload.label}: \`oats retain\` vs the fastest of ${listed} (info)`, oursMs: median(times[oats.name]), baseMs: others[0][1], goal: null, baseExtra: ` ${others[0][0]}` });
+    timeRow({
+      id: `22${workload.id}`,
+      what: `first retain of ${workload.label}: \`oats retain\` vs the fastest of ${listed} (info)`,
+      oursMs: median(times[oats.name]),
+      baseMs: others[0][1],
+      goal: null,
+      baseExtra: ` ${others[0][0]}`,
+    });
 
     // Again, unchanged: into the scope, repository and store of the last round.
     const last = RUNS - 1;
-    const again = [{ name: "oats retain --expect", run: () => runEnv(process.execPath, [CLI, "--scope", place("scope", last), "--quiet", "retain", "--kind", "capture", "--id", key, "--expect", integrity, workload.dir]) }];
-    if (hasRestic) again.push({ name: "restic backup again", run: () => runEnv("restic", ["backup", "-q", "--repo", place("restic", last), workload.dir], { env: RESTIC_ENV }) });
-    if (hasNix) again.push({ name: "nix-store --add-fixed again", run: () => runEnv("nix-store", ["--add-fixed", "--recursive", "sha256", workload.dir], { env: nixEnv(place("nix", last)) }) });
+    const again = [
+      {
+        name: "oats retain --expect",
+        run: () =>
+          runEnv(process.execPath, [
+            CLI,
+            "--scope",
+            place("scope", last),
+            "--quiet",
+            "retain",
+            "--kind",
+            "capture",
+            "--id",
+            key,
+            "--expect",
+            integrity,
+            workload.dir,
+          ]),
+      },
+    ];
+    if (hasRestic)
+      again.push({
+        name: "restic backup again",
+        run: () =>
+          runEnv("restic", ["backup", "-q", "--repo", place("restic", last), workload.dir], { env: RESTIC_ENV }),
+      });
+    if (hasNix)
+      again.push({
+        name: "nix-store --add-fixed again",
+        run: () =>
+          runEnv("nix-store", ["--add-fixed", "--recursive", "sha256", workload.dir], {
+            env: nixEnv(place("nix", last)),
+          }),
+      });
     if (again.length > 1) {
       const againTimes = await interleave(again, RUNS);
-      const sorted = again.slice(1).map((side) => [side.name, median(againTimes[side.name])]).sort((a, b) => a[1] - b[1]);
+      const sorted = again
+        .slice(1)
+        .map((side) => [side.name, median(againTimes[side.name])])
+        .sort((a, b) => a[1] - b[1]);
       timeRow({
         id: `22${workload.id}2`,
-        what: `retain of ${workload.label} again, unchanged: \`oats retain --expect\` vs the fastest of ${sorted.map(([name, ms]) => `${name} ${fmtMs(ms)}`).join(", ")} (info)`,
+        what:
+          `retain of ${workload.label} again, unchanged: \`oats retain --expect\` ` +
+          `vs the fastest of ` +
+          `${sorted.map(([name, ms]) => `${name} ${fmtMs(ms)}`).join(", ")} (info)`,
         oursMs: median(againTimes[again[0].name]),
         baseMs: sorted[0][1],
         goal: null,

@@ -1,6 +1,23 @@
 import { mkdirSync } from "node:fs";
 import { join } from "node:path";
-import { CLI, DIST, TREE_EXEC, WORK, cliWorks, dataset, digestTree, interleave, median, notes, options, removeTree, retainTree, run, timeRow, warm } from "../lib.mjs";
+import {
+  CLI,
+  DIST,
+  TREE_EXEC,
+  WORK,
+  cliWorks,
+  dataset,
+  digestTree,
+  interleave,
+  median,
+  notes,
+  options,
+  removeTree,
+  retainTree,
+  run,
+  timeRow,
+  warm,
+} from "../lib.mjs";
 
 const { acquireWorker, releaseWorker } = await import(join(DIST, "retention", "parallel", "pool.js"));
 
@@ -23,7 +40,12 @@ async function benchKept(name, ids, runs) {
   warm(source);
   warm(first.dir);
   const kept = (expect) => async () => {
-    const receipt = await retainTree(scope, { kind: "capture", key: `kept-${name}`, source, ...(expect ? { expect: first.integrity } : {}) });
+    const receipt = await retainTree(scope, {
+      kind: "capture",
+      key: `kept-${name}`,
+      source,
+      ...(expect ? { expect: first.integrity } : {}),
+    });
     if (receipt.status !== "kept") notes.push(`[${ids[0]}] expected kept, got ${receipt.status}`);
   };
   const times = await interleave(
@@ -31,7 +53,8 @@ async function benchKept(name, ids, runs) {
       { name: "digest", inProcess: true, run: () => digestTree(source, [TREE_EXEC]) },
       { name: "kept --expect", inProcess: true, run: kept(true) },
       { name: "kept", inProcess: true, run: kept(false) },
-      // The read each of the kept retain's two lanes makes: digestTree while a worker is held reads on one thread, as a lane
+      // The read each of the kept retain's two lanes makes: digestTree while a worker is held reads on one thread, as
+      // a lane
       // does (busy.ts), where digestTree alone splits its small-file reads over both cores.
       {
         name: "digest, one lane",
@@ -59,10 +82,44 @@ async function benchKept(name, ids, runs) {
   );
   removeTree(scope);
   const base = median(times.digest);
-  timeRow({ id: ids[0], what: `retain again, unchanged ${label}, with expect (kept: source read + stored copy verified) vs digestTree`, oursMs: median(times["kept --expect"]), baseMs: base, goal: 1.2, baseExtra: " digest" });
-  timeRow({ id: ids[1], what: `retain again, unchanged ${label}, without expect (kept) vs digestTree`, oursMs: median(times.kept), baseMs: base, goal: 1.2, baseExtra: " digest" });
-  timeRow({ id: ids[2], what: `same, kept with expect vs digestTree of the source and then of the stored copy (the same two reads, one after the other) (info)`, oursMs: median(times["kept --expect"]), baseMs: median(times["both digests"]), goal: null, headline: false, baseExtra: " two digests" });
-  timeRow({ id: ids[3], what: `same, kept with expect vs digestTree on one thread, the read each of the kept retain's two lanes makes (info)`, oursMs: median(times["kept --expect"]), baseMs: median(times["digest, one lane"]), goal: null, headline: false, baseExtra: " one lane" });
+  timeRow({
+    id: ids[0],
+    what: `retain again, unchanged ${label}, with expect (kept: source read + stored copy verified) vs digestTree`,
+    oursMs: median(times["kept --expect"]),
+    baseMs: base,
+    goal: 1.2,
+    baseExtra: " digest",
+  });
+  timeRow({
+    id: ids[1],
+    what: `retain again, unchanged ${label}, without expect (kept) vs digestTree`,
+    oursMs: median(times.kept),
+    baseMs: base,
+    goal: 1.2,
+    baseExtra: " digest",
+  });
+  timeRow({
+    id: ids[2],
+    what:
+      `same, kept with expect vs digestTree of the source and then of the ` +
+      `stored copy (the same two reads, one after the other) (info)`,
+    oursMs: median(times["kept --expect"]),
+    baseMs: median(times["both digests"]),
+    goal: null,
+    headline: false,
+    baseExtra: " two digests",
+  });
+  timeRow({
+    id: ids[3],
+    what:
+      `same, kept with expect vs digestTree on one thread, the read each of ` +
+      `the kept retain's two lanes makes (info)`,
+    oursMs: median(times["kept --expect"]),
+    baseMs: median(times["digest, one lane"]),
+    goal: null,
+    headline: false,
+    baseExtra: " one lane",
+  });
 }
 
 /**
@@ -83,10 +140,24 @@ async function benchKeptCli(name, id) {
   mkdirSync(scope, { recursive: true });
   const first = await retainTree(scope, { kind: "capture", key: `kept-${name}`, source });
   const integrity = `${first.integrity.format}:${first.integrity.value}`;
-  const retain = (expect) => ["retain", "--scope", scope, "--kind", "capture", "--id", `kept-${name}`, ...(expect ? ["--expect", integrity] : []), source];
+  const retain = (expect) => [
+    "retain",
+    "--scope",
+    scope,
+    "--kind",
+    "capture",
+    "--id",
+    `kept-${name}`,
+    ...(expect ? ["--expect", integrity] : []),
+    source,
+  ];
   const probe = await run(process.execPath, [CLI, ...retain(true)], { allowFail: true });
   if (probe.code !== 0 || !/kept/.test(probe.stdout)) {
-    notes.push(`[${id}] \`oats retain --expect\` of the retained tree did not report kept (exit ${probe.code}): ${probe.stdout.trim().slice(0, 160)} ${probe.stderr.trim().slice(0, 160)}`);
+    notes.push(
+      `[${id}] \`oats retain --expect\` of the retained tree did not report ` +
+        `kept (exit ${probe.code}): ${probe.stdout.trim().slice(0, 160)} ` +
+        `${probe.stderr.trim().slice(0, 160)}`,
+    );
     removeTree(scope);
     return;
   }
@@ -102,13 +173,32 @@ async function benchKeptCli(name, id) {
   );
   removeTree(scope);
   const base = median(times.digest);
-  timeRow({ id, what: `same, CLI: \`oats retain --expect\` of the unchanged ${label} (kept) vs \`oats digest\` of it, fresh processes (info)`, oursMs: median(times["kept --expect"]), baseMs: base, goal: null, headline: false, baseExtra: " CLI digest" });
-  timeRow({ id: `${id}b`, what: `same, CLI, without --expect (info)`, oursMs: median(times.kept), baseMs: base, goal: null, headline: false, baseExtra: " CLI digest" });
+  timeRow({
+    id,
+    what:
+      `same, CLI: \`oats retain --expect\` of the unchanged ${label} (kept) vs ` +
+      `\`oats digest\` of it, fresh processes (info)`,
+    oursMs: median(times["kept --expect"]),
+    baseMs: base,
+    goal: null,
+    headline: false,
+    baseExtra: " CLI digest",
+  });
+  timeRow({
+    id: `${id}b`,
+    what: `same, CLI, without --expect (info)`,
+    oursMs: median(times.kept),
+    baseMs: base,
+    goal: null,
+    headline: false,
+    baseExtra: " CLI digest",
+  });
 }
 
 export const parts = {
   kept: async () => {
-    // Nine rounds for the small tree: its sides take about 100 ms, where three rounds moved the median by tens of percent.
+    // Nine rounds for the small tree: its sides take about 100 ms, where three rounds moved the median by tens of
+    // percent.
     await benchKept("small", ["24a", "24b", "24e", "24g"], 9);
     await benchKeptCli("small", "24i");
     await benchKept("big", ["24c", "24d", "24f", "24h"], 3);

@@ -1,8 +1,22 @@
 import { existsSync, mkdirSync } from "node:fs";
 import { join } from "node:path";
-import { REPO, WORK, addRow, dataset, interleave, median, removeTree, retainTree, run, settle, timeRow, warm } from "../lib.mjs";
+import {
+  REPO,
+  WORK,
+  addRow,
+  dataset,
+  interleave,
+  median,
+  removeTree,
+  retainTree,
+  run,
+  settle,
+  timeRow,
+  warm,
+} from "../lib.mjs";
 
-// ---------------------------------------------------------------- 21. first retain of 20,000 small files, and its peak RSS
+// ---------------------------------------------------------------- 21. first retain of 20,000 small files, and its
+// peak RSS
 
 const PIPELINE = "find . -type f | sort | xargs sha256sum > /dev/null";
 
@@ -32,7 +46,11 @@ async function benchRetainSmall() {
           await settle();
         },
         run: async (round) => {
-          const receipt = await retainTree(join(scopes, `scope-${round + 1}`), { kind: "capture", key: "small", source });
+          const receipt = await retainTree(join(scopes, `scope-${round + 1}`), {
+            kind: "capture",
+            key: "small",
+            source,
+          });
           if (receipt.status !== "retained") throw new Error(`expected a fresh retain, got ${receipt.status}`);
         },
       },
@@ -49,7 +67,13 @@ async function benchRetainSmall() {
     ],
     3,
   );
-  timeRow({ id: "25", what: "retainTree 20k small files vs cp -a + sync -f + find|sort|xargs sha256sum", oursMs: median(times.oats), baseMs: median(times.baseline), goal: 1.5 });
+  timeRow({
+    id: "25",
+    what: "retainTree 20k small files vs cp -a + sync -f + find|sort|xargs sha256sum",
+    oursMs: median(times.oats),
+    baseMs: median(times.baseline),
+    goal: 1.5,
+  });
 
   // Peak RSS of a program that imports the library by its package name and
   // retains the tree, in a child process (cwd: this package, so the name
@@ -60,7 +84,13 @@ async function benchRetainSmall() {
   // schemas. The source is warmed first; the child reports its block reads,
   // so a run the page cache did not serve (which starts the read-ahead
   // workers, prefetch.ts) shows as such.
-  const empty = existsSync("/usr/bin/time") ? Number((await run("/usr/bin/time", ["-f", "maxrss-kib=%M", process.execPath, "-e", "0"])).stderr.match(/maxrss-kib=(\d+)/)?.[1]) : NaN;
+  const empty = existsSync("/usr/bin/time")
+    ? Number(
+        (await run("/usr/bin/time", ["-f", "maxrss-kib=%M", process.execPath, "-e", "0"])).stderr.match(
+          /maxrss-kib=(\d+)/,
+        )?.[1],
+      )
+    : NaN;
   const peak = async (specifier, name) => {
     const scope = join(scopes, name);
     mkdirSync(scope);
@@ -68,13 +98,16 @@ async function benchRetainSmall() {
     await settle();
     const script = [
       `const { retainTree } = await import(${JSON.stringify(specifier)});`,
-      `const receipt = await retainTree(${JSON.stringify(scope)}, { kind: "capture", key: "small", source: ${JSON.stringify(source)} });`,
+      `const receipt = await retainTree(${JSON.stringify(scope)}, { kind: ` +
+        `"capture", key: "small", source: ${JSON.stringify(source)} });`,
       `const usage = process.resourceUsage();`,
       `console.log(JSON.stringify({ status: receipt.status, maxRSS: usage.maxRSS, blockReads: usage.fsRead }));`,
     ].join("\n");
     const viaTime = existsSync("/usr/bin/time");
     const child = viaTime
-      ? await run("/usr/bin/time", ["-f", "maxrss-kib=%M", process.execPath, "--input-type=module", "-e", script], { cwd: REPO })
+      ? await run("/usr/bin/time", ["-f", "maxrss-kib=%M", process.execPath, "--input-type=module", "-e", script], {
+          cwd: REPO,
+        })
       : await run(process.execPath, ["--input-type=module", "-e", script], { cwd: REPO });
     const report = JSON.parse(child.stdout.trim().split("\n").pop());
     if (report.status !== "retained") throw new Error(`expected a fresh retain, got ${report.status}`);
@@ -86,7 +119,9 @@ async function benchRetainSmall() {
   const baseline = `node -e 0: ${(empty / 1024).toFixed(1)} MiB`;
   addRow({
     id: "25b",
-    what: `peak RSS, retainTree of 20k small files (child process, import "oats-retention/retention"; ${light.blockReads} block reads)`,
+    what:
+      `peak RSS, retainTree of 20k small files (child process, import ` +
+      `"oats-retention/retention"; ${light.blockReads} block reads)`,
     headline: true,
     ours: `${(light.kib / 1024).toFixed(1)} MiB`,
     baseline,

@@ -1,6 +1,19 @@
 import { mkdirSync } from "node:fs";
 import { join } from "node:path";
-import { WORK, dataset, interleave, median, missingRow, oats, removeTree, retainTree, run, settle, timeRow, warm } from "../lib.mjs";
+import {
+  WORK,
+  dataset,
+  interleave,
+  median,
+  missingRow,
+  oats,
+  removeTree,
+  retainTree,
+  run,
+  settle,
+  timeRow,
+  warm,
+} from "../lib.mjs";
 
 // ---------------------------------------------------------------- 22. export and import against tar + sha256sum
 
@@ -29,7 +42,13 @@ async function benchBundleRatio(name, ids) {
   warm(receipt.dir);
   const exported = await interleave(
     [
-      { name: "oats", inProcess: true, prepare: settle, run: async (round) => void (await oats.exportBundle(scope, [ref], join(bundles, `oats-${round + 1}.tar`))), cleanup: (round) => removeTree(join(bundles, `oats-${round + 1}.tar`)) },
+      {
+        name: "oats",
+        inProcess: true,
+        prepare: settle,
+        run: async (round) => void (await oats.exportBundle(scope, [ref], join(bundles, `oats-${round + 1}.tar`))),
+        cleanup: (round) => removeTree(join(bundles, `oats-${round + 1}.tar`)),
+      },
       {
         name: "tar",
         prepare: settle,
@@ -43,7 +62,13 @@ async function benchBundleRatio(name, ids) {
     ],
     3,
   );
-  timeRow({ id: ids[0], what: `exportBundle of ${label} vs tar cf + sha256sum of the tar`, oursMs: median(exported.oats), baseMs: median(exported.tar), goal: 1.5 });
+  timeRow({
+    id: ids[0],
+    what: `exportBundle of ${label} vs tar cf + sha256sum of the tar`,
+    oursMs: median(exported.oats),
+    baseMs: median(exported.tar),
+    goal: 1.5,
+  });
 
   const bundle = join(bundles, "bench.tar");
   const plain = join(bundles, "plain.tar");
@@ -76,7 +101,13 @@ async function benchBundleRatio(name, ids) {
     ],
     3,
   );
-  timeRow({ id: ids[1], what: `importBundle of ${label} (verify all, publish durably) vs tar xf + sync -f + sha256sum of the files`, oursMs: median(imported.oats), baseMs: median(imported.tar), goal: 2.0 });
+  timeRow({
+    id: ids[1],
+    what: `importBundle of ${label} (verify all, publish durably) vs tar xf + sync -f + sha256sum of the files`,
+    oursMs: median(imported.oats),
+    baseMs: median(imported.tar),
+    goal: 2.0,
+  });
   removeTree(root);
   await settle();
 }

@@ -1,6 +1,19 @@
 import { linkSync, mkdirSync } from "node:fs";
 import { join } from "node:path";
-import { DIST, WORK, dataset, interleave, median, notes, oats, removeTree, retainTree, timeRow, verifyTree, warm } from "../lib.mjs";
+import {
+  DIST,
+  WORK,
+  dataset,
+  interleave,
+  median,
+  notes,
+  oats,
+  removeTree,
+  retainTree,
+  timeRow,
+  verifyTree,
+  warm,
+} from "../lib.mjs";
 
 // ---------------------------------------------------------------- 23. verifying several revisions on every core
 
@@ -49,7 +62,8 @@ async function benchLanes() {
         inProcess: true,
         run: timed("fsck", async () => {
           const report = await oats.fsckScope(scope);
-          if (report.counts.revisions !== REVISIONS || !report.ok) notes.push(`[23] fsck found ${report.counts.revisions} revisions, ok ${report.ok}`);
+          if (report.counts.revisions !== REVISIONS || !report.ok)
+            notes.push(`[23] fsck found ${report.counts.revisions} revisions, ok ${report.ok}`);
         }),
       },
       {
@@ -64,8 +78,26 @@ async function benchLanes() {
   );
   removeTree(scope);
   removeTree(sources);
-  timeRow({ id: "27", what: `fsckScope of ${REVISIONS} x 128 MiB revisions (worker lanes: ${parallelism()}) vs verifyTree of each in turn`, oursMs: median(times.fsck), baseMs: median(times.sequential), goal: 0.6, baseExtra: " in turn" });
-  timeRow({ id: "27b", what: "same, CPU time of the process (all threads) (info)", oursMs: median(cpu.fsck), baseMs: median(cpu.sequential), goal: null, headline: false, oursExtra: " CPU", baseExtra: " CPU" });
+  timeRow({
+    id: "27",
+    what:
+      `fsckScope of ${REVISIONS} x 128 MiB revisions (worker lanes: ` +
+      `${parallelism()}) vs verifyTree of each in turn`,
+    oursMs: median(times.fsck),
+    baseMs: median(times.sequential),
+    goal: 0.6,
+    baseExtra: " in turn",
+  });
+  timeRow({
+    id: "27b",
+    what: "same, CPU time of the process (all threads) (info)",
+    oursMs: median(cpu.fsck),
+    baseMs: median(cpu.sequential),
+    goal: null,
+    headline: false,
+    oursExtra: " CPU",
+    baseExtra: " CPU",
+  });
   setParallelism(null);
 }
 

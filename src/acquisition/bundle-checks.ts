@@ -1,10 +1,45 @@
 import { lstatSync, readdirSync } from "node:fs";
 import { join } from "node:path";
 import { OatsError, errnoCode, isOatsError, bytesDigest } from "../core/index.js";
-import { BLOBS_DIR, MAX_BLOB_BYTES, readBlob, digestListing, walkTree, TREE_EXEC, integrityText, checkSymlinks, inspectStore, inspectStoreAt, readRegularFile, retainedTreeDir, revisionParentSegments, verifyAllTrees, ManifestRecorder, settleInLanes, throwIfAborted } from "../retention/index.js";
-import { readCanonicalJson, referencedArtifacts, resolutionRecordSchema, type ResolutionRecord, MAX_RECORD_BYTES, RESOLUTIONS_DIR, encodeRecord, readRecordBytes, resolutionPath } from "../resolution/index.js";
+import {
+  BLOBS_DIR,
+  MAX_BLOB_BYTES,
+  readBlob,
+  digestListing,
+  walkTree,
+  TREE_EXEC,
+  integrityText,
+  checkSymlinks,
+  inspectStore,
+  inspectStoreAt,
+  readRegularFile,
+  retainedTreeDir,
+  revisionParentSegments,
+  verifyAllTrees,
+  ManifestRecorder,
+  settleInLanes,
+  throwIfAborted,
+} from "../retention/index.js";
+import {
+  readCanonicalJson,
+  referencedArtifacts,
+  resolutionRecordSchema,
+  type ResolutionRecord,
+  MAX_RECORD_BYTES,
+  RESOLUTIONS_DIR,
+  encodeRecord,
+  readRecordBytes,
+  resolutionPath,
+} from "../resolution/index.js";
 import type { VerifiedTree } from "../retention/index.js";
-import { BUNDLE_MANIFEST, MAX_MANIFEST_BYTES, artifactId, manifestSchema, pinnedBlobs, type BundleManifest } from "./bundle-format.js";
+import {
+  BUNDLE_MANIFEST,
+  MAX_MANIFEST_BYTES,
+  artifactId,
+  manifestSchema,
+  pinnedBlobs,
+  type BundleManifest,
+} from "./bundle-format.js";
 import type { ImportOptions } from "./bundle-import.js";
 
 /**
@@ -25,7 +60,11 @@ function readExtracted(bundle: string, root: string, path: string, limit: number
     refuse: (failure, details) =>
       failure === "missing"
         ? invalidBundle(bundle, `${path} is missing`, { path, reason: "missing-entry" })
-        : invalidBundle(bundle, `${path} is not a readable regular file (${failure})`, { ...details, path, reason: failure }),
+        : invalidBundle(bundle, `${path} is not a readable regular file (${failure})`, {
+            ...details,
+            path,
+            reason: failure,
+          }),
   });
 }
 
@@ -35,7 +74,12 @@ export function readManifest(bundle: string, root: string): BundleManifest {
   try {
     json = readCanonicalJson(bytes, `bundle ${bundle}: ${BUNDLE_MANIFEST}`);
   } catch (error) {
-    throw invalidBundle(bundle, `${BUNDLE_MANIFEST} is not canonical JSON (${isOatsError(error) ? String(error.details["reason"]) : String(error)})`, { path: BUNDLE_MANIFEST, reason: "manifest-not-canonical" });
+    throw invalidBundle(
+      bundle,
+      `${BUNDLE_MANIFEST} is not canonical JSON ` +
+        `(${isOatsError(error) ? String(error.details["reason"]) : String(error)})`,
+      { path: BUNDLE_MANIFEST, reason: "manifest-not-canonical" },
+    );
   }
   const parsed = manifestSchema.safeParse(json);
   if (!parsed.success) {
@@ -45,7 +89,9 @@ export function readManifest(bundle: string, root: string): BundleManifest {
       path: BUNDLE_MANIFEST,
       pointer,
       reason: "invalid-manifest",
-      issues: parsed.error.issues.slice(0, 20).map((each) => ({ pointer: `/${each.path.join("/")}`, message: each.message })),
+      issues: parsed.error.issues
+        .slice(0, 20)
+        .map((each) => ({ pointer: `/${each.path.join("/")}`, message: each.message })),
     });
   }
   return parsed.data as BundleManifest;
@@ -76,7 +122,12 @@ export function checkContents(bundle: string, root: string, manifest: BundleMani
       const expected = items.get(path);
       if (expected !== undefined) {
         const ok = expected === "directory" ? stats.isDirectory() : stats.isFile();
-        if (!ok) throw invalidBundle(bundle, `${path} is not a ${expected === "directory" ? "directory (a tree)" : "regular file"}`, { path, reason: "wrong-entry-type" });
+        if (!ok)
+          throw invalidBundle(
+            bundle,
+            `${path} is not a ${expected === "directory" ? "directory (a tree)" : "regular file"}`,
+            { path, reason: "wrong-entry-type" },
+          );
         found.add(path);
       } else if (parents.has(path) && stats.isDirectory()) {
         walk(path);
@@ -86,7 +137,12 @@ export function checkContents(bundle: string, root: string, manifest: BundleMani
     }
   };
   walk("");
-  for (const path of items.keys()) if (!found.has(path)) throw invalidBundle(bundle, `${path} is listed in the manifest but not in the bundle`, { path, reason: "missing-entry" });
+  for (const path of items.keys())
+    if (!found.has(path))
+      throw invalidBundle(bundle, `${path} is listed in the manifest but not in the bundle`, {
+        path,
+        reason: "missing-entry",
+      });
 }
 
 export interface VerifiedBundle {
@@ -102,24 +158,49 @@ export interface VerifiedBundle {
   readonly blobs: Map<string, Buffer>;
 }
 
-function mismatch(bundle: string, what: string, expected: string, actual: string, details: Record<string, unknown>): OatsError {
-  return new OatsError("integrity-mismatch", `bundle ${bundle}: ${what}: expected ${expected}, found ${actual}; nothing was imported`, { bundle, expected, actual, ...details });
+function mismatch(
+  bundle: string,
+  what: string,
+  expected: string,
+  actual: string,
+  details: Record<string, unknown>,
+): OatsError {
+  return new OatsError(
+    "integrity-mismatch",
+    `bundle ${bundle}: ${what}: expected ${expected}, found ${actual}; nothing was imported`,
+    { bundle, expected, actual, ...details },
+  );
 }
 
-/** Every item against its digest, every record against the strict reader and schema, every record's references present. */
-export async function verifyBundle(bundle: string, root: string, manifest: BundleManifest, maxDepth: number, watch: Pick<ImportOptions, "onProgress" | "signal">): Promise<VerifiedBundle> {
-  // The trees on every core (worker lanes hash without progress events); the first refusal in manifest order, as a loop would meet it.
+/** Every item against its digest, every record against the strict reader and schema, every record's references
+ * present. */
+export async function verifyBundle(
+  bundle: string,
+  root: string,
+  manifest: BundleManifest,
+  maxDepth: number,
+  watch: Pick<ImportOptions, "onProgress" | "signal">,
+): Promise<VerifiedBundle> {
+  // The trees on every core (worker lanes hash without progress events); the first refusal in manifest order, as a
+  // loop would meet it.
   const trees = await settleInLanes(manifest.artifacts, async (row, measure) => {
     const dir = join(root, row.path);
     const listing = await walkTree(dir, { maxDepth });
     // The extractor kept symlinks inside the bundle; each must also stay inside its own tree.
     await checkSymlinks(dir, listing);
     const manifestOf = measure ? null : new ManifestRecorder();
-    const digests = measure ? await measure({ dir, formats: [TREE_EXEC], maxDepth }) : await digestListing(listing, [TREE_EXEC], { ...watch, phase: "verify", sink: manifestOf!, sinkOrder: "bytes" });
+    const digests = measure
+      ? await measure({ dir, formats: [TREE_EXEC], maxDepth })
+      : await digestListing(listing, [TREE_EXEC], { ...watch, phase: "verify", sink: manifestOf!, sinkOrder: "bytes" });
     const actual = digests[TREE_EXEC]!;
     const expected = row.integrity.slice(TREE_EXEC.length + 1);
     if (actual !== expected) {
-      throw mismatch(bundle, `${row.kind} ${row.key}`, row.integrity, `${TREE_EXEC}:${actual}`, { kind: row.kind, key: row.key, path: row.path, format: TREE_EXEC });
+      throw mismatch(bundle, `${row.kind} ${row.key}`, row.integrity, `${TREE_EXEC}:${actual}`, {
+        kind: row.kind,
+        key: row.key,
+        path: row.path,
+        format: TREE_EXEC,
+      });
     }
     return manifestOf ? { listing, digests, manifest: manifestOf } : undefined;
   });
@@ -133,39 +214,64 @@ export async function verifyBundle(bundle: string, root: string, manifest: Bundl
   for (const row of manifest.blobs) {
     const bytes = readExtracted(bundle, root, row.path, MAX_BLOB_BYTES);
     const actual = bytesDigest(bytes);
-    if (actual !== row.digest) throw mismatch(bundle, `blob ${row.digest}`, row.digest, actual, { digest: row.digest, path: row.path });
+    if (actual !== row.digest)
+      throw mismatch(bundle, `blob ${row.digest}`, row.digest, actual, { digest: row.digest, path: row.path });
     blobs.set(row.digest, bytes);
   }
   const records = new Map<string, { bytes: Buffer; record: ResolutionRecord }>();
-  const artifacts = new Set(manifest.artifacts.map((row) => artifactId(row.kind, row.key, row.integrity.slice(TREE_EXEC.length + 1))));
+  const artifacts = new Set(
+    manifest.artifacts.map((row) => artifactId(row.kind, row.key, row.integrity.slice(TREE_EXEC.length + 1))),
+  );
   for (const row of manifest.resolutions) {
     const bytes = readExtracted(bundle, root, row.path, MAX_RECORD_BYTES);
     const actual = bytesDigest(bytes);
-    if (actual !== row.id) throw mismatch(bundle, `resolution ${row.id}`, row.id, actual, { id: row.id, path: row.path });
+    if (actual !== row.id)
+      throw mismatch(bundle, `resolution ${row.id}`, row.id, actual, { id: row.id, path: row.path });
     // As readRecordBytes: digest first, then the canonical form, then the schema.
     const json = readCanonicalJson(bytes, `bundle ${bundle}: resolution ${row.id}`);
     const parsed = resolutionRecordSchema.safeParse(json);
     if (!parsed.success) {
       const issue = parsed.error.issues[0];
-      throw new OatsError("invalid-resolution", `bundle ${bundle}: resolution ${row.id}: ${issue?.path.join("/") || "(root)"}: ${issue?.message ?? "malformed"}; nothing was imported`, {
-        bundle,
-        id: row.id,
-        pointer: `/${(issue?.path ?? []).join("/")}`,
-      });
+      throw new OatsError(
+        "invalid-resolution",
+        `bundle ${bundle}: resolution ${row.id}: ` +
+          `${issue?.path.join("/") || "(root)"}: ${issue?.message ?? "malformed"}; ` +
+          `nothing was imported`,
+        {
+          bundle,
+          id: row.id,
+          pointer: `/${(issue?.path ?? []).join("/")}`,
+        },
+      );
     }
     const record = parsed.data;
-    if (encodeRecord(record).id !== row.id) throw new OatsError("invalid-resolution", `bundle ${bundle}: resolution ${row.id} does not re-encode to its own bytes; nothing was imported`, { bundle, id: row.id });
+    if (encodeRecord(record).id !== row.id)
+      throw new OatsError(
+        "invalid-resolution",
+        `bundle ${bundle}: resolution ${row.id} does not re-encode to its own bytes; nothing was imported`,
+        { bundle, id: row.id },
+      );
     for (const ref of referencedArtifacts(record)) {
       if (!artifacts.has(artifactId(ref.kind, ref.key, ref.integrity.value))) {
-        throw invalidBundle(bundle, `resolution ${row.id} references ${ref.kind} ${ref.key} ${integrityText(ref.integrity)}, which the bundle does not carry`, {
-          id: row.id,
-          artifact: { kind: ref.kind, key: ref.key, integrity: integrityText(ref.integrity) },
-          reason: "incomplete-resolution",
-        });
+        throw invalidBundle(
+          bundle,
+          `resolution ${row.id} references ${ref.kind} ${ref.key} ` +
+            `${integrityText(ref.integrity)}, which the bundle does not carry`,
+          {
+            id: row.id,
+            artifact: { kind: ref.kind, key: ref.key, integrity: integrityText(ref.integrity) },
+            reason: "incomplete-resolution",
+          },
+        );
       }
     }
     for (const digest of pinnedBlobs(record)) {
-      if (!blobs.has(digest)) throw invalidBundle(bundle, `resolution ${row.id} pins blob ${digest}, which the bundle does not carry`, { id: row.id, digest, reason: "incomplete-resolution" });
+      if (!blobs.has(digest))
+        throw invalidBundle(bundle, `resolution ${row.id} pins blob ${digest}, which the bundle does not carry`, {
+          id: row.id,
+          digest,
+          reason: "incomplete-resolution",
+        });
     }
     records.set(row.id, { bytes, record });
   }
@@ -199,7 +305,8 @@ export async function checkTarget(scope: string, verified: VerifiedBundle): Prom
   if (verified.manifest.blobs.length > 0 && inspectStoreAt(scope, BLOBS_DIR).complete) {
     for (const [digest, bytes] of verified.blobs) {
       if (!exists(join(scope, ...BLOBS_DIR, digest))) continue;
-      if (!readBlob(scope, digest).equals(bytes)) throw new OatsError("integrity-mismatch", `blob ${digest} exists with other bytes`, { digest });
+      if (!readBlob(scope, digest).equals(bytes))
+        throw new OatsError("integrity-mismatch", `blob ${digest} exists with other bytes`, { digest });
     }
   }
   if (verified.manifest.resolutions.length > 0 && inspectStoreAt(scope, RESOLUTIONS_DIR).complete) {

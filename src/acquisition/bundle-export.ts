@@ -2,7 +2,26 @@ import { closeSync, constants, fsyncSync, linkSync, lstatSync, openSync, renameS
 import { basename, dirname, join, resolve } from "node:path";
 import { randomBytes } from "node:crypto";
 import { OatsError, asStepError, errnoCode, canonicalJsonBytes } from "../core/index.js";
-import { readBlob, digestListing, walkTree, TREE_EXEC, TREE_LEGACY, integrityText, type Integrity, fsyncDirectory, inspectStore, resolveScope, parseArtifactRef, retainedTreeDir, type ArtifactRef, revisionParentSegments, verifyTree, noteRemoved, throwIfAborted, type ProgressListener } from "../retention/index.js";
+import {
+  readBlob,
+  digestListing,
+  walkTree,
+  TREE_EXEC,
+  TREE_LEGACY,
+  integrityText,
+  type Integrity,
+  fsyncDirectory,
+  inspectStore,
+  resolveScope,
+  parseArtifactRef,
+  retainedTreeDir,
+  type ArtifactRef,
+  revisionParentSegments,
+  verifyTree,
+  noteRemoved,
+  throwIfAborted,
+  type ProgressListener,
+} from "../retention/index.js";
 import { referencedArtifacts, encodeRecord, readRecordBytes } from "../resolution/index.js";
 import { TarWriter, TreeSink } from "./tar-writer.js";
 import { SyncBehind } from "./sync-behind.js";
@@ -21,7 +40,8 @@ import {
   type ExportRef,
 } from "./bundle-format.js";
 
-/** Export: a bundle of retained artifacts and records from the store, each tree hashed from the bytes written (see bundle.ts). */
+/** Export: a bundle of retained artifacts and records from the store, each tree hashed from the bytes written (see
+ * bundle.ts). */
 
 export interface ExportOptions {
   /** Replace an existing file at the output path. */
@@ -54,10 +74,22 @@ function outputState(outPath: string, force: boolean): void {
     stats = lstatSync(outPath);
   } catch (error) {
     if (errnoCode(error) === "ENOENT") return;
-    throw new OatsError("invalid-input", `cannot inspect the output path ${outPath}: ${errnoCode(error) ?? String(error)}`, { path: outPath });
+    throw new OatsError(
+      "invalid-input",
+      `cannot inspect the output path ${outPath}: ${errnoCode(error) ?? String(error)}`,
+      { path: outPath },
+    );
   }
-  if (!force) throw new OatsError("invalid-input", `${outPath} already exists; pass --force (force: true) to replace it`, { path: outPath, reason: "output-exists" });
-  if (stats.isDirectory()) throw new OatsError("invalid-input", `${outPath} is a directory, not a bundle file`, { path: outPath, reason: "output-is-directory" });
+  if (!force)
+    throw new OatsError("invalid-input", `${outPath} already exists; pass --force (force: true) to replace it`, {
+      path: outPath,
+      reason: "output-exists",
+    });
+  if (stats.isDirectory())
+    throw new OatsError("invalid-input", `${outPath} is a directory, not a bundle file`, {
+      path: outPath,
+      reason: "output-is-directory",
+    });
 }
 
 /** Check that a tree revision exists (and, for a legacy name, verify it to learn its exec digest). */
@@ -65,7 +97,11 @@ async function planTree(scope: string, ref: ArtifactRef): Promise<PlannedTree> {
   const segments = revisionParentSegments(ref.key, ref.integrity.format === TREE_LEGACY ? TREE_LEGACY : TREE_EXEC);
   const dir = retainedTreeDir(scope, ref);
   const missing = () =>
-    new OatsError("artifact-not-found", `${ref.kind} ${ref.key} has no retained revision ${integrityText(ref.integrity)}`, { kind: ref.kind, key: ref.key, integrity: integrityText(ref.integrity), dir });
+    new OatsError(
+      "artifact-not-found",
+      `${ref.kind} ${ref.key} has no retained revision ${integrityText(ref.integrity)}`,
+      { kind: ref.kind, key: ref.key, integrity: integrityText(ref.integrity), dir },
+    );
   if (!inspectStore(scope, ref.kind, segments).complete) throw missing();
   let exec: Integrity = ref.integrity;
   let translatedFrom: string | undefined;
@@ -81,21 +117,43 @@ async function planTree(scope: string, ref: ArtifactRef): Promise<PlannedTree> {
       if (errnoCode(error) === "ENOENT") throw missing();
       throw asStepError("export", error, { dir });
     }
-    if (!stats.isDirectory()) throw new OatsError("invalid-artifact", `retained revision is not a real directory: ${dir}`, { kind: ref.kind, key: ref.key, dir });
+    if (!stats.isDirectory())
+      throw new OatsError("invalid-artifact", `retained revision is not a real directory: ${dir}`, {
+        kind: ref.kind,
+        key: ref.key,
+        dir,
+      });
   }
-  const row: BundleArtifactRow = { kind: ref.kind, key: ref.key, integrity: integrityText(exec), path: bundleArtifactPath(ref.kind, ref.key, exec) };
-  return { ref: { kind: ref.kind, key: ref.key, integrity: exec }, dir, row, ...(translatedFrom ? { translatedFrom } : {}) };
+  const row: BundleArtifactRow = {
+    kind: ref.kind,
+    key: ref.key,
+    integrity: integrityText(exec),
+    path: bundleArtifactPath(ref.kind, ref.key, exec),
+  };
+  return {
+    ref: { kind: ref.kind, key: ref.key, integrity: exec },
+    dir,
+    row,
+    ...(translatedFrom ? { translatedFrom } : {}),
+  };
 }
 
 /**
  * Write a bundle of retained artifacts and resolutions (with everything each
  * resolution references and pins) to `outPath`.
  */
-export async function exportBundle(scope: string, refs: readonly ExportRef[], outPath: string, options: ExportOptions = {}): Promise<ExportReport> {
+export async function exportBundle(
+  scope: string,
+  refs: readonly ExportRef[],
+  outPath: string,
+  options: ExportOptions = {},
+): Promise<ExportReport> {
   // 1. Validate every operand before anything is read or written.
-  if (!Array.isArray(refs) || refs.length === 0) throw new OatsError("invalid-input", "export needs at least one artifact reference or resolution id", {});
+  if (!Array.isArray(refs) || refs.length === 0)
+    throw new OatsError("invalid-input", "export needs at least one artifact reference or resolution id", {});
   const parsed = refs.map((ref) => parseExportRef(ref));
-  if (typeof outPath !== "string" || outPath === "") throw new OatsError("invalid-input", "export needs an output path", {});
+  if (typeof outPath !== "string" || outPath === "")
+    throw new OatsError("invalid-input", "export needs an output path", {});
   const out = resolve(outPath);
   const realScope = resolveScope(scope);
   outputState(out, options.force === true);
@@ -105,7 +163,8 @@ export async function exportBundle(scope: string, refs: readonly ExportRef[], ou
   const requested = new Map<string, ArtifactRef>();
   const records = new Map<string, Buffer>();
   const blobs = new Map<string, Buffer>();
-  const addArtifact = (ref: ArtifactRef) => requested.set(artifactId(ref.kind, ref.key, integrityText(ref.integrity)), ref);
+  const addArtifact = (ref: ArtifactRef) =>
+    requested.set(artifactId(ref.kind, ref.key, integrityText(ref.integrity)), ref);
   for (const item of parsed) {
     if (item.type === "artifact") {
       addArtifact(item.ref);
@@ -114,8 +173,14 @@ export async function exportBundle(scope: string, refs: readonly ExportRef[], ou
     if (records.has(item.id)) continue;
     const { id, record } = readRecordBytes(realScope, item.id);
     const { id: reencoded, bytes } = encodeRecord(record);
-    // readRecordBytes checked the stored bytes are canonical and hash to the id, so its canonical encoding is those bytes.
-    if (reencoded !== id) throw new OatsError("integrity-mismatch", `resolution ${id}: the record re-encodes to ${reencoded}`, { id, expected: id, actual: reencoded });
+    // readRecordBytes checked the stored bytes are canonical and hash to the id, so its canonical encoding is those
+    // bytes.
+    if (reencoded !== id)
+      throw new OatsError("integrity-mismatch", `resolution ${id}: the record re-encodes to ${reencoded}`, {
+        id,
+        expected: id,
+        actual: reencoded,
+      });
     records.set(id, bytes);
     for (const ref of referencedArtifacts(record)) addArtifact(parseArtifactRef(ref));
     for (const digest of pinnedBlobs(record)) if (!blobs.has(digest)) blobs.set(digest, readBlob(realScope, digest));
@@ -141,7 +206,11 @@ export async function exportBundle(scope: string, refs: readonly ExportRef[], ou
   try {
     fd = openSync(temp, constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL | constants.O_NOFOLLOW, 0o644);
   } catch (error) {
-    throw new OatsError("invalid-input", `cannot create the bundle beside ${out}: ${errnoCode(error) ?? String(error)}`, { path: out, errno: errnoCode(error) });
+    throw new OatsError(
+      "invalid-input",
+      `cannot create the bundle beside ${out}: ${errnoCode(error) ?? String(error)}`,
+      { path: out, errno: errnoCode(error) },
+    );
   }
   let open = true;
   let bytes = 0;
@@ -154,19 +223,29 @@ export async function exportBundle(scope: string, refs: readonly ExportRef[], ou
     const progress = exportProgress(listings, options);
     for (const [index, tree] of treeList.entries()) {
       tar.directory(tree.row.path);
-      const digests = await digestListing(listings[index]!, [TREE_EXEC], { ...progress.options(), sink: new TreeSink(tar, tree.row.path), sinkOrder: "bytes" });
+      const digests = await digestListing(listings[index]!, [TREE_EXEC], {
+        ...progress.options(),
+        sink: new TreeSink(tar, tree.row.path),
+        sinkOrder: "bytes",
+      });
       const actual = digests[TREE_EXEC]!;
       if (actual !== tree.ref.integrity.value) {
-        // The full verification names the first path that differs; if the tree changed back meanwhile, say what was read.
+        // The full verification names the first path that differs; if the tree changed back meanwhile, say what was
+        // read.
         await verifyTree(realScope, tree.translatedFrom ? { ...tree.ref, integrity: tree.translatedFrom } : tree.ref);
-        throw new OatsError("integrity-mismatch", `${tree.ref.kind} ${tree.ref.key}: expected ${tree.row.integrity}, read ${TREE_EXEC}:${actual} while exporting it`, {
-          kind: tree.ref.kind,
-          key: tree.ref.key,
-          expected: tree.ref.integrity.value,
-          actual,
-          dir: tree.dir,
-          reason: "changed-while-exporting",
-        });
+        throw new OatsError(
+          "integrity-mismatch",
+          `${tree.ref.kind} ${tree.ref.key}: expected ${tree.row.integrity}, read ` +
+            `${TREE_EXEC}:${actual} while exporting it`,
+          {
+            kind: tree.ref.kind,
+            key: tree.ref.key,
+            expected: tree.ref.integrity.value,
+            actual,
+            dir: tree.dir,
+            reason: "changed-while-exporting",
+          },
+        );
       }
     }
     for (const [id, record] of records) tar.wholeFile(bundleResolutionPath(id), record);
@@ -185,7 +264,11 @@ export async function exportBundle(scope: string, refs: readonly ExportRef[], ou
       try {
         linkSync(temp, out);
       } catch (error) {
-        if (errnoCode(error) === "EEXIST") throw new OatsError("invalid-input", `${out} already exists; pass --force (force: true) to replace it`, { path: out, reason: "output-exists" });
+        if (errnoCode(error) === "EEXIST")
+          throw new OatsError("invalid-input", `${out} already exists; pass --force (force: true) to replace it`, {
+            path: out,
+            reason: "output-exists",
+          });
         throw error;
       }
       unlinkSync(temp);
@@ -208,7 +291,10 @@ export async function exportBundle(scope: string, refs: readonly ExportRef[], ou
   return {
     path: out,
     bytes,
-    artifacts: treeList.map((tree) => ({ ...tree.row, ...(tree.translatedFrom ? { translatedFrom: tree.translatedFrom } : {}) })),
+    artifacts: treeList.map((tree) => ({
+      ...tree.row,
+      ...(tree.translatedFrom ? { translatedFrom: tree.translatedFrom } : {}),
+    })),
     resolutions: manifest.resolutions,
     blobs: manifest.blobs,
   };

@@ -2,7 +2,18 @@ import { z } from "zod";
 import { OatsError } from "../core/index.js";
 import type { ResolutionRecord } from "../resolution/index.js";
 import { parseResolutionId } from "../resolution/index.js";
-import { ARTIFACT_KINDS, IDENTIFIER_MAX_LENGTH, IDENTIFIER_PATTERN, SOURCE_KEY_PATTERN, type ArtifactKind, TREE_EXEC, digestHex, type Integrity, parseArtifactRef, type ArtifactRef } from "../retention/index.js";
+import {
+  ARTIFACT_KINDS,
+  IDENTIFIER_MAX_LENGTH,
+  IDENTIFIER_PATTERN,
+  SOURCE_KEY_PATTERN,
+  type ArtifactKind,
+  TREE_EXEC,
+  digestHex,
+  type Integrity,
+  parseArtifactRef,
+  type ArtifactRef,
+} from "../retention/index.js";
 
 /**
  * The bundle's format (see bundle.ts): the manifest's rows and schema, the
@@ -47,7 +58,9 @@ export function bundleBlobPath(digest: string): string {
 
 export type ExportRef = string | { readonly kind?: unknown; readonly key: unknown; readonly integrity: unknown };
 
-export type ParsedExportRef = { readonly type: "artifact"; readonly ref: ArtifactRef } | { readonly type: "resolution"; readonly id: string };
+export type ParsedExportRef =
+  | { readonly type: "artifact"; readonly ref: ArtifactRef }
+  | { readonly type: "resolution"; readonly id: string };
 
 const RESOLUTION_ID_TEXT = /^(?:oats\.json\.v1:)?sha256-[0-9a-f]{64}$/;
 
@@ -61,14 +74,21 @@ export function parseExportRef(input: ExportRef): ParsedExportRef {
     if (RESOLUTION_ID_TEXT.test(input)) return { type: "resolution", id: parseResolutionId(input) };
     const match = /^([a-z]+):([^@]+)@(.+)$/.exec(input);
     if (!match) {
-      throw new OatsError("invalid-artifact-reference", `invalid export reference ${JSON.stringify(input)}: expected <kind>:<key>@<integrity> or a resolution id sha256-<64 hex>`, { ref: input });
+      throw new OatsError(
+        "invalid-artifact-reference",
+        `invalid export reference ${JSON.stringify(input)}: expected ` +
+          `<kind>:<key>@<integrity> or a resolution id sha256-<64 hex>`,
+        { ref: input },
+      );
     }
     return { type: "artifact", ref: parseArtifactRef({ kind: match[1], key: match[2], integrity: match[3] }) };
   }
-  if (typeof input !== "object" || input === null) throw new OatsError("invalid-artifact-reference", "an export reference is a string or {kind, key, integrity}", { ref: input });
+  if (typeof input !== "object" || input === null)
+    throw new OatsError("invalid-artifact-reference", "an export reference is a string or {kind, key, integrity}", {
+      ref: input,
+    });
   return { type: "artifact", ref: parseArtifactRef(input) };
 }
-
 
 export function artifactId(kind: string, key: string, value: string): string {
   return `${kind}\0${key}\0${value}`;
@@ -94,13 +114,19 @@ export const manifestSchema = z
         .object({
           kind: z.enum(ARTIFACT_KINDS),
           key: keySchema,
-          integrity: z.string().regex(/^oats\.tree-exec\.v1:sha256-[0-9a-f]{64}$/, "must be oats.tree-exec.v1:sha256-<64 hex>"),
+          integrity: z
+            .string()
+            .regex(/^oats\.tree-exec\.v1:sha256-[0-9a-f]{64}$/, "must be oats.tree-exec.v1:sha256-<64 hex>"),
           path: z.string(),
         })
         .strict(),
     ),
-    resolutions: z.array(z.object({ id: z.string().regex(digestValue, "must be sha256-<64 hex>"), path: z.string() }).strict()),
-    blobs: z.array(z.object({ digest: z.string().regex(digestValue, "must be sha256-<64 hex>"), path: z.string() }).strict()),
+    resolutions: z.array(
+      z.object({ id: z.string().regex(digestValue, "must be sha256-<64 hex>"), path: z.string() }).strict(),
+    ),
+    blobs: z.array(
+      z.object({ digest: z.string().regex(digestValue, "must be sha256-<64 hex>"), path: z.string() }).strict(),
+    ),
   })
   .strict()
   .superRefine((manifest, context) => {
@@ -111,19 +137,41 @@ export const manifestSchema = z
     };
     manifest.artifacts.forEach((row, index) => {
       const keyOk = row.kind === "source" ? SOURCE_KEY_PATTERN.test(row.key) : IDENTIFIER_PATTERN.test(row.key);
-      if (!keyOk) context.addIssue({ code: "custom", path: ["artifacts", index, "key"], message: `invalid ${row.kind} key ${JSON.stringify(row.key)}` });
+      if (!keyOk)
+        context.addIssue({
+          code: "custom",
+          path: ["artifacts", index, "key"],
+          message: `invalid ${row.kind} key ${JSON.stringify(row.key)}`,
+        });
       const integrity: Integrity = { format: TREE_EXEC, value: row.integrity.slice(TREE_EXEC.length + 1) };
       if (row.path !== bundleArtifactPath(row.kind, row.key, integrity)) {
-        context.addIssue({ code: "custom", path: ["artifacts", index, "path"], message: `must be ${bundleArtifactPath(row.kind, row.key, integrity)}` });
+        context.addIssue({
+          code: "custom",
+          path: ["artifacts", index, "path"],
+          message: `must be ${bundleArtifactPath(row.kind, row.key, integrity)}`,
+        });
       }
-      unique(`artifact ${row.kind} ${row.key} ${row.integrity}`, `a\0${row.kind}\0${row.key}\0${row.integrity}`, ["artifacts", index]);
+      unique(`artifact ${row.kind} ${row.key} ${row.integrity}`, `a\0${row.kind}\0${row.key}\0${row.integrity}`, [
+        "artifacts",
+        index,
+      ]);
     });
     manifest.resolutions.forEach((row, index) => {
-      if (row.path !== bundleResolutionPath(row.id)) context.addIssue({ code: "custom", path: ["resolutions", index, "path"], message: `must be ${bundleResolutionPath(row.id)}` });
+      if (row.path !== bundleResolutionPath(row.id))
+        context.addIssue({
+          code: "custom",
+          path: ["resolutions", index, "path"],
+          message: `must be ${bundleResolutionPath(row.id)}`,
+        });
       unique(`resolution ${row.id}`, `r\0${row.id}`, ["resolutions", index]);
     });
     manifest.blobs.forEach((row, index) => {
-      if (row.path !== bundleBlobPath(row.digest)) context.addIssue({ code: "custom", path: ["blobs", index, "path"], message: `must be ${bundleBlobPath(row.digest)}` });
+      if (row.path !== bundleBlobPath(row.digest))
+        context.addIssue({
+          code: "custom",
+          path: ["blobs", index, "path"],
+          message: `must be ${bundleBlobPath(row.digest)}`,
+        });
       unique(`blob ${row.digest}`, `b\0${row.digest}`, ["blobs", index]);
     });
   });

@@ -1,4 +1,13 @@
-import { withPublishLease, parseBlobDigest, putBlob, adoptTree, adoptVerifiedTree, resolveScope, throwIfAborted, type ProgressListener } from "../retention/index.js";
+import {
+  withPublishLease,
+  parseBlobDigest,
+  putBlob,
+  adoptTree,
+  adoptVerifiedTree,
+  resolveScope,
+  throwIfAborted,
+  type ProgressListener,
+} from "../retention/index.js";
 import { createReadStream, statSync } from "node:fs";
 import { join, resolve } from "node:path";
 import { OatsError, errnoCode } from "../core/index.js";
@@ -8,10 +17,12 @@ import { extractLimits, extractTar, type ExtractLimits } from "./extract.js";
 import { withExtractionDir } from "./staging.js";
 import { checkContents, checkTarget, readManifest, verifyBundle } from "./bundle-checks.js";
 
-/** Import: extract to staging, check everything (bundle-checks.ts), then publish each item through its normal path (see bundle.ts). */
+/** Import: extract to staging, check everything (bundle-checks.ts), then publish each item through its normal path
+ * (see bundle.ts). */
 
 export interface ImportOptions {
-  /** Limits on the archive (entries, expanded bytes, name bytes and depth, header bytes); the extractor's defaults otherwise. */
+  /** Limits on the archive (entries, expanded bytes, name bytes and depth, header bytes); the extractor's defaults
+   * otherwise. */
   readonly limits?: Partial<ExtractLimits>;
   /** `extract` then `verify` events. */
   readonly onProgress?: ProgressListener;
@@ -25,31 +36,46 @@ export interface ImportOptions {
 
 export interface ImportReport {
   readonly bundle: string;
-  readonly artifacts: { readonly kind: ArtifactKind; readonly key: string; readonly integrity: string; readonly status: "retained" | "kept" }[];
+  readonly artifacts: {
+    readonly kind: ArtifactKind;
+    readonly key: string;
+    readonly integrity: string;
+    readonly status: "retained" | "kept";
+  }[];
   readonly resolutions: { readonly id: string; readonly status: "written" | "kept" }[];
   readonly blobs: { readonly digest: string; readonly status: "written" | "kept" }[];
 }
 
 /** Import a bundle: extract to staging, verify everything, then publish each item through its normal path. */
-export async function importBundle(scope: string, bundlePath: string, options: ImportOptions = {}): Promise<ImportReport> {
-  if (typeof bundlePath !== "string" || bundlePath === "") throw new OatsError("invalid-input", "import needs a bundle path", {});
+export async function importBundle(
+  scope: string,
+  bundlePath: string,
+  options: ImportOptions = {},
+): Promise<ImportReport> {
+  if (typeof bundlePath !== "string" || bundlePath === "")
+    throw new OatsError("invalid-input", "import needs a bundle path", {});
   const bundle = resolve(bundlePath);
   let stats;
   try {
     stats = statSync(bundle);
   } catch (error) {
-    throw new OatsError("invalid-input", `bundle ${bundle} cannot be read: ${errnoCode(error) ?? String(error)}`, { bundle, errno: errnoCode(error) });
+    throw new OatsError("invalid-input", `bundle ${bundle} cannot be read: ${errnoCode(error) ?? String(error)}`, {
+      bundle,
+      errno: errnoCode(error),
+    });
   }
   if (!stats.isFile()) throw new OatsError("invalid-input", `bundle ${bundle} is not a regular file`, { bundle });
   const realScope = resolveScope(scope);
   const limits = extractLimits(options.limits);
 
-  return withPublishLease(realScope, () => withExtractionDir(realScope, async (staging) => {
-    const { onProgress, signal } = options;
-    const watch = { ...(onProgress ? { onProgress } : {}), ...(signal ? { signal } : {}) };
-    await extractTar(createReadStream(bundle), staging, { origin: bundle, prefix: null, limits, ...watch });
-    return { bundle, ...(await importStaged(realScope, bundle, staging, limits.maxDepth, watch)) };
-  }));
+  return withPublishLease(realScope, () =>
+    withExtractionDir(realScope, async (staging) => {
+      const { onProgress, signal } = options;
+      const watch = { ...(onProgress ? { onProgress } : {}), ...(signal ? { signal } : {}) };
+      await extractTar(createReadStream(bundle), staging, { origin: bundle, prefix: null, limits, ...watch });
+      return { bundle, ...(await importStaged(realScope, bundle, staging, limits.maxDepth, watch)) };
+    }),
+  );
 }
 
 /**
@@ -85,19 +111,30 @@ export async function importStaged(
     // a tree read on this thread is not read again (adoptVerifiedTree); a worker lane's is read back once.
     const request = { kind: row.kind, key: row.key, source: join(staging, row.path), expect: row.integrity };
     const tree = verified.trees[index];
-    const receipt = tree ? await adoptVerifiedTree(realScope, request, tree, { maxDepth: limits.maxDepth }) : await adoptTree(realScope, request, { maxDepth: limits.maxDepth });
-    artifacts.push({ kind: row.kind, key: row.key, integrity: row.integrity, status: receipt.status === "kept" ? "kept" : "retained" });
+    const receipt = tree
+      ? await adoptVerifiedTree(realScope, request, tree, { maxDepth: limits.maxDepth })
+      : await adoptTree(realScope, request, { maxDepth: limits.maxDepth });
+    artifacts.push({
+      kind: row.kind,
+      key: row.key,
+      integrity: row.integrity,
+      status: receipt.status === "kept" ? "kept" : "retained",
+    });
   }
   const blobs: ImportReport["blobs"][number][] = [];
   for (const row of manifest.blobs) {
     const put = putBlob(realScope, verified.blobs.get(row.digest)!);
-    if (put.digest !== parseBlobDigest(row.digest)) throw new OatsError("internal-error", `blob ${row.digest} was published as ${put.digest}`, { digest: row.digest });
+    if (put.digest !== parseBlobDigest(row.digest))
+      throw new OatsError("internal-error", `blob ${row.digest} was published as ${put.digest}`, {
+        digest: row.digest,
+      });
     blobs.push({ digest: row.digest, status: put.status });
   }
   const resolutions: ImportReport["resolutions"][number][] = [];
   for (const row of manifest.resolutions) {
     const written = writeResolution(realScope, verified.records.get(row.id)!.record);
-    if (written.id !== row.id) throw new OatsError("internal-error", `resolution ${row.id} was published as ${written.id}`, { id: row.id });
+    if (written.id !== row.id)
+      throw new OatsError("internal-error", `resolution ${row.id} was published as ${written.id}`, { id: row.id });
     resolutions.push({ id: row.id, status: written.status });
   }
   return { artifacts, resolutions, blobs };

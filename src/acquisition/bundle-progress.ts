@@ -5,7 +5,10 @@ import type { DigestOptions, TreeListing, ProgressListener } from "../retention/
  * phase whose counts run across all the trees, against the files every
  * tree's walk listed before any was written.
  */
-export function exportProgress(listings: readonly TreeListing[], options: { readonly onProgress?: ProgressListener; readonly signal?: AbortSignal }) {
+export function exportProgress(
+  listings: readonly TreeListing[],
+  options: { readonly onProgress?: ProgressListener; readonly signal?: AbortSignal },
+) {
   let totalFiles = 0;
   for (const listing of listings) for (const leaf of listing.leaves) if (leaf.type === "file") totalFiles += 1;
   let baseFiles = 0;
@@ -28,7 +31,12 @@ export function exportProgress(listings: readonly TreeListing[], options: { read
               onProgress: (event) => {
                 lastFiles = event.files;
                 lastBytes = event.bytes;
-                onProgress({ phase: "export", files: baseFiles + event.files, bytes: baseBytes + event.bytes, totalFiles });
+                onProgress({
+                  phase: "export",
+                  files: baseFiles + event.files,
+                  bytes: baseBytes + event.bytes,
+                  totalFiles,
+                });
               },
             }
           : {}),

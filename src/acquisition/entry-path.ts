@@ -30,17 +30,35 @@ export type EntryRefusalReason =
   | "empty-archive"
   | "corrupt-archive";
 
-/** Escapes are `artifact-not-contained`; every other unsafe entry is `invalid-artifact`; a broken archive is `invalid-input`. */
-export function entryRefusal(origin: string, reason: EntryRefusalReason, entry: string | null, message: string, details: Record<string, unknown> = {}): OatsError {
+/** Escapes are `artifact-not-contained`; every other unsafe entry is `invalid-artifact`; a broken archive is
+ * `invalid-input`. */
+export function entryRefusal(
+  origin: string,
+  reason: EntryRefusalReason,
+  entry: string | null,
+  message: string,
+  details: Record<string, unknown> = {},
+): OatsError {
   // As for a source directory (source-check.ts): absolute and escaping symlinks alike are not contained.
-  const escapes = reason === "absolute-path" || reason === "dot-dot" || reason === "absolute-symlink" || reason === "escaping-symlink" || reason === "through-symlink";
+  const escapes =
+    reason === "absolute-path" ||
+    reason === "dot-dot" ||
+    reason === "absolute-symlink" ||
+    reason === "escaping-symlink" ||
+    reason === "through-symlink";
   const code = escapes ? "artifact-not-contained" : reason === "corrupt-archive" ? "invalid-input" : "invalid-artifact";
-  return new OatsError(code, `${origin}: ${entry === null ? "" : `entry ${JSON.stringify(entry)}: `}${message}; nothing was extracted outside staging and nothing was retained`, {
-    archive: origin,
-    ...(entry === null ? {} : { entry }),
-    reason,
-    ...details,
-  });
+  return new OatsError(
+    code,
+    `${origin}: ` +
+      `${entry === null ? "" : `entry ${JSON.stringify(entry)}: `}${message}; ` +
+      `nothing was extracted outside staging and nothing was retained`,
+    {
+      archive: origin,
+      ...(entry === null ? {} : { entry }),
+      reason,
+      ...details,
+    },
+  );
 }
 
 /**
@@ -51,30 +69,77 @@ export function entryRefusal(origin: string, reason: EntryRefusalReason, entry: 
 /** The extractor's defaults for names (DEFAULT_EXTRACT_LIMITS has them too). */
 export const DEFAULT_NAME_LIMITS = { maxPathBytes: 4096, maxDepth: 256 } as const;
 
-export function entryPath(raw: string, prefix: string | null, origin: string, limits: { maxPathBytes: number; maxDepth: number } = DEFAULT_NAME_LIMITS): string | null {
+export function entryPath(
+  raw: string,
+  prefix: string | null,
+  origin: string,
+  limits: { maxPathBytes: number; maxDepth: number } = DEFAULT_NAME_LIMITS,
+): string | null {
   // Measured before anything proportional to the name is done with it; the refusal shows only its start.
   const length = Buffer.byteLength(raw);
-  if (length > limits.maxPathBytes) throw entryRefusal(origin, "path-too-long", shown(raw), `the name is ${length} bytes, more than the limit of ${limits.maxPathBytes}`, { limit: limits.maxPathBytes, length });
-  if (raw.startsWith("/") || /^[A-Za-z]:[\\/]/.test(raw)) throw entryRefusal(origin, "absolute-path", raw, "absolute paths are refused");
+  if (length > limits.maxPathBytes)
+    throw entryRefusal(
+      origin,
+      "path-too-long",
+      shown(raw),
+      `the name is ${length} bytes, more than the limit of ${limits.maxPathBytes}`,
+      { limit: limits.maxPathBytes, length },
+    );
+  if (raw.startsWith("/") || /^[A-Za-z]:[\\/]/.test(raw))
+    throw entryRefusal(origin, "absolute-path", raw, "absolute paths are refused");
   const segments = raw.split("/").filter((segment) => segment !== "" && segment !== ".");
   if (segments.includes("..")) throw entryRefusal(origin, "dot-dot", raw, "a `..` segment would climb out of the tree");
   if (prefix !== null) {
-    if (segments[0] !== prefix) throw entryRefusal(origin, "outside-prefix", raw, `every entry of a package tarball sits under ${prefix}/`);
+    if (segments[0] !== prefix)
+      throw entryRefusal(origin, "outside-prefix", raw, `every entry of a package tarball sits under ${prefix}/`);
     segments.shift();
   }
-  if (segments.length > limits.maxDepth) throw entryRefusal(origin, "too-deep", shown(raw), `the name is ${segments.length} levels deep, more than the limit of ${limits.maxDepth}`, { limit: limits.maxDepth, depth: segments.length });
+  if (segments.length > limits.maxDepth)
+    throw entryRefusal(
+      origin,
+      "too-deep",
+      shown(raw),
+      `the name is ${segments.length} levels deep, more than the limit of ${limits.maxDepth}`,
+      { limit: limits.maxDepth, depth: segments.length },
+    );
   return segments.length === 0 ? null : segments.join("/");
 }
 
 /** Check a symlink's text: relative, and resolving inside the tree from the link's directory. Returns it verbatim. */
-export function symlinkTarget(path: string, linkText: string, origin: string, maxBytes: number = DEFAULT_NAME_LIMITS.maxPathBytes): string {
+export function symlinkTarget(
+  path: string,
+  linkText: string,
+  origin: string,
+  maxBytes: number = DEFAULT_NAME_LIMITS.maxPathBytes,
+): string {
   const length = Buffer.byteLength(linkText);
-  if (length > maxBytes) throw entryRefusal(origin, "path-too-long", path, `the symlink text is ${length} bytes, more than the limit of ${maxBytes}`, { limit: maxBytes, length });
-  if (linkText === "" || linkText.includes("\0")) throw entryRefusal(origin, "unsupported-entry", path, "a symlink needs a non-empty target");
-  if (linkText.startsWith("/")) throw entryRefusal(origin, "absolute-symlink", path, `symlink to the absolute path ${JSON.stringify(linkText)} is refused`, { target: linkText });
+  if (length > maxBytes)
+    throw entryRefusal(
+      origin,
+      "path-too-long",
+      path,
+      `the symlink text is ${length} bytes, more than the limit of ${maxBytes}`,
+      { limit: maxBytes, length },
+    );
+  if (linkText === "" || linkText.includes("\0"))
+    throw entryRefusal(origin, "unsupported-entry", path, "a symlink needs a non-empty target");
+  if (linkText.startsWith("/"))
+    throw entryRefusal(
+      origin,
+      "absolute-symlink",
+      path,
+      `symlink to the absolute path ${JSON.stringify(linkText)} is refused`,
+      { target: linkText },
+    );
   const resolved = posix.normalize(posix.join(posix.dirname(path), linkText));
   if (resolved === ".." || resolved.startsWith("../")) {
-    throw entryRefusal(origin, "escaping-symlink", path, `symlink to ${JSON.stringify(linkText)} resolves outside the tree`, { target: linkText });
+    throw entryRefusal(
+      origin,
+      "escaping-symlink",
+      path,
+      `symlink to ${JSON.stringify(linkText)} resolves outside the tree`,
+      { target: linkText },
+    );
   }
   return linkText;
 }

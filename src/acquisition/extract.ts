@@ -69,7 +69,11 @@ export function extractLimits(limits: Partial<ExtractLimits> | undefined): Extra
   for (const name of LIMIT_NAMES) {
     const value = merged[name];
     if (typeof value !== "number" || !Number.isSafeInteger(value) || value < 1) {
-      throw new OatsError("invalid-input", `extraction limit ${name} must be a positive integer, got ${JSON.stringify(value)}`, { [name]: value, reason: "invalid-limit" });
+      throw new OatsError(
+        "invalid-input",
+        `extraction limit ${name} must be a positive integer, got ${JSON.stringify(value)}`,
+        { [name]: value, reason: "invalid-limit" },
+      );
     }
   }
   return merged as unknown as ExtractLimits;
@@ -83,7 +87,8 @@ export interface ExtractOptions {
   readonly limits?: Partial<ExtractLimits>;
   /** `extract` events: entries written and their bytes (no totals: an archive is not listed before it is read). */
   readonly onProgress?: ProgressListener;
-  /** Checked at each entry and chunk; an abort refuses with the interruption error, and the caller removes the directory as on any refusal. */
+  /** Checked at each entry and chunk; an abort refuses with the interruption error, and the caller removes the
+   * directory as on any refusal. */
   readonly signal?: AbortSignal;
 }
 
@@ -104,7 +109,8 @@ export function extractTar(input: Readable, dest: string, options: ExtractOption
 
   return new Promise<ExtractResult>((resolvePromise, reject) => {
     let failed = false;
-    // Past maxMetaEntrySize node-tar skips a meta header's body instead of buffering it, and reports it as ignored: refused below.
+    // Past maxMetaEntrySize node-tar skips a meta header's body instead of buffering it, and reports it as ignored:
+    // refused below.
     const parser = new Parser({ strict: true, maxMetaEntrySize: limits.maxHeaderBytes });
     const fail = (error: unknown) => {
       if (failed) return;
@@ -128,7 +134,8 @@ export function extractTar(input: Readable, dest: string, options: ExtractOption
         writer.countEntry();
         const path = entryPath(entry.path, prefix, origin, limits);
         if (path === null) {
-          if (entry.type !== "Directory") throw entryRefusal(origin, "unsupported-entry", entry.path, "only a directory may name the root");
+          if (entry.type !== "Directory")
+            throw entryRefusal(origin, "unsupported-entry", entry.path, "only a directory may name the root");
           return void entry.resume();
         }
         if (entry.type === "Directory") {
@@ -139,9 +146,18 @@ export function extractTar(input: Readable, dest: string, options: ExtractOption
           writer.symlink(path, entry.linkpath ?? "");
           return void entry.resume();
         }
-        if (entry.type === "Link") throw entryRefusal(origin, "hard-link", entry.path, "hard links are refused", { target: entry.linkpath ?? null });
-        if (SPECIAL_TYPES.has(entry.type)) throw entryRefusal(origin, "special-file", entry.path, `${entry.type} entries are refused`, { type: entry.type });
-        if (!FILE_TYPES.has(entry.type)) throw entryRefusal(origin, "unsupported-entry", entry.path, `${entry.type} entries are not supported`, { type: entry.type });
+        if (entry.type === "Link")
+          throw entryRefusal(origin, "hard-link", entry.path, "hard links are refused", {
+            target: entry.linkpath ?? null,
+          });
+        if (SPECIAL_TYPES.has(entry.type))
+          throw entryRefusal(origin, "special-file", entry.path, `${entry.type} entries are refused`, {
+            type: entry.type,
+          });
+        if (!FILE_TYPES.has(entry.type))
+          throw entryRefusal(origin, "unsupported-entry", entry.path, `${entry.type} entries are not supported`, {
+            type: entry.type,
+          });
         const file = writer.file(path, entry.size, ((entry.mode ?? 0o644) & 0o100) !== 0, entry.path);
         entry.on("data", (chunk: Buffer) => {
           if (failed) return file.close();
@@ -172,17 +188,36 @@ export function extractTar(input: Readable, dest: string, options: ExtractOption
       // Nothing is filtered, so only an oversized meta header (pax, GNU long name or link) is ever ignored.
       fail(
         entry.meta
-          ? entryRefusal(origin, "header-too-large", null, `the ${entry.type} header of ${entry.size} bytes exceeds the limit of ${limits.maxHeaderBytes}`, { limit: limits.maxHeaderBytes, size: entry.size, type: entry.type })
-          : entryRefusal(origin, "unsupported-entry", entry.path, "the tar parser skipped this entry", { type: entry.type }),
+          ? entryRefusal(
+              origin,
+              "header-too-large",
+              null,
+              `the ${entry.type} header of ${entry.size} bytes exceeds the limit of ${limits.maxHeaderBytes}`,
+              { limit: limits.maxHeaderBytes, size: entry.size, type: entry.type },
+            )
+          : entryRefusal(origin, "unsupported-entry", entry.path, "the tar parser skipped this entry", {
+              type: entry.type,
+            }),
       );
     });
     const corrupt = (message: string, code?: unknown) =>
-      fail(entryRefusal(origin, "corrupt-archive", null, `not a readable tar archive: ${message}`, code === undefined ? {} : { tarCode: code }));
-    parser.on("warn", (code: string, message: string | Error) => corrupt(message instanceof Error ? message.message : message, code));
+      fail(
+        entryRefusal(
+          origin,
+          "corrupt-archive",
+          null,
+          `not a readable tar archive: ${message}`,
+          code === undefined ? {} : { tarCode: code },
+        ),
+      );
+    parser.on("warn", (code: string, message: string | Error) =>
+      corrupt(message instanceof Error ? message.message : message, code),
+    );
     parser.on("error", (error: Error & { code?: string }) => corrupt(error.message, error.code));
     parser.on("end", () => {
       if (failed) return;
-      if (writer.totals.entries === 0) return fail(entryRefusal(origin, "empty-archive", null, "the archive has no entries"));
+      if (writer.totals.entries === 0)
+        return fail(entryRefusal(origin, "empty-archive", null, "the archive has no entries"));
       try {
         // Like every directory written above; 0700 only while the archive was being written into it.
         chmodSync(dest, 0o755);
@@ -191,7 +226,13 @@ export function extractTar(input: Readable, dest: string, options: ExtractOption
       }
       resolvePromise(writer.totals);
     });
-    input.on("error", (error) => fail(error instanceof OatsError ? error : entryRefusal(origin, "corrupt-archive", null, `cannot read the archive: ${error.message}`)));
+    input.on("error", (error) =>
+      fail(
+        error instanceof OatsError
+          ? error
+          : entryRefusal(origin, "corrupt-archive", null, `cannot read the archive: ${error.message}`),
+      ),
+    );
     input.pipe(parser as unknown as NodeJS.WritableStream);
   });
 }

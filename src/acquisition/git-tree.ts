@@ -27,17 +27,34 @@ const MAX_LINK_BYTES = 4096;
  * tree names, so a damaged or doctored object database is refused rather
  * than retained under the commit's name.
  */
-export async function writeCommitTree(repo: string, tree: CommitTree, listing: ReadonlyMap<string, TreeEntry>, dest: string, options: ArchiveOptions = {}): Promise<void> {
+export async function writeCommitTree(
+  repo: string,
+  tree: CommitTree,
+  listing: ReadonlyMap<string, TreeEntry>,
+  dest: string,
+  options: ArchiveOptions = {},
+): Promise<void> {
   const origin = `git commit ${tree.commit} (${repo})`;
   const limits = extractLimits(options.limits);
   const writer = new TreeWriter(dest, origin, limits);
   const order: Array<{ path: string; raw: string; entry: TreeEntry }> = [];
   for (const [raw, entry] of listing) {
     writer.countEntry();
-    if (!OBJECT_ID.test(entry.oid) || entry.type !== "blob") throw entryRefusal(origin, "unsupported-entry", raw, `mode ${entry.mode} ${entry.type} entries are not supported`, { mode: entry.mode, type: entry.type });
-    if (entry.mode !== "100644" && entry.mode !== "100755" && entry.mode !== "120000") throw entryRefusal(origin, "unsupported-entry", raw, `mode ${entry.mode} is not a file or a symlink`, { mode: entry.mode });
+    if (!OBJECT_ID.test(entry.oid) || entry.type !== "blob")
+      throw entryRefusal(
+        origin,
+        "unsupported-entry",
+        raw,
+        `mode ${entry.mode} ${entry.type} entries are not supported`,
+        { mode: entry.mode, type: entry.type },
+      );
+    if (entry.mode !== "100644" && entry.mode !== "100755" && entry.mode !== "120000")
+      throw entryRefusal(origin, "unsupported-entry", raw, `mode ${entry.mode} is not a file or a symlink`, {
+        mode: entry.mode,
+      });
     const path = entryPath(raw, null, origin, limits);
-    if (path === null || path !== raw) throw entryRefusal(origin, "unsupported-entry", raw, "the name is not a normalised relative path");
+    if (path === null || path !== raw)
+      throw entryRefusal(origin, "unsupported-entry", raw, "the name is not a normalised relative path");
     order.push({ path, raw, entry });
   }
   if (order.length === 0) return;
@@ -57,11 +74,25 @@ export async function writeCommitTree(repo: string, tree: CommitTree, listing: R
     writer.closeAll();
     if (child.exitCode === null && child.signalCode === null) child.kill("SIGKILL");
     const exit = await exited.catch(() => null);
-    if (exit && exit.code !== 0 && exit.code !== null) throw gitFailed(repo, `git cat-file of commit ${tree.commit} failed`, { ...exit, stderr: stderr() }, "invalid-input", { commit: tree.commit });
+    if (exit && exit.code !== 0 && exit.code !== null)
+      throw gitFailed(
+        repo,
+        `git cat-file of commit ${tree.commit} failed`,
+        { ...exit, stderr: stderr() },
+        "invalid-input",
+        { commit: tree.commit },
+      );
     throw error;
   }
   const exit = await exited;
-  if (exit.code !== 0) throw gitFailed(repo, `git cat-file of commit ${tree.commit} failed`, { ...exit, stderr: stderr() }, "invalid-input", { commit: tree.commit });
+  if (exit.code !== 0)
+    throw gitFailed(
+      repo,
+      `git cat-file of commit ${tree.commit} failed`,
+      { ...exit, stderr: stderr() },
+      "invalid-input",
+      { commit: tree.commit },
+    );
 }
 
 const OBJECT_ID = /^[0-9a-f]{40}$|^[0-9a-f]{64}$/;
@@ -75,8 +106,14 @@ interface Body {
 }
 
 /** Parse `cat-file --batch` output (`<oid> <type> <size>\n<bytes>\n` per object, in request order) into the writer. */
-async function readBatch(stdout: NodeJS.ReadableStream, order: ReadonlyArray<Body["item"]>, writer: TreeWriter, origin: string): Promise<void> {
-  const broken = (why: string, raw: string | null = null) => entryRefusal(origin, "corrupt-archive", raw, `unexpected git cat-file output: ${why}`);
+async function readBatch(
+  stdout: NodeJS.ReadableStream,
+  order: ReadonlyArray<Body["item"]>,
+  writer: TreeWriter,
+  origin: string,
+): Promise<void> {
+  const broken = (why: string, raw: string | null = null) =>
+    entryRefusal(origin, "corrupt-archive", raw, `unexpected git cat-file output: ${why}`);
   let next = 0;
   let pending: Buffer = Buffer.alloc(0);
   let body: Body | null = null;
@@ -85,11 +122,23 @@ async function readBatch(stdout: NodeJS.ReadableStream, order: ReadonlyArray<Bod
     if (item === undefined) throw broken("more objects than were asked for");
     const [oid = "", type = "", sizeText = ""] = header.split(" ");
     if (oid !== item.entry.oid || type !== "blob" || !/^[0-9]+$/.test(sizeText)) {
-      throw entryRefusal(origin, "unsupported-entry", item.raw, `the object database has no blob ${item.entry.oid} (git says ${JSON.stringify(header.slice(0, 200))})`, { oid: item.entry.oid, reason: "object-missing" });
+      throw entryRefusal(
+        origin,
+        "unsupported-entry",
+        item.raw,
+        `the object database has no blob ${item.entry.oid} (git says ${JSON.stringify(header.slice(0, 200))})`,
+        { oid: item.entry.oid, reason: "object-missing" },
+      );
     }
     const size = Number(sizeText);
     const isLink = item.entry.mode === "120000";
-    if (isLink && size > MAX_LINK_BYTES) throw entryRefusal(origin, "unsupported-entry", item.raw, `symlink text of ${size} bytes is longer than ${MAX_LINK_BYTES}`);
+    if (isLink && size > MAX_LINK_BYTES)
+      throw entryRefusal(
+        origin,
+        "unsupported-entry",
+        item.raw,
+        `symlink text of ${size} bytes is longer than ${MAX_LINK_BYTES}`,
+      );
     const sink = isLink ? null : writer.file(item.path, size, item.entry.mode === "100755", item.raw);
     return { item, remaining: size, hash: blobHasher(oid, size), sink, link: [] };
   };
@@ -97,20 +146,27 @@ async function readBatch(stdout: NodeJS.ReadableStream, order: ReadonlyArray<Bod
     const actual = done.hash.digest("hex");
     if (actual !== done.item.entry.oid) {
       done.sink?.close();
-      throw new OatsError("integrity-mismatch", `${origin}: blob ${done.item.entry.oid} at ${JSON.stringify(done.item.raw)} hashes to ${actual}: the object database is damaged; nothing was retained`, {
-        archive: origin,
-        entry: done.item.raw,
-        expected: done.item.entry.oid,
-        actual,
-        reason: "object-differs-from-id",
-      });
+      throw new OatsError(
+        "integrity-mismatch",
+        `${origin}: blob ${done.item.entry.oid} at ` +
+          `${JSON.stringify(done.item.raw)} hashes to ${actual}: the object ` +
+          `database is damaged; nothing was retained`,
+        {
+          archive: origin,
+          entry: done.item.raw,
+          expected: done.item.entry.oid,
+          actual,
+          reason: "object-differs-from-id",
+        },
+      );
     }
     if (done.sink) {
       done.sink.finish();
     } else {
       const bytes = Buffer.concat(done.link);
       const text = bytes.toString("utf8");
-      if (!Buffer.from(text, "utf8").equals(bytes)) throw entryRefusal(origin, "unsupported-entry", done.item.raw, "the symlink text is not valid UTF-8");
+      if (!Buffer.from(text, "utf8").equals(bytes))
+        throw entryRefusal(origin, "unsupported-entry", done.item.raw, "the symlink text is not valid UTF-8");
       writer.symlink(done.item.path, text);
     }
     next += 1;

@@ -41,7 +41,10 @@ export function assertFullCommit(revision: unknown): string {
   if (typeof revision === "string" && FULL_COMMIT_PATTERN.test(revision)) return revision;
   throw new OatsError(
     "invalid-input",
-    `revision ${JSON.stringify(typeof revision === "string" ? revision.slice(0, 200) : revision)} is not a full commit id: give 40 lowercase hex digits (refs, abbreviations and options are refused before git runs) or "local"`,
+    `revision ` +
+      `${JSON.stringify(typeof revision === "string" ? revision.slice(0, 200) : revision)} ` +
+      `is not a full commit id: give 40 lowercase hex digits (refs, ` +
+      `abbreviations and options are refused before git runs) or "local"`,
     { revision: typeof revision === "string" ? revision.slice(0, 200) : String(revision), reason: "not-a-full-commit" },
   );
 }
@@ -78,7 +81,10 @@ export const GIT_GLOBAL_ARGS: readonly string[] = [
   ["core.askPass", "false"],
   ["credential.helper", ""],
   ["protocol.allow", "never"],
-  ...["file", "git", "ssh", "http", "https", "ftp", "ftps", "ext", "fd"].map((name) => [`protocol.${name}.allow`, "never"]),
+  ...["file", "git", "ssh", "http", "https", "ftp", "ftps", "ext", "fd"].map((name) => [
+    `protocol.${name}.allow`,
+    "never",
+  ]),
 ].flatMap(([key, value]) => ["-c", `${key}=${value}`]);
 
 interface GitRun {
@@ -135,11 +141,19 @@ function runGit(repo: string, args: readonly string[]): Promise<GitRun> {
     const stderr = collectStderr(child);
     child.stdout.on("data", (chunk: Buffer) => chunks.push(chunk));
     child.on("error", (error) => reject(gitUnavailable(error)));
-    child.on("close", (code, signal) => resolvePromise({ code, signal, stdout: Buffer.concat(chunks), stderr: stderr() }));
+    child.on("close", (code, signal) =>
+      resolvePromise({ code, signal, stdout: Buffer.concat(chunks), stderr: stderr() }),
+    );
   });
 }
 
-export function gitFailed(repo: string, what: string, run: Pick<GitRun, "code" | "signal" | "stderr">, code: "invalid-input" | "artifact-not-found" = "invalid-input", details: Record<string, unknown> = {}): OatsError {
+export function gitFailed(
+  repo: string,
+  what: string,
+  run: Pick<GitRun, "code" | "signal" | "stderr">,
+  code: "invalid-input" | "artifact-not-found" = "invalid-input",
+  details: Record<string, unknown> = {},
+): OatsError {
   const line = firstLine(run.stderr);
   return new OatsError(code, `${repo}: ${what}${line ? `: ${line}` : ""}`, {
     repository: repo,
@@ -160,9 +174,17 @@ export async function gitRepositoryRoot(dir: string): Promise<string> {
   try {
     root = await realpath(dir);
   } catch (error) {
-    throw new OatsError("invalid-input", `source does not exist: ${dir}`, { source: dir, errno: errnoCode(error), reason: "source-missing" });
+    throw new OatsError("invalid-input", `source does not exist: ${dir}`, {
+      source: dir,
+      errno: errnoCode(error),
+      reason: "source-missing",
+    });
   }
-  if (!(await lstat(root)).isDirectory()) throw new OatsError("invalid-input", `source is not a directory: ${dir}`, { source: dir, reason: "not-a-directory" });
+  if (!(await lstat(root)).isDirectory())
+    throw new OatsError("invalid-input", `source is not a directory: ${dir}`, {
+      source: dir,
+      reason: "not-a-directory",
+    });
   const probe = await runGit(root, ["rev-parse", "--absolute-git-dir", "--is-inside-work-tree"]);
   if (probe.code !== 0) {
     const line = firstLine(probe.stderr);
@@ -184,11 +206,15 @@ export async function gitRepositoryRoot(dir: string): Promise<string> {
   }
   const realTop = await realpath(top).catch(() => top);
   if (realTop !== root) {
-    throw new OatsError("invalid-input", `${dir} is inside the git repository at ${realTop}, not its top: give the repository itself`, {
-      source: dir,
-      repository: realTop,
-      reason: "not-repository-root",
-    });
+    throw new OatsError(
+      "invalid-input",
+      `${dir} is inside the git repository at ${realTop}, not its top: give the repository itself`,
+      {
+        source: dir,
+        repository: realTop,
+        reason: "not-repository-root",
+      },
+    );
   }
   return root;
 }
@@ -204,15 +230,24 @@ export async function resolveCommit(repo: string, revision: string): Promise<Com
   const commit = assertFullCommit(revision);
   const type = await runGit(repo, ["cat-file", "-t", "--end-of-options", commit]);
   if (type.code !== 0) {
-    throw gitFailed(repo, `commit ${commit} is not in this repository`, type, "artifact-not-found", { commit, reason: "commit-not-found" });
+    throw gitFailed(repo, `commit ${commit} is not in this repository`, type, "artifact-not-found", {
+      commit,
+      reason: "commit-not-found",
+    });
   }
   const objectType = type.stdout.toString("utf8").trim();
   if (objectType !== "commit") {
-    throw new OatsError("invalid-input", `${repo}: ${commit} is a ${objectType}, not a commit`, { repository: repo, commit, type: objectType, reason: "not-a-commit" });
+    throw new OatsError("invalid-input", `${repo}: ${commit} is a ${objectType}, not a commit`, {
+      repository: repo,
+      commit,
+      type: objectType,
+      reason: "not-a-commit",
+    });
   }
   const tree = await runGit(repo, ["rev-parse", "--verify", "--end-of-options", `${commit}^{tree}`]);
   const treeId = tree.stdout.toString("utf8").trim();
-  if (tree.code !== 0 || !/^[0-9a-f]{40}$|^[0-9a-f]{64}$/.test(treeId)) throw gitFailed(repo, `cannot read the tree of commit ${commit}`, tree, "invalid-input", { commit });
+  if (tree.code !== 0 || !/^[0-9a-f]{40}$|^[0-9a-f]{64}$/.test(treeId))
+    throw gitFailed(repo, `cannot read the tree of commit ${commit}`, tree, "invalid-input", { commit });
   return { commit, tree: treeId };
 }
 
@@ -225,7 +260,10 @@ export interface TreeEntry {
 /** Every file, symlink and gitlink of a tree (`git ls-tree -r -z --full-tree`), by path. */
 export async function listTree(repo: string, tree: CommitTree): Promise<Map<string, TreeEntry>> {
   const run = await runGit(repo, ["ls-tree", "-r", "-z", "--full-tree", "--end-of-options", tree.tree]);
-  if (run.code !== 0) throw gitFailed(repo, `cannot list the tree of commit ${tree.commit}`, run, "invalid-input", { commit: tree.commit });
+  if (run.code !== 0)
+    throw gitFailed(repo, `cannot list the tree of commit ${tree.commit}`, run, "invalid-input", {
+      commit: tree.commit,
+    });
   const entries = new Map<string, TreeEntry>();
   let start = 0;
   const out = run.stdout;
@@ -239,16 +277,27 @@ export async function listTree(repo: string, tree: CommitTree): Promise<Map<stri
     const rawPath = record.subarray(tab + 1);
     const path = rawPath.toString("utf8");
     if (tab < 0 || !Buffer.from(path, "utf8").equals(rawPath)) {
-      throw new OatsError("invalid-artifact", `${repo}: commit ${tree.commit} has a path that is not valid UTF-8`, { repository: repo, commit: tree.commit, path, reason: "non-utf8-name" });
-    }
-    if (type === "commit" || mode === "160000") {
-      throw new OatsError("invalid-artifact", `${repo}: commit ${tree.commit} has a submodule at ${JSON.stringify(path)}; its content is not in this repository, so the commit's tree cannot be retained whole`, {
+      throw new OatsError("invalid-artifact", `${repo}: commit ${tree.commit} has a path that is not valid UTF-8`, {
         repository: repo,
         commit: tree.commit,
         path,
-        submoduleCommit: oid,
-        reason: "submodule",
+        reason: "non-utf8-name",
       });
+    }
+    if (type === "commit" || mode === "160000") {
+      throw new OatsError(
+        "invalid-artifact",
+        `${repo}: commit ${tree.commit} has a submodule at ` +
+          `${JSON.stringify(path)}; its content is not in this repository, so the ` +
+          `commit's tree cannot be retained whole`,
+        {
+          repository: repo,
+          commit: tree.commit,
+          path,
+          submoduleCommit: oid,
+          reason: "submodule",
+        },
+      );
     }
     entries.set(path, { mode, type, oid });
   }

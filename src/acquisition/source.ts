@@ -1,7 +1,15 @@
 import { chmodSync } from "node:fs";
 import { OatsError } from "../core/index.js";
 import { sourceIdentitySchema } from "../resolution/index.js";
-import { adoptTree, retainTree, type RetainOptions, pinSourceIdentity, sourceIdentityKey, inspectStore, resolveScope } from "../retention/index.js";
+import {
+  adoptTree,
+  retainTree,
+  type RetainOptions,
+  pinSourceIdentity,
+  sourceIdentityKey,
+  inspectStore,
+  resolveScope,
+} from "../retention/index.js";
 import type { ArtifactReceipt } from "../retention/index.js";
 import { assertFullCommit, gitRepositoryRoot, listTree, resolveCommit } from "./git.js";
 import { writeCommitTree, type ArchiveOptions } from "./git-tree.js";
@@ -44,20 +52,31 @@ export interface RetainSourceOptions extends RetainOptions, ArchiveOptions {}
 function checkIdentity(identity: unknown): string {
   const parsed = sourceIdentitySchema.safeParse(identity);
   if (parsed.success) return parsed.data;
-  throw new OatsError("invalid-input", `invalid source identity ${JSON.stringify(typeof identity === "string" ? identity.slice(0, 200) : identity)}: it must be git:<url>#<path> or path:<absolute dir>`, {
-    identity: typeof identity === "string" ? identity.slice(0, 200) : String(identity),
-    reason: "invalid-identity",
-  });
+  throw new OatsError(
+    "invalid-input",
+    `invalid source identity ` +
+      `${JSON.stringify(typeof identity === "string" ? identity.slice(0, 200) : identity)}: ` +
+      `it must be git:<url>#<path> or path:<absolute dir>`,
+    {
+      identity: typeof identity === "string" ? identity.slice(0, 200) : String(identity),
+      reason: "invalid-identity",
+    },
+  );
 }
 
 function checkRevision(revision: unknown): string {
   return revision === "local" ? revision : assertFullCommit(revision);
 }
 
-export async function retainSource(scope: string, request: SourceRequest, options: RetainSourceOptions = {}): Promise<SourceReceipt> {
+export async function retainSource(
+  scope: string,
+  request: SourceRequest,
+  options: RetainSourceOptions = {},
+): Promise<SourceReceipt> {
   const identity = checkIdentity(request.identity);
   const revision = checkRevision(request.revision);
-  if (typeof request.dir !== "string" || request.dir === "") throw new OatsError("invalid-input", "a source directory is required", { reason: "source-missing" });
+  if (typeof request.dir !== "string" || request.dir === "")
+    throw new OatsError("invalid-input", "a source directory is required", { reason: "source-missing" });
   const key = sourceIdentityKey(identity);
   const retainOptions: RetainOptions = {
     ...(options.lockWaitMs === undefined ? {} : { lockWaitMs: options.lockWaitMs }),
@@ -81,7 +100,8 @@ export async function retainSource(scope: string, request: SourceRequest, option
     await writeCommitTree(repo, tree, listing, dir, options.limits ? { limits: options.limits } : {});
     // A commit's root is a directory like any other in it (0755), whether or not anything was written (an empty tree).
     chmodSync(dir, 0o755);
-    // The tree was written by us from the object database, each blob checked against its id: adopted (moved, made durable, read back once), not copied again.
+    // The tree was written by us from the object database, each blob checked against its id: adopted (moved, made
+    // durable, read back once), not copied again.
     return adoptTree(realScope, { kind: "source", key, source: dir }, retainOptions);
   });
   // The identity's canonical bytes, pinned as the blob its key names: `oats ls` shows the identity, not only its key.

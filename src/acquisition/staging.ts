@@ -1,7 +1,18 @@
 import { mkdirSync } from "node:fs";
 import { join } from "node:path";
 import { errnoCode } from "../core/index.js";
-import { isInterrupted, noteRemoved, ensureStoreAt, inspectStoreAt, removeCreatedStore, resolveScope, EXTRACT_STORE, stagingName, removeTree, entryPresent } from "../retention/index.js";
+import {
+  isInterrupted,
+  noteRemoved,
+  ensureStoreAt,
+  inspectStoreAt,
+  removeCreatedStore,
+  resolveScope,
+  EXTRACT_STORE,
+  stagingName,
+  removeTree,
+  entryPresent,
+} from "../retention/index.js";
 
 /**
  * Where acquisition extracts archives (a package tarball, the tree of a git

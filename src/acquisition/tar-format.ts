@@ -97,7 +97,9 @@ export function splitPath(path: string): { readonly name: string; readonly prefi
 }
 
 function named(name: string, prefix: string): { name: string; prefix: string; fits: boolean } {
-  return Buffer.byteLength(name) <= NAME_SIZE ? { name, prefix, fits: true } : { name: name.slice(0, NAME_SIZE - 1), prefix, fits: false };
+  return Buffer.byteLength(name) <= NAME_SIZE
+    ? { name, prefix, fits: true }
+    : { name: name.slice(0, NAME_SIZE - 1), prefix, fits: false };
 }
 
 /**
@@ -113,7 +115,8 @@ function writeText(block: Buffer, offset: number, size: number, text: string): b
     if (code >= 0x80) return writeUtf8(block, offset, size, text);
     block[offset + index] = code;
   }
-  for (let index = length; index < text.length; index++) if (text.charCodeAt(index) >= 0x80) return writeUtf8(block, offset, size, text);
+  for (let index = length; index < text.length; index++)
+    if (text.charCodeAt(index) >= 0x80) return writeUtf8(block, offset, size, text);
   return text.length > size;
 }
 
@@ -214,7 +217,15 @@ export function paxHeader(path: string, linkpath?: string): Buffer {
   const out = Buffer.alloc(BLOCK_SIZE + Math.ceil(bodyBytes / BLOCK_SIZE) * BLOCK_SIZE);
   const trimmed = path.endsWith("/") ? path.slice(0, -1) : path;
   const base = trimmed.slice(trimmed.lastIndexOf("/") + 1);
-  writeUstar(out, { path: `PaxHeader/${base}`.slice(0, NAME_SIZE - 1), mode: 0o644, owner: false, size: bodyBytes, mtime: false, typeflag: PAX_TYPEFLAG, linkpath: undefined });
+  writeUstar(out, {
+    path: `PaxHeader/${base}`.slice(0, NAME_SIZE - 1),
+    mode: 0o644,
+    owner: false,
+    size: bodyBytes,
+    mtime: false,
+    typeflag: PAX_TYPEFLAG,
+    linkpath: undefined,
+  });
   out.write(body, BLOCK_SIZE, bodyBytes, "utf8");
   return out;
 }
@@ -225,7 +236,15 @@ export function paxHeader(path: string, linkpath?: string): Buffer {
  * when the ustar fields hold everything.
  */
 export function encodeEntryHeader(block: Buffer, entry: TarEntryHeader): Buffer | null {
-  const pax = writeUstar(block, { path: entry.path, mode: entry.mode, owner: true, size: entry.size, mtime: true, typeflag: TYPEFLAG[entry.type], linkpath: entry.linkpath });
+  const pax = writeUstar(block, {
+    path: entry.path,
+    mode: entry.mode,
+    owner: true,
+    size: entry.size,
+    mtime: true,
+    typeflag: TYPEFLAG[entry.type],
+    linkpath: entry.linkpath,
+  });
   return pax ? paxHeader(entry.path, entry.linkpath) : null;
 }
 

@@ -101,7 +101,8 @@ export class TarWriter {
   }
 }
 
-/** Feeds every leaf of a tree, as it is hashed, into the tar under `prefix/` (at the archive's root when `prefix` is empty). */
+/** Feeds every leaf of a tree, as it is hashed, into the tar under `prefix/` (at the archive's root when `prefix` is
+ * empty). */
 export class TreeSink implements FileConsumer {
   constructor(
     private readonly tar: TarWriter,

@@ -3,7 +3,26 @@ import { createReadStream, statSync } from "node:fs";
 import { resolve } from "node:path";
 import ssri from "ssri";
 import { OatsError, asStepError, errnoCode } from "../core/index.js";
-import { assertArtifactKey, assertArtifactKind, assertIdentifier, type ArtifactKind, TREE_EXEC, TREE_LEGACY, parseTreeIntegrity, type TreeFormat, capabilityRows, parseLock, adoptCapabilityArtifact, adoptTree, type RetainOptions, inspectStore, inspectStoreAt, resolveScope, EXTRACT_STORE, revisionParentSegments } from "../retention/index.js";
+import {
+  assertArtifactKey,
+  assertArtifactKind,
+  assertIdentifier,
+  type ArtifactKind,
+  TREE_EXEC,
+  TREE_LEGACY,
+  parseTreeIntegrity,
+  type TreeFormat,
+  capabilityRows,
+  parseLock,
+  adoptCapabilityArtifact,
+  adoptTree,
+  type RetainOptions,
+  inspectStore,
+  inspectStoreAt,
+  resolveScope,
+  EXTRACT_STORE,
+  revisionParentSegments,
+} from "../retention/index.js";
 import type { ArtifactReceipt } from "../retention/index.js";
 import { extractLimits, extractTar, type ExtractLimits } from "./extract.js";
 import { withExtractionDir } from "./staging.js";
@@ -67,37 +86,66 @@ export interface TarballReceipt extends ArtifactReceipt {
 const DIGEST_BYTES: Record<string, number> = { sha256: 32, sha384: 48, sha512: 64 };
 
 function invalidIntegrity(value: unknown, message: string): OatsError {
-  return new OatsError("invalid-input", `invalid tarball integrity ${JSON.stringify(value)}: ${message}`, { tarballIntegrity: value, reason: "invalid-tarball-integrity" });
+  return new OatsError("invalid-input", `invalid tarball integrity ${JSON.stringify(value)}: ${message}`, {
+    tarballIntegrity: value,
+    reason: "invalid-tarball-integrity",
+  });
 }
 
-/** An SRI string of sha256/384/512 hashes with digests of the right length; sha1 and md5 are too weak to check a tarball by. */
+/** An SRI string of sha256/384/512 hashes with digests of the right length; sha1 and md5 are too weak to check a
+ * tarball by. */
 export function parseTarballIntegrity(value: unknown): string {
-  if (typeof value !== "string" || value.trim() === "") throw invalidIntegrity(value, "expected an SRI string such as sha512-<base64>");
+  if (typeof value !== "string" || value.trim() === "")
+    throw invalidIntegrity(value, "expected an SRI string such as sha512-<base64>");
   const tokens = value.trim().split(/\s+/);
   for (const token of tokens) {
     const match = /^([a-z0-9]+)-([A-Za-z0-9+/]+={0,2})$/.exec(token);
     if (!match) throw invalidIntegrity(value, `${JSON.stringify(token)} is not <algorithm>-<base64 digest>`);
     const [, algorithm, digest] = match as unknown as [string, string, string];
     const length = DIGEST_BYTES[algorithm];
-    if (length === undefined) throw invalidIntegrity(value, `${algorithm} is not accepted (use sha512, sha384 or sha256)`);
+    if (length === undefined)
+      throw invalidIntegrity(value, `${algorithm} is not accepted (use sha512, sha384 or sha256)`);
     const bytes = Buffer.from(digest, "base64");
-    if (bytes.length !== length || bytes.toString("base64") !== digest) throw invalidIntegrity(value, `a ${algorithm} digest is ${length} bytes of base64`);
+    if (bytes.length !== length || bytes.toString("base64") !== digest)
+      throw invalidIntegrity(value, `a ${algorithm} digest is ${length} bytes of base64`);
   }
   return tokens.join(" ");
 }
 
 type Plan =
-  | { readonly mode: "capability"; readonly id: string; readonly lock: unknown; readonly kind: "capability"; readonly key: string; readonly format: TreeFormat }
-  | { readonly mode: "tree"; readonly kind: ArtifactKind; readonly key: string; readonly expect?: unknown; readonly format: TreeFormat };
+  | {
+      readonly mode: "capability";
+      readonly id: string;
+      readonly lock: unknown;
+      readonly kind: "capability";
+      readonly key: string;
+      readonly format: TreeFormat;
+    }
+  | {
+      readonly mode: "tree";
+      readonly kind: ArtifactKind;
+      readonly key: string;
+      readonly expect?: unknown;
+      readonly format: TreeFormat;
+    };
 
 /** Validate the request the way the directory retains do, before anything is read or written. */
 function plan(request: RetainTarballRequest): Plan {
-  if (request === null || typeof request !== "object") throw new OatsError("invalid-input", "a tarball retain request is an object", {});
+  if (request === null || typeof request !== "object")
+    throw new OatsError("invalid-input", "a tarball retain request is an object", {});
   if ("lock" in request && request.lock !== undefined) {
     const { id, lock } = request as TarballCapabilityRequest & { kind?: unknown; expect?: unknown };
     const other = request as { kind?: unknown; expect?: unknown };
-    if (other.kind !== undefined && other.kind !== "capability") throw new OatsError("invalid-input", `a lock retains a capability, not a ${String(other.kind)}`, { kind: other.kind });
-    if (other.expect !== undefined) throw new OatsError("invalid-input", "a lock and an expected integrity cannot be used together: the lock's capability row names the integrity", {});
+    if (other.kind !== undefined && other.kind !== "capability")
+      throw new OatsError("invalid-input", `a lock retains a capability, not a ${String(other.kind)}`, {
+        kind: other.kind,
+      });
+    if (other.expect !== undefined)
+      throw new OatsError(
+        "invalid-input",
+        "a lock and an expected integrity cannot be used together: the lock's capability row names the integrity",
+        {},
+      );
     const capabilityId = assertIdentifier(id, "capability id");
     const rows = capabilityRows(parseLock(lock), capabilityId);
     parseTreeIntegrity(rows.capability.integrity, [TREE_LEGACY]);
@@ -111,7 +159,8 @@ function plan(request: RetainTarballRequest): Plan {
 }
 
 function tarballFile(path: string): string {
-  if (typeof path !== "string" || path === "") throw new OatsError("invalid-input", "a tarball path is required", { tarball: path });
+  if (typeof path !== "string" || path === "")
+    throw new OatsError("invalid-input", "a tarball path is required", { tarball: path });
   const absolute = resolve(path);
   let stats;
   try {
@@ -119,7 +168,8 @@ function tarballFile(path: string): string {
   } catch (error) {
     throw new OatsError("invalid-input", `tarball does not exist: ${path}`, { tarball: path, errno: errnoCode(error) });
   }
-  if (!stats.isFile()) throw new OatsError("invalid-input", `tarball is not a regular file: ${path}`, { tarball: path });
+  if (!stats.isFile())
+    throw new OatsError("invalid-input", `tarball is not a regular file: ${path}`, { tarball: path });
   return absolute;
 }
 
@@ -140,21 +190,36 @@ function checkTarballIntegrity(tarball: string, expected: string): Promise<strin
       if (error === null) resolvePromise(value!);
       else reject(error);
     };
-    input.on("error", (error) => done(new OatsError("invalid-input", `cannot read tarball ${tarball}: ${error.message}`, { tarball, errno: errnoCode(error) })));
-    check.on("integrity", (found: ssri.Integrity) => done(null, (found as unknown as { sha512: ssri.Hash[] }).sha512[0]!.toString()));
+    input.on("error", (error) =>
+      done(
+        new OatsError("invalid-input", `cannot read tarball ${tarball}: ${error.message}`, {
+          tarball,
+          errno: errnoCode(error),
+        }),
+      ),
+    );
+    check.on("integrity", (found: ssri.Integrity) =>
+      done(null, (found as unknown as { sha512: ssri.Hash[] }).sha512[0]!.toString()),
+    );
     check.on("error", (error: Error & { code?: string; found?: ssri.Integrity; algorithm?: string }) => {
-      if (error.code !== "EINTEGRITY" || !error.found) return done(asStepError("tarball-integrity", error, { tarball }));
+      if (error.code !== "EINTEGRITY" || !error.found)
+        return done(asStepError("tarball-integrity", error, { tarball }));
       const algorithm = error.algorithm ?? "sha512";
       const found = error.found as unknown as Record<string, ssri.Hash[]>;
       done(
-        new OatsError("integrity-mismatch", `tarball ${tarball}: expected ${expected}, found ${algorithm}-${found[algorithm]?.[0]?.digest ?? "?"}; nothing was extracted`, {
-          tarball,
-          reason: "tarball-integrity",
-          algorithm,
-          expected,
-          actual: found[algorithm]?.[0]?.toString() ?? null,
-          actualSha512: found.sha512?.[0]?.toString() ?? null,
-        }),
+        new OatsError(
+          "integrity-mismatch",
+          `tarball ${tarball}: expected ${expected}, found ` +
+            `${algorithm}-${found[algorithm]?.[0]?.digest ?? "?"}; nothing was extracted`,
+          {
+            tarball,
+            reason: "tarball-integrity",
+            algorithm,
+            expected,
+            actual: found[algorithm]?.[0]?.toString() ?? null,
+            actualSha512: found.sha512?.[0]?.toString() ?? null,
+          },
+        ),
       );
     });
     check.resume();
@@ -163,7 +228,12 @@ function checkTarballIntegrity(tarball: string, expected: string): Promise<strin
 }
 
 /** Extract into `staging`, hashing every byte read; returns the sha512 SRI of what was read. */
-async function extractHashing(tarball: string, staging: string, limits: ExtractLimits, options: RetainOptions): Promise<string> {
+async function extractHashing(
+  tarball: string,
+  staging: string,
+  limits: ExtractLimits,
+  options: RetainOptions,
+): Promise<string> {
   const input = createReadStream(tarball);
   const hash = createHash("sha512");
   input.on("data", (chunk) => hash.update(chunk));
@@ -177,10 +247,16 @@ async function extractHashing(tarball: string, staging: string, limits: ExtractL
   return sha512Text(hash);
 }
 
-export async function retainTarball(scope: string, tarballPath: string, request: RetainTarballRequest, options: RetainOptions = {}): Promise<TarballReceipt> {
+export async function retainTarball(
+  scope: string,
+  tarballPath: string,
+  request: RetainTarballRequest,
+  options: RetainOptions = {},
+): Promise<TarballReceipt> {
   // 1. Read-only checks: nothing is created for a refused request.
   const planned = plan(request);
-  const expectedTarball = request.tarballIntegrity === undefined ? undefined : parseTarballIntegrity(request.tarballIntegrity);
+  const expectedTarball =
+    request.tarballIntegrity === undefined ? undefined : parseTarballIntegrity(request.tarballIntegrity);
   const limits = extractLimits(request.limits);
   const realScope = resolveScope(scope);
   inspectStore(realScope, planned.kind, revisionParentSegments(planned.key, planned.format));
@@ -190,24 +266,38 @@ export async function retainTarball(scope: string, tarballPath: string, request:
   // 2. The tarball's bytes against the integrity the caller holds, before any extraction.
   const checked = expectedTarball === undefined ? undefined : await checkTarballIntegrity(tarball, expectedTarball);
 
-  // 3. Extraction into staging only (withExtractionDir: .agents/extract/.staging-*, always removed with any store directory it created);
+  // 3. Extraction into staging only (withExtractionDir: .agents/extract/.staging-*, always removed with any store
+  // directory it created);
   // 4. the retention checks, the extracted tree adopted as the revision's staging rather than copied.
   return withExtractionDir(realScope, async (staging) => {
     const read = await extractHashing(tarball, staging, limits, options);
     if (checked !== undefined && read !== checked) {
-      throw new OatsError("integrity-mismatch", `tarball ${tarball} changed while it was read: checked as ${checked}, extracted from ${read}`, {
-        tarball,
-        reason: "tarball-changed",
-        expected: checked,
-        actual: read,
-      });
+      throw new OatsError(
+        "integrity-mismatch",
+        `tarball ${tarball} changed while it was read: checked as ${checked}, extracted from ${read}`,
+        {
+          tarball,
+          reason: "tarball-changed",
+          expected: checked,
+          actual: read,
+        },
+      );
     }
     // The extracted tree is walked under the same depth limit it was extracted under.
     const walked = { ...options, maxDepth: limits.maxDepth };
     const receipt =
       planned.mode === "capability"
         ? await adoptCapabilityArtifact(realScope, staging, planned.id, planned.lock, walked)
-        : await adoptTree(realScope, { kind: planned.kind, key: planned.key, source: staging, ...(planned.expect === undefined ? {} : { expect: planned.expect }) }, walked);
+        : await adoptTree(
+            realScope,
+            {
+              kind: planned.kind,
+              key: planned.key,
+              source: staging,
+              ...(planned.expect === undefined ? {} : { expect: planned.expect }),
+            },
+            walked,
+          );
     return { ...receipt, tarballIntegrity: read };
   });
 }

@@ -68,7 +68,10 @@ export class TreeWriter {
   /** Count one entry of the archive (the root included), refusing past maxEntries. */
   countEntry(): void {
     this.entryCount += 1;
-    if (this.entryCount > this.limits.maxEntries) throw entryRefusal(this.origin, "too-many-entries", null, `more than ${this.limits.maxEntries} entries`, { limit: this.limits.maxEntries });
+    if (this.entryCount > this.limits.maxEntries)
+      throw entryRefusal(this.origin, "too-many-entries", null, `more than ${this.limits.maxEntries} entries`, {
+        limit: this.limits.maxEntries,
+      });
   }
 
   directory(path: string): void {
@@ -91,7 +94,11 @@ export class TreeWriter {
     if (this.byteCount + size > this.limits.maxBytes) throw this.tooLarge(rawName);
     this.claim(path, "file");
     const mode = executable ? 0o755 : 0o644;
-    const fd = openSync(join(this.dest, path), constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL | constants.O_NOFOLLOW, mode);
+    const fd = openSync(
+      join(this.dest, path),
+      constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL | constants.O_NOFOLLOW,
+      mode,
+    );
     this.fileCount += 1;
     let isOpen = true;
     const sink: FileSink = {
@@ -122,7 +129,13 @@ export class TreeWriter {
   }
 
   private tooLarge(entry: string) {
-    return entryRefusal(this.origin, "too-large", entry, `the archive expands to more than ${this.limits.maxBytes} bytes`, { limit: this.limits.maxBytes });
+    return entryRefusal(
+      this.origin,
+      "too-large",
+      entry,
+      `the archive expands to more than ${this.limits.maxBytes} bytes`,
+      { limit: this.limits.maxBytes },
+    );
   }
 
   /**
@@ -135,15 +148,27 @@ export class TreeWriter {
     for (let cut = path.lastIndexOf("/"); cut > 0; cut = path.lastIndexOf("/", cut - 1)) {
       const parent = path.slice(0, cut);
       const existing = this.kinds.get(parent);
-      if (existing === "symlink") throw entryRefusal(this.origin, "through-symlink", path, `${parent} is a symlink in this archive; nothing is written through one`);
-      if (existing === "file") throw entryRefusal(this.origin, "type-conflict", path, `${parent} is a file in this archive`);
+      if (existing === "symlink")
+        throw entryRefusal(
+          this.origin,
+          "through-symlink",
+          path,
+          `${parent} is a symlink in this archive; nothing is written through one`,
+        );
+      if (existing === "file")
+        throw entryRefusal(this.origin, "type-conflict", path, `${parent} is a file in this archive`);
       if (existing === "directory") break;
       missing.push(parent);
     }
     for (let index = missing.length - 1; index >= 0; index--) this.claimName(missing[index]!, "directory", path);
     const existing = this.kinds.get(path);
     if (existing !== undefined) {
-      throw entryRefusal(this.origin, existing === kind ? "duplicate-entry" : "type-conflict", path, existing === kind ? "the name appears more than once" : `the name is both a ${existing} and a ${kind}`);
+      throw entryRefusal(
+        this.origin,
+        existing === kind ? "duplicate-entry" : "type-conflict",
+        path,
+        existing === kind ? "the name appears more than once" : `the name is both a ${existing} and a ${kind}`,
+      );
     }
     this.claimName(path, kind, path);
   }
@@ -151,7 +176,14 @@ export class TreeWriter {
   private claimName(name: string, kind: TreeEntryKind, entry: string): void {
     const key = foldKey(name);
     const other = this.folded.get(key);
-    if (other !== undefined && other !== name) throw entryRefusal(this.origin, "case-collision", entry, `${JSON.stringify(name)} and ${JSON.stringify(other)} are the same name on a case-insensitive filesystem`, { collidesWith: other });
+    if (other !== undefined && other !== name)
+      throw entryRefusal(
+        this.origin,
+        "case-collision",
+        entry,
+        `${JSON.stringify(name)} and ${JSON.stringify(other)} are the same name on a case-insensitive filesystem`,
+        { collidesWith: other },
+      );
     this.folded.set(key, name);
     this.kinds.set(name, kind);
     if (kind === "directory" && name !== entry) {

@@ -1,6 +1,29 @@
 import { OatsError, isOatsError, STORED_MAX_DEPTH, parseJsonText } from "../core/index.js";
-import { audit, audited, CHAIN_LOGS, appendEntry, type AppendOptions, type ChainEntry, allDecisions, crossCheckReasonText, latestDecision, mismatchError, type CrossCheckReason } from "../ledger/index.js";
-import { assertArtifactKey, assertArtifactKind, type ArtifactKind, JSON_V1, PACKAGE_PAYLOAD_EXEC, TREE_EXEC, TREE_LEGACY, integrityText, parseIntegrity, readBlob } from "../retention/index.js";
+import {
+  audit,
+  audited,
+  CHAIN_LOGS,
+  appendEntry,
+  type AppendOptions,
+  type ChainEntry,
+  allDecisions,
+  crossCheckReasonText,
+  latestDecision,
+  mismatchError,
+  type CrossCheckReason,
+} from "../ledger/index.js";
+import {
+  assertArtifactKey,
+  assertArtifactKind,
+  type ArtifactKind,
+  JSON_V1,
+  PACKAGE_PAYLOAD_EXEC,
+  TREE_EXEC,
+  TREE_LEGACY,
+  integrityText,
+  parseIntegrity,
+  readBlob,
+} from "../retention/index.js";
 import { COMPOSITION_KIND, compositionSubject, parseComposition, type CaptureComposition } from "./composition.js";
 import { currentPrincipal } from "./classification.js";
 
@@ -16,7 +39,8 @@ import { currentPrincipal } from "./classification.js";
  *   it into the ledger entry (`composition`), so the ledger shows what was
  *   approved; a composition nobody prepared cannot be approved blind.
  * - A tree approval binds to one exact oats.tree-exec.v1 digest of one artifact
- *   (kind + key), for callers that run trees outside captures. Legacy (oats.tree-legacy.v0, bare `sha256-…`) digests do not
+ *   (kind + key), for callers that run trees outside captures. Legacy (oats.tree-legacy.v0, bare `sha256-…`) digests
+ * do not
  *   cover exec bits and package-payload digests do not cover the whole tree:
  *   both are refused, as is every other format.
  * - The operator is the process's own OS account@host (currentPrincipal), never
@@ -78,19 +102,29 @@ function isRecord(value: unknown): value is Record<string, unknown> {
  */
 export function parseApprovalSubject(input: unknown): ApprovalSubject {
   if (!isRecord(input)) {
-    throw new OatsError("invalid-artifact-reference", `invalid approval subject ${JSON.stringify(input) ?? String(input)}: expected {kind, key, integrity}`, { subject: input });
+    throw new OatsError(
+      "invalid-artifact-reference",
+      `invalid approval subject ${JSON.stringify(input) ?? String(input)}: expected {kind, key, integrity}`,
+      { subject: input },
+    );
   }
   if (input.kind === COMPOSITION_KIND) {
     const key = assertArtifactKey("capture", input.key);
     const integrity = parseIntegrity(input.integrity);
     if (integrity.format !== JSON_V1) {
-      throw new OatsError("invalid-artifact-reference", `cannot approve composition ${key} at ${integrityText(integrity)}: a composition is named by its ${JSON_V1} digest, as \`oats capture prepare\` prints it`, {
-        kind: COMPOSITION_KIND,
-        key,
-        integrity: integrityText(integrity),
-        format: integrity.format,
-        expectedFormat: JSON_V1,
-      });
+      throw new OatsError(
+        "invalid-artifact-reference",
+        `cannot approve composition ${key} at ${integrityText(integrity)}: a ` +
+          `composition is named by its ${JSON_V1} digest, as \`oats capture ` +
+          `prepare\` prints it`,
+        {
+          kind: COMPOSITION_KIND,
+          key,
+          integrity: integrityText(integrity),
+          format: integrity.format,
+          expectedFormat: JSON_V1,
+        },
+      );
     }
     return { kind: COMPOSITION_KIND, key, integrity: integrityText(integrity) };
   }
@@ -103,15 +137,20 @@ export function parseApprovalSubject(input: unknown): ApprovalSubject {
       integrity.format === TREE_LEGACY
         ? `${TREE_LEGACY} digests (including bare sha256-… values) do not cover exec bits`
         : integrity.format === PACKAGE_PAYLOAD_EXEC
-          ? `${PACKAGE_PAYLOAD_EXEC} digests skip node_modules and oats-lock.json, so they do not cover the exec bits and contents of the whole executable tree`
+          ? `${PACKAGE_PAYLOAD_EXEC} digests skip node_modules and oats-lock.json, ` +
+            `so they do not cover the exec bits and contents of the whole executable tree`
           : `${integrity.format} does not name a tree`;
-    throw new OatsError("invalid-artifact-reference", `cannot approve ${kind} ${key} at ${text}: ${why}; an approval binds to one exact ${TREE_EXEC} digest`, {
-      kind,
-      key,
-      integrity: text,
-      format: integrity.format,
-      expectedFormat: TREE_EXEC,
-    });
+    throw new OatsError(
+      "invalid-artifact-reference",
+      `cannot approve ${kind} ${key} at ${text}: ${why}; an approval binds to one exact ${TREE_EXEC} digest`,
+      {
+        kind,
+        key,
+        integrity: text,
+        format: integrity.format,
+        expectedFormat: TREE_EXEC,
+      },
+    );
   }
   return { kind, key, integrity: integrityText(integrity) };
 }
@@ -119,7 +158,9 @@ export function parseApprovalSubject(input: unknown): ApprovalSubject {
 function checkReason(options: unknown): string {
   const reason = isRecord(options) ? options.reason : undefined;
   if (typeof reason !== "string" || reason.trim() === "") {
-    throw new OatsError("invalid-input", "an approval or revocation needs a non-empty reason", { reason: reason ?? null });
+    throw new OatsError("invalid-input", "an approval or revocation needs a non-empty reason", {
+      reason: reason ?? null,
+    });
   }
   return reason;
 }
@@ -135,7 +176,14 @@ function pinnedComposition(scope: string, subject: ApprovalSubject): CaptureComp
     bytes = readBlob(scope, digest);
   } catch (error) {
     if (isOatsError(error) && error.code === "blob-not-found") {
-      throw new OatsError("blob-not-found", `composition ${subject.key} at ${subject.integrity} is not pinned in this scope: prepare the capture (\`oats capture prepare\`) so the approval records what it approves`, { ...error.details, subject }, { cause: error });
+      throw new OatsError(
+        "blob-not-found",
+        `composition ${subject.key} at ${subject.integrity} is not pinned in ` +
+          `this scope: prepare the capture (\`oats capture prepare\`) so the ` +
+          `approval records what it approves`,
+        { ...error.details, subject },
+        { cause: error },
+      );
     }
     throw error;
   }
@@ -147,7 +195,11 @@ function pinnedComposition(scope: string, subject: ApprovalSubject): CaptureComp
   const composition = parseComposition(value, `composition ${subject.integrity}`);
   const named = compositionSubject(composition);
   if (named.key !== subject.key || named.integrity !== subject.integrity) {
-    throw new OatsError("invalid-artifact-reference", `composition ${subject.integrity} belongs to capture ${named.key}, not ${subject.key}`, { subject, capture: named.key });
+    throw new OatsError(
+      "invalid-artifact-reference",
+      `composition ${subject.integrity} belongs to capture ${named.key}, not ${subject.key}`,
+      { subject, capture: named.key },
+    );
   }
   return composition;
 }
@@ -158,17 +210,41 @@ function pinnedComposition(scope: string, subject: ApprovalSubject): CaptureComp
  * decision stands (the ledger is the authority) and the caller gets
  * `audit-unavailable` naming the ledger entry, so nothing is silently lost.
  */
-async function decide(action: ApprovalAction, scope: string, subjectInput: unknown, options: DecisionOptions): Promise<ApprovalEntry> {
-  const auditSubject = isRecord(subjectInput) ? { kind: String(subjectInput.kind), key: String(subjectInput.key), integrity: String(subjectInput.integrity) } : null;
+async function decide(
+  action: ApprovalAction,
+  scope: string,
+  subjectInput: unknown,
+  options: DecisionOptions,
+): Promise<ApprovalEntry> {
+  const auditSubject = isRecord(subjectInput)
+    ? { kind: String(subjectInput.kind), key: String(subjectInput.key), integrity: String(subjectInput.integrity) }
+    : null;
   const entry = await audited(scope, action, auditSubject, async () => {
     const subject = parseApprovalSubject(subjectInput);
     const reason = checkReason(options);
-    const composition = action === "approve" && subject.kind === COMPOSITION_KIND ? pinnedComposition(scope, subject) : null;
-    const body = { action, subject: { ...subject }, operator: currentPrincipal(), reason, ...(composition === null ? {} : { composition }) };
-    return (await appendEntry(scope, CHAIN_LOGS.approvals, body, options.lockWaitMs === undefined ? {} : { lockWaitMs: options.lockWaitMs })) as ApprovalEntry;
+    const composition =
+      action === "approve" && subject.kind === COMPOSITION_KIND ? pinnedComposition(scope, subject) : null;
+    const body = {
+      action,
+      subject: { ...subject },
+      operator: currentPrincipal(),
+      reason,
+      ...(composition === null ? {} : { composition }),
+    };
+    return (await appendEntry(
+      scope,
+      CHAIN_LOGS.approvals,
+      body,
+      options.lockWaitMs === undefined ? {} : { lockWaitMs: options.lockWaitMs },
+    )) as ApprovalEntry;
   });
   try {
-    await audit(scope, { action, subject: { ...entry.subject }, outcome: "ok", details: { ledger: { seq: entry.seq, hash: entry.hash }, reason: entry.reason } });
+    await audit(scope, {
+      action,
+      subject: { ...entry.subject },
+      outcome: "ok",
+      details: { ledger: { seq: entry.seq, hash: entry.hash }, reason: entry.reason },
+    });
   } catch (error) {
     if (isOatsError(error)) error.details["ledger"] = { seq: entry.seq, hash: entry.hash, recorded: true };
     throw error;
@@ -177,12 +253,20 @@ async function decide(action: ApprovalAction, scope: string, subjectInput: unkno
 }
 
 /** Approve one exact composition (or oats.tree-exec.v1 digest of one artifact); returns the entry as written. */
-export function approve(scope: string, subject: ApprovalSubject | { kind: unknown; key: unknown; integrity: unknown }, options: DecisionOptions): Promise<ApprovalEntry> {
+export function approve(
+  scope: string,
+  subject: ApprovalSubject | { kind: unknown; key: unknown; integrity: unknown },
+  options: DecisionOptions,
+): Promise<ApprovalEntry> {
   return decide("approve", scope, subject, options);
 }
 
 /** Revoke (the latest decision wins, so queued work is refused from now on); returns the entry as written. */
-export function revoke(scope: string, subject: ApprovalSubject | { kind: unknown; key: unknown; integrity: unknown }, options: DecisionOptions): Promise<ApprovalEntry> {
+export function revoke(
+  scope: string,
+  subject: ApprovalSubject | { kind: unknown; key: unknown; integrity: unknown },
+  options: DecisionOptions,
+): Promise<ApprovalEntry> {
   return decide("revoke", scope, subject, options);
 }
 
@@ -196,9 +280,14 @@ function checkEntry(entry: ChainEntry): ApprovalEntry {
     typeof entry.subject.kind === "string" &&
     typeof entry.subject.key === "string" &&
     typeof entry.subject.integrity === "string" &&
-    (entry.composition === undefined || (entry.action === "approve" && entry.subject.kind === COMPOSITION_KIND && isRecord(entry.composition)));
+    (entry.composition === undefined ||
+      (entry.action === "approve" && entry.subject.kind === COMPOSITION_KIND && isRecord(entry.composition)));
   if (!ok) {
-    throw new OatsError("invalid-artifact-store", `approvals ledger entry seq ${entry.seq} is not an approve/revoke decision`, { log: [...CHAIN_LOGS.approvals.dir, CHAIN_LOGS.approvals.file].join("/"), seq: entry.seq });
+    throw new OatsError(
+      "invalid-artifact-store",
+      `approvals ledger entry seq ${entry.seq} is not an approve/revoke decision`,
+      { log: [...CHAIN_LOGS.approvals.dir, CHAIN_LOGS.approvals.file].join("/"), seq: entry.seq },
+    );
   }
   return entry as ApprovalEntry;
 }
@@ -209,7 +298,10 @@ function checkEntry(entry: ChainEntry): ApprovalEntry {
  * chain is broken, when a log no longer extends the operator's checkpoint,
  * or when the ledger and the audit log disagree about the decision.
  */
-export function approvalState(scope: string, subjectInput: ApprovalSubject | { kind: unknown; key: unknown; integrity: unknown }): ApprovalState {
+export function approvalState(
+  scope: string,
+  subjectInput: ApprovalSubject | { kind: unknown; key: unknown; integrity: unknown },
+): ApprovalState {
   const subject = parseApprovalSubject(subjectInput);
   const check = latestDecision(scope, subject);
   if (check.state === "mismatch") throw mismatchError(subject, check);
@@ -218,13 +310,25 @@ export function approvalState(scope: string, subjectInput: ApprovalSubject | { k
   return { approved: entry.action === "approve", entry };
 }
 
-/** The approving entry, or `approval-required` with the subject and its last decision (or null); `integrity-mismatch` as approvalState. */
-export function requireApproval(scope: string, subjectInput: ApprovalSubject | { kind: unknown; key: unknown; integrity: unknown }): ApprovalEntry {
+/** The approving entry, or `approval-required` with the subject and its last decision (or null); `integrity-mismatch`
+ * as approvalState. */
+export function requireApproval(
+  scope: string,
+  subjectInput: ApprovalSubject | { kind: unknown; key: unknown; integrity: unknown },
+): ApprovalEntry {
   const subject = parseApprovalSubject(subjectInput);
   const state = approvalState(scope, subject);
   if (!state.approved || state.entry === null) {
-    const why = state.entry === null ? "it was never approved" : `it was revoked by ${state.entry.operator} at ${state.entry.at} (seq ${state.entry.seq}): ${state.entry.reason}`;
-    throw new OatsError("approval-required", `${subject.kind} ${subject.key} at ${subject.integrity} is not approved: ${why}`, { subject, lastDecision: state.entry });
+    const why =
+      state.entry === null
+        ? "it was never approved"
+        : `it was revoked by ${state.entry.operator} at ${state.entry.at} (seq ` +
+          `${state.entry.seq}): ${state.entry.reason}`;
+    throw new OatsError(
+      "approval-required",
+      `${subject.kind} ${subject.key} at ${subject.integrity} is not approved: ${why}`,
+      { subject, lastDecision: state.entry },
+    );
   }
   return state.entry;
 }
@@ -240,9 +344,20 @@ export function listApprovals(scope: string): ApprovalListing[] {
   return allDecisions(scope).map(({ subject, check }) => {
     const ledger = check.state === "none" ? null : check.ledger === null ? null : checkEntry(check.ledger);
     const listed = { kind: subject.kind as ApprovalSubject["kind"], key: subject.key, integrity: subject.integrity };
-    if (check.state === "agreed") return { subject: listed, approved: ledger!.action === "approve", confirmed: true, entry: ledger };
+    if (check.state === "agreed")
+      return { subject: listed, approved: ledger!.action === "approve", confirmed: true, entry: ledger };
     const reason = check.state === "mismatch" ? check.reason : "no-audit-entry";
-    return { subject: listed, approved: false, confirmed: false, mismatch: { reason, why: crossCheckReasonText(reason), audit: check.state === "mismatch" && check.audit ? { seq: check.audit.seq, hash: check.audit.hash } : null }, entry: ledger };
+    return {
+      subject: listed,
+      approved: false,
+      confirmed: false,
+      mismatch: {
+        reason,
+        why: crossCheckReasonText(reason),
+        audit: check.state === "mismatch" && check.audit ? { seq: check.audit.seq, hash: check.audit.hash } : null,
+      },
+      entry: ledger,
+    };
   });
 }
 
@@ -254,7 +369,13 @@ export function listApprovals(scope: string): ApprovalListing[] {
 export function latestApprovedFor(scope: string, kind: string, key: string): ApprovalEntry | null {
   let best: ApprovalEntry | null = null;
   for (const { subject, check } of allDecisions(scope)) {
-    if (subject.kind !== kind || subject.key !== key || check.state !== "agreed" || check.ledger["action"] !== "approve") continue;
+    if (
+      subject.kind !== kind ||
+      subject.key !== key ||
+      check.state !== "agreed" ||
+      check.ledger["action"] !== "approve"
+    )
+      continue;
     const entry = checkEntry(check.ledger);
     if (best === null || entry.seq > best.seq) best = entry;
   }

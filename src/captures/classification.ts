@@ -1,6 +1,12 @@
 import { z } from "zod";
 import { OatsError } from "../core/index.js";
-import { decodeUtf8, escapePointerSegment, parseYamlText, readOperatorFile, refuseProtoKeys } from "../resolution/index.js";
+import {
+  decodeUtf8,
+  escapePointerSegment,
+  parseYamlText,
+  readOperatorFile,
+  refuseProtoKeys,
+} from "../resolution/index.js";
 
 /**
  * Classification of captures (CONTRACT.md section 9). Pure functions over a
@@ -70,7 +76,9 @@ export const configSchema = z
     schemaVersion: z.literal(1),
     wings: z.record(nameSchema, levelSchema).optional(),
     repos: z.record(nameSchema, levelSchema).optional(),
-    defaults: z.array(z.object({ match: z.string().min(1, "a glob is not empty"), level: levelSchema }).strict()).optional(),
+    defaults: z
+      .array(z.object({ match: z.string().min(1, "a glob is not empty"), level: levelSchema }).strict())
+      .optional(),
     fallback: levelSchema.default(DEFAULT_FALLBACK),
     principals: z.record(nameSchema, z.enum(PRINCIPAL_KINDS)).optional(),
   })
@@ -79,8 +87,6 @@ export const configSchema = z
 function invalid(message: string, details: Record<string, unknown> = {}): OatsError {
   return new OatsError("invalid-input", message, details);
 }
-
-
 
 function mapOf<V>(record: Record<string, V> | undefined): Map<string, V> {
   const map = new Map<string, V>();
@@ -102,7 +108,11 @@ export function parseClassificationConfig(bytes: Buffer, origin = "classificatio
   if (!parsed.success) {
     const issue = parsed.error.issues[0];
     const pointer = `/${(issue?.path ?? []).map((part) => escapePointerSegment(String(part))).join("/")}`;
-    throw invalid(`${origin}: ${pointer}: ${issue?.message ?? "malformed"}`, { config: origin, pointer, issues: parsed.error.issues.length });
+    throw invalid(`${origin}: ${pointer}: ${issue?.message ?? "malformed"}`, {
+      config: origin,
+      pointer,
+      issues: parsed.error.issues.length,
+    });
   }
   const data = parsed.data;
   return {
@@ -115,7 +125,8 @@ export function parseClassificationConfig(bytes: Buffer, origin = "classificatio
   };
 }
 
-/** Read a classification config file (the operator's own file: a symlink is followed) and parse it; returns the exact bytes to pin. */
+/** Read a classification config file (the operator's own file: a symlink is followed) and parse it; returns the exact
+ * bytes to pin. */
 export function readClassificationConfigFile(path: string): { bytes: Buffer; config: ClassificationConfig } {
   const bytes = readClassificationConfigBytes(path);
   return { bytes, config: parseClassificationConfig(bytes, classificationConfigOrigin(path)) };
@@ -222,11 +233,20 @@ export interface EffectiveClassification {
  * later tightening of the config is honoured; a later loosening is not, since
  * the pinned level still takes part.
  */
-export function effectiveClassification(input: { declared: Level; pinned: Level; current?: Level | null }): EffectiveClassification {
+export function effectiveClassification(input: {
+  declared: Level;
+  pinned: Level;
+  current?: Level | null;
+}): EffectiveClassification {
   const { declared, pinned } = input;
   const current = input.current ?? null;
-  for (const [name, value] of [["declared", declared], ["pinned", pinned], ["current", current ?? "public"]] as const) {
-    if (!isLevel(value)) throw invalid(`classification: ${name} is not a level: ${JSON.stringify(value)}`, { [name]: value });
+  for (const [name, value] of [
+    ["declared", declared],
+    ["pinned", pinned],
+    ["current", current ?? "public"],
+  ] as const) {
+    if (!isLevel(value))
+      throw invalid(`classification: ${name} is not a level: ${JSON.stringify(value)}`, { [name]: value });
   }
   const levels: Level[] = [declared, pinned];
   if (current !== null) levels.push(current);
@@ -237,17 +257,24 @@ export function effectiveClassification(input: { declared: Level; pinned: Level;
  * The dispatch gate: a confidential capture runs only for a principal the
  * config names `sovereign`. An unknown principal is not sovereign.
  */
-export function classificationGate(input: { effective: Level; principal: string; config: ClassificationConfig }): { allowed: true } {
+export function classificationGate(input: { effective: Level; principal: string; config: ClassificationConfig }): {
+  allowed: true;
+} {
   const { effective, principal, config } = input;
   if (effective === "public" || effective === "internal") return { allowed: true };
   // Anything else (confidential, or a value that is not a level) needs a sovereign principal.
   const kind = config.principals.get(principal);
   if (kind !== "sovereign") {
-    throw new OatsError("classification-refused", `a ${String(effective)} capture cannot be dispatched by ${principal}: the classification config does not name it sovereign`, {
-      effective,
-      principal,
-      principalKind: kind ?? "unknown",
-    });
+    throw new OatsError(
+      "classification-refused",
+      `a ${String(effective)} capture cannot be dispatched by ${principal}: ` +
+        `the classification config does not name it sovereign`,
+      {
+        effective,
+        principal,
+        principalKind: kind ?? "unknown",
+      },
+    );
   }
   return { allowed: true };
 }

@@ -120,18 +120,29 @@ export interface CompositionSubject {
 export function compositionOf(record: ResolutionRecord): CaptureComposition {
   const capture = record.capture;
   const entrypoint = capture ? record.entrypoints[capture.entrypoint] : undefined;
-  if (!capture || !entrypoint) throw new OatsError("invalid-resolution", "not a capture record: it has no capture entry point", { kind: record.kind });
+  if (!capture || !entrypoint)
+    throw new OatsError("invalid-resolution", "not a capture record: it has no capture entry point", {
+      kind: record.kind,
+    });
   const env = Object.fromEntries(Object.entries(capture.env));
   return {
     format: COMPOSITION_FORMAT,
     capture: capture.name,
-    executable: { kind: entrypoint.artifact.kind, key: entrypoint.artifact.key, integrity: integrityText(entrypoint.artifact.integrity) },
+    executable: {
+      kind: entrypoint.artifact.kind,
+      key: entrypoint.artifact.key,
+      integrity: integrityText(entrypoint.artifact.integrity),
+    },
     entrypoint: { path: entrypoint.path, args: [...entrypoint.args] },
     env,
     loaderEnv: Object.keys(env).filter(isLoaderEnvName).sort(),
     credentials: capture.credentials.map((ref) => (ref.kind === "env" ? ref.name : `${ref.provider}:${ref.key}`)),
     target: { ...capture.target },
-    classification: { declared: capture.classification.declared, config: capture.classification.config, configPath: capture.classification.configPath },
+    classification: {
+      declared: capture.classification.declared,
+      config: capture.classification.config,
+      configPath: capture.classification.configPath,
+    },
     profile: capture.profile,
     ...(capture.privileged === true ? { privileged: true as const } : {}),
   };
@@ -146,7 +157,11 @@ export function compositionSubject(composition: CaptureComposition): Composition
 export function parseComposition(value: unknown, origin: string): CaptureComposition {
   const parsed = compositionSchema.safeParse(value);
   if (!parsed.success) {
-    throw new OatsError("invalid-input", `${origin} is not an ${COMPOSITION_FORMAT} composition: ${parsed.error.issues[0]?.message ?? "invalid"}`, { origin, issues: parsed.error.issues });
+    throw new OatsError(
+      "invalid-input",
+      `${origin} is not an ${COMPOSITION_FORMAT} composition: ${parsed.error.issues[0]?.message ?? "invalid"}`,
+      { origin, issues: parsed.error.issues },
+    );
   }
   return parsed.data;
 }
@@ -161,7 +176,8 @@ export function compositionChanges(approved: CaptureComposition, current: Captur
   const same = (a: unknown, b: unknown) => JSON.stringify(a) === JSON.stringify(b);
   const keyed = (prefix: string, a: Record<string, unknown>, b: Record<string, unknown>) => {
     for (const key of [...new Set([...Object.keys(a), ...Object.keys(b)])].sort()) {
-      if (!same(Object.hasOwn(a, key) ? a[key] : undefined, Object.hasOwn(b, key) ? b[key] : undefined)) changes.push(`${prefix}.${key}`);
+      if (!same(Object.hasOwn(a, key) ? a[key] : undefined, Object.hasOwn(b, key) ? b[key] : undefined))
+        changes.push(`${prefix}.${key}`);
     }
   };
   keyed("executable", approved.executable, current.executable);
@@ -175,17 +191,24 @@ export function compositionChanges(approved: CaptureComposition, current: Captur
   return changes;
 }
 
-/** Human lines that show an approver what a composition runs. Values of the pinned env are shown: records never hold secrets. */
+/** Human lines that show an approver what a composition runs. Values of the pinned env are shown: records never hold
+ * secrets. */
 export function compositionSummary(composition: CaptureComposition): string[] {
   const { executable, entrypoint, classification, target } = composition;
   const env = Object.entries(composition.env).map(([name, value]) => `${name}=${JSON.stringify(value)}`);
   return [
     `executable   ${executable.kind} ${executable.key} ${executable.integrity}`,
-    `entry point  ${entrypoint.path}${entrypoint.args.length ? ` ${entrypoint.args.map((arg) => JSON.stringify(arg)).join(" ")}` : ""}`,
+    `entry point  ${[entrypoint.path, ...entrypoint.args.map((arg) => JSON.stringify(arg))].join(" ")}`,
     `env          ${env.length ? env.join(" ") : "(none)"}`,
-    ...(composition.loaderEnv.length ? [`loader env   ${composition.loaderEnv.join(", ")} (changes how the interpreter or loader behaves)`] : []),
+    ...(composition.loaderEnv.length
+      ? [`loader env   ${composition.loaderEnv.join(", ")} (changes how the interpreter or loader behaves)`]
+      : []),
     `credentials  ${composition.credentials.length ? composition.credentials.join(", ") : "(none)"}`,
-    `target       ${Object.entries(target).map(([key, value]) => `${key}=${value}`).join(" ") || "(none)"}`,
+    `target       ${
+      Object.entries(target)
+        .map(([key, value]) => `${key}=${value}`)
+        .join(" ") || "(none)"
+    }`,
     `declared     ${classification.declared}; config ${classification.config} at ${classification.configPath}`,
     `profile      ${composition.profile ?? "(none)"}`,
     ...(composition.privileged === true ? ["privileged   yes: may run as root (uid 0)"] : []),

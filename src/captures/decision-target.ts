@@ -1,7 +1,14 @@
 import { lstatSync } from "node:fs";
 import { OatsError, isOatsError } from "../core/index.js";
 import type { ArtifactKind } from "../retention/index.js";
-import { listRetained, TREE_EXEC, TREE_LEGACY, parseIntegrity, retainedTreeDir, verifyTree } from "../retention/index.js";
+import {
+  listRetained,
+  TREE_EXEC,
+  TREE_LEGACY,
+  parseIntegrity,
+  retainedTreeDir,
+  verifyTree,
+} from "../retention/index.js";
 import { approvalState, parseApprovalSubject, type ApprovalEntry, type ApprovalSubject } from "./approvals.js";
 import { COMPOSITION_KIND } from "./composition.js";
 
@@ -38,7 +45,12 @@ export async function approvalTarget(scope: string, subjectInput: unknown): Prom
   const exact = retainedTreeDir(scope, { kind: subject.kind, key: subject.key, integrity });
   const revisions = listRetained(scope);
   const elsewhere = revisions
-    .filter((entry) => entry.integrity.format === TREE_EXEC && entry.integrity.value === integrity.value && !(entry.kind === subject.kind && entry.key === subject.key))
+    .filter(
+      (entry) =>
+        entry.integrity.format === TREE_EXEC &&
+        entry.integrity.value === integrity.value &&
+        !(entry.kind === subject.kind && entry.key === subject.key),
+    )
     .map((entry) => ({ kind: entry.kind, key: entry.key, dir: entry.dir }));
   if (isDirectory(exact)) return { retained: exact, elsewhere };
   // A capability retained under its lock's (legacy) name only: its exec digest is known by reading it.
@@ -55,16 +67,27 @@ export async function approvalTarget(scope: string, subjectInput: unknown): Prom
 }
 
 /** Refuse approving a tree retained nowhere here (`artifact-not-found`, reason `not-retained`) unless forced. */
-export async function checkApprovalTarget(scope: string, subjectInput: unknown, force: boolean): Promise<ApprovalTarget> {
+export async function checkApprovalTarget(
+  scope: string,
+  subjectInput: unknown,
+  force: boolean,
+): Promise<ApprovalTarget> {
   const subject = parseApprovalSubject(subjectInput);
   const target = await approvalTarget(scope, subject);
   if (subject.kind === COMPOSITION_KIND || target.retained !== null || force) return target;
-  const also = target.elsewhere.length ? `; the same digest is retained as ${target.elsewhere.map((entry) => `${entry.kind} ${entry.key}`).join(", ")}` : "";
-  throw new OatsError("artifact-not-found", `${subject.kind} ${subject.key} at ${subject.integrity} is retained nowhere in this scope${also}; nothing was approved`, {
-    subject,
-    elsewhere: target.elsewhere,
-    reason: "not-retained",
-  });
+  const also = target.elsewhere.length
+    ? `; the same digest is retained as ${target.elsewhere.map((entry) => `${entry.kind} ${entry.key}`).join(", ")}`
+    : "";
+  throw new OatsError(
+    "artifact-not-found",
+    `${subject.kind} ${subject.key} at ${subject.integrity} is retained ` +
+      `nowhere in this scope${also}; nothing was approved`,
+    {
+      subject,
+      elsewhere: target.elsewhere,
+      reason: "not-retained",
+    },
+  );
 }
 
 /**
@@ -83,7 +106,11 @@ export function checkRevokeTarget(scope: string, subjectInput: unknown, force: b
     throw error;
   }
   if (entry === null && !force) {
-    throw new OatsError("invalid-input", `${subject.kind} ${subject.key} at ${subject.integrity} was never approved in this scope; nothing was revoked`, { subject, reason: "never-approved" });
+    throw new OatsError(
+      "invalid-input",
+      `${subject.kind} ${subject.key} at ${subject.integrity} was never approved in this scope; nothing was revoked`,
+      { subject, reason: "never-approved" },
+    );
   }
   return entry;
 }

@@ -30,7 +30,11 @@ export function dispatchEnvironment(
     if (typeof value === "string") {
       const problem = credentialValueProblem(value);
       if (problem !== null) {
-        throw new OatsError("invalid-input", `credential ${ref.name} cannot be masked in the run log: its value is ${problem}`, { credential: ref.name, reason: "credential-unmaskable", minLength: MIN_CREDENTIAL_LENGTH });
+        throw new OatsError(
+          "invalid-input",
+          `credential ${ref.name} cannot be masked in the run log: its value is ${problem}`,
+          { credential: ref.name, reason: "credential-unmaskable", minLength: MIN_CREDENTIAL_LENGTH },
+        );
       }
       env[ref.name] = value;
       provided.push(ref.name);

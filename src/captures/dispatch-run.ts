@@ -25,12 +25,26 @@ export async function runDispatchPlan(
     // Again here: a plan resolved without `exec` may still be handed to this function.
     privilegeGate({ capture: plan.composition.key, privileged: plan.privileged, euid: options.euid ?? plan.euid });
     outcome = await new Promise((resolvePromise, reject) => {
-      const child = spawn(plan.executable.command, [...plan.executable.argv], { cwd: plan.run.cwd, env: { ...plan.env }, stdio: options.stdio ?? "inherit", shell: false });
+      const child = spawn(plan.executable.command, [...plan.executable.argv], {
+        cwd: plan.run.cwd,
+        env: { ...plan.env },
+        stdio: options.stdio ?? "inherit",
+        shell: false,
+      });
       let stdout = "";
       let stderr = "";
       child.stdout?.setEncoding("utf8").on("data", (chunk: string) => (stdout += chunk));
       child.stderr?.setEncoding("utf8").on("data", (chunk: string) => (stderr += chunk));
-      child.on("error", (error) => reject(new OatsError("invalid-artifact", `cannot start ${plan.executable.command}: ${error.message}`, { command: plan.executable.command, errno: (error as NodeJS.ErrnoException).code }, { cause: error })));
+      child.on("error", (error) =>
+        reject(
+          new OatsError(
+            "invalid-artifact",
+            `cannot start ${plan.executable.command}: ${error.message}`,
+            { command: plan.executable.command, errno: (error as NodeJS.ErrnoException).code },
+            { cause: error },
+          ),
+        ),
+      );
       child.on("close", (code, signal) => {
         resolvePromise({ code: code ?? 128 + (signal ? constants.signals[signal] : 0), stdout, stderr });
       });

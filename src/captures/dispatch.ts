@@ -3,7 +3,13 @@ import { integrityText, resolveScope, verifyTrees, readBlob } from "../retention
 import { checkReadiness, referencedArtifacts, resolveEntrypointIn, readRecordBytes } from "../resolution/index.js";
 import type { ResolutionRecord } from "../resolution/index.js";
 import { latestApprovedFor, requireApproval, type ApprovalSubject } from "./approvals.js";
-import { compositionChanges, compositionOf, compositionSubject, parseComposition, type CompositionSubject } from "./composition.js";
+import {
+  compositionChanges,
+  compositionOf,
+  compositionSubject,
+  parseComposition,
+  type CompositionSubject,
+} from "./composition.js";
 import { audit, auditRefusal } from "../ledger/index.js";
 import {
   classificationGate,
@@ -113,7 +119,8 @@ export interface DispatchPlan {
     /** Absolute, inside the run copy (run.root). */
     readonly path: string;
     readonly args: readonly string[];
-    /** What actually starts: the entry itself, or the current Node (with `--import <guard>`) for a non-executable .js/.mjs/.cjs. */
+    /** What actually starts: the entry itself, or the current Node (with `--import <guard>`) for a non-executable
+     * .js/.mjs/.cjs. */
     readonly command: string;
     readonly argv: readonly string[];
     readonly subject: ApprovalSubject;
@@ -122,8 +129,19 @@ export interface DispatchPlan {
   readonly composition: CompositionSubject;
   readonly env: Record<string, string>;
   readonly credentials: { readonly provided: readonly string[]; readonly missing: readonly string[] };
-  readonly classification: { readonly declared: Level; readonly pinned: Level; readonly current: Level | null; readonly effective: Level };
-  readonly approval: { readonly seq: number; readonly hash: string; readonly operator: string; readonly at: string; readonly reason: string };
+  readonly classification: {
+    readonly declared: Level;
+    readonly pinned: Level;
+    readonly current: Level | null;
+    readonly effective: Level;
+  };
+  readonly approval: {
+    readonly seq: number;
+    readonly hash: string;
+    readonly operator: string;
+    readonly at: string;
+    readonly reason: string;
+  };
   readonly verified: readonly ApprovalSubject[];
   readonly principal: string;
   readonly harness: string | null;
@@ -131,7 +149,8 @@ export interface DispatchPlan {
   readonly preparedFrom: string | null;
   /** Whether the approved composition lets the capture run as root. */
   readonly privileged: boolean;
-  /** The effective uid this dispatch was resolved for (DispatchOptions.euid, else this process's); the runners check it again. */
+  /** The effective uid this dispatch was resolved for (DispatchOptions.euid, else this process's); the runners check
+   * it again. */
   readonly euid: number | null;
   /** From the pinned profile: the evidence classes a run must capture and the redaction patterns. */
   readonly evidence: ProfileEvidencePolicy;
@@ -151,12 +170,21 @@ export interface DispatchPlan {
   };
 }
 
-function readCaptureRecord(scope: string, id: string): { id: string; record: ResolutionRecord & { capture: NonNullable<ResolutionRecord["capture"]> } } {
+function readCaptureRecord(
+  scope: string,
+  id: string,
+): { id: string; record: ResolutionRecord & { capture: NonNullable<ResolutionRecord["capture"]> } } {
   const read = readRecordBytes(scope, id);
   if (read.record.kind !== "capture" || read.record.capture === null) {
-    throw new OatsError("invalid-resolution", `resolution ${read.id} is an ${read.record.kind} record, not a capture`, { resolution: read.id, kind: read.record.kind });
+    throw new OatsError("invalid-resolution", `resolution ${read.id} is an ${read.record.kind} record, not a capture`, {
+      resolution: read.id,
+      kind: read.record.kind,
+    });
   }
-  return { id: read.id, record: read.record as ResolutionRecord & { capture: NonNullable<ResolutionRecord["capture"]> } };
+  return {
+    id: read.id,
+    record: read.record as ResolutionRecord & { capture: NonNullable<ResolutionRecord["capture"]> },
+  };
 }
 
 /**
@@ -178,21 +206,35 @@ function parseConfigOnce(bytes: Buffer, origin: string): ClassificationConfig {
   return config;
 }
 
-/** The current config at the path the capture was prepared with: null when it is gone, refused when it is present but unusable. */
+/** The current config at the path the capture was prepared with: null when it is gone, refused when it is present but
+ * unusable. */
 function currentConfig(path: string): ClassificationConfig | null {
   try {
     return parseConfigOnce(readClassificationConfigBytes(path), classificationConfigOrigin(path));
   } catch (error) {
     if (isOatsError(error) && error.details["errno"] === "ENOENT") return null;
-    throw new OatsError("classification-refused", `the current classification config ${path} is present but unusable, so a tightening cannot be ruled out: ${(error as Error).message}`, {
-      configPath: path,
-      reason: "current-config-unusable",
-    });
+    throw new OatsError(
+      "classification-refused",
+      `the current classification config ${path} is present but unusable, so a ` +
+        `tightening cannot be ruled out: ${(error as Error).message}`,
+      {
+        configPath: path,
+        reason: "current-config-unusable",
+      },
+    );
   }
 }
 
-function sameArtifact(a: { kind: string; key: string; integrity: { format: string; value: string } }, b: typeof a): boolean {
-  return a.kind === b.kind && a.key === b.key && a.integrity.format === b.integrity.format && a.integrity.value === b.integrity.value;
+function sameArtifact(
+  a: { kind: string; key: string; integrity: { format: string; value: string } },
+  b: typeof a,
+): boolean {
+  return (
+    a.kind === b.kind &&
+    a.key === b.key &&
+    a.integrity.format === b.integrity.format &&
+    a.integrity.value === b.integrity.value
+  );
 }
 
 /**
@@ -201,26 +243,43 @@ function sameArtifact(a: { kind: string; key: string; integrity: { format: strin
  * composition (`details.changes`), so a prepare-on-tick spec edit or a
  * re-prepare with other args or env says what the approver would be asked.
  */
-function requireCompositionApproval(scope: string, subject: CompositionSubject, composition: ReturnType<typeof compositionOf>) {
+function requireCompositionApproval(
+  scope: string,
+  subject: CompositionSubject,
+  composition: ReturnType<typeof compositionOf>,
+) {
   try {
     return requireApproval(scope, subject);
   } catch (error) {
     if (!isOatsError(error) || error.code !== "approval-required") throw error;
     const approved = latestApprovedFor(scope, subject.kind, subject.key);
     if (approved?.composition === undefined) throw error;
-    const changes = compositionChanges(parseComposition(approved.composition, `composition approved at seq ${approved.seq}`), composition);
+    const changes = compositionChanges(
+      parseComposition(approved.composition, `composition approved at seq ${approved.seq}`),
+      composition,
+    );
     throw new OatsError(
       "approval-required",
-      `${error.message}; capture ${subject.key} differs from its approved composition (seq ${approved.seq}, ${approved.subject.integrity}) in ${changes.join(", ")}`,
+      `${error.message}; capture ${subject.key} differs from its approved ` +
+        `composition (seq ${approved.seq}, ${approved.subject.integrity}) in ` +
+        `${changes.join(", ")}`,
       { ...error.details, approvedComposition: { seq: approved.seq, integrity: approved.subject.integrity }, changes },
       { cause: error },
     );
   }
 }
 
-export async function resolveQueuedCapture(scope: string, jobId: string, options: DispatchOptions = {}): Promise<DispatchPlan> {
+export async function resolveQueuedCapture(
+  scope: string,
+  jobId: string,
+  options: DispatchOptions = {},
+): Promise<DispatchPlan> {
   if (options.exec === true && options.postureCheck === undefined) {
-    throw new OatsError("usage", "an exec'd dispatch checks its evidence posture first: plan it with planQueuedRun (the evidence layer)", { reason: "no-posture-check" });
+    throw new OatsError(
+      "usage",
+      "an exec'd dispatch checks its evidence posture first: plan it with planQueuedRun (the evidence layer)",
+      { reason: "no-posture-check" },
+    );
   }
   const realScope = resolveScope(scope);
   const principal = currentPrincipal();
@@ -232,7 +291,16 @@ export async function resolveQueuedCapture(scope: string, jobId: string, options
   let eventWritten = false;
   const harnessEvent = async () => {
     if (!harnessDetails.harnessMismatch || eventWritten) return;
-    await audit(realScope, { action: "security-event", subject: { ...eventSubject }, outcome: "event", details: { event: "harness-label-mismatch", harness, principal } }, appendOptions);
+    await audit(
+      realScope,
+      {
+        action: "security-event",
+        subject: { ...eventSubject },
+        outcome: "event",
+        details: { event: "harness-label-mismatch", harness, principal },
+      },
+      appendOptions,
+    );
     eventWritten = true;
   };
   let copy: RunCopy | null = null;
@@ -244,7 +312,10 @@ export async function resolveQueuedCapture(scope: string, jobId: string, options
     eventSubject["resolution"] = id;
     let preparedFrom: string | null = null;
     if (job.recurrence.policy === "prepare-on-tick") {
-      const prepared = await prepareCapture(realScope, record.capture.spec.path, { auditDetails: { tick: job.job, from: id }, ...(options.lockWaitMs === undefined ? {} : { lockWaitMs: options.lockWaitMs }) });
+      const prepared = await prepareCapture(realScope, record.capture.spec.path, {
+        auditDetails: { tick: job.job, from: id },
+        ...(options.lockWaitMs === undefined ? {} : { lockWaitMs: options.lockWaitMs }),
+      });
       preparedFrom = id;
       ({ id, record } = readCaptureRecord(realScope, prepared.id));
       eventSubject["resolution"] = id;
@@ -263,7 +334,11 @@ export async function resolveQueuedCapture(scope: string, jobId: string, options
     const refs = referencedArtifacts(record);
     const isEntry = (ref: (typeof refs)[number]) => sameArtifact(ref, entrypoint.artifact);
     const copying = refs.some(isEntry) ? settleCopy(copyVerifiedTree(realScope, entrypoint.artifact)) : null;
-    const checked = await verifyTrees(realScope, refs.filter((ref) => !isEntry(ref)), { callerBusy: copying !== null });
+    const checked = await verifyTrees(
+      realScope,
+      refs.filter((ref) => !isEntry(ref)),
+      { callerBusy: copying !== null },
+    );
     const copied = await copying;
     if (copied?.ok) copy = copied.value;
     let next = 0;
@@ -272,10 +347,17 @@ export async function resolveQueuedCapture(scope: string, jobId: string, options
       if (!outcome.ok) throw outcome.error;
       verified.push({ kind: ref.kind, key: ref.key, integrity: integrityText(ref.integrity) });
     }
-    const pinnedConfig = parseConfigOnce(readBlob(realScope, capture.classification.config), `pinned classification config ${capture.classification.config}`);
-    const profile = capture.profile === null ? null : parseCaptureProfileBytes(readBlob(realScope, capture.profile), `pinned capture profile ${capture.profile}`);
+    const pinnedConfig = parseConfigOnce(
+      readBlob(realScope, capture.classification.config),
+      `pinned classification config ${capture.classification.config}`,
+    );
+    const profile =
+      capture.profile === null
+        ? null
+        : parseCaptureProfileBytes(readBlob(realScope, capture.profile), `pinned capture profile ${capture.profile}`);
     readBlob(realScope, capture.spec.blob);
-    const runCopy = copy ?? (copy = await copyVerifiedTree(realScope, entrypoint.artifact));
+    if (copy === null) copy = await copyVerifiedTree(realScope, entrypoint.artifact);
+    const runCopy = copy;
     const path = resolveEntrypointIn(runCopy.root, capture.entrypoint, entrypoint);
     const guard = guardSpecifier(runCopy.root);
     const launch = launcher(path, entrypoint.args, capture.entrypoint, guard);
@@ -304,7 +386,14 @@ export async function resolveQueuedCapture(scope: string, jobId: string, options
     const allowSameFilesystem = options.delivery?.allowSameFilesystem === true;
     const delivery =
       options.exec === true
-        ? { ...(await options.postureCheck!(realScope, classification.effective, { to: options.delivery?.to ?? null, env: options.env ?? process.env, allowSameFilesystem })), allowSameFilesystem }
+        ? {
+            ...(await options.postureCheck!(realScope, classification.effective, {
+              to: options.delivery?.to ?? null,
+              env: options.env ?? process.env,
+              allowSameFilesystem,
+            })),
+            allowSameFilesystem,
+          }
         : null;
 
     // The environment: pinned values and the named credentials, nothing else.
@@ -321,12 +410,19 @@ export async function resolveQueuedCapture(scope: string, jobId: string, options
           executable: { ...subject },
           composition: { ...approvalSubject },
           approval: { seq: approval.seq, hash: approval.hash },
-          classification: { declared: classification.declared, pinned: classification.pinned, current: classification.current, effective: classification.effective },
+          classification: {
+            declared: classification.declared,
+            pinned: classification.pinned,
+            current: classification.current,
+            effective: classification.effective,
+          },
           credentials: { provided, missing },
           verified: verified.length,
           ...harnessDetails,
           exec: options.exec === true,
-          ...(delivery === null ? {} : { delivery: { posture: delivery.posture, to: delivery.to, farSide: delivery.farSide } }),
+          ...(delivery === null
+            ? {}
+            : { delivery: { posture: delivery.posture, to: delivery.to, farSide: delivery.farSide } }),
           ...(preparedFrom === null ? {} : { preparedFrom }),
         },
       },
@@ -339,8 +435,19 @@ export async function resolveQueuedCapture(scope: string, jobId: string, options
       composition: approvalSubject,
       env,
       credentials: { provided, missing },
-      classification: { declared: classification.declared, pinned: classification.pinned, current: classification.current, effective: classification.effective },
-      approval: { seq: approval.seq, hash: approval.hash, operator: approval.operator, at: approval.at, reason: approval.reason },
+      classification: {
+        declared: classification.declared,
+        pinned: classification.pinned,
+        current: classification.current,
+        effective: classification.effective,
+      },
+      approval: {
+        seq: approval.seq,
+        hash: approval.hash,
+        operator: approval.operator,
+        at: approval.at,
+        reason: approval.reason,
+      },
       verified,
       principal,
       harness,
@@ -361,7 +468,9 @@ export async function resolveQueuedCapture(scope: string, jobId: string, options
 }
 
 /** A copy's outcome, kept for its turn in record order (a refusal of an earlier artifact comes first). */
-async function settleCopy(copying: Promise<RunCopy>): Promise<{ ok: true; value: RunCopy } | { ok: false; error: unknown }> {
+async function settleCopy(
+  copying: Promise<RunCopy>,
+): Promise<{ ok: true; value: RunCopy } | { ok: false; error: unknown }> {
   try {
     return { ok: true, value: await copying };
   } catch (error) {

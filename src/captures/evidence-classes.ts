@@ -10,7 +10,14 @@
  * ...) but its evidence status is `failed-evidence`.
  */
 
-export const EVIDENCE_CLASSES = ["log", "exit-status", "environment-names", "approval", "classification", "redaction-statement"] as const;
+export const EVIDENCE_CLASSES = [
+  "log",
+  "exit-status",
+  "environment-names",
+  "approval",
+  "classification",
+  "redaction-statement",
+] as const;
 export type EvidenceClass = (typeof EVIDENCE_CLASSES)[number];
 
 /**
@@ -72,7 +79,10 @@ const NOT_CAPTURED: Record<EvidenceClass, string> = {
 };
 
 /** Which classes the facts establish, with a reason for each that is missing. */
-export function capturedClasses(facts: RunEvidenceFacts): { captured: EvidenceClass[]; missing: Map<EvidenceClass, string> } {
+export function capturedClasses(facts: RunEvidenceFacts): {
+  captured: EvidenceClass[];
+  missing: Map<EvidenceClass, string>;
+} {
   const has: Record<EvidenceClass, boolean> = {
     log: facts.log !== null,
     "exit-status": facts.exit !== null && (facts.exit.code !== null || facts.exit.signal !== null),
@@ -82,7 +92,9 @@ export function capturedClasses(facts: RunEvidenceFacts): { captured: EvidenceCl
     "redaction-statement": facts.redactions !== null,
   };
   const captured = EVIDENCE_CLASSES.filter((name) => has[name]);
-  const missing = new Map(EVIDENCE_CLASSES.filter((name) => !has[name]).map((name) => [name, NOT_CAPTURED[name]] as const));
+  const missing = new Map(
+    EVIDENCE_CLASSES.filter((name) => !has[name]).map((name) => [name, NOT_CAPTURED[name]] as const),
+  );
   return { captured, missing };
 }
 
@@ -100,8 +112,15 @@ export function evidenceSection(
   const requiredList = canonicalClasses(required);
   const capturedList = canonicalClasses(captured);
   const have = new Set(capturedList);
-  const gaps = requiredList.filter((name) => !have.has(name)).map((name) => ({ class: name, reason: reasons.get(name) ?? NOT_CAPTURED[name] }));
-  return { required: requiredList, captured: capturedList, gaps, status: gaps.length === 0 ? "complete" : "failed-evidence" };
+  const gaps = requiredList
+    .filter((name) => !have.has(name))
+    .map((name) => ({ class: name, reason: reasons.get(name) ?? NOT_CAPTURED[name] }));
+  return {
+    required: requiredList,
+    captured: capturedList,
+    gaps,
+    status: gaps.length === 0 ? "complete" : "failed-evidence",
+  };
 }
 
 /** evidenceSection from a run's facts. */

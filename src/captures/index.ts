@@ -7,7 +7,14 @@ export * from "./prepare-capture.js";
 export * from "./dispatch.js";
 export * from "./decision-target.js";
 export { EVIDENCE_CLASSES, type EvidenceClass, evidenceFromFacts, isEvidenceClass } from "./evidence-classes.js";
-export { type DeliveryPosture, evidencePosture, type EvidencePostureResult, type FarSide, type Posture, type PostureInput } from "./posture.js";
+export {
+  type DeliveryPosture,
+  evidencePosture,
+  type EvidencePostureResult,
+  type FarSide,
+  type Posture,
+  type PostureInput,
+} from "./posture.js";
 export { privilegeGate } from "./privilege.js";
 export { createRedactor, redactionRules, type Redactor } from "./redact.js";
 export { checkRunRootAncestors } from "./run-copy.js";

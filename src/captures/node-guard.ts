@@ -20,7 +20,8 @@ import { OatsError } from "../core/index.js";
 
 const NODE_EXTENSIONS = new Set([".js", ".mjs", ".cjs"]);
 
-/** The guard module, beside this one: src/captures under tsx, dist/captures when built (tsconfig.build.json copies it). */
+/** The guard module, beside this one: src/captures under tsx, dist/captures when built (tsconfig.build.json copies
+ * it). */
 const GUARD_MODULE = new URL("./run-guard.mjs", import.meta.url);
 
 /** The `--import` specifier of the guard for a run copy rooted at `root` (a real path). */
@@ -42,10 +43,21 @@ export function nodeOptionsWithGuard(existing: string | undefined, specifier: st
   return existing !== undefined && existing.trim() !== "" ? `${existing} ${option}` : option;
 }
 
-/** How the entry point starts: directly when owner-executable, under this Node (guarded) when a non-executable script; refused otherwise. */
-export function launcher(path: string, args: readonly string[], entrypoint: string, guard: string): { command: string; argv: string[] } {
+/** How the entry point starts: directly when owner-executable, under this Node (guarded) when a non-executable
+ * script; refused otherwise. */
+export function launcher(
+  path: string,
+  args: readonly string[],
+  entrypoint: string,
+  guard: string,
+): { command: string; argv: string[] } {
   const mode = statSync(path).mode;
   if ((mode & 0o100) !== 0) return { command: path, argv: [...args] };
-  if (NODE_EXTENSIONS.has(extname(path))) return { command: process.execPath, argv: ["--import", guard, path, ...args] };
-  throw new OatsError("invalid-artifact", `entry point ${entrypoint} (${path}) is neither owner-executable nor a .js/.mjs/.cjs script`, { entrypoint, path, reason: "not-runnable" });
+  if (NODE_EXTENSIONS.has(extname(path)))
+    return { command: process.execPath, argv: ["--import", guard, path, ...args] };
+  throw new OatsError(
+    "invalid-artifact",
+    `entry point ${entrypoint} (${path}) is neither owner-executable nor a .js/.mjs/.cjs script`,
+    { entrypoint, path, reason: "not-runnable" },
+  );
 }

@@ -30,7 +30,12 @@ export interface PostureInput {
 
 export type Posture =
   | { readonly proceed: true; readonly buffered: boolean; readonly posture: DeliveryPosture; readonly reason: string }
-  | { readonly proceed: false; readonly buffered: false; readonly posture: null; readonly reason: "outbox-unwritable" | "far-side-unreachable" };
+  | {
+      readonly proceed: false;
+      readonly buffered: false;
+      readonly posture: null;
+      readonly reason: "outbox-unwritable" | "far-side-unreachable";
+    };
 
 export function evidencePosture(input: PostureInput): Posture {
   if (!input.outboxWritable) return { proceed: false, buffered: false, posture: null, reason: "outbox-unwritable" };
@@ -38,7 +43,8 @@ export function evidencePosture(input: PostureInput): Posture {
     case "reachable":
       return { proceed: true, buffered: false, posture: "delivered-later", reason: "far-side-reachable" };
     case "unreachable":
-      if (input.level === "confidential") return { proceed: false, buffered: false, posture: null, reason: "far-side-unreachable" };
+      if (input.level === "confidential")
+        return { proceed: false, buffered: false, posture: null, reason: "far-side-unreachable" };
       return { proceed: true, buffered: true, posture: "buffered", reason: "far-side-unreachable" };
     case "none":
       return { proceed: true, buffered: true, posture: "none", reason: "no-far-side" };
@@ -65,4 +71,8 @@ export interface DispatchDelivery {
 }
 
 /** The port through which an exec'd dispatch asks the evidence layer for its posture; a refusal throws. */
-export type EvidencePostureCheck = (scope: string, level: Level, options: DispatchDelivery) => Promise<EvidencePostureResult>;
+export type EvidencePostureCheck = (
+  scope: string,
+  level: Level,
+  options: DispatchDelivery,
+) => Promise<EvidencePostureResult>;

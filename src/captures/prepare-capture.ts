@@ -1,13 +1,42 @@
 import { statSync } from "node:fs";
 import { join, resolve } from "node:path";
 import { OatsError, errnoCode, canonicalJsonBytes } from "../core/index.js";
-import { capabilityRows, readLockFile, TREE_EXEC, integrityText, retainCapabilityArtifact, retainTree, type RetainOptions, inspectStoreAt, resolveScope, withPublishLease, BLOBS_DIR, putBlob } from "../retention/index.js";
+import {
+  capabilityRows,
+  readLockFile,
+  TREE_EXEC,
+  integrityText,
+  retainCapabilityArtifact,
+  retainTree,
+  type RetainOptions,
+  inspectStoreAt,
+  resolveScope,
+  withPublishLease,
+  BLOBS_DIR,
+  putBlob,
+} from "../retention/index.js";
 import type { ArtifactReceipt } from "../retention/index.js";
-import { capabilityArtifactEntry, resolveEntrypoint, findArgSecrets, findSecrets, secretRefusal, INSTALLED_DIR, LOCK_FILE, RESOLUTIONS_DIR, writeResolution } from "../resolution/index.js";
+import {
+  capabilityArtifactEntry,
+  resolveEntrypoint,
+  findArgSecrets,
+  findSecrets,
+  secretRefusal,
+  INSTALLED_DIR,
+  LOCK_FILE,
+  RESOLUTIONS_DIR,
+  writeResolution,
+} from "../resolution/index.js";
 import type { ArtifactRefRecord, ResolutionRecord } from "../resolution/index.js";
 import type { ApprovalSubject } from "./approvals.js";
 import { audit, audited, type AuditSubject } from "../ledger/index.js";
-import { deriveLevel, readClassificationConfigFile, stricter, type DerivedLevel, type Level } from "./classification.js";
+import {
+  deriveLevel,
+  readClassificationConfigFile,
+  stricter,
+  type DerivedLevel,
+  type Level,
+} from "./classification.js";
 import { readCaptureProfileFile, readCaptureSpecFile, type LoadedCaptureSpec } from "./spec.js";
 import { compositionOf, compositionSubject, type CaptureComposition, type CompositionSubject } from "./composition.js";
 
@@ -50,16 +79,33 @@ export interface PrepareCaptureResult {
   /** What an operator approves for this capture to dispatch: its whole composition. */
   readonly composition: { readonly subject: CompositionSubject; readonly value: CaptureComposition };
   readonly retained: ArtifactReceipt;
-  readonly classification: { readonly declared: Level; readonly derived: DerivedLevel; readonly effective: Level; readonly mismatch: boolean };
-  readonly blobs: { readonly config: string; readonly profile: string | null; readonly spec: string; readonly composition: string };
+  readonly classification: {
+    readonly declared: Level;
+    readonly derived: DerivedLevel;
+    readonly effective: Level;
+    readonly mismatch: boolean;
+  };
+  readonly blobs: {
+    readonly config: string;
+    readonly profile: string | null;
+    readonly spec: string;
+    readonly composition: string;
+  };
 }
 
 /** The artifact a capture record runs, as an approval subject. */
 export function captureSubject(record: ResolutionRecord): ApprovalSubject {
   const capture = record.capture;
   const entrypoint = capture ? record.entrypoints[capture.entrypoint] : undefined;
-  if (!capture || !entrypoint) throw new OatsError("invalid-resolution", "not a capture record: it has no capture entry point", { kind: record.kind });
-  return { kind: entrypoint.artifact.kind, key: entrypoint.artifact.key, integrity: integrityText(entrypoint.artifact.integrity) };
+  if (!capture || !entrypoint)
+    throw new OatsError("invalid-resolution", "not a capture record: it has no capture entry point", {
+      kind: record.kind,
+    });
+  return {
+    kind: entrypoint.artifact.kind,
+    key: entrypoint.artifact.key,
+    integrity: integrityText(entrypoint.artifact.integrity),
+  };
 }
 
 function isDirectory(path: string, what: string): void {
@@ -83,7 +129,12 @@ function validate(realScope: string, loaded: LoadedCaptureSpec) {
   if (findings.length > 0) throw secretRefusal(findings);
   inspectStoreAt(realScope, RESOLUTIONS_DIR);
   inspectStoreAt(realScope, BLOBS_DIR);
-  let capability: { id: string; dir: string; lock: ReturnType<typeof readLockFile>; rows: ReturnType<typeof capabilityRows> } | null = null;
+  let capability: {
+    id: string;
+    dir: string;
+    lock: ReturnType<typeof readLockFile>;
+    rows: ReturnType<typeof capabilityRows>;
+  } | null = null;
   if (spec.executable.capability !== undefined) {
     const id = spec.executable.capability;
     const dir = spec.executable.dir ?? join(realScope, ...INSTALLED_DIR, id);
@@ -97,14 +148,26 @@ function validate(realScope: string, loaded: LoadedCaptureSpec) {
   return { config, profile, capability };
 }
 
-/** Under a publish lease (retention/store/lease.ts) until the record is committed: gc never takes what it retained or pinned. */
-export function prepareCapture(scope: string, specInput: LoadedCaptureSpec | string, options: PrepareCaptureOptions = {}): Promise<PrepareCaptureResult> {
+/** Under a publish lease (retention/store/lease.ts) until the record is committed: gc never takes what it retained or
+ * pinned. */
+export function prepareCapture(
+  scope: string,
+  specInput: LoadedCaptureSpec | string,
+  options: PrepareCaptureOptions = {},
+): Promise<PrepareCaptureResult> {
   return withPublishLease(resolveScope(scope), () => prepareCaptureLeased(scope, specInput, options));
 }
 
-async function prepareCaptureLeased(scope: string, specInput: LoadedCaptureSpec | string, options: PrepareCaptureOptions): Promise<PrepareCaptureResult> {
+async function prepareCaptureLeased(
+  scope: string,
+  specInput: LoadedCaptureSpec | string,
+  options: PrepareCaptureOptions,
+): Promise<PrepareCaptureResult> {
   const realScope = resolveScope(scope);
-  const loaded = typeof specInput === "string" ? await audited(realScope, "prepare", { spec: resolve(specInput) }, async () => readCaptureSpecFile(specInput)) : specInput;
+  const loaded =
+    typeof specInput === "string"
+      ? await audited(realScope, "prepare", { spec: resolve(specInput) }, async () => readCaptureSpecFile(specInput))
+      : specInput;
   const { spec } = loaded;
   const subjectOfSpec: AuditSubject = { capture: spec.name, spec: loaded.path };
   return audited(realScope, "prepare", subjectOfSpec, async () => {
@@ -118,15 +181,42 @@ async function prepareCaptureLeased(scope: string, specInput: LoadedCaptureSpec 
     const artifacts: ResolutionRecord["artifacts"] = {};
     let retained: ArtifactReceipt;
     if (capability) {
-      const legacy = await retainCapabilityArtifact(realScope, capability.dir, capability.id, capability.lock, retainOptions);
-      retained = await retainTree(realScope, { kind: "capability", key: capability.id, source: capability.dir, expect: legacy.execIntegrity }, retainOptions);
+      const legacy = await retainCapabilityArtifact(
+        realScope,
+        capability.dir,
+        capability.id,
+        capability.lock,
+        retainOptions,
+      );
+      retained = await retainTree(
+        realScope,
+        { kind: "capability", key: capability.id, source: capability.dir, expect: legacy.execIntegrity },
+        retainOptions,
+      );
       artifacts[capability.id] = capabilityArtifactEntry(capability.id, capability.rows, retained.execIntegrity.value);
     } else {
-      retained = await retainTree(realScope, { kind: "capture", key: spec.name, source: spec.executable.tree! }, retainOptions);
+      retained = await retainTree(
+        realScope,
+        { kind: "capture", key: spec.name, source: spec.executable.tree! },
+        retainOptions,
+      );
     }
-    const artifact: ArtifactRefRecord = { kind: retained.kind, key: retained.key, integrity: { format: TREE_EXEC, value: retained.execIntegrity.value } };
-    const subject: ApprovalSubject = { kind: artifact.kind, key: artifact.key, integrity: integrityText(artifact.integrity) };
-    await audit(realScope, { action: "retain", subject: { ...subject }, outcome: retained.status === "kept" ? "kept" : "ok", details: { capture: spec.name, dir: retained.dir } });
+    const artifact: ArtifactRefRecord = {
+      kind: retained.kind,
+      key: retained.key,
+      integrity: { format: TREE_EXEC, value: retained.execIntegrity.value },
+    };
+    const subject: ApprovalSubject = {
+      kind: artifact.kind,
+      key: artifact.key,
+      integrity: integrityText(artifact.integrity),
+    };
+    await audit(realScope, {
+      action: "retain",
+      subject: { ...subject },
+      outcome: retained.status === "kept" ? "kept" : "ok",
+      details: { capture: spec.name, dir: retained.dir },
+    });
 
     // Step 3: pin the exact bytes.
     const configBlob = putBlob(realScope, config.bytes).digest;
@@ -142,7 +232,14 @@ async function prepareCaptureLeased(scope: string, specInput: LoadedCaptureSpec 
         action: "security-event",
         subject: { capture: spec.name },
         outcome: "event",
-        details: { event: "declared-derived-mismatch", declared: spec.classification, derived: derived.level, effective, target: { ...spec.target }, config: configBlob },
+        details: {
+          event: "declared-derived-mismatch",
+          declared: spec.classification,
+          derived: derived.level,
+          effective,
+          target: { ...spec.target },
+          config: configBlob,
+        },
       });
     }
 
@@ -157,12 +254,20 @@ async function prepareCaptureLeased(scope: string, specInput: LoadedCaptureSpec 
       config: {},
       bindings: {},
       messaging: null,
-      entrypoints: { [spec.name]: { artifact, path: spec.executable.path, args: [...spec.executable.args], role: "command" } },
+      entrypoints: {
+        [spec.name]: { artifact, path: spec.executable.path, args: [...spec.executable.args], role: "command" },
+      },
       capture: {
         name: spec.name,
         entrypoint: spec.name,
         target: { ...spec.target },
-        classification: { declared: spec.classification, derived: derived.level, effective, config: configBlob, configPath: spec.classificationConfig },
+        classification: {
+          declared: spec.classification,
+          derived: derived.level,
+          effective,
+          config: configBlob,
+          configPath: spec.classificationConfig,
+        },
         profile: profileBlob,
         env: { ...spec.env },
         credentials: spec.credentials.map((name) => ({ kind: "env" as const, name })),

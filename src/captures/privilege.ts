@@ -18,11 +18,17 @@ export function currentEuid(): number | null {
   return typeof process.geteuid === "function" ? process.geteuid() : null;
 }
 
-export function privilegeGate(input: { readonly capture: string; readonly privileged: boolean; readonly euid: number | null }): void {
+export function privilegeGate(input: {
+  readonly capture: string;
+  readonly privileged: boolean;
+  readonly euid: number | null;
+}): void {
   if (input.euid !== ROOT_UID || input.privileged) return;
   throw new OatsError(
     "classification-refused",
-    `capture ${input.capture} would run as root (euid 0), but its approved composition is not privileged; run the dispatcher as an ordinary user, or prepare the capture with privileged: true and approve that composition`,
+    `capture ${input.capture} would run as root (euid 0), but its approved ` +
+      `composition is not privileged; run the dispatcher as an ordinary user, ` +
+      `or prepare the capture with privileged: true and approve that composition`,
     { reason: "privileged-account", capture: input.capture, euid: input.euid, privileged: false },
   );
 }

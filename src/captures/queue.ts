@@ -3,7 +3,19 @@ import { join } from "node:path";
 import { z } from "zod";
 import { OatsError, asStepError, errnoCode, canonicalJsonBytes } from "../core/index.js";
 import { parseWith, readCanonicalJson, parseResolutionId, readRecordBytes } from "../resolution/index.js";
-import { identifierSchema, ensureStoreAt, fsyncDirectory, inspectStoreAt, removeCreatedStore, resolveScope, readRegularFile, writeStagedFile, AGENTS_DIR, assertContained, withPublishLease } from "../retention/index.js";
+import {
+  identifierSchema,
+  ensureStoreAt,
+  fsyncDirectory,
+  inspectStoreAt,
+  removeCreatedStore,
+  resolveScope,
+  readRegularFile,
+  writeStagedFile,
+  AGENTS_DIR,
+  assertContained,
+  withPublishLease,
+} from "../retention/index.js";
 import { audit, audited } from "../ledger/index.js";
 
 /**
@@ -64,74 +76,114 @@ export interface AddJobOptions {
 
 export function jobPath(scope: string, job: unknown): string {
   const name = identifierSchema.safeParse(job);
-  if (!name.success) throw new OatsError("invalid-input", `invalid job id ${JSON.stringify(job) ?? String(job)}: must match ^[a-z0-9][a-z0-9._-]*$`, { job });
+  if (!name.success)
+    throw new OatsError(
+      "invalid-input",
+      `invalid job id ${JSON.stringify(job) ?? String(job)}: must match ^[a-z0-9][a-z0-9._-]*$`,
+      { job },
+    );
   const root = join(scope, ...QUEUE_DIR);
   return assertContained(root, join(root, `${name.data}.json`), `job ${name.data}`);
 }
 
 /** Queue a capture resolution under a job id; the record must exist, check and be a capture. */
-export async function addJob(scope: string, request: AddJobRequest, options: AddJobOptions = {}): Promise<{ job: QueuedJob; path: string; status: "written" | "kept" | "replaced" }> {
+export async function addJob(
+  scope: string,
+  request: AddJobRequest,
+  options: AddJobOptions = {},
+): Promise<{ job: QueuedJob; path: string; status: "written" | "kept" | "replaced" }> {
   const realScope = resolveScope(scope);
   // Leased: the record read here must still be there when the job that names it is linked.
-  return withPublishLease(realScope, () => audited(realScope, "queue", { job: String(request?.job) }, async () => {
-    const job = parseWith(
-      jobSchema,
-      {
-        schemaVersion: 1,
-        job: request.job,
-        resolution: parseResolutionId(request.resolution),
-        recurrence: { policy: request.recurrence?.policy ?? "capture", ...(request.recurrence?.every === undefined ? {} : { every: request.recurrence.every }) },
-        createdAt: new Date().toISOString(),
-      },
-      "job",
-    );
-    const path = jobPath(realScope, job.job);
-    const { record } = readRecordBytes(realScope, job.resolution);
-    if (record.kind !== "capture") {
-      throw new OatsError("invalid-input", `resolution ${job.resolution} is an ${record.kind} record; only a capture can be queued`, { resolution: job.resolution, kind: record.kind });
-    }
-    inspectStoreAt(realScope, QUEUE_DIR);
-    const existing = readJobIfPresent(realScope, job.job);
-    if (existing && !options.replace) {
-      if (existing.resolution === job.resolution && existing.recurrence.policy === job.recurrence.policy && existing.recurrence.every === job.recurrence.every) {
-        // Re-queueing is a decision too: audited, and refused (audit-unavailable) when it cannot be.
-        await audit(realScope, { action: "queue", subject: { job: job.job, resolution: job.resolution }, outcome: "kept", details: { recurrence: { ...existing.recurrence } } });
-        return { job: existing, path, status: "kept" as const };
+  return withPublishLease(realScope, () =>
+    audited(realScope, "queue", { job: String(request?.job) }, async () => {
+      const job = parseWith(
+        jobSchema,
+        {
+          schemaVersion: 1,
+          job: request.job,
+          resolution: parseResolutionId(request.resolution),
+          recurrence: {
+            policy: request.recurrence?.policy ?? "capture",
+            ...(request.recurrence?.every === undefined ? {} : { every: request.recurrence.every }),
+          },
+          createdAt: new Date().toISOString(),
+        },
+        "job",
+      );
+      const path = jobPath(realScope, job.job);
+      const { record } = readRecordBytes(realScope, job.resolution);
+      if (record.kind !== "capture") {
+        throw new OatsError(
+          "invalid-input",
+          `resolution ${job.resolution} is an ${record.kind} record; only a capture can be queued`,
+          { resolution: job.resolution, kind: record.kind },
+        );
       }
-      throw new OatsError("invalid-input", `job ${job.job} is already queued for resolution ${existing.resolution}; pass replace to re-point it`, { job: job.job, queued: existing.resolution, requested: job.resolution, reason: "job-exists" });
-    }
-    const created = ensureStoreAt(realScope, QUEUE_DIR);
-    const dir = join(realScope, ...QUEUE_DIR);
-    let staged: string;
-    try {
-      staged = writeStagedFile(dir, ".job", canonicalJsonBytes(job));
-    } catch (error) {
-      removeCreatedStore(created, dir);
-      throw asStepError("stage", error, { path });
-    }
-    // Audit before effect: the job becomes visible to dispatch only after its entry is durable.
-    // A staged (dot-named) file is never listed or dispatched, so a refused audit leaves nothing dispatchable.
-    try {
-      await audit(realScope, { action: "queue", subject: { job: job.job, resolution: job.resolution }, outcome: "ok", details: { recurrence: { ...job.recurrence }, ...(existing ? { replaced: existing.resolution } : {}) } });
-    } catch (error) {
-      unlinkSync(staged);
-      removeCreatedStore(created, dir);
-      throw error;
-    }
-    try {
-      if (existing) renameSync(staged, path);
-      else linkSync(staged, path);
-    } catch (error) {
-      unlinkSync(staged);
-      // The ok entry above is then followed by this refusal's entry (audited), so the log still tells what happened.
-      if (errnoCode(error) === "EEXIST") throw new OatsError("busy", `job ${job.job} was queued by another process at the same moment`, { job: job.job, path });
-      removeCreatedStore(created, dir);
-      throw asStepError("publish", error, { path });
-    }
-    if (!existing) unlinkSync(staged);
-    fsyncDirectory(dir);
-    return { job, path, status: existing ? ("replaced" as const) : ("written" as const) };
-  }));
+      inspectStoreAt(realScope, QUEUE_DIR);
+      const existing = readJobIfPresent(realScope, job.job);
+      if (existing && !options.replace) {
+        if (
+          existing.resolution === job.resolution &&
+          existing.recurrence.policy === job.recurrence.policy &&
+          existing.recurrence.every === job.recurrence.every
+        ) {
+          // Re-queueing is a decision too: audited, and refused (audit-unavailable) when it cannot be.
+          await audit(realScope, {
+            action: "queue",
+            subject: { job: job.job, resolution: job.resolution },
+            outcome: "kept",
+            details: { recurrence: { ...existing.recurrence } },
+          });
+          return { job: existing, path, status: "kept" as const };
+        }
+        throw new OatsError(
+          "invalid-input",
+          `job ${job.job} is already queued for resolution ${existing.resolution}; pass replace to re-point it`,
+          { job: job.job, queued: existing.resolution, requested: job.resolution, reason: "job-exists" },
+        );
+      }
+      const created = ensureStoreAt(realScope, QUEUE_DIR);
+      const dir = join(realScope, ...QUEUE_DIR);
+      let staged: string;
+      try {
+        staged = writeStagedFile(dir, ".job", canonicalJsonBytes(job));
+      } catch (error) {
+        removeCreatedStore(created, dir);
+        throw asStepError("stage", error, { path });
+      }
+      // Audit before effect: the job becomes visible to dispatch only after its entry is durable.
+      // A staged (dot-named) file is never listed or dispatched, so a refused audit leaves nothing dispatchable.
+      try {
+        await audit(realScope, {
+          action: "queue",
+          subject: { job: job.job, resolution: job.resolution },
+          outcome: "ok",
+          details: { recurrence: { ...job.recurrence }, ...(existing ? { replaced: existing.resolution } : {}) },
+        });
+      } catch (error) {
+        unlinkSync(staged);
+        removeCreatedStore(created, dir);
+        throw error;
+      }
+      try {
+        if (existing) renameSync(staged, path);
+        else linkSync(staged, path);
+      } catch (error) {
+        unlinkSync(staged);
+        // The ok entry above is then followed by this refusal's entry (audited), so the log still tells what happened.
+        if (errnoCode(error) === "EEXIST")
+          throw new OatsError("busy", `job ${job.job} was queued by another process at the same moment`, {
+            job: job.job,
+            path,
+          });
+        removeCreatedStore(created, dir);
+        throw asStepError("publish", error, { path });
+      }
+      if (!existing) unlinkSync(staged);
+      fsyncDirectory(dir);
+      return { job, path, status: existing ? ("replaced" as const) : ("written" as const) };
+    }),
+  );
 }
 
 function readJobIfPresent(realScope: string, job: string): QueuedJob | null {
@@ -149,7 +201,8 @@ export function readJob(scope: string, job: string): QueuedJob {
   const path = jobPath(realScope, job);
   const notFound = () => new OatsError("job-not-found", `no job ${job} is queued in this scope`, { job, path });
   if (!inspectStoreAt(realScope, QUEUE_DIR).complete) throw notFound();
-  const damaged = (why: string, details: Record<string, unknown> = {}) => new OatsError("invalid-artifact-store", `queued job ${job} is damaged: ${why}`, { job, path, ...details });
+  const damaged = (why: string, details: Record<string, unknown> = {}) =>
+    new OatsError("invalid-artifact-store", `queued job ${job} is damaged: ${why}`, { job, path, ...details });
   const bytes = readRegularFile(path, {
     limit: MAX_JOB_BYTES,
     refuse: (failure, details) => (failure === "missing" ? notFound() : damaged(failure, details)),
@@ -161,7 +214,10 @@ export function readJob(scope: string, job: string): QueuedJob {
     throw damaged(error instanceof Error ? error.message : String(error));
   }
   const parsed = jobSchema.safeParse(value);
-  if (!parsed.success || parsed.data.job !== job) throw damaged(parsed.success ? "its job id is not its file name" : (parsed.error.issues[0]?.message ?? "malformed"));
+  if (!parsed.success || parsed.data.job !== job)
+    throw damaged(
+      parsed.success ? "its job id is not its file name" : (parsed.error.issues[0]?.message ?? "malformed"),
+    );
   return parsed.data;
 }
 

@@ -48,6 +48,12 @@ class Parser {
     throw new PatternRefusal(message);
   }
 
+  /** Consumes one character and answers `value`. */
+  advance<T>(value: T): T {
+    this.index += 1;
+    return value;
+  }
+
   peek(offset = 0): string | undefined {
     return this.source[this.index + offset];
   }
@@ -59,7 +65,10 @@ class Parser {
       this.index += 1;
       branches.push(this.sequence());
     }
-    return { nullable: branches.some((branch) => branch.nullable), repeats: branches.length > 1 || branches.some((branch) => branch.repeats) };
+    return {
+      nullable: branches.some((branch) => branch.nullable),
+      repeats: branches.length > 1 || branches.some((branch) => branch.repeats),
+    };
   }
 
   sequence(): Node {
@@ -78,16 +87,17 @@ class Parser {
     if (quantifier === null) return atom;
     const { min, max } = quantifier;
     if (this.peek() === "?") this.index += 1;
-    if (max > 1 && atom.repeats) this.fail("it repeats a group that itself repeats or alternates (exponential backtracking)");
+    if (max > 1 && atom.repeats)
+      this.fail("it repeats a group that itself repeats or alternates (exponential backtracking)");
     this.ranges.push(max - min);
     return { nullable: atom.nullable || min === 0, repeats: atom.repeats || max > 1 };
   }
 
   quantifier(): { min: number; max: number } | null {
     const char = this.peek();
-    if (char === "*") return (this.index += 1), { min: 0, max: Infinity };
-    if (char === "+") return (this.index += 1), { min: 1, max: Infinity };
-    if (char === "?") return (this.index += 1), { min: 0, max: 1 };
+    if (char === "*") return this.advance({ min: 0, max: Infinity });
+    if (char === "+") return this.advance({ min: 1, max: Infinity });
+    if (char === "?") return this.advance({ min: 0, max: 1 });
     if (char === "{") {
       const match = /^\{(\d+)(,(\d*))?\}/.exec(this.source.slice(this.index));
       if (match === null) return null;
@@ -141,9 +151,13 @@ class Parser {
     if (this.peek() === "?") {
       const rest = this.source.slice(this.index + 1);
       if (rest.startsWith(":")) this.index += 2;
-      else if (rest.startsWith("=") || rest.startsWith("!")) (this.index += 2), (assertion = true);
-      else if (rest.startsWith("<=") || rest.startsWith("<!")) (this.index += 3), (assertion = true);
-      else if (rest.startsWith("<")) this.index = this.source.indexOf(">", this.index) + 1;
+      else if (rest.startsWith("=") || rest.startsWith("!")) {
+        this.index += 2;
+        assertion = true;
+      } else if (rest.startsWith("<=") || rest.startsWith("<!")) {
+        this.index += 3;
+        assertion = true;
+      } else if (rest.startsWith("<")) this.index = this.source.indexOf(">", this.index) + 1;
       else this.fail("it uses an unsupported group");
     }
     const inner = this.alternation();
@@ -161,8 +175,10 @@ export class PatternRefusal extends Error {}
  */
 export function analysePattern(source: string, flags = ""): PatternAnalysis {
   if (source.length === 0) throw new PatternRefusal("it is empty");
-  if (source.length > MAX_PATTERN_LENGTH) throw new PatternRefusal(`it is longer than ${MAX_PATTERN_LENGTH} characters`);
-  if (!/^[imu]*$/.test(flags) || new Set(flags).size !== flags.length) throw new PatternRefusal("its flags may only be i, m and u, each at most once");
+  if (source.length > MAX_PATTERN_LENGTH)
+    throw new PatternRefusal(`it is longer than ${MAX_PATTERN_LENGTH} characters`);
+  if (!/^[imu]*$/.test(flags) || new Set(flags).size !== flags.length)
+    throw new PatternRefusal("its flags may only be i, m and u, each at most once");
   try {
     new RegExp(source, `${flags}g`);
   } catch (error) {
@@ -180,7 +196,10 @@ export const redactPatternSchema = z
   .object({
     name: identifierSchema,
     pattern: z.string().min(1).max(MAX_PATTERN_LENGTH),
-    flags: z.string().regex(/^[imu]{0,3}$/, "flags may only be i, m and u").optional(),
+    flags: z
+      .string()
+      .regex(/^[imu]{0,3}$/, "flags may only be i, m and u")
+      .optional(),
   })
   .strict()
   .superRefine((entry, context) => {
@@ -188,7 +207,11 @@ export const redactPatternSchema = z
       analysePattern(entry.pattern, entry.flags ?? "");
     } catch (error) {
       if (!(error instanceof PatternRefusal)) throw error;
-      context.addIssue({ code: "custom", path: ["pattern"], message: `redaction pattern ${entry.name} is refused: ${error.message}` });
+      context.addIssue({
+        code: "custom",
+        path: ["pattern"],
+        message: `redaction pattern ${entry.name} is refused: ${error.message}`,
+      });
     }
   });
 
@@ -198,7 +221,12 @@ export const redactPatternsSchema = z
   .superRefine((entries, context) => {
     const seen = new Set<string>();
     entries.forEach((entry, index) => {
-      if (seen.has(entry.name)) context.addIssue({ code: "custom", path: [index, "name"], message: `redaction pattern ${entry.name} is named twice` });
+      if (seen.has(entry.name))
+        context.addIssue({
+          code: "custom",
+          path: [index, "name"],
+          message: `redaction pattern ${entry.name} is named twice`,
+        });
       seen.add(entry.name);
     });
   });

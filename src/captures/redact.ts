@@ -60,19 +60,29 @@ export interface Redactor {
 
 /** Why a credential value cannot be masked, or null when it can. */
 export function credentialValueProblem(value: string): string | null {
-  if ([...value].length < MIN_CREDENTIAL_LENGTH) return `shorter than ${MIN_CREDENTIAL_LENGTH} characters: masking it would mask ordinary text`;
+  if ([...value].length < MIN_CREDENTIAL_LENGTH)
+    return `shorter than ${MIN_CREDENTIAL_LENGTH} characters: masking it would mask ordinary text`;
   // eslint-disable-next-line no-control-regex
-  if (/[\u0000-\u0008\u000a-\u001f\u007f-\u009f]/.test(value)) return "it contains a line break or a control character: a line log could never match it whole";
+  if (/[\u0000-\u0008\u000a-\u001f\u007f-\u009f]/.test(value))
+    return "it contains a line break or a control character: a line log could never match it whole";
   return null;
 }
 
 /** The rules for a run: one per provided credential (sorted by name), then the profile's patterns in order. */
-export function redactionRules(credentials: Readonly<Record<string, string>>, patterns: readonly RedactPattern[] = []): RedactionRule[] {
+export function redactionRules(
+  credentials: Readonly<Record<string, string>>,
+  patterns: readonly RedactPattern[] = [],
+): RedactionRule[] {
   return [
     ...Object.keys(credentials)
       .sort()
       .map((name) => ({ name: `credential:${name}`, kind: "literal" as const, value: credentials[name]! })),
-    ...patterns.map((pattern) => ({ name: `profile:${pattern.name}`, kind: "pattern" as const, source: pattern.pattern, ...(pattern.flags === undefined ? {} : { flags: pattern.flags }) })),
+    ...patterns.map((pattern) => ({
+      name: `profile:${pattern.name}`,
+      kind: "pattern" as const,
+      source: pattern.pattern,
+      ...(pattern.flags === undefined ? {} : { flags: pattern.flags }),
+    })),
   ];
 }
 
@@ -93,7 +103,10 @@ function refuse(rule: string, reason: string, details: Record<string, unknown> =
   return new OatsError("invalid-input", `redaction rule ${rule} is refused: ${reason}`, { rule, reason, ...details });
 }
 
-function validateRules(rules: readonly RedactionRule[]): { literals: Array<{ index: number; value: string }>; patterns: CompiledPattern[] } {
+function validateRules(rules: readonly RedactionRule[]): {
+  literals: Array<{ index: number; value: string }>;
+  patterns: CompiledPattern[];
+} {
   const literals: Array<{ index: number; value: string }> = [];
   const patterns: CompiledPattern[] = [];
   const names = new Set<string>();
@@ -154,7 +167,12 @@ function patternMatches(regexp: RegExp, text: string, rule: number, into: Match[
  * patterns; `done` tells which rule was running when the budget ran out.
  */
 function budgetedRunner(patterns: readonly CompiledPattern[]) {
-  const context = createContext({ patterns: patterns.map((pattern) => ({ source: pattern.regexp.source, flags: pattern.regexp.flags })), text: "", found: [] as number[][], done: 0 });
+  const context = createContext({
+    patterns: patterns.map((pattern) => ({ source: pattern.regexp.source, flags: pattern.regexp.flags })),
+    text: "",
+    found: [] as number[][],
+    done: 0,
+  });
   new Script("patterns = patterns.map((p) => new RegExp(p.source, p.flags));").runInContext(context);
   const script = new Script(`
     found = []; done = 0;
@@ -186,10 +204,17 @@ function budgetedRunner(patterns: readonly CompiledPattern[]) {
  * already finished (the script is then only returning): every rule's spans
  * are complete, so that is a finished run, not an exhausted budget.
  */
-export function budgetedOutcome(patterns: readonly { index: number }[], timedOut: boolean, done: number, found: readonly number[][], into: Match[]): { exhausted: number | null } {
+export function budgetedOutcome(
+  patterns: readonly { index: number }[],
+  timedOut: boolean,
+  done: number,
+  found: readonly number[][],
+  into: Match[],
+): { exhausted: number | null } {
   if (timedOut && done < patterns.length) return { exhausted: patterns[done]!.index };
   found.forEach((spans, position) => {
-    for (let at = 0; at < spans.length; at += 2) into.push({ start: spans[at]!, end: spans[at + 1]!, rule: patterns[position]!.index });
+    for (let at = 0; at < spans.length; at += 2)
+      into.push({ start: spans[at]!, end: spans[at + 1]!, rule: patterns[position]!.index });
   });
   return { exhausted: null };
 }
@@ -230,7 +255,8 @@ export function createRedactor(rules: readonly RedactionRule[]): Redactor {
       if (rules.length === 0) return text;
       const matches: Match[] = [];
       for (const { index, value } of literals) {
-        for (let at = text.indexOf(value); at !== -1; at = text.indexOf(value, at + 1)) matches.push({ start: at, end: at + value.length, rule: index });
+        for (let at = text.indexOf(value); at !== -1; at = text.indexOf(value, at + 1))
+          matches.push({ start: at, end: at + value.length, rule: index });
       }
       if (patterns.length > 0) {
         if (text.length <= direct) {

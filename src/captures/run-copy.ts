@@ -1,7 +1,26 @@
 import { chmodSync, lstatSync, mkdirSync, realpathSync } from "node:fs";
 import { basename, dirname, isAbsolute, join, resolve } from "node:path";
 import { OatsError, errnoCode } from "../core/index.js";
-import { FRAMINGS, digestListing, type TreeDigests, walkTree, TREE_EXEC, TREE_LEGACY, integrityText, ensureStoreAt, inspectStore, RUN_COPIES_STORE, parseArtifactRef, parseStagingName, retainedTreeDir, stagingName, firstDifference, revisionParentSegments, StagingWriter, removeTree } from "../retention/index.js";
+import {
+  FRAMINGS,
+  digestListing,
+  type TreeDigests,
+  walkTree,
+  TREE_EXEC,
+  TREE_LEGACY,
+  integrityText,
+  ensureStoreAt,
+  inspectStore,
+  RUN_COPIES_STORE,
+  parseArtifactRef,
+  parseStagingName,
+  retainedTreeDir,
+  stagingName,
+  firstDifference,
+  revisionParentSegments,
+  StagingWriter,
+  removeTree,
+} from "../retention/index.js";
 
 /**
  * The private run copy of a dispatch (docs/design/captures.md, "Running only
@@ -41,7 +60,11 @@ const OTHERS_WRITE = 0o022;
 const STICKY = 0o1000;
 
 function unsafe(path: string, why: string, details: Record<string, unknown> = {}): OatsError {
-  return new OatsError("invalid-artifact-store", `the run directory cannot be private: ${path} ${why}`, { path, reason: "run-root-unsafe", ...details });
+  return new OatsError("invalid-artifact-store", `the run directory cannot be private: ${path} ${why}`, {
+    path,
+    reason: "run-root-unsafe",
+    ...details,
+  });
 }
 
 /**
@@ -57,14 +80,16 @@ export function checkRunRootAncestors(path: string, options: { allowMissing?: bo
     try {
       stats = lstatSync(current);
     } catch (error) {
-      if (!(options.allowMissing && errnoCode(error) === "ENOENT")) throw unsafe(current, `cannot be inspected (${errnoCode(error) ?? String(error)})`);
+      if (!(options.allowMissing && errnoCode(error) === "ENOENT"))
+        throw unsafe(current, `cannot be inspected (${errnoCode(error) ?? String(error)})`);
       stats = null;
     }
     if (stats !== null) {
       if (!stats.isDirectory()) throw unsafe(current, stats.isSymbolicLink() ? "is a symlink" : "is not a directory");
       const mode = stats.mode & 0o7777;
       const details = { uid: stats.uid, mode: mode.toString(8), euid };
-      if (stats.uid !== 0 && stats.uid !== euid) throw unsafe(current, `is owned by uid ${stats.uid}, neither root nor this account (uid ${euid})`, details);
+      if (stats.uid !== 0 && stats.uid !== euid)
+        throw unsafe(current, `is owned by uid ${stats.uid}, neither root nor this account (uid ${euid})`, details);
       if ((mode & OTHERS_WRITE) !== 0 && !(stats.uid === 0 && (mode & STICKY) !== 0)) {
         throw unsafe(current, `is writable by group or others (mode ${mode.toString(8)})`, details);
       }
@@ -90,21 +115,36 @@ function createRunDirectory(realScope: string): string {
  * Copy the retained tree `ref` names into a new run directory while hashing
  * it; refuse (and remove the copy) unless it hashes to `ref.integrity`.
  */
-export async function copyVerifiedTree(realScope: string, input: { kind?: unknown; key: unknown; integrity: unknown }): Promise<RunCopy> {
+export async function copyVerifiedTree(
+  realScope: string,
+  input: { kind?: unknown; key: unknown; integrity: unknown },
+): Promise<RunCopy> {
   const ref = parseArtifactRef(input);
   const format = ref.integrity.format === TREE_LEGACY ? TREE_LEGACY : TREE_EXEC;
   const source = retainedTreeDir(realScope, ref);
   if (!inspectStore(realScope, ref.kind, revisionParentSegments(ref.key, format)).complete) {
-    throw new OatsError("artifact-not-found", `${ref.kind} ${ref.key} has no retained revision ${integrityText(ref.integrity)}`, { kind: ref.kind, key: ref.key, expected: ref.integrity.value, dir: source });
+    throw new OatsError(
+      "artifact-not-found",
+      `${ref.kind} ${ref.key} has no retained revision ${integrityText(ref.integrity)}`,
+      { kind: ref.kind, key: ref.key, expected: ref.integrity.value, dir: source },
+    );
   }
   let stats;
   try {
     stats = lstatSync(source);
   } catch (error) {
-    throw new OatsError("artifact-not-found", `${ref.kind} ${ref.key} has no retained revision ${integrityText(ref.integrity)}`, { kind: ref.kind, key: ref.key, expected: ref.integrity.value, dir: source, errno: errnoCode(error) });
+    throw new OatsError(
+      "artifact-not-found",
+      `${ref.kind} ${ref.key} has no retained revision ${integrityText(ref.integrity)}`,
+      { kind: ref.kind, key: ref.key, expected: ref.integrity.value, dir: source, errno: errnoCode(error) },
+    );
   }
   if (!stats.isDirectory()) {
-    throw new OatsError("invalid-artifact", `retained revision is not a real directory (${stats.isSymbolicLink() ? "a symlink" : "a file"}): ${source}`, { kind: ref.kind, key: ref.key, dir: source });
+    throw new OatsError(
+      "invalid-artifact",
+      `retained revision is not a real directory (${stats.isSymbolicLink() ? "a symlink" : "a file"}): ${source}`,
+      { kind: ref.kind, key: ref.key, dir: source },
+    );
   }
 
   const dir = createRunDirectory(realScope);
@@ -113,7 +153,11 @@ export async function copyVerifiedTree(realScope: string, input: { kind?: unknow
     const tree = join(dir, "tree");
     mkdirSync(tree, { mode: 0o700 });
     const listing = await walkTree(source);
-    writer = new StagingWriter(tree, listing, { durability: "none", clearModeBits: OTHERS_WRITE, concurrentSmallFiles: true });
+    writer = new StagingWriter(tree, listing, {
+      durability: "none",
+      clearModeBits: OTHERS_WRITE,
+      concurrentSmallFiles: true,
+    });
     writer.prepareDirectories();
     let digests: TreeDigests;
     try {
@@ -126,8 +170,19 @@ export async function copyVerifiedTree(realScope: string, input: { kind?: unknow
       const difference = await firstDifference(source).catch(() => null);
       throw new OatsError(
         "integrity-mismatch",
-        `${ref.kind} ${ref.key}: expected ${format}:${ref.integrity.value}, found ${format}:${actual}${difference ? ` (first difference: ${difference.path}, ${difference.change})` : ""}`,
-        { kind: ref.kind, key: ref.key, format, expected: ref.integrity.value, actual, dir: source, reason: "damaged-revision", ...(difference ? { firstDifference: difference } : {}) },
+        `${ref.kind} ${ref.key}: expected ${format}:${ref.integrity.value}, ` +
+          `found ` +
+          `${format}:${actual}${difference ? ` (first difference: ${difference.path}, ${difference.change})` : ""}`,
+        {
+          kind: ref.kind,
+          key: ref.key,
+          format,
+          expected: ref.integrity.value,
+          actual,
+          dir: source,
+          reason: "damaged-revision",
+          ...(difference ? { firstDifference: difference } : {}),
+        },
       );
     }
     await writer.flush();
@@ -147,8 +202,17 @@ export async function copyVerifiedTree(realScope: string, input: { kind?: unknow
  */
 export async function removeRunCopy(copy: Pick<RunCopy, "dir">): Promise<void> {
   const dir: unknown = copy.dir;
-  if (typeof dir !== "string" || !isAbsolute(dir) || resolve(dir) !== dir || parseStagingName(basename(dir)) === null || !dirname(dir).endsWith(`/${RUN_COPIES_STORE.join("/")}`)) {
-    throw new OatsError("invalid-input", `not a run copy directory, refusing to remove it: ${String(dir)}`, { dir: String(dir), reason: "not-a-run-copy" });
+  if (
+    typeof dir !== "string" ||
+    !isAbsolute(dir) ||
+    resolve(dir) !== dir ||
+    parseStagingName(basename(dir)) === null ||
+    !dirname(dir).endsWith(`/${RUN_COPIES_STORE.join("/")}`)
+  ) {
+    throw new OatsError("invalid-input", `not a run copy directory, refusing to remove it: ${String(dir)}`, {
+      dir: String(dir),
+      reason: "not-a-run-copy",
+    });
   }
   await removeTree(dir);
 }

@@ -26,7 +26,7 @@ import { fileURLToPath } from "node:url";
 
 const here = new URL(import.meta.url);
 const root = here.searchParams.get("root");
-if (!root || !root.startsWith("/")) throw new Error(`oats run guard: no run root in ${here.href}`);
+if (!root?.startsWith("/")) throw new Error(`oats run guard: no run root in ${here.href}`);
 const rootPrefix = root.endsWith("/") ? root : `${root}/`;
 /** This file: imported twice when both argv and NODE_OPTIONS name it, the second time after the hook is in place. */
 const self = real(fileURLToPath(here));
@@ -47,7 +47,9 @@ function real(path) {
 
 /** @param {string} request @param {string} resolved */
 function refusal(request, resolved) {
-  const error = new Error(`oats run guard: ${JSON.stringify(request)} resolves outside the verified run copy ${root}: ${resolved}`);
+  const error = new Error(
+    `oats run guard: ${JSON.stringify(request)} resolves outside the verified run copy ${root}: ${resolved}`,
+  );
   Object.assign(error, { code: "ERR_OATS_RUN_GUARD", request, resolved, root });
   return error;
 }
@@ -73,7 +75,10 @@ if (!here.searchParams.has("hooks")) {
   /** @type {any} */
   const cjs = Module;
   const original = cjs._resolveFilename;
-  cjs._resolveFilename = function guardedResolveFilename(/** @type {string} */ request, /** @type {unknown[]} */ ...rest) {
+  cjs._resolveFilename = function guardedResolveFilename(
+    /** @type {string} */ request,
+    /** @type {unknown[]} */ ...rest
+  ) {
     const resolved = original.call(this, request, ...rest);
     if (typeof resolved !== "string" || isBuiltin(resolved)) return resolved;
     const path = real(resolved);
@@ -81,7 +86,8 @@ if (!here.searchParams.has("hooks")) {
     return resolved;
   };
   // HOME/.node_modules, NODE_PATH and the prefix's lib/node: never inside the copy.
-  if (Array.isArray(cjs.globalPaths)) cjs.globalPaths.splice(0, cjs.globalPaths.length, ...cjs.globalPaths.filter(inside));
+  if (Array.isArray(cjs.globalPaths))
+    cjs.globalPaths.splice(0, cjs.globalPaths.length, ...cjs.globalPaths.filter(inside));
   const hooks = new URL(here.href);
   hooks.searchParams.set("hooks", "1");
   register(hooks.href);

@@ -1,7 +1,14 @@
 import { extname, isAbsolute, resolve } from "node:path";
 import { z } from "zod";
 import { OatsError } from "../core/index.js";
-import { decodeUtf8, parseByExtension, parseWith, parseYamlText, readOperatorFile, entrypointPathSchema } from "../resolution/index.js";
+import {
+  decodeUtf8,
+  parseByExtension,
+  parseWith,
+  parseYamlText,
+  readOperatorFile,
+  entrypointPathSchema,
+} from "../resolution/index.js";
 import { identifierSchema } from "../retention/index.js";
 import { LEVELS } from "./classification.js";
 import { isLoaderEnvName } from "./composition.js";
@@ -47,7 +54,10 @@ import { redactPatternsSchema, type RedactPattern } from "./redact-pattern.js";
 export const MAX_SPEC_BYTES = 1 << 20;
 export const MAX_PROFILE_BYTES = 1 << 20;
 
-const localPath = z.string().min(1).refine((path) => !path.includes("\0"), "must not contain NUL");
+const localPath = z
+  .string()
+  .min(1)
+  .refine((path) => !path.includes("\0"), "must not contain NUL");
 const envName = z.string().regex(/^[A-Za-z_][A-Za-z0-9_]*$/, "must be an environment variable name");
 const level = z.enum(LEVELS);
 
@@ -63,10 +73,18 @@ const executableSchema = z
   .strict()
   .superRefine((executable, context) => {
     if ((executable.tree === undefined) === (executable.capability === undefined)) {
-      context.addIssue({ code: "custom", path: [], message: "give exactly one of tree (a directory) or capability (an id)" });
+      context.addIssue({
+        code: "custom",
+        path: [],
+        message: "give exactly one of tree (a directory) or capability (an id)",
+      });
     }
     if (executable.tree !== undefined && (executable.dir !== undefined || executable.lock !== undefined)) {
-      context.addIssue({ code: "custom", path: [executable.dir !== undefined ? "dir" : "lock"], message: "dir and lock belong to a capability executable" });
+      context.addIssue({
+        code: "custom",
+        path: [executable.dir !== undefined ? "dir" : "lock"],
+        message: "dir and lock belong to a capability executable",
+      });
     }
   });
 
@@ -75,7 +93,10 @@ export const specSchema = z
     schemaVersion: z.literal(1).optional(),
     name: identifierSchema,
     executable: executableSchema,
-    target: z.object({ wing: z.string().min(1).optional(), repo: z.string().min(1).optional() }).strict().default({}),
+    target: z
+      .object({ wing: z.string().min(1).optional(), repo: z.string().min(1).optional() })
+      .strict()
+      .default({}),
     classification: level,
     classificationConfig: localPath,
     profile: localPath.optional(),
@@ -89,18 +110,46 @@ export const specSchema = z
     const listed = new Set(spec.loaderEnv);
     for (const name of Object.keys(spec.env)) {
       if (isLoaderEnvName(name) && !listed.has(name)) {
-        context.addIssue({ code: "custom", path: ["env", name], message: `${name} changes how the interpreter or the loader behaves; pin it only deliberately, by listing it under loaderEnv` });
+        context.addIssue({
+          code: "custom",
+          path: ["env", name],
+          message:
+            `${name} changes how the interpreter or the loader behaves; pin it only ` +
+            `deliberately, by listing it under loaderEnv`,
+        });
       }
     }
     spec.loaderEnv.forEach((name, index) => {
-      if (!Object.hasOwn(spec.env, name)) context.addIssue({ code: "custom", path: ["loaderEnv", index], message: `${name} is listed under loaderEnv but not pinned in env` });
+      if (!Object.hasOwn(spec.env, name))
+        context.addIssue({
+          code: "custom",
+          path: ["loaderEnv", index],
+          message: `${name} is listed under loaderEnv but not pinned in env`,
+        });
     });
     const seen = new Set<string>();
     spec.credentials.forEach((name, index) => {
-      if (seen.has(name)) context.addIssue({ code: "custom", path: ["credentials", index], message: `credential ${name} is listed twice` });
+      if (seen.has(name))
+        context.addIssue({
+          code: "custom",
+          path: ["credentials", index],
+          message: `credential ${name} is listed twice`,
+        });
       // A credential's value comes from the dispatcher's environment, unseen by the approver.
-      if (isLoaderEnvName(name)) context.addIssue({ code: "custom", path: ["credentials", index], message: `${name} changes how the interpreter or the loader behaves and cannot be a credential (its value would come unapproved from the dispatcher's environment)` });
-      if (Object.hasOwn(spec.env, name)) context.addIssue({ code: "custom", path: ["credentials", index], message: `${name} is both a pinned env value and a credential` });
+      if (isLoaderEnvName(name))
+        context.addIssue({
+          code: "custom",
+          path: ["credentials", index],
+          message:
+            `${name} changes how the interpreter or the loader behaves and cannot be ` +
+            `a credential (its value would come unapproved from the dispatcher's environment)`,
+        });
+      if (Object.hasOwn(spec.env, name))
+        context.addIssue({
+          code: "custom",
+          path: ["credentials", index],
+          message: `${name} is both a pinned env value and a credential`,
+        });
       seen.add(name);
     });
   });
@@ -124,7 +173,9 @@ export const profileSchema = z
       .optional(),
     evidence: z
       .object({
-        required: z.array(z.enum(EVIDENCE_CLASSES)).refine((classes) => new Set(classes).size === classes.length, "an evidence class is listed twice"),
+        required: z
+          .array(z.enum(EVIDENCE_CLASSES))
+          .refine((classes) => new Set(classes).size === classes.length, "an evidence class is listed twice"),
       })
       .strict()
       .optional(),
@@ -134,7 +185,6 @@ export const profileSchema = z
 
 export type CaptureProfile = z.infer<typeof profileSchema>;
 
-
 /** What a pinned profile (or none) asks of a run: the required evidence classes and the redaction patterns. */
 export interface ProfileEvidencePolicy {
   readonly required: readonly EvidenceClass[];
@@ -143,7 +193,10 @@ export interface ProfileEvidencePolicy {
 
 export function evidencePolicy(profile: CaptureProfile | null): ProfileEvidencePolicy {
   return {
-    required: profile?.evidence === undefined ? [...DEFAULT_REQUIRED_EVIDENCE] : EVIDENCE_CLASSES.filter((name) => profile.evidence!.required.includes(name)),
+    required:
+      profile?.evidence === undefined
+        ? [...DEFAULT_REQUIRED_EVIDENCE]
+        : EVIDENCE_CLASSES.filter((name) => profile.evidence!.required.includes(name)),
     redact: profile?.redact ?? [],
   };
 }
@@ -178,7 +231,10 @@ export function readCaptureSpecFile(path: string): LoadedCaptureSpec {
   const origin = `capture spec ${path}`;
   const extension = extname(absolute);
   if (![".json", ".yaml", ".yml"].includes(extension.toLowerCase())) {
-    throw new OatsError("invalid-input", `${origin}: a capture spec ends in .json, .yaml or .yml`, { spec: path, extension });
+    throw new OatsError("invalid-input", `${origin}: a capture spec ends in .json, .yaml or .yml`, {
+      spec: path,
+      extension,
+    });
   }
   const bytes = readOperatorFile(absolute, MAX_SPEC_BYTES, origin, { spec: path });
   const value = parseByExtension(decodeUtf8(bytes, origin, { spec: path }), extension, origin, { spec: path });

@@ -27,9 +27,19 @@ const writeOut: (text: string) => void = process.stdout.write.bind(process.stdou
 function internalFailure(error: unknown): number {
   const message = error instanceof Error ? error.message : String(error);
   if (json) {
-    writeOut(`${JSON.stringify({ schemaVersion: 1, ok: false, command: null, error: { code: "internal-error", kind: "internal", message, details: {} } })}\n`);
+    writeOut(
+      JSON.stringify({
+        schemaVersion: 1,
+        ok: false,
+        command: null,
+        error: { code: "internal-error", kind: "internal", message, details: {} },
+      }) + "\n",
+    );
   } else {
-    process.stderr.write(`oats: internal-error: ${message}\nthis is a bug in oats or its installation; reinstall it, and report the message above if it persists.\n`);
+    process.stderr.write(
+      `oats: internal-error: ${message}\nthis is a bug in oats or its ` +
+        `installation; reinstall it, and report the message above if it persists.\n`,
+    );
   }
   return 1;
 }
@@ -44,7 +54,11 @@ async function loadMain(): Promise<typeof import("./main.js").main> {
 if (rest.length === 1 && (rest[0] === "--version" || rest[0] === "-V")) {
   try {
     const version = packageVersion();
-    writeOut(json ? `${JSON.stringify({ schemaVersion: 1, ok: true, command: "version", result: { version } })}\n` : `${version}\n`);
+    writeOut(
+      json
+        ? `${JSON.stringify({ schemaVersion: 1, ok: true, command: "version", result: { version } })}\n`
+        : `${version}\n`,
+    );
   } catch (error) {
     process.exitCode = internalFailure(error);
   }
@@ -52,7 +66,8 @@ if (rest.length === 1 && (rest[0] === "--version" || rest[0] === "-V")) {
   // Past a file size limit (RLIMIT_FSIZE) the kernel sends SIGXFSZ with the write that fails. Node ignores it, so
   // the write fails with EFBIG and oats refuses; signal-exit (loaded with proper-lockfile) would catch it and, with
   // no other listener, raise it again with its default action, killing oats between a failed write and its cleanup.
-  // The library adds the same listener before its first lock loads proper-lockfile (retention/store/lockfile.ts); this one is in place from the start.
+  // The library adds the same listener before its first lock loads proper-lockfile (retention/store/lockfile.ts);
+  // this one is in place from the start.
   process.on("SIGXFSZ", () => undefined);
   if (json) process.stdout.write = process.stderr.write.bind(process.stderr) as typeof process.stdout.write;
   try {

@@ -44,7 +44,11 @@ const GLOBALS: readonly OptionInfo[] = [
 ];
 
 /** What each spec declares, read by defining it on a throwaway commander command. */
-export function completionModel(specs: readonly CommandSpec[], groups: Readonly<Record<string, string>>, extra: readonly { name: string; description: string }[]): CompletionModel {
+export function completionModel(
+  specs: readonly CommandSpec[],
+  groups: Readonly<Record<string, string>>,
+  extra: readonly { name: string; description: string }[],
+): CompletionModel {
   const commands: CommandInfo[] = specs.map((spec) => {
     const command = new Command(spec.name.split(" ").pop());
     spec.define(command);
@@ -91,8 +95,12 @@ function valueOptions(model: CompletionModel): string[] {
 
 function choiceCases(model: CompletionModel, indent: string): string[] {
   const seen = new Map<string, readonly string[]>();
-  for (const command of model.commands) for (const option of command.options) if (option.choices && !seen.has(option.long)) seen.set(option.long, option.choices);
-  return [...seen].map(([long, choices]) => `${indent}${long}) COMPREPLY=($(compgen -W "${choices.join(" ")}" -- "$cur")); return ;;`);
+  for (const command of model.commands)
+    for (const option of command.options)
+      if (option.choices && !seen.has(option.long)) seen.set(option.long, option.choices);
+  return [...seen].map(
+    ([long, choices]) => `${indent}${long}) COMPREPLY=($(compgen -W "${choices.join(" ")}" -- "$cur")); return ;;`,
+  );
 }
 
 function bash(model: CompletionModel): string {
@@ -118,14 +126,26 @@ function bash(model: CompletionModel): string {
     "  esac",
     '  local opts="--scope --json --quiet --help"',
     '  case "$path" in',
-    ...model.commands.map((command) => `    "${command.name}") opts="$opts ${command.options.map((option) => option.long).join(" ")}" ;;`),
+    ...model.commands.map(
+      (command) => `    "${command.name}") opts="$opts ${command.options.map((option) => option.long).join(" ")}" ;;`,
+    ),
     "  esac",
     '  if [[ "$cur" == -* ]]; then COMPREPLY=($(compgen -W "$opts" -- "$cur")); return; fi',
     '  case "$path" in',
     `    "") COMPREPLY=($(compgen -W "${model.top.map((entry) => entry.name).join(" ")}" -- "$cur")) ;;`,
-    ...groupNames.map((group) => `    ${group}) COMPREPLY=($(compgen -W "${model.groups[group]!.map((entry) => entry.name).join(" ")}" -- "$cur")) ;;`),
+    ...groupNames.map(
+      (group) =>
+        `    ${group}) COMPREPLY=($(compgen -W ` +
+        `"${model.groups[group]!.map((entry) => entry.name).join(" ")}" -- ` +
+        `"$cur")) ;;`,
+    ),
     `    help) COMPREPLY=($(compgen -W "${model.top.map((entry) => entry.name).join(" ")}" -- "$cur")) ;;`,
-    ...groupNames.map((group) => `    "help ${group}") COMPREPLY=($(compgen -W "${model.groups[group]!.map((entry) => entry.name).join(" ")}" -- "$cur")) ;;`),
+    ...groupNames.map(
+      (group) =>
+        `    "help ${group}") COMPREPLY=($(compgen -W ` +
+        `"${model.groups[group]!.map((entry) => entry.name).join(" ")}" -- ` +
+        `"$cur")) ;;`,
+    ),
     `    completion) COMPREPLY=($(compgen -W "${SHELLS.join(" ")}" -- "$cur")) ;;`,
     '    *) COMPREPLY=($(compgen -f -- "$cur")) ;;',
     "  esac",
@@ -154,21 +174,39 @@ function fish(model: CompletionModel): string {
     "# oats completion for fish. Load it with:  oats completion fish | source",
     "complete -c oats -e",
     "complete -c oats -l scope -r -f -a '(__fish_complete_directories)' -d 'deployment directory holding .agents/'",
-    ...GLOBALS.filter((option) => option.long !== "--scope").map((option) => `complete -c oats -l ${option.long.slice(2)} -d ${fishQuote(option.description)}`),
-    ...model.top.map((entry) => `complete -c oats -n __fish_use_subcommand -f -a ${entry.name} -d ${fishQuote(entry.description)}`),
+    ...GLOBALS.filter((option) => option.long !== "--scope").map(
+      (option) => `complete -c oats -l ${option.long.slice(2)} -d ${fishQuote(option.description)}`,
+    ),
+    ...model.top.map(
+      (entry) => `complete -c oats -n __fish_use_subcommand -f -a ${entry.name} -d ${fishQuote(entry.description)}`,
+    ),
     ...groupNames.flatMap((group) => {
       const subs = model.groups[group]!.map((entry) => entry.name);
       return model.groups[group]!.map(
-        (entry) => `complete -c oats -n ${fishQuote(`__fish_seen_subcommand_from ${group}; and not __fish_seen_subcommand_from ${subs.join(" ")}`)} -f -a ${entry.name} -d ${fishQuote(entry.description)}`,
+        (entry) =>
+          `complete -c oats -n ` +
+          fishQuote(`__fish_seen_subcommand_from ${group}; and not __fish_seen_subcommand_from ${subs.join(" ")}`) +
+          " " +
+          `-f -a ${entry.name} -d ${fishQuote(entry.description)}`,
       );
     }),
     `complete -c oats -n ${fishQuote("__fish_seen_subcommand_from completion")} -f -a ${fishQuote(SHELLS.join(" "))}`,
     ...model.commands.flatMap((command) => {
       const [first, sub] = command.name.split(" ") as [string, string | undefined];
-      const condition = sub === undefined ? `__fish_seen_subcommand_from ${first}${notGroups}` : `__fish_seen_subcommand_from ${first}; and __fish_seen_subcommand_from ${sub}`;
+      const condition =
+        sub === undefined
+          ? `__fish_seen_subcommand_from ${first}${notGroups}`
+          : `__fish_seen_subcommand_from ${first}; and __fish_seen_subcommand_from ${sub}`;
       return command.options.map((option) => {
-        const value = option.takesValue ? (option.choices ? ` -r -f -a ${fishQuote(option.choices.join(" "))}` : " -r") : "";
-        return `complete -c oats -n ${fishQuote(condition)} -l ${option.long.slice(2)}${value} -d ${fishQuote(option.description)}`;
+        const value = option.takesValue
+          ? option.choices
+            ? ` -r -f -a ${fishQuote(option.choices.join(" "))}`
+            : " -r"
+          : "";
+        return (
+          `complete -c oats -n ${fishQuote(condition)} -l ` +
+          `${option.long.slice(2)}${value} -d ${fishQuote(option.description)}`
+        );
       });
     }),
     "",

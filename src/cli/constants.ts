@@ -7,10 +7,21 @@ import type { ArtifactKind, TreeFormat } from "../retention/index.js";
  * compile time) so defining commands and printing help load no library code.
  */
 export const KIND_CHOICES = ["capability", "source", "capture"] as const satisfies readonly ArtifactKind[];
-export const TREE_FORMAT_CHOICES = ["oats.tree-exec.v1", "oats.tree-legacy.v0", "oats.package-payload-exec.v1"] as const satisfies readonly TreeFormat[];
+export const TREE_FORMAT_CHOICES = [
+  "oats.tree-exec.v1",
+  "oats.tree-legacy.v0",
+  "oats.package-payload-exec.v1",
+] as const satisfies readonly TreeFormat[];
 export const DEFAULT_TREE_FORMAT = "oats.tree-exec.v1" satisfies TreeFormat;
 export const RECURRENCE_CHOICES = ["capture", "prepare-on-tick"] as const satisfies readonly RecurrencePolicy[];
-export const SCHEMA_CHOICES = ["plan", "capture-spec", "capture-profile", "classification-config", "lock", "resolution"] as const satisfies readonly SchemaName[];
+export const SCHEMA_CHOICES = [
+  "plan",
+  "capture-spec",
+  "capture-profile",
+  "classification-config",
+  "lock",
+  "resolution",
+] as const satisfies readonly SchemaName[];
 export const COMMAND_NAMES = [
   "retain",
   "verify",

@@ -28,7 +28,8 @@ export interface CommandOutcome {
    * not a refusal: the result is still rendered as a success (ok: true).
    */
   readonly exitCode?: number;
-  /** Warnings for stderr in human mode (`oats: warning: ...`), also under --quiet; the JSON result carries the same facts. */
+  /** Warnings for stderr in human mode (`oats: warning: ...`), also under --quiet; the JSON result carries the same
+   * facts. */
   readonly warnings?: readonly string[];
 }
 

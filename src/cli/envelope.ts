@@ -40,7 +40,8 @@ function plain(value: unknown, ancestors: Set<object>): unknown {
     const toJSON = (value as { toJSON?: unknown }).toJSON;
     if (typeof toJSON === "function") return plain(toJSON.call(value), ancestors);
     const out: Record<string, unknown> = {};
-    for (const [key, item] of Object.entries(value)) if (item !== undefined && typeof item !== "function") out[key] = plain(item, ancestors);
+    for (const [key, item] of Object.entries(value))
+      if (item !== undefined && typeof item !== "function") out[key] = plain(item, ancestors);
     return out;
   } finally {
     ancestors.delete(value);

@@ -15,10 +15,18 @@ export const retainFlags = z
   .object({ id: text, kind, lock: text.optional(), expect: text.optional() })
   .superRefine((flags, context) => {
     if (flags.lock !== undefined && flags.kind !== "capability") {
-      context.addIssue({ code: "custom", path: ["lock"], message: `--lock retains a capability and cannot be used with --kind ${flags.kind}` });
+      context.addIssue({
+        code: "custom",
+        path: ["lock"],
+        message: `--lock retains a capability and cannot be used with --kind ${flags.kind}`,
+      });
     }
     if (flags.lock !== undefined && flags.expect !== undefined) {
-      context.addIssue({ code: "custom", path: ["expect"], message: "--lock and --expect cannot be used together: the lock's capability row names the integrity" });
+      context.addIssue({
+        code: "custom",
+        path: ["expect"],
+        message: "--lock and --expect cannot be used together: the lock's capability row names the integrity",
+      });
     }
   });
 
@@ -29,15 +37,22 @@ export const verifyFlags = z
       context.addIssue({ code: "custom", path: ["integrity"], message: "one of --integrity and --lock is required" });
     }
     if (flags.integrity !== undefined && flags.lock !== undefined) {
-      context.addIssue({ code: "custom", path: ["lock"], message: "--integrity and --lock cannot be used together: give exactly one" });
+      context.addIssue({
+        code: "custom",
+        path: ["lock"],
+        message: "--integrity and --lock cannot be used together: give exactly one",
+      });
     }
     if (flags.lock !== undefined && flags.kind !== "capability") {
-      context.addIssue({ code: "custom", path: ["lock"], message: `--lock verifies a capability and cannot be used with --kind ${flags.kind}` });
+      context.addIssue({
+        code: "custom",
+        path: ["lock"],
+        message: `--lock verifies a capability and cannot be used with --kind ${flags.kind}`,
+      });
     }
   });
 
 export const pathFlags = z.object({ kind });
-
 
 export function parseFlags<T extends z.ZodType>(schema: T, options: Record<string, unknown>): z.infer<T> {
   const parsed = schema.safeParse(options);
@@ -45,5 +60,7 @@ export function parseFlags<T extends z.ZodType>(schema: T, options: Record<strin
   const issue = parsed.error.issues[0];
   const flag = issue?.path.length ? `--${String(issue.path[0])}: ` : "";
   const message = issue?.code === "custom" ? issue.message : `${flag}${issue?.message ?? "invalid options"}`;
-  throw usageError(message, { issues: parsed.error.issues.map((each) => ({ path: each.path.map(String), message: each.message })) });
+  throw usageError(message, {
+    issues: parsed.error.issues.map((each) => ({ path: each.path.map(String), message: each.message })),
+  });
 }

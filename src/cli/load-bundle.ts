@@ -49,7 +49,8 @@ export function codeCacheUrl(command?: FastCommand): URL {
   return new URL(`${bundleUrl(command).href}.cache`);
 }
 
-/** Help lists the program's commands, which a command's own bundle does not hold: `-h`, `--help`, or `-h` among short flags. */
+/** Help lists the program's commands, which a command's own bundle does not hold: `-h`, `--help`, or `-h` among short
+ * flags. */
 const asksForHelp = (arg: string): boolean => arg === "--help" || /^-[^-]*h/.test(arg);
 
 /**
@@ -105,14 +106,21 @@ export function loadBundle(options: { cache?: boolean; command?: FastCommand | u
   // The build emits ASCII only (scripts/bundle-cli.mjs): latin1 is the same text, without a UTF-8 decode.
   const source = (own ?? readFileSync(file)).toString("latin1");
   const cachedData = options.cache === false ? undefined : readIfPresent(codeCacheUrl(command));
-  if (!source.startsWith(BUNDLE_HEAD) || !source.endsWith(BUNDLE_TAIL)) throw new Error(`${file} is not wrapped as the build wraps it; run npm run build`);
+  if (!source.startsWith(BUNDLE_HEAD) || !source.endsWith(BUNDLE_TAIL))
+    throw new Error(`${file} is not wrapped as the build wraps it; run npm run build`);
   const script = new Script(source, {
     filename: file,
     ...(cachedData ? { cachedData } : {}),
     importModuleDynamically: constants.USE_MAIN_CONTEXT_DEFAULT_LOADER,
   });
   const module = { exports: {} as { main?: LoadedBundle["main"] } };
-  (script.runInThisContext() as (...args: unknown[]) => void)(module.exports, createRequire(file), module, file, dirname(file));
+  (script.runInThisContext() as (...args: unknown[]) => void)(
+    module.exports,
+    createRequire(file),
+    module,
+    file,
+    dirname(file),
+  );
   if (typeof module.exports.main !== "function") throw new Error(`${file} does not export main`);
   return { main: module.exports.main, script, file };
 }

@@ -64,7 +64,11 @@ export function rewriteVirtualCommands(argv: readonly string[], commands: readon
   if (word === "help") {
     // `oats help bogus` is the usage error `oats bogus` gives, not the program's help with exit 0.
     const named = rest.slice(first).find((arg) => !arg.startsWith("-"));
-    const known = named === undefined || Object.hasOwn(GROUPS, named) || commands.some((spec) => spec.name === named) || VIRTUAL_COMMANDS.some((entry) => entry.name === named);
+    const known =
+      named === undefined ||
+      Object.hasOwn(GROUPS, named) ||
+      commands.some((spec) => spec.name === named) ||
+      VIRTUAL_COMMANDS.some((entry) => entry.name === named);
     return known ? [...rest, "--help"] : rest;
   }
   if (word === "version" && !rest.some((arg) => !arg.startsWith("-"))) return [...rest, "--version"];
@@ -116,7 +120,10 @@ const SUCCESSFUL_EXITS = new Set(["commander.helpDisplayed", "commander.help", "
 export type Main = (argv: readonly string[], io: MainIo) => Promise<number>;
 
 /** The program of `commands`: what `main` runs for one command line. */
-export const createMain = (commands: readonly CommandSpec[]): Main => (argv, io) => runProgram(commands, argv, io);
+export const createMain =
+  (commands: readonly CommandSpec[]): Main =>
+  (argv, io) =>
+    runProgram(commands, argv, io);
 
 async function runProgram(commands: readonly CommandSpec[], givenArgv: readonly string[], io: MainIo): Promise<number> {
   const argv = rewriteVirtualCommands(givenArgv, commands);
@@ -137,8 +144,12 @@ async function runProgram(commands: readonly CommandSpec[], givenArgv: readonly 
     .option("--quiet", "no progress and only the essential result line")
     .exitOverride()
     .configureOutput({
-      writeOut: (text) => void (captured += text),
-      writeErr: (text) => void (captured += text),
+      writeOut: (text) => {
+        captured += text;
+      },
+      writeErr: (text) => {
+        captured += text;
+      },
       outputError: () => {},
     })
     .showSuggestionAfterError(true);

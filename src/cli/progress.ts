@@ -82,24 +82,36 @@ export function formatProgressLine(line: ProgressLine, width?: number): string {
 const STEP_PHASES = new Set(["sync", "publish"]);
 
 function cut(text: string, width: number | undefined): string {
-  const columns = Math.max(1, (width !== undefined && Number.isFinite(width) && width > 0 ? Math.floor(width) : DEFAULT_WIDTH) - 1);
+  const columns = Math.max(
+    1,
+    (width !== undefined && Number.isFinite(width) && width > 0 ? Math.floor(width) : DEFAULT_WIDTH) - 1,
+  );
   return text.length > columns ? text.slice(0, columns) : text;
 }
 
 function etaSeconds(event: ProgressEvent, elapsed: number): number | undefined {
   if (elapsed <= 0) return undefined;
-  if (event.totalBytes !== undefined && event.bytes > 0) return (elapsed * Math.max(0, event.totalBytes - event.bytes)) / event.bytes;
-  if (event.totalFiles !== undefined && event.files > 0) return (elapsed * Math.max(0, event.totalFiles - event.files)) / event.files;
+  if (event.totalBytes !== undefined && event.bytes > 0)
+    return (elapsed * Math.max(0, event.totalBytes - event.bytes)) / event.bytes;
+  if (event.totalFiles !== undefined && event.files > 0)
+    return (elapsed * Math.max(0, event.totalFiles - event.files)) / event.files;
   return undefined;
 }
 
 const SILENT: Progress = { update: () => {}, artifacts: () => {}, end: () => false };
 
-export function progressEnabled(options: { json: boolean; quiet: boolean }, stream: { isTTY?: boolean } = process.stderr): boolean {
+export function progressEnabled(
+  options: { json: boolean; quiet: boolean },
+  stream: { isTTY?: boolean } = process.stderr,
+): boolean {
   return stream.isTTY === true && !options.json && !options.quiet;
 }
 
-export function createProgress(label: string, enabled: boolean, stream: NodeJS.WritableStream & { columns?: number } = process.stderr): Progress {
+export function createProgress(
+  label: string,
+  enabled: boolean,
+  stream: NodeJS.WritableStream & { columns?: number } = process.stderr,
+): Progress {
   if (!enabled) return SILENT;
   let last = -Infinity;
   let shown = false;

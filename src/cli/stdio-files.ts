@@ -25,7 +25,10 @@ async function withPrivateDir<T>(body: (dir: string) => Promise<T>): Promise<T> 
 }
 
 /** Copy stdin into a private file, then run `body` on it. */
-export function withStdinFile<T>(body: (path: string) => Promise<T>, stdin: NodeJS.ReadableStream = process.stdin): Promise<T> {
+export function withStdinFile<T>(
+  body: (path: string) => Promise<T>,
+  stdin: NodeJS.ReadableStream = process.stdin,
+): Promise<T> {
   return withPrivateDir(async (dir) => {
     const path = join(dir, "stdin.tar");
     await pipeline(stdin, createWriteStream(path, { flags: "wx", mode: 0o600 }));
@@ -38,13 +41,22 @@ export function withStdinFile<T>(body: (path: string) => Promise<T>, stdin: Node
  * stdout for the envelope, so the two together are a usage error, refused
  * before anything is read.
  */
-export function toStdout<T>(json: boolean, body: (path: string) => Promise<T>, stdout: NodeJS.WritableStream = process.stdout): Promise<T> {
-  if (json) throw usageError("`-o -` writes the bundle to stdout, which --json reserves for its envelope; give a file path", { reason: "stdout-taken" });
+export function toStdout<T>(
+  json: boolean,
+  body: (path: string) => Promise<T>,
+  stdout: NodeJS.WritableStream = process.stdout,
+): Promise<T> {
+  if (json)
+    throw usageError("`-o -` writes the bundle to stdout, which --json reserves for its envelope; give a file path", {
+      reason: "stdout-taken",
+    });
   return withPrivateDir(async (dir) => {
     const path = join(dir, "stdout.tar");
     const result = await body(path);
     let failure: unknown = null;
-    const onError = (error: unknown) => void (failure = error);
+    const onError = (error: unknown) => {
+      failure = error;
+    };
     stdout.on("error", onError);
     try {
       for await (const chunk of createReadStream(path)) {

@@ -83,7 +83,8 @@ function encode(value: unknown, trail: Trail, ancestors: Set<object>): string {
     const keys = Object.keys(object).sort(compareUtf8);
     const members = keys.map((key) => {
       trail.push(key);
-      const member = `${encodeString(key, trail)}:${encode((object as Record<string, unknown>)[key], trail, ancestors)}`;
+      const value = (object as Record<string, unknown>)[key];
+      const member = `${encodeString(key, trail)}:${encode(value, trail, ancestors)}`;
       trail.pop();
       return member;
     });

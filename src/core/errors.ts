@@ -36,7 +36,8 @@ export const ERROR_CODES = {
   "classification-refused": "refused",
   "audit-unavailable": "refused",
   "secret-in-record": "refused",
-  // An OCI registry that cannot be used safely or at all: details.reason says why (unreachable, tls, insecure-remote, redirect-other-host, unauthorized, auth-realm, protocol).
+  // An OCI registry that cannot be used safely or at all: details.reason says why (unreachable, tls, insecure-remote,
+  // redirect-other-host, unauthorized, auth-realm, protocol).
   "registry-refused": "refused",
   busy: "busy",
   usage: "usage",
@@ -89,5 +90,10 @@ export function asStepError(step: string, error: unknown, details: ErrorDetails 
   if (isOatsError(error)) return error;
   const cause = errnoCode(error);
   const reason = error instanceof Error ? error.message : String(error);
-  return new OatsError("internal-error", `${step} failed: ${reason}`, { step, ...(cause ? { errno: cause } : {}), ...details }, { cause: error });
+  return new OatsError(
+    "internal-error",
+    `${step} failed: ${reason}`,
+    { step, ...(cause ? { errno: cause } : {}), ...details },
+    { cause: error },
+  );
 }

@@ -1,3 +1,28 @@
-export { bytesDigest, bytesDigester, canonicalJson, canonicalJsonBytes, compareUtf8, jsonDigest } from "./canonical-json.js";
-export { asStepError, errnoCode, ERROR_CODES, ERROR_KINDS, type ErrorCode, type ErrorDetails, type ErrorKind, isOatsError, OatsError } from "./errors.js";
-export { describeJsonProblem, nestsDeeperThan, OPERATOR_MAX_DEPTH, parseJsonText, scanJsonText, STORED_MAX_DEPTH, valueDepthProblem } from "./json-text.js";
+export {
+  bytesDigest,
+  bytesDigester,
+  canonicalJson,
+  canonicalJsonBytes,
+  compareUtf8,
+  jsonDigest,
+} from "./canonical-json.js";
+export {
+  asStepError,
+  errnoCode,
+  ERROR_CODES,
+  ERROR_KINDS,
+  type ErrorCode,
+  type ErrorDetails,
+  type ErrorKind,
+  isOatsError,
+  OatsError,
+} from "./errors.js";
+export {
+  describeJsonProblem,
+  nestsDeeperThan,
+  OPERATOR_MAX_DEPTH,
+  parseJsonText,
+  scanJsonText,
+  STORED_MAX_DEPTH,
+  valueDepthProblem,
+} from "./json-text.js";

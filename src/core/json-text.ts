@@ -152,7 +152,8 @@ export function nestsDeeperThan(text: string, maxDepth: number): boolean {
   return false;
 }
 
-/** The pointer of the first container of a built value deeper than `maxDepth`, or null. Iterative; a shared node is visited once per path, as YAML aliases are bounded upstream. */
+/** The pointer of the first container of a built value deeper than `maxDepth`, or null. Iterative; a shared node is
+ * visited once per path, as YAML aliases are bounded upstream. */
 export function valueDepthProblem(value: unknown, maxDepth: number): string | null {
   const pending: [unknown, number, string][] = [[value, 0, ""]];
   while (pending.length > 0) {
@@ -160,7 +161,8 @@ export function valueDepthProblem(value: unknown, maxDepth: number): string | nu
     if (typeof current !== "object" || current === null) continue;
     if (depth >= maxDepth) return pointer;
     if (Array.isArray(current)) {
-      for (let index = current.length - 1; index >= 0; index -= 1) pending.push([current[index], depth + 1, `${pointer}/${index}`]);
+      for (let index = current.length - 1; index >= 0; index -= 1)
+        pending.push([current[index], depth + 1, `${pointer}/${index}`]);
     } else {
       const keys = Object.keys(current);
       for (let index = keys.length - 1; index >= 0; index -= 1) {
@@ -179,7 +181,8 @@ export function describeJsonProblem(problem: JsonTextProblem): string {
 }
 
 /**
- * JSON.parse behind the scan (an optional reviver runs only on text of bounded depth). `refuse` builds the reader's own typed error
+ * JSON.parse behind the scan (an optional reviver runs only on text of bounded depth). `refuse` builds the reader's
+ * own typed error
  * from a reason ("too-deep", "duplicate-key", "syntax") and a message, so a
  * lock stays invalid-lock and a record invalid-resolution.
  */
@@ -190,7 +193,8 @@ export function parseJsonText(
   reviver?: (this: unknown, key: string, value: unknown) => unknown,
 ): unknown {
   const problem = scanJsonText(text, maxDepth);
-  if (problem?.reason === "too-deep") throw refuse("too-deep", describeJsonProblem(problem), { pointer: problem.pointer, maxDepth });
+  if (problem?.reason === "too-deep")
+    throw refuse("too-deep", describeJsonProblem(problem), { pointer: problem.pointer, maxDepth });
   let value: unknown;
   try {
     value = reviver ? JSON.parse(text, reviver) : JSON.parse(text);
@@ -199,6 +203,7 @@ export function parseJsonText(
     if (error instanceof SyntaxError) throw refuse("syntax", error.message, {});
     throw error;
   }
-  if (problem !== null) throw refuse(problem.reason, describeJsonProblem(problem), { pointer: problem.pointer, key: problem.key });
+  if (problem !== null)
+    throw refuse(problem.reason, describeJsonProblem(problem), { pointer: problem.pointer, key: problem.key });
   return value;
 }

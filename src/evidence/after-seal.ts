@@ -18,19 +18,30 @@ export interface SealedEvidence {
   readonly allowSameFilesystem?: boolean;
 }
 
-export async function afterRunSealed(scope: string, handle: string, runId: string, evidence: SealedEvidence | null): Promise<void> {
+export async function afterRunSealed(
+  scope: string,
+  handle: string,
+  runId: string,
+  evidence: SealedEvidence | null,
+): Promise<void> {
   const { entry } = await enqueueSealedRun(scope, { handle, runId });
   if (evidence?.posture !== "delivered-later" || evidence.to === null) return;
   try {
     await pushEvidence(scope, { to: evidence.to, allowSameFilesystem: evidence.allowSameFilesystem === true });
   } catch (error) {
     const reason = error instanceof Error ? error.message : String(error);
-    throw new OatsError("internal-error", `run ${runId} is queued (outbox seq ${entry.seq}) but was not delivered to ${evidence.to}: ${reason}; \`oats push --to ${evidence.to}\` delivers it`, {
-      runId,
-      seq: entry.seq,
-      to: evidence.to,
-      ...(isOatsError(error) ? { cause: error.code } : {}),
-    });
+    throw new OatsError(
+      "internal-error",
+      `run ${runId} is queued (outbox seq ${entry.seq}) but was not delivered ` +
+        `to ${evidence.to}: ${reason}; \`oats push --to ${evidence.to}\` ` +
+        `delivers it`,
+      {
+        runId,
+        seq: entry.seq,
+        to: evidence.to,
+        ...(isOatsError(error) ? { cause: error.code } : {}),
+      },
+    );
   }
 }
 
@@ -41,7 +52,9 @@ export async function afterRunSealed(scope: string, handle: string, runId: strin
  * skipped; a sealed run that cannot be queued (damaged) is reported, not
  * queued, and does not stop the others.
  */
-export async function enqueueSealedRuns(scope: string): Promise<{ queued: string[]; skipped: { handle: string; code: string; reason: string }[] }> {
+export async function enqueueSealedRuns(
+  scope: string,
+): Promise<{ queued: string[]; skipped: { handle: string; code: string; reason: string }[] }> {
   const realScope = resolveScope(scope);
   const held = new Set(outboxEntries(realScope).map((entry) => entry.handle));
   const queued: string[] = [];
@@ -53,7 +66,11 @@ export async function enqueueSealedRuns(scope: string): Promise<{ queued: string
       if (fresh) queued.push(`${handle} ${runHex(entry.runId)}`);
     } catch (error) {
       if (isOatsError(error) && error.details["reason"] === "run-unsealed") continue;
-      skipped.push({ handle, code: isOatsError(error) ? error.code : "internal-error", reason: error instanceof Error ? error.message : String(error) });
+      skipped.push({
+        handle,
+        code: isOatsError(error) ? error.code : "internal-error",
+        reason: error instanceof Error ? error.message : String(error),
+      });
     }
   }
   return { queued, skipped };

@@ -1,19 +1,91 @@
-export { STREAMS, RESULTS, formatStamp, parseStamp, formatLogLine, formatFooter, parseLog, footerOffset, exitText, type Stream, type RunResult, type LogLine, type RunExit, type ParsedLog } from "./log-format.js";
+export {
+  STREAMS,
+  RESULTS,
+  formatStamp,
+  parseStamp,
+  formatLogLine,
+  formatFooter,
+  parseLog,
+  footerOffset,
+  exitText,
+  type Stream,
+  type RunResult,
+  type LogLine,
+  type RunExit,
+  type ParsedLog,
+} from "./log-format.js";
 export { LineCapture, createStampClock, cleanLine, MAX_LINE_CHARS, type StampClock } from "./line-capture.js";
-export { RUN_FORMAT, runRecordSchema, sealRecord, parseRunRecord, type RunRecord, type EvidenceSection, type DeliverySection } from "./run-record.js";
+export {
+  RUN_FORMAT,
+  runRecordSchema,
+  sealRecord,
+  parseRunRecord,
+  type RunRecord,
+  type EvidenceSection,
+  type DeliverySection,
+} from "./run-record.js";
 export { RUNS_STORE, findRun, listHandles, processStart, groupMembers, isSameProcess } from "./run-store.js";
 export { defaultEvidence, type EvidenceFacts, type EvidenceJudge } from "./run-seal.js";
-export { runDispatchPlanWithEvidence, identityRedactor, CANCEL_FILE, type Redactor, type RunWithEvidenceOptions, type RunOutcome } from "./run-exec.js";
-export { listRuns, readRun, verifyRun, cancelRun, sealInterruptedRun, type RunState, type RunSummary, type ReadRun, type RunVerdict } from "./run-api.js";
+export {
+  runDispatchPlanWithEvidence,
+  identityRedactor,
+  CANCEL_FILE,
+  type Redactor,
+  type RunWithEvidenceOptions,
+  type RunOutcome,
+} from "./run-exec.js";
+export {
+  listRuns,
+  readRun,
+  verifyRun,
+  cancelRun,
+  sealInterruptedRun,
+  type RunState,
+  type RunSummary,
+  type ReadRun,
+  type RunVerdict,
+} from "./run-api.js";
 export { receiveRun, RECEIVED_STORE, type ReceiveOptions, type ReceiveReport } from "./received-store.js";
 export { checkReceivedRun, type ReceivedRunCheck } from "./received-check.js";
-export { listReceivedRuns, findReceived, readReceivedRun, verifyReceivedRun, type ReceivedSummary, type ReceivedRun, type ReceivedVerdict } from "./received-api.js";
+export {
+  listReceivedRuns,
+  findReceived,
+  readReceivedRun,
+  verifyReceivedRun,
+  type ReceivedSummary,
+  type ReceivedRun,
+  type ReceivedVerdict,
+} from "./received-api.js";
 export { planQueuedRun } from "./posture-check.js";
-export { type EnqueueResult, enqueueSealedRun, OUTBOX_STORE, outboxEntries, type OutboxEntry, type OutboxFile, outboxWritable } from "./outbox.js";
+export {
+  type EnqueueResult,
+  enqueueSealedRun,
+  OUTBOX_STORE,
+  outboxEntries,
+  type OutboxEntry,
+  type OutboxFile,
+  outboxWritable,
+} from "./outbox.js";
 export { checkEvidencePosture, evidenceDestination, type EvidencePostureOptions } from "./posture-check.js";
-export { checkReadBack, listOutbox, type OutboxListing, pushEvidence, type PushOptions, type PushResult, readDelivered } from "./push.js";
+export {
+  checkReadBack,
+  listOutbox,
+  type OutboxListing,
+  pushEvidence,
+  type PushOptions,
+  type PushResult,
+  readDelivered,
+} from "./push.js";
 export { listReceivedIds, receivedRoot } from "./received-store.js";
 export { stateOf, verifySealedRun } from "./run-api.js";
 export { checkRunDir, readControl, readRecord, runsRoot, strayNames } from "./run-store.js";
-export { EVIDENCE_FILES, type EvidenceBundle, type EvidenceFileName, type EvidenceTransport, type ProbeResult, type TransportContext, transportFor } from "./transport.js";
+export {
+  EVIDENCE_FILES,
+  type EvidenceBundle,
+  type EvidenceFileName,
+  type EvidenceTransport,
+  type ProbeResult,
+  type TransportContext,
+  transportFor,
+} from "./transport.js";
 export { dirTransport, type DirTransportOptions } from "./transports/dir.js";

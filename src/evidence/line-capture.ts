@@ -31,8 +31,12 @@ export interface StampClock {
   reserve(count: number): number;
 }
 
-/** A monotonic clock anchored to the wall clock once, when it is created (both sources injectable, for tests of collisions). */
-export function createStampClock(now: () => number = Date.now, hrtime: () => bigint = process.hrtime.bigint): StampClock {
+/** A monotonic clock anchored to the wall clock once, when it is created (both sources injectable, for tests of
+ * collisions). */
+export function createStampClock(
+  now: () => number = Date.now,
+  hrtime: () => bigint = process.hrtime.bigint,
+): StampClock {
   const wall = now() * 1000;
   const origin = hrtime();
   let previous = 0;
@@ -50,8 +54,17 @@ export function createStampClock(now: () => number = Date.now, hrtime: () => big
   };
 }
 
-// CSI (ESC [ ... final), OSC (ESC ] ... BEL or ESC \), other ESC sequences (charset, keypad), and 8-bit CSI/OSC.
-const ESCAPES = /\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|\x1b[PX^_][^\x1b]*(?:\x1b\\)?|\x1b[ -/]*[0-~]|\x9b[0-?]*[ -/]*[@-~]|\x9d[^\x07\x1b]*(?:\x07|\x1b\\)?/g;
+const ESCAPES = new RegExp(
+  [
+    String.raw`\x1b\[[0-?]*[ -/]*[@-~]`, // CSI: ESC [ parameters, intermediates, final
+    String.raw`\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?`, // OSC: ESC ] ... BEL or ESC \
+    String.raw`\x1b[PX^_][^\x1b]*(?:\x1b\\)?`, // DCS, SOS, PM, APC strings
+    String.raw`\x1b[ -/]*[0-~]`, // other ESC sequences (charset, keypad)
+    String.raw`\x9b[0-?]*[ -/]*[@-~]`, // 8-bit CSI
+    String.raw`\x9d[^\x07\x1b]*(?:\x07|\x1b\\)?`, // 8-bit OSC
+  ].join("|"),
+  "g",
+);
 const CONTROLS = /[\x00-\x08\x0b-\x1f\x7f]/g;
 
 const NEEDS_CLEANING = /[\x00-\x08\x0b-\x1f\x7f\x9b\x9d]/;
@@ -85,7 +98,8 @@ export class LineCapture {
     private readonly emitBatch?: (stream: Stream, first: number, texts: readonly string[]) => void,
   ) {}
 
-  /** A chunk as it was read: every line it completes is stamped now, in order (one clock reading for the chunk, then +1 us a line). */
+  /** A chunk as it was read: every line it completes is stamped now, in order (one clock reading for the chunk, then
+   * +1 us a line). */
   push(chunk: Buffer | string): void {
     if (this.ended) return;
     const text = typeof chunk === "string" ? chunk : this.decoder.write(chunk);
@@ -148,6 +162,7 @@ export class LineCapture {
       this.emitBatch(this.stream, first, texts);
       return;
     }
-    for (let index = 0; index < texts.length; index += 1) this.emit({ at: formatStamp(first + index), stream: this.stream, text: texts[index]! });
+    for (let index = 0; index < texts.length; index += 1)
+      this.emit({ at: formatStamp(first + index), stream: this.stream, text: texts[index]! });
   }
 }

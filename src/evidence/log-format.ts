@@ -72,7 +72,9 @@ export function exitText(exit: RunExit | null): string {
 
 /** The footer written after the child ends: notes, exit, result. */
 export function formatFooter(exit: RunExit | null, result: RunResult, notes: readonly string[] = []): string {
-  return [...notes.map((note) => `# note: ${note}`), `# exit: ${exitText(exit)}`, `# RESULT: ${result}`].map((line) => `${line}\n`).join("");
+  return [...notes.map((note) => `# note: ${note}`), `# exit: ${exitText(exit)}`, `# RESULT: ${result}`]
+    .map((line) => `${line}\n`)
+    .join("");
 }
 
 function bad(message: string, line: number): OatsError {
@@ -95,7 +97,8 @@ function parseExit(text: string, line: number): RunExit {
  * (torn by a crash) is refused here; sealInterruptedRun trims it first.
  */
 export function parseLog(text: string): ParsedLog {
-  if (text.length > 0 && !text.endsWith("\n")) throw bad("the log does not end with a newline (a torn write)", text.split("\n").length);
+  if (text.length > 0 && !text.endsWith("\n"))
+    throw bad("the log does not end with a newline (a torn write)", text.split("\n").length);
   const rows = text.length === 0 ? [] : text.slice(0, -1).split("\n");
   const lines: LogLine[] = [];
   const footer: string[] = [];
@@ -128,7 +131,8 @@ export function parseLog(text: string): ParsedLog {
     const stream = row.slice(first + 1, second);
     const micros = parseStamp(at);
     if (Number.isNaN(micros)) throw bad(`bad stamp ${JSON.stringify(at.slice(0, 40))}`, number);
-    if (!(STREAMS as readonly string[]).includes(stream)) throw bad(`bad stream ${JSON.stringify(stream.slice(0, 20))}`, number);
+    if (!(STREAMS as readonly string[]).includes(stream))
+      throw bad(`bad stream ${JSON.stringify(stream.slice(0, 20))}`, number);
     if (micros <= last) throw bad("stamps are not strictly increasing", number);
     last = micros;
     lines.push({ at, stream: stream as Stream, text: row.slice(second + 1) });
@@ -137,7 +141,8 @@ export function parseLog(text: string): ParsedLog {
   return { lines, footer, exit, result };
 }
 
-/** Where the footer starts: the first line that starts with `# ` (a captured line starts with its stamp); the log's length when there is none. */
+/** Where the footer starts: the first line that starts with `# ` (a captured line starts with its stamp); the log's
+ * length when there is none. */
 export function footerOffset(log: Buffer): number {
   if (log.length >= 2 && log[0] === 0x23 && log[1] === 0x20) return 0;
   const at = log.indexOf("\n# ");

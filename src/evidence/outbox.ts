@@ -2,7 +2,22 @@ import { chmodSync, lstatSync, mkdirSync, readdirSync, renameSync, rmSync, unlin
 import { join } from "node:path";
 import { z } from "zod";
 import { OatsError, asStepError, errnoCode, canonicalJson, canonicalJsonBytes, bytesDigest } from "../core/index.js";
-import { ensureStoreAt, fsyncDirectory, inspectStoreAt, resolveScope, faultPoint, readRegularFile, writeNewFileDurably, writeNewFileDurablyInPieces, writeStagedFile, AGENTS_DIR, assertContained, stagingName, DEFAULT_LOCK_WAIT_MS, withFileLock } from "../retention/index.js";
+import {
+  ensureStoreAt,
+  fsyncDirectory,
+  inspectStoreAt,
+  resolveScope,
+  faultPoint,
+  readRegularFile,
+  writeNewFileDurably,
+  writeNewFileDurablyInPieces,
+  writeStagedFile,
+  AGENTS_DIR,
+  assertContained,
+  stagingName,
+  DEFAULT_LOCK_WAIT_MS,
+  withFileLock,
+} from "../retention/index.js";
 import { checkSealedLog, readSealedRun, type SealedRun } from "./sealed-run.js";
 import { runHex } from "./run-id.js";
 import { EVIDENCE_FILES, type EvidenceFileName } from "./transport.js";
@@ -54,11 +69,19 @@ const ENTRY_SCHEMA = z
   .object({
     format: z.literal(ENTRY_FORMAT),
     seq: z.number().int().positive(),
-    runId: z.string().refine((value) => { try { return runHex(value).length === 64; } catch { return false; } }),
+    runId: z.string().refine((value) => {
+      try {
+        return runHex(value).length === 64;
+      } catch {
+        return false;
+      }
+    }),
     handle: z.string(),
     enqueuedAt: z.string(),
     audit: z.array(z.number().int().positive()),
-    files: z.array(z.object({ name: z.enum(EVIDENCE_FILES), digest: z.string(), bytes: z.number().int().nonnegative() }).strict()),
+    files: z.array(
+      z.object({ name: z.enum(EVIDENCE_FILES), digest: z.string(), bytes: z.number().int().nonnegative() }).strict(),
+    ),
   })
   .strict();
 
@@ -70,13 +93,18 @@ function unwritable(scope: string, step: string, error: unknown): OatsError {
   if (error instanceof OatsError && error.code === "audit-unavailable") return error;
   const errno = errnoCode(error);
   const cause = error instanceof OatsError ? { cause: { code: error.code, ...error.details } } : {};
-  return new OatsError("audit-unavailable", `the evidence outbox ${outboxRoot(scope)} cannot be written: ${step} failed: ${error instanceof Error ? error.message : String(error)}`, {
-    path: outboxRoot(scope),
-    step,
-    reason: "outbox-unwritable",
-    ...(errno ? { errno } : {}),
-    ...cause,
-  });
+  return new OatsError(
+    "audit-unavailable",
+    `the evidence outbox ${outboxRoot(scope)} cannot be written: ${step} ` +
+      `failed: ${error instanceof Error ? error.message : String(error)}`,
+    {
+      path: outboxRoot(scope),
+      step,
+      reason: "outbox-unwritable",
+      ...(errno ? { errno } : {}),
+      ...cause,
+    },
+  );
 }
 
 /** A private directory below the outbox root: created 0700, refused when it is a symlink or not a directory. */
@@ -88,7 +116,11 @@ function ensurePrivateDir(path: string): void {
   }
   const stats = lstatSync(path);
   if (stats.isSymbolicLink() || !stats.isDirectory()) {
-    throw new OatsError("invalid-artifact-store", `outbox component is ${stats.isSymbolicLink() ? "a symlink" : "not a directory"}, refusing it: ${path}`, { path, reason: stats.isSymbolicLink() ? "symlink" : "not-a-directory" });
+    throw new OatsError(
+      "invalid-artifact-store",
+      `outbox component is ${stats.isSymbolicLink() ? "a symlink" : "not a directory"}, refusing it: ${path}`,
+      { path, reason: stats.isSymbolicLink() ? "symlink" : "not-a-directory" },
+    );
   }
 }
 
@@ -156,12 +188,20 @@ export interface EnqueueResult {
  * refusal leaves the outbox as it was (the staging goes with it), and a run
  * queued before is still refused when its log is no longer the sealed one.
  */
-export async function enqueueSealedRun(scope: string, run: string | { readonly handle: string; readonly runId?: string }, options: { lockWaitMs?: number } = {}): Promise<EnqueueResult> {
+export async function enqueueSealedRun(
+  scope: string,
+  run: string | { readonly handle: string; readonly runId?: string },
+  options: { lockWaitMs?: number } = {},
+): Promise<EnqueueResult> {
   const realScope = resolveScope(scope);
   const handle = typeof run === "string" ? run : run.handle;
   const sealed = readSealedRun(realScope, handle);
   if (typeof run !== "string" && run.runId !== undefined && run.runId !== sealed.runId) {
-    throw new OatsError("integrity-mismatch", `run ${handle} is sealed as ${sealed.runId}, not ${run.runId}`, { handle, expected: run.runId, actual: sealed.runId });
+    throw new OatsError("integrity-mismatch", `run ${handle} is sealed as ${sealed.runId}, not ${run.runId}`, {
+      handle,
+      expected: run.runId,
+      actual: sealed.runId,
+    });
   }
   let entries: string;
   try {
@@ -218,7 +258,8 @@ function writeEntry(scope: string, entries: string, sealed: SealedRun): EnqueueR
       try {
         checkSealedLog(sealed, write);
       } catch (error) {
-        // Not the sealed log, gone, not a file: the run's refusal, not the outbox's (a failed write is not an OatsError).
+        // Not the sealed log, gone, not a file: the run's refusal, not the outbox's (a failed write is not an
+        // OatsError).
         if (error instanceof OatsError) logRefusal = error;
         throw error;
       }
@@ -242,17 +283,33 @@ function readEntryManifest(entries: string, name: string): OutboxEntry {
   const path = join(entries, name, "entry.json");
   const bytes = readRegularFile(path, {
     limit: 1024 * 1024,
-    refuse: (failure, details) => new OatsError("invalid-artifact-store", `outbox entry ${name} has no readable entry.json: ${failure}`, { entry: name, reason: failure, ...details }),
+    refuse: (failure, details) =>
+      new OatsError("invalid-artifact-store", `outbox entry ${name} has no readable entry.json: ${failure}`, {
+        entry: name,
+        reason: failure,
+        ...details,
+      }),
   });
   let parsed: unknown;
   try {
     parsed = JSON.parse(bytes.toString("utf8"));
   } catch {
-    throw new OatsError("invalid-artifact-store", `outbox entry ${name}: entry.json is not JSON`, { entry: name, reason: "bad-json" });
+    throw new OatsError("invalid-artifact-store", `outbox entry ${name}: entry.json is not JSON`, {
+      entry: name,
+      reason: "bad-json",
+    });
   }
   const result = ENTRY_SCHEMA.safeParse(parsed);
-  if (!result.success || canonicalJson(result.data) !== bytes.toString("utf8") || entryName(result.data.seq, result.data.runId) !== name) {
-    throw new OatsError("invalid-artifact-store", `outbox entry ${name}: entry.json is not a canonical entry for this name`, { entry: name, reason: "invalid-entry" });
+  if (
+    !result.success ||
+    canonicalJson(result.data) !== bytes.toString("utf8") ||
+    entryName(result.data.seq, result.data.runId) !== name
+  ) {
+    throw new OatsError(
+      "invalid-artifact-store",
+      `outbox entry ${name}: entry.json is not a canonical entry for this name`,
+      { entry: name, reason: "invalid-entry" },
+    );
   }
   return result.data as OutboxEntry;
 }
@@ -264,10 +321,21 @@ export function readEntryFiles(scope: string, entry: OutboxEntry): Map<EvidenceF
   for (const file of entry.files) {
     const bytes = readRegularFile(join(dir, file.name), {
       limit: ENTRY_LIMIT,
-      refuse: (failure, details) => new OatsError("integrity-mismatch", `outbox entry ${entry.seq} (${entry.runId}): ${file.name} is ${failure}`, { seq: entry.seq, runId: entry.runId, file: file.name, reason: failure, ...details }),
+      refuse: (failure, details) =>
+        new OatsError("integrity-mismatch", `outbox entry ${entry.seq} (${entry.runId}): ${file.name} is ${failure}`, {
+          seq: entry.seq,
+          runId: entry.runId,
+          file: file.name,
+          reason: failure,
+          ...details,
+        }),
     });
     if (bytesDigest(bytes) !== file.digest) {
-      throw new OatsError("integrity-mismatch", `outbox entry ${entry.seq} (${entry.runId}): ${file.name} changed since it was queued`, { seq: entry.seq, runId: entry.runId, file: file.name, expected: file.digest, actual: bytesDigest(bytes) });
+      throw new OatsError(
+        "integrity-mismatch",
+        `outbox entry ${entry.seq} (${entry.runId}): ${file.name} changed since it was queued`,
+        { seq: entry.seq, runId: entry.runId, file: file.name, expected: file.digest, actual: bytesDigest(bytes) },
+      );
     }
     files.set(file.name, bytes);
   }
@@ -285,7 +353,11 @@ export function outboxEntries(scope: string): OutboxEntry[] {
 
 /** The directory of a destination's delivered marks: keyed by a digest of its canonical text. */
 export function deliveredDir(scope: string, to: string): string {
-  return join(outboxRoot(scope), "delivered", bytesDigest(Buffer.from(to)).slice("sha256-".length, "sha256-".length + 32));
+  return join(
+    outboxRoot(scope),
+    "delivered",
+    bytesDigest(Buffer.from(to)).slice("sha256-".length, "sha256-".length + 32),
+  );
 }
 
 export interface DeliveryMark {
@@ -312,8 +384,19 @@ export function deliveryMarks(scope: string, to: string): Map<number, DeliveryMa
     const match = /^([0-9]{12})-([0-9a-f]{64})\.json$/.exec(name);
     if (!match) continue;
     try {
-      const mark = JSON.parse(readRegularFile(join(dir, name), { limit: 1024 * 1024, refuse: (failure) => new OatsError("invalid-artifact-store", failure) }).toString("utf8")) as DeliveryMark;
-      if (mark.format === DELIVERY_FORMAT && mark.to === to && mark.seq === Number(match[1]) && runHex(mark.runId) === match[2]) marks.set(mark.seq, mark);
+      const mark = JSON.parse(
+        readRegularFile(join(dir, name), {
+          limit: 1024 * 1024,
+          refuse: (failure) => new OatsError("invalid-artifact-store", failure),
+        }).toString("utf8"),
+      ) as DeliveryMark;
+      if (
+        mark.format === DELIVERY_FORMAT &&
+        mark.to === to &&
+        mark.seq === Number(match[1]) &&
+        runHex(mark.runId) === match[2]
+      )
+        marks.set(mark.seq, mark);
     } catch {
       // Not a mark we wrote: the entry is delivered again, which the far side takes idempotently.
     }
@@ -323,7 +406,14 @@ export function deliveryMarks(scope: string, to: string): Map<number, DeliveryMa
 
 /** Record, durably, that `to` read the entry back intact. */
 export function markDelivered(scope: string, entry: OutboxEntry, to: string): DeliveryMark {
-  const mark: DeliveryMark = { format: DELIVERY_FORMAT, seq: entry.seq, runId: entry.runId, to, at: new Date().toISOString(), files: entry.files.map((file) => ({ name: file.name, digest: file.digest })) };
+  const mark: DeliveryMark = {
+    format: DELIVERY_FORMAT,
+    seq: entry.seq,
+    runId: entry.runId,
+    to,
+    at: new Date().toISOString(),
+    files: entry.files.map((file) => ({ name: file.name, digest: file.digest })),
+  };
   const dir = deliveredDir(scope, to);
   try {
     ensurePrivateDir(join(outboxRoot(scope), "delivered"));

@@ -2,7 +2,14 @@ import { OatsError } from "../core/index.js";
 import type { Level } from "../captures/index.js";
 import { resolveScope } from "../retention/index.js";
 import { outboxWritable } from "./outbox.js";
-import { evidencePosture, type EvidencePostureResult, type FarSide, resolveQueuedCapture, type DispatchOptions, type DispatchPlan } from "../captures/index.js";
+import {
+  evidencePosture,
+  type EvidencePostureResult,
+  type FarSide,
+  resolveQueuedCapture,
+  type DispatchOptions,
+  type DispatchPlan,
+} from "../captures/index.js";
 import { resolveTransport } from "./push.js";
 import type { EvidenceTransport } from "./transport.js";
 
@@ -28,7 +35,6 @@ export interface EvidencePostureOptions {
   readonly allowSameFilesystem?: boolean;
 }
 
-
 export function evidenceDestination(options: EvidencePostureOptions = {}): string | EvidenceTransport | null {
   if (options.to !== undefined && options.to !== null) return options.to;
   const env = options.env ?? process.env;
@@ -36,10 +42,15 @@ export function evidenceDestination(options: EvidencePostureOptions = {}): strin
   return typeof configured === "string" && configured !== "" ? configured : null;
 }
 
-export async function checkEvidencePosture(scope: string, level: Level, options: EvidencePostureOptions = {}): Promise<EvidencePostureResult> {
+export async function checkEvidencePosture(
+  scope: string,
+  level: Level,
+  options: EvidencePostureOptions = {},
+): Promise<EvidencePostureResult> {
   const realScope = resolveScope(scope);
   const destination = evidenceDestination(options);
-  const transport = destination === null ? null : resolveTransport(realScope, destination, options.allowSameFilesystem === true);
+  const transport =
+    destination === null ? null : resolveTransport(realScope, destination, options.allowSameFilesystem === true);
   const probe = transport === null ? null : await transport.probe();
   const farSide: FarSide = probe === null ? "none" : probe.state;
   const writable = outboxWritable(realScope);
@@ -51,18 +62,24 @@ export async function checkEvidencePosture(scope: string, level: Level, options:
       error.details["evidence"] = { level, to, farSide };
       throw error;
     }
-    throw new OatsError("classification-refused", `confidential work needs its evidence far side, and ${to} cannot be reached (${probe?.reason ?? "unknown"}); nothing was started`, {
-      reason: "evidence-far-side-unreachable",
-      level,
-      to,
-      probe: probe?.reason ?? null,
-    });
+    throw new OatsError(
+      "classification-refused",
+      `confidential work needs its evidence far side, and ${to} cannot be ` +
+        `reached (${probe?.reason ?? "unknown"}); nothing was started`,
+      {
+        reason: "evidence-far-side-unreachable",
+        level,
+        to,
+        probe: probe?.reason ?? null,
+      },
+    );
   }
   const receipt =
     decided.posture === "delivered-later"
       ? `evidence: queued for ${to} (reachable); \`oats push --to ${to}\` delivers it`
       : decided.posture === "buffered"
-        ? `evidence: buffered locally, ${to} cannot be reached (${probe?.reason ?? "unknown"}); \`oats push --to ${to}\` delivers it later`
+        ? `evidence: buffered locally, ${to} cannot be reached ` +
+          `(${probe?.reason ?? "unknown"}); \`oats push --to ${to}\` delivers it later`
         : "evidence: queued locally (no far side configured: OATS_EVIDENCE_TO or --evidence-to)";
   return { posture: decided.posture, buffered: decided.buffered, to, farSide, probe: probe?.reason ?? null, receipt };
 }
@@ -74,6 +91,10 @@ export type { EvidencePostureResult } from "../captures/index.js";
  * with this layer's posture check at its step 5b, so the outbox and the far
  * side are checked, and the result recorded, before anything runs.
  */
-export function planQueuedRun(scope: string, jobId: string, options: Omit<DispatchOptions, "exec" | "postureCheck"> = {}): Promise<DispatchPlan> {
+export function planQueuedRun(
+  scope: string,
+  jobId: string,
+  options: Omit<DispatchOptions, "exec" | "postureCheck"> = {},
+): Promise<DispatchPlan> {
   return resolveQueuedCapture(scope, jobId, { ...options, exec: true, postureCheck: checkEvidencePosture });
 }

@@ -2,7 +2,16 @@ import { readdirSync } from "node:fs";
 import { join } from "node:path";
 import { OatsError, errnoCode, bytesDigest } from "../core/index.js";
 import { readRegularFile, resolveScope, DEFAULT_LOCK_WAIT_MS, withFileLock } from "../retention/index.js";
-import { deliveryMarks, ensureOutbox, markDelivered, outboxEntries, outboxRoot, readEntryFiles, type DeliveryMark, type OutboxEntry } from "./outbox.js";
+import {
+  deliveryMarks,
+  ensureOutbox,
+  markDelivered,
+  outboxEntries,
+  outboxRoot,
+  readEntryFiles,
+  type DeliveryMark,
+  type OutboxEntry,
+} from "./outbox.js";
 import { transportFor, type EvidenceTransport } from "./transport.js";
 import { enqueueSealedRuns } from "./after-seal.js";
 
@@ -47,16 +56,27 @@ export interface PushResult {
   readonly notQueued: readonly { handle: string; code: string; reason: string }[];
 }
 
-export function resolveTransport(scope: string, to: string | EvidenceTransport, allowSameFilesystem = false, insecure = false): EvidenceTransport {
-  return typeof to === "string" ? transportFor(to, { localPath: outboxRoot(scope), allowSameFilesystem, insecure }) : to;
+export function resolveTransport(
+  scope: string,
+  to: string | EvidenceTransport,
+  allowSameFilesystem = false,
+  insecure = false,
+): EvidenceTransport {
+  return typeof to === "string"
+    ? transportFor(to, { localPath: outboxRoot(scope), allowSameFilesystem, insecure })
+    : to;
 }
 
 function unreachable(transport: EvidenceTransport, reason: string | null): OatsError {
-  return new OatsError("artifact-not-found", `the evidence far side ${transport.describe()} cannot be reached (${reason ?? "unknown"}); everything stays queued`, {
-    to: transport.describe(),
-    reason: "far-side-unreachable",
-    probe: reason,
-  });
+  return new OatsError(
+    "artifact-not-found",
+    `the evidence far side ${transport.describe()} cannot be reached (${reason ?? "unknown"}); everything stays queued`,
+    {
+      to: transport.describe(),
+      reason: "far-side-unreachable",
+      probe: reason,
+    },
+  );
 }
 
 /** Compare what the far side returned with what was queued; a typed refusal naming every difference. */
@@ -65,29 +85,53 @@ export function checkReadBack(entry: OutboxEntry, to: string, back: Map<string, 
   for (const file of entry.files) {
     const bytes = back?.get(file.name);
     if (bytes === undefined) differences.push(`${file.name}: missing`);
-    else if (bytesDigest(bytes) !== file.digest) differences.push(`${file.name}: read back ${bytesDigest(bytes)} (${bytes.length} bytes), queued ${file.digest} (${file.bytes} bytes)`);
+    else if (bytesDigest(bytes) !== file.digest)
+      differences.push(
+        `${file.name}: read back ${bytesDigest(bytes)} (${bytes.length} bytes), ` +
+          `queued ${file.digest} (${file.bytes} bytes)`,
+      );
   }
-  for (const name of back?.keys() ?? []) if (!entry.files.some((file) => file.name === name)) differences.push(`${name}: unexpected`);
+  for (const name of back?.keys() ?? [])
+    if (!entry.files.some((file) => file.name === name)) differences.push(`${name}: unexpected`);
   if (differences.length > 0) {
-    throw new OatsError("integrity-mismatch", `run ${entry.runId} (outbox seq ${entry.seq}) did not read back intact from ${to}: ${differences.join("; ")}; it stays queued`, {
-      to,
-      seq: entry.seq,
-      runId: entry.runId,
-      differences,
-      reason: "read-back-mismatch",
-    });
+    throw new OatsError(
+      "integrity-mismatch",
+      `run ${entry.runId} (outbox seq ${entry.seq}) did not read back intact ` +
+        `from ${to}: ${differences.join("; ")}; it stays queued`,
+      {
+        to,
+        seq: entry.seq,
+        runId: entry.runId,
+        differences,
+        reason: "read-back-mismatch",
+      },
+    );
   }
 }
 
 export async function pushEvidence(scope: string, options: PushOptions): Promise<PushResult> {
   const realScope = resolveScope(scope);
-  const transport = resolveTransport(realScope, options.to, options.allowSameFilesystem === true, options.insecure === true);
+  const transport = resolveTransport(
+    realScope,
+    options.to,
+    options.allowSameFilesystem === true,
+    options.insecure === true,
+  );
   const to = transport.describe();
-  const pendingOf = (entries: OutboxEntry[], marks: Map<number, DeliveryMark>) => entries.filter((entry) => !marks.has(entry.seq)).map((entry) => ({ seq: entry.seq, runId: entry.runId }));
+  const pendingOf = (entries: OutboxEntry[], marks: Map<number, DeliveryMark>) =>
+    entries.filter((entry) => !marks.has(entry.seq)).map((entry) => ({ seq: entry.seq, runId: entry.runId }));
   if (options.dryRun === true) {
     const entries = outboxEntries(realScope);
     const marks = deliveryMarks(realScope, to);
-    return { to, delivered: [], alreadyDelivered: entries.length - pendingOf(entries, marks).length, pending: pendingOf(entries, marks), dryRun: true, queuedNow: [], notQueued: [] };
+    return {
+      to,
+      delivered: [],
+      alreadyDelivered: entries.length - pendingOf(entries, marks).length,
+      pending: pendingOf(entries, marks),
+      dryRun: true,
+      queuedNow: [],
+      notQueued: [],
+    };
   }
   const probe = await transport.probe();
   if (probe.state !== "reachable") throw unreachable(transport, probe.reason);
@@ -102,7 +146,12 @@ export async function pushEvidence(scope: string, options: PushOptions): Promise
       minTimeout: 50,
       maxTimeout: 500,
       factor: 1.5,
-      failure: (error) => new OatsError("busy", `cannot hold the outbox push lock: ${error instanceof Error ? error.message : String(error)}`, { to }),
+      failure: (error) =>
+        new OatsError(
+          "busy",
+          `cannot hold the outbox push lock: ${error instanceof Error ? error.message : String(error)}`,
+          { to },
+        ),
     },
     async (stillHeld) => {
       const entries = outboxEntries(realScope);
@@ -121,7 +170,15 @@ export async function pushEvidence(scope: string, options: PushOptions): Promise
         marks.set(entry.seq, markDelivered(realScope, entry, to));
         delivered.push({ seq: entry.seq, runId: entry.runId });
       }
-      return { to, delivered, alreadyDelivered: already, pending: pendingOf(entries, marks), dryRun: false, queuedNow: swept.queued, notQueued: swept.skipped };
+      return {
+        to,
+        delivered,
+        alreadyDelivered: already,
+        pending: pendingOf(entries, marks),
+        dryRun: false,
+        queuedNow: swept.queued,
+        notQueued: swept.skipped,
+      };
     },
   );
 }
@@ -140,11 +197,20 @@ export interface OutboxListing {
  * `to`, only that destination's marks are consulted (the others are not
  * known by name: marks are kept per destination key).
  */
-export function listOutbox(scope: string, options: { to?: string | EvidenceTransport; allowSameFilesystem?: boolean } = {}): OutboxListing[] {
+export function listOutbox(
+  scope: string,
+  options: { to?: string | EvidenceTransport; allowSameFilesystem?: boolean } = {},
+): OutboxListing[] {
   const realScope = resolveScope(scope);
   const entries = outboxEntries(realScope);
   const marksByTo: Map<number, DeliveryMark>[] = [];
-  if (options.to !== undefined) marksByTo.push(deliveryMarks(realScope, resolveTransport(realScope, options.to, options.allowSameFilesystem === true).describe()));
+  if (options.to !== undefined)
+    marksByTo.push(
+      deliveryMarks(
+        realScope,
+        resolveTransport(realScope, options.to, options.allowSameFilesystem === true).describe(),
+      ),
+    );
   else for (const to of knownDestinations(realScope)) marksByTo.push(deliveryMarks(realScope, to));
   return entries.map((entry) => ({
     seq: entry.seq,
@@ -179,7 +245,12 @@ function markDestinations(scope: string): string[] {
     const first = readdirSync(join(root, key)).find((name) => name.endsWith(".json") && !name.startsWith("."));
     if (first === undefined) continue;
     try {
-      const mark = JSON.parse(readRegularFile(join(root, key, first), { limit: 1 << 20, refuse: (failure) => new OatsError("invalid-artifact-store", failure) }).toString("utf8")) as { to?: unknown };
+      const mark = JSON.parse(
+        readRegularFile(join(root, key, first), {
+          limit: 1 << 20,
+          refuse: (failure) => new OatsError("invalid-artifact-store", failure),
+        }).toString("utf8"),
+      ) as { to?: unknown };
       if (typeof mark.to === "string") found.push(mark.to);
     } catch {
       // Not a mark: skipped, as deliveryMarks skips it.
@@ -189,7 +260,10 @@ function markDestinations(scope: string): string[] {
 }
 
 /** What the far side holds for a run, read from the far side only (null when nothing). */
-export async function readDelivered(to: string | EvidenceTransport, runId: string): Promise<Map<string, Buffer> | null> {
+export async function readDelivered(
+  to: string | EvidenceTransport,
+  runId: string,
+): Promise<Map<string, Buffer> | null> {
   const transport = typeof to === "string" ? transportFor(to, { allowSameFilesystem: true }) : to;
   return transport.readBack(runId);
 }

@@ -40,13 +40,26 @@ export interface ReceivedVerdict {
   readonly handle: string;
   readonly result: string;
   readonly status: "complete" | "failed-evidence";
-  readonly checks: { readonly record: true; readonly log: true; readonly audit: { readonly start: number; readonly end: number; readonly lines: number; readonly chain: "not-verifiable-here" } };
+  readonly checks: {
+    readonly record: true;
+    readonly log: true;
+    readonly audit: {
+      readonly start: number;
+      readonly end: number;
+      readonly lines: number;
+      readonly chain: "not-verifiable-here";
+    };
+  };
   readonly record: RunRecord;
 }
 
 function recordOf(dir: string, runId: string): RunRecord {
   const bytes = readReceivedFiles(dir).get("record.json");
-  if (bytes === undefined) throw new OatsError("invalid-artifact-store", `received run ${runId} has no record.json`, { runId, reason: "missing" });
+  if (bytes === undefined)
+    throw new OatsError("invalid-artifact-store", `received run ${runId} has no record.json`, {
+      runId,
+      reason: "missing",
+    });
   return parseRunRecord(bytes, `received run ${runId} record.json`).record;
 }
 
@@ -57,9 +70,27 @@ export function listReceivedRuns(scope: string): ReceivedSummary[] {
     const from = receivedOrigin(dir);
     try {
       const record = recordOf(dir, runId);
-      return { runId, from, handle: record.handle, job: record.job, result: record.result, status: record.evidence.status, exit: record.exit, error: null };
+      return {
+        runId,
+        from,
+        handle: record.handle,
+        job: record.job,
+        result: record.result,
+        status: record.evidence.status,
+        exit: record.exit,
+        error: null,
+      };
     } catch (error) {
-      return { runId, from, handle: null, job: null, result: null, status: null, exit: null, error: error instanceof Error ? error.message : String(error) };
+      return {
+        runId,
+        from,
+        handle: null,
+        job: null,
+        result: null,
+        status: null,
+        exit: null,
+        error: error instanceof Error ? error.message : String(error),
+      };
     }
   });
 }
@@ -81,22 +112,38 @@ export function findReceived(realScope: string, ref: string): { runId: string; d
       }
     }
   }
-  if (matches.size > 1) throw new OatsError("invalid-input", `${ref} names ${matches.size} received runs; give more of the id`, { ref, matches: [...matches], reason: "ambiguous-run" });
+  if (matches.size > 1)
+    throw new OatsError("invalid-input", `${ref} names ${matches.size} received runs; give more of the id`, {
+      ref,
+      matches: [...matches],
+      reason: "ambiguous-run",
+    });
   const [runId] = matches;
   return runId === undefined ? null : { runId, dir: join(receivedRoot(realScope), runId) };
 }
 
-export function readReceivedRun(realScope: string, found: { runId: string; dir: string }): ReceivedRun {
+export function readReceivedRun(_realScope: string, found: { runId: string; dir: string }): ReceivedRun {
   const record = recordOf(found.dir, found.runId);
   const log = readReceivedFiles(found.dir).get("log") ?? Buffer.alloc(0);
   const parsed = parseLog(log.toString("utf8"));
-  return { runId: found.runId, from: receivedOrigin(found.dir), dir: found.dir, record, lines: parsed.lines, footer: parsed.footer };
+  return {
+    runId: found.runId,
+    from: receivedOrigin(found.dir),
+    dir: found.dir,
+    record,
+    lines: parsed.lines,
+    footer: parsed.footer,
+  };
 }
 
 /** Re-check a received run at rest: record digest = its id, log digest, the delivered audit lines. */
 export function verifyReceivedRun(found: { runId: string; dir: string }): ReceivedVerdict {
   const from = receivedOrigin(found.dir);
-  const check = checkReceivedRun(found.runId, readReceivedFiles(found.dir), `this scope (received from ${from ?? "an unknown far side"})`);
+  const check = checkReceivedRun(
+    found.runId,
+    readReceivedFiles(found.dir),
+    `this scope (received from ${from ?? "an unknown far side"})`,
+  );
   const { record } = check;
   return {
     runId: check.runId,
@@ -104,7 +151,11 @@ export function verifyReceivedRun(found: { runId: string; dir: string }): Receiv
     handle: record.handle,
     result: record.result,
     status: record.evidence.status,
-    checks: { record: true, log: true, audit: { ...check.audit, lines: check.auditLines, chain: "not-verifiable-here" } },
+    checks: {
+      record: true,
+      log: true,
+      audit: { ...check.audit, lines: check.auditLines, chain: "not-verifiable-here" },
+    },
     record,
   };
 }

@@ -41,15 +41,30 @@ interface AuditLine {
   details?: Record<string, unknown>;
 }
 
-function refused(runId: string, from: string, check: string, message: string, code: "integrity-mismatch" | "invalid-artifact" = "integrity-mismatch", details: Record<string, unknown> = {}): OatsError {
-  return new OatsError(code, `run ${runId} from ${from}: ${message}`, { runId, from, check, reason: `run-${check}-mismatch`, ...details });
+function refused(
+  runId: string,
+  from: string,
+  check: string,
+  message: string,
+  code: "integrity-mismatch" | "invalid-artifact" = "integrity-mismatch",
+  details: Record<string, unknown> = {},
+): OatsError {
+  return new OatsError(code, `run ${runId} from ${from}: ${message}`, {
+    runId,
+    from,
+    check,
+    reason: `run-${check}-mismatch`,
+    ...details,
+  });
 }
 
 function parseAuditLines(bytes: Buffer, runId: string, from: string): AuditLine[] {
   const text = bytes.toString("utf8");
-  if (text.length === 0 || !text.endsWith("\n")) throw refused(runId, from, "audit", "audit.jsonl is empty or does not end in a newline");
+  if (text.length === 0 || !text.endsWith("\n"))
+    throw refused(runId, from, "audit", "audit.jsonl is empty or does not end in a newline");
   const rows = text.slice(0, -1).split("\n");
-  if (rows.length > AUDIT_LIMIT_LINES) throw refused(runId, from, "audit", `audit.jsonl has more than ${AUDIT_LIMIT_LINES} lines`);
+  if (rows.length > AUDIT_LIMIT_LINES)
+    throw refused(runId, from, "audit", `audit.jsonl has more than ${AUDIT_LIMIT_LINES} lines`);
   let last = -1;
   return rows.map((row, index) => {
     let value: unknown;
@@ -59,11 +74,19 @@ function parseAuditLines(bytes: Buffer, runId: string, from: string): AuditLine[
       throw refused(runId, from, "audit", `audit line ${index + 1} is not JSON`);
     }
     const entry = value as Partial<AuditLine>;
-    if (value === null || typeof value !== "object" || Array.isArray(value) || !Number.isSafeInteger(entry.seq) || typeof entry.hash !== "string" || typeof entry.action !== "string") {
+    if (
+      value === null ||
+      typeof value !== "object" ||
+      Array.isArray(value) ||
+      !Number.isSafeInteger(entry.seq) ||
+      typeof entry.hash !== "string" ||
+      typeof entry.action !== "string"
+    ) {
       throw refused(runId, from, "audit", `audit line ${index + 1} is not an audit entry (seq, hash, action)`);
     }
     // Lines are canonical JSON in seq order, exactly as the sending host's outbox wrote them.
-    if (`${row}\n` !== canonicalJson(value)) throw refused(runId, from, "audit", `audit line ${index + 1} is not canonical oats.json.v1`);
+    if (`${row}\n` !== canonicalJson(value))
+      throw refused(runId, from, "audit", `audit line ${index + 1} is not canonical oats.json.v1`);
     if (entry.seq! <= last) throw refused(runId, from, "audit", `audit line ${index + 1} is out of seq order`);
     last = entry.seq!;
     return entry as AuditLine;
@@ -75,31 +98,84 @@ export function checkReceivedRun(runId: string, files: ReadonlyMap<string, Buffe
   const id = runIdFromHex(runHex(runId));
   const names = [...files.keys()].sort();
   if (names.length !== RECEIVED_FILES.length || names.some((name, index) => name !== RECEIVED_FILES[index])) {
-    throw refused(id, from, "files", `the far side holds ${JSON.stringify(names)}, not exactly ${JSON.stringify(RECEIVED_FILES)}`, "invalid-artifact", { files: names.slice(0, 16) });
+    throw refused(
+      id,
+      from,
+      "files",
+      `the far side holds ${JSON.stringify(names)}, not exactly ${JSON.stringify(RECEIVED_FILES)}`,
+      "invalid-artifact",
+      { files: names.slice(0, 16) },
+    );
   }
   const recordBytes = files.get("record.json")!;
   const logBytes = files.get("log")!;
   const auditBytes = files.get("audit.jsonl")!;
   const { record, id: recordId } = parseRunRecord(recordBytes, `run ${id} record.json from ${from}`);
-  if (recordId !== id) throw refused(id, from, "record", `record.json hashes to ${recordId}`, "integrity-mismatch", { expected: id, actual: recordId });
+  if (recordId !== id)
+    throw refused(id, from, "record", `record.json hashes to ${recordId}`, "integrity-mismatch", {
+      expected: id,
+      actual: recordId,
+    });
   const logDigest = bytesDigest(logBytes);
   if (logDigest !== record.log.digest || logBytes.length !== record.log.bytes) {
-    throw refused(id, from, "log", `the log hashes to ${logDigest} (${logBytes.length} bytes), the record says ${record.log.digest} (${record.log.bytes} bytes)`, "integrity-mismatch", { expected: record.log.digest, actual: logDigest });
+    throw refused(
+      id,
+      from,
+      "log",
+      `the log hashes to ${logDigest} (${logBytes.length} bytes), the record ` +
+        `says ${record.log.digest} (${record.log.bytes} bytes)`,
+      "integrity-mismatch",
+      { expected: record.log.digest, actual: logDigest },
+    );
   }
   const parsed = parseLog(logBytes.toString("utf8"));
-  if (parsed.lines.length !== record.log.lines || parsed.result !== record.result || parsed.exit?.code !== record.exit.code || parsed.exit?.signal !== record.exit.signal) {
+  if (
+    parsed.lines.length !== record.log.lines ||
+    parsed.result !== record.result ||
+    parsed.exit?.code !== record.exit.code ||
+    parsed.exit?.signal !== record.exit.signal
+  ) {
     throw refused(id, from, "log", "the log's lines or footer disagree with the record");
   }
   const entries = parseAuditLines(auditBytes, id, from);
-  const at = (ref: { seq: number; hash: string }) => entries.find((entry) => entry.seq === ref.seq && entry.hash === ref.hash);
+  const at = (ref: { seq: number; hash: string }) =>
+    entries.find((entry) => entry.seq === ref.seq && entry.hash === ref.hash);
   const start = at(record.startAudit);
-  if (start?.action !== "run-start" || start.subject?.["handle"] !== record.handle) throw refused(id, from, "audit", `the audit lines hold no run-start entry seq ${record.startAudit.seq} for handle ${record.handle}`);
+  if (start?.action !== "run-start" || start.subject?.["handle"] !== record.handle)
+    throw refused(
+      id,
+      from,
+      "audit",
+      `the audit lines hold no run-start entry seq ${record.startAudit.seq} for handle ${record.handle}`,
+    );
   const dispatch = at(record.dispatchAudit);
-  if (dispatch?.action !== "dispatch" || dispatch.subject?.["job"] !== record.job) throw refused(id, from, "audit", `the audit lines hold no dispatch entry seq ${record.dispatchAudit.seq} for job ${record.job}`);
-  const end = entries.find((entry) => entry.action === "run-end" && entry.subject?.["handle"] === record.handle && entry.details?.["runId"] === id);
+  if (dispatch?.action !== "dispatch" || dispatch.subject?.["job"] !== record.job)
+    throw refused(
+      id,
+      from,
+      "audit",
+      `the audit lines hold no dispatch entry seq ${record.dispatchAudit.seq} for job ${record.job}`,
+    );
+  const end = entries.find(
+    (entry) =>
+      entry.action === "run-end" && entry.subject?.["handle"] === record.handle && entry.details?.["runId"] === id,
+  );
   const endExit = end?.details?.["exit"] as { code?: unknown; signal?: unknown } | undefined;
-  if (end === undefined || end.details?.["result"] !== record.result || endExit?.code !== record.exit.code || endExit?.signal !== record.exit.signal) {
+  if (
+    end === undefined ||
+    end.details?.["result"] !== record.result ||
+    endExit?.code !== record.exit.code ||
+    endExit?.signal !== record.exit.signal
+  ) {
     throw refused(id, from, "audit", `the audit lines hold no run-end entry for run ${id} with its exit and result`);
   }
-  return { runId: id, record, recordBytes, logBytes, auditBytes, auditLines: entries.length, audit: { start: start.seq, end: end.seq } };
+  return {
+    runId: id,
+    record,
+    recordBytes,
+    logBytes,
+    auditBytes,
+    auditLines: entries.length,
+    audit: { start: start.seq, end: end.seq },
+  };
 }

@@ -1,7 +1,17 @@
 import { chmodSync, lstatSync, mkdirSync, readdirSync, renameSync, rmSync } from "node:fs";
 import { join } from "node:path";
 import { OatsError, errnoCode, canonicalJsonBytes } from "../core/index.js";
-import { ensureStoreAt, fsyncDirectory, inspectStoreAt, resolveScope, readRegularFile, writeNewFileDurably, AGENTS_DIR, assertContained, stagingName } from "../retention/index.js";
+import {
+  ensureStoreAt,
+  fsyncDirectory,
+  inspectStoreAt,
+  resolveScope,
+  readRegularFile,
+  writeNewFileDurably,
+  AGENTS_DIR,
+  assertContained,
+  stagingName,
+} from "../retention/index.js";
 import { checkReceivedRun, RECEIVED_FILES, type ReceivedRunCheck } from "./received-check.js";
 import { runHex, runIdFromHex } from "./run-id.js";
 import { transportFor } from "./transport.js";
@@ -51,7 +61,11 @@ export function receivedRoot(realScope: string): string {
 }
 
 function storeError(path: string, failure: string, details: Record<string, unknown> = {}): OatsError {
-  return new OatsError("invalid-artifact-store", `received run store: ${path} is ${failure}`, { path, reason: failure, ...details });
+  return new OatsError("invalid-artifact-store", `received run store: ${path} is ${failure}`, {
+    path,
+    reason: failure,
+    ...details,
+  });
 }
 
 /** The evidence files of a received run directory, read without following a symlink. */
@@ -61,14 +75,25 @@ export function readReceivedFiles(dir: string): Map<string, Buffer> {
   const files = new Map<string, Buffer>();
   for (const name of readdirSync(dir)) {
     if (name === ORIGIN_FILE) continue;
-    files.set(name, readRegularFile(join(dir, name), { limit: FILE_LIMIT, refuse: (failure, details) => storeError(join(dir, name), failure, details) }));
+    files.set(
+      name,
+      readRegularFile(join(dir, name), {
+        limit: FILE_LIMIT,
+        refuse: (failure, details) => storeError(join(dir, name), failure, details),
+      }),
+    );
   }
   return files;
 }
 
 export function receivedOrigin(dir: string): string | null {
   try {
-    const value = JSON.parse(readRegularFile(join(dir, ORIGIN_FILE), { limit: 64 * 1024, refuse: (failure) => storeError(join(dir, ORIGIN_FILE), failure) }).toString("utf8")) as { from?: unknown };
+    const value = JSON.parse(
+      readRegularFile(join(dir, ORIGIN_FILE), {
+        limit: 64 * 1024,
+        refuse: (failure) => storeError(join(dir, ORIGIN_FILE), failure),
+      }).toString("utf8"),
+    ) as { from?: unknown };
     return typeof value.from === "string" ? value.from : null;
   } catch {
     return null;
@@ -88,7 +113,12 @@ export function listReceivedIds(realScope: string): { ids: string[]; strays: str
 }
 
 function sameEvidence(existing: ReadonlyMap<string, Buffer>, check: ReceivedRunCheck): boolean {
-  return existing.size === RECEIVED_FILES.length && existing.get("record.json")?.equals(check.recordBytes) === true && existing.get("log")?.equals(check.logBytes) === true && existing.get("audit.jsonl")?.equals(check.auditBytes) === true;
+  return (
+    existing.size === RECEIVED_FILES.length &&
+    existing.get("record.json")?.equals(check.recordBytes) === true &&
+    existing.get("log")?.equals(check.logBytes) === true &&
+    existing.get("audit.jsonl")?.equals(check.auditBytes) === true
+  );
 }
 
 function writeNew(path: string, bytes: Buffer): void {
@@ -98,7 +128,11 @@ function writeNew(path: string, bytes: Buffer): void {
 /** Compare a run directory already in place with what was checked: kept, or integrity-mismatch. */
 function compareExisting(dir: string, check: ReceivedRunCheck, from: string): "kept" {
   if (sameEvidence(readReceivedFiles(dir), check)) return "kept";
-  throw new OatsError("integrity-mismatch", `this scope already holds received run ${check.runId} with other content; nothing was replaced`, { runId: check.runId, from, reason: "other-content" });
+  throw new OatsError(
+    "integrity-mismatch",
+    `this scope already holds received run ${check.runId} with other content; nothing was replaced`,
+    { runId: check.runId, from, reason: "other-content" },
+  );
 }
 
 /** Publish checked evidence into the scope (the only writing step). */
@@ -119,7 +153,10 @@ export function publishReceived(realScope: string, check: ReceivedRunCheck, from
     writeNew(join(staging, "record.json"), check.recordBytes);
     writeNew(join(staging, "log"), check.logBytes);
     writeNew(join(staging, "audit.jsonl"), check.auditBytes);
-    writeNew(join(staging, ORIGIN_FILE), canonicalJsonBytes({ format: "oats.received-run.v1", from, runId: check.runId }));
+    writeNew(
+      join(staging, ORIGIN_FILE),
+      canonicalJsonBytes({ format: "oats.received-run.v1", from, runId: check.runId }),
+    );
     fsyncDirectory(staging);
     try {
       renameSync(staging, dir);
@@ -140,15 +177,38 @@ export function publishReceived(realScope: string, check: ReceivedRunCheck, from
  * (transport readBack), check it, and only then publish it into the scope.
  * Any refusal leaves the scope byte-for-byte as it was.
  */
-export async function receiveRun(scope: string, from: string, runRef: string, options: ReceiveOptions = {}): Promise<ReceiveReport> {
+export async function receiveRun(
+  scope: string,
+  from: string,
+  runRef: string,
+  options: ReceiveOptions = {},
+): Promise<ReceiveReport> {
   const realScope = resolveScope(scope);
   const runId = runIdFromHex(runHex(runRef));
-  const transport = transportFor(from, { allowSameFilesystem: true, ...(options.insecure === true ? { insecure: true } : {}) });
+  const transport = transportFor(from, {
+    allowSameFilesystem: true,
+    ...(options.insecure === true ? { insecure: true } : {}),
+  });
   const where = transport.describe();
   const files = await transport.readBack(runId);
-  if (files === null) throw new OatsError("run-not-found", `${where} holds no run ${runId}`, { runId, from: where, reason: "run-not-found" });
+  if (files === null)
+    throw new OatsError("run-not-found", `${where} holds no run ${runId}`, {
+      runId,
+      from: where,
+      reason: "run-not-found",
+    });
   const check = checkReceivedRun(runId, files, where);
   const status = publishReceived(realScope, check, where);
   const { record } = check;
-  return { runId, from: where, status, handle: record.handle, job: record.job, result: record.result, logLines: record.log.lines, auditLines: check.auditLines, auditChainVerified: false };
+  return {
+    runId,
+    from: where,
+    status,
+    handle: record.handle,
+    job: record.job,
+    result: record.result,
+    logLines: record.log.lines,
+    auditLines: check.auditLines,
+    auditChainVerified: false,
+  };
 }

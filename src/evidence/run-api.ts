@@ -7,7 +7,18 @@ import { footerOffset, formatStamp, parseLog, type LogLine, type RunExit, type R
 import type { RunRecord } from "./run-record.js";
 import { CANCEL_FILE } from "./run-exec.js";
 import { openLogForSeal, sealRun } from "./run-seal.js";
-import { checkRunDir, findRun, groupMembers, isSameProcess, listHandles, readControl, readLogBytes, readRecord, runsRoot, type RunControl } from "./run-store.js";
+import {
+  checkRunDir,
+  findRun,
+  groupMembers,
+  isSameProcess,
+  listHandles,
+  readControl,
+  readLogBytes,
+  readRecord,
+  runsRoot,
+  type RunControl,
+} from "./run-store.js";
 
 /**
  * Reading and managing runs: ls, show, verify, cancel, seal. Pure reads
@@ -49,11 +60,19 @@ export interface RunVerdict {
   readonly runId: string;
   readonly result: RunResult;
   readonly status: "complete" | "failed-evidence";
-  readonly checks: { readonly record: true; readonly log: true; readonly audit: { readonly start: number; readonly end: number } };
+  readonly checks: {
+    readonly record: true;
+    readonly log: true;
+    readonly audit: { readonly start: number; readonly end: number };
+  };
   readonly record: RunRecord;
 }
 
-export function stateOf(dir: string): { state: RunState; control: RunControl | null; sealed: ReturnType<typeof readRecord> } {
+export function stateOf(dir: string): {
+  state: RunState;
+  control: RunControl | null;
+  sealed: ReturnType<typeof readRecord>;
+} {
   checkRunDir(dir);
   const sealed = readRecord(dir);
   if (sealed !== null) return { state: "sealed", control: null, sealed };
@@ -64,14 +83,41 @@ export function stateOf(dir: string): { state: RunState; control: RunControl | n
 export function listRuns(scope: string): RunSummary[] {
   const realScope = resolveScope(scope);
   return listHandles(realScope).map((handle) => {
-    const empty = { handle, runId: null, job: null, resolution: null, startedAt: null, result: null, exit: null, status: null };
+    const empty = {
+      handle,
+      runId: null,
+      job: null,
+      resolution: null,
+      startedAt: null,
+      result: null,
+      exit: null,
+      status: null,
+    };
     try {
       const { state, control, sealed } = stateOf(join(runsRoot(realScope), handle));
       if (sealed !== null) {
         const { record } = sealed;
-        return { handle, runId: sealed.id, state, job: record.job, resolution: record.resolution, startedAt: record.startedAt, result: record.result, exit: record.exit, status: record.evidence.status, error: null };
+        return {
+          handle,
+          runId: sealed.id,
+          state,
+          job: record.job,
+          resolution: record.resolution,
+          startedAt: record.startedAt,
+          result: record.result,
+          exit: record.exit,
+          status: record.evidence.status,
+          error: null,
+        };
       }
-      return { ...empty, state, job: control!.base.job, resolution: control!.base.resolution, startedAt: control!.base.startedAt, error: null };
+      return {
+        ...empty,
+        state,
+        job: control!.base.job,
+        resolution: control!.base.resolution,
+        startedAt: control!.base.startedAt,
+        error: null,
+      };
     } catch (error) {
       return { ...empty, state: "unsealed" as const, error: error instanceof Error ? error.message : String(error) };
     }
@@ -86,11 +132,26 @@ export function readRun(scope: string, ref: string): ReadRun {
   // An open log may end in a line being written: show the whole lines only.
   const text = bytes.toString("utf8");
   const parsed = parseLog(state === "sealed" ? text : text.slice(0, text.lastIndexOf("\n") + 1));
-  return { handle, dir, runId: sealed?.id ?? null, state, record: sealed?.record ?? null, control, logBytes: bytes.length, lines: parsed.lines, footer: parsed.footer };
+  return {
+    handle,
+    dir,
+    runId: sealed?.id ?? null,
+    state,
+    record: sealed?.record ?? null,
+    control,
+    logBytes: bytes.length,
+    lines: parsed.lines,
+    footer: parsed.footer,
+  };
 }
 
 function mismatch(handle: string, check: string, message: string, details: Record<string, unknown> = {}): OatsError {
-  return new OatsError("integrity-mismatch", `run ${handle}: ${message}`, { handle, check, reason: `run-${check}-mismatch`, ...details });
+  return new OatsError("integrity-mismatch", `run ${handle}: ${message}`, {
+    handle,
+    check,
+    reason: `run-${check}-mismatch`,
+    ...details,
+  });
 }
 
 function sameRef(entry: AuditEntry | undefined, ref: { seq: number; hash: string }): entry is AuditEntry {
@@ -111,41 +172,89 @@ export function verifyRun(scope: string, ref: string): RunVerdict {
   const bare = ref.replace(/^oats\.json\.v1:/, "");
   const verdict = verifySealedRun(realScope, handle, dir, readAudit(realScope).entries);
   // A full id given must be the id the record hashes to (a prefix found it; the bytes decide).
-  if (bare.startsWith("sha256-") && bare.length === verdict.runId.length && bare !== verdict.runId) throw mismatch(handle, "record", `record hashes to ${verdict.runId}, not ${bare}`);
+  if (bare.startsWith("sha256-") && bare.length === verdict.runId.length && bare !== verdict.runId)
+    throw mismatch(handle, "record", `record hashes to ${verdict.runId}, not ${bare}`);
   return verdict;
 }
 
-/** verifyRun for one run directory, against audit entries already read (fsck reads them once for every run); null entries skip the audit check. */
-export function verifySealedRun(realScope: string, handle: string, dir: string, entries: readonly AuditEntry[] | null): RunVerdict {
+/** verifyRun for one run directory, against audit entries already read (fsck reads them once for every run); null
+ * entries skip the audit check. */
+export function verifySealedRun(
+  _realScope: string,
+  handle: string,
+  dir: string,
+  entries: readonly AuditEntry[] | null,
+): RunVerdict {
   checkRunDir(dir);
   const sealed = readRecord(dir);
   if (sealed === null) {
     const control = readControl(dir);
     const running = isSameProcess(control.dispatcher);
-    throw new OatsError("invalid-input", `run ${handle} is not sealed${running ? " (it is still running)" : " and its dispatcher is gone"}`, { handle, reason: running ? "run-running" : "run-unsealed" });
+    throw new OatsError(
+      "invalid-input",
+      `run ${handle} is not sealed${running ? " (it is still running)" : " and its dispatcher is gone"}`,
+      { handle, reason: running ? "run-running" : "run-unsealed" },
+    );
   }
   const { record, id } = sealed;
   if (record.handle !== handle) throw mismatch(handle, "record", `record names handle ${record.handle}`);
   const bytes = readLogBytes(dir);
   const digest = bytesDigest(bytes);
-  if (digest !== record.log.digest || bytes.length !== record.log.bytes) throw mismatch(handle, "log", `log hashes to ${digest} (${bytes.length} bytes), the record says ${record.log.digest} (${record.log.bytes} bytes)`, { expected: record.log.digest, actual: digest });
+  if (digest !== record.log.digest || bytes.length !== record.log.bytes)
+    throw mismatch(
+      handle,
+      "log",
+      `log hashes to ${digest} (${bytes.length} bytes), the record says ` +
+        `${record.log.digest} (${record.log.bytes} bytes)`,
+      { expected: record.log.digest, actual: digest },
+    );
   const parsed = parseLog(bytes.toString("utf8"));
-  if (parsed.lines.length !== record.log.lines || parsed.result !== record.result || parsed.exit?.code !== record.exit.code || parsed.exit?.signal !== record.exit.signal) {
+  if (
+    parsed.lines.length !== record.log.lines ||
+    parsed.result !== record.result ||
+    parsed.exit?.code !== record.exit.code ||
+    parsed.exit?.signal !== record.exit.signal
+  ) {
     throw mismatch(handle, "log", "the log's lines or footer disagree with the record");
   }
   let audit = { start: -1, end: -1 };
   if (entries !== null) {
     const bySeq = (seq: number) => entries.find((entry) => entry.seq === seq);
     const start = bySeq(record.startAudit.seq);
-    if (!sameRef(start, record.startAudit) || start.action !== "run-start" || start.subject?.["handle"] !== handle) throw mismatch(handle, "audit", `the audit log has no run-start entry seq ${record.startAudit.seq} for this run`);
+    if (!sameRef(start, record.startAudit) || start.action !== "run-start" || start.subject?.["handle"] !== handle)
+      throw mismatch(handle, "audit", `the audit log has no run-start entry seq ${record.startAudit.seq} for this run`);
     const dispatch = bySeq(record.dispatchAudit.seq);
-    if (!sameRef(dispatch, record.dispatchAudit) || dispatch.action !== "dispatch" || dispatch.subject?.["job"] !== record.job) throw mismatch(handle, "audit", `the audit log has no dispatch entry seq ${record.dispatchAudit.seq} for job ${record.job}`);
-    const end = entries.find((entry) => entry.action === "run-end" && entry.subject?.["handle"] === handle && entry.details["runId"] === id);
+    if (
+      !sameRef(dispatch, record.dispatchAudit) ||
+      dispatch.action !== "dispatch" ||
+      dispatch.subject?.["job"] !== record.job
+    )
+      throw mismatch(
+        handle,
+        "audit",
+        `the audit log has no dispatch entry seq ${record.dispatchAudit.seq} for job ${record.job}`,
+      );
+    const end = entries.find(
+      (entry) => entry.action === "run-end" && entry.subject?.["handle"] === handle && entry.details["runId"] === id,
+    );
     const endExit = end?.details["exit"] as RunExit | undefined;
-    if (end === undefined || end.details["result"] !== record.result || endExit?.code !== record.exit.code || endExit?.signal !== record.exit.signal) throw mismatch(handle, "audit", `the audit log has no run-end entry for run ${id} with its exit and result`);
+    if (
+      end === undefined ||
+      end.details["result"] !== record.result ||
+      endExit?.code !== record.exit.code ||
+      endExit?.signal !== record.exit.signal
+    )
+      throw mismatch(handle, "audit", `the audit log has no run-end entry for run ${id} with its exit and result`);
     audit = { start: start.seq, end: end.seq };
   }
-  return { handle, runId: id, result: record.result, status: record.evidence.status, checks: { record: true, log: true, audit }, record };
+  return {
+    handle,
+    runId: id,
+    result: record.result,
+    status: record.evidence.status,
+    checks: { record: true, log: true, audit },
+    record,
+  };
 }
 
 /**
@@ -159,8 +268,18 @@ export async function cancelRun(scope: string, ref: string, options: { waitMs?: 
   const realScope = resolveScope(scope);
   const { handle, dir } = findRun(realScope, ref);
   const { state, control } = stateOf(dir);
-  if (state === "sealed") throw new OatsError("invalid-input", `run ${handle} is already sealed; nothing to cancel`, { handle, reason: "run-sealed" });
-  if (state === "unsealed") throw new OatsError("invalid-input", `run ${handle} has no live dispatcher (pid ${control!.dispatcher.pid} is gone or is another process); close it with \`oats run seal\``, { handle, reason: "run-unsealed" });
+  if (state === "sealed")
+    throw new OatsError("invalid-input", `run ${handle} is already sealed; nothing to cancel`, {
+      handle,
+      reason: "run-sealed",
+    });
+  if (state === "unsealed")
+    throw new OatsError(
+      "invalid-input",
+      `run ${handle} has no live dispatcher (pid ${control!.dispatcher.pid} is ` +
+        `gone or is another process); close it with \`oats run seal\``,
+      { handle, reason: "run-unsealed" },
+    );
   writeFileSync(join(dir, CANCEL_FILE), `${new Date().toISOString()}\n`, { flag: "wx", mode: 0o600 });
   const deadline = Date.now() + (options.waitMs ?? 30_000);
   while (Date.now() < deadline) {
@@ -170,7 +289,12 @@ export async function cancelRun(scope: string, ref: string, options: { waitMs?: 
   }
   const after = readRun(realScope, handle);
   if (after.state === "sealed") return after;
-  throw new OatsError("busy", `run ${handle}: cancel was requested but the run is not sealed yet${after.state === "unsealed" ? " (its dispatcher is gone: `oats run seal` closes it)" : ""}`, { handle, reason: after.state === "unsealed" ? "run-unsealed" : "run-cancel-pending" });
+  throw new OatsError(
+    "busy",
+    `run ${handle}: cancel was requested but the run is not sealed ` +
+      `yet${after.state === "unsealed" ? " (its dispatcher is gone: `oats run seal` closes it)" : ""}`,
+    { handle, reason: after.state === "unsealed" ? "run-unsealed" : "run-cancel-pending" },
+  );
 }
 
 /**
@@ -185,9 +309,20 @@ export async function sealInterruptedRun(scope: string, ref: string): Promise<Re
   const realScope = resolveScope(scope);
   const { handle, dir } = findRun(realScope, ref);
   const { state, control } = stateOf(dir);
-  if (state === "sealed") throw new OatsError("invalid-input", `run ${handle} is already sealed`, { handle, reason: "run-sealed" });
-  if (state === "running") throw new OatsError("busy", `run ${handle} is still running (dispatcher pid ${control!.dispatcher.pid}); cancel it with \`oats run cancel\``, { handle, reason: "run-running" });
-  if (control!.startAudit === null) throw new OatsError("invalid-input", `run ${handle} never started (no run-start audit entry was written); nothing ran, remove its directory`, { handle, reason: "run-never-started", dir });
+  if (state === "sealed")
+    throw new OatsError("invalid-input", `run ${handle} is already sealed`, { handle, reason: "run-sealed" });
+  if (state === "running")
+    throw new OatsError(
+      "busy",
+      `run ${handle} is still running (dispatcher pid ${control!.dispatcher.pid}); cancel it with \`oats run cancel\``,
+      { handle, reason: "run-running" },
+    );
+  if (control!.startAudit === null)
+    throw new OatsError(
+      "invalid-input",
+      `run ${handle} never started (no run-start audit entry was written); nothing ran, remove its directory`,
+      { handle, reason: "run-never-started", dir },
+    );
   const notes: string[] = [];
   const child = control!.child;
   if (child !== null && (isSameProcess(child) || (groupMembers(child.pid).length > 0 && !isAnotherLeader(child)))) {
@@ -201,7 +336,11 @@ export async function sealInterruptedRun(scope: string, ref: string): Promise<Re
       }
       await new Promise((done) => setTimeout(done, 10));
     }
-    if (killed > 0) notes.push(`${killed} process${killed === 1 ? "" : "es"} of the run's group outlived the dispatcher and were killed at seal`);
+    if (killed > 0)
+      notes.push(
+        `${killed} process${killed === 1 ? "" : "es"} of the run's group ` +
+          `outlived the dispatcher and were killed at seal`,
+      );
   }
   const { fd, torn } = openLogForSeal(dir);
   let lines: number;
@@ -218,16 +357,34 @@ export async function sealInterruptedRun(scope: string, ref: string): Promise<Re
     }
     const parsed = parseLog(bytes.toString("utf8", 0, footerAt));
     lines = parsed.lines.length;
-    last = parsed.lines.length > 0 ? Date.parse(parsed.lines.at(-1)!.at.slice(0, 23) + "Z") * 1000 + Number(parsed.lines.at(-1)!.at.slice(23, 26)) : 0;
+    last =
+      parsed.lines.length > 0
+        ? Date.parse(`${parsed.lines.at(-1)!.at.slice(0, 23)}Z`) * 1000 + Number(parsed.lines.at(-1)!.at.slice(23, 26))
+        : 0;
   } catch (error) {
     closeSync(fd);
     throw error;
   }
   if (torn > 0) notes.push(`a torn last line (${torn} bytes without a newline) was cut off`);
-  if (unfinished !== null) notes.push(`the footer of a seal that did not finish was cut off; it said: ${quoteFooter(unfinished)}`);
+  if (unfinished !== null)
+    notes.push(`the footer of a seal that did not finish was cut off; it said: ${quoteFooter(unfinished)}`);
   notes.push("interrupted: the dispatcher ended before the run was sealed; sealed by `oats run seal`");
   const endedAt = formatStamp(Math.max(Date.now() * 1000, last + 1));
-  await sealRun({ realScope, dir, base: control!.base, startAudit: control!.startAudit, exit: { code: null, signal: null }, result: "INTERRUPTED", lines, notes, endedAt, redactions: [] }, fd);
+  await sealRun(
+    {
+      realScope,
+      dir,
+      base: control!.base,
+      startAudit: control!.startAudit,
+      exit: { code: null, signal: null },
+      result: "INTERRUPTED",
+      lines,
+      notes,
+      endedAt,
+      redactions: [],
+    },
+    fd,
+  );
   return readRun(realScope, handle);
 }
 

@@ -13,7 +13,15 @@ import type { DeliverySection, RunRecord } from "./run-record.js";
 import { sealRun } from "./run-seal.js";
 import { runRedactor } from "./run-policy.js";
 import { afterRunSealed } from "./after-seal.js";
-import { createRunDir, groupMembers, newHandle, processStart, writeControl, type RunBase, type RunControl } from "./run-store.js";
+import {
+  createRunDir,
+  groupMembers,
+  newHandle,
+  processStart,
+  writeControl,
+  type RunBase,
+  type RunControl,
+} from "./run-store.js";
 
 /**
  * Run a dispatch plan as a run (docs/design/evidence.md, "Lifecycle"): the
@@ -34,12 +42,14 @@ import { createRunDir, groupMembers, newHandle, processStart, writeControl, type
 
 export interface Redactor {
   apply(text: string): string;
-  /** False only when apply would change no line of `text` (lines joined by newlines); lets a chunk of plain lines skip apply. */
+  /** False only when apply would change no line of `text` (lines joined by newlines); lets a chunk of plain lines
+   * skip apply. */
   mayMatch?(text: string): boolean;
   statement(): Array<{ rule: string; count: number }>;
 }
 
-/** A redactor that masks nothing (for callers of LineCapture outside a run); a run's redactor comes from its plan (run-policy.ts). */
+/** A redactor that masks nothing (for callers of LineCapture outside a run); a run's redactor comes from its plan
+ * (run-policy.ts). */
 export const identityRedactor: Redactor = { apply: (text) => text, statement: () => [] };
 
 export interface RunWithEvidenceOptions {
@@ -49,16 +59,19 @@ export interface RunWithEvidenceOptions {
   readonly signal?: AbortSignal;
   /** Keep the plan's run copy (see runDispatchPlan). */
   readonly keep?: boolean;
-  // No redactor, required classes or evidence judge here: they come from the plan (run-policy.ts), so no caller can weaken them.
+  // No redactor, required classes or evidence judge here: they come from the plan (run-policy.ts), so no caller can
+  // weaken them.
   readonly delivery?: DeliverySection;
-  /** Called once the run is sealed and its end audited; default: afterRunSealed (queue in the outbox, push when the posture is delivered-later). A failure is reported in `warnings`, never unseals. */
+  /** Called once the run is sealed and its end audited; default: afterRunSealed (queue in the outbox, push when the
+   * posture is delivered-later). A failure is reported in `warnings`, never unseals. */
   readonly onSealed?: (scope: string, record: RunRecord, handle: string, runId: string) => Promise<void> | void;
   /** SIGTERM to SIGKILL, for a cancel (default 3000 ms). */
   readonly graceMs?: number;
   /** How long a group that outlives its child may keep the pipes open (default 2000 ms). */
   readonly drainMs?: number;
   readonly lockWaitMs?: number;
-  /** The effective uid the child runs as (default: the one the plan was resolved for): uid 0 needs a privileged plan (captures/privilege.ts). */
+  /** The effective uid the child runs as (default: the one the plan was resolved for): uid 0 needs a privileged plan
+   * (captures/privilege.ts). */
   readonly euid?: number;
 }
 
@@ -108,7 +121,12 @@ async function sweepGroup(pgid: number): Promise<number> {
   return killed;
 }
 
-export function baseOf(plan: DispatchPlan, handle: string, startedAt: string, options: RunWithEvidenceOptions): RunBase {
+export function baseOf(
+  plan: DispatchPlan,
+  handle: string,
+  startedAt: string,
+  options: RunWithEvidenceOptions,
+): RunBase {
   return {
     handle,
     job: plan.job,
@@ -121,12 +139,18 @@ export function baseOf(plan: DispatchPlan, handle: string, startedAt: string, op
     classification: plan.classification.effective,
     environment: Object.keys(plan.env).sort(),
     startedAt,
-    delivery: options.delivery ?? (!plan.delivery ? { posture: "none", to: null } : { posture: plan.delivery.posture, to: plan.delivery.to }),
+    delivery:
+      options.delivery ??
+      (!plan.delivery ? { posture: "none", to: null } : { posture: plan.delivery.posture, to: plan.delivery.to }),
     required: [...plan.evidence.required],
   };
 }
 
-export async function runDispatchPlanWithEvidence(scope: string, plan: DispatchPlan, options: RunWithEvidenceOptions = {}): Promise<RunOutcome> {
+export async function runDispatchPlanWithEvidence(
+  scope: string,
+  plan: DispatchPlan,
+  options: RunWithEvidenceOptions = {},
+): Promise<RunOutcome> {
   const keep = options.keep === true;
   const appendOptions = options.lockWaitMs === undefined ? {} : { lockWaitMs: options.lockWaitMs };
   let redactor: Redactor;
@@ -147,10 +171,18 @@ export async function runDispatchPlanWithEvidence(scope: string, plan: DispatchP
     privilegeGate({ capture: plan.composition.key, privileged: plan.privileged, euid: options.euid ?? plan.euid });
   } catch (error) {
     if (!keep) await discardDispatchPlan(plan).catch(() => undefined);
-    throw await auditRefusal(realScope, "run-start", { job: plan.job, resolution: plan.resolution }, error, {}, appendOptions);
+    throw await auditRefusal(
+      realScope,
+      "run-start",
+      { job: plan.job, resolution: plan.resolution },
+      error,
+      {},
+      appendOptions,
+    );
   }
   try {
-    // The credential values and profile patterns were validated at dispatch and prepare; a refusal here still starts nothing.
+    // The credential values and profile patterns were validated at dispatch and prepare; a refusal here still starts
+    // nothing.
     redactor = runRedactor(plan);
     ({ dir, logFd } = createRunDir(realScope, handle));
   } catch (error) {
@@ -159,21 +191,48 @@ export async function runDispatchPlanWithEvidence(scope: string, plan: DispatchP
   }
   try {
     const self = { pid: process.pid, start: processStart(process.pid)! };
-    control = { format: "oats.run-control.v1", dispatcher: self, child: null, startAudit: null, base: baseOf(plan, handle, clock.next(), options) };
+    control = {
+      format: "oats.run-control.v1",
+      dispatcher: self,
+      child: null,
+      startAudit: null,
+      base: baseOf(plan, handle, clock.next(), options),
+    };
     writeControl(dir, control);
     // Before anything runs: a run nobody can find in the audit log never starts.
-    const entry = await audit(realScope, { action: "run-start", subject: { handle, job: plan.job, resolution: plan.resolution }, outcome: "ok", details: { dispatchAudit: { ...plan.audit }, composition: { ...plan.composition } } }, appendOptions);
+    const entry = await audit(
+      realScope,
+      {
+        action: "run-start",
+        subject: { handle, job: plan.job, resolution: plan.resolution },
+        outcome: "ok",
+        details: { dispatchAudit: { ...plan.audit }, composition: { ...plan.composition } },
+      },
+      appendOptions,
+    );
     control = { ...control, startAudit: { seq: entry.seq, hash: entry.hash } };
     writeControl(dir, control);
   } catch (error) {
     closeSync(logFd);
     rmSync(dir, { recursive: true, force: true });
     if (!keep) await discardDispatchPlan(plan).catch(() => undefined);
-    throw await auditRefusal(realScope, "run-start", { handle, job: plan.job, resolution: plan.resolution }, error, {}, appendOptions);
+    throw await auditRefusal(
+      realScope,
+      "run-start",
+      { handle, job: plan.job, resolution: plan.resolution },
+      error,
+      {},
+      appendOptions,
+    );
   }
 
   const output = options.output ?? "inherit";
-  const tee = output === "quiet" ? null : output === "inherit" ? { stdout: process.stdout as Writable, stderr: process.stderr as Writable } : output;
+  const tee =
+    output === "quiet"
+      ? null
+      : output === "inherit"
+        ? { stdout: process.stdout as Writable, stderr: process.stderr as Writable }
+        : output;
   // A chunk's lines at once: one redaction pre-check for the chunk, each line redacted before it is appended.
   // The text is written as it is made, in flat pieces of about LOG_PIECE_CHARS, before the next chunk is read.
   const write = (stream: Stream, first: number, texts: readonly string[]) => {
@@ -209,7 +268,8 @@ export async function runDispatchPlanWithEvidence(scope: string, plan: DispatchP
     const length = Buffer.byteLength(text);
     try {
       const written = writeSync(logFd, text);
-      // A short write is written on: what stops it raises its own errno (ENOSPC, EFBIG), and a write that was only cut short goes on.
+      // A short write is written on: what stops it raises its own errno (ENOSPC, EFBIG), and a write that was only
+      // cut short goes on.
       if (written !== length) writeRestSync(logFd, Buffer.from(text, "utf8"), written);
       logged += length;
       loggedLines += count;
@@ -233,7 +293,13 @@ export async function runDispatchPlanWithEvidence(scope: string, plan: DispatchP
   let graceTimer: NodeJS.Timeout | null = null;
 
   const exit = await new Promise<RunExit>((resolveExit) => {
-    const child = spawn(plan.executable.command, [...plan.executable.argv], { cwd: plan.run.cwd, env: { ...plan.env }, stdio: ["ignore", "pipe", "pipe"], detached: true, shell: false });
+    const child = spawn(plan.executable.command, [...plan.executable.argv], {
+      cwd: plan.run.cwd,
+      env: { ...plan.env },
+      stdio: ["ignore", "pipe", "pipe"],
+      detached: true,
+      shell: false,
+    });
     const pgid = child.pid;
     let exited: RunExit | null = null;
     let closed = false;
@@ -302,24 +368,42 @@ export async function runDispatchPlanWithEvidence(scope: string, plan: DispatchP
   err.end();
   if (startError !== null) notes.push(`the child could not be started: ${(startError as Error).message}`);
   const split = out.split + err.split;
-  if (split > 0) notes.push(`${split} line${split === 1 ? " was" : "s were"} longer than the line bound and cut into pieces`);
+  if (split > 0)
+    notes.push(`${split} line${split === 1 ? " was" : "s were"} longer than the line bound and cut into pieces`);
   if (cancelled !== null) notes.push(`cancelled: ${cancelled}`);
-  // A failure writing the last lines, after the child had ended, cancelled nothing: the footer still says why lines are missing.
+  // A failure writing the last lines, after the child had ended, cancelled nothing: the footer still says why lines
+  // are missing.
   else if (logFailure !== null) notes.push(`the log could not be written: ${(logFailure as Error).message}`);
   const result: RunResult = cancelled !== null ? "CANCELLED" : exit.code === 0 ? "OK" : "FAILED";
   const warnings: string[] = [];
   const failure = logFailure as Error | null;
   const logUnwritable = (details: Record<string, unknown>) =>
-    new OatsError("audit-unavailable", `run ${handle}: the log could not be written (${failure!.message}); the child was stopped`, {
-      handle,
-      reason: "log-unwritable",
-      errno: (failure as NodeJS.ErrnoException).code ?? null,
-      ...details,
-    });
+    new OatsError(
+      "audit-unavailable",
+      `run ${handle}: the log could not be written (${failure!.message}); the child was stopped`,
+      {
+        handle,
+        reason: "log-unwritable",
+        errno: (failure as NodeJS.ErrnoException).code ?? null,
+        ...details,
+      },
+    );
   let sealed;
   try {
     sealed = await sealRun(
-      { realScope, dir, base: control.base, startAudit: control.startAudit!, exit, result, lines: loggedLines, notes, endedAt: clock.next(), redactions: redactor.statement(), appendOptions },
+      {
+        realScope,
+        dir,
+        base: control.base,
+        startAudit: control.startAudit!,
+        exit,
+        result,
+        lines: loggedLines,
+        notes,
+        endedAt: clock.next(),
+        redactions: redactor.statement(),
+        appendOptions,
+      },
       logFd,
     );
   } catch (error) {
@@ -329,8 +413,16 @@ export async function runDispatchPlanWithEvidence(scope: string, plan: DispatchP
     if (error instanceof OatsError) throw error;
     throw new OatsError(
       "audit-unavailable",
-      `run ${handle}: the child ended (${exitText(exit)}) but the run could not be sealed (${sealError}); it stays open for \`oats run seal\``,
-      { handle, reason: "seal-failed", errno: errnoCode(error) ?? null, exit: { code: exit.code, signal: exit.signal }, result, sealed: false },
+      `run ${handle}: the child ended (${exitText(exit)}) but the run could ` +
+        `not be sealed (${sealError}); it stays open for \`oats run seal\``,
+      {
+        handle,
+        reason: "seal-failed",
+        errno: errnoCode(error) ?? null,
+        exit: { code: exit.code, signal: exit.signal },
+        result,
+        sealed: false,
+      },
       { cause: error },
     );
   } finally {
@@ -340,17 +432,34 @@ export async function runDispatchPlanWithEvidence(scope: string, plan: DispatchP
   if (failure !== null) throw logUnwritable({ sealed: true, runId: sealed.id });
   if (sealed.auditError !== null) warnings.push(`the run-end audit entry could not be written: ${sealed.auditError}`);
   // By default a sealed run is queued for delivery (and pushed when dispatch found the far side reachable).
-  const onSealed = options.onSealed ?? ((sealedScope: string, _record: RunRecord, sealedHandle: string, runId: string) => afterRunSealed(sealedScope, sealedHandle, runId, plan.delivery ?? null));
-  {
-    try {
-      await onSealed(realScope, sealed.record, handle, sealed.id);
-    } catch (error) {
-      warnings.push(`after sealing: ${error instanceof Error ? error.message : String(error)}`);
-    }
+  const onSealed =
+    options.onSealed ??
+    ((sealedScope: string, _record: RunRecord, sealedHandle: string, runId: string) =>
+      afterRunSealed(sealedScope, sealedHandle, runId, plan.delivery ?? null));
+  try {
+    await onSealed(realScope, sealed.record, handle, sealed.id);
+  } catch (error) {
+    warnings.push(`after sealing: ${error instanceof Error ? error.message : String(error)}`);
   }
-  const exitCode = exit.code ?? (exit.signal !== null ? 128 + (constants.signals[exit.signal as NodeJS.Signals] ?? 0) : 127);
+  const exitCode =
+    exit.code ?? (exit.signal !== null ? 128 + (constants.signals[exit.signal as NodeJS.Signals] ?? 0) : 127);
   if (startError !== null) {
-    throw new OatsError("invalid-artifact", `cannot start ${plan.executable.command}: ${(startError as Error).message}`, { command: plan.executable.command, errno: (startError as NodeJS.ErrnoException).code, runId: sealed.id, handle }, { cause: startError });
+    throw new OatsError(
+      "invalid-artifact",
+      `cannot start ${plan.executable.command}: ${(startError as Error).message}`,
+      { command: plan.executable.command, errno: (startError as NodeJS.ErrnoException).code, runId: sealed.id, handle },
+      { cause: startError },
+    );
   }
-  return { runId: sealed.id, handle, dir, exit, exitCode, result, record: sealed.record, kept: keep ? plan.run.dir : null, warnings };
+  return {
+    runId: sealed.id,
+    handle,
+    dir,
+    exit,
+    exitCode,
+    result,
+    record: sealed.record,
+    kept: keep ? plan.run.dir : null,
+    warnings,
+  };
 }

@@ -16,7 +16,10 @@ export function runIdFromHex(hex: string): string {
 
 /** The 64 hex digits of a run id; `invalid-input` for anything else. */
 export function runHex(runId: unknown): string {
-  const match = typeof runId === "string" && (runId.startsWith("sha256-") || runId.startsWith("oats.json.v1:")) ? RUN_ID.exec(runId) : null;
+  const match =
+    typeof runId === "string" && (runId.startsWith("sha256-") || runId.startsWith("oats.json.v1:"))
+      ? RUN_ID.exec(runId)
+      : null;
   if (!match) throw new OatsError("invalid-input", `not a run id: ${JSON.stringify(runId)}`, { runId });
   return match[1]!;
 }

@@ -1,5 +1,13 @@
 import type { DispatchPlan } from "../captures/index.js";
-import { EVIDENCE_CLASSES, evidenceFromFacts, isEvidenceClass, type EvidenceClass, createRedactor, redactionRules, type Redactor } from "../captures/index.js";
+import {
+  EVIDENCE_CLASSES,
+  evidenceFromFacts,
+  isEvidenceClass,
+  type EvidenceClass,
+  createRedactor,
+  redactionRules,
+  type Redactor,
+} from "../captures/index.js";
 import type { EvidenceSection } from "./run-record.js";
 
 /**
@@ -50,11 +58,19 @@ export function judgeRunEvidence(facts: SealFacts): EvidenceSection {
     redactions: interrupted ? null : facts.redactions,
   });
   const reasons = new Map<EvidenceClass, string>([
-    ["exit-status", interrupted ? "the dispatcher was interrupted: the child's exit status is unknown" : "the child's exit status is unknown"],
+    [
+      "exit-status",
+      interrupted
+        ? "the dispatcher was interrupted: the child's exit status is unknown"
+        : "the child's exit status is unknown",
+    ],
     ["redaction-statement", "the dispatcher was interrupted: its redaction counts were lost"],
   ]);
   const gaps = section.gaps.map((gap) => ({ class: gap.class, reason: reasons.get(gap.class) ?? gap.reason }));
-  const unknown = [...new Set(facts.required.filter((name) => !isEvidenceClass(name)))].map((name) => ({ class: name, reason: `not a known evidence class (known: ${EVIDENCE_CLASSES.join(", ")})` }));
+  const unknown = [...new Set(facts.required.filter((name) => !isEvidenceClass(name)))].map((name) => ({
+    class: name,
+    reason: `not a known evidence class (known: ${EVIDENCE_CLASSES.join(", ")})`,
+  }));
   const allGaps = [...gaps, ...unknown];
   return {
     required: [...section.required, ...unknown.map((gap) => gap.class)],

@@ -49,7 +49,15 @@ export const runRecordSchema = z
     environment: z.array(z.string()),
     startedAt: stamp,
     endedAt: stamp,
-    exit: z.object({ code: z.number().int().min(0).max(255).nullable(), signal: z.string().regex(/^SIG[A-Z0-9]+$/).nullable() }).strict(),
+    exit: z
+      .object({
+        code: z.number().int().min(0).max(255).nullable(),
+        signal: z
+          .string()
+          .regex(/^SIG[A-Z0-9]+$/)
+          .nullable(),
+      })
+      .strict(),
     result: z.enum(RESULTS),
     log: z.object({ digest, lines: z.number().int().nonnegative(), bytes: z.number().int().nonnegative() }).strict(),
     redactions: z.array(z.object({ rule: z.string().min(1), count: z.number().int().nonnegative() }).strict()),
@@ -65,7 +73,13 @@ export type DeliverySection = z.infer<typeof deliverySectionSchema>;
 /** The record's exact bytes and its id; a record the schema refuses is an internal error of the caller. */
 export function sealRecord(record: RunRecord): { bytes: Buffer; id: string } {
   const checked = runRecordSchema.safeParse(record);
-  if (!checked.success) throw new OatsError("internal-error", `run record does not satisfy ${RUN_FORMAT}: ${checked.error.issues.map((issue) => `${issue.path.join("/")}: ${issue.message}`).join("; ")}`, { reason: "run-record-schema" });
+  if (!checked.success)
+    throw new OatsError(
+      "internal-error",
+      `run record does not satisfy ${RUN_FORMAT}: ` +
+        `${checked.error.issues.map((issue) => `${issue.path.join("/")}: ${issue.message}`).join("; ")}`,
+      { reason: "run-record-schema" },
+    );
   const bytes = canonicalJsonBytes(record);
   return { bytes, id: bytesDigest(bytes) };
 }
@@ -76,19 +90,33 @@ export function parseRunRecord(bytes: Buffer, origin: string): { record: RunReco
   try {
     value = JSON.parse(bytes.toString("utf8"));
   } catch (error) {
-    throw new OatsError("invalid-artifact", `${origin} is not JSON: ${(error as Error).message}`, { origin, reason: "run-record-malformed" });
+    throw new OatsError("invalid-artifact", `${origin} is not JSON: ${(error as Error).message}`, {
+      origin,
+      reason: "run-record-malformed",
+    });
   }
   const checked = runRecordSchema.safeParse(value);
   if (!checked.success) {
-    throw new OatsError("invalid-artifact", `${origin} is not an ${RUN_FORMAT} record: ${checked.error.issues.slice(0, 3).map((issue) => `${issue.path.join("/")}: ${issue.message}`).join("; ")}`, { origin, reason: "run-record-malformed" });
+    throw new OatsError(
+      "invalid-artifact",
+      `${origin} is not an ${RUN_FORMAT} record: ${checked.error.issues
+        .slice(0, 3)
+        .map((issue) => `${issue.path.join("/")}: ${issue.message}`)
+        .join("; ")}`,
+      { origin, reason: "run-record-malformed" },
+    );
   }
   if (!canonicalJsonBytes(checked.data).equals(bytes)) {
-    throw new OatsError("invalid-artifact", `${origin} is not in canonical oats.json.v1 form`, { origin, reason: "run-record-not-canonical" });
+    throw new OatsError("invalid-artifact", `${origin} is not in canonical oats.json.v1 form`, {
+      origin,
+      reason: "run-record-not-canonical",
+    });
   }
   return { record: checked.data, id: bytesDigest(bytes) };
 }
 
-/** A run id as given (`sha256-<hex>` or `oats.json.v1:sha256-<hex>`, or a prefix of either) without its framing prefix. */
+/** A run id as given (`sha256-<hex>` or `oats.json.v1:sha256-<hex>`, or a prefix of either) without its framing
+ * prefix. */
 export function bareRunRef(ref: string): string {
   return ref.startsWith("oats.json.v1:") ? ref.slice("oats.json.v1:".length) : ref;
 }

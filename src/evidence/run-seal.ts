@@ -61,7 +61,8 @@ export interface Sealed {
   readonly auditError: string | null;
 }
 
-/** Open the log for the footer (append, never through a symlink); a torn last line (a crash mid-write) is cut off, and counted. */
+/** Open the log for the footer (append, never through a symlink); a torn last line (a crash mid-write) is cut off,
+ * and counted. */
 export function openLogForSeal(dir: string): { fd: number; torn: number } {
   const fd = openSync(join(dir, LOG_FILE), constants.O_RDWR | constants.O_APPEND | constants.O_NOFOLLOW);
   const size = fstatSync(fd).size;
@@ -100,7 +101,14 @@ export async function sealRun(input: SealInput, logFd: number): Promise<Sealed> 
   }
   const { required, ...base } = input.base;
   const redactions = input.redactions.map((row) => ({ rule: row.rule, count: row.count }));
-  const facts: EvidenceFacts = { required, result: input.result, exit: input.exit, lines: input.lines, redactions, environment: base.environment };
+  const facts: EvidenceFacts = {
+    required,
+    result: input.result,
+    exit: input.exit,
+    lines: input.lines,
+    redactions,
+    environment: base.environment,
+  };
   const record: RunRecord = {
     format: "oats.run.v1",
     ...base,
@@ -119,7 +127,18 @@ export async function sealRun(input: SealInput, logFd: number): Promise<Sealed> 
   try {
     await audit(
       input.realScope,
-      { action: "run-end", subject: { handle: base.handle, job: base.job, resolution: base.resolution }, outcome: "ok", details: { runId: id, exit: { ...record.exit }, result: record.result, status: record.evidence.status, log: { ...record.log } } },
+      {
+        action: "run-end",
+        subject: { handle: base.handle, job: base.job, resolution: base.resolution },
+        outcome: "ok",
+        details: {
+          runId: id,
+          exit: { ...record.exit },
+          result: record.result,
+          status: record.evidence.status,
+          log: { ...record.log },
+        },
+      },
       input.appendOptions ?? {},
     );
   } catch (error) {

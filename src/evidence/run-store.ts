@@ -1,10 +1,28 @@
 import { randomBytes } from "node:crypto";
-import { chmodSync, constants, linkSync, lstatSync, mkdirSync, openSync, readdirSync, readFileSync, renameSync, unlinkSync } from "node:fs";
+import {
+  chmodSync,
+  constants,
+  linkSync,
+  lstatSync,
+  mkdirSync,
+  openSync,
+  readdirSync,
+  readFileSync,
+  renameSync,
+  unlinkSync,
+} from "node:fs";
 import { join } from "node:path";
 import { z } from "zod";
 import { OatsError, errnoCode, canonicalJsonBytes } from "../core/index.js";
 import { checkRunRootAncestors } from "../captures/index.js";
-import { ensureStoreAt, fsyncDirectory, inspectStoreAt, readRegularFile, writeStagedFile, AGENTS_DIR } from "../retention/index.js";
+import {
+  ensureStoreAt,
+  fsyncDirectory,
+  inspectStoreAt,
+  readRegularFile,
+  writeStagedFile,
+  AGENTS_DIR,
+} from "../retention/index.js";
 import { HANDLE_PATTERN, bareRunRef, parseRunRecord, runRecordSchema, type RunRecord } from "./run-record.js";
 
 /**
@@ -35,7 +53,23 @@ export const MAX_LOG_BYTES = 512 << 20;
 
 const processRef = z.object({ pid: z.number().int().positive(), start: z.string().regex(/^\d+$/) }).strict();
 /** The record fields known when the run starts (everything the sealer cannot learn later). */
-export const runBaseSchema = runRecordSchema.pick({ handle: true, job: true, resolution: true, composition: true, approval: true, dispatchAudit: true, principal: true, harness: true, classification: true, environment: true, startedAt: true, delivery: true }).extend({ required: z.array(z.string()) }).strict();
+export const runBaseSchema = runRecordSchema
+  .pick({
+    handle: true,
+    job: true,
+    resolution: true,
+    composition: true,
+    approval: true,
+    dispatchAudit: true,
+    principal: true,
+    harness: true,
+    classification: true,
+    environment: true,
+    startedAt: true,
+    delivery: true,
+  })
+  .extend({ required: z.array(z.string()) })
+  .strict();
 export type RunBase = z.infer<typeof runBaseSchema>;
 
 export const runControlSchema = z
@@ -44,14 +78,21 @@ export const runControlSchema = z
     dispatcher: processRef,
     /** The child: its pid is its process group id (it is started as a group leader). */
     child: processRef.nullable(),
-    startAudit: z.object({ seq: z.number().int().nonnegative(), hash: z.string().min(1) }).strict().nullable(),
+    startAudit: z
+      .object({ seq: z.number().int().nonnegative(), hash: z.string().min(1) })
+      .strict()
+      .nullable(),
     base: runBaseSchema,
   })
   .strict();
 export type RunControl = z.infer<typeof runControlSchema>;
 
 function damaged(path: string, why: string, details: Record<string, unknown> = {}): OatsError {
-  return new OatsError("invalid-artifact-store", `run evidence ${path} ${why}`, { path, reason: "run-damaged", ...details });
+  return new OatsError("invalid-artifact-store", `run evidence ${path} ${why}`, {
+    path,
+    reason: "run-damaged",
+    ...details,
+  });
 }
 
 export function runsRoot(realScope: string): string {
@@ -59,7 +100,10 @@ export function runsRoot(realScope: string): string {
 }
 
 function utcCompact(date: Date): string {
-  return date.toISOString().replace(/[-:]/g, "").replace(/\.\d{3}Z$/, "Z");
+  return date
+    .toISOString()
+    .replace(/[-:]/g, "")
+    .replace(/\.\d{3}Z$/, "Z");
 }
 
 export function newHandle(now: Date = new Date()): string {
@@ -75,7 +119,11 @@ export function createRunDir(realScope: string, handle: string): { dir: string; 
   const dir = join(area, handle);
   mkdirSync(dir, { mode: 0o700 });
   chmodSync(dir, 0o700);
-  const logFd = openSync(join(dir, LOG_FILE), constants.O_RDWR | constants.O_CREAT | constants.O_EXCL | constants.O_NOFOLLOW | constants.O_APPEND, 0o600);
+  const logFd = openSync(
+    join(dir, LOG_FILE),
+    constants.O_RDWR | constants.O_CREAT | constants.O_EXCL | constants.O_NOFOLLOW | constants.O_APPEND,
+    0o600,
+  );
   return { dir, logFd };
 }
 
@@ -91,7 +139,11 @@ export function writeRecord(dir: string, bytes: Buffer): void {
   try {
     linkSync(staged, join(dir, RECORD_FILE));
   } catch (error) {
-    if (errnoCode(error) === "EEXIST") throw new OatsError("busy", `run ${dir} was sealed by someone else meanwhile`, { dir, reason: "run-already-sealed" });
+    if (errnoCode(error) === "EEXIST")
+      throw new OatsError("busy", `run ${dir} was sealed by someone else meanwhile`, {
+        dir,
+        reason: "run-already-sealed",
+      });
     throw error;
   } finally {
     unlinkSync(staged);
@@ -100,7 +152,10 @@ export function writeRecord(dir: string, bytes: Buffer): void {
 }
 
 function readSmall(path: string): Buffer {
-  return readRegularFile(path, { limit: MAX_SMALL_FILE, refuse: (failure, details) => damaged(path, `cannot be read (${failure})`, { failure, ...details }) });
+  return readRegularFile(path, {
+    limit: MAX_SMALL_FILE,
+    refuse: (failure, details) => damaged(path, `cannot be read (${failure})`, { failure, ...details }),
+  });
 }
 
 export function readControl(dir: string): RunControl {
@@ -113,7 +168,8 @@ export function readControl(dir: string): RunControl {
     throw damaged(path, "is not JSON");
   }
   const checked = runControlSchema.safeParse(value);
-  if (!checked.success) throw damaged(path, `is not an ${CONTROL_FORMAT} file: ${checked.error.issues[0]?.message ?? ""}`);
+  if (!checked.success)
+    throw damaged(path, `is not an ${CONTROL_FORMAT} file: ${checked.error.issues[0]?.message ?? ""}`);
   return checked.data;
 }
 
@@ -122,7 +178,13 @@ export function readRecord(dir: string): { record: RunRecord; id: string; bytes:
   const path = join(dir, RECORD_FILE);
   let bytes: Buffer;
   try {
-    bytes = readRegularFile(path, { limit: MAX_SMALL_FILE, refuse: (failure, details) => (failure === "missing" ? new OatsError("resolution-not-found", "absent") : damaged(path, `cannot be read (${failure})`, { failure, ...details })) });
+    bytes = readRegularFile(path, {
+      limit: MAX_SMALL_FILE,
+      refuse: (failure, details) =>
+        failure === "missing"
+          ? new OatsError("resolution-not-found", "absent")
+          : damaged(path, `cannot be read (${failure})`, { failure, ...details }),
+    });
   } catch (error) {
     if (error instanceof OatsError && error.code === "resolution-not-found") return null;
     throw error;
@@ -132,7 +194,10 @@ export function readRecord(dir: string): { record: RunRecord; id: string; bytes:
 
 export function readLogBytes(dir: string): Buffer {
   const path = join(dir, LOG_FILE);
-  return readRegularFile(path, { limit: MAX_LOG_BYTES, refuse: (failure, details) => damaged(path, `cannot be read (${failure})`, { failure, ...details }) });
+  return readRegularFile(path, {
+    limit: MAX_LOG_BYTES,
+    refuse: (failure, details) => damaged(path, `cannot be read (${failure})`, { failure, ...details }),
+  });
 }
 
 /** A run directory: a real directory, never a symlink. */
@@ -143,7 +208,8 @@ export function checkRunDir(dir: string): void {
   } catch (error) {
     throw damaged(dir, `cannot be inspected (${errnoCode(error) ?? String(error)})`);
   }
-  if (!stats.isDirectory()) throw damaged(dir, stats.isSymbolicLink() ? "is a symlink (never followed)" : "is not a directory");
+  if (!stats.isDirectory())
+    throw damaged(dir, stats.isSymbolicLink() ? "is a symlink (never followed)" : "is not a directory");
 }
 
 /** Every run handle in the scope (names of the handle form; anything else is not a run). */
@@ -157,7 +223,9 @@ export function listHandles(realScope: string): string[] {
 /** Names in the runs store that are neither a handle nor the managed .gitignore (reported by fsck). */
 export function strayNames(realScope: string): string[] {
   if (!inspectStoreAt(realScope, RUNS_STORE).complete) return [];
-  return readdirSync(runsRoot(realScope)).filter((name) => name !== ".gitignore" && !HANDLE_PATTERN.test(name)).sort();
+  return readdirSync(runsRoot(realScope))
+    .filter((name) => name !== ".gitignore" && !HANDLE_PATTERN.test(name))
+    .sort();
 }
 
 /**
@@ -167,7 +235,11 @@ export function strayNames(realScope: string): string[] {
  */
 export function findRun(realScope: string, ref: string): { handle: string; dir: string } {
   const wanted = bareRunRef(String(ref));
-  if (wanted.length === 0 || wanted.length > 200 || /[/\0]/.test(wanted)) throw new OatsError("invalid-input", `not a run handle or id: ${JSON.stringify(String(ref).slice(0, 80))}`, { ref: String(ref).slice(0, 200), reason: "invalid-run-ref" });
+  if (wanted.length === 0 || wanted.length > 200 || /[/\0]/.test(wanted))
+    throw new OatsError("invalid-input", `not a run handle or id: ${JSON.stringify(String(ref).slice(0, 80))}`, {
+      ref: String(ref).slice(0, 200),
+      reason: "invalid-run-ref",
+    });
   const matches = new Set<string>();
   for (const handle of listHandles(realScope)) {
     if (handle === wanted) return { handle, dir: join(runsRoot(realScope), handle) };
@@ -181,14 +253,20 @@ export function findRun(realScope: string, ref: string): { handle: string; dir: 
       } catch {
         continue; // a damaged run is found by handle only; fsck reports it
       }
-      if (sealed !== null && sealed.id.startsWith(wanted)) {
+      if (sealed?.id.startsWith(wanted)) {
         if (sealed.id === wanted) return { handle, dir };
         matches.add(handle);
       }
     }
   }
-  if (matches.size === 0) throw new OatsError("run-not-found", `no run ${ref} in this scope`, { ref, reason: "run-not-found" });
-  if (matches.size > 1) throw new OatsError("invalid-input", `${ref} names ${matches.size} runs; give more of the handle or id`, { ref, matches: [...matches], reason: "ambiguous-run" });
+  if (matches.size === 0)
+    throw new OatsError("run-not-found", `no run ${ref} in this scope`, { ref, reason: "run-not-found" });
+  if (matches.size > 1)
+    throw new OatsError("invalid-input", `${ref} names ${matches.size} runs; give more of the handle or id`, {
+      ref,
+      matches: [...matches],
+      reason: "ambiguous-run",
+    });
   const [handle] = matches;
   return { handle: handle!, dir: join(runsRoot(realScope), handle!) };
 }
@@ -208,7 +286,10 @@ function procStatFields(pid: number): string[] | null {
     return null;
   }
   const close = text.lastIndexOf(")");
-  const fields = text.slice(close + 2).trim().split(" ");
+  const fields = text
+    .slice(close + 2)
+    .trim()
+    .split(" ");
   if (fields[0] === "Z" || fields[0] === "X") return null; // a zombie is not running
   return fields;
 }

@@ -47,46 +47,82 @@ export interface SealedRun {
 
 function refuse(handle: string, what: string) {
   return (failure: string, details: Record<string, unknown>) =>
-    new OatsError(failure === "missing" ? "run-not-found" : "invalid-artifact-store", `run ${handle}: ${what} is ${failure}`, { handle, file: what, reason: failure, ...details });
+    new OatsError(
+      failure === "missing" ? "run-not-found" : "invalid-artifact-store",
+      `run ${handle}: ${what} is ${failure}`,
+      { handle, file: what, reason: failure, ...details },
+    );
 }
 
 function names(value: unknown, wanted: ReadonlySet<string>): boolean {
   if (value === null || typeof value !== "object") return false;
-  return Object.values(value as Record<string, unknown>).some((field) => typeof field === "string" && wanted.has(field));
+  return Object.values(value as Record<string, unknown>).some(
+    (field) => typeof field === "string" && wanted.has(field),
+  );
 }
 
-export function auditLinesFor(scope: string, handle: string, runId: string, named: readonly AuditRef[]): { bytes: Buffer; seqs: number[] } {
+export function auditLinesFor(
+  scope: string,
+  handle: string,
+  runId: string,
+  named: readonly AuditRef[],
+): { bytes: Buffer; seqs: number[] } {
   const { entries } = readAudit(scope);
   const bySeq = new Map<number, AuditEntry>(entries.map((entry) => [entry.seq, entry]));
   const chosen = new Map<number, AuditEntry>();
   for (const ref of named) {
     const entry = bySeq.get(ref.seq);
     if (!entry || entry.hash !== ref.hash) {
-      throw new OatsError("integrity-mismatch", `run ${handle} names audit entry ${ref.seq} (${ref.hash}), which the audit log ${entry ? `holds with hash ${entry.hash}` : "does not hold"}`, { handle, seq: ref.seq, expected: ref.hash, actual: entry?.hash ?? null });
+      throw new OatsError(
+        "integrity-mismatch",
+        `run ${handle} names audit entry ${ref.seq} (${ref.hash}), which the ` +
+          `audit log ${entry ? `holds with hash ${entry.hash}` : "does not hold"}`,
+        { handle, seq: ref.seq, expected: ref.hash, actual: entry?.hash ?? null },
+      );
     }
     chosen.set(entry.seq, entry);
   }
   const wanted = new Set([handle, runId]);
-  for (const entry of entries) if (names(entry.subject, wanted) || names(entry.details, wanted)) chosen.set(entry.seq, entry);
+  for (const entry of entries)
+    if (names(entry.subject, wanted) || names(entry.details, wanted)) chosen.set(entry.seq, entry);
   const seqs = [...chosen.keys()].sort((a, b) => a - b);
   return { bytes: Buffer.from(seqs.map((seq) => canonicalJson(chosen.get(seq))).join(""), "utf8"), seqs };
 }
 
 export function readSealedRun(scope: string, handle: string): SealedRun {
-  if (typeof handle !== "string" || !HANDLE_PATTERN.test(handle)) throw new OatsError("invalid-input", `not a run handle: ${JSON.stringify(handle)}`, { handle, reason: "invalid-run-ref" });
-  if (!inspectStoreAt(scope, RUNS_STORE, [handle]).complete) throw new OatsError("run-not-found", `no run ${handle} in ${scope}`, { handle });
+  if (typeof handle !== "string" || !HANDLE_PATTERN.test(handle))
+    throw new OatsError("invalid-input", `not a run handle: ${JSON.stringify(handle)}`, {
+      handle,
+      reason: "invalid-run-ref",
+    });
+  if (!inspectStoreAt(scope, RUNS_STORE, [handle]).complete)
+    throw new OatsError("run-not-found", `no run ${handle} in ${scope}`, { handle });
   const dir = assertContained(join(scope, ...RUNS_STORE), join(scope, ...RUNS_STORE, handle), `run ${handle}`);
   const recordBytes = readRegularFile(join(dir, RECORD_FILE), {
     limit: RECORD_LIMIT,
     refuse: (failure, details) =>
-      failure === "missing" ? new OatsError("invalid-input", `run ${handle} is not sealed yet: nothing to deliver`, { handle, reason: "run-unsealed" }) : refuse(handle, RECORD_FILE)(failure, details),
+      failure === "missing"
+        ? new OatsError("invalid-input", `run ${handle} is not sealed yet: nothing to deliver`, {
+            handle,
+            reason: "run-unsealed",
+          })
+        : refuse(handle, RECORD_FILE)(failure, details),
   });
   // The run store's own parser: schema, canonical bytes, id.
   const { record, id } = parseRunRecord(recordBytes, `run ${handle} ${RECORD_FILE}`);
-  if (record.handle !== handle) throw new OatsError("integrity-mismatch", `run ${handle}: its record names handle ${record.handle}`, { handle, recorded: record.handle });
+  if (record.handle !== handle)
+    throw new OatsError("integrity-mismatch", `run ${handle}: its record names handle ${record.handle}`, {
+      handle,
+      recorded: record.handle,
+    });
   const runId = runIdFromHex(runHex(id));
-  // Checked where it is read (checkSealedLog): reading megabytes twice, once to check and once to copy, is the cost this saves.
-  const log = { path: join(dir, LOG_FILE), digest: `sha256-${bytesDigestHex(record.log.digest)}`, bytes: record.log.bytes };
+  // Checked where it is read (checkSealedLog): reading megabytes twice, once to check and once to copy, is the cost
+  // this saves.
+  const log = {
+    path: join(dir, LOG_FILE),
+    digest: `sha256-${bytesDigestHex(record.log.digest)}`,
+    bytes: record.log.bytes,
+  };
   const audit = auditLinesFor(scope, handle, runId, [record.startAudit, record.dispatchAudit]);
   return { handle, runId, recordBytes, log, auditBytes: audit.bytes, auditSeqs: audit.seqs };
 }
@@ -99,10 +135,14 @@ export function readSealedRun(scope: string, handle: string): SealedRun {
  */
 export function checkSealedLog(sealed: SealedRun, consume: (piece: Buffer) => void = () => undefined): void {
   const digester = bytesDigester();
-  const bytes = readRegularFileInPieces(sealed.log.path, { limit: LOG_LIMIT, refuse: refuse(sealed.handle, LOG_FILE) }, (piece) => {
-    digester.update(piece);
-    consume(piece);
-  });
+  const bytes = readRegularFileInPieces(
+    sealed.log.path,
+    { limit: LOG_LIMIT, refuse: refuse(sealed.handle, LOG_FILE) },
+    (piece) => {
+      digester.update(piece);
+      consume(piece);
+    },
+  );
   const digest = digester.digest();
   if (digest !== sealed.log.digest || bytes !== sealed.log.bytes) {
     throw new OatsError("integrity-mismatch", `run ${sealed.handle}: the log does not match its sealed record`, {

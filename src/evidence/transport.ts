@@ -95,7 +95,10 @@ const SCHEMES = new Map<string, Factory>([
 ]);
 
 function invalidDestination(text: string, reason: string): OatsError {
-  return new OatsError("invalid-input", `invalid evidence destination ${JSON.stringify(text)}: ${reason}`, { to: text, reason });
+  return new OatsError("invalid-input", `invalid evidence destination ${JSON.stringify(text)}: ${reason}`, {
+    to: text,
+    reason,
+  });
 }
 
 /**
@@ -108,8 +111,17 @@ export function transportFor(to: unknown, context: TransportContext = {}): Evide
   if (!parsed.success) throw invalidDestination(String(to), parsed.error.issues[0]?.message ?? "not a string");
   const text = parsed.data;
   const match = /^([A-Za-z0-9_+.-]+):(.*)$/s.exec(text);
-  if (!match) throw new OatsError("usage", `an evidence destination names its scheme: dir:/path (got ${JSON.stringify(text)})`, { to: text, reason: "no-scheme" });
+  if (!match)
+    throw new OatsError("usage", `an evidence destination names its scheme: dir:/path (got ${JSON.stringify(text)})`, {
+      to: text,
+      reason: "no-scheme",
+    });
   const factory = SCHEMES.get(match[1]!);
-  if (!factory) throw new OatsError("usage", `unknown evidence destination scheme ${JSON.stringify(match[1])} (known: ${[...SCHEMES.keys()].join(", ")})`, { to: text, reason: "unknown-scheme", scheme: match[1] });
+  if (!factory)
+    throw new OatsError(
+      "usage",
+      `unknown evidence destination scheme ${JSON.stringify(match[1])} (known: ${[...SCHEMES.keys()].join(", ")})`,
+      { to: text, reason: "unknown-scheme", scheme: match[1] },
+    );
   return factory(match[2]!, text, context);
 }

@@ -2,7 +2,15 @@ import { createHash } from "node:crypto";
 import { Readable } from "node:stream";
 import { OatsError, errnoCode } from "../core/index.js";
 import { TarWriter, TreeSink, type TarOutput } from "../acquisition/index.js";
-import { digestListing, walkTree, TREE_EXEC, integrityText, type Integrity, retainedTreeDir, verifyTree } from "../retention/index.js";
+import {
+  digestListing,
+  walkTree,
+  TREE_EXEC,
+  integrityText,
+  type Integrity,
+  retainedTreeDir,
+  verifyTree,
+} from "../retention/index.js";
 import type { FileConsumer, FileInfo, FileEntry, SymlinkEntry, ArtifactKind } from "../retention/index.js";
 import type { TreeLayer } from "./mapping.js";
 import type { BlobSource } from "../oci/index.js";
@@ -23,7 +31,8 @@ import type { BlobSource } from "../oci/index.js";
 
 type TreeRef = { kind: ArtifactKind; key: string; integrity: Integrity };
 
-/** Test-only: called between the hashing pass and the upload pass of a tree (the fault-injection tests change the tree there). */
+/** Test-only: called between the hashing pass and the upload pass of a tree (the fault-injection tests change the
+ * tree there). */
 export const layerTestHooks: { beforeUploadPass?: (dir: string) => void } = {};
 
 /** Waits for the consumer after each leaf when asked to (the upload stream's backpressure). */
@@ -61,8 +70,17 @@ class PacedSink implements FileConsumer {
  * hashing pass's sha256 and size is that pass's verified tree (one sha256
  * pass over the tree fewer).
  */
-async function generateLayer(realScope: string, ref: TreeRef, out: TarOutput, checkTree: boolean, pace?: () => void | Promise<void>): Promise<{ digest: string; size: number }> {
-  if (ref.integrity.format !== TREE_EXEC) throw new OatsError("internal-error", "a tree layer is made from an oats.tree-exec.v1 reference", { integrity: integrityText(ref.integrity) });
+async function generateLayer(
+  realScope: string,
+  ref: TreeRef,
+  out: TarOutput,
+  checkTree: boolean,
+  pace?: () => void | Promise<void>,
+): Promise<{ digest: string; size: number }> {
+  if (ref.integrity.format !== TREE_EXEC)
+    throw new OatsError("internal-error", "a tree layer is made from an oats.tree-exec.v1 reference", {
+      integrity: integrityText(ref.integrity),
+    });
   const source = retainedTreeDir(realScope, ref);
   const hash = createHash("sha256");
   const tar = new TarWriter(out, hash);
@@ -70,23 +88,35 @@ async function generateLayer(realScope: string, ref: TreeRef, out: TarOutput, ch
     const listing = await walkTree(source);
     tar.header({ path: "./", type: "Directory", mode: 0o755, size: 0 });
     const sink = new TreeSink(tar, "");
-    const digests = await digestListing(listing, checkTree ? [TREE_EXEC] : [], { sink: pace ? new PacedSink(sink, pace) : sink, sinkOrder: "bytes" });
+    const digests = await digestListing(listing, checkTree ? [TREE_EXEC] : [], {
+      sink: pace ? new PacedSink(sink, pace) : sink,
+      sinkOrder: "bytes",
+    });
     if (checkTree && digests[TREE_EXEC] !== ref.integrity.value) {
       // The full verification names the first path that differs.
       await verifyTree(realScope, ref);
-      throw new OatsError("integrity-mismatch", `${ref.kind} ${ref.key}: expected ${integrityText(ref.integrity)}, read ${TREE_EXEC}:${digests[TREE_EXEC]} while making its layer`, {
-        kind: ref.kind,
-        key: ref.key,
-        expected: ref.integrity.value,
-        actual: digests[TREE_EXEC],
-        dir: source,
-        reason: "changed-while-exporting",
-      });
+      throw new OatsError(
+        "integrity-mismatch",
+        `${ref.kind} ${ref.key}: expected ${integrityText(ref.integrity)}, read ` +
+          `${TREE_EXEC}:${digests[TREE_EXEC]} while making its layer`,
+        {
+          kind: ref.kind,
+          key: ref.key,
+          expected: ref.integrity.value,
+          actual: digests[TREE_EXEC],
+          dir: source,
+          reason: "changed-while-exporting",
+        },
+      );
     }
     tar.end();
   } catch (error) {
     if (error instanceof OatsError || error === STOPPED) throw error;
-    throw new OatsError("internal-error", `cannot make the layer of ${ref.kind} ${ref.key}: ${errnoCode(error) ?? String(error)}`, { kind: ref.kind, key: ref.key });
+    throw new OatsError(
+      "internal-error",
+      `cannot make the layer of ${ref.kind} ${ref.key}: ${errnoCode(error) ?? String(error)}`,
+      { kind: ref.kind, key: ref.key },
+    );
   }
   return { digest: `sha256:${hash.digest("hex")}`, size: tar.bytes };
 }
@@ -136,7 +166,8 @@ export function treeLayerSource(realScope: string, ref: TreeRef, layer: { digest
         const from = Math.max(start, at);
         const to = Math.min(end, position);
         if (to <= from) return;
-        // The writer reuses its buffers; the stream keeps its own copy. The newest slice is held back until the tar is known to be right.
+        // The writer reuses its buffers; the stream keeps its own copy. The newest slice is held back until the tar
+        // is known to be right.
         if (held !== null && !stream.push(held)) full = true;
         held = Buffer.from(data.subarray(from - at, to - at));
       };
@@ -153,21 +184,31 @@ export function treeLayerSource(realScope: string, ref: TreeRef, layer: { digest
         const made = await generateLayer(realScope, ref, emit, false, pace);
         if (stopped) return;
         if (made.digest !== layer.digest || made.size !== layer.size) {
-          throw new OatsError("integrity-mismatch", `${ref.kind} ${ref.key}: its layer was ${layer.digest} (${layer.size} bytes) when hashed and ${made.digest} (${made.size} bytes) when uploaded`, {
-            kind: ref.kind,
-            key: ref.key,
-            expected: layer.digest,
-            actual: made.digest,
-            expectedSize: layer.size,
-            actualSize: made.size,
-            reason: "changed-between-passes",
-          });
+          throw new OatsError(
+            "integrity-mismatch",
+            `${ref.kind} ${ref.key}: its layer was ${layer.digest} (${layer.size} ` +
+              `bytes) when hashed and ${made.digest} (${made.size} bytes) when uploaded`,
+            {
+              kind: ref.kind,
+              key: ref.key,
+              expected: layer.digest,
+              actual: made.digest,
+              expectedSize: layer.size,
+              actualSize: made.size,
+              reason: "changed-between-passes",
+            },
+          );
         }
         if (held !== null) stream.push(held);
         stream.push(null);
       };
       run().catch((error: unknown) => {
-        if (!stopped) stream.destroy(error instanceof Error ? error : new OatsError("internal-error", "the layer stream stopped", { kind: ref.kind, key: ref.key }));
+        if (!stopped)
+          stream.destroy(
+            error instanceof Error
+              ? error
+              : new OatsError("internal-error", "the layer stream stopped", { kind: ref.kind, key: ref.key }),
+          );
       });
       return stream;
     },

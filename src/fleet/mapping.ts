@@ -1,7 +1,14 @@
 import { createHash } from "node:crypto";
 import { z } from "zod";
 import { OatsError, canonicalJsonBytes } from "../core/index.js";
-import { ARTIFACT_KINDS, IDENTIFIER_MAX_LENGTH, IDENTIFIER_PATTERN, SOURCE_KEY_PATTERN, type ArtifactKind, MAX_BLOB_BYTES } from "../retention/index.js";
+import {
+  ARTIFACT_KINDS,
+  IDENTIFIER_MAX_LENGTH,
+  IDENTIFIER_PATTERN,
+  SOURCE_KEY_PATTERN,
+  type ArtifactKind,
+  MAX_BLOB_BYTES,
+} from "../retention/index.js";
 import { MAX_RECORD_BYTES } from "../resolution/index.js";
 
 /**
@@ -124,26 +131,49 @@ function treeDescriptor(tree: TreeLayer): Descriptor {
 }
 
 function blobDescriptor(blob: BlobLayer): Descriptor {
-  return { mediaType: BLOB_MEDIA_TYPE, digest: oatsToOci(blob.blob), size: blob.size, annotations: { [ANNOTATION_BLOB]: blob.blob } };
+  return {
+    mediaType: BLOB_MEDIA_TYPE,
+    digest: oatsToOci(blob.blob),
+    size: blob.size,
+    annotations: { [ANNOTATION_BLOB]: blob.blob },
+  };
 }
 
 function layers(trees: readonly TreeLayer[], blobs: readonly BlobLayer[]): Descriptor[] {
-  const treeRows = [...trees].sort((a, b) => compare(`${a.kind}\0${a.key}\0${a.integrity}`, `${b.kind}\0${b.key}\0${b.integrity}`));
+  const treeRows = [...trees].sort((a, b) =>
+    compare(`${a.kind}\0${a.key}\0${a.integrity}`, `${b.kind}\0${b.key}\0${b.integrity}`),
+  );
   const blobRows = [...blobs].sort((a, b) => compare(a.blob, b.blob));
   return [...treeRows.map(treeDescriptor), ...blobRows.map(blobDescriptor)];
 }
 
 /** The manifest of a resolution: config = the record's exact bytes. */
-export function resolutionManifest(input: { id: string; recordBytes: Buffer; capture: string | null; trees: readonly TreeLayer[]; blobs: readonly BlobLayer[] }): OciManifest {
-  const config: Descriptor = { mediaType: RESOLUTION_MEDIA_TYPE, digest: oatsToOci(input.id), size: input.recordBytes.length };
-  if (ociDigest(input.recordBytes) !== config.digest) throw new OatsError("internal-error", `resolution ${input.id}: the record bytes do not hash to the id`, { id: input.id });
+export function resolutionManifest(input: {
+  id: string;
+  recordBytes: Buffer;
+  capture: string | null;
+  trees: readonly TreeLayer[];
+  blobs: readonly BlobLayer[];
+}): OciManifest {
+  const config: Descriptor = {
+    mediaType: RESOLUTION_MEDIA_TYPE,
+    digest: oatsToOci(input.id),
+    size: input.recordBytes.length,
+  };
+  if (ociDigest(input.recordBytes) !== config.digest)
+    throw new OatsError("internal-error", `resolution ${input.id}: the record bytes do not hash to the id`, {
+      id: input.id,
+    });
   return {
     schemaVersion: 2,
     mediaType: OCI_MANIFEST_MEDIA_TYPE,
     artifactType: RESOLUTION_MEDIA_TYPE,
     config,
     layers: layers(input.trees, input.blobs),
-    annotations: { [ANNOTATION_RESOLUTION]: input.id, ...(input.capture !== null ? { [ANNOTATION_CAPTURE]: input.capture } : {}) },
+    annotations: {
+      [ANNOTATION_RESOLUTION]: input.id,
+      ...(input.capture !== null ? { [ANNOTATION_CAPTURE]: input.capture } : {}),
+    },
   };
 }
 
@@ -166,7 +196,9 @@ export function encodeManifest(manifest: OciManifest): { bytes: Buffer; digest: 
 
 // ------------------------------------------------------------------ reading a pulled manifest
 
-export type PulledLayer = ({ readonly type: "tree" } & TreeLayer) | ({ readonly type: "blob"; readonly digest: string } & BlobLayer);
+export type PulledLayer =
+  | ({ readonly type: "tree" } & TreeLayer)
+  | ({ readonly type: "blob"; readonly digest: string } & BlobLayer);
 
 export interface PulledManifest {
   readonly artifactType: typeof RESOLUTION_MEDIA_TYPE | typeof TREES_ARTIFACT_TYPE;
@@ -222,25 +254,65 @@ function parseJson(bytes: Buffer, origin: string): unknown {
  * digest in staging.
  */
 export function parsePulledManifest(bytes: Buffer, origin: string): PulledManifest {
-  if (bytes.length > MAX_MANIFEST_BYTES) throw refused(origin, "manifest-too-large", `the manifest is ${bytes.length} bytes, over the limit of ${MAX_MANIFEST_BYTES}`, { size: bytes.length, limit: MAX_MANIFEST_BYTES });
+  if (bytes.length > MAX_MANIFEST_BYTES)
+    throw refused(
+      origin,
+      "manifest-too-large",
+      `the manifest is ${bytes.length} bytes, over the limit of ${MAX_MANIFEST_BYTES}`,
+      { size: bytes.length, limit: MAX_MANIFEST_BYTES },
+    );
   const json = parseJson(bytes, origin);
   const mediaType = (json as { mediaType?: unknown } | null)?.mediaType;
-  if (mediaType !== OCI_MANIFEST_MEDIA_TYPE) throw refused(origin, "unknown-media-type", `the manifest's media type ${JSON.stringify(mediaType)} is not ${OCI_MANIFEST_MEDIA_TYPE}`, { mediaType: mediaType ?? null });
+  if (mediaType !== OCI_MANIFEST_MEDIA_TYPE)
+    throw refused(
+      origin,
+      "unknown-media-type",
+      `the manifest's media type ${JSON.stringify(mediaType)} is not ${OCI_MANIFEST_MEDIA_TYPE}`,
+      { mediaType: mediaType ?? null },
+    );
   const parsed = manifestSchema.safeParse(json);
   if (!parsed.success) {
     const issue = parsed.error.issues[0];
-    throw refused(origin, "invalid-manifest", `the manifest /${(issue?.path ?? []).join("/")}: ${issue?.message ?? "malformed"}`, { pointer: `/${(issue?.path ?? []).join("/")}` });
+    throw refused(
+      origin,
+      "invalid-manifest",
+      `the manifest /${(issue?.path ?? []).join("/")}: ${issue?.message ?? "malformed"}`,
+      { pointer: `/${(issue?.path ?? []).join("/")}` },
+    );
   }
   const manifest = parsed.data;
   let resolution: PulledManifest["resolution"] = null;
   if (manifest.artifactType === RESOLUTION_MEDIA_TYPE) {
-    if (manifest.config.mediaType !== RESOLUTION_MEDIA_TYPE) throw refused(origin, "unknown-media-type", `a resolution manifest's config must be ${RESOLUTION_MEDIA_TYPE}, not ${manifest.config.mediaType}`, { mediaType: manifest.config.mediaType });
-    if (manifest.config.size > MAX_RECORD_BYTES) throw refused(origin, "too-large", `the record is declared as ${manifest.config.size} bytes, over ${MAX_RECORD_BYTES}`, { size: manifest.config.size, limit: MAX_RECORD_BYTES });
+    if (manifest.config.mediaType !== RESOLUTION_MEDIA_TYPE)
+      throw refused(
+        origin,
+        "unknown-media-type",
+        `a resolution manifest's config must be ${RESOLUTION_MEDIA_TYPE}, not ${manifest.config.mediaType}`,
+        { mediaType: manifest.config.mediaType },
+      );
+    if (manifest.config.size > MAX_RECORD_BYTES)
+      throw refused(
+        origin,
+        "too-large",
+        `the record is declared as ${manifest.config.size} bytes, over ${MAX_RECORD_BYTES}`,
+        { size: manifest.config.size, limit: MAX_RECORD_BYTES },
+      );
     resolution = { id: ociToOats(manifest.config.digest), size: manifest.config.size };
   } else if (manifest.artifactType === TREES_ARTIFACT_TYPE) {
-    if (manifest.config.mediaType !== EMPTY_MEDIA_TYPE) throw refused(origin, "unknown-media-type", `a trees manifest's config must be ${EMPTY_MEDIA_TYPE}, not ${manifest.config.mediaType}`, { mediaType: manifest.config.mediaType });
+    if (manifest.config.mediaType !== EMPTY_MEDIA_TYPE)
+      throw refused(
+        origin,
+        "unknown-media-type",
+        `a trees manifest's config must be ${EMPTY_MEDIA_TYPE}, not ${manifest.config.mediaType}`,
+        { mediaType: manifest.config.mediaType },
+      );
   } else {
-    throw refused(origin, "unknown-media-type", `artifactType ${JSON.stringify(manifest.artifactType)} is not an oats artifact`, { artifactType: manifest.artifactType });
+    throw refused(
+      origin,
+      "unknown-media-type",
+      `artifactType ${JSON.stringify(manifest.artifactType)} is not an oats artifact`,
+      { artifactType: manifest.artifactType },
+    );
   }
 
   const seen = new Set<string>();
@@ -251,27 +323,71 @@ export function parsePulledManifest(bytes: Buffer, origin: string): PulledManife
       const kind = annotations[ANNOTATION_KIND];
       const key = annotations[ANNOTATION_KEY];
       const integrity = annotations[ANNOTATION_INTEGRITY];
-      if (!(ARTIFACT_KINDS as readonly string[]).includes(kind ?? "")) throw refused(origin, "invalid-manifest", `layer ${index}: ${ANNOTATION_KIND} ${JSON.stringify(kind ?? null)} is not an artifact kind`, at);
-      const keyOk = typeof key === "string" && key.length <= IDENTIFIER_MAX_LENGTH && (kind === "source" ? SOURCE_KEY_PATTERN.test(key) : IDENTIFIER_PATTERN.test(key));
-      if (!keyOk) throw refused(origin, "invalid-manifest", `layer ${index}: ${ANNOTATION_KEY} ${JSON.stringify(key ?? null)} is not a valid ${kind} key`, at);
+      if (!(ARTIFACT_KINDS as readonly string[]).includes(kind ?? ""))
+        throw refused(
+          origin,
+          "invalid-manifest",
+          `layer ${index}: ${ANNOTATION_KIND} ${JSON.stringify(kind ?? null)} is not an artifact kind`,
+          at,
+        );
+      const keyOk =
+        typeof key === "string" &&
+        key.length <= IDENTIFIER_MAX_LENGTH &&
+        (kind === "source" ? SOURCE_KEY_PATTERN.test(key) : IDENTIFIER_PATTERN.test(key));
+      if (!keyOk)
+        throw refused(
+          origin,
+          "invalid-manifest",
+          `layer ${index}: ${ANNOTATION_KEY} ${JSON.stringify(key ?? null)} is not a valid ${kind} key`,
+          at,
+        );
       if (typeof integrity !== "string" || !/^oats\.tree-exec\.v1:sha256-[0-9a-f]{64}$/.test(integrity)) {
-        throw refused(origin, "invalid-manifest", `layer ${index}: ${ANNOTATION_INTEGRITY} must be ${TREE_EXEC_PREFIX}sha256-<64 hex>`, at);
+        throw refused(
+          origin,
+          "invalid-manifest",
+          `layer ${index}: ${ANNOTATION_INTEGRITY} must be ${TREE_EXEC_PREFIX}sha256-<64 hex>`,
+          at,
+        );
       }
-      if (layer.size > MAX_TREE_LAYER_BYTES) throw refused(origin, "too-large", `layer ${index} is declared as ${layer.size} bytes`, { ...at, size: layer.size, limit: MAX_TREE_LAYER_BYTES });
+      if (layer.size > MAX_TREE_LAYER_BYTES)
+        throw refused(origin, "too-large", `layer ${index} is declared as ${layer.size} bytes`, {
+          ...at,
+          size: layer.size,
+          limit: MAX_TREE_LAYER_BYTES,
+        });
       const id = `t\0${kind}\0${key}\0${integrity}`;
-      if (seen.has(id)) throw refused(origin, "invalid-manifest", `layer ${index}: ${kind} ${key} ${integrity} is listed twice`, at);
+      if (seen.has(id))
+        throw refused(origin, "invalid-manifest", `layer ${index}: ${kind} ${key} ${integrity} is listed twice`, at);
       seen.add(id);
       return { type: "tree", kind: kind as ArtifactKind, key, integrity, digest: layer.digest, size: layer.size };
     }
     if (layer.mediaType === BLOB_MEDIA_TYPE) {
       const blob = annotations[ANNOTATION_BLOB];
-      if (blob !== ociToOats(layer.digest)) throw refused(origin, "invalid-manifest", `layer ${index}: ${ANNOTATION_BLOB} must name the layer's own digest`, at);
-      if (layer.size > MAX_BLOB_BYTES) throw refused(origin, "too-large", `layer ${index} is declared as ${layer.size} bytes, over ${MAX_BLOB_BYTES}`, { ...at, size: layer.size, limit: MAX_BLOB_BYTES });
-      if (seen.has(`b\0${blob}`)) throw refused(origin, "invalid-manifest", `layer ${index}: blob ${blob} is listed twice`, at);
+      if (blob !== ociToOats(layer.digest))
+        throw refused(
+          origin,
+          "invalid-manifest",
+          `layer ${index}: ${ANNOTATION_BLOB} must name the layer's own digest`,
+          at,
+        );
+      if (layer.size > MAX_BLOB_BYTES)
+        throw refused(
+          origin,
+          "too-large",
+          `layer ${index} is declared as ${layer.size} bytes, over ${MAX_BLOB_BYTES}`,
+          { ...at, size: layer.size, limit: MAX_BLOB_BYTES },
+        );
+      if (seen.has(`b\0${blob}`))
+        throw refused(origin, "invalid-manifest", `layer ${index}: blob ${blob} is listed twice`, at);
       seen.add(`b\0${blob}`);
       return { type: "blob", blob, digest: layer.digest, size: layer.size };
     }
-    throw refused(origin, "unknown-media-type", `layer ${index} has media type ${JSON.stringify(layer.mediaType)}, which is not an oats layer`, { ...at, mediaType: layer.mediaType });
+    throw refused(
+      origin,
+      "unknown-media-type",
+      `layer ${index} has media type ${JSON.stringify(layer.mediaType)}, which is not an oats layer`,
+      { ...at, mediaType: layer.mediaType },
+    );
   });
   return { artifactType: manifest.artifactType, resolution, layers: pulled };
 }

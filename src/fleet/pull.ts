@@ -1,10 +1,30 @@
 import { mkdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { OatsError, canonicalJsonBytes } from "../core/index.js";
-import { BUNDLE_MANIFEST, BUNDLE_SCHEMA_VERSION, bundleArtifactPath, bundleBlobPath, bundleResolutionPath, importStaged, type BundleManifest, type ImportReport, extractLimits, extractTar, type ExtractLimits, withExtractionDir } from "../acquisition/index.js";
+import {
+  BUNDLE_MANIFEST,
+  BUNDLE_SCHEMA_VERSION,
+  bundleArtifactPath,
+  bundleBlobPath,
+  bundleResolutionPath,
+  importStaged,
+  type BundleManifest,
+  type ImportReport,
+  extractLimits,
+  extractTar,
+  type ExtractLimits,
+  withExtractionDir,
+} from "../acquisition/index.js";
 import { compositionOf, compositionSubject, type CompositionSubject } from "../captures/index.js";
 import { readRecordBytes, MAX_RECORD_BYTES } from "../resolution/index.js";
-import { TREE_EXEC, MAX_BLOB_BYTES, resolveScope, withPublishLease, throwIfAborted, type ProgressListener } from "../retention/index.js";
+import {
+  TREE_EXEC,
+  MAX_BLOB_BYTES,
+  resolveScope,
+  withPublishLease,
+  throwIfAborted,
+  type ProgressListener,
+} from "../retention/index.js";
 import { MAX_MANIFEST_BYTES, OCI_MANIFEST_MEDIA_TYPE, oatsToOci, parsePulledManifest } from "./mapping.js";
 import { openRegistry } from "./target.js";
 import { getBlob, getBlobBytes, getManifest } from "../oci/index.js";
@@ -44,17 +64,29 @@ function approveLine(subject: CompositionSubject): string {
   return `oats approve ${subject.kind} ${subject.key} ${subject.integrity} --reason "<why>"`;
 }
 
-export async function pullFromRegistry(scope: string, reference: string, options: PullOptions = {}): Promise<PullReport> {
+export async function pullFromRegistry(
+  scope: string,
+  reference: string,
+  options: PullOptions = {},
+): Promise<PullReport> {
   const target = openRegistry(reference, options);
   const name = target.digest ?? target.tag;
-  if (name === null) throw new OatsError("invalid-artifact-reference", "pull needs a tag or a digest: oci://host/repository:tag or …@sha256:<hex>", { reference: `${target.registry}/${target.repository}` });
+  if (name === null)
+    throw new OatsError(
+      "invalid-artifact-reference",
+      "pull needs a tag or a digest: oci://host/repository:tag or …@sha256:<hex>",
+      { reference: `${target.registry}/${target.repository}` },
+    );
   const limits = extractLimits(options.limits);
   const realScope = resolveScope(scope);
   const { session } = target;
   const served = await getManifest(session, name, { accept: [OCI_MANIFEST_MEDIA_TYPE], maxBytes: MAX_MANIFEST_BYTES });
   const origin = `oci://${target.registry}/${target.repository}@${served.digest}`;
   const manifest = parsePulledManifest(served.bytes, origin);
-  const watch = { ...(options.onProgress ? { onProgress: options.onProgress } : {}), ...(options.signal ? { signal: options.signal } : {}) };
+  const watch = {
+    ...(options.onProgress ? { onProgress: options.onProgress } : {}),
+    ...(options.signal ? { signal: options.signal } : {}),
+  };
 
   return withPublishLease(realScope, () =>
     withExtractionDir(realScope, async (staging) => {
@@ -83,7 +115,10 @@ export async function pullFromRegistry(scope: string, reference: string, options
         const dest = place(path);
         mkdirSync(dest, { mode: 0o700 });
         // Digest and size are checked as the bytes stream; a mismatch fails the extraction before its end is seen.
-        const stream = await getBlob(session, layer.digest, { size: layer.size, maxBytes: Math.min(layer.size, limits.maxBytes * 2 + (64 << 20)) });
+        const stream = await getBlob(session, layer.digest, {
+          size: layer.size,
+          maxBytes: Math.min(layer.size, limits.maxBytes * 2 + (64 << 20)),
+        });
         await extractTar(stream, dest, { origin: `${origin} layer ${layer.digest}`, prefix: null, limits, ...watch });
         rows.artifacts.push({ kind: layer.kind, key: layer.key, integrity: layer.integrity, path });
       }

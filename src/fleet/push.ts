@@ -1,7 +1,15 @@
 import { OatsError, bytesDigest, canonicalJsonBytes } from "../core/index.js";
 import { parseExportRef, pinnedBlobs, type ExportRef } from "../acquisition/index.js";
 import { referencedArtifacts, encodeRecord, readRecordBytes } from "../resolution/index.js";
-import { TREE_EXEC, integrityText, parseIntegrity, type Integrity, readBlob, resolveScope, verifyTree } from "../retention/index.js";
+import {
+  TREE_EXEC,
+  integrityText,
+  parseIntegrity,
+  type Integrity,
+  readBlob,
+  resolveScope,
+  verifyTree,
+} from "../retention/index.js";
 import type { ArtifactKind } from "../retention/index.js";
 import { compositionOf } from "../captures/index.js";
 import { hashTreeLayer, treeLayerSource } from "./layer.js";
@@ -21,7 +29,15 @@ import {
   type TreeLayer,
 } from "./mapping.js";
 import { openRegistry, type FleetTarget } from "./target.js";
-import { headBlob, getManifest, putManifestEnsuring, bufferSource, putBlob, type BlobSource, type UploadOptions } from "../oci/index.js";
+import {
+  headBlob,
+  getManifest,
+  putManifestEnsuring,
+  bufferSource,
+  putBlob,
+  type BlobSource,
+  type UploadOptions,
+} from "../oci/index.js";
 import type { RegistrySession } from "../oci/index.js";
 
 /**
@@ -60,13 +76,25 @@ export interface PushReport {
   readonly registry: string;
   readonly repository: string;
   readonly manifests: PushedManifest[];
-  readonly blobs: { readonly digest: string; readonly size: number; readonly what: string; readonly status: "uploaded" | "present" }[];
+  readonly blobs: {
+    readonly digest: string;
+    readonly size: number;
+    readonly what: string;
+    readonly status: "uploaded" | "present";
+  }[];
   /** Bytes uploaded (0 when the registry had everything). */
   readonly uploadedBytes: number;
 }
 
 interface Plan {
-  readonly resolutions: { id: string; bytes: Buffer; capture: string | null; trees: TreeRef[]; blobs: string[]; blobBytes: Map<string, Buffer> }[];
+  readonly resolutions: {
+    id: string;
+    bytes: Buffer;
+    capture: string | null;
+    trees: TreeRef[];
+    blobs: string[];
+    blobBytes: Map<string, Buffer>;
+  }[];
   readonly trees: TreeRef[];
 }
 
@@ -75,7 +103,8 @@ type TreeRef = { kind: ArtifactKind; key: string; integrity: Integrity };
 const treeId = (ref: { kind: string; key: string; integrity: Integrity | string }) =>
   `${ref.kind}\0${ref.key}\0${typeof ref.integrity === "string" ? ref.integrity : integrityText(ref.integrity)}`;
 
-/** Read every record and blob, and name every tree by its exec digest (a legacy-named capability is verified to learn it). */
+/** Read every record and blob, and name every tree by its exec digest (a legacy-named capability is verified to learn
+ * it). */
 async function plan(realScope: string, refs: readonly ExportRef[]): Promise<Plan> {
   const parsed = refs.map((ref) => parseExportRef(ref));
   const resolutions: Plan["resolutions"] = [];
@@ -87,35 +116,61 @@ async function plan(realScope: string, refs: readonly ExportRef[]): Promise<Plan
   };
   for (const item of parsed) {
     if (item.type === "artifact") {
-      const ref = await execOf({ kind: item.ref.kind, key: item.ref.key, integrity: parseIntegrity(item.ref.integrity) });
+      const ref = await execOf({
+        kind: item.ref.kind,
+        key: item.ref.key,
+        integrity: parseIntegrity(item.ref.integrity),
+      });
       if (!trees.some((tree) => treeId(tree) === treeId(ref))) trees.push(ref);
       continue;
     }
     if (resolutions.some((row) => row.id === item.id)) continue;
     const { id, record } = readRecordBytes(realScope, item.id);
     const { id: reencoded, bytes } = encodeRecord(record);
-    if (reencoded !== id) throw new OatsError("integrity-mismatch", `resolution ${id}: the record re-encodes to ${reencoded}`, { id, expected: id, actual: reencoded });
+    if (reencoded !== id)
+      throw new OatsError("integrity-mismatch", `resolution ${id}: the record re-encodes to ${reencoded}`, {
+        id,
+        expected: id,
+        actual: reencoded,
+      });
     const recordTrees: TreeRef[] = [];
-    for (const ref of referencedArtifacts(record)) recordTrees.push(await execOf({ kind: ref.kind, key: ref.key, integrity: ref.integrity }));
+    for (const ref of referencedArtifacts(record))
+      recordTrees.push(await execOf({ kind: ref.kind, key: ref.key, integrity: ref.integrity }));
     // Present and intact before anything leaves.
     const blobBytes = new Map(pinnedBlobs(record).map((digest) => [digest, readBlob(realScope, digest)]));
     if (record.capture) {
-      // The composition an operator approves travels too (derived from the record, so always the same bytes): `oats approve` on the pulling host shows and records it.
+      // The composition an operator approves travels too (derived from the record, so always the same bytes): `oats
+      // approve` on the pulling host shows and records it.
       const composition = canonicalJsonBytes(compositionOf(record));
       blobBytes.set(bytesDigest(composition), composition);
     }
-    resolutions.push({ id, bytes, capture: record.capture?.name ?? null, trees: recordTrees, blobs: [...blobBytes.keys()], blobBytes });
+    resolutions.push({
+      id,
+      bytes,
+      capture: record.capture?.name ?? null,
+      trees: recordTrees,
+      blobs: [...blobBytes.keys()],
+      blobBytes,
+    });
   }
   return { resolutions, trees };
 }
 
-/** The registry's manifest under `tag`, if it is exactly what this resolution maps to (all but the tar digests, which it vouches for). */
-async function existingResolution(session: RegistrySession, resolution: Plan["resolutions"][number]): Promise<{ digest: string; manifest: OciManifest } | null> {
+/** The registry's manifest under `tag`, if it is exactly what this resolution maps to (all but the tar digests, which
+ * it vouches for). */
+async function existingResolution(
+  session: RegistrySession,
+  resolution: Plan["resolutions"][number],
+): Promise<{ digest: string; manifest: OciManifest } | null> {
   let served;
   try {
     served = await getManifest(session, resolutionTag(resolution.id), { accept: [OCI_MANIFEST_MEDIA_TYPE] });
   } catch (error) {
-    if (error instanceof OatsError && (error.code === "artifact-not-found" || error.code === "invalid-artifact" || error.code === "integrity-mismatch")) return null;
+    if (
+      error instanceof OatsError &&
+      (error.code === "artifact-not-found" || error.code === "invalid-artifact" || error.code === "integrity-mismatch")
+    )
+      return null;
     throw error;
   }
   let pulled;
@@ -125,13 +180,28 @@ async function existingResolution(session: RegistrySession, resolution: Plan["re
     return null;
   }
   if (pulled.resolution?.id !== resolution.id) return null;
-  const want = new Set([...resolution.trees.map((tree) => `t\0${treeId(tree)}`), ...resolution.blobs.map((blob) => `b\0${blob}`)]);
-  const have = new Set(pulled.layers.map((layer) => (layer.type === "tree" ? `t\0${treeId(layer)}` : `b\0${layer.blob}`)));
+  const want = new Set([
+    ...resolution.trees.map((tree) => `t\0${treeId(tree)}`),
+    ...resolution.blobs.map((blob) => `b\0${blob}`),
+  ]);
+  const have = new Set(
+    pulled.layers.map((layer) => (layer.type === "tree" ? `t\0${treeId(layer)}` : `b\0${layer.blob}`)),
+  );
   if (want.size !== have.size || [...want].some((each) => !have.has(each))) return null;
-  const trees = pulled.layers.filter((layer): layer is Extract<typeof layer, { type: "tree" }> => layer.type === "tree");
-  const blobs: BlobLayer[] = pulled.layers.filter((layer) => layer.type === "blob").map((layer) => ({ blob: (layer as BlobLayer).blob, size: layer.size }));
+  const trees = pulled.layers.filter(
+    (layer): layer is Extract<typeof layer, { type: "tree" }> => layer.type === "tree",
+  );
+  const blobs: BlobLayer[] = pulled.layers
+    .filter((layer) => layer.type === "blob")
+    .map((layer) => ({ blob: (layer as BlobLayer).blob, size: layer.size }));
   // Rebuilt from our own mapping: the bytes must be what we would push, or it is not ours to keep.
-  const manifest = resolutionManifest({ id: resolution.id, recordBytes: resolution.bytes, capture: resolution.capture, trees, blobs });
+  const manifest = resolutionManifest({
+    id: resolution.id,
+    recordBytes: resolution.bytes,
+    capture: resolution.capture,
+    trees,
+    blobs,
+  });
   const encoded = encodeManifest(manifest);
   if (encoded.digest !== served.digest) return null;
   for (const digest of [manifest.config.digest, ...manifest.layers.map((layer) => layer.digest)]) {
@@ -140,15 +210,30 @@ async function existingResolution(session: RegistrySession, resolution: Plan["re
   return { digest: encoded.digest, manifest };
 }
 
-const blobsOf = (manifest: OciManifest): string[] => [manifest.config.digest, ...manifest.layers.map((layer) => layer.digest)];
+const blobsOf = (manifest: OciManifest): string[] => [
+  manifest.config.digest,
+  ...manifest.layers.map((layer) => layer.digest),
+];
 
-export async function pushToRegistry(scope: string, refs: readonly ExportRef[], to: string, options: PushOptions = {}): Promise<PushReport> {
-  if (!Array.isArray(refs) || refs.length === 0) throw new OatsError("invalid-input", "push needs at least one artifact reference or resolution id", {});
+export async function pushToRegistry(
+  scope: string,
+  refs: readonly ExportRef[],
+  to: string,
+  options: PushOptions = {},
+): Promise<PushReport> {
+  if (!Array.isArray(refs) || refs.length === 0)
+    throw new OatsError("invalid-input", "push needs at least one artifact reference or resolution id", {});
   const target: FleetTarget = openRegistry(to, options);
   const realScope = resolveScope(scope);
   const work = await plan(realScope, refs);
   const { session } = target;
-  const report: PushReport = { registry: target.registry, repository: target.repository, manifests: [], blobs: [], uploadedBytes: 0 };
+  const report: PushReport = {
+    registry: target.registry,
+    repository: target.repository,
+    manifests: [],
+    blobs: [],
+    uploadedBytes: 0,
+  };
   // Every blob this push has checked or sent, and how to send it again.
   const blobsDone = new Map<string, { size: number; source: () => BlobSource; options: UploadOptions }>();
 
@@ -160,12 +245,19 @@ export async function pushToRegistry(scope: string, refs: readonly ExportRef[], 
     (report as { uploadedBytes: number }).uploadedBytes += blob.size;
     return "uploaded" as const;
   };
-  const ensureBlob = async (digest: string, size: number, what: string, source: () => BlobSource, options: UploadOptions = {}) => {
+  const ensureBlob = async (
+    digest: string,
+    size: number,
+    what: string,
+    source: () => BlobSource,
+    options: UploadOptions = {},
+  ) => {
     if (blobsDone.has(digest)) return;
     blobsDone.set(digest, { size, source, options });
     report.blobs.push({ digest, size, what, status: await sendUnlessPresent(digest) });
   };
-  // Checked again (and sent again if really gone) when the registry refuses a manifest as naming an unknown blob; a kept manifest's blobs were only HEADed, and are only asked about again through the retried PUT.
+  // Checked again (and sent again if really gone) when the registry refuses a manifest as naming an unknown blob; a
+  // kept manifest's blobs were only HEADed, and are only asked about again through the retried PUT.
   const ensureAgain = (blobs: readonly string[]) => async () => {
     for (const digest of blobs) {
       if (!blobsDone.has(digest) || (await sendUnlessPresent(digest)) === "present") continue;
@@ -173,11 +265,27 @@ export async function pushToRegistry(scope: string, refs: readonly ExportRef[], 
       if (row) (row as { status: string }).status = "uploaded";
     }
   };
-  const tagAll = async (manifestBytes: Buffer, digest: string, tags: string[], blobs: readonly string[]): Promise<string[]> => {
+  const tagAll = async (
+    manifestBytes: Buffer,
+    digest: string,
+    tags: string[],
+    blobs: readonly string[],
+  ): Promise<string[]> => {
     const written: string[] = [];
     for (const tag of tags) {
-      const { digest: stored } = await putManifestEnsuring(session, tag, manifestBytes, OCI_MANIFEST_MEDIA_TYPE, ensureAgain(blobs));
-      if (stored !== digest) throw new OatsError("integrity-mismatch", `${target.registry} stored ${tag} as ${stored}, not ${digest}`, { expected: digest, actual: stored, tag });
+      const { digest: stored } = await putManifestEnsuring(
+        session,
+        tag,
+        manifestBytes,
+        OCI_MANIFEST_MEDIA_TYPE,
+        ensureAgain(blobs),
+      );
+      if (stored !== digest)
+        throw new OatsError("integrity-mismatch", `${target.registry} stored ${tag} as ${stored}, not ${digest}`, {
+          expected: digest,
+          actual: stored,
+          tag,
+        });
       written.push(tag);
     }
     return written;
@@ -201,10 +309,25 @@ export async function pushToRegistry(scope: string, refs: readonly ExportRef[], 
       } catch (error) {
         if (!(error instanceof OatsError) || error.code !== "artifact-not-found") throw error;
       }
-      if (current !== existing.digest) tags.push(...(await tagAll(encodeManifest(existing.manifest).bytes, existing.digest, [captureName], blobsOf(existing.manifest))));
+      if (current !== existing.digest)
+        tags.push(
+          ...(await tagAll(
+            encodeManifest(existing.manifest).bytes,
+            existing.digest,
+            [captureName],
+            blobsOf(existing.manifest),
+          )),
+        );
       else tags.push(captureName);
     }
-    report.manifests.push({ reference: `${target.registry}/${target.repository}@${existing.digest}`, digest: existing.digest, artifactType: existing.manifest.artifactType, resolution: resolution.id, tags, status: "kept" });
+    report.manifests.push({
+      reference: `${target.registry}/${target.repository}@${existing.digest}`,
+      digest: existing.digest,
+      artifactType: existing.manifest.artifactType,
+      resolution: resolution.id,
+      tags,
+      status: "kept",
+    });
   }
   if (pending.length === 0 && work.trees.length === 0) return report;
 
@@ -217,8 +340,15 @@ export async function pushToRegistry(scope: string, refs: readonly ExportRef[], 
       layers.set(id, layer);
     }
     const ready = layer;
-    // One streamed PUT: the tar is generated again as it is sent (a lost connection restarts the blob; each PATCH would mean another pass over the tree).
-    await ensureBlob(ready.digest, ready.size, `${ref.kind} ${ref.key} ${integrityText(ref.integrity)}`, () => treeLayerSource(realScope, ref, ready), { chunked: false, chunkSize: Number.MAX_SAFE_INTEGER });
+    // One streamed PUT: the tar is generated again as it is sent (a lost connection restarts the blob; each PATCH
+    // would mean another pass over the tree).
+    await ensureBlob(
+      ready.digest,
+      ready.size,
+      `${ref.kind} ${ref.key} ${integrityText(ref.integrity)}`,
+      () => treeLayerSource(realScope, ref, ready),
+      { chunked: false, chunkSize: Number.MAX_SAFE_INTEGER },
+    );
     return ready;
   };
 
@@ -231,23 +361,52 @@ export async function pushToRegistry(scope: string, refs: readonly ExportRef[], 
       await ensureBlob(oatsToOci(digest), bytes.length, `blob ${digest}`, () => bufferSource(bytes, oatsToOci(digest)));
       blobs.push({ blob: digest, size: bytes.length });
     }
-    await ensureBlob(oatsToOci(resolution.id), resolution.bytes.length, `resolution ${resolution.id}`, () => bufferSource(resolution.bytes, oatsToOci(resolution.id)));
-    const manifest = resolutionManifest({ id: resolution.id, recordBytes: resolution.bytes, capture: resolution.capture, trees, blobs });
+    await ensureBlob(oatsToOci(resolution.id), resolution.bytes.length, `resolution ${resolution.id}`, () =>
+      bufferSource(resolution.bytes, oatsToOci(resolution.id)),
+    );
+    const manifest = resolutionManifest({
+      id: resolution.id,
+      recordBytes: resolution.bytes,
+      capture: resolution.capture,
+      trees,
+      blobs,
+    });
     const { bytes, digest } = encodeManifest(manifest);
     const captureName = resolution.capture === null ? null : captureTag(resolution.capture);
-    const tags = await tagAll(bytes, digest, [resolutionTag(resolution.id), ...(captureName !== null ? [captureName] : [])], blobsOf(manifest));
-    report.manifests.push({ reference: `${target.registry}/${target.repository}@${digest}`, digest, artifactType: manifest.artifactType, resolution: resolution.id, tags, status: "pushed" });
+    const tags = await tagAll(
+      bytes,
+      digest,
+      [resolutionTag(resolution.id), ...(captureName !== null ? [captureName] : [])],
+      blobsOf(manifest),
+    );
+    report.manifests.push({
+      reference: `${target.registry}/${target.repository}@${digest}`,
+      digest,
+      artifactType: manifest.artifactType,
+      resolution: resolution.id,
+      tags,
+      status: "pushed",
+    });
   }
 
   if (work.trees.length > 0) {
     const trees: TreeLayer[] = [];
     for (const ref of work.trees) trees.push(await layerOf(ref));
-    await ensureBlob(ociDigest(EMPTY_CONFIG), EMPTY_CONFIG.length, "empty config", () => bufferSource(EMPTY_CONFIG, ociDigest(EMPTY_CONFIG)));
+    await ensureBlob(ociDigest(EMPTY_CONFIG), EMPTY_CONFIG.length, "empty config", () =>
+      bufferSource(EMPTY_CONFIG, ociDigest(EMPTY_CONFIG)),
+    );
     const manifest = treesManifest(trees);
     const { bytes, digest } = encodeManifest(manifest);
     const tags = target.tag !== null ? await tagAll(bytes, digest, [target.tag], blobsOf(manifest)) : [];
     if (target.tag === null) await tagAll(bytes, digest, [digest], blobsOf(manifest));
-    report.manifests.push({ reference: `${target.registry}/${target.repository}@${digest}`, digest, artifactType: manifest.artifactType, resolution: null, tags, status: "pushed" });
+    report.manifests.push({
+      reference: `${target.registry}/${target.repository}@${digest}`,
+      digest,
+      artifactType: manifest.artifactType,
+      resolution: null,
+      tags,
+      status: "pushed",
+    });
   }
   return report;
 }

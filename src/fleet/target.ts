@@ -13,5 +13,11 @@ export interface FleetTarget {
 export function openRegistry(reference: string, options: { insecure?: boolean } = {}): FleetTarget {
   const parsed = parseOciReference(reference);
   const session = new RegistrySession(parsed, { insecure: options.insecure === true });
-  return { registry: parsed.registry.host, repository: parsed.repository, tag: parsed.tag, digest: parsed.digest, session };
+  return {
+    registry: parsed.registry.host,
+    repository: parsed.repository,
+    tag: parsed.tag,
+    digest: parsed.digest,
+    session,
+  };
 }

@@ -16,7 +16,12 @@ import { decisionKeyOf, ledgerReference, subjectKey, subjectTriple, type Subject
  * is never read as "approved".
  */
 
-export type CrossCheckReason = "no-audit-entry" | "no-ledger-entry" | "ledger-reference-differs" | "action-differs" | "subject-differs";
+export type CrossCheckReason =
+  | "no-audit-entry"
+  | "no-ledger-entry"
+  | "ledger-reference-differs"
+  | "action-differs"
+  | "subject-differs";
 
 export type CrossCheck =
   | { state: "none" }
@@ -32,17 +37,23 @@ export function crossCheck(ledger: ChainEntry | null, audit: ChainEntry | null):
   if (ledger === null && audit === null) return { state: "none" };
   if (audit === null) return { state: "mismatch", reason: "no-audit-entry", ledger, audit };
   if (ledger === null) return { state: "mismatch", reason: "no-ledger-entry", ledger, audit };
-  if (!sameTriple(subjectTriple(ledger["subject"]), subjectTriple(audit["subject"]))) return { state: "mismatch", reason: "subject-differs", ledger, audit };
+  if (!sameTriple(subjectTriple(ledger["subject"]), subjectTriple(audit["subject"])))
+    return { state: "mismatch", reason: "subject-differs", ledger, audit };
   const reference = ledgerReference(audit);
-  if (reference === null || reference.seq !== ledger.seq || reference.hash !== ledger.hash) return { state: "mismatch", reason: "ledger-reference-differs", ledger, audit };
+  if (reference === null || reference.seq !== ledger.seq || reference.hash !== ledger.hash)
+    return { state: "mismatch", reason: "ledger-reference-differs", ledger, audit };
   if (ledger["action"] !== audit["action"]) return { state: "mismatch", reason: "action-differs", ledger, audit };
   return { state: "agreed", ledger, audit };
 }
 
 const WHY: Record<CrossCheckReason, string> = {
-  "no-audit-entry": "the ledger's latest decision has no audit entry (a ledger line added outside oats, or the audit write failed after the decision)",
+  "no-audit-entry":
+    "the ledger's latest decision has no audit entry (a ledger line added " +
+    "outside oats, or the audit write failed after the decision)",
   "no-ledger-entry": "the audit log records a decision the ledger no longer holds (a ledger line removed)",
-  "ledger-reference-differs": "the audit log's latest decision names a different ledger entry (a line added, removed or edited in one of the logs)",
+  "ledger-reference-differs":
+    "the audit log's latest decision names a different ledger entry (a line " +
+    "added, removed or edited in one of the logs)",
   "action-differs": "the two logs disagree on approve or revoke",
   "subject-differs": "the two logs disagree on the subject",
 };
@@ -50,7 +61,12 @@ const WHY: Record<CrossCheckReason, string> = {
 function side(entry: ChainEntry | null): Record<string, unknown> | null {
   if (entry === null) return null;
   const reference = ledgerReference(entry);
-  return { seq: entry.seq, hash: entry.hash, action: entry["action"] ?? null, ...(reference === null ? {} : { ledger: reference }) };
+  return {
+    seq: entry.seq,
+    hash: entry.hash,
+    action: entry["action"] ?? null,
+    ...(reference === null ? {} : { ledger: reference }),
+  };
 }
 
 export function crossCheckReasonText(reason: CrossCheckReason): string {
@@ -61,7 +77,8 @@ export function crossCheckReasonText(reason: CrossCheckReason): string {
 export function mismatchError(subject: SubjectTriple, check: Extract<CrossCheck, { state: "mismatch" }>): OatsError {
   return new OatsError(
     "integrity-mismatch",
-    `${subject.kind} ${subject.key} at ${subject.integrity}: the approvals ledger and the audit log disagree: ${WHY[check.reason]}`,
+    `${subject.kind} ${subject.key} at ${subject.integrity}: the approvals ` +
+      `ledger and the audit log disagree: ${WHY[check.reason]}`,
     { subject: { ...subject }, crossCheck: check.reason, ledger: side(check.ledger), audit: side(check.audit) },
   );
 }
@@ -77,7 +94,12 @@ function auditSync(scope: string): ReturnType<typeof syncLog> {
     return syncLog(scope, CHAIN_LOGS.audit);
   } catch (error) {
     if (isOatsError(error) && error.code === "invalid-artifact-store") {
-      throw new OatsError("audit-unavailable", `cannot confirm an approval against the audit log: ${error.message}`, { ...error.details, step: "read" }, { cause: error });
+      throw new OatsError(
+        "audit-unavailable",
+        `cannot confirm an approval against the audit log: ${error.message}`,
+        { ...error.details, step: "read" },
+        { cause: error },
+      );
     }
     throw error;
   }
@@ -99,7 +121,11 @@ export function latestDecision(scope: string, subject: SubjectTriple): CrossChec
   const audit = auditAt === null ? null : auditLog.confirm(auditAt);
   for (const entry of [ledger, audit]) {
     if (entry !== null && !sameTriple(subjectTriple(entry["subject"]), subject)) {
-      throw new OatsError("integrity-mismatch", `the operator's index of ${subject.kind} ${subject.key} names seq ${entry.seq}, which is about another subject`, { subject: { ...subject }, seq: entry.seq });
+      throw new OatsError(
+        "integrity-mismatch",
+        `the operator's index of ${subject.kind} ${subject.key} names seq ${entry.seq}, which is about another subject`,
+        { subject: { ...subject }, seq: entry.seq },
+      );
     }
   }
   return crossCheck(ledger, audit);
@@ -120,21 +146,31 @@ export interface SubjectDecisions {
 export function allDecisions(scope: string): SubjectDecisions[] {
   syncLog(scope, CHAIN_LOGS.approvals);
   syncLog(scope, CHAIN_LOGS.audit);
-  const found = new Map<string, { subject: SubjectTriple; ledger: ChainEntry | null; audit: ChainEntry | null; first: number }>();
+  const found = new Map<
+    string,
+    { subject: SubjectTriple; ledger: ChainEntry | null; audit: ChainEntry | null; first: number }
+  >();
   const collect = (log: ChainLog, which: "ledger" | "audit") => {
     const keyOf = decisionKeyOf(log)!;
     for (const entry of readEntries(scope, log).entries) {
       const id = keyOf(entry);
       if (id === null) continue;
       const subject = subjectTriple(entry["subject"])!;
-      const slot = found.get(id) ?? { subject, ledger: null, audit: null, first: which === "ledger" ? entry.seq : Number.MAX_SAFE_INTEGER };
+      const slot = found.get(id) ?? {
+        subject,
+        ledger: null,
+        audit: null,
+        first: which === "ledger" ? entry.seq : Number.MAX_SAFE_INTEGER,
+      };
       slot[which] = entry;
       found.set(id, slot);
     }
   };
   collect(CHAIN_LOGS.approvals, "ledger");
   collect(CHAIN_LOGS.audit, "audit");
-  return [...found.values()].map(({ subject, ledger, audit, first }) => ({ subject, check: crossCheck(ledger, audit), first })).sort((a, b) => a.first - b.first);
+  return [...found.values()]
+    .map(({ subject, ledger, audit, first }) => ({ subject, check: crossCheck(ledger, audit), first }))
+    .sort((a, b) => a.first - b.first);
 }
 
 export interface LogHead {
@@ -169,18 +205,28 @@ export function logHeads(scope: string): { approvals: LogHead; audit: LogHead } 
  * `integrity-mismatch` naming H.
  */
 export function expectHead(scope: string, log: ChainLog, head: string): { entries: number; head: string; at: number } {
-  if (!/^sha256-[0-9a-f]{64}$/.test(head)) throw new OatsError("invalid-input", `--expect-head must be a chain hash sha256-<64 hex>, got ${JSON.stringify(head)}`, { expectHead: head });
+  if (!/^sha256-[0-9a-f]{64}$/.test(head))
+    throw new OatsError(
+      "invalid-input",
+      `--expect-head must be a chain hash sha256-<64 hex>, got ${JSON.stringify(head)}`,
+      { expectHead: head },
+    );
   const { entries, head: current } = readEntries(scope, log);
   // The empty chain's head: every chain extends it.
   if (head === GENESIS_PREV) return { entries: entries.length, head: current, at: 0 };
   const at = entries.findIndex((entry) => entry.hash === head);
   if (at < 0) {
-    throw new OatsError("integrity-mismatch", `chain log ${logName(log)} no longer extends the expected head ${head}: it was truncated or rewritten (now ${entries.length} entries, head ${current})`, {
-      log: logName(log),
-      expectHead: head,
-      entries: entries.length,
-      head: current,
-    });
+    throw new OatsError(
+      "integrity-mismatch",
+      `chain log ${logName(log)} no longer extends the expected head ${head}: ` +
+        `it was truncated or rewritten (now ${entries.length} entries, head ${current})`,
+      {
+        log: logName(log),
+        expectHead: head,
+        entries: entries.length,
+        head: current,
+      },
+    );
   }
   return { entries: entries.length, head: current, at: entries[at]!.seq };
 }

@@ -1,5 +1,13 @@
 import { isOatsError, OatsError } from "../core/index.js";
-import { CHAIN_LOGS, appendEntry, readEntries, verifyChain, type AppendOptions, type ChainEntry, type ChainVerdict } from "./chain-log.js";
+import {
+  CHAIN_LOGS,
+  appendEntry,
+  readEntries,
+  verifyChain,
+  type AppendOptions,
+  type ChainEntry,
+  type ChainVerdict,
+} from "./chain-log.js";
 import { currentPrincipal } from "./principal.js";
 
 /**
@@ -19,7 +27,21 @@ import { currentPrincipal } from "./principal.js";
  * and says so in `details.audit`.
  */
 
-export const AUDIT_ACTIONS = ["retain", "prepare", "approve", "revoke", "queue", "dispatch", "security-event", "gc", "pin", "unpin", "repair", "run-start", "run-end"] as const;
+export const AUDIT_ACTIONS = [
+  "retain",
+  "prepare",
+  "approve",
+  "revoke",
+  "queue",
+  "dispatch",
+  "security-event",
+  "gc",
+  "pin",
+  "unpin",
+  "repair",
+  "run-start",
+  "run-end",
+] as const;
 export type AuditAction = (typeof AUDIT_ACTIONS)[number];
 export type AuditOutcome = "ok" | "kept" | "refused" | "event";
 
@@ -58,19 +80,37 @@ export async function audit(scope: string, record: AuditRecord, options: AppendO
  * Record a refusal of `action`, then return the error to throw. The error is
  * never replaced: if the audit log is unavailable too, `details.audit` says so.
  */
-export async function auditRefusal(scope: string, action: AuditAction, subject: AuditSubject | null, error: unknown, extra: Record<string, unknown> = {}, options: AppendOptions = {}): Promise<unknown> {
-  const refusal = isOatsError(error) ? { code: error.code, kind: error.kind, message: error.message } : { code: "internal-error", kind: "internal", message: error instanceof Error ? error.message : String(error) };
+export async function auditRefusal(
+  scope: string,
+  action: AuditAction,
+  subject: AuditSubject | null,
+  error: unknown,
+  extra: Record<string, unknown> = {},
+  options: AppendOptions = {},
+): Promise<unknown> {
+  const refusal = isOatsError(error)
+    ? { code: error.code, kind: error.kind, message: error.message }
+    : { code: "internal-error", kind: "internal", message: error instanceof Error ? error.message : String(error) };
   try {
     const entry = await audit(scope, { action, subject, outcome: "refused", details: { ...extra, refusal } }, options);
     if (isOatsError(error)) error.details["audit"] = { seq: entry.seq, hash: entry.hash };
   } catch (auditError) {
-    if (isOatsError(error)) error.details["audit"] = isOatsError(auditError) ? { unavailable: auditError.message } : { unavailable: String(auditError) };
+    if (isOatsError(error))
+      error.details["audit"] = isOatsError(auditError)
+        ? { unavailable: auditError.message }
+        : { unavailable: String(auditError) };
   }
   return error;
 }
 
 /** Run `body`; any refusal it throws is audited as a refusal of `action` and rethrown. */
-export async function audited<T>(scope: string, action: AuditAction, subject: AuditSubject | null, body: () => Promise<T>, options: AppendOptions = {}): Promise<T> {
+export async function audited<T>(
+  scope: string,
+  action: AuditAction,
+  subject: AuditSubject | null,
+  body: () => Promise<T>,
+  options: AppendOptions = {},
+): Promise<T> {
   try {
     return await body();
   } catch (error) {
@@ -87,8 +127,14 @@ export function verifyAudit(scope: string): ChainVerdict {
 export function readAudit(scope: string): { entries: AuditEntry[]; head: string } {
   const { entries, head } = readEntries(scope, CHAIN_LOGS.audit);
   for (const entry of entries) {
-    if (typeof entry["principal"] !== "string" || typeof entry["action"] !== "string" || typeof entry["outcome"] !== "string") {
-      throw new OatsError("invalid-artifact-store", `audit entry seq ${entry.seq} is not an audit record`, { seq: entry.seq });
+    if (
+      typeof entry["principal"] !== "string" ||
+      typeof entry["action"] !== "string" ||
+      typeof entry["outcome"] !== "string"
+    ) {
+      throw new OatsError("invalid-artifact-store", `audit entry seq ${entry.seq} is not an audit record`, {
+        seq: entry.seq,
+      });
     }
   }
   return { entries: entries as AuditEntry[], head };

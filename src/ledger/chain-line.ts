@@ -1,5 +1,13 @@
 import { closeSync, constants, fstatSync, openSync, readSync } from "node:fs";
-import { errnoCode, bytesDigest, canonicalJson, compareUtf8, jsonDigest, STORED_MAX_DEPTH, nestsDeeperThan } from "../core/index.js";
+import {
+  errnoCode,
+  bytesDigest,
+  canonicalJson,
+  compareUtf8,
+  jsonDigest,
+  STORED_MAX_DEPTH,
+  nestsDeeperThan,
+} from "../core/index.js";
 
 /**
  * One line of a hash-chained log (see chain-log.ts), checked on its own, and
@@ -33,7 +41,14 @@ export interface ChainEntry {
   [key: string]: unknown;
 }
 
-export type BrokenReason = "bad-json" | "non-canonical" | "invalid-entry" | "wrong-hash" | "wrong-prev" | "seq-gap" | "truncated";
+export type BrokenReason =
+  | "bad-json"
+  | "non-canonical"
+  | "invalid-entry"
+  | "wrong-hash"
+  | "wrong-prev"
+  | "seq-gap"
+  | "truncated";
 
 class ProtoKey extends Error {}
 
@@ -75,7 +90,11 @@ function lineHash(text: string, entry: Record<string, unknown> & { hash: string 
   if (at < 1 || text.indexOf(member, at + 1) >= 0) return entryHash(entry);
   const end = at + member.length;
   const before = text.charCodeAt(at - 1) === 0x2c; // ,
-  const cut = before ? text.slice(0, at - 1) + text.slice(end) : text.charCodeAt(end) === 0x2c ? text.slice(0, at) + text.slice(end + 1) : text.slice(0, at) + text.slice(end);
+  const cut = before
+    ? text.slice(0, at - 1) + text.slice(end)
+    : text.charCodeAt(end) === 0x2c
+      ? text.slice(0, at) + text.slice(end + 1)
+      : text.slice(0, at) + text.slice(end);
   return bytesDigest(Buffer.from(`${cut}\n`, "utf8"));
 }
 
@@ -160,10 +179,18 @@ export function checkLine(text: string): { entry: ChainEntry } | { reason: Broke
     }
     if (canonical !== `${text}\n`) return { reason: "non-canonical", seq };
   }
-  if (seq === null || typeof parsed.at !== "string" || typeof parsed.prev !== "string" || !DIGEST.test(parsed.prev) || typeof parsed.hash !== "string" || !DIGEST.test(parsed.hash)) {
+  if (
+    seq === null ||
+    typeof parsed.at !== "string" ||
+    typeof parsed.prev !== "string" ||
+    !DIGEST.test(parsed.prev) ||
+    typeof parsed.hash !== "string" ||
+    !DIGEST.test(parsed.hash)
+  ) {
     return { reason: "invalid-entry", seq };
   }
-  if (lineHash(text, parsed as Record<string, unknown> & { hash: string }) !== parsed.hash) return { reason: "wrong-hash", seq };
+  if (lineHash(text, parsed as Record<string, unknown> & { hash: string }) !== parsed.hash)
+    return { reason: "wrong-hash", seq };
   return { entry: parsed as ChainEntry };
 }
 
@@ -177,7 +204,8 @@ export function openForRead(path: string): number | null {
     throw error;
   }
   try {
-    if (!fstatSync(fd).isFile()) throw Object.assign(new Error(`not a regular file: ${path}`), { code: "EISDIR_OR_SPECIAL" });
+    if (!fstatSync(fd).isFile())
+      throw Object.assign(new Error(`not a regular file: ${path}`), { code: "EISDIR_OR_SPECIAL" });
   } catch (error) {
     closeSync(fd);
     throw error;
@@ -222,7 +250,11 @@ export function verifySegment(bytes: Buffer, base: number, seq: number, head: st
   while (start < bytes.length) {
     line += 1;
     const end = bytes.indexOf(0x0a, start);
-    const broken = (reason: BrokenReason, claimed: number | null) => ({ ok: false as const, entries, brokenAt: { line, seq: claimed, reason } });
+    const broken = (reason: BrokenReason, claimed: number | null) => ({
+      ok: false as const,
+      entries,
+      brokenAt: { line, seq: claimed, reason },
+    });
     if (end < 0) {
       const match = /"seq":(\d+)/.exec(bytes.subarray(start, Math.min(bytes.length, start + 64)).toString("utf8"));
       return broken("truncated", match ? Number(match[1]) : null);

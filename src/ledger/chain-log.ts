@@ -2,7 +2,17 @@ import { closeSync, constants, fstatSync, fsyncSync, ftruncateSync, openSync, wr
 import { withFileLock, ensureStoreAt, fsyncDirectory, inspectStoreAt, resolveScope } from "../retention/index.js";
 import { join } from "node:path";
 import { OatsError, errnoCode, isOatsError, canonicalJson, jsonDigest } from "../core/index.js";
-import { GENESIS_PREV, isPlainRecord, openForRead, parseLine, readAt, verifySegment, type BrokenReason, type ChainEntry, type ChainLog } from "./chain-line.js";
+import {
+  GENESIS_PREV,
+  isPlainRecord,
+  openForRead,
+  parseLine,
+  readAt,
+  verifySegment,
+  type BrokenReason,
+  type ChainEntry,
+  type ChainLog,
+} from "./chain-line.js";
 import { brokenChain, syncLog, type LogSync } from "./chain-sync.js";
 
 /**
@@ -32,7 +42,14 @@ import { brokenChain, syncLog, type LogSync } from "./chain-sync.js";
  * detected from the log alone: compare `head` with a remembered one.
  */
 
-export { CHAIN_LOGS, GENESIS_PREV, entryHash, type BrokenReason, type ChainEntry, type ChainLog } from "./chain-line.js";
+export {
+  CHAIN_LOGS,
+  GENESIS_PREV,
+  entryHash,
+  type BrokenReason,
+  type ChainEntry,
+  type ChainLog,
+} from "./chain-line.js";
 
 export const DEFAULT_CHAIN_LOCK_WAIT_MS = 15_000;
 
@@ -55,7 +72,10 @@ export interface AppendOptions {
 
 function checkLog(log: ChainLog): void {
   const parts = [...log.dir, log.file];
-  if (log.dir.length === 0 || parts.some((part) => typeof part !== "string" || !NAME.test(part) || part === "." || part === "..")) {
+  if (
+    log.dir.length === 0 ||
+    parts.some((part) => typeof part !== "string" || !NAME.test(part) || part === "." || part === "..")
+  ) {
     throw new OatsError("invalid-input", `invalid chain log location: ${JSON.stringify(parts)}`, { log: parts });
   }
 }
@@ -63,14 +83,27 @@ function checkLog(log: ChainLog): void {
 function unavailable(step: string, path: string, error: unknown, details: Record<string, unknown> = {}): OatsError {
   const errno = errnoCode(error);
   const reason = error instanceof Error ? error.message : String(error);
-  return new OatsError("audit-unavailable", `cannot write ${path}: ${step} failed: ${reason}`, { path, step, ...(errno ? { errno } : {}), ...details }, { cause: error });
+  return new OatsError(
+    "audit-unavailable",
+    `cannot write ${path}: ${step} failed: ${reason}`,
+    { path, step, ...(errno ? { errno } : {}), ...details },
+    { cause: error },
+  );
 }
 
 function withLogLock<T>(root: string, file: string, waitMs: number, body: (stillHeld: () => void) => T): Promise<T> {
   const lockfilePath = join(root, `${file}.lock`);
   // Appends are short: retry often, so eight writers interleave without long idle gaps.
   return withFileLock(
-    { target: join(root, file), lockfilePath, waitMs, minTimeout: 10, maxTimeout: 100, factor: 1.3, failure: (error) => unavailable("lock", join(root, file), error, { lock: lockfilePath }) },
+    {
+      target: join(root, file),
+      lockfilePath,
+      waitMs,
+      minTimeout: 10,
+      maxTimeout: 100,
+      factor: 1.3,
+      failure: (error) => unavailable("lock", join(root, file), error, { lock: lockfilePath }),
+    },
     body,
   );
 }
@@ -96,7 +129,12 @@ function checkBody(body: Record<string, unknown>): void {
  * `audit-unavailable` (anything that stops the line being written durably,
  * including a damaged tail: nothing is appended after damage).
  */
-export async function appendEntry(scope: string, log: ChainLog, body: Record<string, unknown>, options: AppendOptions = {}): Promise<ChainEntry> {
+export async function appendEntry(
+  scope: string,
+  log: ChainLog,
+  body: Record<string, unknown>,
+  options: AppendOptions = {},
+): Promise<ChainEntry> {
   checkLog(log);
   checkBody(body);
   const root = resolveScope(scope);
@@ -117,7 +155,11 @@ export async function appendEntry(scope: string, log: ChainLog, body: Record<str
       sync = syncLog(root, log);
     } catch (error) {
       if (isOatsError(error) && error.code === "integrity-mismatch") {
-        throw new OatsError("audit-unavailable", `refusing to append to ${path}: ${error.message}`, { path, step: "verify", ...error.details });
+        throw new OatsError("audit-unavailable", `refusing to append to ${path}: ${error.message}`, {
+          path,
+          step: "verify",
+          ...error.details,
+        });
       }
       if (isOatsError(error)) throw unavailable("verify", path, error);
       throw unavailable("read", path, error);
@@ -126,7 +168,12 @@ export async function appendEntry(scope: string, log: ChainLog, body: Record<str
     const previous = sync.seq === 0 ? null : { seq: sync.seq, hash: sync.head };
 
     // 2. The entry.
-    const withoutHash: Record<string, unknown> = { seq: previous ? previous.seq + 1 : 1, at: new Date().toISOString(), ...body, prev: previous ? previous.hash : GENESIS_PREV };
+    const withoutHash: Record<string, unknown> = {
+      seq: previous ? previous.seq + 1 : 1,
+      at: new Date().toISOString(),
+      ...body,
+      prev: previous ? previous.hash : GENESIS_PREV,
+    };
     const entry = { ...withoutHash, hash: jsonDigest(withoutHash) } as ChainEntry;
     const line = Buffer.from(canonicalJson(entry), "utf8");
 
@@ -134,7 +181,15 @@ export async function appendEntry(scope: string, log: ChainLog, body: Record<str
     stillHeld();
     let out: number;
     try {
-      out = openSync(path, constants.O_WRONLY | constants.O_APPEND | constants.O_CREAT | constants.O_NOFOLLOW | (created ? constants.O_EXCL : 0), 0o644);
+      out = openSync(
+        path,
+        constants.O_WRONLY |
+          constants.O_APPEND |
+          constants.O_CREAT |
+          constants.O_NOFOLLOW |
+          (created ? constants.O_EXCL : 0),
+        0o644,
+      );
     } catch (error) {
       throw unavailable("open", path, error);
     }
@@ -148,7 +203,12 @@ export async function appendEntry(scope: string, log: ChainLog, body: Record<str
         throw unavailable("open", path, error);
       }
       // Written behind the lock by something else since it was verified: the chain link would be a guess.
-      if (before !== sync.size) throw new OatsError("audit-unavailable", `refusing to append to ${path}: it changed while it was being verified`, { path, step: "verify", size: { verified: sync.size, now: before } });
+      if (before !== sync.size)
+        throw new OatsError(
+          "audit-unavailable",
+          `refusing to append to ${path}: it changed while it was being verified`,
+          { path, step: "verify", size: { verified: sync.size, now: before } },
+        );
       try {
         let written = 0;
         while (written < line.length) written += writeSync(out, line, written, line.length - written);
@@ -202,7 +262,11 @@ function scan(scope: string, log: ChainLog): { entries: ChainEntry[]; verdict: C
       closeSync(fd);
     }
   } catch (error) {
-    throw new OatsError("invalid-artifact-store", `cannot read chain log ${path}: ${errnoCode(error) ?? String(error)}`, { path, errno: errnoCode(error) });
+    throw new OatsError(
+      "invalid-artifact-store",
+      `cannot read chain log ${path}: ${errnoCode(error) ?? String(error)}`,
+      { path, errno: errnoCode(error) },
+    );
   }
   const verdict = verifySegment(bytes, 0, 0, GENESIS_PREV);
   const entries = verdict.entries.map((located) => located.entry);

@@ -1,5 +1,16 @@
 import { createHash, randomBytes } from "node:crypto";
-import { closeSync, constants, lstatSync, mkdirSync, openSync, readFileSync, readSync, renameSync, unlinkSync, writeSync } from "node:fs";
+import {
+  closeSync,
+  constants,
+  lstatSync,
+  mkdirSync,
+  openSync,
+  readFileSync,
+  readSync,
+  renameSync,
+  unlinkSync,
+  writeSync,
+} from "node:fs";
 import { homedir } from "node:os";
 import { isAbsolute, join } from "node:path";
 import { errnoCode } from "../core/index.js";
@@ -125,11 +136,16 @@ function readPrivate(path: string): Buffer | null {
   }
 }
 
-/** Write via a fresh temporary file and rename. Not fsync'd: losing it only costs a rescan. Failure is silent for the same reason. */
+/** Write via a fresh temporary file and rename. Not fsync'd: losing it only costs a rescan. Failure is silent for the
+ * same reason. */
 function writePrivate(dir: string, name: string, bytes: Buffer): boolean {
   const temporary = join(dir, `.${name}.${process.pid}.${randomBytes(6).toString("hex")}.tmp`);
   try {
-    const fd = openSync(temporary, constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL | constants.O_NOFOLLOW, 0o600);
+    const fd = openSync(
+      temporary,
+      constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL | constants.O_NOFOLLOW,
+      0o600,
+    );
     try {
       let written = 0;
       while (written < bytes.length) written += writeSync(fd, bytes, written, bytes.length - written);
@@ -157,7 +173,9 @@ function isDigest(value: unknown): value is string {
 }
 
 function isLocation(value: unknown): value is Location {
-  return isPlainRecord(value) && isCount(value.seq) && isCount(value.offset) && isCount(value.length) && isDigest(value.hash);
+  return (
+    isPlainRecord(value) && isCount(value.seq) && isCount(value.offset) && isCount(value.length) && isDigest(value.hash)
+  );
 }
 
 function checkpointFile(logKey: string): string {
@@ -202,7 +220,13 @@ export function loadCheckpoint(dir: string, logKey: string): Checkpoint | null {
  * concurrent reader still holding the old checkpoint finds one missing and
  * rebuilds (correct, slower).
  */
-export function saveCheckpoint(dir: string, logKey: string, checkpoint: Checkpoint, replaced: readonly string[] = [], kept: ReadonlySet<string> = new Set()): boolean {
+export function saveCheckpoint(
+  dir: string,
+  logKey: string,
+  checkpoint: Checkpoint,
+  replaced: readonly string[] = [],
+  kept: ReadonlySet<string> = new Set(),
+): boolean {
   const saved = writePrivate(dir, checkpointFile(logKey), Buffer.from(JSON.stringify(checkpoint), "utf8"));
   if (saved) {
     for (const name of replaced) {
@@ -225,7 +249,12 @@ export function emptyTable(): Buffer {
 /** The whole table (to update it), or null when it is missing or damaged. */
 export function loadTable(dir: string, hash: string): Buffer | null {
   const bytes = readPrivate(join(dir, "objects", `${hash}.table`));
-  if (bytes === null || bytes.length !== TABLE_SLOTS * SLOT || createHash("sha256").update(bytes).digest("hex") !== hash) return null;
+  if (
+    bytes === null ||
+    bytes.length !== TABLE_SLOTS * SLOT ||
+    createHash("sha256").update(bytes).digest("hex") !== hash
+  )
+    return null;
   return bytes;
 }
 

@@ -3,7 +3,17 @@ import { closeSync, fstatSync, type BigIntStats } from "node:fs";
 import { join } from "node:path";
 import { OatsError, errnoCode } from "../core/index.js";
 import { inspectStoreAt, resolveScope } from "../retention/index.js";
-import { GENESIS_PREV, checkLine, logName, openForRead, readAt, verifySegment, type BrokenReason, type ChainEntry, type ChainLog } from "./chain-line.js";
+import {
+  GENESIS_PREV,
+  checkLine,
+  logName,
+  openForRead,
+  readAt,
+  verifySegment,
+  type BrokenReason,
+  type ChainEntry,
+  type ChainLog,
+} from "./chain-line.js";
 import {
   bucketEntry,
   emptyTable,
@@ -53,22 +63,49 @@ function logKey(log: ChainLog): string {
   return [...log.dir, log.file].join("~");
 }
 
-export function brokenChain(log: ChainLog, brokenAt: { line: number; seq: number | null; reason: BrokenReason }): OatsError {
+export function brokenChain(
+  log: ChainLog,
+  brokenAt: { line: number; seq: number | null; reason: BrokenReason },
+): OatsError {
   const { line, seq, reason } = brokenAt;
-  return new OatsError("integrity-mismatch", `chain log ${logName(log)} is broken at line ${line}${seq === null ? "" : ` (seq ${seq})`}: ${reason}`, { log: logName(log), brokenAt });
-}
-
-function rewritten(log: ChainLog, reason: "history-rewritten" | "truncated" | "log-missing", checkpoint: Checkpoint, stateDir: string): OatsError {
-  const why = reason === "log-missing" ? "the log is gone" : reason === "truncated" ? "the log is shorter than the part already verified" : "bytes already verified have changed";
   return new OatsError(
     "integrity-mismatch",
-    `chain log ${logName(log)} no longer extends the state oats verified (seq ${checkpoint.seq}, head ${checkpoint.head}): ${why}`,
-    { log: logName(log), reason, checkpoint: { seq: checkpoint.seq, head: checkpoint.head, offset: checkpoint.offset }, stateDir },
+    `chain log ${logName(log)} is broken at line ${line}${seq === null ? "" : ` (seq ${seq})`}: ${reason}`,
+    { log: logName(log), brokenAt },
+  );
+}
+
+function rewritten(
+  log: ChainLog,
+  reason: "history-rewritten" | "truncated" | "log-missing",
+  checkpoint: Checkpoint,
+  stateDir: string,
+): OatsError {
+  const why =
+    reason === "log-missing"
+      ? "the log is gone"
+      : reason === "truncated"
+        ? "the log is shorter than the part already verified"
+        : "bytes already verified have changed";
+  return new OatsError(
+    "integrity-mismatch",
+    `chain log ${logName(log)} no longer extends the state oats verified ` +
+      `(seq ${checkpoint.seq}, head ${checkpoint.head}): ${why}`,
+    {
+      log: logName(log),
+      reason,
+      checkpoint: { seq: checkpoint.seq, head: checkpoint.head, offset: checkpoint.offset },
+      stateDir,
+    },
   );
 }
 
 function unreadable(path: string, error: unknown): OatsError {
-  return new OatsError("invalid-artifact-store", `cannot read chain log ${path}: ${errnoCode(error) ?? String(error)}`, { path, errno: errnoCode(error) });
+  return new OatsError(
+    "invalid-artifact-store",
+    `cannot read chain log ${path}: ${errnoCode(error) ?? String(error)}`,
+    { path, errno: errnoCode(error) },
+  );
 }
 
 interface State {
@@ -142,12 +179,21 @@ export class LogSync {
     }
     const text = bytes.subarray(0, -1).toString("utf8");
     const checked = bytes.at(-1) === 0x0a ? checkLine(text) : null;
-    if (checked === null || !("entry" in checked) || checked.entry.seq !== location.seq || checked.entry.hash !== location.hash) {
-      throw new OatsError("integrity-mismatch", `chain log ${logName(this.log)} no longer holds seq ${location.seq} (${location.hash}) where it was verified`, {
-        log: logName(this.log),
-        reason: "history-rewritten",
-        expected: { seq: location.seq, hash: location.hash, offset: location.offset },
-      });
+    if (
+      checked === null ||
+      !("entry" in checked) ||
+      checked.entry.seq !== location.seq ||
+      checked.entry.hash !== location.hash
+    ) {
+      throw new OatsError(
+        "integrity-mismatch",
+        `chain log ${logName(this.log)} no longer holds seq ${location.seq} (${location.hash}) where it was verified`,
+        {
+          log: logName(this.log),
+          reason: "history-rewritten",
+          expected: { seq: location.seq, hash: location.hash, offset: location.offset },
+        },
+      );
     }
     return checked.entry;
   }
@@ -218,7 +264,12 @@ export class LogSync {
 }
 
 function sameStat(checkpoint: Checkpoint, stat: BigIntStats): boolean {
-  return checkpoint.dev === String(stat.dev) && checkpoint.ino === String(stat.ino) && checkpoint.size === Number(stat.size) && checkpoint.ctimeNs === String(stat.ctimeNs);
+  return (
+    checkpoint.dev === String(stat.dev) &&
+    checkpoint.ino === String(stat.ino) &&
+    checkpoint.size === Number(stat.size) &&
+    checkpoint.ctimeNs === String(stat.ctimeNs)
+  );
 }
 
 function hashRange(fd: number, end: number, hasher: Hash): void {
@@ -256,7 +307,14 @@ export function syncLog(scope: string, log: ChainLog, options: SyncOptions = {})
   const genesis: Anchor = { offset: 0, seq: 0, head: GENESIS_PREV, sha256: createHash("sha256").digest("hex") };
   if (fd === null) {
     if (checkpoint !== null && checkpoint.seq > 0) throw rewritten(log, "log-missing", checkpoint, stateDir!);
-    return new LogSync(scope, log, path, "empty", { seq: 0, head: GENESIS_PREV, offset: 0, anchor: genesis, table: null, updates: new Map() }, stateDir);
+    return new LogSync(
+      scope,
+      log,
+      path,
+      "empty",
+      { seq: 0, head: GENESIS_PREV, offset: 0, anchor: genesis, table: null, updates: new Map() },
+      stateDir,
+    );
   }
   try {
     let stat: BigIntStats;
@@ -277,10 +335,15 @@ export function syncLog(scope: string, log: ChainLog, options: SyncOptions = {})
       if (size < checkpoint.offset) throw rewritten(log, "truncated", checkpoint, stateDir!);
       if (rebuild) {
         bytes = readAt(fd, 0, size);
-        if (createHash("sha256").update(bytes.subarray(0, checkpoint.anchor.offset)).digest("hex") !== checkpoint.anchor.sha256) throw rewritten(log, "history-rewritten", checkpoint, stateDir!);
+        if (
+          createHash("sha256").update(bytes.subarray(0, checkpoint.anchor.offset)).digest("hex") !==
+          checkpoint.anchor.sha256
+        )
+          throw rewritten(log, "history-rewritten", checkpoint, stateDir!);
       } else {
         hashRange(fd, checkpoint.anchor.offset, hasher);
-        if (hasher.copy().digest("hex") !== checkpoint.anchor.sha256) throw rewritten(log, "history-rewritten", checkpoint, stateDir!);
+        if (hasher.copy().digest("hex") !== checkpoint.anchor.sha256)
+          throw rewritten(log, "history-rewritten", checkpoint, stateDir!);
         start = checkpoint.anchor;
         bytes = readAt(fd, start.offset, size - start.offset);
       }
@@ -294,7 +357,8 @@ export function syncLog(scope: string, log: ChainLog, options: SyncOptions = {})
     if (checkpoint !== null && checkpoint.seq > start.seq) {
       // Lines verified after the anchor was hashed: they must still be the ones verified.
       const last = verdict.entries.find((located) => located.entry.seq === checkpoint.seq);
-      if (!last || last.entry.hash !== checkpoint.head || last.offset + last.length !== checkpoint.offset) throw rewritten(log, "history-rewritten", checkpoint, stateDir!);
+      if (!last || last.entry.hash !== checkpoint.head || last.offset + last.length !== checkpoint.offset)
+        throw rewritten(log, "history-rewritten", checkpoint, stateDir!);
     }
     const keyOf = decisionKeyOf(log);
     const updates = new Map<string, Location>();
@@ -306,7 +370,21 @@ export function syncLog(scope: string, log: ChainLog, options: SyncOptions = {})
       }
     }
     const anchor: Anchor = { offset: size, seq: verdict.seq, head: verdict.head, sha256: hasher.digest("hex") };
-    const sync = new LogSync(scope, log, path, checkpoint === null || rebuild ? "full" : "incremental", { seq: verdict.seq, head: verdict.head, offset: size, anchor, table: rebuild ? null : (checkpoint?.table ?? null), updates }, stateDir);
+    const sync = new LogSync(
+      scope,
+      log,
+      path,
+      checkpoint === null || rebuild ? "full" : "incremental",
+      {
+        seq: verdict.seq,
+        head: verdict.head,
+        offset: size,
+        anchor,
+        table: rebuild ? null : (checkpoint?.table ?? null),
+        updates,
+      },
+      stateDir,
+    );
     let after: BigIntStats | null = null;
     try {
       after = fstatSync(fd, { bigint: true });

@@ -29,7 +29,9 @@ export function subjectTriple(value: unknown): SubjectTriple | null {
 }
 
 export function subjectKey(subject: SubjectTriple): string {
-  return createHash("sha256").update(canonicalJson({ kind: subject.kind, key: subject.key, integrity: subject.integrity }), "utf8").digest("hex");
+  return createHash("sha256")
+    .update(canonicalJson({ kind: subject.kind, key: subject.key, integrity: subject.integrity }), "utf8")
+    .digest("hex");
 }
 
 export function ledgerReference(entry: ChainEntry): { seq: number; hash: string } | null {
@@ -45,7 +47,12 @@ function ledgerKey(entry: ChainEntry): string | null {
 }
 
 function auditKey(entry: ChainEntry): string | null {
-  if ((entry["action"] !== "approve" && entry["action"] !== "revoke") || entry["outcome"] !== "ok" || ledgerReference(entry) === null) return null;
+  if (
+    (entry["action"] !== "approve" && entry["action"] !== "revoke") ||
+    entry["outcome"] !== "ok" ||
+    ledgerReference(entry) === null
+  )
+    return null;
   const subject = subjectTriple(entry["subject"]);
   return subject === null ? null : subjectKey(subject);
 }

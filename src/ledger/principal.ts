@@ -65,11 +65,25 @@ export function parseIdMap(text: string): IdMapLine[] | null {
 
 /** The initial namespace's map: one line, every id onto itself. */
 export function isInitialIdMap(lines: readonly IdMapLine[] | null): boolean {
-  return lines !== null && lines.length === 1 && lines[0]!.inside === 0 && lines[0]!.outside === 0 && lines[0]!.count === FULL_RANGE;
+  return (
+    lines !== null &&
+    lines.length === 1 &&
+    lines[0]!.inside === 0 &&
+    lines[0]!.outside === 0 &&
+    lines[0]!.count === FULL_RANGE
+  );
 }
 
-function principalRefused(reason: "user-namespace" | "setuid" | "namespace-unverifiable", message: string, details: Record<string, unknown> = {}): OatsError {
-  return new OatsError("classification-refused", `the principal cannot be trusted: ${message}; nothing was approved, audited or run as it`, { reason, ...details });
+function principalRefused(
+  reason: "user-namespace" | "setuid" | "namespace-unverifiable",
+  message: string,
+  details: Record<string, unknown> = {},
+): OatsError {
+  return new OatsError(
+    "classification-refused",
+    `the principal cannot be trusted: ${message}; nothing was approved, audited or run as it`,
+    { reason, ...details },
+  );
 }
 
 /** Refuse unless this process runs in the initial user namespace, checked through procfs itself. */
@@ -80,26 +94,41 @@ export function assertInitialUserNamespace(proc = "/proc"): void {
   try {
     const procType = statfsSync(`${proc}/self`).type;
     if (procType !== PROC_SUPER_MAGIC) {
-      throw principalRefused("namespace-unverifiable", `${proc}/self is not procfs (filesystem type 0x${procType.toString(16)})`, { filesystemType: procType });
+      throw principalRefused(
+        "namespace-unverifiable",
+        `${proc}/self is not procfs (filesystem type 0x${procType.toString(16)})`,
+        { filesystemType: procType },
+      );
     }
     // A file or another namespace's link mounted over ours would not be this directory's own symlink.
     const link = lstatSync(`${proc}/self/ns/user`);
     if (!link.isSymbolicLink() || link.dev !== lstatSync(`${proc}/self/ns`).dev) {
-      throw principalRefused("namespace-unverifiable", `${proc}/self/ns/user is not procfs's own namespace link (something is mounted over it)`);
+      throw principalRefused(
+        "namespace-unverifiable",
+        `${proc}/self/ns/user is not procfs's own namespace link (something is mounted over it)`,
+      );
     }
     nsInode = statSync(`${proc}/self/ns/user`).ino;
     uidMap = readFileSync(`${proc}/self/uid_map`, "utf8");
     gidMap = readFileSync(`${proc}/self/gid_map`, "utf8");
   } catch (error) {
     if (error instanceof OatsError) throw error;
-    throw principalRefused("namespace-unverifiable", `cannot read this process's user namespace from ${proc}: ${(error as Error).message}`, { errno: (error as NodeJS.ErrnoException).code ?? null });
+    throw principalRefused(
+      "namespace-unverifiable",
+      `cannot read this process's user namespace from ${proc}: ${(error as Error).message}`,
+      { errno: (error as NodeJS.ErrnoException).code ?? null },
+    );
   }
   if (nsInode !== PROC_USER_INIT_INO || !isInitialIdMap(parseIdMap(uidMap)) || !isInitialIdMap(parseIdMap(gidMap))) {
-    throw principalRefused("user-namespace", "this process runs in a user namespace (its uid and host name are whatever its creator chose)", {
-      namespaceInode: nsInode,
-      uidMap: uidMap.trim().slice(0, 200),
-      gidMap: gidMap.trim().slice(0, 200),
-    });
+    throw principalRefused(
+      "user-namespace",
+      "this process runs in a user namespace (its uid and host name are whatever its creator chose)",
+      {
+        namespaceInode: nsInode,
+        uidMap: uidMap.trim().slice(0, 200),
+        gidMap: gidMap.trim().slice(0, 200),
+      },
+    );
   }
 }
 
@@ -112,7 +141,9 @@ export function currentPrincipal(): string {
   assertInitialUserNamespace();
   const uid = process.getuid?.();
   const euid = process.geteuid?.();
-  if (uid === undefined || euid === undefined) throw principalRefused("namespace-unverifiable", "this platform has no uids");
-  if (uid !== euid) throw principalRefused("setuid", `real uid ${uid} differs from effective uid ${euid}`, { uid, euid });
+  if (uid === undefined || euid === undefined)
+    throw principalRefused("namespace-unverifiable", "this platform has no uids");
+  if (uid !== euid)
+    throw principalRefused("setuid", `real uid ${uid} differs from effective uid ${euid}`, { uid, euid });
   return `${userInfo().username}@${hostname()}`;
 }

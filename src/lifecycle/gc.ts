@@ -5,7 +5,24 @@ import { dirname, join } from "node:path";
 import { OatsError, asStepError, errnoCode } from "../core/index.js";
 import { audit } from "../ledger/index.js";
 import { listResolutionIds, recordReader, resolutionPath } from "../resolution/index.js";
-import { integrityText, type Integrity, listStore, BLOBS_DIR, blobPath, readBlob, inspectStoreAt, resolveScope, AGENTS_DIR, stagingName, withGcLock, manifestPath, readManifestBytes, DEFAULT_LOCK_WAIT_MS, removeTree, verifyTree } from "../retention/index.js";
+import {
+  integrityText,
+  type Integrity,
+  listStore,
+  BLOBS_DIR,
+  blobPath,
+  readBlob,
+  inspectStoreAt,
+  resolveScope,
+  AGENTS_DIR,
+  stagingName,
+  withGcLock,
+  manifestPath,
+  readManifestBytes,
+  DEFAULT_LOCK_WAIT_MS,
+  removeTree,
+  verifyTree,
+} from "../retention/index.js";
 import type { ArtifactKind } from "../retention/index.js";
 import { collectRoots, reachableFrom } from "./roots.js";
 
@@ -47,7 +64,14 @@ export interface GcReport {
   readonly scope: string;
   readonly dryRun: boolean;
   readonly graceMs: number;
-  readonly roots: { instances: number; jobs: number; pins: number; runFiles: number; records: number; missing: { root: string; id: string }[] };
+  readonly roots: {
+    instances: number;
+    jobs: number;
+    pins: number;
+    runFiles: number;
+    records: number;
+    missing: { root: string; id: string }[];
+  };
   /** What roots reach. `trees` counts the legacy- and exec-named copies of one capability once. */
   readonly kept: { revisions: number; trees: number; records: number; blobs: number };
   /** Unreachable but younger than the grace period: kept. */
@@ -120,7 +144,16 @@ async function plan(realScope: string, options: GcOptions, dryRun: boolean): Pro
       continue;
     }
     const ageMs = ageOf(entry.dir, now);
-    const item: GcItem = { type: "revision", ref: `${entry.kind}:${entry.key}@${integrityText(entry.integrity)}`, path: entry.dir, bytes: 0, ageMs, kind: entry.kind, key: entry.key, integrity: entry.integrity };
+    const item: GcItem = {
+      type: "revision",
+      ref: `${entry.kind}:${entry.key}@${integrityText(entry.integrity)}`,
+      path: entry.dir,
+      bytes: 0,
+      ageMs,
+      kind: entry.kind,
+      key: entry.key,
+      integrity: entry.integrity,
+    };
     if (ageMs < graceMs) {
       young.push(item);
       continue;
@@ -162,7 +195,11 @@ async function plan(realScope: string, options: GcOptions, dryRun: boolean): Pro
   // A source's qualified identity is pinned as the blob named by its key (source-identity.ts):
   // it stays while any revision of that source stays.
   const collected = new Set(collect.filter((item) => item.type === "revision").map((item) => item.path));
-  const identityBlobs = new Set(listing.filter((entry) => entry.kind === "source" && !collected.has(entry.dir)).map((entry) => `sha256-${entry.key}`));
+  const identityBlobs = new Set(
+    listing
+      .filter((entry) => entry.kind === "source" && !collected.has(entry.dir))
+      .map((entry) => `sha256-${entry.key}`),
+  );
 
   let keptBlobs = 0;
   if (inspectStoreAt(realScope, BLOBS_DIR).complete) {
@@ -201,7 +238,14 @@ async function plan(realScope: string, options: GcOptions, dryRun: boolean): Pro
     scope: realScope,
     dryRun,
     graceMs,
-    roots: { instances: roots.counts.instances, jobs: roots.counts.jobs, pins: roots.counts.pins, runFiles: roots.counts.runs, records: roots.records.size, missing: roots.missing },
+    roots: {
+      instances: roots.counts.instances,
+      jobs: roots.counts.jobs,
+      pins: roots.counts.pins,
+      runFiles: roots.counts.runs,
+      records: roots.records.size,
+      missing: roots.missing,
+    },
     kept: { revisions: keptDirs.size, trees: keptTrees, records: keptRecords, blobs: keptBlobs },
     young,
     damaged,
@@ -214,7 +258,7 @@ async function plan(realScope: string, options: GcOptions, dryRun: boolean): Pro
 }
 
 function tidyParents(dir: string, stop: string): void {
-  for (let parent = dirname(dir); parent.startsWith(stop + "/") && parent !== stop; parent = dirname(parent)) {
+  for (let parent = dirname(dir); parent.startsWith(`${stop}/`) && parent !== stop; parent = dirname(parent)) {
     try {
       if (readdirSync(parent).length > 0) return;
       rmdirSync(parent);
@@ -248,11 +292,17 @@ async function remove(realScope: string, item: GcItem): Promise<void> {
 /** Plan (and with `delete`, carry out) a collection of what no root reaches. */
 export async function gc(scope: string, options: GcOptions = {}): Promise<GcReport> {
   const graceMs = options.graceMs ?? DEFAULT_GRACE_MS;
-  if (!Number.isSafeInteger(graceMs) || graceMs < 0) throw new OatsError("invalid-input", `invalid grace period ${String(options.graceMs)} ms`, { graceMs: options.graceMs });
+  if (!Number.isSafeInteger(graceMs) || graceMs < 0)
+    throw new OatsError("invalid-input", `invalid grace period ${String(options.graceMs)} ms`, {
+      graceMs: options.graceMs,
+    });
   const realScope = resolveScope(scope);
   if (!options.delete) return plan(realScope, options, true);
   try {
-    if (!lstatSync(join(realScope, AGENTS_DIR)).isDirectory()) throw new OatsError("invalid-artifact-store", `${join(realScope, AGENTS_DIR)} is not a directory`, { path: join(realScope, AGENTS_DIR) });
+    if (!lstatSync(join(realScope, AGENTS_DIR)).isDirectory())
+      throw new OatsError("invalid-artifact-store", `${join(realScope, AGENTS_DIR)} is not a directory`, {
+        path: join(realScope, AGENTS_DIR),
+      });
   } catch (error) {
     if (errnoCode(error) === "ENOENT") return plan(realScope, options, false);
     throw error;
@@ -264,7 +314,16 @@ export async function gc(scope: string, options: GcOptions = {}): Promise<GcRepo
       action: "gc",
       subject: null,
       outcome: "ok",
-      details: { delete: report.collect.map((item) => ({ type: item.type, ref: item.ref, bytes: item.bytes, ...(item.damaged ? { damaged: item.damaged.code } : {}) })), bytes: report.bytes, graceMs: report.graceMs },
+      details: {
+        delete: report.collect.map((item) => ({
+          type: item.type,
+          ref: item.ref,
+          bytes: item.bytes,
+          ...(item.damaged ? { damaged: item.damaged.code } : {}),
+        })),
+        bytes: report.bytes,
+        graceMs: report.graceMs,
+      },
     });
     for (const item of report.collect) {
       stillHeld();
@@ -273,4 +332,3 @@ export async function gc(scope: string, options: GcOptions = {}): Promise<GcRepo
     return { ...report, deleted: true, audit: { seq: entry.seq, hash: entry.hash } };
   });
 }
-

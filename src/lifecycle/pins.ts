@@ -5,7 +5,21 @@ import { OatsError, asStepError, errnoCode, canonicalJsonBytes, jsonDigest } fro
 import { parseExportRef, type ParsedExportRef } from "../acquisition/index.js";
 import { audit } from "../ledger/index.js";
 import { readCanonicalJson, readRecordBytes } from "../resolution/index.js";
-import { integrityText, ensureStoreAt, fsyncDirectory, inspectStoreAt, removeCreatedStore, resolveScope, readRegularFile, writeStagedFile, AGENTS_DIR, assertContained, retainedTreeDir, type ArtifactRef, withPublishLease } from "../retention/index.js";
+import {
+  integrityText,
+  ensureStoreAt,
+  fsyncDirectory,
+  inspectStoreAt,
+  removeCreatedStore,
+  resolveScope,
+  readRegularFile,
+  writeStagedFile,
+  AGENTS_DIR,
+  assertContained,
+  retainedTreeDir,
+  type ArtifactRef,
+  withPublishLease,
+} from "../retention/index.js";
 
 /**
  * Pins: `.agents/pins/<sha256-hex>.json`, one gc root each, naming an
@@ -26,14 +40,18 @@ const pinRefSchema = z.union([
       type: z.literal("artifact"),
       kind: z.enum(["capability", "source", "capture"]),
       key: z.string(),
-      integrity: z.object({ format: z.enum(["oats.tree-legacy.v0", "oats.tree-exec.v1"]), value: digestValue }).strict(),
+      integrity: z
+        .object({ format: z.enum(["oats.tree-legacy.v0", "oats.tree-exec.v1"]), value: digestValue })
+        .strict(),
     })
     .strict(),
   z.object({ type: z.literal("resolution"), id: digestValue }).strict(),
 ]);
 export type PinRef = z.infer<typeof pinRefSchema>;
 
-const pinSchema = z.object({ schemaVersion: z.literal(1), ref: pinRefSchema, pinnedAt: z.string().datetime({ offset: false }) }).strict();
+const pinSchema = z
+  .object({ schemaVersion: z.literal(1), ref: pinRefSchema, pinnedAt: z.string().datetime({ offset: false }) })
+  .strict();
 export type Pin = z.infer<typeof pinSchema>;
 
 export interface PinResult {
@@ -46,7 +64,12 @@ export interface PinResult {
 function toPinRef(parsed: ParsedExportRef): PinRef {
   if (parsed.type === "resolution") return { type: "resolution", id: parsed.id };
   const { kind, key, integrity } = parsed.ref;
-  return { type: "artifact", kind, key, integrity: { format: integrity.format as "oats.tree-legacy.v0" | "oats.tree-exec.v1", value: integrity.value } };
+  return {
+    type: "artifact",
+    kind,
+    key,
+    integrity: { format: integrity.format as "oats.tree-legacy.v0" | "oats.tree-exec.v1", value: integrity.value },
+  };
 }
 
 export function pinRefText(ref: PinRef): string {
@@ -55,7 +78,10 @@ export function pinRefText(ref: PinRef): string {
 
 /** Parse `<kind>:<key>@<integrity>` or a resolution id into a pin reference. */
 export function parsePinRef(input: unknown): PinRef {
-  if (typeof input !== "string") throw new OatsError("invalid-artifact-reference", "a pin names <kind>:<key>@<integrity> or a resolution id", { ref: input });
+  if (typeof input !== "string")
+    throw new OatsError("invalid-artifact-reference", "a pin names <kind>:<key>@<integrity> or a resolution id", {
+      ref: input,
+    });
   return toPinRef(parseExportRef(input));
 }
 
@@ -70,7 +96,9 @@ export function pinPath(realScope: string, ref: PinRef): string {
 
 function notFound(ref: PinRef, what: string): OatsError {
   const details = { ref: pinRefText(ref) };
-  return ref.type === "resolution" ? new OatsError("resolution-not-found", what, details) : new OatsError("artifact-not-found", what, details);
+  return ref.type === "resolution"
+    ? new OatsError("resolution-not-found", what, details)
+    : new OatsError("artifact-not-found", what, details);
 }
 
 function assertPresent(realScope: string, ref: PinRef): void {
@@ -83,10 +111,12 @@ function assertPresent(realScope: string, ref: PinRef): void {
   try {
     stats = lstatSync(dir);
   } catch (error) {
-    if (errnoCode(error) === "ENOENT") throw notFound(ref, `${pinRefText(ref)} is not retained in this scope; nothing to pin`);
+    if (errnoCode(error) === "ENOENT")
+      throw notFound(ref, `${pinRefText(ref)} is not retained in this scope; nothing to pin`);
     throw asStepError("pin", error, { dir });
   }
-  if (!stats.isDirectory()) throw new OatsError("invalid-artifact", `retained revision is not a real directory: ${dir}`, { dir });
+  if (!stats.isDirectory())
+    throw new OatsError("invalid-artifact", `retained revision is not a real directory: ${dir}`, { dir });
 }
 
 /** Pin a reference: a root for gc until unpinned. */
@@ -100,7 +130,11 @@ export async function pin(scope: string, input: unknown): Promise<PinResult> {
     assertPresent(realScope, ref);
     const created = ensureStoreAt(realScope, PINS_DIR);
     const dir = join(realScope, ...PINS_DIR);
-    const staged = writeStagedFile(dir, ".pin", canonicalJsonBytes({ schemaVersion: 1, ref, pinnedAt: new Date().toISOString() }));
+    const staged = writeStagedFile(
+      dir,
+      ".pin",
+      canonicalJsonBytes({ schemaVersion: 1, ref, pinnedAt: new Date().toISOString() }),
+    );
     let status: "pinned" | "kept" = "pinned";
     try {
       linkSync(staged, path);
@@ -115,7 +149,11 @@ export async function pin(scope: string, input: unknown): Promise<PinResult> {
     }
     fsyncDirectory(dir);
     if (status === "kept") readPin(path);
-    await audit(realScope, { action: "pin", subject: { ref: pinRefText(ref) }, outcome: status === "kept" ? "kept" : "ok" });
+    await audit(realScope, {
+      action: "pin",
+      subject: { ref: pinRefText(ref) },
+      outcome: status === "kept" ? "kept" : "ok",
+    });
     return { ref, text: pinRefText(ref), path, status };
   });
 }
@@ -140,8 +178,12 @@ export async function unpin(scope: string, input: unknown): Promise<PinResult> {
 
 /** Read and check one pin file: schema, and a name that is the digest of what it pins. */
 export function readPin(path: string, missing?: () => OatsError): Pin {
-  const damaged = (why: string) => new OatsError("invalid-artifact-store", `pin ${path} is damaged: ${why}`, { path, reason: why });
-  const bytes = readRegularFile(path, { limit: MAX_PIN_BYTES, refuse: (failure) => (failure === "missing" && missing ? missing() : damaged(failure)) });
+  const damaged = (why: string) =>
+    new OatsError("invalid-artifact-store", `pin ${path} is damaged: ${why}`, { path, reason: why });
+  const bytes = readRegularFile(path, {
+    limit: MAX_PIN_BYTES,
+    refuse: (failure) => (failure === "missing" && missing ? missing() : damaged(failure)),
+  });
   let value: unknown;
   try {
     value = readCanonicalJson(bytes, `pin ${path}`);
@@ -150,7 +192,8 @@ export function readPin(path: string, missing?: () => OatsError): Pin {
   }
   const parsed = pinSchema.safeParse(value);
   if (!parsed.success) throw damaged(parsed.error.issues[0]?.message ?? "malformed");
-  if (path.slice(path.lastIndexOf("/") + 1) !== pinName(parsed.data.ref)) throw damaged("its name is not the digest of the reference it pins");
+  if (path.slice(path.lastIndexOf("/") + 1) !== pinName(parsed.data.ref))
+    throw damaged("its name is not the digest of the reference it pins");
   if (parsed.data.ref.type === "artifact") {
     try {
       retainedTreeDir("/", parsed.data.ref);

@@ -5,7 +5,31 @@ import { randomBytes } from "node:crypto";
 import { OatsError, asStepError, errnoCode } from "../core/index.js";
 import { parseExportRef, extractTar, withExtractionDir } from "../acquisition/index.js";
 import { audited, audit } from "../ledger/index.js";
-import { digestTree, TREE_EXEC, TREE_LEGACY, integrityText, capabilityRows, readLockFile, parseLock, type OatsLock, checkProvenance, expectedProvenance, retainCapabilityArtifact, retainTree, ensureStoreAt, fsyncDirectory, resolveScope, AGENTS_DIR, assertContained, retainedTreeDir, type ArtifactRef, withPublishLease, DEFAULT_LOCK_WAIT_MS, withRevisionLock, verifyTree } from "../retention/index.js";
+import {
+  digestTree,
+  type TREE_EXEC,
+  TREE_LEGACY,
+  integrityText,
+  capabilityRows,
+  readLockFile,
+  parseLock,
+  type OatsLock,
+  checkProvenance,
+  expectedProvenance,
+  retainCapabilityArtifact,
+  retainTree,
+  ensureStoreAt,
+  fsyncDirectory,
+  resolveScope,
+  AGENTS_DIR,
+  assertContained,
+  retainedTreeDir,
+  type ArtifactRef,
+  withPublishLease,
+  DEFAULT_LOCK_WAIT_MS,
+  withRevisionLock,
+  verifyTree,
+} from "../retention/index.js";
 import type { ArtifactReceipt } from "../retention/index.js";
 
 /**
@@ -57,10 +81,14 @@ function sourceType(from: string): SourceType {
   try {
     stats = lstatSync(from);
   } catch (error) {
-    throw new OatsError("invalid-input", `repair source ${from} cannot be read: ${errnoCode(error) ?? String(error)}`, { from, errno: errnoCode(error) });
+    throw new OatsError("invalid-input", `repair source ${from} cannot be read: ${errnoCode(error) ?? String(error)}`, {
+      from,
+      errno: errnoCode(error),
+    });
   }
   if (stats.isDirectory()) return "directory";
-  if (!stats.isFile()) throw new OatsError("invalid-input", `repair source ${from} is neither a directory nor a regular file`, { from });
+  if (!stats.isFile())
+    throw new OatsError("invalid-input", `repair source ${from} is neither a directory nor a regular file`, { from });
   const magic = Buffer.alloc(2);
   const fd = openSync(from, "r");
   try {
@@ -74,7 +102,9 @@ function sourceType(from: string): SourceType {
 /** Whether the tree at `dir` hashes to the revision's digest. */
 async function matches(dir: string, ref: ArtifactRef): Promise<string | null> {
   try {
-    const actual = (await digestTree(dir, [ref.integrity.format as typeof TREE_EXEC]))[ref.integrity.format as typeof TREE_EXEC]!;
+    const actual = (await digestTree(dir, [ref.integrity.format as typeof TREE_EXEC]))[
+      ref.integrity.format as typeof TREE_EXEC
+    ]!;
     return actual;
   } catch (error) {
     if (error instanceof OatsError && error.kind !== "internal") return null;
@@ -83,18 +113,30 @@ async function matches(dir: string, ref: ArtifactRef): Promise<string | null> {
 }
 
 function sourceDiffers(ref: ArtifactRef, from: string, actual: string | null): OatsError {
-  return new OatsError("integrity-mismatch", `repair source ${from} does not verify against ${ref.kind} ${ref.key} ${integrityText(ref.integrity)}${actual ? `: it hashes to ${actual}` : ""}; nothing was changed`, {
-    kind: ref.kind,
-    key: ref.key,
-    expected: ref.integrity.value,
-    actual,
-    from,
-    reason: "repair-source-differs",
-  });
+  return new OatsError(
+    "integrity-mismatch",
+    `repair source ${from} does not verify against ${ref.kind} ${ref.key} ` +
+      `${integrityText(ref.integrity)}${actual ? `: it hashes to ${actual}` : ""}; ` +
+      `nothing was changed`,
+    {
+      kind: ref.kind,
+      key: ref.key,
+      expected: ref.integrity.value,
+      actual,
+      from,
+      reason: "repair-source-differs",
+    },
+  );
 }
 
 /** Run `body` on a directory holding the replacement tree (extracted into staging for archives). */
-async function withSourceTree<T>(realScope: string, ref: ArtifactRef, from: string, type: SourceType, body: (dir: string) => Promise<T>): Promise<T> {
+async function withSourceTree<T>(
+  realScope: string,
+  ref: ArtifactRef,
+  from: string,
+  type: SourceType,
+  body: (dir: string) => Promise<T>,
+): Promise<T> {
   if (type === "directory") {
     const actual = await matches(from, ref);
     if (actual !== ref.integrity.value) throw sourceDiffers(ref, from, actual);
@@ -107,7 +149,8 @@ async function withSourceTree<T>(realScope: string, ref: ArtifactRef, from: stri
       if (actual !== ref.integrity.value) throw sourceDiffers(ref, from, actual);
       return body(staging);
     }
-    // A bundle holds trees under their exec digest (a legacy revision is exported translated): try each tree of this key.
+    // A bundle holds trees under their exec digest (a legacy revision is exported translated): try each tree of this
+    // key.
     const keyDir = join(staging, "artifacts", ref.kind, ref.key);
     let names: string[] = [];
     try {
@@ -125,31 +168,50 @@ async function withSourceTree<T>(realScope: string, ref: ArtifactRef, from: stri
 }
 
 function quarantineName(ref: ArtifactRef): string {
-  const stamp = new Date().toISOString().replace(/[-:]/g, "").replace(/\.\d+Z$/, "Z");
+  const stamp = new Date()
+    .toISOString()
+    .replace(/[-:]/g, "")
+    .replace(/\.\d+Z$/, "Z");
   return `${stamp}-${ref.kind}-${ref.key}-${ref.integrity.value.slice(7, 19)}-${randomBytes(4).toString("hex")}`;
 }
 
 function legacyLock(ref: ArtifactRef, lockInput: unknown): OatsLock {
   if (lockInput === undefined) {
-    throw new OatsError("usage", `${ref.kind} ${ref.key} ${integrityText(ref.integrity)} is named by a lock row: give the lock (--lock FILE) so its provenance is checked too`, { reason: "lock-required" });
+    throw new OatsError(
+      "usage",
+      `${ref.kind} ${ref.key} ${integrityText(ref.integrity)} is named by a ` +
+        `lock row: give the lock (--lock FILE) so its provenance is checked too`,
+      { reason: "lock-required" },
+    );
   }
   const lock = typeof lockInput === "string" ? readLockFile(lockInput) : parseLock(lockInput);
   const rows = capabilityRows(lock, ref.key);
   if (rows.capability.integrity !== ref.integrity.value) {
-    throw new OatsError("invalid-lock", `the lock names ${ref.key} at ${rows.capability.integrity}, not ${ref.integrity.value}`, { capability: ref.key, lock: rows.capability.integrity, requested: ref.integrity.value });
+    throw new OatsError(
+      "invalid-lock",
+      `the lock names ${ref.key} at ${rows.capability.integrity}, not ${ref.integrity.value}`,
+      { capability: ref.key, lock: rows.capability.integrity, requested: ref.integrity.value },
+    );
   }
   return lock;
 }
 
 export async function repair(scope: string, refInput: unknown, options: RepairOptions): Promise<RepairResult> {
-  if (typeof refInput !== "string") throw new OatsError("invalid-artifact-reference", "repair names <kind>:<key>@<integrity>", { ref: refInput });
+  if (typeof refInput !== "string")
+    throw new OatsError("invalid-artifact-reference", "repair names <kind>:<key>@<integrity>", { ref: refInput });
   const parsed = parseExportRef(refInput);
-  if (parsed.type !== "artifact") throw new OatsError("invalid-artifact-reference", "repair names a retained revision <kind>:<key>@<integrity>, not a resolution", { ref: refInput });
+  if (parsed.type !== "artifact")
+    throw new OatsError(
+      "invalid-artifact-reference",
+      "repair names a retained revision <kind>:<key>@<integrity>, not a resolution",
+      { ref: refInput },
+    );
   const ref = parsed.ref;
   const text = `${ref.kind}:${ref.key}@${integrityText(ref.integrity)}`;
   const legacy = ref.integrity.format === TREE_LEGACY;
   const lock = legacy ? legacyLock(ref, options.lock) : null;
-  if (typeof options.from !== "string" || options.from === "") throw new OatsError("usage", "repair needs --from <dir|tarball|bundle>", {});
+  if (typeof options.from !== "string" || options.from === "")
+    throw new OatsError("usage", "repair needs --from <dir|tarball|bundle>", {});
   const from = resolve(options.from);
   const type = sourceType(from);
   const realScope = resolveScope(scope);
@@ -177,32 +239,64 @@ export async function repair(scope: string, refInput: unknown, options: RepairOp
         try {
           receipt = legacy
             ? await retainCapabilityArtifact(realScope, sourceDir, ref.key, lock!, { lockWaitMs: waitMs })
-            : await retainTree(realScope, { kind: ref.kind, key: ref.key, source: sourceDir, expect: ref.integrity }, { lockWaitMs: waitMs });
+            : await retainTree(
+                realScope,
+                { kind: ref.kind, key: ref.key, source: sourceDir, expect: ref.integrity },
+                { lockWaitMs: waitMs },
+              );
         } catch (error) {
           // Put the damaged tree back where it was, so a failed repair changes nothing.
           await rename(quarantine, dir).catch(() => undefined);
           throw error;
         }
-        const entry = await audit(realScope, { action: "repair", subject: { ref: text }, outcome: "ok", details: { from, type, quarantine, damage: damage.code } });
-        return { ref: text, kind: ref.kind, key: ref.key, integrity: { ...ref.integrity }, dir: receipt.dir, quarantine, from: { path: from, type }, damage, status: "repaired" as const, audit: { seq: entry.seq, hash: entry.hash } };
+        const entry = await audit(realScope, {
+          action: "repair",
+          subject: { ref: text },
+          outcome: "ok",
+          details: { from, type, quarantine, damage: damage.code },
+        });
+        return {
+          ref: text,
+          kind: ref.kind,
+          key: ref.key,
+          integrity: { ...ref.integrity },
+          dir: receipt.dir,
+          quarantine,
+          from: { path: from, type },
+          damage,
+          status: "repaired" as const,
+          audit: { seq: entry.seq, hash: entry.hash },
+        };
       });
     }),
   );
 }
 
 /** The revision's damage; `artifact-not-found` when it is not there, `not-damaged` when it verifies. */
-async function damageOf(realScope: string, ref: ArtifactRef, dir: string, text: string): Promise<{ code: string; message: string }> {
+async function damageOf(
+  realScope: string,
+  ref: ArtifactRef,
+  dir: string,
+  text: string,
+): Promise<{ code: string; message: string }> {
   try {
     lstatSync(dir);
   } catch (error) {
-    if (errnoCode(error) === "ENOENT") throw new OatsError("artifact-not-found", `${text} is not retained in this scope; repair replaces a damaged revision, use retain for a missing one`, { dir });
+    if (errnoCode(error) === "ENOENT")
+      throw new OatsError(
+        "artifact-not-found",
+        `${text} is not retained in this scope; repair replaces a damaged revision, use retain for a missing one`,
+        { dir },
+      );
     throw asStepError("repair", error, { dir });
   }
   try {
     await verifyTree(realScope, ref);
   } catch (error) {
-    // Damage is what verification finds in the tree itself; a damaged store path is fsck's to report, not something to move.
-    if (error instanceof OatsError && (error.code === "integrity-mismatch" || error.code === "invalid-artifact")) return { code: error.code, message: error.message };
+    // Damage is what verification finds in the tree itself; a damaged store path is fsck's to report, not something
+    // to move.
+    if (error instanceof OatsError && (error.code === "integrity-mismatch" || error.code === "invalid-artifact"))
+      return { code: error.code, message: error.message };
     throw error;
   }
   throw new OatsError("invalid-input", `${text} verifies; there is nothing to repair`, { dir, reason: "not-damaged" });

@@ -5,7 +5,15 @@ import { pinnedBlobs } from "../acquisition/index.js";
 import { compositionOf, listJobs } from "../captures/index.js";
 import { referencedArtifacts, INSTANCE_REFS_DIR, instanceRefReader, recordReader } from "../resolution/index.js";
 import type { ResolutionRecord } from "../resolution/index.js";
-import { TREE_LEGACY, inspectStoreAt, readRegularFile, AGENTS_DIR, retainedTreeDir, type ArtifactRef, namesIn } from "../retention/index.js";
+import {
+  TREE_LEGACY,
+  inspectStoreAt,
+  readRegularFile,
+  AGENTS_DIR,
+  retainedTreeDir,
+  type ArtifactRef,
+  namesIn,
+} from "../retention/index.js";
 import { listPins } from "./pins.js";
 import { checkRunDir, listHandles, readControl, readRecord, strayNames } from "../evidence/index.js";
 
@@ -69,9 +77,15 @@ function runRoots(realScope: string, roots: RootSet): number {
       else if (stats.isFile()) {
         const text = readRegularFile(path, {
           limit: MAX_RUN_FILE_BYTES,
-          refuse: (failure) => new OatsError("invalid-artifact-store", `run evidence ${path} cannot be read (${failure}); gc cannot tell which records it needs`, { path, reason: failure }),
+          refuse: (failure) =>
+            new OatsError(
+              "invalid-artifact-store",
+              `run evidence ${path} cannot be read (${failure}); gc cannot tell which records it needs`,
+              { path, reason: failure },
+            ),
         }).toString("latin1");
-        for (const match of text.matchAll(/sha256-[0-9a-f]{64}/g)) addRoot(roots, match[0], `run:${path.slice(realScope.length + 1)}`);
+        for (const match of text.matchAll(/sha256-[0-9a-f]{64}/g))
+          addRoot(roots, match[0], `run:${path.slice(realScope.length + 1)}`);
       }
     }
   };
@@ -83,7 +97,12 @@ function runRoots(realScope: string, roots: RootSet): number {
 }
 
 export function collectRoots(realScope: string): RootSet {
-  const roots: RootSet = { records: new Map(), artifacts: [], counts: { instances: 0, jobs: 0, pins: 0, runs: 0 }, missing: [] };
+  const roots: RootSet = {
+    records: new Map(),
+    artifacts: [],
+    counts: { instances: 0, jobs: 0, pins: 0, runs: 0 },
+    missing: [],
+  };
   if (inspectStoreAt(realScope, INSTANCE_REFS_DIR).complete) {
     const readInstanceRef = instanceRefReader(realScope);
     for (const name of namesIn(join(realScope, ...INSTANCE_REFS_DIR))) {
@@ -95,7 +114,8 @@ export function collectRoots(realScope: string): RootSet {
   }
   for (const { job, queued, error } of listJobs(realScope)) {
     if (error) throw error;
-    // A prepare-on-tick job re-prepares from the spec its record pinned: that record is the one it was prepared from, and stays.
+    // A prepare-on-tick job re-prepares from the spec its record pinned: that record is the one it was prepared from,
+    // and stays.
     addRoot(roots, queued!.resolution, `job:${job}`);
     roots.counts.jobs += 1;
   }
@@ -119,7 +139,11 @@ export function recordClosure(realScope: string, record: ResolutionRecord, into:
   for (const ref of referencedArtifacts(record)) into.revisions.add(retainedTreeDir(realScope, ref));
   for (const entry of Object.values(record.artifacts)) {
     if (!entry.legacyIntegrity) continue;
-    const legacy = retainedTreeDir(realScope, { kind: "capability", key: entry.artifact.key, integrity: { format: TREE_LEGACY, value: entry.legacyIntegrity.value } });
+    const legacy = retainedTreeDir(realScope, {
+      kind: "capability",
+      key: entry.artifact.key,
+      integrity: { format: TREE_LEGACY, value: entry.legacyIntegrity.value },
+    });
     const exec = retainedTreeDir(realScope, entry.artifact);
     into.revisions.add(legacy);
     into.copies.set(legacy, exec);

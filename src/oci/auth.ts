@@ -1,4 +1,4 @@
-import { OatsError } from "../core/index.js";
+import type { OatsError } from "../core/index.js";
 import type { Credentials } from "./credentials.js";
 import { checkOrigin, drain, readBody, registryRefusal, send, type TransportOptions } from "./http.js";
 import { isLoopbackHost } from "./reference.js";
@@ -43,9 +43,15 @@ export function basicHeader(credentials: Credentials): string {
 }
 
 /** The Authorization header that answers `challenge`, fetching a token when it is a Bearer challenge. */
-export async function answerChallenge(challenge: Challenge, credentials: Credentials | null, registryHost: string, options: TransportOptions = {}): Promise<string> {
+export async function answerChallenge(
+  challenge: Challenge,
+  credentials: Credentials | null,
+  registryHost: string,
+  options: TransportOptions = {},
+): Promise<string> {
   if (challenge.scheme === "basic") {
-    if (!credentials) throw unauthorized(registryHost, "the registry asks for Basic auth and no credentials are configured");
+    if (!credentials)
+      throw unauthorized(registryHost, "the registry asks for Basic auth and no credentials are configured");
     return basicHeader(credentials);
   }
   const realmText = challenge.params["realm"];
@@ -53,23 +59,42 @@ export async function answerChallenge(challenge: Challenge, credentials: Credent
   try {
     realm = new URL(realmText ?? "");
   } catch {
-    throw registryRefusal("auth-realm", `the registry at ${registryHost} sent a Bearer challenge without a usable realm`, { host: registryHost });
+    throw registryRefusal(
+      "auth-realm",
+      `the registry at ${registryHost} sent a Bearer challenge without a usable realm`,
+      { host: registryHost },
+    );
   }
   if (realm.protocol !== "https:" && !(realm.protocol === "http:" && isLoopbackHost(realm.hostname))) {
-    throw registryRefusal("auth-realm", `the token realm ${realm.host} is not HTTPS (plain HTTP only on loopback); no credentials were sent`, { host: registryHost, realm: realm.origin });
+    throw registryRefusal(
+      "auth-realm",
+      `the token realm ${realm.host} is not HTTPS (plain HTTP only on loopback); no credentials were sent`,
+      { host: registryHost, realm: realm.origin },
+    );
   }
-  if (realm.username || realm.password) throw registryRefusal("auth-realm", `the token realm of ${registryHost} carries credentials`, { host: registryHost });
+  if (realm.username || realm.password)
+    throw registryRefusal("auth-realm", `the token realm of ${registryHost} carries credentials`, {
+      host: registryHost,
+    });
   checkOrigin(realm);
   if (challenge.params["service"]) realm.searchParams.set("service", challenge.params["service"]);
-  for (const scope of (challenge.params["scope"] ?? "").split(" ").filter(Boolean)) realm.searchParams.append("scope", scope);
+  for (const scope of (challenge.params["scope"] ?? "").split(" ").filter(Boolean))
+    realm.searchParams.append("scope", scope);
   const headers: Record<string, string> = { accept: "application/json" };
   if (credentials) headers["authorization"] = basicHeader(credentials);
   const response = await send({ method: "GET", url: realm, headers }, options);
   if (response.statusCode !== 200) {
     await drain(response);
-    throw unauthorized(registryHost, `the token service ${realm.host} refused (HTTP ${response.statusCode})`, { realm: realm.origin, status: response.statusCode });
+    throw unauthorized(registryHost, `the token service ${realm.host} refused (HTTP ${response.statusCode})`, {
+      realm: realm.origin,
+      status: response.statusCode,
+    });
   }
-  const body = await readBody(response, MAX_TOKEN_RESPONSE, () => registryRefusal("protocol", `the token service ${realm.host} answered more than ${MAX_TOKEN_RESPONSE} bytes`, { host: registryHost }));
+  const body = await readBody(response, MAX_TOKEN_RESPONSE, () =>
+    registryRefusal("protocol", `the token service ${realm.host} answered more than ${MAX_TOKEN_RESPONSE} bytes`, {
+      host: registryHost,
+    }),
+  );
   let token: unknown;
   try {
     const parsed = JSON.parse(body.toString("utf8")) as { token?: unknown; access_token?: unknown };
@@ -79,7 +104,9 @@ export async function answerChallenge(challenge: Challenge, credentials: Credent
   }
   // A token goes into a header: refuse anything that could split it.
   if (typeof token !== "string" || !/^[\x21-\x7e]{1,16384}$/.test(token)) {
-    throw registryRefusal("protocol", `the token service ${realm.host} answered without a usable token`, { host: registryHost });
+    throw registryRefusal("protocol", `the token service ${realm.host} answered without a usable token`, {
+      host: registryHost,
+    });
   }
   return `Bearer ${token}`;
 }

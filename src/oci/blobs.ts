@@ -18,7 +18,10 @@ export function sha256Digest(bytes: Buffer): string {
 }
 
 export function checkDigest(digest: string): void {
-  if (!digestSchema.safeParse(digest).success) throw new OatsError("invalid-input", "a blob digest must be sha256:<64 lowercase hex>", { digest: String(digest).slice(0, 100) });
+  if (!digestSchema.safeParse(digest).success)
+    throw new OatsError("invalid-input", "a blob digest must be sha256:<64 lowercase hex>", {
+      digest: String(digest).slice(0, 100),
+    });
 }
 
 export interface BlobReadOptions {
@@ -38,7 +41,11 @@ export async function headBlob(session: RegistrySession, digest: string): Promis
   if (response.statusCode !== 200) throw session.unexpected(response, `HEAD of blob ${digest}`);
   const answered = response.headers["docker-content-digest"];
   if (typeof answered === "string" && answered !== digest) {
-    throw new OatsError("integrity-mismatch", `${session.host} describes blob ${digest} under another digest`, { expected: digest, actual: answered, host: session.host });
+    throw new OatsError("integrity-mismatch", `${session.host} describes blob ${digest} under another digest`, {
+      expected: digest,
+      actual: answered,
+      host: session.host,
+    });
   }
   const size = Number(response.headers["content-length"]);
   return { size: Number.isSafeInteger(size) && size >= 0 ? size : -1 };
@@ -61,8 +68,16 @@ class VerifyingStream extends Transform {
     if (this.#seen > this.limit || (this.size !== undefined && this.#seen > this.size)) {
       callback(
         this.size !== undefined && this.#seen > this.size
-          ? new OatsError("integrity-mismatch", `blob ${this.digest} from ${this.host} is longer than its descriptor's ${this.size} bytes`, { expected: this.digest, expectedSize: this.size, host: this.host, reason: "size" })
-          : new OatsError("invalid-artifact", `blob ${this.digest} from ${this.host} is larger than the limit of ${this.limit} bytes`, { digest: this.digest, limit: this.limit, host: this.host, reason: "too-large" }),
+          ? new OatsError(
+              "integrity-mismatch",
+              `blob ${this.digest} from ${this.host} is longer than its descriptor's ${this.size} bytes`,
+              { expected: this.digest, expectedSize: this.size, host: this.host, reason: "size" },
+            )
+          : new OatsError(
+              "invalid-artifact",
+              `blob ${this.digest} from ${this.host} is larger than the limit of ${this.limit} bytes`,
+              { digest: this.digest, limit: this.limit, host: this.host, reason: "too-large" },
+            ),
       );
       return;
     }
@@ -73,22 +88,48 @@ class VerifyingStream extends Transform {
   override _flush(callback: TransformCallback): void {
     const actual = `sha256:${this.#hash.digest("hex")}`;
     if (this.size !== undefined && this.#seen !== this.size) {
-      callback(new OatsError("integrity-mismatch", `blob ${this.digest} from ${this.host} has ${this.#seen} bytes, its descriptor says ${this.size}`, { expected: this.digest, expectedSize: this.size, actualSize: this.#seen, host: this.host, reason: "size" }));
+      callback(
+        new OatsError(
+          "integrity-mismatch",
+          `blob ${this.digest} from ${this.host} has ${this.#seen} bytes, its descriptor says ${this.size}`,
+          { expected: this.digest, expectedSize: this.size, actualSize: this.#seen, host: this.host, reason: "size" },
+        ),
+      );
     } else if (actual !== this.digest) {
-      callback(new OatsError("integrity-mismatch", `blob ${this.digest} from ${this.host} hashes to ${actual}`, { expected: this.digest, actual, host: this.host }));
+      callback(
+        new OatsError("integrity-mismatch", `blob ${this.digest} from ${this.host} hashes to ${actual}`, {
+          expected: this.digest,
+          actual,
+          host: this.host,
+        }),
+      );
     } else callback();
   }
 }
 
 /** The blob's bytes as a stream that errors (integrity-mismatch, invalid-artifact) unless they are exactly `digest`. */
-export async function getBlob(session: RegistrySession, digest: string, options: BlobReadOptions = {}): Promise<Readable> {
+export async function getBlob(
+  session: RegistrySession,
+  digest: string,
+  options: BlobReadOptions = {},
+): Promise<Readable> {
   checkDigest(digest);
   const limit = options.maxBytes ?? DEFAULT_MAX_BLOB;
   const url = session.url(`blobs/${digest}`);
   const response = await session.request({ method: "GET", url });
   if (response.statusCode === 404) {
-    const codes = registryErrorCodes(await readBody(response, 65536, () => new OatsError("blob-not-found", `${session.host} does not serve blob ${digest}`, { digest })));
-    throw new OatsError("blob-not-found", `${session.host} does not serve blob ${digest} in ${session.reference.repository}`, { digest, host: session.host, repository: session.reference.repository, registryErrors: codes });
+    const codes = registryErrorCodes(
+      await readBody(
+        response,
+        65536,
+        () => new OatsError("blob-not-found", `${session.host} does not serve blob ${digest}`, { digest }),
+      ),
+    );
+    throw new OatsError(
+      "blob-not-found",
+      `${session.host} does not serve blob ${digest} in ${session.reference.repository}`,
+      { digest, host: session.host, repository: session.reference.repository, registryErrors: codes },
+    );
   }
   if (response.statusCode !== 200) {
     await drain(response);
@@ -97,18 +138,28 @@ export async function getBlob(session: RegistrySession, digest: string, options:
   const declared = Number(response.headers["content-length"]);
   if (Number.isFinite(declared) && declared > limit) {
     response.destroy();
-    throw new OatsError("invalid-artifact", `blob ${digest} from ${session.host} is larger than the limit of ${limit} bytes`, { digest, limit, declared, host: session.host, reason: "too-large" });
+    throw new OatsError(
+      "invalid-artifact",
+      `blob ${digest} from ${session.host} is larger than the limit of ${limit} bytes`,
+      { digest, limit, declared, host: session.host, reason: "too-large" },
+    );
   }
   const verifier = new VerifyingStream(digest, session.host, limit, options.size);
   response.on("error", (error) => verifier.destroy(classifyNetworkError(error, url)));
   // A body cut short ends without 'end' on some paths; make it a typed failure, never a short success.
-  response.on("aborted", () => verifier.destroy(classifyNetworkError(Object.assign(new Error("aborted"), { code: "ECONNRESET" }), url)));
+  response.on("aborted", () =>
+    verifier.destroy(classifyNetworkError(Object.assign(new Error("aborted"), { code: "ECONNRESET" }), url)),
+  );
   response.pipe(verifier);
   return verifier;
 }
 
 /** A small blob (a config, a record) read whole and verified. */
-export async function getBlobBytes(session: RegistrySession, digest: string, options: BlobReadOptions & { maxBytes: number }): Promise<Buffer> {
+export async function getBlobBytes(
+  session: RegistrySession,
+  digest: string,
+  options: BlobReadOptions & { maxBytes: number },
+): Promise<Buffer> {
   const stream = await getBlob(session, digest, options);
   const chunks: Buffer[] = [];
   for await (const chunk of stream) chunks.push(chunk as Buffer);

@@ -37,7 +37,10 @@ function invalid(message: string, details: Record<string, unknown>): OatsError {
 
 /** `https://host/v1/`, `host`, `host:port` -> `host[:port]` lowercased. */
 export function normalizeAuthKey(key: string): string {
-  return key.replace(/^[a-z]+:\/\//i, "").replace(/\/.*$/, "").toLowerCase();
+  return key
+    .replace(/^[a-z]+:\/\//i, "")
+    .replace(/\/.*$/, "")
+    .toLowerCase();
 }
 
 interface AuthConfig {
@@ -58,7 +61,8 @@ function readConfig(path: string): AuthConfig | null {
   let text: string;
   try {
     const bytes = readFileSync(path);
-    if (bytes.length > MAX_CONFIG) throw invalid(`the registry auth file ${path} is larger than ${MAX_CONFIG} bytes`, { path });
+    if (bytes.length > MAX_CONFIG)
+      throw invalid(`the registry auth file ${path} is larger than ${MAX_CONFIG} bytes`, { path });
     text = bytes.toString("utf8");
   } catch (error) {
     if (error instanceof OatsError) throw error;
@@ -73,7 +77,8 @@ function readConfig(path: string): AuthConfig | null {
     // Never quote the file: it holds secrets.
     throw invalid(`the registry auth file ${path} is not JSON`, { path });
   }
-  if (parsed === null || typeof parsed !== "object" || Array.isArray(parsed)) throw invalid(`the registry auth file ${path} is not a JSON object`, { path });
+  if (parsed === null || typeof parsed !== "object" || Array.isArray(parsed))
+    throw invalid(`the registry auth file ${path} is not a JSON object`, { path });
   return parsed as AuthConfig;
 }
 
@@ -83,31 +88,56 @@ function own<T>(record: Record<string, T> | undefined, key: string): T | undefin
   return undefined;
 }
 
-function fromAuthsEntry(entry: { auth?: unknown; username?: unknown; password?: unknown }, path: string, host: string): Credentials {
+function fromAuthsEntry(
+  entry: { auth?: unknown; username?: unknown; password?: unknown },
+  path: string,
+  host: string,
+): Credentials {
   const source = `${path} auths[${host}]`;
   if (typeof entry.auth === "string" && entry.auth !== "") {
     const decoded = Buffer.from(entry.auth, "base64").toString("utf8");
     const colon = decoded.indexOf(":");
-    if (colon <= 0) throw invalid(`the auths entry for ${host} in ${path} is not base64 of user:password`, { path, host });
+    if (colon <= 0)
+      throw invalid(`the auths entry for ${host} in ${path} is not base64 of user:password`, { path, host });
     return { username: decoded.slice(0, colon), password: decoded.slice(colon + 1), source };
   }
-  if (typeof entry.username === "string" && typeof entry.password === "string") return { username: entry.username, password: entry.password, source };
+  if (typeof entry.username === "string" && typeof entry.password === "string")
+    return { username: entry.username, password: entry.password, source };
   throw invalid(`the auths entry for ${host} in ${path} has no auth field`, { path, host });
 }
 
 /** Run `docker-credential-<name> get` with the host on stdin; never through a shell, never echoing its output. */
-export function runCredentialHelper(name: string, host: string, options: CredentialOptions = {}): Promise<Credentials | null> {
-  if (!HELPER_NAME.test(name)) return Promise.reject(invalid(`credential helper name ${JSON.stringify(name)} is not a plain name`, { helper: name }));
+export function runCredentialHelper(
+  name: string,
+  host: string,
+  options: CredentialOptions = {},
+): Promise<Credentials | null> {
+  if (!HELPER_NAME.test(name))
+    return Promise.reject(
+      invalid(`credential helper name ${JSON.stringify(name)} is not a plain name`, { helper: name }),
+    );
   const program = `docker-credential-${name}`;
   return new Promise((resolve, reject) => {
-    const child = spawn(program, ["get"], { shell: false, stdio: ["pipe", "pipe", "ignore"], env: options.env ?? process.env, timeout: options.helperTimeoutMs ?? 30_000 });
+    const child = spawn(program, ["get"], {
+      shell: false,
+      stdio: ["pipe", "pipe", "ignore"],
+      env: options.env ?? process.env,
+      timeout: options.helperTimeoutMs ?? 30_000,
+    });
     const out: Buffer[] = [];
     let size = 0;
     child.stdout.on("data", (chunk: Buffer) => {
       size += chunk.length;
       if (size <= 65536) out.push(chunk);
     });
-    child.on("error", (error) => reject(invalid(`credential helper ${program} cannot be run (${errnoCode(error) ?? "error"})`, { helper: program, errno: errnoCode(error) })));
+    child.on("error", (error) =>
+      reject(
+        invalid(`credential helper ${program} cannot be run (${errnoCode(error) ?? "error"})`, {
+          helper: program,
+          errno: errnoCode(error),
+        }),
+      ),
+    );
     child.stdin.on("error", () => undefined);
     child.stdin.end(host);
     child.on("close", (code, signal) => {
@@ -115,14 +145,22 @@ export function runCredentialHelper(name: string, host: string, options: Credent
       // docker-credential-helpers answer "credentials not found in native keychain" with exit 1.
       if (code !== 0) {
         if (/not found/i.test(text)) return resolve(null);
-        return reject(invalid(`credential helper ${program} failed (${signal ?? `exit ${code}`})`, { helper: program, exit: code, signal }));
+        return reject(
+          invalid(`credential helper ${program} failed (${signal ?? `exit ${code}`})`, {
+            helper: program,
+            exit: code,
+            signal,
+          }),
+        );
       }
       try {
         const parsed = JSON.parse(text) as { Username?: unknown; Secret?: unknown };
         if (typeof parsed.Username !== "string" || typeof parsed.Secret !== "string") throw new Error("shape");
         resolve({ username: parsed.Username, password: parsed.Secret, source: `credential helper ${program}` });
       } catch {
-        reject(invalid(`credential helper ${program} answered something other than {Username, Secret}`, { helper: program }));
+        reject(
+          invalid(`credential helper ${program} answered something other than {Username, Secret}`, { helper: program }),
+        );
       }
     });
   });
@@ -134,7 +172,10 @@ export async function resolveCredentials(host: string, options: CredentialOption
   const user = env["OATS_REGISTRY_USER"];
   const password = env["OATS_REGISTRY_PASSWORD"];
   if (user || password) {
-    if (!user || !password) throw invalid("OATS_REGISTRY_USER and OATS_REGISTRY_PASSWORD must be set together", { missing: user ? "OATS_REGISTRY_PASSWORD" : "OATS_REGISTRY_USER" });
+    if (!user || !password)
+      throw invalid("OATS_REGISTRY_USER and OATS_REGISTRY_PASSWORD must be set together", {
+        missing: user ? "OATS_REGISTRY_PASSWORD" : "OATS_REGISTRY_USER",
+      });
     return { username: user, password, source: "OATS_REGISTRY_USER/OATS_REGISTRY_PASSWORD" };
   }
   const key = normalizeAuthKey(host);
@@ -145,7 +186,8 @@ export async function resolveCredentials(host: string, options: CredentialOption
     if (typeof helper === "string") return runCredentialHelper(helper, key, options);
     const entry = own(config.auths, key);
     if (entry && typeof entry === "object") return fromAuthsEntry(entry, path, key);
-    if (typeof config.credsStore === "string" && config.credsStore !== "") return runCredentialHelper(config.credsStore, key, options);
+    if (typeof config.credsStore === "string" && config.credsStore !== "")
+      return runCredentialHelper(config.credsStore, key, options);
   }
   return null;
 }

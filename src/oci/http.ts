@@ -20,7 +20,8 @@ export interface Exchange {
   readonly headers?: Record<string, string>;
   /** Made afresh for each send, so a request can be repeated after an auth challenge. */
   readonly body?: () => Buffer | Readable;
-  /** Sending it again changes nothing (GET and HEAD always are; a manifest PUT says so): a transient answer is then asked again. */
+  /** Sending it again changes nothing (GET and HEAD always are; a manifest PUT says so): a transient answer is then
+   * asked again. */
   readonly repeatable?: boolean;
 }
 
@@ -29,11 +30,23 @@ export interface TransportOptions {
   readonly idleTimeoutMs?: number;
 }
 
-const TLS_CODES = /^(ERR_TLS_|ERR_SSL_|EPROTO$|CERT_|UNABLE_TO_|DEPTH_ZERO_SELF_SIGNED_CERT$|SELF_SIGNED_CERT_IN_CHAIN$|ERR_OSSL_|HOSTNAME_MISMATCH$)/;
+const TLS_PREFIXES = ["ERR_TLS_", "ERR_SSL_", "CERT_", "UNABLE_TO_", "ERR_OSSL_"];
+const TLS_NAMES = ["EPROTO", "DEPTH_ZERO_SELF_SIGNED_CERT", "SELF_SIGNED_CERT_IN_CHAIN", "HOSTNAME_MISMATCH"];
+const TLS_CODES = new RegExp(`^(${[...TLS_PREFIXES, ...TLS_NAMES.map((name) => `${name}$`)].join("|")})`);
 const LOST_CODES = new Set(["ECONNRESET", "EPIPE", "ECONNABORTED", "ERR_STREAM_PREMATURE_CLOSE", "UND_ERR_SOCKET"]);
 
-export function registryRefusal(reason: string, message: string, details: Record<string, unknown> = {}, cause?: unknown): OatsError {
-  return new OatsError("registry-refused", message, { reason, ...details }, cause === undefined ? undefined : { cause: stripCause(cause) });
+export function registryRefusal(
+  reason: string,
+  message: string,
+  details: Record<string, unknown> = {},
+  cause?: unknown,
+): OatsError {
+  return new OatsError(
+    "registry-refused",
+    message,
+    { reason, ...details },
+    cause === undefined ? undefined : { cause: stripCause(cause) },
+  );
 }
 
 /** A cause without request objects: a ClientRequest error may hold the headers we sent. */
@@ -51,14 +64,17 @@ export function checkOrigin(url: URL): void {
   if (url.protocol === "http:" && isLoopbackHost(url.hostname)) return;
   throw registryRefusal(
     "insecure-remote",
-    `refusing plain HTTP to ${url.host}: only loopback registries (127.0.0.0/8, ::1, localhost) may be used without TLS`,
+    `refusing plain HTTP to ${url.host}: only loopback registries ` +
+      `(127.0.0.0/8, ::1, localhost) may be used without TLS`,
     { host: url.host, protocol: url.protocol.replace(/:$/, "") },
   );
 }
 
 /** True when the failure is a connection lost mid-exchange (a resumable upload may retry). */
 export function isConnectionLost(error: unknown): boolean {
-  return error instanceof OatsError && error.code === "registry-refused" && error.details["reason"] === "connection-lost";
+  return (
+    error instanceof OatsError && error.code === "registry-refused" && error.details["reason"] === "connection-lost"
+  );
 }
 
 export function classifyNetworkError(error: unknown, url: URL): OatsError {
@@ -66,12 +82,28 @@ export function classifyNetworkError(error: unknown, url: URL): OatsError {
   const code = errnoCode(error) ?? "";
   const host = url.host;
   if (TLS_CODES.test(code) || /certificate|ssl|tls/i.test(error instanceof Error ? error.message : "")) {
-    return registryRefusal("tls", `the TLS connection to ${host} failed (${code || "handshake"}); the registry's certificate must verify against the system CA store`, { host, errno: code }, error);
+    return registryRefusal(
+      "tls",
+      `the TLS connection to ${host} failed (${code || "handshake"}); the ` +
+        `registry's certificate must verify against the system CA store`,
+      { host, errno: code },
+      error,
+    );
   }
   if (LOST_CODES.has(code) || /socket hang up|aborted/i.test(error instanceof Error ? error.message : "")) {
-    return registryRefusal("connection-lost", `the connection to ${host} was lost mid-exchange`, { host, errno: code || "ECONNRESET" }, error);
+    return registryRefusal(
+      "connection-lost",
+      `the connection to ${host} was lost mid-exchange`,
+      { host, errno: code || "ECONNRESET" },
+      error,
+    );
   }
-  return registryRefusal("unreachable", `the registry at ${host} cannot be reached (${code || "network error"})`, { host, errno: code }, error);
+  return registryRefusal(
+    "unreachable",
+    `the registry at ${host} cannot be reached (${code || "network error"})`,
+    { host, errno: code },
+    error,
+  );
 }
 
 const agents = {
@@ -87,7 +119,11 @@ export function send(exchange: Exchange, options: TransportOptions = {}): Promis
   const body = exchange.body?.();
   const headers: Record<string, string> = { "user-agent": "oats-retention", ...exchange.headers };
   if (Buffer.isBuffer(body)) headers["content-length"] = String(body.length);
-  else if (body === undefined && (exchange.method === "PUT" || exchange.method === "POST" || exchange.method === "PATCH")) headers["content-length"] = "0";
+  else if (
+    body === undefined &&
+    (exchange.method === "PUT" || exchange.method === "POST" || exchange.method === "PATCH")
+  )
+    headers["content-length"] = "0";
   return new Promise((resolve, reject) => {
     let settled = false;
     const fail = (error: unknown): void => {
@@ -114,14 +150,23 @@ export function send(exchange: Exchange, options: TransportOptions = {}): Promis
         resolve(response);
       },
     );
-    request.setTimeout(options.idleTimeoutMs ?? 60_000, () => request.destroy(Object.assign(new Error("idle timeout"), { code: "ETIMEDOUT" })));
+    request.setTimeout(options.idleTimeoutMs ?? 60_000, () =>
+      request.destroy(Object.assign(new Error("idle timeout"), { code: "ETIMEDOUT" })),
+    );
     request.on("error", fail);
     if (body instanceof Readable) {
       body.on("error", (error) => {
         request.destroy();
         if (!settled) {
           settled = true;
-          reject(error instanceof OatsError ? error : new OatsError("internal-error", `reading the upload source failed: ${error.message}`, { step: "upload-source", errno: errnoCode(error) }));
+          reject(
+            error instanceof OatsError
+              ? error
+              : new OatsError("internal-error", `reading the upload source failed: ${error.message}`, {
+                  step: "upload-source",
+                  errno: errnoCode(error),
+                }),
+          );
         }
       });
       body.pipe(request);
@@ -132,7 +177,11 @@ export function send(exchange: Exchange, options: TransportOptions = {}): Promis
 }
 
 /** Read a whole response body of at most `limit` bytes; a longer one is refused as `tooLarge()` says. */
-export async function readBody(response: http.IncomingMessage, limit: number, tooLarge: () => OatsError): Promise<Buffer> {
+export async function readBody(
+  response: http.IncomingMessage,
+  limit: number,
+  tooLarge: () => OatsError,
+): Promise<Buffer> {
   const declared = Number(response.headers["content-length"]);
   if (Number.isFinite(declared) && declared > limit) {
     response.destroy();
@@ -151,7 +200,10 @@ export async function readBody(response: http.IncomingMessage, limit: number, to
     }
   } catch (error) {
     if (error instanceof OatsError) throw error;
-    throw classifyNetworkError(error, new URL(`http://${(response as unknown as { req?: { host?: string } }).req?.host ?? "registry"}`));
+    throw classifyNetworkError(
+      error,
+      new URL(`http://${(response as unknown as { req?: { host?: string } }).req?.host ?? "registry"}`),
+    );
   }
   return Buffer.concat(chunks);
 }
@@ -159,7 +211,10 @@ export async function readBody(response: http.IncomingMessage, limit: number, to
 /** Discard a body we do not need, so the socket returns to the pool. */
 export function drain(response: http.IncomingMessage): Promise<void> {
   return new Promise((resolve) => {
-    response.on("end", resolve).on("error", () => resolve()).on("close", resolve);
+    response
+      .on("end", resolve)
+      .on("error", () => resolve())
+      .on("close", resolve);
     response.resume();
   });
 }

@@ -1,7 +1,14 @@
 import type { Readable } from "node:stream";
 import { drain } from "./http.js";
 import { getBlob, getBlobBytes, headBlob, type BlobReadOptions } from "./blobs.js";
-import { getManifest, listTags, putManifest, putManifestEnsuring, type Manifest, type ManifestReadOptions } from "./manifests.js";
+import {
+  getManifest,
+  listTags,
+  putManifest,
+  putManifestEnsuring,
+  type Manifest,
+  type ManifestReadOptions,
+} from "./manifests.js";
 import { parseOciReference, type OciReference } from "./reference.js";
 import { RegistrySession, type SessionOptions } from "./session.js";
 import { mountBlob, putBlob, type BlobSource, type UploadOptions, type UploadResult } from "./upload.js";
@@ -25,7 +32,8 @@ export class OciClient {
     return this.session.reference;
   }
 
-  /** GET /v2/ (answering a challenge if there is one): resolves when the registry speaks the distribution API to us, else a typed refusal. */
+  /** GET /v2/ (answering a challenge if there is one): resolves when the registry speaks the distribution API to us,
+   * else a typed refusal. */
   async ping(): Promise<void> {
     const response = await this.session.request({ method: "GET", url: new URL("/v2/", this.session.base) });
     await drain(response);
@@ -64,8 +72,14 @@ export class OciClient {
     return putManifest(this.session, reference, bytes, mediaType);
   }
 
-  /** `putManifest` for a manifest whose blobs were just checked or sent: a refusal naming an unknown blob runs `ensureBlobs` and asks again (bounded). */
-  putManifestEnsuring(reference: string, bytes: Buffer, mediaType: string, ensureBlobs: () => Promise<void>): Promise<{ digest: string }> {
+  /** `putManifest` for a manifest whose blobs were just checked or sent: a refusal naming an unknown blob runs
+   * `ensureBlobs` and asks again (bounded). */
+  putManifestEnsuring(
+    reference: string,
+    bytes: Buffer,
+    mediaType: string,
+    ensureBlobs: () => Promise<void>,
+  ): Promise<{ digest: string }> {
     return putManifestEnsuring(this.session, reference, bytes, mediaType, ensureBlobs);
   }
 
@@ -78,7 +92,13 @@ export { sha256Digest, type BlobReadOptions } from "./blobs.js";
 export { resolveCredentials, normalizeAuthKey, type Credentials, type CredentialOptions } from "./credentials.js";
 export { isConnectionLost, registryRefusal } from "./http.js";
 export { MAX_MANIFEST_BYTES, OCI_INDEX, OCI_MANIFEST, type Manifest, type ManifestReadOptions } from "./manifests.js";
-export { formatOciReference, isLoopbackHost, parseOciReference, type OciReference, type OciRegistry } from "./reference.js";
+export {
+  formatOciReference,
+  isLoopbackHost,
+  parseOciReference,
+  type OciReference,
+  type OciRegistry,
+} from "./reference.js";
 export type { SessionOptions } from "./session.js";
 export { bufferSource, fileSource, type BlobSource, type UploadOptions, type UploadResult } from "./upload.js";
 export { getBlob, getBlobBytes, headBlob } from "./blobs.js";

@@ -31,7 +31,9 @@ export interface ManifestReadOptions {
 
 function checkReference(reference: string): void {
   if (!TAG_PATTERN.test(reference) && !DIGEST_PATTERN.test(reference)) {
-    throw new OatsError("invalid-artifact-reference", "a manifest reference is a tag or a sha256 digest", { reference: String(reference).slice(0, 200) });
+    throw new OatsError("invalid-artifact-reference", "a manifest reference is a tag or a sha256 digest", {
+      reference: String(reference).slice(0, 200),
+    });
   }
 }
 
@@ -39,8 +41,18 @@ function mediaTypeOf(header: string | undefined): string {
   return (header ?? "").split(";")[0]!.trim().toLowerCase();
 }
 
-function invalidManifest(session: RegistrySession, reference: string, problem: string, details: Record<string, unknown> = {}): OatsError {
-  return new OatsError("invalid-artifact", `the manifest ${reference} from ${session.host} ${problem}`, { host: session.host, repository: session.reference.repository, reference, ...details });
+function invalidManifest(
+  session: RegistrySession,
+  reference: string,
+  problem: string,
+  details: Record<string, unknown> = {},
+): OatsError {
+  return new OatsError("invalid-artifact", `the manifest ${reference} from ${session.host} ${problem}`, {
+    host: session.host,
+    repository: session.reference.repository,
+    reference,
+    ...details,
+  });
 }
 
 /** Parse enough to check the document is a manifest of the type it claims; the mapping validates the rest. */
@@ -51,22 +63,41 @@ function checkDocument(session: RegistrySession, reference: string, bytes: Buffe
   } catch {
     throw invalidManifest(session, reference, "is not JSON", { reason: "not-json" });
   }
-  if (parsed === null || typeof parsed !== "object" || Array.isArray(parsed)) throw invalidManifest(session, reference, "is not a JSON object", { reason: "not-json" });
+  if (parsed === null || typeof parsed !== "object" || Array.isArray(parsed))
+    throw invalidManifest(session, reference, "is not a JSON object", { reason: "not-json" });
   const document = parsed as { schemaVersion?: unknown; mediaType?: unknown };
-  if (document.schemaVersion !== 2) throw invalidManifest(session, reference, "is not schemaVersion 2", { reason: "schema-version" });
+  if (document.schemaVersion !== 2)
+    throw invalidManifest(session, reference, "is not schemaVersion 2", { reason: "schema-version" });
   if (document.mediaType !== undefined && document.mediaType !== mediaType) {
-    throw invalidManifest(session, reference, `says it is ${String(document.mediaType).slice(0, 100)} but was served as ${mediaType}`, { reason: "media-type", mediaType });
+    throw invalidManifest(
+      session,
+      reference,
+      `says it is ${String(document.mediaType).slice(0, 100)} but was served as ${mediaType}`,
+      { reason: "media-type", mediaType },
+    );
   }
 }
 
-export async function getManifest(session: RegistrySession, reference: string, options: ManifestReadOptions = {}): Promise<Manifest> {
+export async function getManifest(
+  session: RegistrySession,
+  reference: string,
+  options: ManifestReadOptions = {},
+): Promise<Manifest> {
   checkReference(reference);
   const accept = options.accept ?? [OCI_MANIFEST, OCI_INDEX];
   const limit = options.maxBytes ?? MAX_MANIFEST_BYTES;
-  const response = await session.request({ method: "GET", url: session.url(`manifests/${reference}`), headers: { accept: accept.join(", ") } });
+  const response = await session.request({
+    method: "GET",
+    url: session.url(`manifests/${reference}`),
+    headers: { accept: accept.join(", ") },
+  });
   if (response.statusCode === 404) {
     await drain(response);
-    throw new OatsError("artifact-not-found", `${session.host} has no manifest ${reference} in ${session.reference.repository}`, { host: session.host, repository: session.reference.repository, reference });
+    throw new OatsError(
+      "artifact-not-found",
+      `${session.host} has no manifest ${reference} in ${session.reference.repository}`,
+      { host: session.host, repository: session.reference.repository, reference },
+    );
   }
   if (response.statusCode !== 200) {
     await drain(response);
@@ -75,33 +106,68 @@ export async function getManifest(session: RegistrySession, reference: string, o
   const mediaType = mediaTypeOf(response.headers["content-type"]);
   if (!accept.includes(mediaType)) {
     await drain(response);
-    throw invalidManifest(session, reference, `has the media type ${JSON.stringify(mediaType.slice(0, 100))}, not one of ${accept.join(", ")}`, { reason: "media-type", mediaType: mediaType.slice(0, 100) });
+    throw invalidManifest(
+      session,
+      reference,
+      `has the media type ${JSON.stringify(mediaType.slice(0, 100))}, not one of ${accept.join(", ")}`,
+      { reason: "media-type", mediaType: mediaType.slice(0, 100) },
+    );
   }
-  const bytes = await readBody(response, limit, () => invalidManifest(session, reference, `is larger than ${limit} bytes`, { reason: "too-large", limit }));
+  const bytes = await readBody(response, limit, () =>
+    invalidManifest(session, reference, `is larger than ${limit} bytes`, { reason: "too-large", limit }),
+  );
   const digest = sha256Digest(bytes);
   const expected = DIGEST_PATTERN.test(reference) ? reference : response.headers["docker-content-digest"];
   if (typeof expected === "string" && expected !== digest) {
-    throw new OatsError("integrity-mismatch", `the manifest ${reference} from ${session.host} hashes to ${digest}, not ${expected}`, { host: session.host, reference, expected, actual: digest });
+    throw new OatsError(
+      "integrity-mismatch",
+      `the manifest ${reference} from ${session.host} hashes to ${digest}, not ${expected}`,
+      { host: session.host, reference, expected, actual: digest },
+    );
   }
   checkDocument(session, reference, bytes, mediaType);
   return { bytes, mediaType, digest };
 }
 
-/** Store `bytes` as a manifest under a tag or its own digest; the registry's digest must be the digest of exactly these bytes. */
-export async function putManifest(session: RegistrySession, reference: string, bytes: Buffer, mediaType: string): Promise<{ digest: string }> {
+/** Store `bytes` as a manifest under a tag or its own digest; the registry's digest must be the digest of exactly
+ * these bytes. */
+export async function putManifest(
+  session: RegistrySession,
+  reference: string,
+  bytes: Buffer,
+  mediaType: string,
+): Promise<{ digest: string }> {
   checkReference(reference);
-  if (bytes.length > MAX_MANIFEST_BYTES) throw new OatsError("invalid-input", `a manifest is limited to ${MAX_MANIFEST_BYTES} bytes`, { size: bytes.length, limit: MAX_MANIFEST_BYTES });
+  if (bytes.length > MAX_MANIFEST_BYTES)
+    throw new OatsError("invalid-input", `a manifest is limited to ${MAX_MANIFEST_BYTES} bytes`, {
+      size: bytes.length,
+      limit: MAX_MANIFEST_BYTES,
+    });
   const digest = sha256Digest(bytes);
   if (DIGEST_PATTERN.test(reference) && reference !== digest) {
-    throw new OatsError("invalid-input", "a manifest put by digest must be put under the digest of its bytes", { reference, actual: digest });
+    throw new OatsError("invalid-input", "a manifest put by digest must be put under the digest of its bytes", {
+      reference,
+      actual: digest,
+    });
   }
   checkDocument(session, reference, bytes, mediaType);
-  const response = await session.request({ method: "PUT", url: session.url(`manifests/${reference}`), headers: { "content-type": mediaType }, body: () => bytes, repeatable: true });
+  const response = await session.request({
+    method: "PUT",
+    url: session.url(`manifests/${reference}`),
+    headers: { "content-type": mediaType },
+    body: () => bytes,
+    repeatable: true,
+  });
   const body = await readBody(response, 65536, () => session.unexpected(response, `PUT of manifest ${reference}`));
-  if (response.statusCode !== 201) throw session.unexpected(response, `PUT of manifest ${reference}`, registryErrorCodes(body));
+  if (response.statusCode !== 201)
+    throw session.unexpected(response, `PUT of manifest ${reference}`, registryErrorCodes(body));
   const answered = response.headers["docker-content-digest"];
   if (typeof answered === "string" && answered !== digest) {
-    throw new OatsError("integrity-mismatch", `${session.host} stored manifest ${reference} under ${answered}, not the digest of the bytes sent`, { host: session.host, expected: digest, actual: answered });
+    throw new OatsError(
+      "integrity-mismatch",
+      `${session.host} stored manifest ${reference} under ${answered}, not the digest of the bytes sent`,
+      { host: session.host, expected: digest, actual: answered },
+    );
   }
   return { digest };
 }
@@ -158,10 +224,19 @@ export async function listTags(session: RegistrySession, limit = 10_000): Promis
       page = null;
     }
     if (!Array.isArray(page) || !page.every((tag) => typeof tag === "string" && TAG_PATTERN.test(tag))) {
-      throw new OatsError("invalid-artifact", `${session.host} answered tags/list with something other than a list of tags`, { host: session.host, reason: "tags" });
+      throw new OatsError(
+        "invalid-artifact",
+        `${session.host} answered tags/list with something other than a list of tags`,
+        { host: session.host, reason: "tags" },
+      );
     }
     tags.push(...(page as string[]));
-    if (tags.length > limit) throw new OatsError("invalid-artifact", `${session.host} lists more than ${limit} tags`, { host: session.host, reason: "too-large", limit });
+    if (tags.length > limit)
+      throw new OatsError("invalid-artifact", `${session.host} lists more than ${limit} tags`, {
+        host: session.host,
+        reason: "too-large",
+        limit,
+      });
     const link = /<([^>]+)>\s*;\s*rel="?next"?/.exec(String(response.headers.link ?? ""));
     url = link ? session.sameOrigin(link[1], url, "the next page of tags") : null;
   }

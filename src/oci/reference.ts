@@ -40,7 +40,10 @@ export interface OciReference {
 
 function refuse(text: string, problem: string): OatsError {
   // The text is the operator's own reference; it may carry user:pass@, which is refused below before anyone echoes it.
-  return new OatsError("invalid-artifact-reference", `not an OCI reference (${problem})`, { reference: text.length > 512 ? `${text.slice(0, 512)}...` : text, problem });
+  return new OatsError("invalid-artifact-reference", `not an OCI reference (${problem})`, {
+    reference: text.length > 512 ? `${text.slice(0, 512)}...` : text,
+    problem,
+  });
 }
 
 function validHostname(hostname: string): boolean {
@@ -74,12 +77,17 @@ export function parseOciReference(text: string, options: { requireRepository?: b
   let path = slash < 0 ? "" : rest.slice(slash + 1);
   if (authority.includes("@")) {
     // Never echo a reference that may hold a password.
-    throw new OatsError("invalid-artifact-reference", "an OCI reference must not carry credentials; use OATS_REGISTRY_USER/OATS_REGISTRY_PASSWORD or a Docker config", { problem: "credentials-in-reference" });
+    throw new OatsError(
+      "invalid-artifact-reference",
+      "an OCI reference must not carry credentials; use OATS_REGISTRY_USER/OATS_REGISTRY_PASSWORD or a Docker config",
+      { problem: "credentials-in-reference" },
+    );
   }
   const hostMatch = /^(\[[0-9a-fA-F:.]+\]|[^:/[\]]+)(?::(\d{1,5}))?$/.exec(authority);
   if (!hostMatch) throw refuse(text, "bad host");
   const hostname = hostMatch[1]!.replace(/^\[|\]$/g, "");
-  if (!validHostname(hostname) || (hostMatch[1]!.startsWith("[") && isIP(hostname) !== 6)) throw refuse(text, "bad host");
+  if (!validHostname(hostname) || (hostMatch[1]!.startsWith("[") && isIP(hostname) !== 6))
+    throw refuse(text, "bad host");
   const port = hostMatch[2] === undefined ? null : Number(hostMatch[2]);
   if (port !== null && (port < 1 || port > 65535)) throw refuse(text, "bad port");
   let digest: string | null = null;

@@ -27,7 +27,8 @@ export function isTransientStatus(status: number): boolean {
   return TRANSIENT_STATUSES.has(status);
 }
 
-/** The wait before retry `attempt`: the registry's Retry-After (seconds) when it gives one, else the backoff; never above the policy's cap. */
+/** The wait before retry `attempt`: the registry's Retry-After (seconds) when it gives one, else the backoff; never
+ * above the policy's cap. */
 export function retryDelay(policy: RetryPolicy, attempt: number, response?: IncomingMessage): number {
   const backoff = policy.baseDelayMs * 4 ** attempt;
   const header = response?.headers["retry-after"];

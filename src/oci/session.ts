@@ -17,7 +17,8 @@ import { DEFAULT_RETRY, isTransientStatus, pause, retryDelay } from "./retry.js"
 export interface SessionOptions extends TransportOptions, CredentialOptions {
   /** Plain HTTP for an `oci://` reference; allowed only for a loopback host. */
   readonly insecure?: boolean;
-  /** Explicit credentials (null: anonymous); by default they are resolved from the environment and auth files when first challenged. */
+  /** Explicit credentials (null: anonymous); by default they are resolved from the environment and auth files when
+   * first challenged. */
   readonly credentials?: Credentials | null;
 }
 
@@ -54,7 +55,8 @@ export class RegistrySession {
 
   /** A Location the registry handed us, resolved and held to the registry's origin. */
   sameOrigin(location: string | undefined, from: URL, what: string): URL {
-    if (!location) throw registryRefusal("protocol", `${this.host} answered ${what} without a Location`, { host: this.host });
+    if (!location)
+      throw registryRefusal("protocol", `${this.host} answered ${what} without a Location`, { host: this.host });
     let target: URL;
     try {
       target = new URL(location, from);
@@ -62,10 +64,15 @@ export class RegistrySession {
       throw registryRefusal("protocol", `${this.host} answered ${what} with an unusable Location`, { host: this.host });
     }
     if (target.origin !== this.origin) {
-      throw registryRefusal("redirect-other-host", `${this.host} sent ${what} to another host (${target.host}); oats only talks to the registry named in the reference`, {
-        host: this.host,
-        target: target.host,
-      });
+      throw registryRefusal(
+        "redirect-other-host",
+        `${this.host} sent ${what} to another host (${target.host}); oats only ` +
+          `talks to the registry named in the reference`,
+        {
+          host: this.host,
+          target: target.host,
+        },
+      );
     }
     return target;
   }
@@ -87,7 +94,10 @@ export class RegistrySession {
       const status = response.statusCode ?? 0;
       if (status === 401) {
         await drain(response);
-        if (challenged) throw unauthorized(this.host, "the registry refused the credentials", { source: (await this.credentials())?.source ?? "anonymous" });
+        if (challenged)
+          throw unauthorized(this.host, "the registry refused the credentials", {
+            source: (await this.credentials())?.source ?? "anonymous",
+          });
         challenged = true;
         const challenge = parseChallenge(response.headers["www-authenticate"]);
         if (!challenge) throw unauthorized(this.host, "the registry answered 401 without a Basic or Bearer challenge");
@@ -97,7 +107,8 @@ export class RegistrySession {
       if (REDIRECTS.has(status) && (current.method === "GET" || current.method === "HEAD")) {
         await drain(response);
         const target = this.sameOrigin(response.headers.location, current.url, `a redirect of ${current.method}`);
-        if (++hop > MAX_HOPS) throw registryRefusal("protocol", `${this.host} redirected more than ${MAX_HOPS} times`, { host: this.host });
+        if (++hop > MAX_HOPS)
+          throw registryRefusal("protocol", `${this.host} redirected more than ${MAX_HOPS} times`, { host: this.host });
         current = { ...exchange, url: target };
         continue;
       }
@@ -112,10 +123,14 @@ export class RegistrySession {
 
   /** A refusal for a status the protocol does not allow at this step. */
   unexpected(response: IncomingMessage, what: string, codes: string[] = []): OatsError {
-    return registryRefusal("protocol", `${this.host} answered ${what} with HTTP ${response.statusCode}${codes.length ? ` (${codes.join(", ")})` : ""}`, {
-      host: this.host,
-      status: response.statusCode,
-      ...(codes.length ? { registryErrors: codes } : {}),
-    });
+    return registryRefusal(
+      "protocol",
+      `${this.host} answered ${what} with HTTP ${response.statusCode}${codes.length ? ` (${codes.join(", ")})` : ""}`,
+      {
+        host: this.host,
+        status: response.statusCode,
+        ...(codes.length ? { registryErrors: codes } : {}),
+      },
+    );
   }
 }

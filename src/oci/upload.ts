@@ -29,7 +29,11 @@ export function bufferSource(bytes: Buffer, digest: string): BlobSource {
 }
 
 export function fileSource(path: string, digest: string, size: number): BlobSource {
-  return { digest, size, open: (start, end) => (end > start ? createReadStream(path, { start, end: end - 1 }) : Readable.from([])) };
+  return {
+    digest,
+    size,
+    open: (start, end) => (end > start ? createReadStream(path, { start, end: end - 1 }) : Readable.from([])),
+  };
 }
 
 export interface UploadOptions {
@@ -59,7 +63,8 @@ async function openSession(session: RegistrySession): Promise<URL> {
   return session.sameOrigin(response.headers.location, url, "an upload session");
 }
 
-/** The registry's count of bytes received, from `Range: 0-<last>`; null when the answer is ambiguous (distribution says 0-0 for both 0 and 1 byte). */
+/** The registry's count of bytes received, from `Range: 0-<last>`; null when the answer is ambiguous (distribution
+ * says 0-0 for both 0 and 1 byte). */
 function offsetOf(response: IncomingMessage): number | null {
   const match = /^0-(\d+)$/.exec(String(response.headers.range ?? ""));
   if (!match) return null;
@@ -67,14 +72,20 @@ function offsetOf(response: IncomingMessage): number | null {
   return last === 0 ? null : last + 1;
 }
 
-async function uploadStatus(session: RegistrySession, location: URL): Promise<{ location: URL; offset: number } | null> {
+async function uploadStatus(
+  session: RegistrySession,
+  location: URL,
+): Promise<{ location: URL; offset: number } | null> {
   try {
     const response = await session.request({ method: "GET", url: location });
     await drain(response);
     if (response.statusCode !== 204) return null;
     const offset = offsetOf(response);
     if (offset === null) return null;
-    return { location: session.sameOrigin(response.headers.location ?? location.href, location, "an upload status"), offset };
+    return {
+      location: session.sameOrigin(response.headers.location ?? location.href, location, "an upload status"),
+      offset,
+    };
   } catch (error) {
     if (isConnectionLost(error)) return null;
     throw error;
@@ -84,13 +95,23 @@ async function uploadStatus(session: RegistrySession, location: URL): Promise<{ 
 function checkAnswer(session: RegistrySession, response: IncomingMessage, digest: string, location: URL): void {
   const answered = response.headers["docker-content-digest"];
   if (typeof answered === "string" && answered !== digest) {
-    throw new OatsError("integrity-mismatch", `${session.host} stored the blob as ${answered}, not the ${digest} that was sent`, { host: session.host, expected: digest, actual: answered });
+    throw new OatsError(
+      "integrity-mismatch",
+      `${session.host} stored the blob as ${answered}, not the ${digest} that was sent`,
+      { host: session.host, expected: digest, actual: answered },
+    );
   }
   const where = response.headers.location;
   if (where) {
-    const last = decodeURIComponent(session.sameOrigin(where, location, "the uploaded blob").pathname.split("/").pop() ?? "");
+    const last = decodeURIComponent(
+      session.sameOrigin(where, location, "the uploaded blob").pathname.split("/").pop() ?? "",
+    );
     if (/^[a-z0-9]+:[a-f0-9]+$/.test(last) && last !== digest) {
-      throw new OatsError("integrity-mismatch", `${session.host} placed the uploaded blob at ${last}, not at the ${digest} that was sent`, { host: session.host, expected: digest, actual: last });
+      throw new OatsError(
+        "integrity-mismatch",
+        `${session.host} placed the uploaded blob at ${last}, not at the ${digest} that was sent`,
+        { host: session.host, expected: digest, actual: last },
+      );
     }
   }
 }
@@ -102,39 +123,64 @@ async function finish(session: RegistrySession, location: URL, source: BlobSourc
   const response = await session.request({
     method: "PUT",
     url,
-    headers: withBody ? { "content-type": "application/octet-stream", "content-length": String(source.size - from) } : {},
+    headers: withBody
+      ? { "content-type": "application/octet-stream", "content-length": String(source.size - from) }
+      : {},
     ...(withBody ? { body: () => source.open(from, source.size) } : {}),
   });
   const body = await readBody(response, 65536, () => session.unexpected(response, "PUT of a blob"));
   if (response.statusCode !== 201) {
     const codes = registryErrorCodes(body);
     if (codes.includes("DIGEST_INVALID") || codes.includes("SIZE_INVALID")) {
-      throw new OatsError("integrity-mismatch", `${session.host} received bytes that are not ${source.digest}`, { host: session.host, expected: source.digest, registryErrors: codes });
+      throw new OatsError("integrity-mismatch", `${session.host} received bytes that are not ${source.digest}`, {
+        host: session.host,
+        expected: source.digest,
+        registryErrors: codes,
+      });
     }
     throw session.unexpected(response, "PUT of a blob", codes);
   }
   checkAnswer(session, response, source.digest, location);
 }
 
-async function patch(session: RegistrySession, location: URL, source: BlobSource, start: number, end: number): Promise<URL> {
+async function patch(
+  session: RegistrySession,
+  location: URL,
+  source: BlobSource,
+  start: number,
+  end: number,
+): Promise<URL> {
   const response = await session.request({
     method: "PATCH",
     url: location,
-    headers: { "content-type": "application/octet-stream", "content-range": `${start}-${end - 1}`, "content-length": String(end - start) },
+    headers: {
+      "content-type": "application/octet-stream",
+      "content-range": `${start}-${end - 1}`,
+      "content-length": String(end - start),
+    },
     body: () => source.open(start, end),
   });
   const body = await readBody(response, 65536, () => session.unexpected(response, "PATCH of a blob"));
   if (response.statusCode !== 202) throw session.unexpected(response, "PATCH of a blob", registryErrorCodes(body));
   const offset = offsetOf(response);
   if (offset !== null && offset !== end) {
-    throw registryRefusal("protocol", `${session.host} holds ${offset} bytes of the upload after a PATCH up to ${end}`, { host: session.host, expected: end, actual: offset });
+    throw registryRefusal(
+      "protocol",
+      `${session.host} holds ${offset} bytes of the upload after a PATCH up to ${end}`,
+      { host: session.host, expected: end, actual: offset },
+    );
   }
   return session.sameOrigin(response.headers.location ?? location.href, location, "an upload session");
 }
 
-export async function putBlob(session: RegistrySession, source: BlobSource, options: UploadOptions = {}): Promise<UploadResult> {
+export async function putBlob(
+  session: RegistrySession,
+  source: BlobSource,
+  options: UploadOptions = {},
+): Promise<UploadResult> {
   checkDigest(source.digest);
-  if (!Number.isSafeInteger(source.size) || source.size < 0) throw new OatsError("invalid-input", "a blob size is a non-negative integer", { size: source.size });
+  if (!Number.isSafeInteger(source.size) || source.size < 0)
+    throw new OatsError("invalid-input", "a blob size is a non-negative integer", { size: source.size });
   const chunkSize = Math.max(1, options.chunkSize ?? DEFAULT_CHUNK);
   const chunked = options.chunked === true || source.size > chunkSize;
   let retries = options.retries ?? 5;
@@ -142,7 +188,8 @@ export async function putBlob(session: RegistrySession, source: BlobSource, opti
   let restarted = 0;
   let location: URL | null = null;
   let offset = 0;
-  // Set after a resume until the next PATCH or PUT lands: a registry that reported an offset and then refuses to continue from it gets one clean restart.
+  // Set after a resume until the next PATCH or PUT lands: a registry that reported an offset and then refuses to
+  // continue from it gets one clean restart.
   let resuming = false;
   for (;;) {
     try {
@@ -160,10 +207,15 @@ export async function putBlob(session: RegistrySession, source: BlobSource, opti
       }
       return { digest: source.digest, size: source.size, resumed, restarted };
     } catch (error) {
-      const refusedResume = resuming && error instanceof OatsError && error.code === "registry-refused" && error.details["reason"] === "protocol";
+      const refusedResume =
+        resuming &&
+        error instanceof OatsError &&
+        error.code === "registry-refused" &&
+        error.details["reason"] === "protocol";
       resuming = false;
       if (!(isConnectionLost(error) || refusedResume) || retries-- <= 0) throw error;
-      const status: { location: URL; offset: number } | null = chunked && location && !refusedResume ? await uploadStatus(session, location) : null;
+      const status: { location: URL; offset: number } | null =
+        chunked && location && !refusedResume ? await uploadStatus(session, location) : null;
       if (status && status.offset <= source.size) {
         location = status.location;
         offset = status.offset;

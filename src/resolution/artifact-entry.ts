@@ -7,7 +7,11 @@ import type { ResolutionRecord } from "./record.js";
  * it came from as the lock recorded it, and the lock's own legacy integrity,
  * kept as evidence of what the lock vouched for.
  */
-export function capabilityArtifactEntry(id: string, rows: ReturnType<typeof capabilityRows>, execValue: string): ResolutionRecord["artifacts"][string] {
+export function capabilityArtifactEntry(
+  id: string,
+  rows: ReturnType<typeof capabilityRows>,
+  execValue: string,
+): ResolutionRecord["artifacts"][string] {
   return {
     artifact: { kind: "capability", key: id, integrity: { format: TREE_EXEC, value: execValue } },
     package: {

@@ -1,4 +1,12 @@
-import { OatsError, STORED_MAX_DEPTH, describeJsonProblem, nestsDeeperThan, scanJsonText, canonicalJsonBytes, compareUtf8 } from "../core/index.js";
+import {
+  OatsError,
+  STORED_MAX_DEPTH,
+  describeJsonProblem,
+  nestsDeeperThan,
+  scanJsonText,
+  canonicalJsonBytes,
+  compareUtf8,
+} from "../core/index.js";
 
 /**
  * The strict reader of canonical JSON (oats.json.v1). Bytes are accepted only
@@ -38,7 +46,8 @@ export function readCanonicalJsonForSchema(bytes: Uint8Array, what: string): unk
 }
 
 function canonicalValue(bytes: Uint8Array, what: string): unknown {
-  const refuse = (reason: string) => new OatsError("invalid-resolution", `${what} is not canonical JSON: ${reason}`, { reason });
+  const refuse = (reason: string) =>
+    new OatsError("invalid-resolution", `${what} is not canonical JSON: ${reason}`, { reason });
   let text: string;
   try {
     text = utf8.decode(bytes);
@@ -51,7 +60,10 @@ function canonicalValue(bytes: Uint8Array, what: string): unknown {
   const scanned = (otherwise: OatsError): OatsError => {
     const problem = scanJsonText(text, STORED_MAX_DEPTH);
     if (problem === null) return otherwise;
-    return new OatsError("invalid-resolution", `${what} is not canonical JSON: ${describeJsonProblem(problem)}`, { reason: problem.reason, pointer: problem.pointer });
+    return new OatsError("invalid-resolution", `${what} is not canonical JSON: ${describeJsonProblem(problem)}`, {
+      reason: problem.reason,
+      pointer: problem.pointer,
+    });
   };
   if (nestsDeeperThan(text, STORED_MAX_DEPTH)) throw scanned(refuse("nested too deep"));
   let value: unknown;
@@ -67,7 +79,8 @@ function canonicalValue(bytes: Uint8Array, what: string): unknown {
     } catch (error) {
       throw scanned(refuse((error as Error).message));
     }
-    if (!canonical.equals(bytes)) throw scanned(refuse("the bytes differ from the canonical form of the value they hold"));
+    if (!canonical.equals(bytes))
+      throw scanned(refuse("the bytes differ from the canonical form of the value they hold"));
   }
   return value;
 }
@@ -123,12 +136,19 @@ function checkedCopy(value: unknown, trail: (string | number)[], copy: boolean):
     return items ?? value;
   }
   if (typeof value === "number" && Number.isInteger(value) && !Number.isSafeInteger(value)) {
-    throw new OatsError("invalid-resolution", `integer beyond 2^53 at ${at()}`, { pointer: at(), reason: "unsafe-integer" });
+    throw new OatsError("invalid-resolution", `integer beyond 2^53 at ${at()}`, {
+      pointer: at(),
+      reason: "unsafe-integer",
+    });
   }
   if (typeof value !== "object" || value === null) return value;
   const out = copy ? (Object.create(null) as Record<string, unknown>) : null;
   for (const key of Object.keys(value)) {
-    if (key === "__proto__") throw new OatsError("invalid-resolution", `key __proto__ refused at ${at()}`, { pointer: at(), reason: "proto-key" });
+    if (key === "__proto__")
+      throw new OatsError("invalid-resolution", `key __proto__ refused at ${at()}`, {
+        pointer: at(),
+        reason: "proto-key",
+      });
     trail.push(key);
     const item = checkedCopy((value as Record<string, unknown>)[key], trail, copy);
     if (out) out[key] = item;

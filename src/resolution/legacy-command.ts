@@ -25,7 +25,10 @@ const INSTALLED_PREFIX = `${INSTALLED_DIR.join("/")}/`;
 /** Launchers a record entry point can stand for (the record has no launcher field). */
 export const LEGACY_LAUNCHERS = ["node"] as const;
 
-export const identifier = z.string().max(IDENTIFIER_MAX_LENGTH).regex(IDENTIFIER_PATTERN, "must match ^[a-z0-9][a-z0-9._-]*$");
+export const identifier = z
+  .string()
+  .max(IDENTIFIER_MAX_LENGTH)
+  .regex(IDENTIFIER_PATTERN, "must match ^[a-z0-9][a-z0-9._-]*$");
 
 const UNQUOTED_SHELL = new Set([..."|&;<>()$`*?[]{}~#!"]);
 
@@ -98,7 +101,8 @@ function classifyToken(token: string, scopeForms: readonly string[]): Target {
     }
   } else {
     const relative = token.startsWith("./") ? token.slice(2) : token;
-    if (relative.startsWith(INSTALLED_PREFIX)) return { at: "installed", rest: relative.slice(INSTALLED_PREFIX.length) };
+    if (relative.startsWith(INSTALLED_PREFIX))
+      return { at: "installed", rest: relative.slice(INSTALLED_PREFIX.length) };
   }
   return token.includes(INSTALLED_PREFIX.slice(0, -1)) ? { at: "foreign" } : null;
 }
@@ -128,24 +132,40 @@ export function parseLegacyCommand(
   if (at === -1) {
     const foreign = targets.some((target) => target?.at === "foreign");
     return foreign
-      ? { ok: false, reason: "installed-store-of-another-scope: the command points into an installed store outside this scope" }
+      ? {
+          ok: false,
+          reason: "installed-store-of-another-scope: the command points into an installed store outside this scope",
+        }
       : { ok: false, reason: `not-in-installed-store: no token points into ${INSTALLED_PREFIX}<id>/` };
   }
   if (targets.some((target, index) => index !== at && target !== null)) {
-    return { ok: false, reason: "argument-references-installed-store: another token names the installed store, which will not outlive the migration" };
+    return {
+      ok: false,
+      reason:
+        "argument-references-installed-store: another token names the installed " +
+        "store, which will not outlive the migration",
+    };
   }
   const prefix = split.tokens.slice(0, at);
   if (prefix.length > 1 || (prefix.length === 1 && !(LEGACY_LAUNCHERS as readonly string[]).includes(prefix[0]!))) {
-    return { ok: false, reason: `launcher-not-representable: ${JSON.stringify(prefix.join(" "))} before the entry point cannot be recorded` };
+    return {
+      ok: false,
+      reason:
+        `launcher-not-representable: ${JSON.stringify(prefix.join(" "))} before ` +
+        `the entry point cannot be recorded`,
+    };
   }
   const rest = (targets[at] as { rest: string }).rest;
   const slash = rest.indexOf("/");
   const capability = slash === -1 ? rest : rest.slice(0, slash);
-  if (!identifier.safeParse(capability).success) return { ok: false, reason: `invalid-capability-id: ${JSON.stringify(capability)}` };
+  if (!identifier.safeParse(capability).success)
+    return { ok: false, reason: `invalid-capability-id: ${JSON.stringify(capability)}` };
   const segments = (slash === -1 ? "" : rest.slice(slash + 1)).split("/");
-  if (segments.includes("..")) return { ok: false, reason: `path-outside-artifact: ${JSON.stringify(rest)} climbs out of ${capability}` };
+  if (segments.includes(".."))
+    return { ok: false, reason: `path-outside-artifact: ${JSON.stringify(rest)} climbs out of ${capability}` };
   const path = segments.filter((segment) => segment !== "" && segment !== ".").join("/");
-  if (!entrypointPathSchema.safeParse(path).success) return { ok: false, reason: `path-outside-artifact: ${JSON.stringify(rest)} names no file inside ${capability}` };
+  if (!entrypointPathSchema.safeParse(path).success)
+    return { ok: false, reason: `path-outside-artifact: ${JSON.stringify(rest)} names no file inside ${capability}` };
   return {
     ok: true,
     entrypoint: { name, role, source, launcher: prefix[0] ?? null, capability, path, args: split.tokens.slice(at + 1) },

@@ -37,21 +37,32 @@ export function findProtoKey(value: unknown, pointer = "", ancestors = new Set<o
 /** Throw `code` naming the first `__proto__` key, if there is one. */
 export function refuseProtoKeys(value: unknown, origin: string, code: ErrorCode = "invalid-input"): void {
   const at = findProtoKey(value);
-  if (at !== null) throw new OatsError(code, `${origin}: key __proto__ refused at ${at}`, { pointer: at, reason: "proto-key" });
+  if (at !== null)
+    throw new OatsError(code, `${origin}: key __proto__ refused at ${at}`, { pointer: at, reason: "proto-key" });
 }
 
 /** The text of one YAML document (core schema, unique keys, no merge keys, bounded aliases). */
 export function parseYamlText(text: string, origin: string, details: Record<string, unknown> = {}): unknown {
   const tooDeep = (pointer: string | null) =>
-    new OatsError("invalid-input", `${origin} is nested deeper than ${OPERATOR_MAX_DEPTH} levels${pointer === null ? "" : ` at ${pointer || "/"}`}`, {
-      ...details,
-      reason: "too-deep",
-      maxDepth: OPERATOR_MAX_DEPTH,
-      ...(pointer === null ? {} : { pointer }),
-    });
+    new OatsError(
+      "invalid-input",
+      `${origin} is nested deeper than ${OPERATOR_MAX_DEPTH} levels${pointer === null ? "" : ` at ${pointer || "/"}`}`,
+      {
+        ...details,
+        reason: "too-deep",
+        maxDepth: OPERATOR_MAX_DEPTH,
+        ...(pointer === null ? {} : { pointer }),
+      },
+    );
   let document;
   try {
-    document = parseDocument(text, { schema: "core", merge: false, uniqueKeys: true, prettyErrors: true, strict: true });
+    document = parseDocument(text, {
+      schema: "core",
+      merge: false,
+      uniqueKeys: true,
+      prettyErrors: true,
+      strict: true,
+    });
   } catch (cause) {
     // The yaml package reports its own stack exhaustion as RESOURCE_EXHAUSTION; this catches any that escapes it.
     if (cause instanceof RangeError) throw tooDeep(null);
@@ -59,7 +70,11 @@ export function parseYamlText(text: string, origin: string, details: Record<stri
   }
   const error = document.errors[0];
   if (error?.code === "RESOURCE_EXHAUSTION") throw tooDeep(null);
-  if (error) throw new OatsError("invalid-input", `${origin} is not valid YAML: ${error.message}`, { ...details, reason: error.code });
+  if (error)
+    throw new OatsError("invalid-input", `${origin} is not valid YAML: ${error.message}`, {
+      ...details,
+      reason: error.code,
+    });
   let value: unknown;
   try {
     value = document.toJS({ maxAliasCount: 100 });
@@ -74,18 +89,38 @@ export function parseYamlText(text: string, origin: string, details: Record<stri
 }
 
 /** JSON text with duplicate keys and excessive depth refused (`invalid-input`, reason `duplicate-key` / `too-deep`). */
-export function parseJsonOperatorText(text: string, origin: string, details: Record<string, unknown> = {}, code: ErrorCode = "invalid-input"): unknown {
-  return parseJsonText(text, OPERATOR_MAX_DEPTH, (reason, message, more) =>
-    new OatsError(code, reason === "syntax" ? `${origin} is not JSON: ${message}` : `${origin}: ${message}`, { ...details, ...more, ...(reason === "syntax" ? {} : { reason }) }),
+export function parseJsonOperatorText(
+  text: string,
+  origin: string,
+  details: Record<string, unknown> = {},
+  code: ErrorCode = "invalid-input",
+): unknown {
+  return parseJsonText(
+    text,
+    OPERATOR_MAX_DEPTH,
+    (reason, message, more) =>
+      new OatsError(code, reason === "syntax" ? `${origin} is not JSON: ${message}` : `${origin}: ${message}`, {
+        ...details,
+        ...more,
+        ...(reason === "syntax" ? {} : { reason }),
+      }),
   );
 }
 
 /** `.json` as JSON, `.yaml`/`.yml` as one YAML document; any other extension is refused. */
-export function parseByExtension(text: string, extension: string, origin: string, details: Record<string, unknown> = {}): unknown {
+export function parseByExtension(
+  text: string,
+  extension: string,
+  origin: string,
+  details: Record<string, unknown> = {},
+): unknown {
   const ext = extension.toLowerCase();
   if (ext === ".json") return parseJsonOperatorText(text, origin, details);
   if (ext === ".yaml" || ext === ".yml") return parseYamlText(text, origin, details);
-  throw new OatsError("invalid-input", `${origin}: the file must end in .json, .yaml or .yml`, { ...details, extension });
+  throw new OatsError("invalid-input", `${origin}: the file must end in .json, .yaml or .yml`, {
+    ...details,
+    extension,
+  });
 }
 
 export function decodeUtf8(bytes: Uint8Array, origin: string, details: Record<string, unknown> = {}): string {
@@ -96,15 +131,22 @@ export function decodeUtf8(bytes: Uint8Array, origin: string, details: Record<st
   }
 }
 
-/** Read the operator's own file (a symlink to it is followed) of at most `limit` bytes; every failure is `invalid-input`. */
-export function readOperatorFile(path: string, limit: number, origin: string, details: Record<string, unknown> = {}): Buffer {
+/** Read the operator's own file (a symlink to it is followed) of at most `limit` bytes; every failure is
+ * `invalid-input`. */
+export function readOperatorFile(
+  path: string,
+  limit: number,
+  origin: string,
+  details: Record<string, unknown> = {},
+): Buffer {
   return readRegularFile(path, {
     limit,
     followSymlinks: true,
     refuse: (failure, more) => {
       const info = { ...details, ...more };
       if (failure === "not-a-file") return new OatsError("invalid-input", `${origin} is not a regular file`, info);
-      if (failure === "too-large") return new OatsError("invalid-input", `${origin} is larger than ${limit} bytes`, info);
+      if (failure === "too-large")
+        return new OatsError("invalid-input", `${origin} is larger than ${limit} bytes`, info);
       if (failure === "changed") return new OatsError("invalid-input", `${origin} changed while it was read`, info);
       return new OatsError("invalid-input", `cannot read ${origin}: ${String(more["errno"] ?? failure)}`, info);
     },
@@ -112,7 +154,12 @@ export function readOperatorFile(path: string, limit: number, origin: string, de
 }
 
 /** Validate with a strict zod schema; the first issue becomes an `invalid-input` naming its pointer. */
-export function parseWith<T extends z.ZodType>(schema: T, value: unknown, origin: string, details: Record<string, unknown> = {}): z.infer<T> {
+export function parseWith<T extends z.ZodType>(
+  schema: T,
+  value: unknown,
+  origin: string,
+  details: Record<string, unknown> = {},
+): z.infer<T> {
   refuseProtoKeys(value, origin);
   const parsed = schema.safeParse(value);
   if (parsed.success) return parsed.data;
@@ -121,6 +168,9 @@ export function parseWith<T extends z.ZodType>(schema: T, value: unknown, origin
   throw new OatsError("invalid-input", `${origin}: ${pointer}: ${issue?.message ?? "malformed"}`, {
     ...details,
     pointer,
-    issues: parsed.error.issues.slice(0, 20).map((each) => ({ pointer: `/${each.path.map((part) => escapePointerSegment(String(part))).join("/")}`, message: each.message })),
+    issues: parsed.error.issues.slice(0, 20).map((each) => ({
+      pointer: `/${each.path.map((part) => escapePointerSegment(String(part))).join("/")}`,
+      message: each.message,
+    })),
   });
 }

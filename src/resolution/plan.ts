@@ -34,7 +34,10 @@ export const MAX_PLAN_BYTES = 1 << 20;
 
 const TARBALL = /\.(?:tgz|tar|tar\.gz|tar\.xz|tar\.bz2|tar\.zst|tbz2?|txz|zip)$/i;
 
-const localPath = z.string().min(1).refine((path) => !path.includes("\0"), "must not contain NUL");
+const localPath = z
+  .string()
+  .min(1)
+  .refine((path) => !path.includes("\0"), "must not contain NUL");
 
 export const planSchema = z
   .object({
@@ -82,7 +85,6 @@ function invalid(message: string, details: Record<string, unknown> = {}): OatsEr
   return new OatsError("invalid-input", message, details);
 }
 
-
 /**
  * Validate a plan value and resolve its paths against `baseDir`. Idempotent:
  * a parsed plan (absolute paths) parses to itself.
@@ -95,7 +97,9 @@ export function parsePlan(value: unknown, baseDir: string): Plan {
     const pointer = `/${(issue?.path ?? []).map(String).join("/")}`;
     throw invalid(`plan: ${pointer}: ${issue?.message ?? "malformed"}`, {
       pointer,
-      issues: parsed.error.issues.slice(0, 20).map((each) => ({ pointer: `/${each.path.map(String).join("/")}`, message: each.message })),
+      issues: parsed.error.issues
+        .slice(0, 20)
+        .map((each) => ({ pointer: `/${each.path.map(String).join("/")}`, message: each.message })),
     });
   }
   const plan = parsed.data;
@@ -105,36 +109,57 @@ export function parsePlan(value: unknown, baseDir: string): Plan {
   const ids = new Set<string>();
   const capabilities = plan.capabilities.map((capability, index) => {
     if (ids.has(capability.id)) {
-      throw invalid(`plan: capability ${capability.id} is named more than once; a resolution selects exactly one artifact per capability`, {
-        pointer: `/capabilities/${index}/id`,
-        capability: capability.id,
-      });
+      throw invalid(
+        `plan: capability ${capability.id} is named more than once; a resolution ` +
+          `selects exactly one artifact per capability`,
+        {
+          pointer: `/capabilities/${index}/id`,
+          capability: capability.id,
+        },
+      );
     }
     if (capability.id === SOURCE_ENTRYPOINT) {
-      throw invalid(`plan: capability id "${SOURCE_ENTRYPOINT}" is reserved in plans (entry points use it to name the source tree)`, { pointer: `/capabilities/${index}/id` });
+      throw invalid(
+        `plan: capability id "${SOURCE_ENTRYPOINT}" is reserved in plans (entry points use it to name the source tree)`,
+        { pointer: `/capabilities/${index}/id` },
+      );
     }
     ids.add(capability.id);
     if (TARBALL.test(capability.dir)) {
-      throw invalid(`plan: capability ${capability.id}: tarballs are not yet supported; give the materialized capability directory`, {
-        pointer: `/capabilities/${index}/dir`,
-        capability: capability.id,
-        reason: "tarball-not-supported",
-      });
+      throw invalid(
+        `plan: capability ${capability.id}: tarballs are not yet supported; give the materialized capability directory`,
+        {
+          pointer: `/capabilities/${index}/dir`,
+          capability: capability.id,
+          reason: "tarball-not-supported",
+        },
+      );
     }
     return { id: capability.id, dir: at(capability.dir), lock: at(capability.lock) };
   });
 
   const pointers = new Set<string>();
   for (const [index, entry] of (plan.config ?? []).entries()) {
-    if (pointers.has(entry.pointer)) throw invalid(`plan: config ${entry.pointer} is chosen more than once`, { pointer: `/config/${index}/pointer`, config: entry.pointer });
+    if (pointers.has(entry.pointer))
+      throw invalid(`plan: config ${entry.pointer} is chosen more than once`, {
+        pointer: `/config/${index}/pointer`,
+        config: entry.pointer,
+      });
     pointers.add(entry.pointer);
   }
   for (const [slot, binding] of Object.entries(plan.bindings ?? {})) {
-    if (!ids.has(binding.capability)) throw invalid(`plan: binding ${slot} names capability ${binding.capability}, which the plan does not list`, { slot, capability: binding.capability });
+    if (!ids.has(binding.capability))
+      throw invalid(`plan: binding ${slot} names capability ${binding.capability}, which the plan does not list`, {
+        slot,
+        capability: binding.capability,
+      });
   }
   for (const [name, entrypoint] of Object.entries(plan.entrypoints)) {
     if (entrypoint.capability === SOURCE_ENTRYPOINT ? !plan.source : !ids.has(entrypoint.capability)) {
-      throw invalid(`plan: entry point ${name} names ${entrypoint.capability}, which the plan does not list`, { entrypoint: name, capability: entrypoint.capability });
+      throw invalid(`plan: entry point ${name} names ${entrypoint.capability}, which the plan does not list`, {
+        entrypoint: name,
+        capability: entrypoint.capability,
+      });
     }
   }
   return {
@@ -149,7 +174,8 @@ function readPlanBytes(path: string): Buffer {
   return readOperatorFile(path, MAX_PLAN_BYTES, `plan ${path}`, { plan: path });
 }
 
-/** Parse the text of a plan file by its extension: `.json` as JSON, `.yaml`/`.yml` as YAML (one document, unique keys, core schema). */
+/** Parse the text of a plan file by its extension: `.json` as JSON, `.yaml`/`.yml` as YAML (one document, unique
+ * keys, core schema). */
 export function parsePlanText(text: string, extension: string, origin = "plan"): unknown {
   return parseByExtension(text, extension, origin, { plan: origin });
 }
@@ -158,7 +184,8 @@ export function parsePlanText(text: string, extension: string, origin = "plan"):
 export function readPlanFile(path: string): Plan {
   const absolute = resolve(path);
   const extension = extname(absolute);
-  if (![".json", ".yaml", ".yml"].includes(extension.toLowerCase())) throw invalid(`${path}: a plan file ends in .json, .yaml or .yml`, { plan: path, extension });
+  if (![".json", ".yaml", ".yml"].includes(extension.toLowerCase()))
+    throw invalid(`${path}: a plan file ends in .json, .yaml or .yml`, { plan: path, extension });
   let text: string;
   try {
     text = new TextDecoder("utf-8", { fatal: true }).decode(readPlanBytes(absolute));

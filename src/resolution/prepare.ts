@@ -1,12 +1,31 @@
 import { stat } from "node:fs/promises";
 import { capabilityArtifactEntry } from "./artifact-entry.js";
 import { OatsError, errnoCode, canonicalJsonBytes } from "../core/index.js";
-import { capabilityRows, readLockFile, type OatsLock, retainCapabilityArtifact, retainTree, type RetainOptions, pinSourceIdentity, sourceIdentityKey, inspectStoreAt, resolveScope, withPublishLease } from "../retention/index.js";
+import {
+  capabilityRows,
+  readLockFile,
+  type OatsLock,
+  retainCapabilityArtifact,
+  retainTree,
+  type RetainOptions,
+  pinSourceIdentity,
+  sourceIdentityKey,
+  inspectStoreAt,
+  resolveScope,
+  withPublishLease,
+} from "../retention/index.js";
 import { parsePlan, SOURCE_ENTRYPOINT, type Plan } from "./plan.js";
 import { resolveEntrypoint } from "./read.js";
 import type { ArtifactRefRecord, ResolutionRecord } from "./record.js";
 import { escapePointerSegment, findArgSecrets, findSecrets, secretRefusal, type SecretFinding } from "./secrets.js";
-import { INSTANCE_REFS_DIR, RESOLUTIONS_DIR, instanceRefPath, writeInstanceRef, writeResolution, type InstanceRef } from "./store.js";
+import {
+  INSTANCE_REFS_DIR,
+  RESOLUTIONS_DIR,
+  instanceRefPath,
+  writeInstanceRef,
+  writeResolution,
+  type InstanceRef,
+} from "./store.js";
 
 /**
  * prepare(scope, plan): turn a plan into a complete resolution record and
@@ -29,7 +48,8 @@ import { INSTANCE_REFS_DIR, RESOLUTIONS_DIR, instanceRefPath, writeInstanceRef, 
  */
 
 export interface PrepareOptions extends RetainOptions {
-  /** Where relative paths of a plan value resolve (a plan from readPlanFile is already absolute). Default: the working directory. */
+  /** Where relative paths of a plan value resolve (a plan from readPlanFile is already absolute). Default: the
+   * working directory. */
   readonly baseDir?: string;
 }
 
@@ -66,7 +86,9 @@ export function planSecretFindings(plan: Plan, capabilities: readonly CheckedCap
   if (plan.source) findings.push(...findSecrets(plan.source.identity, "/source/identity"));
   for (const { id, rows } of capabilities) {
     const at = `/artifacts/${escapePointerSegment(id)}/package`;
-    findings.push(...findSecrets({ id: rows.packageId, source: rows.package.source, version: rows.package.version }, at));
+    findings.push(
+      ...findSecrets({ id: rows.packageId, source: rows.package.source, version: rows.package.version }, at),
+    );
   }
   for (const entry of plan.config ?? []) {
     const segments = entry.pointer.split("/");
@@ -77,8 +99,12 @@ export function planSecretFindings(plan: Plan, capabilities: readonly CheckedCap
     }
     const at = `/config/${escapePointerSegment(entry.pointer)}`;
     findings.push(...findSecrets(entry.value, `${at}/value`, { key }));
-    (entry.constraints ?? []).forEach((constraint, index) => findings.push(...findSecrets(constraint.value, `${at}/constraints/${index}/value`, { key })));
-    (entry.considered ?? []).forEach((considered, index) => findings.push(...findSecrets(considered.value, `${at}/considered/${index}/value`, { key })));
+    for (const [index, constraint] of (entry.constraints ?? []).entries()) {
+      findings.push(...findSecrets(constraint.value, `${at}/constraints/${index}/value`, { key }));
+    }
+    for (const [index, considered] of (entry.considered ?? []).entries()) {
+      findings.push(...findSecrets(considered.value, `${at}/considered/${index}/value`, { key }));
+    }
     findings.push(...findSecrets(entry.origin, `${at}/origin`));
   }
   findings.push(...findSecrets(plan.bindings ?? {}, "/bindings"));
@@ -89,7 +115,10 @@ export function planSecretFindings(plan: Plan, capabilities: readonly CheckedCap
       continue;
     }
     const at = `/entrypoints/${escapePointerSegment(name)}`;
-    findings.push(...findSecrets({ path: entrypoint.path }, at), ...findArgSecrets(entrypoint.args ?? [], `${at}/args`));
+    findings.push(
+      ...findSecrets({ path: entrypoint.path }, at),
+      ...findArgSecrets(entrypoint.args ?? [], `${at}/args`),
+    );
   }
   return findings;
 }
@@ -120,19 +149,28 @@ function checkConstraint(entry: ConfigEntry, constraint: Constraint, index: numb
       break;
     case "pattern":
       try {
-        ok = typeof value === "string" && typeof constraint.value === "string" && new RegExp(constraint.value, "u").test(value);
+        ok =
+          typeof value === "string" &&
+          typeof constraint.value === "string" &&
+          new RegExp(constraint.value, "u").test(value);
       } catch {
         ok = false;
       }
       break;
   }
   if (!ok) {
-    throw new OatsError("invalid-input", `config ${entry.pointer}: the selected value does not satisfy its ${constraint.kind} constraint from ${constraint.origin.kind} ${constraint.origin.ref}`, {
-      config: entry.pointer,
-      constraint: index,
-      kind: constraint.kind,
-      origin: constraint.origin,
-    });
+    throw new OatsError(
+      "invalid-input",
+      `config ${entry.pointer}: the selected value does not satisfy its ` +
+        `${constraint.kind} constraint from ${constraint.origin.kind} ` +
+        `${constraint.origin.ref}`,
+      {
+        config: entry.pointer,
+        constraint: index,
+        kind: constraint.kind,
+        origin: constraint.origin,
+      },
+    );
   }
 }
 
@@ -146,11 +184,22 @@ function recordConfig(plan: Plan): ResolutionRecord["config"] {
   const config: ResolutionRecord["config"] = {};
   for (const entry of plan.config ?? []) {
     const constraints = [...(entry.constraints ?? [])];
-    if (entry.origin.kind === "soul-requirement" && !constraints.some((each) => each.kind === "equals" && each.origin.kind === "soul-requirement" && sameJson(each.value, entry.value))) {
+    if (
+      entry.origin.kind === "soul-requirement" &&
+      !constraints.some(
+        (each) =>
+          each.kind === "equals" && each.origin.kind === "soul-requirement" && sameJson(each.value, entry.value),
+      )
+    ) {
       constraints.push({ kind: "equals", value: entry.value, origin: entry.origin });
     }
-    constraints.forEach((constraint, index) => checkConstraint(entry, constraint, index));
-    config[entry.pointer] = { value: entry.value, origin: entry.origin, constraints, considered: [...(entry.considered ?? [])] };
+    for (const [index, constraint] of constraints.entries()) checkConstraint(entry, constraint, index);
+    config[entry.pointer] = {
+      value: entry.value,
+      origin: entry.origin,
+      constraints,
+      considered: [...(entry.considered ?? [])],
+    };
   }
   return config;
 }
@@ -169,10 +218,18 @@ async function validate(realScope: string, plan: Plan): Promise<CheckedCapabilit
     try {
       isDirectory = (await stat(dir)).isDirectory();
     } catch (error) {
-      throw new OatsError("invalid-input", `capability ${id}: ${dir} does not exist`, { capability: id, dir, errno: errnoCode(error) });
+      throw new OatsError("invalid-input", `capability ${id}: ${dir} does not exist`, {
+        capability: id,
+        dir,
+        errno: errnoCode(error),
+      });
     }
     if (!isDirectory) {
-      throw new OatsError("invalid-input", `capability ${id}: ${dir} is not a directory; tarballs are not yet supported`, { capability: id, dir, reason: "tarball-not-supported" });
+      throw new OatsError(
+        "invalid-input",
+        `capability ${id}: ${dir} is not a directory; tarballs are not yet supported`,
+        { capability: id, dir, reason: "tarball-not-supported" },
+      );
     }
   }
   const findings = planSecretFindings(plan, capabilities);
@@ -182,7 +239,8 @@ async function validate(realScope: string, plan: Plan): Promise<CheckedCapabilit
   return capabilities;
 }
 
-/** Under a publish lease (store/lease.ts) from the first retain until the reference is moved: gc never takes what it found. */
+/** Under a publish lease (store/lease.ts) from the first retain until the reference is moved: gc never takes what it
+ * found. */
 export function prepare(scope: string, planInput: unknown, options: PrepareOptions = {}): Promise<PrepareResult> {
   return withPublishLease(resolveScope(scope), () => prepareLeased(scope, planInput, options));
 }
@@ -201,24 +259,37 @@ async function prepareLeased(scope: string, planInput: unknown, options: Prepare
   for (const { id, dir, lock, rows } of capabilities) {
     const legacy = await retainCapabilityArtifact(realScope, dir, id, lock, retainOptions);
     // The record names the exec revision; it must be the very tree the lock row vouched for.
-    const exec = await retainTree(realScope, { kind: "capability", key: id, source: dir, expect: legacy.execIntegrity }, retainOptions);
+    const exec = await retainTree(
+      realScope,
+      { kind: "capability", key: id, source: dir, expect: legacy.execIntegrity },
+      retainOptions,
+    );
     artifacts[id] = capabilityArtifactEntry(id, rows, exec.execIntegrity.value);
   }
   let source: ResolutionRecord["source"] = null;
   if (plan.source) {
-    const retained = await retainTree(realScope, { kind: "source", key: sourceIdentityKey(plan.source.identity), source: plan.source.dir }, retainOptions);
+    const retained = await retainTree(
+      realScope,
+      { kind: "source", key: sourceIdentityKey(plan.source.identity), source: plan.source.dir },
+      retainOptions,
+    );
     pinSourceIdentity(realScope, plan.source.identity);
     source = {
       identity: plan.source.identity,
       revision: plan.source.revision,
-      artifact: { kind: "source", key: retained.key, integrity: { format: "oats.tree-exec.v1", value: retained.execIntegrity.value } },
+      artifact: {
+        kind: "source",
+        key: retained.key,
+        integrity: { format: "oats.tree-exec.v1", value: retained.execIntegrity.value },
+      },
     };
   }
 
   // Step 3: the record, every entry point checked inside its retained tree.
   const entrypoints: ResolutionRecord["entrypoints"] = {};
   for (const [name, entrypoint] of Object.entries(plan.entrypoints)) {
-    const artifact: ArtifactRefRecord = entrypoint.capability === SOURCE_ENTRYPOINT ? source!.artifact : artifacts[entrypoint.capability]!.artifact;
+    const artifact: ArtifactRefRecord =
+      entrypoint.capability === SOURCE_ENTRYPOINT ? source!.artifact : artifacts[entrypoint.capability]!.artifact;
     entrypoints[name] = { artifact, path: entrypoint.path, args: [...(entrypoint.args ?? [])], role: entrypoint.role };
   }
   const record: ResolutionRecord = {
@@ -236,7 +307,8 @@ async function prepareLeased(scope: string, planInput: unknown, options: Prepare
     evidence: [],
     unresolved: [],
   };
-  for (const [name, entrypoint] of Object.entries(record.entrypoints)) await resolveEntrypoint(realScope, name, entrypoint);
+  for (const [name, entrypoint] of Object.entries(record.entrypoints))
+    await resolveEntrypoint(realScope, name, entrypoint);
   await hook?.("retained");
 
   // Step 4: commit the record; step 5: only then move the reference.

@@ -39,7 +39,11 @@ export function referencedArtifacts(record: ResolutionRecord): ArtifactRefRecord
  * Resolve an entry point inside its retained artifact, following symlinks
  * inside the tree: the target must exist and stay inside the artifact.
  */
-export async function resolveEntrypoint(scope: string, name: string, entrypoint: { artifact: ArtifactRefRecord; path: string }): Promise<string> {
+export async function resolveEntrypoint(
+  scope: string,
+  name: string,
+  entrypoint: { artifact: ArtifactRefRecord; path: string },
+): Promise<string> {
   return resolveEntrypointAt(resolveScope(scope), name, entrypoint);
 }
 
@@ -49,7 +53,11 @@ export async function resolveEntrypoint(scope: string, name: string, entrypoint:
  * check below still refuses a symlink anywhere on the path, the scope's own
  * components included: the real path must be the path itself.
  */
-function resolveEntrypointAt(realScope: string, name: string, entrypoint: { artifact: ArtifactRefRecord; path: string }): string {
+function resolveEntrypointAt(
+  realScope: string,
+  name: string,
+  entrypoint: { artifact: ArtifactRefRecord; path: string },
+): string {
   const dir = retainedTreeDir(realScope, entrypoint.artifact);
   const quick = resolvedInOneStep(dir, entrypoint.path);
   if (quick !== null) return quick;
@@ -57,13 +65,21 @@ function resolveEntrypointAt(realScope: string, name: string, entrypoint: { arti
   try {
     root = realpathSync.native(dir);
   } catch {
-    throw new OatsError("artifact-not-found", `entry point ${name}: artifact ${entrypoint.artifact.key} is not retained in this scope`, { entrypoint: name, dir });
+    throw new OatsError(
+      "artifact-not-found",
+      `entry point ${name}: artifact ${entrypoint.artifact.key} is not retained in this scope`,
+      { entrypoint: name, dir },
+    );
   }
   // Synchronous calls: three thread-pool round trips per entry point cost ten
   // times more than the calls themselves (docs/design/performance.md, 7b).
   // Every store component down to the revision is a real directory, never a symlink (CONTRACT.md section 3).
   if (root !== dir) {
-    throw new OatsError("invalid-artifact-store", `entry point ${name}: the revision of ${entrypoint.artifact.key} is reached through a symlink: ${dir}`, { entrypoint: name, dir, resolved: root, reason: "symlink" });
+    throw new OatsError(
+      "invalid-artifact-store",
+      `entry point ${name}: the revision of ${entrypoint.artifact.key} is reached through a symlink: ${dir}`,
+      { entrypoint: name, dir, resolved: root, reason: "symlink" },
+    );
   }
   return resolveEntrypointIn(root, name, entrypoint);
 }
@@ -85,7 +101,8 @@ function resolvedInOneStep(dir: string, path: string): string | null {
     return null;
   }
   if (!target.startsWith(dir + sep)) return null;
-  // lstat: the target is a real path, so this is the file itself; a symlink put there since is left to the full resolution.
+  // lstat: the target is a real path, so this is the file itself; a symlink put there since is left to the full
+  // resolution.
   try {
     return lstatSync(target).isFile() ? target : null;
   } catch {
@@ -98,44 +115,68 @@ function resolvedInOneStep(dir: string, path: string): string | null {
  * its artifact (the revision itself, or a dispatch's run copy): the same
  * containment rules as resolveEntrypoint.
  */
-export function resolveEntrypointIn(root: string, name: string, entrypoint: { artifact: ArtifactRefRecord; path: string }): string {
+export function resolveEntrypointIn(
+  root: string,
+  name: string,
+  entrypoint: { artifact: ArtifactRefRecord; path: string },
+): string {
   let target: string;
   // Lexically first: a path that climbs out is not contained, whether or not something exists there.
   if (!resolve(root, entrypoint.path).startsWith(root + sep)) {
-    throw new OatsError("artifact-not-contained", `entry point ${name}: ${entrypoint.path} climbs out of its artifact ${entrypoint.artifact.key}`, {
-      entrypoint: name,
-      path: entrypoint.path,
-    });
+    throw new OatsError(
+      "artifact-not-contained",
+      `entry point ${name}: ${entrypoint.path} climbs out of its artifact ${entrypoint.artifact.key}`,
+      {
+        entrypoint: name,
+        path: entrypoint.path,
+      },
+    );
   }
   try {
     target = realpathSync.native(join(root, entrypoint.path));
   } catch (error) {
     const code = errnoCode(error);
-    throw new OatsError(code === "ELOOP" ? "artifact-not-contained" : "artifact-not-found", `entry point ${name}: ${entrypoint.path} does not resolve inside ${entrypoint.artifact.key}`, {
-      entrypoint: name,
-      path: entrypoint.path,
-      errno: code,
-    });
+    throw new OatsError(
+      code === "ELOOP" ? "artifact-not-contained" : "artifact-not-found",
+      `entry point ${name}: ${entrypoint.path} does not resolve inside ${entrypoint.artifact.key}`,
+      {
+        entrypoint: name,
+        path: entrypoint.path,
+        errno: code,
+      },
+    );
   }
   if (!target.startsWith(root + sep)) {
-    throw new OatsError("artifact-not-contained", `entry point ${name}: ${entrypoint.path} resolves outside its artifact ${entrypoint.artifact.key}`, {
-      entrypoint: name,
-      path: entrypoint.path,
-      resolved: target,
-    });
+    throw new OatsError(
+      "artifact-not-contained",
+      `entry point ${name}: ${entrypoint.path} resolves outside its artifact ${entrypoint.artifact.key}`,
+      {
+        entrypoint: name,
+        path: entrypoint.path,
+        resolved: target,
+      },
+    );
   }
   // An entry point is something to run: a directory (or anything but a regular file) is not one.
   if (!statSync(target).isFile()) {
-    throw new OatsError("artifact-not-found", `entry point ${name}: ${entrypoint.path} in ${entrypoint.artifact.key} is not a regular file`, {
-      entrypoint: name,
-      path: entrypoint.path,
-      reason: "not-a-file",
-    });
+    throw new OatsError(
+      "artifact-not-found",
+      `entry point ${name}: ${entrypoint.path} in ${entrypoint.artifact.key} is not a regular file`,
+      {
+        entrypoint: name,
+        path: entrypoint.path,
+        reason: "not-a-file",
+      },
+    );
   }
   return target;
 }
 
-export async function readResolution(scope: string, id: string, options: ReadResolutionOptions = {}): Promise<ReadResolution> {
+export async function readResolution(
+  scope: string,
+  id: string,
+  options: ReadResolutionOptions = {},
+): Promise<ReadResolution> {
   const realScope = resolveScope(scope);
   const { id: canonicalId, path, record } = readRecordBytes(realScope, id);
   if (options.verify) {
@@ -143,7 +184,8 @@ export async function readResolution(scope: string, id: string, options: ReadRes
     await verifyAllTrees(realScope, referencedArtifacts(record));
   }
   const entrypoints: Record<string, string> = Object.create(null);
-  for (const [name, entrypoint] of Object.entries(record.entrypoints)) entrypoints[name] = resolveEntrypointAt(realScope, name, entrypoint);
+  for (const [name, entrypoint] of Object.entries(record.entrypoints))
+    entrypoints[name] = resolveEntrypointAt(realScope, name, entrypoint);
   return { id: canonicalId, path, record, entrypoints, verified: options.verify === true };
 }
 
@@ -151,8 +193,12 @@ export async function readResolution(scope: string, id: string, options: ReadRes
 export function checkReadiness(record: Pick<ResolutionRecord, "status" | "unresolved" | "evidence">): void {
   if (record.status === "complete" && record.unresolved.length === 0) return;
   if (record.status === "reconstructed" && record.evidence.length > 0 && record.unresolved.length === 0) return;
-  throw new OatsError("resolution-incomplete", `resolution is ${record.status}: ${record.unresolved.length} input(s) unresolved`, {
-    status: record.status,
-    unresolved: record.unresolved,
-  });
+  throw new OatsError(
+    "resolution-incomplete",
+    `resolution is ${record.status}: ${record.unresolved.length} input(s) unresolved`,
+    {
+      status: record.status,
+      unresolved: record.unresolved,
+    },
+  );
 }

@@ -1,5 +1,16 @@
 import { lstatSync, readFileSync } from "node:fs";
-import { readRegularFile, TREE_LEGACY, integrityText, capabilityRows, parseLockText, type OatsLock, retainCapabilityArtifact, retainTree, resolveScope, entryPresent } from "../retention/index.js";
+import {
+  readRegularFile,
+  TREE_LEGACY,
+  integrityText,
+  capabilityRows,
+  parseLockText,
+  type OatsLock,
+  retainCapabilityArtifact,
+  retainTree,
+  resolveScope,
+  entryPresent,
+} from "../retention/index.js";
 import { capabilityArtifactEntry } from "./artifact-entry.js";
 import { escapePointerSegment, findArgSecrets, findSecrets } from "./secrets.js";
 import { isAbsolute, join, resolve } from "node:path";
@@ -7,7 +18,7 @@ import { z } from "zod";
 import { OatsError, errnoCode, bytesDigest, OPERATOR_MAX_DEPTH, parseJsonText } from "../core/index.js";
 import { checkReadiness, resolveEntrypoint } from "./read.js";
 import { INSTALLED_DIR, identifier, parseLegacyCommand, type ParsedEntrypoint } from "./legacy-command.js";
-import { type ResolutionRecord } from "./record.js";
+import type { ResolutionRecord } from "./record.js";
 import { readRecordBytes, readInstanceRef, writeInstanceRef, writeResolution, type InstanceRef } from "./store.js";
 
 /**
@@ -65,7 +76,10 @@ export const LOCK_FILE = "oats-lock.json";
 export const INSTANCE_FILE = "instance.json";
 const MAX_INSTANCE_BYTES = 1 << 20;
 
-const entryName = z.string().max(128).regex(/^[A-Za-z0-9][A-Za-z0-9._:-]*$/, "must match ^[A-Za-z0-9][A-Za-z0-9._:-]*$");
+const entryName = z
+  .string()
+  .max(128)
+  .regex(/^[A-Za-z0-9][A-Za-z0-9._:-]*$/, "must match ^[A-Za-z0-9][A-Za-z0-9._:-]*$");
 const commandString = z.string().max(8192);
 const jsonValue: z.ZodType<unknown> = z.json();
 
@@ -81,9 +95,11 @@ export const legacyInstanceSchema = z
   .superRefine((instance, context) => {
     const commands = Object.keys(instance.commands ?? {});
     const hooks = Object.keys(instance.hooks ?? {});
-    if (commands.length + hooks.length === 0) context.addIssue({ code: "custom", path: [], message: "records no command and no hook: nothing to reconstruct" });
+    if (commands.length + hooks.length === 0)
+      context.addIssue({ code: "custom", path: [], message: "records no command and no hook: nothing to reconstruct" });
     for (const name of hooks) {
-      if (commands.includes(name)) context.addIssue({ code: "custom", path: ["hooks", name], message: `${name} is both a command and a hook` });
+      if (commands.includes(name))
+        context.addIssue({ code: "custom", path: ["hooks", name], message: `${name} is both a command and a hook` });
     }
   });
 
@@ -125,7 +141,8 @@ function readInstanceFile(instanceHome: string): { path: string; bytes: Buffer; 
     json = parseJsonText(
       new TextDecoder("utf-8", { fatal: true }).decode(bytes),
       OPERATOR_MAX_DEPTH,
-      (reason, message, details) => (reason === "syntax" ? new Error(message) : invalid(`${path}: ${message}`, { path, reason, ...details })),
+      (reason, message, details) =>
+        reason === "syntax" ? new Error(message) : invalid(`${path}: ${message}`, { path, reason, ...details }),
       (key, value: unknown) => {
         if (key === "__proto__") throw new Error("a __proto__ key is refused");
         return value;
@@ -142,7 +159,9 @@ function readInstanceFile(instanceHome: string): { path: string; bytes: Buffer; 
     throw invalid(`${path}: ${pointer}: ${issue?.message ?? "malformed"}`, {
       path,
       pointer,
-      issues: parsed.error.issues.slice(0, 20).map((each) => ({ pointer: `/${each.path.join("/")}`, message: each.message })),
+      issues: parsed.error.issues
+        .slice(0, 20)
+        .map((each) => ({ pointer: `/${each.path.join("/")}`, message: each.message })),
     });
   }
   return { path, bytes, instance: parsed.data };
@@ -168,7 +187,15 @@ function argsLookSecret(args: readonly string[]): boolean {
 const escapePointer = escapePointerSegment;
 
 /** Refusals that say this input cannot be established (recorded as unresolved); anything else propagates. */
-const UNESTABLISHED = new Set(["integrity-mismatch", "provenance-mismatch", "invalid-artifact", "artifact-not-contained", "invalid-input", "invalid-lock", "artifact-not-found"]);
+const UNESTABLISHED = new Set([
+  "integrity-mismatch",
+  "provenance-mismatch",
+  "invalid-artifact",
+  "artifact-not-contained",
+  "invalid-input",
+  "invalid-lock",
+  "artifact-not-found",
+]);
 
 function unestablished(error: unknown): string {
   if (error instanceof OatsError && UNESTABLISHED.has(error.code)) return `${error.code}: ${error.message}`;
@@ -182,7 +209,8 @@ function readLock(scope: string): { lock: OatsLock; path: string; digest: string
     if (!lstatSync(path).isFile()) return { reason: `invalid-lock: ${path} is not a regular file` };
     bytes = readFileSync(path);
   } catch (error) {
-    if (errnoCode(error) === "ENOENT") return { reason: `lock-missing: ${path} does not exist; nothing says which revision was installed` };
+    if (errnoCode(error) === "ENOENT")
+      return { reason: `lock-missing: ${path} does not exist; nothing says which revision was installed` };
     return { reason: `invalid-lock: cannot read ${path}: ${errnoCode(error) ?? String(error)}` };
   }
   try {
@@ -202,18 +230,29 @@ export async function reconstruct(scope: string, instanceHome: string): Promise<
     } catch {
       declared = instance.scope;
     }
-    if (declared !== realScope) throw invalid(`${instancePath} belongs to scope ${instance.scope}, not ${realScope}`, { path: instancePath, scope: instance.scope, expected: realScope });
+    if (declared !== realScope)
+      throw invalid(`${instancePath} belongs to scope ${instance.scope}, not ${realScope}`, {
+        path: instancePath,
+        scope: instance.scope,
+        expected: realScope,
+      });
   }
   const scopeForms = [...new Set([resolve(scope), realScope])];
 
   const evidence: Evidence[] = [];
   const unresolved: Unresolved[] = [];
-  evidence.push({ pointer: "/subject", kind: "legacy-instance", detail: `${instancePath} (${instanceBytes.length} bytes, oats.bytes.v1:${bytesDigest(instanceBytes)})` });
+  evidence.push({
+    pointer: "/subject",
+    kind: "legacy-instance",
+    detail: `${instancePath} (${instanceBytes.length} bytes, oats.bytes.v1:${bytesDigest(instanceBytes)})`,
+  });
 
   // 1. Entry points, parsed without a shell.
   const parsed: ParsedEntrypoint[] = [];
   const legacy: Array<[string, "command" | "hook", string]> = [
-    ...Object.entries(instance.commands ?? {}).map(([name, text]) => [name, "command", text] as [string, "command", string]),
+    ...Object.entries(instance.commands ?? {}).map(
+      ([name, text]) => [name, "command", text] as [string, "command", string],
+    ),
     ...Object.entries(instance.hooks ?? {}).map(([name, text]) => [name, "hook", text] as [string, "hook", string]),
   ];
   for (const [name, role, text] of legacy) {
@@ -221,7 +260,10 @@ export async function reconstruct(scope: string, instanceHome: string): Promise<
     const result = parseLegacyCommand(name, role, source, text, scopeForms);
     if (!result.ok) unresolved.push({ pointer: `/entrypoints/${escapePointer(name)}`, reason: result.reason });
     else if (argsLookSecret(result.entrypoint.args)) {
-      unresolved.push({ pointer: `/entrypoints/${escapePointer(name)}`, reason: "secret-in-record: an argument looks like a credential and is not carried" });
+      unresolved.push({
+        pointer: `/entrypoints/${escapePointer(name)}`,
+        reason: "secret-in-record: an argument looks like a credential and is not carried",
+      });
     } else parsed.push(result.entrypoint);
   }
 
@@ -254,7 +296,12 @@ export async function reconstruct(scope: string, instanceHome: string): Promise<
     try {
       const legacyReceipt = await retainCapabilityArtifact(realScope, installed, id, lock.lock);
       // The exec revision, from the verified legacy revision, pinned to the digest of those same bytes.
-      const execReceipt = await retainTree(realScope, { kind: "capability", key: id, source: legacyReceipt.dir, expect: legacyReceipt.execIntegrity });
+      const execReceipt = await retainTree(realScope, {
+        kind: "capability",
+        key: id,
+        source: legacyReceipt.dir,
+        expect: legacyReceipt.execIntegrity,
+      });
       execIntegrity = execReceipt.integrity;
     } catch (error) {
       fail(unestablished(error));
@@ -265,14 +312,23 @@ export async function reconstruct(scope: string, instanceHome: string): Promise<
       {
         pointer,
         kind: "lock-row-integrity",
-        detail: `${installed} hashes to ${TREE_LEGACY}:${rows.capability.integrity}, the integrity of capabilities.${id} in ${lock.path} (oats.bytes.v1:${lock.digest})`,
+        detail:
+          `${installed} hashes to ${TREE_LEGACY}:${rows.capability.integrity}, the ` +
+          `integrity of capabilities.${id} in ${lock.path} (oats.bytes.v1:${lock.digest})`,
       },
       {
         pointer,
         kind: "lock-row-provenance",
-        detail: `.oats-installation.json matches capabilities.${id} (version ${rows.capability.version}) and packages.${rows.packageId} (${rows.package.source}, commit ${rows.package.commit ?? "none"})`,
+        detail:
+          `.oats-installation.json matches capabilities.${id} (version ` +
+          `${rows.capability.version}) and packages.${rows.packageId} ` +
+          `(${rows.package.source}, commit ${rows.package.commit ?? "none"})`,
       },
-      { pointer: `${pointer}/artifact`, kind: "exec-revision", detail: `${integrityText(execIntegrity)} measured from the same verified bytes` },
+      {
+        pointer: `${pointer}/artifact`,
+        kind: "exec-revision",
+        detail: `${integrityText(execIntegrity)} measured from the same verified bytes`,
+      },
     );
   }
 
@@ -282,7 +338,10 @@ export async function reconstruct(scope: string, instanceHome: string): Promise<
     const pointer = `/entrypoints/${escapePointer(entry.name)}`;
     const selected = artifacts[entry.capability];
     if (!selected) {
-      unresolved.push({ pointer, reason: `capability-unresolved: ${entry.capability} (${(failed.get(entry.capability) ?? "").split(":")[0]})` });
+      unresolved.push({
+        pointer,
+        reason: `capability-unresolved: ${entry.capability} (${(failed.get(entry.capability) ?? "").split(":")[0]})`,
+      });
       continue;
     }
     const entrypoint = { artifact: selected.artifact, path: entry.path, args: entry.args, role: entry.role };
@@ -296,7 +355,10 @@ export async function reconstruct(scope: string, instanceHome: string): Promise<
     evidence.push({
       pointer,
       kind: entry.role === "command" ? "legacy-command" : "legacy-hook",
-      detail: `${entry.source}: ${entry.launcher ? `launcher ${entry.launcher}, ` : ""}${entry.capability}/${entry.path} with ${entry.args.length} argument(s), inside the retained artifact`,
+      detail:
+        `${entry.source}: ` +
+        `${entry.launcher ? `launcher ${entry.launcher}, ` : ""}${entry.capability}/${entry.path} ` +
+        `with ${entry.args.length} argument(s), inside the retained artifact`,
     });
   }
 
@@ -316,7 +378,8 @@ export async function reconstruct(scope: string, instanceHome: string): Promise<
     }
   }
 
-  const status: ResolutionRecord["status"] = unresolved.length === 0 ? "reconstructed" : Object.keys(artifacts).length > 0 ? "partial" : "unknown";
+  const status: ResolutionRecord["status"] =
+    unresolved.length === 0 ? "reconstructed" : Object.keys(artifacts).length > 0 ? "partial" : "unknown";
   const record: ResolutionRecord = {
     schemaVersion: 1,
     kind: "instance",
@@ -342,7 +405,12 @@ export async function reconstruct(scope: string, instanceHome: string): Promise<
   } catch {
     previous = null;
   }
-  if (previous && previous.resolution !== written.id && status !== "reconstructed" && recordIsReady(realScope, previous.resolution)) {
+  if (
+    previous &&
+    previous.resolution !== written.id &&
+    status !== "reconstructed" &&
+    recordIsReady(realScope, previous.resolution)
+  ) {
     return { id: written.id, record, status, path: written.path, ref: previous, refMoved: false };
   }
   const ref = writeInstanceRef(realScope, instance.name, written.id);

@@ -1,6 +1,14 @@
 import { posix } from "node:path";
 import { z } from "zod";
-import { IDENTIFIER_MAX_LENGTH, IDENTIFIER_PATTERN, SOURCE_KEY_PATTERN, DIGEST_VALUE_PATTERN, TREE_EXEC, TREE_LEGACY, sourceIdentityKey } from "../retention/index.js";
+import {
+  IDENTIFIER_MAX_LENGTH,
+  IDENTIFIER_PATTERN,
+  SOURCE_KEY_PATTERN,
+  DIGEST_VALUE_PATTERN,
+  TREE_EXEC,
+  TREE_LEGACY,
+  sourceIdentityKey,
+} from "../retention/index.js";
 
 /**
  * A resolution record (schemaVersion 1): exactly what an instance or a queued
@@ -26,7 +34,12 @@ export const artifactRefSchema = z
   .strict()
   .superRefine((ref, context) => {
     const ok = ref.kind === "source" ? SOURCE_KEY_PATTERN.test(ref.key) : identifier.safeParse(ref.key).success;
-    if (!ok) context.addIssue({ code: "custom", path: ["key"], message: `invalid ${ref.kind} key ${JSON.stringify(ref.key)}` });
+    if (!ok)
+      context.addIssue({
+        code: "custom",
+        path: ["key"],
+        message: `invalid ${ref.kind} key ${JSON.stringify(ref.key)}`,
+      });
   });
 
 /** `git:<url>#<path>` or `path:<absolute dir>`. */
@@ -41,8 +54,14 @@ const sourceSchema = z
     artifact: artifactRefSchema,
   })
   .strict()
-  .refine((source) => source.artifact.kind === "source", { message: "the source artifact must be of kind source", path: ["artifact", "kind"] })
-  .refine((source) => source.artifact.key === sourceIdentityKey(source.identity), { message: "the source artifact must be retained under the key of the source identity", path: ["artifact", "key"] });
+  .refine((source) => source.artifact.kind === "source", {
+    message: "the source artifact must be of kind source",
+    path: ["artifact", "kind"],
+  })
+  .refine((source) => source.artifact.key === sourceIdentityKey(source.identity), {
+    message: "the source artifact must be retained under the key of the source identity",
+    path: ["artifact", "key"],
+  });
 
 const packageSchema = z
   .object({
@@ -65,7 +84,13 @@ const artifactEntrySchema = z
 
 const json: z.ZodType<unknown> = z.json();
 
-export const ORIGIN_KINDS = ["soul-requirement", "soul-default", "workspace-default", "import-adoption", "operator"] as const;
+export const ORIGIN_KINDS = [
+  "soul-requirement",
+  "soul-default",
+  "workspace-default",
+  "import-adoption",
+  "operator",
+] as const;
 const originSchema = z.object({ kind: z.enum(ORIGIN_KINDS), ref: z.string().min(1) }).strict();
 
 const constraintSchema = z
@@ -86,7 +111,12 @@ const configEntrySchema = z
   .strict();
 
 export const credentialRefSchema = z.union([
-  z.object({ kind: z.literal("env"), name: z.string().regex(/^[A-Za-z_][A-Za-z0-9_]*$/, "must be an environment variable name") }).strict(),
+  z
+    .object({
+      kind: z.literal("env"),
+      name: z.string().regex(/^[A-Za-z_][A-Za-z0-9_]*$/, "must be an environment variable name"),
+    })
+    .strict(),
   z.object({ kind: z.literal("provider"), provider: z.string().min(1), key: z.string().min(1) }).strict(),
 ]);
 
@@ -111,7 +141,15 @@ export const ENTRYPOINT_ROLES = ["command", "hook", "helper", "launch", "retire"
 export const entrypointPathSchema = z
   .string()
   .min(1)
-  .refine((path) => !path.startsWith("/") && posix.normalize(path) === path && path !== ".." && !path.startsWith("../") && path !== ".", "must be a normalised relative path inside its artifact");
+  .refine(
+    (path) =>
+      !path.startsWith("/") &&
+      posix.normalize(path) === path &&
+      path !== ".." &&
+      !path.startsWith("../") &&
+      path !== ".",
+    "must be a normalised relative path inside its artifact",
+  );
 
 const entrypointSchema = z
   .object({
@@ -163,7 +201,11 @@ export const captureSchema = z
     const rank = (level: (typeof LEVEL_ORDER)[number]) => LEVEL_ORDER.indexOf(level);
     const { declared, derived, effective } = capture.classification;
     if (rank(effective) !== Math.max(rank(declared), rank(derived))) {
-      context.addIssue({ code: "custom", path: ["classification", "effective"], message: "effective must be the stricter of declared and derived" });
+      context.addIssue({
+        code: "custom",
+        path: ["classification", "effective"],
+        message: "effective must be the stricter of declared and derived",
+      });
     }
   });
 
@@ -173,10 +215,16 @@ type ArtifactRefShape = z.infer<typeof artifactRefSchema>;
 
 /** The artifact of the record that an entry point's reference must equal. */
 function selectedArtifact(
-  record: { kind: string; artifacts: Record<string, { artifact: ArtifactRefShape }>; source: { artifact: ArtifactRefShape } | null; capture: { name: string } | null },
+  record: {
+    kind: string;
+    artifacts: Record<string, { artifact: ArtifactRefShape }>;
+    source: { artifact: ArtifactRefShape } | null;
+    capture: { name: string } | null;
+  },
   ref: ArtifactRefShape,
 ): ArtifactRefShape | undefined {
-  if (ref.kind === "capability") return Object.hasOwn(record.artifacts, ref.key) ? record.artifacts[ref.key]!.artifact : undefined;
+  if (ref.kind === "capability")
+    return Object.hasOwn(record.artifacts, ref.key) ? record.artifacts[ref.key]!.artifact : undefined;
   if (ref.kind === "source") return record.source?.artifact;
   // A capture record runs its own capture tree, retained under the capture's name.
   return record.kind === "capture" && record.capture?.name === ref.key ? ref : undefined;
@@ -201,42 +249,84 @@ export const resolutionRecordSchema = z
   .strict()
   .superRefine((record, context) => {
     const subjectKind = "instance" in record.subject ? "instance" : "capture";
-    if (subjectKind !== record.kind) context.addIssue({ code: "custom", path: ["subject"], message: `a ${record.kind} record needs subject {${record.kind}: name}` });
+    if (subjectKind !== record.kind)
+      context.addIssue({
+        code: "custom",
+        path: ["subject"],
+        message: `a ${record.kind} record needs subject {${record.kind}: name}`,
+      });
     if ((record.status === "complete" || record.status === "reconstructed") && record.unresolved.length > 0) {
-      context.addIssue({ code: "custom", path: ["unresolved"], message: `a ${record.status} record has no unresolved inputs` });
+      context.addIssue({
+        code: "custom",
+        path: ["unresolved"],
+        message: `a ${record.status} record has no unresolved inputs`,
+      });
     }
     if (record.status === "reconstructed" && record.evidence.length === 0) {
-      context.addIssue({ code: "custom", path: ["evidence"], message: "a reconstructed record needs evidence for its inputs" });
+      context.addIssue({
+        code: "custom",
+        path: ["evidence"],
+        message: "a reconstructed record needs evidence for its inputs",
+      });
     }
     if ((record.status === "partial" || record.status === "unknown") && record.unresolved.length === 0) {
-      context.addIssue({ code: "custom", path: ["unresolved"], message: `a ${record.status} record lists what is unresolved` });
+      context.addIssue({
+        code: "custom",
+        path: ["unresolved"],
+        message: `a ${record.status} record lists what is unresolved`,
+      });
     }
     if ((record.kind === "capture") !== (record.capture !== null)) {
-      context.addIssue({ code: "custom", path: ["capture"], message: record.kind === "capture" ? "a capture record pins its capture" : "only a capture record has a capture field" });
+      context.addIssue({
+        code: "custom",
+        path: ["capture"],
+        message:
+          record.kind === "capture" ? "a capture record pins its capture" : "only a capture record has a capture field",
+      });
     }
     if (record.capture) {
       if (!("capture" in record.subject) || record.subject.capture !== record.capture.name) {
-        context.addIssue({ code: "custom", path: ["capture", "name"], message: "the capture name must equal the subject" });
+        context.addIssue({
+          code: "custom",
+          path: ["capture", "name"],
+          message: "the capture name must equal the subject",
+        });
       }
       if (!Object.hasOwn(record.entrypoints, record.capture.entrypoint)) {
-        context.addIssue({ code: "custom", path: ["capture", "entrypoint"], message: `entry point ${record.capture.entrypoint} is not in the record` });
+        context.addIssue({
+          code: "custom",
+          path: ["capture", "entrypoint"],
+          message: `entry point ${record.capture.entrypoint} is not in the record`,
+        });
       }
     }
     for (const [id, entry] of Object.entries(record.artifacts)) {
       if (entry.artifact.kind !== "capability" || entry.artifact.key !== id) {
-        context.addIssue({ code: "custom", path: ["artifacts", id, "artifact"], message: `artifact of ${id} must be the capability ${id}` });
+        context.addIssue({
+          code: "custom",
+          path: ["artifacts", id, "artifact"],
+          message: `artifact of ${id} must be the capability ${id}`,
+        });
       }
     }
     for (const [name, entrypoint] of Object.entries(record.entrypoints)) {
       const ref = entrypoint.artifact;
       const selected = selectedArtifact(record, ref);
       if (!selected || selected.key !== ref.key || selected.integrity.value !== ref.integrity.value) {
-        context.addIssue({ code: "custom", path: ["entrypoints", name, "artifact"], message: `entry point ${name} points into an artifact the record does not select` });
+        context.addIssue({
+          code: "custom",
+          path: ["entrypoints", name, "artifact"],
+          message: `entry point ${name} points into an artifact the record does not select`,
+        });
       }
     }
     for (const [slot, binding] of Object.entries(record.bindings)) {
       if (!Object.hasOwn(record.artifacts, binding.capability)) {
-        context.addIssue({ code: "custom", path: ["bindings", slot, "capability"], message: `binding ${slot} names capability ${binding.capability}, which the record does not select` });
+        context.addIssue({
+          code: "custom",
+          path: ["bindings", slot, "capability"],
+          message: `binding ${slot} names capability ${binding.capability}, which the record does not select`,
+        });
       }
     }
   });

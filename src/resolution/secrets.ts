@@ -45,7 +45,18 @@ export function secretShapeOf(text: string): string | undefined {
   return undefined;
 }
 
-const SECRET_WORDS = new Set(["password", "passwd", "secret", "secrets", "token", "credential", "credentials", "apikey", "privatekey", "secretkey"]);
+const SECRET_WORDS = new Set([
+  "password",
+  "passwd",
+  "secret",
+  "secrets",
+  "token",
+  "credential",
+  "credentials",
+  "apikey",
+  "privatekey",
+  "secretkey",
+]);
 const KEY_QUALIFIERS = new Set(["api", "private", "secret"]);
 
 /**
@@ -95,7 +106,7 @@ export function findSecrets(value: unknown, pointerPrefix = "", options: FindSec
       return;
     }
     if (Array.isArray(node)) {
-      node.forEach((item, index) => walk(item, `${pointer}/${index}`, underSecretName, inRef));
+      for (const [index, item] of node.entries()) walk(item, `${pointer}/${index}`, underSecretName, inRef);
       return;
     }
     if (typeof node !== "object" || node === null) return;
@@ -107,7 +118,12 @@ export function findSecrets(value: unknown, pointerPrefix = "", options: FindSec
         findings.push({ pointer, kind: `${shape}-in-key` });
         continue;
       }
-      walk((node as Record<string, unknown>)[key], `${pointer}/${escapePointerSegment(key)}`, underSecretName || isSecretKeyName(key), ref);
+      walk(
+        (node as Record<string, unknown>)[key],
+        `${pointer}/${escapePointerSegment(key)}`,
+        underSecretName || isSecretKeyName(key),
+        ref,
+      );
     }
   };
   walk(value, pointerPrefix, options.key !== undefined && isSecretKeyName(options.key), false);
@@ -139,8 +155,14 @@ export function secretRefusal(findings: readonly SecretFinding[]): OatsError {
   const more = findings.length > 1 ? ` (and ${findings.length - 1} more)` : "";
   return new OatsError(
     "secret-in-record",
-    `a secret (${first.kind}) at ${first.pointer}${more} would be written into the resolution record; refer to credentials as {"kind":"env","name":...} or {"kind":"provider","provider":...,"key":...}`,
-    { pointer: first.pointer, kind: first.kind, findings: findings.slice(0, 50).map(({ pointer, kind }) => ({ pointer, kind })) },
+    `a secret (${first.kind}) at ${first.pointer}${more} would be written ` +
+      `into the resolution record; refer to credentials as ` +
+      `{"kind":"env","name":...} or {"kind":"provider","provider":...,"key":...}`,
+    {
+      pointer: first.pointer,
+      kind: first.kind,
+      findings: findings.slice(0, 50).map(({ pointer, kind }) => ({ pointer, kind })),
+    },
   );
 }
 

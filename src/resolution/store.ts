@@ -1,5 +1,17 @@
 import { linkSync, lstatSync, readdirSync, renameSync, unlinkSync } from "node:fs";
-import { JSON_V1, parseDigestName, identifierSchema, ensureStoreAt, fsyncDirectory, inspectStoreAt, resolveScope, readRegularFile, writeStagedFile, assertContained, withPublishLeaseSync } from "../retention/index.js";
+import {
+  JSON_V1,
+  parseDigestName,
+  identifierSchema,
+  ensureStoreAt,
+  fsyncDirectory,
+  inspectStoreAt,
+  resolveScope,
+  readRegularFile,
+  writeStagedFile,
+  assertContained,
+  withPublishLeaseSync,
+} from "../retention/index.js";
 import { join } from "node:path";
 import { OatsError, asStepError, errnoCode, bytesDigest, canonicalJsonBytes } from "../core/index.js";
 import { refuseProtoKeys } from "./operator-input.js";
@@ -46,13 +58,25 @@ function readBounded(path: string, limit: number, notFound: () => OatsError, wha
         case "missing":
           return notFound();
         case "symlink":
-          return new OatsError("invalid-resolution", `${what} is a symlink, refusing to follow it: ${path}`, { ...details, reason: "symlink" });
+          return new OatsError("invalid-resolution", `${what} is a symlink, refusing to follow it: ${path}`, {
+            ...details,
+            reason: "symlink",
+          });
         case "not-a-file":
-          return new OatsError("invalid-resolution", `${what} is not a regular file: ${path}`, { ...details, reason: "not-a-file" });
+          return new OatsError("invalid-resolution", `${what} is not a regular file: ${path}`, {
+            ...details,
+            reason: "not-a-file",
+          });
         case "too-large":
-          return new OatsError("invalid-resolution", `${what} is larger than ${limit} bytes: ${path}`, { ...details, reason: "too-large" });
+          return new OatsError("invalid-resolution", `${what} is larger than ${limit} bytes: ${path}`, {
+            ...details,
+            reason: "too-large",
+          });
         case "changed":
-          return new OatsError("invalid-resolution", `${what} changed while it was read: ${path}`, { ...details, reason: "changed-while-reading" });
+          return new OatsError("invalid-resolution", `${what} changed while it was read: ${path}`, {
+            ...details,
+            reason: "changed-while-reading",
+          });
         default:
           return asStepError("read", new Error(`cannot open ${path}: ${String(details["errno"])}`), details);
       }
@@ -89,9 +113,19 @@ function writeResolutionLeased(realScope: string, input: unknown): WrittenRecord
   } catch (error) {
     if (errnoCode(error) !== "EEXIST") throw asStepError("publish", error, { path });
     // Already there: reuse it only when it is exactly these bytes.
-    const existing = readBounded(path, MAX_RECORD_BYTES, () => new OatsError("resolution-not-found", `resolution ${id} vanished`, { id }), `resolution ${id}`);
+    const existing = readBounded(
+      path,
+      MAX_RECORD_BYTES,
+      () => new OatsError("resolution-not-found", `resolution ${id} vanished`, { id }),
+      `resolution ${id}`,
+    );
     if (!existing.equals(bytes)) {
-      throw new OatsError("integrity-mismatch", `resolution ${id} exists with other bytes; it was left alone`, { id, path, expected: id, actual: bytesDigest(existing) });
+      throw new OatsError("integrity-mismatch", `resolution ${id} exists with other bytes; it was left alone`, {
+        id,
+        path,
+        expected: id,
+        actual: bytesDigest(existing),
+      });
     }
     return { id, path, status: "kept" };
   } finally {
@@ -101,15 +135,20 @@ function writeResolutionLeased(realScope: string, input: unknown): WrittenRecord
   return { id, path, status: "written" };
 }
 
-
 function parseRecord(input: unknown, what: string): ResolutionRecord {
   const parsed = resolutionRecordSchema.safeParse(input);
   if (!parsed.success) {
     const issue = parsed.error.issues[0];
-    throw new OatsError("invalid-resolution", `${what}: ${issue?.path.join("/") || "(root)"}: ${issue?.message ?? "malformed"}`, {
-      pointer: `/${(issue?.path ?? []).join("/")}`,
-      issues: parsed.error.issues.slice(0, 20).map((each) => ({ pointer: `/${each.path.join("/")}`, message: each.message })),
-    });
+    throw new OatsError(
+      "invalid-resolution",
+      `${what}: ${issue?.path.join("/") || "(root)"}: ${issue?.message ?? "malformed"}`,
+      {
+        pointer: `/${(issue?.path ?? []).join("/")}`,
+        issues: parsed.error.issues
+          .slice(0, 20)
+          .map((each) => ({ pointer: `/${each.path.join("/")}`, message: each.message })),
+      },
+    );
   }
   return parsed.data;
 }
@@ -123,7 +162,8 @@ export function readRecordBytes(scope: string, id: string): { id: string; path: 
   const realScope = resolveScope(scope);
   const canonicalId = parseResolutionId(id);
   const path = resolutionPath(realScope, canonicalId);
-  const notFound = () => new OatsError("resolution-not-found", `no resolution ${canonicalId} in this scope`, { id: canonicalId, path });
+  const notFound = () =>
+    new OatsError("resolution-not-found", `no resolution ${canonicalId} in this scope`, { id: canonicalId, path });
   if (!inspectStoreAt(realScope, RESOLUTIONS_DIR).complete) throw notFound();
   return decodeRecord(readBounded(path, MAX_RECORD_BYTES, notFound, `resolution ${canonicalId}`), canonicalId, path);
 }
@@ -132,21 +172,33 @@ export function readRecordBytes(scope: string, id: string): { id: string; path: 
  * readRecordBytes for many ids of one scope (gc reads every record): the
  * scope is resolved and the store inspected once, each record checked the same.
  */
-export function recordReader(realScope: string): (id: string) => { id: string; path: string; record: ResolutionRecord } {
+export function recordReader(
+  realScope: string,
+): (id: string) => { id: string; path: string; record: ResolutionRecord } {
   const complete = inspectStoreAt(realScope, RESOLUTIONS_DIR).complete;
   return (id) => {
     const canonicalId = parseResolutionId(id);
     const path = resolutionPath(realScope, canonicalId);
-    const notFound = () => new OatsError("resolution-not-found", `no resolution ${canonicalId} in this scope`, { id: canonicalId, path });
+    const notFound = () =>
+      new OatsError("resolution-not-found", `no resolution ${canonicalId} in this scope`, { id: canonicalId, path });
     if (!complete) throw notFound();
     return decodeRecord(readBounded(path, MAX_RECORD_BYTES, notFound, `resolution ${canonicalId}`), canonicalId, path);
   };
 }
 
-function decodeRecord(bytes: Buffer, canonicalId: string, path: string): { id: string; path: string; record: ResolutionRecord } {
+function decodeRecord(
+  bytes: Buffer,
+  canonicalId: string,
+  path: string,
+): { id: string; path: string; record: ResolutionRecord } {
   const actual = bytesDigest(bytes);
   if (actual !== canonicalId) {
-    throw new OatsError("integrity-mismatch", `resolution ${canonicalId}: the record's bytes hash to ${actual}`, { id: canonicalId, path, expected: canonicalId, actual });
+    throw new OatsError("integrity-mismatch", `resolution ${canonicalId}: the record's bytes hash to ${actual}`, {
+      id: canonicalId,
+      path,
+      expected: canonicalId,
+      actual,
+    });
   }
   const json = readCanonicalJsonForSchema(bytes, `resolution ${canonicalId}`);
   const record = withoutPrototypes(parseRecord(json, `resolution ${canonicalId}`), "") as ResolutionRecord;
@@ -173,7 +225,8 @@ export interface InstanceRef {
 
 export function instanceRefPath(scope: string, instance: string): string {
   const name = identifierSchema.safeParse(instance);
-  if (!name.success) throw new OatsError("invalid-input", `invalid instance name ${JSON.stringify(instance)}`, { instance });
+  if (!name.success)
+    throw new OatsError("invalid-input", `invalid instance name ${JSON.stringify(instance)}`, { instance });
   const root = join(scope, ...INSTANCE_REFS_DIR);
   return assertContained(root, join(root, `${instance}.json`), `instance ${instance}`);
 }
@@ -191,7 +244,8 @@ function writeInstanceRefLeased(realScope: string, instance: string, resolution:
   ensureStoreAt(realScope, INSTANCE_REFS_DIR);
   const dir = join(realScope, ...INSTANCE_REFS_DIR);
   const existing = lstatOrNull(path);
-  if (existing && !existing.isFile()) throw new OatsError("invalid-input", `instance reference is not a regular file: ${path}`, { path });
+  if (existing && !existing.isFile())
+    throw new OatsError("invalid-input", `instance reference is not a regular file: ${path}`, { path });
   const staged = writeStagedFile(dir, ".ref", canonicalJsonBytes(ref));
   try {
     renameSync(staged, path);
@@ -206,7 +260,8 @@ function writeInstanceRefLeased(realScope: string, instance: string, resolution:
 export function readInstanceRef(scope: string, instance: string): InstanceRef {
   const realScope = resolveScope(scope);
   const path = instanceRefPath(realScope, instance);
-  const notFound = () => new OatsError("resolution-not-found", `instance ${instance} has no resolution in this scope`, { instance, path });
+  const notFound = () =>
+    new OatsError("resolution-not-found", `instance ${instance} has no resolution in this scope`, { instance, path });
   if (!inspectStoreAt(realScope, INSTANCE_REFS_DIR).complete) throw notFound();
   return decodeInstanceRef(readBounded(path, 4096, notFound, `instance reference ${instance}`), instance, path);
 }
@@ -216,7 +271,8 @@ export function instanceRefReader(realScope: string): (instance: string) => Inst
   const complete = inspectStoreAt(realScope, INSTANCE_REFS_DIR).complete;
   return (instance) => {
     const path = instanceRefPath(realScope, instance);
-    const notFound = () => new OatsError("resolution-not-found", `instance ${instance} has no resolution in this scope`, { instance, path });
+    const notFound = () =>
+      new OatsError("resolution-not-found", `instance ${instance} has no resolution in this scope`, { instance, path });
     if (!complete) throw notFound();
     return decodeInstanceRef(readBounded(path, 4096, notFound, `instance reference ${instance}`), instance, path);
   };
@@ -224,9 +280,16 @@ export function instanceRefReader(realScope: string): (instance: string) => Inst
 
 function decodeInstanceRef(bytes: Buffer, instance: string, path: string): InstanceRef {
   const json = readCanonicalJson(bytes, `instance reference ${instance}`) as Record<string, unknown> | null;
-  const malformed = () => new OatsError("invalid-resolution", `instance reference ${instance} is malformed`, { instance, path });
+  const malformed = () =>
+    new OatsError("invalid-resolution", `instance reference ${instance} is malformed`, { instance, path });
   if (typeof json !== "object" || json === null || Array.isArray(json)) throw malformed();
-  if (json["schemaVersion"] !== 1 || json["instance"] !== instance || typeof json["resolution"] !== "string" || Object.keys(json).length !== 3) throw malformed();
+  if (
+    json["schemaVersion"] !== 1 ||
+    json["instance"] !== instance ||
+    typeof json["resolution"] !== "string" ||
+    Object.keys(json).length !== 3
+  )
+    throw malformed();
   // The file is what is damaged, not the caller's input.
   if (!/^sha256-[0-9a-f]{64}$/.test(json["resolution"])) throw malformed();
   return { schemaVersion: 1, instance, resolution: json["resolution"] };

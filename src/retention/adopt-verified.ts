@@ -38,7 +38,10 @@ export function adoptVerifiedTree(
     const realScope = resolveScope(scope);
     const segments = revisionParentSegments(key, TREE_EXEC);
     inspectStore(realScope, kind, segments);
-    await checkSourceOutsideStore(verified.listing.root.absolute, [storeRoot(realScope, kind), join(storeRoot(realScope, kind), ...segments)]);
+    await checkSourceOutsideStore(verified.listing.root.absolute, [
+      storeRoot(realScope, kind),
+      join(storeRoot(realScope, kind), ...segments),
+    ]);
     const published = await publishAdopted({
       scope: realScope,
       kind,

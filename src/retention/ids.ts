@@ -20,9 +20,13 @@ export const artifactKindSchema = z.enum(ARTIFACT_KINDS);
 export function assertIdentifier(value: unknown, what = "identifier"): string {
   const parsed = identifierSchema.safeParse(value);
   if (!parsed.success) {
-    throw new OatsError("invalid-artifact-reference", `invalid ${what} ${JSON.stringify(value)}: ${parsed.error.issues[0]?.message ?? "malformed"}`, {
-      [what]: value,
-    });
+    throw new OatsError(
+      "invalid-artifact-reference",
+      `invalid ${what} ${JSON.stringify(value)}: ${parsed.error.issues[0]?.message ?? "malformed"}`,
+      {
+        [what]: value,
+      },
+    );
   }
   return parsed.data;
 }
@@ -31,7 +35,12 @@ export function assertIdentifier(value: unknown, what = "identifier"): string {
 export function assertArtifactKey(kind: ArtifactKind, key: unknown): string {
   if (kind === "source") {
     if (typeof key !== "string" || !SOURCE_KEY_PATTERN.test(key)) {
-      throw new OatsError("invalid-artifact-reference", `invalid source key ${JSON.stringify(key)}: must be the 64 lowercase hex digits of the identity's oats.json.v1 digest`, { key });
+      throw new OatsError(
+        "invalid-artifact-reference",
+        `invalid source key ${JSON.stringify(key)}: must be the 64 lowercase hex ` +
+          `digits of the identity's oats.json.v1 digest`,
+        { key },
+      );
     }
     return key;
   }
@@ -41,7 +50,11 @@ export function assertArtifactKey(kind: ArtifactKind, key: unknown): string {
 export function assertArtifactKind(kind: unknown): ArtifactKind {
   const parsed = artifactKindSchema.safeParse(kind);
   if (!parsed.success) {
-    throw new OatsError("invalid-artifact-reference", `invalid artifact kind ${JSON.stringify(kind)}: expected capability, source or capture`, { kind });
+    throw new OatsError(
+      "invalid-artifact-reference",
+      `invalid artifact kind ${JSON.stringify(kind)}: expected capability, source or capture`,
+      { kind },
+    );
   }
   return parsed.data;
 }

@@ -1,11 +1,36 @@
 export { retainCapabilityArtifact, retainTree, type RetainOptions, type RetainTreeRequest } from "./retain.js";
 export { verifyRetainedCapability, verifyTree, type VerifyOptions } from "./verify.js";
-export { cleanupStaging, fsck, listRetained, listStore, type CleanupReport, type FsckOutcome, type FsckReport, type RetainedEntry, type StoreListing } from "./inventory.js";
-export { retainedCapabilityDir, retainedTreeDir, storeRoot, parseArtifactRef, type ArtifactRef } from "./store/layout.js";
+export {
+  cleanupStaging,
+  fsck,
+  listRetained,
+  listStore,
+  type CleanupReport,
+  type FsckOutcome,
+  type FsckReport,
+  type RetainedEntry,
+  type StoreListing,
+} from "./inventory.js";
+export {
+  retainedCapabilityDir,
+  retainedTreeDir,
+  storeRoot,
+  parseArtifactRef,
+  type ArtifactRef,
+} from "./store/layout.js";
 export type { ArtifactReceipt } from "./receipt.js";
 export { digestTree, type TreeDigests } from "./digest/tree.js";
 export { DEFAULT_MAX_DEPTH } from "./digest/walk.js";
-export { BLOBS_DIR, MAX_BLOB_BYTES, blobPath, parseBlobDigest, putBlob, readBlob, type PutBlobResult, type ReadBlobOptions } from "./store/blobs.js";
+export {
+  BLOBS_DIR,
+  MAX_BLOB_BYTES,
+  blobPath,
+  parseBlobDigest,
+  putBlob,
+  readBlob,
+  type PutBlobResult,
+  type ReadBlobOptions,
+} from "./store/blobs.js";
 export { canonicalJson, canonicalJsonBytes, jsonDigest, bytesDigest } from "../core/index.js";
 export {
   BYTES_V1,
@@ -27,22 +52,61 @@ export { PROVENANCE_FILE } from "./provenance.js";
 export { sourceIdentityKey, pinSourceIdentity, readSourceIdentity } from "./source-identity.js";
 export { revisionSize, formatBytes, type RevisionSize } from "./revision-size.js";
 export { adoptVerifiedTree, type VerifiedTree } from "./adopt-verified.js";
-export { type FileConsumer, type FileInfo } from "./digest/file-reader.js";
+export type { FileConsumer, FileInfo } from "./digest/file-reader.js";
 export { digestListing, type DigestOptions, FRAMINGS } from "./digest/tree.js";
 export { type FileEntry, inDirectory, type SymlinkEntry, type TreeListing, walkTree } from "./digest/walk.js";
-export { assertArtifactKey, assertArtifactKind, assertIdentifier, IDENTIFIER_MAX_LENGTH, identifierSchema, SOURCE_KEY_PATTERN } from "./ids.js";
+export {
+  assertArtifactKey,
+  assertArtifactKind,
+  assertIdentifier,
+  IDENTIFIER_MAX_LENGTH,
+  identifierSchema,
+  SOURCE_KEY_PATTERN,
+} from "./ids.js";
 export { DIGEST_VALUE_PATTERN, digestHex, parseDigestName, parseTreeIntegrity } from "./integrity.js";
 export { namesIn, stagingAbandoned } from "./inventory.js";
 export { capabilityRows, lockDocumentSchema, parseLockText } from "./oats-lock.js";
 export { settleInLanes } from "./parallel/pool.js";
-export { EMIT_EVERY_FILES, isInterrupted, noteRemoved, type ProgressEvent, type ProgressListener, type RemovedPath, throwIfAborted } from "./progress.js";
+export {
+  EMIT_EVERY_FILES,
+  isInterrupted,
+  noteRemoved,
+  type ProgressEvent,
+  type ProgressListener,
+  type RemovedPath,
+  throwIfAborted,
+} from "./progress.js";
 export { checkProvenance, expectedProvenance } from "./provenance.js";
 export { adoptCapabilityArtifact, adoptTree } from "./retain.js";
 export { checkSymlinks } from "./source-check.js";
-export { ensureStoreAt, fsyncDirectory, inspectStore, inspectStoreAt, removeCreatedStore, resolveScope } from "./store/components.js";
+export {
+  ensureStoreAt,
+  fsyncDirectory,
+  inspectStore,
+  inspectStoreAt,
+  removeCreatedStore,
+  resolveScope,
+} from "./store/components.js";
 export { faultPoint } from "./store/faults.js";
-export { entryPresent, readInPieces, readRegularFile, readRegularFileInPieces, writeNewFileDurably, writeNewFileDurablyInPieces, writeRestSync, writeStagedFile } from "./store/files.js";
-export { AGENTS_DIR, assertContained, EXTRACT_STORE, parseStagingName, RUN_COPIES_STORE, STAGING_PREFIX, stagingName } from "./store/layout.js";
+export {
+  entryPresent,
+  readInPieces,
+  readRegularFile,
+  readRegularFileInPieces,
+  writeNewFileDurably,
+  writeNewFileDurablyInPieces,
+  writeRestSync,
+  writeStagedFile,
+} from "./store/files.js";
+export {
+  AGENTS_DIR,
+  assertContained,
+  EXTRACT_STORE,
+  parseStagingName,
+  RUN_COPIES_STORE,
+  STAGING_PREFIX,
+  stagingName,
+} from "./store/layout.js";
 export { listLeases, withGcLock, withPublishLease, withPublishLeaseSync } from "./store/lease.js";
 export { ManifestRecorder } from "./store/manifest-encoding.js";
 export { firstDifference, manifestPath, readManifestBytes } from "./store/manifest.js";

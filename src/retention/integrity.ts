@@ -32,7 +32,11 @@ export type Integrity = z.infer<typeof integritySchema>;
 export function parseDigestName(input: unknown, format: DigestFormat, what: string, detailKey: string): string {
   const text = typeof input === "string" && input.startsWith(`${format}:`) ? input.slice(format.length + 1) : input;
   if (typeof text !== "string" || !DIGEST_VALUE_PATTERN.test(text)) {
-    throw new OatsError("invalid-input", `invalid ${what} ${JSON.stringify(input)}: expected sha256-<64 lowercase hex>`, { [detailKey]: input });
+    throw new OatsError(
+      "invalid-input",
+      `invalid ${what} ${JSON.stringify(input)}: expected sha256-<64 lowercase hex>`,
+      { [detailKey]: input },
+    );
   }
   return text;
 }
@@ -60,23 +64,37 @@ export function parseIntegrity(input: unknown): Integrity {
   let candidate: unknown = input;
   if (typeof input === "string") {
     const separator = input.lastIndexOf(":");
-    candidate = separator === -1 ? { format: TREE_LEGACY, value: input } : { format: input.slice(0, separator), value: input.slice(separator + 1) };
+    candidate =
+      separator === -1
+        ? { format: TREE_LEGACY, value: input }
+        : { format: input.slice(0, separator), value: input.slice(separator + 1) };
   }
   const parsed = integritySchema.safeParse(candidate);
   if (!parsed.success) {
     const issue = parsed.error.issues[0];
     const where = issue?.path.length ? `${issue.path.join(".")} ` : "";
-    throw new OatsError("invalid-artifact-reference", `invalid integrity ${JSON.stringify(input)}: ${where}${issue?.message ?? "malformed"}`, { integrity: input });
+    throw new OatsError(
+      "invalid-artifact-reference",
+      `invalid integrity ${JSON.stringify(input)}: ${where}${issue?.message ?? "malformed"}`,
+      { integrity: input },
+    );
   }
   return parsed.data;
 }
 
-export function parseTreeIntegrity(input: unknown, allowed: readonly TreeFormat[] = TREE_FORMATS): Integrity & { format: TreeFormat } {
+export function parseTreeIntegrity(
+  input: unknown,
+  allowed: readonly TreeFormat[] = TREE_FORMATS,
+): Integrity & { format: TreeFormat } {
   const integrity = parseIntegrity(input);
   if (!(allowed as readonly string[]).includes(integrity.format)) {
-    throw new OatsError("invalid-artifact-reference", `integrity format ${integrity.format} cannot name this tree (expected ${allowed.join(" or ")})`, {
-      integrity: integrityText(integrity),
-    });
+    throw new OatsError(
+      "invalid-artifact-reference",
+      `integrity format ${integrity.format} cannot name this tree (expected ${allowed.join(" or ")})`,
+      {
+        integrity: integrityText(integrity),
+      },
+    );
   }
   return integrity as Integrity & { format: TreeFormat };
 }

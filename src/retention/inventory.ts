@@ -4,7 +4,15 @@ import { OatsError, errnoCode } from "../core/index.js";
 import { ARTIFACT_KINDS, IDENTIFIER_PATTERN, SOURCE_KEY_PATTERN, type ArtifactKind } from "./ids.js";
 import { TREE_EXEC, TREE_LEGACY, type Integrity } from "./integrity.js";
 import { inspectStore, inspectStoreAt, resolveScope } from "./store/components.js";
-import { EXEC_REVISIONS_DIR, EXTRACT_STORE, FILE_STORES, RUN_COPIES_STORE, STAGING_PREFIX, hostTag, parseStagingName } from "./store/layout.js";
+import {
+  EXEC_REVISIONS_DIR,
+  EXTRACT_STORE,
+  FILE_STORES,
+  RUN_COPIES_STORE,
+  STAGING_PREFIX,
+  hostTag,
+  parseStagingName,
+} from "./store/layout.js";
 import { isManifestName } from "./store/manifest.js";
 import { removeTree } from "./store/staging-writer.js";
 import { verifyTrees } from "./verify-many.js";
@@ -54,7 +62,14 @@ function existsAsDirectory(path: string): boolean {
   }
 }
 
-function scanRevisions(parent: string, kind: ArtifactKind, key: string, format: Integrity["format"], out: StoreListing, allowExecDir: boolean): void {
+function scanRevisions(
+  parent: string,
+  kind: ArtifactKind,
+  key: string,
+  format: Integrity["format"],
+  out: StoreListing,
+  allowExecDir: boolean,
+): void {
   for (const name of namesIn(parent)) {
     const path = join(parent, name);
     if (name.startsWith(STAGING_PREFIX)) {
@@ -64,7 +79,6 @@ function scanRevisions(parent: string, kind: ArtifactKind, key: string, format: 
       if (revision === undefined) out.unexpected.push(path);
       else if (!existsAsDirectory(join(parent, revision))) out.orphanManifests.push(path);
     } else if (name.startsWith(".lock-")) {
-      continue;
     } else if (allowExecDir && name === EXEC_REVISIONS_DIR && isRealDirectory(path)) {
       scanRevisions(path, kind, key, TREE_EXEC, out, false);
     } else if (REVISION_NAME.test(name) && isRealDirectory(path)) {
@@ -138,10 +152,17 @@ export interface FsckReport {
 }
 
 /** Verify every revision; report, never repair. */
-export async function fsck(scope: string, options: { onArtifact?: (done: number, total: number) => void } = {}): Promise<FsckReport> {
+export async function fsck(
+  scope: string,
+  options: { onArtifact?: (done: number, total: number) => void } = {},
+): Promise<FsckReport> {
   const listing = listStore(scope);
   // On every core; outcomes in store order, as a one-by-one loop would report them.
-  const settled = await verifyTrees(scope, listing.revisions, options.onArtifact ? { onVerified: options.onArtifact } : {});
+  const settled = await verifyTrees(
+    scope,
+    listing.revisions,
+    options.onArtifact ? { onVerified: options.onArtifact } : {},
+  );
   const outcomes: FsckOutcome[] = [];
   for (const [index, entry] of listing.revisions.entries()) {
     const outcome = settled[index]!;
@@ -154,7 +175,15 @@ export async function fsck(scope: string, options: { onArtifact?: (done: number,
     outcomes.push({ ...entry, ok: false, error: error.toJSON() });
   }
   const ok = outcomes.filter((outcome) => outcome.ok).length;
-  return { checked: outcomes.length, ok, damaged: outcomes.length - ok, outcomes, staging: listing.staging, unexpected: listing.unexpected, orphanManifests: listing.orphanManifests };
+  return {
+    checked: outcomes.length,
+    ok,
+    damaged: outcomes.length - ok,
+    outcomes,
+    staging: listing.staging,
+    unexpected: listing.unexpected,
+    orphanManifests: listing.orphanManifests,
+  };
 }
 
 export interface CleanupReport {
@@ -182,7 +211,9 @@ function publisherAlive(pid: number): boolean {
 export function stagingAbandoned(path: string): boolean {
   const owner = parseStagingName(path.slice(path.lastIndexOf("/") + 1));
   if (!owner) return false;
-  return owner.host === hostTag() ? !publisherAlive(owner.pid) : Date.now() - statSync(path).mtimeMs > FOREIGN_HOST_GRACE_MS;
+  return owner.host === hostTag()
+    ? !publisherAlive(owner.pid)
+    : Date.now() - statSync(path).mtimeMs > FOREIGN_HOST_GRACE_MS;
 }
 
 /**

@@ -14,13 +14,18 @@ const identifier = z.string().max(IDENTIFIER_MAX_LENGTH).regex(IDENTIFIER_PATTER
 const legacyIntegrity = z.string().regex(/^sha256-[0-9a-f]{64}$/, "must be a full sha256-<64 lowercase hex>");
 /** Upstream writes the string `local` for a `path:` source, which has no commit. */
 export const LOCAL_COMMIT = "local";
-const commit = z.union([z.string().regex(/^[0-9a-f]{40}$/, "must be a full 40-hex commit"), z.literal(LOCAL_COMMIT)], { error: `must be a full 40-hex commit or "${LOCAL_COMMIT}"` });
+const commit = z.union([z.string().regex(/^[0-9a-f]{40}$/, "must be a full 40-hex commit"), z.literal(LOCAL_COMMIT)], {
+  error: `must be a full 40-hex commit or "${LOCAL_COMMIT}"`,
+});
 /** `.` for the source root, else a canonical relative path (no `.`, `..` or empty segments). */
 const relativePath = z
   .string()
   .min(1)
   .refine(
-    (path) => path === "." || (!path.startsWith("/") && !path.split("/").some((segment) => segment === ".." || segment === "." || segment === "")),
+    (path) =>
+      path === "." ||
+      (!path.startsWith("/") &&
+        !path.split("/").some((segment) => segment === ".." || segment === "." || segment === "")),
     "must be . or a canonical relative path without '.', '..' or empty segments",
   );
 
@@ -32,8 +37,15 @@ const relativePath = z
  * of a lock source (it belongs to source identities, not locks).
  */
 export const packageSourceSchema = z.union([
-  z.string().regex(/^git:(https?|ssh|git|file):\/\/[^\s@#]+(@[^\s@#]+)?$|^git:[a-z0-9._-]+@[^\s:#]+:[^\s@#]+(@[^\s@#]+)?$/i, "git source must be git:<url>[@<ref>]"),
-  z.string().regex(/^catalog:[a-z0-9][a-z0-9._-]*(@[^\s@#]+)?$/, "catalog source must be catalog:<package-id>[@<selector>]"),
+  z
+    .string()
+    .regex(
+      /^git:(https?|ssh|git|file):\/\/[^\s@#]+(@[^\s@#]+)?$|^git:[a-z0-9._-]+@[^\s:#]+:[^\s@#]+(@[^\s@#]+)?$/i,
+      "git source must be git:<url>[@<ref>]",
+    ),
+  z
+    .string()
+    .regex(/^catalog:[a-z0-9][a-z0-9._-]*(@[^\s@#]+)?$/, "catalog source must be catalog:<package-id>[@<selector>]"),
   z.string().regex(/^path:\/[^\0]*$/, "path source must be path:<absolute directory>"),
   z.string().regex(/^npm:(@[a-z0-9._-]+\/)?[a-z0-9._-]+@[^\s@]+$/, "npm source must be npm:<name>@<version>"),
 ]);
@@ -48,7 +60,10 @@ export const packageRowSchema = z
     dependencies: z.array(identifier).optional(),
   })
   .strict()
-  .refine((row) => row.commit !== LOCAL_COMMIT || row.source.startsWith("path:"), { message: `commit "${LOCAL_COMMIT}" belongs to a path: source only`, path: ["commit"] });
+  .refine((row) => row.commit !== LOCAL_COMMIT || row.source.startsWith("path:"), {
+    message: `commit "${LOCAL_COMMIT}" belongs to a path: source only`,
+    path: ["commit"],
+  });
 
 export const capabilityRowSchema = z
   .object({
@@ -66,13 +81,20 @@ export type CapabilityRow = z.infer<typeof capabilityRowSchema>;
 /** A plain object's own entries as a validated Map (zod's record would drop a `__proto__` key). */
 function rowsOf<T extends z.ZodType>(row: T) {
   return z
-    .custom<Record<string, unknown>>((value) => typeof value === "object" && value !== null && !Array.isArray(value), "must be an object")
+    .custom<Record<string, unknown>>(
+      (value) => typeof value === "object" && value !== null && !Array.isArray(value),
+      "must be an object",
+    )
     .transform((object, context) => {
       const rows = new Map<string, z.infer<T>>();
       for (const key of Object.keys(object)) {
         const id = identifier.safeParse(key);
         if (!id.success) {
-          context.addIssue({ code: "custom", path: [key], message: `invalid id ${JSON.stringify(key)}: ${id.error.issues[0]?.message}` });
+          context.addIssue({
+            code: "custom",
+            path: [key],
+            message: `invalid id ${JSON.stringify(key)}: ${id.error.issues[0]?.message}`,
+          });
           continue;
         }
         const parsed = row.safeParse(object[key]);
@@ -120,12 +142,20 @@ export function parseLock(input: unknown, origin = "lock"): OatsLock {
   if (!parsed.success) {
     const issue = parsed.error.issues[0];
     const where = issue?.path.length ? issue.path.join(".") : "(root)";
-    throw new OatsError("invalid-lock", `${origin}: ${where}: ${issue?.message ?? "malformed"}`, { lock: origin, path: issue?.path ?? [], issues: parsed.error.issues.length });
+    throw new OatsError("invalid-lock", `${origin}: ${where}: ${issue?.message ?? "malformed"}`, {
+      lock: origin,
+      path: issue?.path ?? [],
+      issues: parsed.error.issues.length,
+    });
   }
   const lock = parsed.data;
   for (const [id, row] of lock.capabilities) {
     if (!lock.packages.has(row.package)) {
-      throw new OatsError("invalid-lock", `${origin}: capabilities.${id}: package row ${JSON.stringify(row.package)} is missing`, { lock: origin, capability: id, package: row.package });
+      throw new OatsError(
+        "invalid-lock",
+        `${origin}: capabilities.${id}: package row ${JSON.stringify(row.package)} is missing`,
+        { lock: origin, capability: id, package: row.package },
+      );
     }
   }
   return lock;
@@ -140,12 +170,16 @@ export function readLockFile(path: string): OatsLock {
   try {
     text = readFileSync(path, "utf8");
   } catch (error) {
-    throw new OatsError("invalid-lock", `cannot read lock file ${path}: ${errnoCode(error) ?? String(error)}`, { lock: path, errno: errnoCode(error) });
+    throw new OatsError("invalid-lock", `cannot read lock file ${path}: ${errnoCode(error) ?? String(error)}`, {
+      lock: path,
+      errno: errnoCode(error),
+    });
   }
   return parseLockText(text, path);
 }
 
-/** A lock file's text: JSON with no duplicate keys and bounded nesting (`invalid-lock`, reason `duplicate-key` / `too-deep`), then the v2 schema. */
+/** A lock file's text: JSON with no duplicate keys and bounded nesting (`invalid-lock`, reason `duplicate-key` /
+ * `too-deep`), then the v2 schema. */
 export function parseLockText(text: string, path: string): OatsLock {
   const json = parseJsonText(text, OPERATOR_MAX_DEPTH, (reason, message, details) =>
     reason === "syntax"
@@ -155,9 +189,13 @@ export function parseLockText(text: string, path: string): OatsLock {
   return parseLock(json, path);
 }
 
-export function capabilityRows(lock: OatsLock, capabilityId: string): { capability: CapabilityRow; packageId: string; package: PackageRow } {
+export function capabilityRows(
+  lock: OatsLock,
+  capabilityId: string,
+): { capability: CapabilityRow; packageId: string; package: PackageRow } {
   const capability = lock.capabilities.get(capabilityId);
-  if (!capability) throw new OatsError("invalid-lock", `lock has no capability row for ${capabilityId}`, { capability: capabilityId });
+  if (!capability)
+    throw new OatsError("invalid-lock", `lock has no capability row for ${capabilityId}`, { capability: capabilityId });
   // parseLock guarantees the package row exists.
   return { capability, packageId: capability.package, package: lock.packages.get(capability.package)! };
 }

@@ -29,7 +29,10 @@ const provenanceSchema = z
 
 export type Provenance = z.infer<typeof provenanceSchema>;
 
-export function expectedProvenance(capabilityId: string, rows: { capability: CapabilityRow; packageId: string; package: PackageRow }): Provenance {
+export function expectedProvenance(
+  capabilityId: string,
+  rows: { capability: CapabilityRow; packageId: string; package: PackageRow },
+): Provenance {
   return {
     schemaVersion: 1,
     capability: capabilityId,
@@ -47,7 +50,11 @@ export function expectedProvenance(capabilityId: string, rows: { capability: Cap
 export function checkProvenance(treeDir: string, expected: Provenance): void {
   const path = join(treeDir, PROVENANCE_FILE);
   const refuse = (message: string, details: Record<string, unknown>) =>
-    new OatsError("provenance-mismatch", `capability ${expected.capability}: ${message}`, { capability: expected.capability, file: PROVENANCE_FILE, ...details });
+    new OatsError("provenance-mismatch", `capability ${expected.capability}: ${message}`, {
+      capability: expected.capability,
+      file: PROVENANCE_FILE,
+      ...details,
+    });
   let text: string;
   try {
     text = readFileSync(path, "utf8");
@@ -55,18 +62,33 @@ export function checkProvenance(treeDir: string, expected: Provenance): void {
     throw refuse(`${PROVENANCE_FILE} is missing or unreadable`, { errno: errnoCode(error) });
   }
   const json = parseJsonText(text, OPERATOR_MAX_DEPTH, (reason, message, details) =>
-    reason === "syntax" ? refuse(`${PROVENANCE_FILE} is not JSON`, {}) : refuse(`${PROVENANCE_FILE}: ${message}`, { reason, ...details }),
+    reason === "syntax"
+      ? refuse(`${PROVENANCE_FILE} is not JSON`, {})
+      : refuse(`${PROVENANCE_FILE}: ${message}`, { reason, ...details }),
   );
   const parsed = provenanceSchema.safeParse(json);
-  if (!parsed.success) throw refuse(`${PROVENANCE_FILE} is malformed: ${parsed.error.issues[0]?.path.join(".")} ${parsed.error.issues[0]?.message}`, {});
-  const actual = { ...parsed.data, commit: parsed.data.commit ?? null, packagePath: parsed.data.packagePath ?? null, capabilityPath: parsed.data.capabilityPath ?? null };
+  if (!parsed.success)
+    throw refuse(
+      `${PROVENANCE_FILE} is malformed: ${parsed.error.issues[0]?.path.join(".")} ${parsed.error.issues[0]?.message}`,
+      {},
+    );
+  const actual = {
+    ...parsed.data,
+    commit: parsed.data.commit ?? null,
+    packagePath: parsed.data.packagePath ?? null,
+    capabilityPath: parsed.data.capabilityPath ?? null,
+  };
   for (const field of Object.keys(expected) as (keyof Provenance)[]) {
     if (actual[field] !== expected[field]) {
-      throw refuse(`provenance field ${field} is ${JSON.stringify(actual[field])}, the lock says ${JSON.stringify(expected[field])}`, {
-        field,
-        expected: expected[field],
-        actual: actual[field],
-      });
+      throw refuse(
+        `provenance field ${field} is ${JSON.stringify(actual[field])}, the lock ` +
+          `says ${JSON.stringify(expected[field])}`,
+        {
+          field,
+          expected: expected[field],
+          actual: actual[field],
+        },
+      );
     }
   }
 }

@@ -8,14 +8,52 @@ export { bytesDigest, canonicalJson, canonicalJsonBytes, jsonDigest } from "../c
 export { type TreeDigests, digestTree } from "./digest/tree.js";
 export { DEFAULT_MAX_DEPTH } from "./digest/walk.js";
 export { ARTIFACT_KINDS, type ArtifactKind, IDENTIFIER_PATTERN } from "./ids.js";
-export { BYTES_V1, DIGEST_FORMATS, type DigestFormat, type Integrity, JSON_V1, PACKAGE_PAYLOAD_EXEC, TREE_EXEC, TREE_FORMATS, TREE_LEGACY, type TreeFormat, integrityText, parseIntegrity } from "./integrity.js";
-export { type CleanupReport, type FsckOutcome, type FsckReport, type RetainedEntry, type StoreListing, cleanupStaging, fsck, listRetained, listStore } from "./inventory.js";
+export {
+  BYTES_V1,
+  DIGEST_FORMATS,
+  type DigestFormat,
+  type Integrity,
+  JSON_V1,
+  PACKAGE_PAYLOAD_EXEC,
+  TREE_EXEC,
+  TREE_FORMATS,
+  TREE_LEGACY,
+  type TreeFormat,
+  integrityText,
+  parseIntegrity,
+} from "./integrity.js";
+export {
+  type CleanupReport,
+  type FsckOutcome,
+  type FsckReport,
+  type RetainedEntry,
+  type StoreListing,
+  cleanupStaging,
+  fsck,
+  listRetained,
+  listStore,
+} from "./inventory.js";
 export { type CapabilityRow, type OatsLock, type PackageRow, parseLock, readLockFile } from "./oats-lock.js";
 export { PROVENANCE_FILE } from "./provenance.js";
-export { type ArtifactReceipt } from "./receipt.js";
+export type { ArtifactReceipt } from "./receipt.js";
 export { type RetainOptions, type RetainTreeRequest, retainCapabilityArtifact, retainTree } from "./retain.js";
 export { type RevisionSize, formatBytes, revisionSize } from "./revision-size.js";
 export { pinSourceIdentity, readSourceIdentity, sourceIdentityKey } from "./source-identity.js";
-export { BLOBS_DIR, MAX_BLOB_BYTES, type PutBlobResult, type ReadBlobOptions, blobPath, parseBlobDigest, putBlob, readBlob } from "./store/blobs.js";
-export { type ArtifactRef, parseArtifactRef, retainedCapabilityDir, retainedTreeDir, storeRoot } from "./store/layout.js";
+export {
+  BLOBS_DIR,
+  MAX_BLOB_BYTES,
+  type PutBlobResult,
+  type ReadBlobOptions,
+  blobPath,
+  parseBlobDigest,
+  putBlob,
+  readBlob,
+} from "./store/blobs.js";
+export {
+  type ArtifactRef,
+  parseArtifactRef,
+  retainedCapabilityDir,
+  retainedTreeDir,
+  storeRoot,
+} from "./store/layout.js";
 export { type VerifyOptions, verifyRetainedCapability, verifyTree } from "./verify.js";

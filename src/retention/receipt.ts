@@ -14,7 +14,14 @@ export interface ArtifactReceipt {
   readonly status: "retained" | "kept" | "verified";
 }
 
-export function receipt(kind: ArtifactKind, key: string, nameFormat: TreeFormat, digests: TreeDigests, dir: string, status: ArtifactReceipt["status"]): ArtifactReceipt {
+export function receipt(
+  kind: ArtifactKind,
+  key: string,
+  nameFormat: TreeFormat,
+  digests: TreeDigests,
+  dir: string,
+  status: ArtifactReceipt["status"],
+): ArtifactReceipt {
   return {
     kind,
     key,

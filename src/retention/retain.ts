@@ -32,14 +32,29 @@ async function sourceRoot(dir: string): Promise<string> {
   try {
     resolved = await realpath(dir);
   } catch (error) {
-    throw new OatsError("invalid-input", `source does not exist: ${dir}`, { source: dir, errno: errnoCode(error), reason: "source-missing" });
+    throw new OatsError("invalid-input", `source does not exist: ${dir}`, {
+      source: dir,
+      errno: errnoCode(error),
+      reason: "source-missing",
+    });
   }
-  if (!(await lstat(resolved)).isDirectory()) throw new OatsError("invalid-input", `source is not a directory: ${dir}`, { source: dir, reason: "source-not-a-directory" });
+  if (!(await lstat(resolved)).isDirectory())
+    throw new OatsError("invalid-input", `source is not a directory: ${dir}`, {
+      source: dir,
+      reason: "source-not-a-directory",
+    });
   return resolved;
 }
 
 /** Everything a source must pass before the store is touched. */
-async function checkedSource(scope: string, kind: ArtifactKind, key: string, source: string, segments: string[], maxDepth: number | undefined) {
+async function checkedSource(
+  scope: string,
+  kind: ArtifactKind,
+  _key: string,
+  source: string,
+  segments: string[],
+  maxDepth: number | undefined,
+) {
   inspectStore(scope, kind, segments);
   const root = await sourceRoot(source);
   await checkSourceOutsideStore(root, [storeRoot(scope, kind), join(storeRoot(scope, kind), ...segments)]);
@@ -58,7 +73,8 @@ type Transfer = "copy" | "adopt";
 
 const publishers = { copy: publishTree, adopt: publishAdopted } as const;
 
-const depth = (options: RetainOptions): { maxDepth?: number } => (options.maxDepth === undefined ? {} : { maxDepth: options.maxDepth });
+const depth = (options: RetainOptions): { maxDepth?: number } =>
+  options.maxDepth === undefined ? {} : { maxDepth: options.maxDepth };
 
 /**
  * Retain a materialized capability under the revision its lock row names
@@ -66,7 +82,13 @@ const depth = (options: RetainOptions): { maxDepth?: number } => (options.maxDep
  * against that integrity and its `.oats-installation.json` against the
  * lock's package and capability rows.
  */
-export function retainCapabilityArtifact(scope: string, sourceDir: string, capabilityId: string, lock: unknown, options: RetainOptions = {}): Promise<ArtifactReceipt> {
+export function retainCapabilityArtifact(
+  scope: string,
+  sourceDir: string,
+  capabilityId: string,
+  lock: unknown,
+  options: RetainOptions = {},
+): Promise<ArtifactReceipt> {
   return withPublishLease(scope, () => capabilityArtifact("copy", scope, sourceDir, capabilityId, lock, options));
 }
 
@@ -78,11 +100,24 @@ export function retainCapabilityArtifact(scope: string, sourceDir: string, capab
  * success the directory is gone; otherwise whatever is left is the caller's
  * to remove.
  */
-export function adoptCapabilityArtifact(scope: string, extractedDir: string, capabilityId: string, lock: unknown, options: RetainOptions = {}): Promise<ArtifactReceipt> {
+export function adoptCapabilityArtifact(
+  scope: string,
+  extractedDir: string,
+  capabilityId: string,
+  lock: unknown,
+  options: RetainOptions = {},
+): Promise<ArtifactReceipt> {
   return withPublishLease(scope, () => capabilityArtifact("adopt", scope, extractedDir, capabilityId, lock, options));
 }
 
-async function capabilityArtifact(transfer: Transfer, scope: string, sourceDir: string, capabilityId: string, lock: unknown, options: RetainOptions): Promise<ArtifactReceipt> {
+async function capabilityArtifact(
+  transfer: Transfer,
+  scope: string,
+  sourceDir: string,
+  capabilityId: string,
+  lock: unknown,
+  options: RetainOptions,
+): Promise<ArtifactReceipt> {
   const id = assertIdentifier(capabilityId, "capability id");
   const parsedLock = parseLock(lock);
   const rows = capabilityRows(parsedLock, id);
@@ -91,9 +126,27 @@ async function capabilityArtifact(transfer: Transfer, scope: string, sourceDir: 
   const realScope = resolveScope(scope);
   const formats = [TREE_LEGACY, TREE_EXEC] as const;
   // The stored revision's read starts before the source's walk (store/kept-early.ts).
-  const early = startEarlyCheck({ scope: realScope, kind: "capability", key: id, nameFormat: TREE_LEGACY, formats, expected: expected.value, ...depth(options) });
+  const early = startEarlyCheck({
+    scope: realScope,
+    kind: "capability",
+    key: id,
+    nameFormat: TREE_LEGACY,
+    formats,
+    expected: expected.value,
+    ...depth(options),
+  });
   try {
-    return await capabilityPublished(transfer, realScope, sourceDir, id, expected.value, provenance, formats, early, options);
+    return await capabilityPublished(
+      transfer,
+      realScope,
+      sourceDir,
+      id,
+      expected.value,
+      provenance,
+      formats,
+      early,
+      options,
+    );
   } finally {
     await early?.release();
   }
@@ -110,7 +163,14 @@ async function capabilityPublished(
   early: EarlyCheck | null,
   options: RetainOptions,
 ): Promise<ArtifactReceipt> {
-  const listing = await checkedSource(realScope, "capability", id, sourceDir, revisionParentSegments(id, TREE_LEGACY), options.maxDepth);
+  const listing = await checkedSource(
+    realScope,
+    "capability",
+    id,
+    sourceDir,
+    revisionParentSegments(id, TREE_LEGACY),
+    options.maxDepth,
+  );
   throwIfAborted(options.signal);
   const checkStaged = (dir: string) => checkProvenance(dir, provenance);
   const published = await publishers[transfer]({
@@ -142,22 +202,46 @@ export interface RetainTreeRequest {
 }
 
 /** Retain any tree under `<key>/tree-exec-v1/sha256-<hex>/`. */
-export function retainTree(scope: string, request: RetainTreeRequest, options: RetainOptions = {}): Promise<ArtifactReceipt> {
+export function retainTree(
+  scope: string,
+  request: RetainTreeRequest,
+  options: RetainOptions = {},
+): Promise<ArtifactReceipt> {
   return withPublishLease(scope, () => tree("copy", scope, request, options));
 }
 
 /** retainTree of a tree the caller wrote for it, moved rather than copied (as adoptCapabilityArtifact). */
-export function adoptTree(scope: string, request: RetainTreeRequest, options: RetainOptions = {}): Promise<ArtifactReceipt> {
+export function adoptTree(
+  scope: string,
+  request: RetainTreeRequest,
+  options: RetainOptions = {},
+): Promise<ArtifactReceipt> {
   return withPublishLease(scope, () => tree("adopt", scope, request, options));
 }
 
-async function tree(transfer: Transfer, scope: string, request: RetainTreeRequest, options: RetainOptions): Promise<ArtifactReceipt> {
+async function tree(
+  transfer: Transfer,
+  scope: string,
+  request: RetainTreeRequest,
+  options: RetainOptions,
+): Promise<ArtifactReceipt> {
   const kind = assertArtifactKind(request.kind);
   const key = assertArtifactKey(kind, request.key);
   const expected = request.expect === undefined ? undefined : parseTreeIntegrity(request.expect, [TREE_EXEC]);
   const realScope = resolveScope(scope);
   // An adoption without an expected digest is never kept without its copy (publishAdopted): nothing to start early.
-  const early = transfer === "copy" || expected ? startEarlyCheck({ scope: realScope, kind, key, nameFormat: TREE_EXEC, formats: [TREE_EXEC], ...(expected ? { expected: expected.value } : {}), ...depth(options) }) : null;
+  const early =
+    transfer === "copy" || expected
+      ? startEarlyCheck({
+          scope: realScope,
+          kind,
+          key,
+          nameFormat: TREE_EXEC,
+          formats: [TREE_EXEC],
+          ...(expected ? { expected: expected.value } : {}),
+          ...depth(options),
+        })
+      : null;
   try {
     return await treePublished(transfer, realScope, kind, key, request.source, expected?.value, early, options);
   } finally {
@@ -175,7 +259,14 @@ async function treePublished(
   early: EarlyCheck | null,
   options: RetainOptions,
 ): Promise<ArtifactReceipt> {
-  const listing = await checkedSource(realScope, kind, key, source, revisionParentSegments(key, TREE_EXEC), options.maxDepth);
+  const listing = await checkedSource(
+    realScope,
+    kind,
+    key,
+    source,
+    revisionParentSegments(key, TREE_EXEC),
+    options.maxDepth,
+  );
   throwIfAborted(options.signal);
   const published = await publishers[transfer]({
     scope: realScope,

@@ -18,14 +18,21 @@ export async function checkSymlinks(root: string, listing: TreeListing): Promise
   for (const leaf of listing.leaves) {
     if (leaf.type !== "symlink") continue;
     const details = { path: leaf.path, target: leaf.target };
-    // Not contained even when it points back into the tree: the tree's meaning would depend on where it sits (upstream agrees).
+    // Not contained even when it points back into the tree: the tree's meaning would depend on where it sits
+    // (upstream agrees).
     if (isAbsolute(leaf.target)) {
-      throw new OatsError("artifact-not-contained", `absolute symlink refused: ${leaf.path} -> ${leaf.target}`, { ...details, reason: "absolute-symlink" });
+      throw new OatsError("artifact-not-contained", `absolute symlink refused: ${leaf.path} -> ${leaf.target}`, {
+        ...details,
+        reason: "absolute-symlink",
+      });
     }
     // Lexically first: the link text itself must not climb out of the tree.
     const lexical = posix.normalize(posix.join(posix.dirname(leaf.path), leaf.target));
     if (lexical === ".." || lexical.startsWith("../")) {
-      throw new OatsError("artifact-not-contained", `symlink escapes the tree: ${leaf.path} -> ${leaf.target}`, { ...details, reason: "escaping-symlink" });
+      throw new OatsError("artifact-not-contained", `symlink escapes the tree: ${leaf.path} -> ${leaf.target}`, {
+        ...details,
+        reason: "escaping-symlink",
+      });
     }
     // Then for real: the whole chain must resolve, and inside the tree.
     let resolved: string;
@@ -34,10 +41,18 @@ export async function checkSymlinks(root: string, listing: TreeListing): Promise
     } catch (error) {
       const code = errnoCode(error);
       const reason = code === "ELOOP" ? "symlink-loop" : "broken-symlink";
-      throw new OatsError("invalid-artifact", `${code === "ELOOP" ? "symlink loop" : "broken symlink"}: ${leaf.path} -> ${leaf.target}`, { ...details, reason, errno: code });
+      throw new OatsError(
+        "invalid-artifact",
+        `${code === "ELOOP" ? "symlink loop" : "broken symlink"}: ${leaf.path} -> ${leaf.target}`,
+        { ...details, reason, errno: code },
+      );
     }
     if (!inside(root, resolved)) {
-      throw new OatsError("artifact-not-contained", `symlink resolves outside the tree: ${leaf.path} -> ${leaf.target}`, { ...details, resolved, reason: "escaping-symlink" });
+      throw new OatsError(
+        "artifact-not-contained",
+        `symlink resolves outside the tree: ${leaf.path} -> ${leaf.target}`,
+        { ...details, resolved, reason: "escaping-symlink" },
+      );
     }
   }
 }
@@ -48,11 +63,15 @@ export async function checkSourceOutsideStore(sourceRoot: string, storePaths: re
     // The store may not exist yet: resolve its nearest existing ancestor and re-append the rest.
     const target = await realpathOfPossiblyMissing(storePath);
     if (inside(sourceRoot, target)) {
-      throw new OatsError("invalid-input", `source ${sourceRoot} contains the store ${target}: retaining it would copy the store into itself`, {
-        source: sourceRoot,
-        store: target,
-        reason: "source-contains-store",
-      });
+      throw new OatsError(
+        "invalid-input",
+        `source ${sourceRoot} contains the store ${target}: retaining it would copy the store into itself`,
+        {
+          source: sourceRoot,
+          store: target,
+          reason: "source-contains-store",
+        },
+      );
     }
   }
 }

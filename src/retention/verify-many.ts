@@ -18,14 +18,28 @@ export function verifyTrees(
   options: VerifyOptions & { onVerified?: (done: number, total: number) => void; callerBusy?: boolean } = {},
 ): Promise<Settled<ArtifactReceipt>[]> {
   const { onVerified, callerBusy, ...verify } = options;
-  return settleInLanes(refs, (ref, measure) => verifyTreeWith(scope, ref, measure ? { ...(verify.maxDepth === undefined ? {} : { maxDepth: verify.maxDepth }) } : verify, measure), { ...(onVerified ? { onSettled: onVerified } : {}), ...(callerBusy ? { callerBusy } : {}) });
+  return settleInLanes(
+    refs,
+    (ref, measure) =>
+      verifyTreeWith(
+        scope,
+        ref,
+        measure ? { ...(verify.maxDepth === undefined ? {} : { maxDepth: verify.maxDepth }) } : verify,
+        measure,
+      ),
+    { ...(onVerified ? { onSettled: onVerified } : {}), ...(callerBusy ? { callerBusy } : {}) },
+  );
 }
 
 /**
  * Verify every ref, or refuse with the refusal a sequential loop would have
  * met first: the earliest failure in the order given.
  */
-export async function verifyAllTrees(scope: string, refs: readonly Ref[], options: VerifyOptions = {}): Promise<ArtifactReceipt[]> {
+export async function verifyAllTrees(
+  scope: string,
+  refs: readonly Ref[],
+  options: VerifyOptions = {},
+): Promise<ArtifactReceipt[]> {
   const outcomes = await verifyTrees(scope, refs, options);
   return outcomes.map((outcome) => {
     if (!outcome.ok) throw outcome.error;

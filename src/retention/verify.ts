@@ -23,32 +23,62 @@ export interface VerifyOptions {
 }
 
 /** Verify any retained tree named by `{kind, key, integrity}`. */
-export function verifyTree(scope: string, ref: { kind?: unknown; key: unknown; integrity: unknown }, options: VerifyOptions = {}): Promise<ArtifactReceipt> {
+export function verifyTree(
+  scope: string,
+  ref: { kind?: unknown; key: unknown; integrity: unknown },
+  options: VerifyOptions = {},
+): Promise<ArtifactReceipt> {
   return verifyTreeWith(scope, ref, options);
 }
 
 /** verifyTree with the walk and hash run by `measure` (a worker lane of parallel/pool.ts); verifyTrees uses it. */
-export async function verifyTreeWith(scope: string, ref: { kind?: unknown; key: unknown; integrity: unknown }, options: VerifyOptions, measure?: Measure): Promise<ArtifactReceipt> {
+export async function verifyTreeWith(
+  scope: string,
+  ref: { kind?: unknown; key: unknown; integrity: unknown },
+  options: VerifyOptions,
+  measure?: Measure,
+): Promise<ArtifactReceipt> {
   const parsed = parseArtifactRef(ref);
   const realScope = resolveScope(scope);
   const segments = revisionParentSegments(parsed.key, parsed.integrity.format as typeof TREE_LEGACY | typeof TREE_EXEC);
   const dir = retainedTreeDir(realScope, parsed);
   if (!inspectStore(realScope, parsed.kind, segments).complete) {
-    throw new OatsError("artifact-not-found", `${parsed.kind} ${parsed.key} has no retained revision ${parsed.integrity.format}:${parsed.integrity.value}`, {
-      kind: parsed.kind,
-      key: parsed.key,
-      expected: parsed.integrity.value,
-      dir,
-    });
+    throw new OatsError(
+      "artifact-not-found",
+      `${parsed.kind} ${parsed.key} has no retained revision ${parsed.integrity.format}:${parsed.integrity.value}`,
+      {
+        kind: parsed.kind,
+        key: parsed.key,
+        expected: parsed.integrity.value,
+        dir,
+      },
+    );
   }
   const nameFormat = parsed.integrity.format === TREE_LEGACY ? TREE_LEGACY : TREE_EXEC;
-  const formats = nameFormat === TREE_LEGACY ? [TREE_LEGACY, TREE_EXEC] as const : [TREE_EXEC] as const;
-  const digests = await verifyRevision({ kind: parsed.kind, key: parsed.key, nameFormat, formats, ...(options.onProgress ? { onProgress: options.onProgress } : {}), ...(options.maxDepth === undefined ? {} : { maxDepth: options.maxDepth }) }, dir, parsed.integrity.value, measure);
+  const formats = nameFormat === TREE_LEGACY ? ([TREE_LEGACY, TREE_EXEC] as const) : ([TREE_EXEC] as const);
+  const digests = await verifyRevision(
+    {
+      kind: parsed.kind,
+      key: parsed.key,
+      nameFormat,
+      formats,
+      ...(options.onProgress ? { onProgress: options.onProgress } : {}),
+      ...(options.maxDepth === undefined ? {} : { maxDepth: options.maxDepth }),
+    },
+    dir,
+    parsed.integrity.value,
+    measure,
+  );
   return receipt(parsed.kind, parsed.key, nameFormat, digests, dir, "verified");
 }
 
 /** Verify the capability revision a lock names, and its provenance against the lock's rows. */
-export async function verifyRetainedCapability(scope: string, capabilityId: string, lock: unknown, options: VerifyOptions = {}): Promise<ArtifactReceipt> {
+export async function verifyRetainedCapability(
+  scope: string,
+  capabilityId: string,
+  lock: unknown,
+  options: VerifyOptions = {},
+): Promise<ArtifactReceipt> {
   const id = assertIdentifier(capabilityId, "capability id");
   const rows = capabilityRows(parseLock(lock), id);
   const integrity = parseTreeIntegrity(rows.capability.integrity, [TREE_LEGACY]);

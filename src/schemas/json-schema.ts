@@ -16,7 +16,14 @@ import { lockDocumentSchema } from "../retention/index.js";
  * nothing is silently widened to `{}`.
  */
 
-export const SCHEMA_NAMES = ["plan", "capture-spec", "capture-profile", "classification-config", "lock", "resolution"] as const;
+export const SCHEMA_NAMES = [
+  "plan",
+  "capture-spec",
+  "capture-profile",
+  "classification-config",
+  "lock",
+  "resolution",
+] as const;
 export type SchemaName = (typeof SCHEMA_NAMES)[number];
 
 interface SchemaSource {
@@ -32,45 +39,85 @@ const SOURCES: Record<SchemaName, SchemaSource> = {
   plan: {
     schema: planSchema,
     title: "oats plan, schemaVersion 1",
-    description: "What `oats prepare <plan>` resolves into an instance record: the instance, its capabilities with their locks, config choices with origins, bindings and entry points. YAML or JSON. See docs/design/formats.md.",
+    description:
+      "What `oats prepare <plan>` resolves into an instance record: the " +
+      "instance, its capabilities with their locks, config choices with " +
+      "origins, bindings and entry points. YAML or JSON. See docs/design/formats.md.",
     from: "planSchema in src/resolution/plan.ts",
-    rules: "each capability id listed once (and never the reserved id \"source\"); each config pointer chosen once; bindings and entry points name listed capabilities (an entry point's capability \"source\" needs a source); capability dirs are directories, not tarballs; relative paths resolve against the plan's directory; no __proto__ keys; no secret literals (checked by prepare)",
+    rules:
+      'each capability id listed once (and never the reserved id "source"); ' +
+      "each config pointer chosen once; bindings and entry points name listed " +
+      'capabilities (an entry point\'s capability "source" needs a source); ' +
+      "capability dirs are directories, not tarballs; relative paths resolve " +
+      "against the plan's directory; no __proto__ keys; no secret literals " +
+      "(checked by prepare)",
   },
   "capture-spec": {
     schema: specSchema,
     title: "oats capture spec, schemaVersion 1",
-    description: "What `oats capture prepare <spec>` pins as a capture record: the executable (a tree, or a capability with its lock), target, declared classification, classification config, optional profile, pinned env, loader variables and credential names. YAML or JSON. See docs/design/formats.md.",
+    description:
+      "What `oats capture prepare <spec>` pins as a capture record: the " +
+      "executable (a tree, or a capability with its lock), target, declared " +
+      "classification, classification config, optional profile, pinned env, " +
+      "loader variables and credential names. YAML or JSON. See docs/design/formats.md.",
     from: "specSchema in src/captures/spec.ts",
-    rules: "executable: exactly one of tree and capability, dir and lock only with capability; an interpreter or loader variable (NODE_OPTIONS, LD_PRELOAD, PYTHONPATH, ...) pinned in env must be listed in loaderEnv, and loaderEnv lists only names pinned in env; credentials are unique, never loader variables and never pinned in env; relative paths resolve against the spec's directory; no secret literals (checked by capture prepare)",
+    rules:
+      "executable: exactly one of tree and capability, dir and lock only with " +
+      "capability; an interpreter or loader variable (NODE_OPTIONS, " +
+      "LD_PRELOAD, PYTHONPATH, ...) pinned in env must be listed in loaderEnv, " +
+      "and loaderEnv lists only names pinned in env; credentials are unique, " +
+      "never loader variables and never pinned in env; relative paths resolve " +
+      "against the spec's directory; no secret literals (checked by capture prepare)",
   },
   "capture-profile": {
     schema: profileSchema,
     title: "oats capture profile, schemaVersion 1",
-    description: "An optional profile a capture spec names (`profile:`); its exact bytes are pinned as a blob. YAML. See docs/design/formats.md.",
+    description:
+      "An optional profile a capture spec names (`profile:`); its exact bytes " +
+      "are pinned as a blob. YAML. See docs/design/formats.md.",
     from: "profileSchema in src/captures/spec.ts",
     rules: "none beyond the structure",
   },
   "classification-config": {
     schema: configSchema,
     title: "oats classification config, schemaVersion 1",
-    description: "Levels by wing, repo and glob default, the fallback level, and principals (`user@host`) with their sovereign status. YAML (one document, unique keys). See docs/design/formats.md and docs/design/captures.md.",
+    description:
+      "Levels by wing, repo and glob default, the fallback level, and " +
+      "principals (`user@host`) with their sovereign status. YAML (one " +
+      "document, unique keys). See docs/design/formats.md and docs/design/captures.md.",
     from: "configSchema in src/captures/classification.ts",
-    rules: "one YAML document, core schema, duplicate keys refused; the level of a target is the strictest that matches; a confidential capture dispatches only for a principal (the dispatching OS account, user@host) listed as sovereign; an unlisted principal is not sovereign",
+    rules:
+      "one YAML document, core schema, duplicate keys refused; the level of a " +
+      "target is the strictest that matches; a confidential capture dispatches " +
+      "only for a principal (the dispatching OS account, user@host) listed as " +
+      "sovereign; an unlisted principal is not sovereign",
   },
   lock: {
     schema: lockDocumentSchema,
     title: "oats lock, lockfileVersion 2",
-    description: "The lock the upstream `oats` installer writes (oats-lock.json): package rows and capability rows with their oats.tree-legacy.v0 integrity. See docs/design/formats.md.",
+    description:
+      "The lock the upstream `oats` installer writes (oats-lock.json): package " +
+      "rows and capability rows with their oats.tree-legacy.v0 integrity. See " +
+      "docs/design/formats.md.",
     from: "lockDocumentSchema (packageRowSchema, capabilityRowSchema) in src/retention/oats-lock.ts",
-    rules: "commit \"local\" belongs to a path: source only; ids are read as own keys (a __proto__ id is refused); a capability row's package must be a package row (checked when the capability is used)",
+    rules:
+      'commit "local" belongs to a path: source only; ids are read as own keys ' +
+      "(a __proto__ id is refused); a capability row's package must be a " +
+      "package row (checked when the capability is used)",
   },
   resolution: {
     schema: resolutionRecordSchema,
     title: "oats resolution record, schemaVersion 1",
     description:
-      "What an instance or a queued capture will run. Stored as canonical JSON (oats.json.v1) at .agents/resolutions/<id>.json, where <id> is the digest of those bytes. See docs/design/resolution.md.",
+      "What an instance or a queued capture will run. Stored as canonical JSON " +
+      "(oats.json.v1) at .agents/resolutions/<id>.json, where <id> is the " +
+      "digest of those bytes. See docs/design/resolution.md.",
     from: "resolutionRecordSchema in src/resolution/record.ts",
-    rules: "status vs evidence and unresolved, subject vs kind, artifacts keyed by their own capability id, entry points and bindings pointing into selected artifacts, key grammar per artifact kind, normalised relative entry point paths",
+    rules:
+      "status vs evidence and unresolved, subject vs kind, artifacts keyed by " +
+      "their own capability id, entry points and bindings pointing into " +
+      "selected artifacts, key grammar per artifact kind, normalised relative " +
+      "entry point paths",
   },
 };
 
@@ -86,18 +133,28 @@ export function schemaFileName(name: SchemaName): string {
 /** The JSON Schema of one format, as a plain object. */
 export function formatJsonSchema(name: SchemaName): Record<string, unknown> {
   const source = SOURCES[name];
-  const generated = z.toJSONSchema(source.schema, { target: "draft-2020-12", io: "input", unrepresentable: "throw" }) as Record<string, unknown>;
+  const generated = z.toJSONSchema(source.schema, {
+    target: "draft-2020-12",
+    io: "input",
+    unrepresentable: "throw",
+  }) as Record<string, unknown>;
   const { $schema, ...rest } = generated;
-  const $comment = `Generated by scripts/schemas.ts (npm run schema) from ${source.from}; do not edit by hand. Structural only: the reader's cross-field rules are not expressible here and are enforced when the file is read: ${source.rules}.`;
+  const $comment =
+    `Generated by scripts/schemas.ts (npm run schema) from ${source.from}; ` +
+    `do not edit by hand. Structural only: the reader's cross-field rules ` +
+    `are not expressible here and are enforced when the file is read: ` +
+    `${source.rules}.`;
   return renameDefinitions({ $schema, title: source.title, description: source.description, $comment, ...rest });
 }
 
-/** Stable pretty text: two-space indentation, key order as generated (the schema's declaration order), one final newline. */
+/** Stable pretty text: two-space indentation, key order as generated (the schema's declaration order), one final
+ * newline. */
 export function formatJsonSchemaText(name: SchemaName): string {
   return `${JSON.stringify(formatJsonSchema(name), null, 2)}\n`;
 }
 
-/** zod names shared definitions __schema0, __schema1, ...; the one recursive definition there is (z.json()) is given a readable name. */
+/** zod names shared definitions __schema0, __schema1, ...; the one recursive definition there is (z.json()) is given
+ * a readable name. */
 function renameDefinitions(schema: Record<string, unknown>): Record<string, unknown> {
   const defs = (schema["$defs"] ?? {}) as Record<string, unknown>;
   const names = new Map<string, string>();
@@ -119,6 +176,8 @@ function renameDefinitions(schema: Record<string, unknown>): Record<string, unkn
     return out;
   };
   const renamed = rename(schema) as Record<string, unknown>;
-  renamed["$defs"] = Object.fromEntries(Object.entries(renamed["$defs"] as Record<string, unknown>).map(([name, def]) => [names.get(name) ?? name, def]));
+  renamed["$defs"] = Object.fromEntries(
+    Object.entries(renamed["$defs"] as Record<string, unknown>).map(([name, def]) => [names.get(name) ?? name, def]),
+  );
   return renamed;
 }

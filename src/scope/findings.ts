@@ -15,12 +15,36 @@ import { OatsError, type ErrorCode, type ErrorKind } from "../core/index.js";
  * notices alone exit 0.
  */
 
-export const FINDING_CLASSES = ["revisions", "records", "blobs", "instances", "jobs", "pins", "approvals", "audit", "manifests", "staging", "leases", "run-copies", "runs", "quarantine", "unknown"] as const;
+export const FINDING_CLASSES = [
+  "revisions",
+  "records",
+  "blobs",
+  "instances",
+  "jobs",
+  "pins",
+  "approvals",
+  "audit",
+  "manifests",
+  "staging",
+  "leases",
+  "run-copies",
+  "runs",
+  "quarantine",
+  "unknown",
+] as const;
 export type FindingClass = (typeof FINDING_CLASSES)[number];
 
 export type FindingKind = ErrorKind | "notice";
 
-export const SEVERITY_ORDER: readonly FindingKind[] = ["mismatch", "invalid", "missing", "refused", "busy", "usage", "notice"];
+export const SEVERITY_ORDER: readonly FindingKind[] = [
+  "mismatch",
+  "invalid",
+  "missing",
+  "refused",
+  "busy",
+  "usage",
+  "notice",
+];
 
 export interface Finding {
   readonly class: FindingClass;
@@ -35,7 +59,15 @@ export interface Finding {
 
 export function findingOf(error: OatsError, cls: FindingClass, subject: string, path: string | null): Finding {
   const details = { ...error.details };
-  return { class: cls, subject, path: path ?? (typeof details["path"] === "string" ? (details["path"] as string) : null), code: error.code, kind: error.kind, message: error.message, details };
+  return {
+    class: cls,
+    subject,
+    path: path ?? (typeof details["path"] === "string" ? (details["path"] as string) : null),
+    code: error.code,
+    kind: error.kind,
+    message: error.message,
+    details,
+  };
 }
 
 export function notice(cls: FindingClass, path: string, message: string): Finding {
@@ -47,7 +79,8 @@ export function severityRank(kind: FindingKind): number {
   return rank < 0 ? SEVERITY_ORDER.length : rank;
 }
 
-/** The most serious finding that fails the check (first of equals, in class order), or null when only notices remain. */
+/** The most serious finding that fails the check (first of equals, in class order), or null when only notices remain.
+ * */
 export function mostSerious(findings: readonly Finding[]): Finding | null {
   let worst: Finding | null = null;
   for (const finding of findings) {

@@ -1,7 +1,16 @@
 import { closeSync, constants, openSync, readSync } from "node:fs";
 import { join } from "node:path";
 import { OatsError, errnoCode } from "../core/index.js";
-import { allDecisions, mismatchError, type SubjectDecisions, verifyAudit, CHAIN_LOGS, verifyChain, type ChainLog, type ChainVerdict } from "../ledger/index.js";
+import {
+  allDecisions,
+  mismatchError,
+  type SubjectDecisions,
+  verifyAudit,
+  CHAIN_LOGS,
+  verifyChain,
+  type ChainLog,
+  type ChainVerdict,
+} from "../ledger/index.js";
 import { findingOf, guarded, type Finding } from "./findings.js";
 
 /**
@@ -16,12 +25,22 @@ import { findingOf, guarded, type Finding } from "./findings.js";
 
 const logName = (log: ChainLog) => [...log.dir, log.file].join("/");
 
-function checkChain(scope: string, cls: "approvals" | "audit", log: ChainLog, verify: () => ChainVerdict, findings: Finding[]): { entries: number; intact: boolean } {
+function checkChain(
+  scope: string,
+  cls: "approvals" | "audit",
+  log: ChainLog,
+  verify: () => ChainVerdict,
+  findings: Finding[],
+): { entries: number; intact: boolean } {
   const verdict = guarded(findings, cls, logName(log), verify);
   if (verdict === null) return { entries: 0, intact: false };
   if (verdict.ok) return { entries: verdict.entries, intact: true };
   const { line, seq, reason } = verdict.brokenAt;
-  const error = new OatsError("integrity-mismatch", `${logName(log)} is broken at line ${line}${seq === null ? "" : ` (seq ${seq})`}: ${reason}`, { log: logName(log), brokenAt: verdict.brokenAt });
+  const error = new OatsError(
+    "integrity-mismatch",
+    `${logName(log)} is broken at line ${line}${seq === null ? "" : ` (seq ${seq})`}: ${reason}`,
+    { log: logName(log), brokenAt: verdict.brokenAt },
+  );
   findings.push(findingOf(error, cls, logName(log), join(scope, logName(log))));
   return { entries: line - 1, intact: false };
 }
@@ -58,16 +77,42 @@ export function checkChains(realScope: string, findings: Finding[]): { approvals
   }
   if (decisions !== null) {
     for (const { subject, check } of decisions) {
-      if (check.state === "mismatch") findings.push(findingOf(mismatchError(subject, check), "approvals", `${subject.kind} ${subject.key} ${subject.integrity}`, null));
+      if (check.state === "mismatch")
+        findings.push(
+          findingOf(
+            mismatchError(subject, check),
+            "approvals",
+            `${subject.kind} ${subject.key} ${subject.integrity}`,
+            null,
+          ),
+        );
     }
-    return { approvals: countEntries(realScope, CHAIN_LOGS.approvals), audit: countEntries(realScope, CHAIN_LOGS.audit) };
+    return {
+      approvals: countEntries(realScope, CHAIN_LOGS.approvals),
+      audit: countEntries(realScope, CHAIN_LOGS.audit),
+    };
   }
-  const approvals = checkChain(realScope, "approvals", CHAIN_LOGS.approvals, () => verifyChain(realScope, CHAIN_LOGS.approvals), findings);
+  const approvals = checkChain(
+    realScope,
+    "approvals",
+    CHAIN_LOGS.approvals,
+    () => verifyChain(realScope, CHAIN_LOGS.approvals),
+    findings,
+  );
   const audit = checkChain(realScope, "audit", CHAIN_LOGS.audit, () => verifyAudit(realScope), findings);
   // Both chains are whole, so the refusal is about their history (a log that no longer extends the checkpoint).
   if (approvals.intact && audit.intact && refusal !== null) {
     const cls = refusal.details["log"] === logName(CHAIN_LOGS.audit) ? "audit" : "approvals";
-    findings.push(findingOf(refusal, cls, typeof refusal.details["log"] === "string" ? (refusal.details["log"] as string) : "approvals ledger vs audit log", null));
+    findings.push(
+      findingOf(
+        refusal,
+        cls,
+        typeof refusal.details["log"] === "string"
+          ? (refusal.details["log"] as string)
+          : "approvals ledger vs audit log",
+        null,
+      ),
+    );
   }
   return { approvals: approvals.entries, audit: audit.entries };
 }

@@ -19,7 +19,12 @@ import { revisionKey, storeNames } from "./fsck-stores.js";
  * digest of the reference) and names a revision or record the scope holds.
  * Dot names are the pin writer's staging, reported by the store listing.
  */
-export function checkPins(scope: string, revisions: ReadonlySet<string>, records: ReadonlyMap<string, ResolutionRecord | null>, findings: Finding[]): number {
+export function checkPins(
+  scope: string,
+  revisions: ReadonlySet<string>,
+  records: ReadonlyMap<string, ResolutionRecord | null>,
+  findings: Finding[],
+): number {
   let checked = 0;
   guarded(findings, "pins", PINS_DIR.join("/"), () => {
     const { dir, names } = storeNames(scope, PINS_DIR);
@@ -35,8 +40,16 @@ export function checkPins(scope: string, revisions: ReadonlySet<string>, records
       if (present) continue;
       const error =
         ref.type === "resolution"
-          ? new OatsError("resolution-not-found", `pin ${name} keeps resolution ${text}, which this scope does not hold`, { pin: name, ref: text, path })
-          : new OatsError("artifact-not-found", `pin ${name} keeps ${text}, which is not retained in this scope`, { pin: name, ref: text, path });
+          ? new OatsError(
+              "resolution-not-found",
+              `pin ${name} keeps resolution ${text}, which this scope does not hold`,
+              { pin: name, ref: text, path },
+            )
+          : new OatsError("artifact-not-found", `pin ${name} keeps ${text}, which is not retained in this scope`, {
+              pin: name,
+              ref: text,
+              path,
+            });
       findings.push(findingOf(error, "pins", text, path));
     }
   });
@@ -46,7 +59,10 @@ export function checkPins(scope: string, revisions: ReadonlySet<string>, records
 /** Leases whose publisher is gone (as gc judges them); gc removes them when it next runs. */
 export function checkLeases(scope: string, findings: Finding[]): void {
   guarded(findings, "leases", ".agents/leases", () => {
-    for (const path of listLeases(scope).abandoned) findings.push(notice("leases", path, "a lease whose publisher is gone; ignored, and removed by the next `oats gc`"));
+    for (const path of listLeases(scope).abandoned)
+      findings.push(
+        notice("leases", path, "a lease whose publisher is gone; ignored, and removed by the next `oats gc`"),
+      );
   });
 }
 
@@ -59,7 +75,9 @@ export function checkQuarantine(scope: string, findings: Finding[]): number {
       if (name === ".gitignore") continue;
       held += 1;
       const path = join(dir, name);
-      const what = lstatSync(path).isDirectory() ? "a damaged tree moved aside by `oats repair`" : "not a quarantined tree";
+      const what = lstatSync(path).isDirectory()
+        ? "a damaged tree moved aside by `oats repair`"
+        : "not a quarantined tree";
       findings.push(notice("quarantine", path, `${what}; kept for inspection, remove it by hand when done`));
     }
   });
@@ -71,10 +89,12 @@ export function isRunCopy(realScope: string, path: string): boolean {
   return dirname(path) === join(realScope, ...RUN_COPIES_STORE) && basename(path).startsWith(STAGING_PREFIX);
 }
 
-/** Run copies whose dispatcher is gone (as `oats cleanup` judges them, which removes them); a live dispatch's copy is not reported. */
+/** Run copies whose dispatcher is gone (as `oats cleanup` judges them, which removes them); a live dispatch's copy is
+ * not reported. */
 export function checkRunCopies(paths: readonly string[], findings: Finding[]): void {
   for (const path of paths) {
     const gone = guarded(findings, "run-copies", path, () => stagingAbandoned(path));
-    if (gone) findings.push(notice("run-copies", path, "a run copy whose dispatcher is gone; `oats cleanup` removes it"));
+    if (gone)
+      findings.push(notice("run-copies", path, "a run copy whose dispatcher is gone; `oats cleanup` removes it"));
   }
 }

@@ -1,6 +1,16 @@
 import { join } from "node:path";
 import { readAudit, type AuditEntry } from "../ledger/index.js";
-import { stateOf, verifySealedRun, RUNS_STORE, listHandles, runsRoot, strayNames, listReceivedIds, receivedRoot, verifyReceivedRun } from "../evidence/index.js";
+import {
+  stateOf,
+  verifySealedRun,
+  RUNS_STORE,
+  listHandles,
+  runsRoot,
+  strayNames,
+  listReceivedIds,
+  receivedRoot,
+  verifyReceivedRun,
+} from "../evidence/index.js";
 import { guarded, notice, type Finding } from "./findings.js";
 
 /**
@@ -16,7 +26,8 @@ export function checkRuns(realScope: string, findings: Finding[]): number {
   let checked = 0;
   guarded(findings, "runs", RUNS_STORE.join("/"), () => {
     const handles = listHandles(realScope);
-    for (const name of strayNames(realScope)) findings.push(notice("runs", join(runsRoot(realScope), name), "not a run directory; left alone"));
+    for (const name of strayNames(realScope))
+      findings.push(notice("runs", join(runsRoot(realScope), name), "not a run directory; left alone"));
     if (handles.length === 0) return;
     let entries: AuditEntry[] | null;
     try {
@@ -31,17 +42,32 @@ export function checkRuns(realScope: string, findings: Finding[]): number {
         const { state, control } = stateOf(dir);
         if (state === "sealed") verifySealedRun(realScope, handle, dir, entries);
         else if (state === "unsealed") {
-          findings.push({ ...notice("runs", dir, `an unsealed run whose dispatcher (pid ${control!.dispatcher.pid}) is gone; \`oats run seal ${handle}\` closes it as INTERRUPTED, keeping its lines`), subject: handle, details: { handle, reason: "run-unsealed" } });
+          findings.push({
+            ...notice(
+              "runs",
+              dir,
+              `an unsealed run whose dispatcher (pid ${control!.dispatcher.pid}) is ` +
+                `gone; \`oats run seal ${handle}\` closes it as INTERRUPTED, keeping its lines`,
+            ),
+            subject: handle,
+            details: { handle, reason: "run-unsealed" },
+          });
         }
       });
     }
   });
   guarded(findings, "runs", "received-runs", () => {
     const { ids, strays } = listReceivedIds(realScope);
-    for (const name of strays) findings.push(notice("runs", join(receivedRoot(realScope), name), "not a received run directory; left alone"));
+    for (const name of strays)
+      findings.push(notice("runs", join(receivedRoot(realScope), name), "not a received run directory; left alone"));
     for (const runId of ids) {
       checked += 1;
-      guarded(findings, "runs", runId, () => void verifyReceivedRun({ runId, dir: join(receivedRoot(realScope), runId) }));
+      guarded(
+        findings,
+        "runs",
+        runId,
+        () => void verifyReceivedRun({ runId, dir: join(receivedRoot(realScope), runId) }),
+      );
     }
   });
   return checked;

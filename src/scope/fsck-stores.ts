@@ -2,7 +2,15 @@ import { readdirSync } from "node:fs";
 import { join } from "node:path";
 import { OatsError, errnoCode } from "../core/index.js";
 import { listJobs, QUEUE_DIR } from "../captures/index.js";
-import { referencedArtifacts, resolveEntrypoint, INSTANCE_REFS_DIR, RESOLUTIONS_DIR, readInstanceRef, recordReader, resolutionPath } from "../resolution/index.js";
+import {
+  referencedArtifacts,
+  resolveEntrypoint,
+  INSTANCE_REFS_DIR,
+  RESOLUTIONS_DIR,
+  readInstanceRef,
+  recordReader,
+  resolutionPath,
+} from "../resolution/index.js";
 import type { ResolutionRecord } from "../resolution/index.js";
 import { IDENTIFIER_PATTERN, BLOBS_DIR, readBlob, inspectStoreAt, STAGING_PREFIX } from "../retention/index.js";
 import { findingOf, guarded, notice, type Finding } from "./findings.js";
@@ -117,7 +125,13 @@ async function checkReferences(
   for (const ref of referencedArtifacts(record)) {
     if (revisions.has(revisionKey(ref))) continue;
     missingArtifacts.add(revisionKey(ref));
-    const error = new OatsError("artifact-not-found", `resolution ${id} references ${ref.kind} ${ref.key} ${ref.integrity.format}:${ref.integrity.value}, which is not retained in this scope`, { id, artifact: ref });
+    const error = new OatsError(
+      "artifact-not-found",
+      `resolution ${id} references ${ref.kind} ${ref.key} ` +
+        `${ref.integrity.format}:${ref.integrity.value}, which is not retained ` +
+        `in this scope`,
+      { id, artifact: ref },
+    );
     findings.push(findingOf(error, "records", id, path));
   }
   if (record.capture) {
@@ -128,7 +142,11 @@ async function checkReferences(
     ];
     for (const [what, digest] of pinned) {
       if (digest === null || blobs.has(digest)) continue;
-      const error = new OatsError("blob-not-found", `resolution ${id} pins its ${what} as blob ${digest}, which this scope does not hold`, { id, digest, pinned: what });
+      const error = new OatsError(
+        "blob-not-found",
+        `resolution ${id} pins its ${what} as blob ${digest}, which this scope does not hold`,
+        { id, digest, pinned: what },
+      );
       findings.push(findingOf(error, "records", id, path));
     }
   }
@@ -148,7 +166,11 @@ async function checkReferences(
 }
 
 /** Every instance ref reads, and names a record of that instance that the scope holds. */
-export function checkInstances(scope: string, records: ReadonlyMap<string, ResolutionRecord | null>, findings: Finding[]): number {
+export function checkInstances(
+  scope: string,
+  records: ReadonlyMap<string, ResolutionRecord | null>,
+  findings: Finding[],
+): number {
   let checked = 0;
   guarded(findings, "instances", INSTANCE_REFS_DIR.join("/"), () => {
     const { dir, names } = storeNames(scope, INSTANCE_REFS_DIR);
@@ -164,12 +186,24 @@ export function checkInstances(scope: string, records: ReadonlyMap<string, Resol
       guarded(findings, "instances", instance, () => {
         const ref = readInstanceRef(scope, instance);
         if (!records.has(ref.resolution)) {
-          throw new OatsError("resolution-not-found", `instance ${instance} names resolution ${ref.resolution}, which this scope does not hold`, { instance, resolution: ref.resolution, path });
+          throw new OatsError(
+            "resolution-not-found",
+            `instance ${instance} names resolution ${ref.resolution}, which this scope does not hold`,
+            { instance, resolution: ref.resolution, path },
+          );
         }
         const record = records.get(ref.resolution);
         // A damaged record is reported under records; a readable one must be this instance's.
-        if (record && (record.kind !== "instance" || !("instance" in record.subject) || record.subject.instance !== instance)) {
-          throw new OatsError("invalid-resolution", `instance ${instance} names resolution ${ref.resolution}, which is a record of ${JSON.stringify(record.subject)}`, { instance, resolution: ref.resolution, subject: record.subject, path });
+        if (
+          record &&
+          (record.kind !== "instance" || !("instance" in record.subject) || record.subject.instance !== instance)
+        ) {
+          throw new OatsError(
+            "invalid-resolution",
+            `instance ${instance} names resolution ${ref.resolution}, which is a ` +
+              `record of ${JSON.stringify(record.subject)}`,
+            { instance, resolution: ref.resolution, subject: record.subject, path },
+          );
         }
       });
     }
@@ -178,7 +212,11 @@ export function checkInstances(scope: string, records: ReadonlyMap<string, Resol
 }
 
 /** Every queued job reads, and names a capture record the scope holds. */
-export function checkJobs(scope: string, records: ReadonlyMap<string, ResolutionRecord | null>, findings: Finding[]): number {
+export function checkJobs(
+  scope: string,
+  records: ReadonlyMap<string, ResolutionRecord | null>,
+  findings: Finding[],
+): number {
   let checked = 0;
   guarded(findings, "jobs", QUEUE_DIR.join("/"), () => {
     const { dir, names } = storeNames(scope, QUEUE_DIR);
@@ -195,13 +233,21 @@ export function checkJobs(scope: string, records: ReadonlyMap<string, Resolution
       if (!queued) continue;
       const path = join(dir, `${job}.json`);
       if (!records.has(queued.resolution)) {
-        const missing = new OatsError("resolution-not-found", `job ${job} names resolution ${queued.resolution}, which this scope does not hold`, { job, resolution: queued.resolution, path });
+        const missing = new OatsError(
+          "resolution-not-found",
+          `job ${job} names resolution ${queued.resolution}, which this scope does not hold`,
+          { job, resolution: queued.resolution, path },
+        );
         findings.push(findingOf(missing, "jobs", job, path));
         continue;
       }
       const record = records.get(queued.resolution);
       if (record && record.kind !== "capture") {
-        const wrong = new OatsError("invalid-artifact-store", `job ${job} names resolution ${queued.resolution}, an ${record.kind} record; only a capture can be queued`, { job, resolution: queued.resolution, kind: record.kind, path });
+        const wrong = new OatsError(
+          "invalid-artifact-store",
+          `job ${job} names resolution ${queued.resolution}, an ${record.kind} record; only a capture can be queued`,
+          { job, resolution: queued.resolution, kind: record.kind, path },
+        );
         findings.push(findingOf(wrong, "jobs", job, path));
       }
     }

@@ -1,6 +1,14 @@
 import { ERROR_KINDS, OatsError } from "../core/index.js";
 import { fsck as fsckRevisions, listStore, type FsckOutcome, resolveScope } from "../retention/index.js";
-import { FINDING_CLASSES, findingOf, guarded, mostSerious, notice, type Finding, type FindingClass } from "./findings.js";
+import {
+  FINDING_CLASSES,
+  findingOf,
+  guarded,
+  mostSerious,
+  notice,
+  type Finding,
+  type FindingClass,
+} from "./findings.js";
 import { checkChains } from "./fsck-chains.js";
 import { checkLeases, checkPins, checkQuarantine, checkRunCopies, isRunCopy } from "./fsck-lifecycle.js";
 import { checkRuns } from "./fsck-runs.js";
@@ -75,21 +83,39 @@ export async function fsckScope(scope: string, options: ScopeFsckOptions = {}): 
   for (const outcome of outcomes) {
     if (outcome.ok || !outcome.error) continue;
     const { code, kind, message, details } = outcome.error;
-    revisionFindings.push({ class: "revisions", subject: `${outcome.kind} ${outcome.key} ${outcome.integrity.format}:${outcome.integrity.value}`, path: outcome.dir, code, kind, message, details } as Finding);
+    revisionFindings.push({
+      class: "revisions",
+      subject: `${outcome.kind} ${outcome.key} ${outcome.integrity.format}:${outcome.integrity.value}`,
+      path: outcome.dir,
+      code,
+      kind,
+      message,
+      details,
+    } as Finding);
   }
   // A run copy is staging too, but only a gone dispatcher's is a leftover.
   const staging = retention?.staging ?? [];
-  for (const path of staging) if (!isRunCopy(realScope, path)) revisionFindings.push(notice("staging", path, "left by an interrupted writer; `oats cleanup` removes it"));
+  for (const path of staging)
+    if (!isRunCopy(realScope, path))
+      revisionFindings.push(notice("staging", path, "left by an interrupted writer; `oats cleanup` removes it"));
   checkRunCopies(
     staging.filter((path) => isRunCopy(realScope, path)),
     revisionFindings,
   );
-  for (const path of retention?.unexpected ?? []) revisionFindings.push(notice("unknown", path, "not written by oats; left alone"));
-  for (const path of retention?.orphanManifests ?? []) revisionFindings.push(notice("manifests", path, "a revision manifest whose revision is not there; left alone"));
+  for (const path of retention?.unexpected ?? [])
+    revisionFindings.push(notice("unknown", path, "not written by oats; left alone"));
+  for (const path of retention?.orphanManifests ?? [])
+    revisionFindings.push(notice("manifests", path, "a revision manifest whose revision is not there; left alone"));
 
-  const classes = Object.fromEntries(FINDING_CLASSES.map((cls) => [cls, [] as Finding[]])) as Record<FindingClass, Finding[]>;
+  const classes = Object.fromEntries(FINDING_CLASSES.map((cls) => [cls, [] as Finding[]])) as Record<
+    FindingClass,
+    Finding[]
+  >;
   // The listing's refusal is the same one retention's fsck meets: report it once.
-  const findings = retention === null ? [...revisionFindings, ...storeFindings] : [...listingFindings, ...revisionFindings, ...storeFindings];
+  const findings =
+    retention === null
+      ? [...revisionFindings, ...storeFindings]
+      : [...listingFindings, ...revisionFindings, ...storeFindings];
   for (const finding of findings) classes[finding.class].push(finding);
   const worst = mostSerious(FINDING_CLASSES.flatMap((cls) => classes[cls]));
   return {
@@ -103,8 +129,13 @@ export async function fsckScope(scope: string, options: ScopeFsckOptions = {}): 
   };
 }
 
-/** Everything but the revisions' bytes: blobs, records and their references, instance refs, jobs, pins, leases, quarantine, the chain logs. */
-async function checkStores(realScope: string, revisions: ReadonlySet<string>, findings: Finding[]): Promise<Omit<ScopeFsckCounts, "revisions">> {
+/** Everything but the revisions' bytes: blobs, records and their references, instance refs, jobs, pins, leases,
+ * quarantine, the chain logs. */
+async function checkStores(
+  realScope: string,
+  revisions: ReadonlySet<string>,
+  findings: Finding[],
+): Promise<Omit<ScopeFsckCounts, "revisions">> {
   await yieldToIo();
   const blobs = checkBlobs(realScope, findings);
   const records = await checkRecords(realScope, revisions, blobs.present, findings, yieldToIo);

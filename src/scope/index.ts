@@ -1,2 +1,9 @@
 export { fsckScope, type ScopeFsckCounts, type ScopeFsckOptions, type ScopeFsckReport } from "./fsck.js";
-export { FINDING_CLASSES, SEVERITY_ORDER, mostSerious, type Finding, type FindingClass, type FindingKind } from "./findings.js";
+export {
+  FINDING_CLASSES,
+  SEVERITY_ORDER,
+  mostSerious,
+  type Finding,
+  type FindingClass,
+  type FindingKind,
+} from "./findings.js";

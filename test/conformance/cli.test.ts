@@ -10,6 +10,8 @@ import { cliDriver } from "./drivers/cli.js";
 import { TRANSPORTS } from "./drivers/transports.js";
 import { registerSuite } from "./harness.js";
 
-// As root (the tests' account) nothing is skipped; without root the driver cannot become its operator (nobody) and skips everything, by name.
+// As root (the tests' account) nothing is skipped; without root the driver cannot become its operator (nobody) and
+// skips everything, by name.
 const expected = process.getuid?.() === 0 ? [] : [...PROPERTY_NAMES];
-for (const transport of TRANSPORTS.filter((candidate) => candidate.name === "dir")) registerSuite(cliDriver(transport), expected);
+for (const transport of TRANSPORTS.filter((candidate) => candidate.name === "dir"))
+  registerSuite(cliDriver(transport), expected);

@@ -171,7 +171,8 @@ export interface Transport {
 
 /** Ways to make a queued capture refusable after it was approved (run-time trust chain and property 5). */
 export type Spoil =
-  /** Re-prepare the capture with a changed pinned env value and queue that under a new job; the approval covers the old composition only. */
+  /** Re-prepare the capture with a changed pinned env value and queue that under a new job; the approval covers the
+   * old composition only. */
   | "mismatch"
   /** Change a byte of the retained executable in the store, as a writer outside oats would. */
   | "tamper"
@@ -207,7 +208,8 @@ export interface Driver {
   readonly uid0: string;
   /** What receives SIGINT/SIGTERM for `cancel("SIGINT" | "SIGTERM")`. */
   readonly dispatcher: string;
-  /** How many properties may run at once through this driver (a CLI step is a process start; a library step is a call). */
+  /** How many properties may run at once through this driver (a CLI step is a process start; a library step is a
+   * call). */
   readonly parallel: number;
   /** A fresh, empty scope in `dir` (an existing empty directory the suite made). */
   scope(dir: string): Promise<DriverScope>;

@@ -58,18 +58,29 @@ export class SuiteRun {
   }
 }
 
-/** Every property the driver does not skip against `run`'s driver, timing properties first (see Property.timing): the failures by property. */
+/** Every property the driver does not skip against `run`'s driver, timing properties first (see Property.timing): the
+ * failures by property. */
 export async function attemptAll(run: SuiteRun): Promise<Array<{ property: PropertyName; error: Error | null }>> {
   const outcomes: Array<{ property: PropertyName; error: Error | null }> = [];
   for (const timing of [true, false]) {
-    const batch = PROPERTIES.filter((property) => (property.timing === true) === timing && run.driver.skips[property.name] === undefined);
-    outcomes.push(...(await Promise.all(batch.map(async (property) => ({ property: property.name, error: await attempt(run, property) })))));
+    const batch = PROPERTIES.filter(
+      (property) => (property.timing === true) === timing && run.driver.skips[property.name] === undefined,
+    );
+    outcomes.push(
+      ...(await Promise.all(
+        batch.map(async (property) => ({ property: property.name, error: await attempt(run, property) })),
+      )),
+    );
   }
   return outcomes;
 }
 
 /** The property's outcome against a driver: null when it held, the failure otherwise. */
-export async function attempt(run: SuiteRun, property: Property, log: (message: string) => void = () => undefined): Promise<Error | null> {
+export async function attempt(
+  run: SuiteRun,
+  property: Property,
+  log: (message: string) => void = () => undefined,
+): Promise<Error | null> {
   try {
     await property.run(run.context(property.name, log));
     return null;
@@ -86,7 +97,9 @@ export async function attempt(run: SuiteRun, property: Property, log: (message: 
 export function registerSuite(driver: Driver, expectedSkips: readonly PropertyName[]): void {
   const title = `conformance: ${driver.name} driver over the ${driver.transport.name} transport`;
   if (driver.transport.unavailable !== null) {
-    test(title, (t) => t.skip(`the ${driver.transport.name} transport cannot run here: ${driver.transport.unavailable}`));
+    test(title, (t) =>
+      t.skip(`the ${driver.transport.name} transport cannot run here: ${driver.transport.unavailable}`),
+    );
     return;
   }
   describe(title, () => {

@@ -32,19 +32,25 @@ const MUST_CATCH: Record<Defect, PropertyName> = {
 for (const transport of TRANSPORTS) {
   const defects = transport.name === "dir" ? DEFECTS : (["noop-delivery"] as const);
   if (transport.unavailable !== null) {
-    test(`conformance teeth over the ${transport.name} transport`, (t) => t.skip(`the ${transport.name} transport cannot run here: ${transport.unavailable}`));
+    test(`conformance teeth over the ${transport.name} transport`, (t) =>
+      t.skip(`the ${transport.name} transport cannot run here: ${transport.unavailable}`));
     continue;
   }
-  // One defect at a time (each runs its properties concurrently already), so a timing property is not disturbed by another defect's runs.
+  // One defect at a time (each runs its properties concurrently already), so a timing property is not disturbed by
+  // another defect's runs.
   describe(`conformance teeth: single-defect mutants over the ${transport.name} transport`, { concurrency: 1 }, () => {
     const runs: SuiteRun[] = [];
     after(async () => {
-      runs.forEach((run) => run.cleanup());
+      runs.forEach((run) => {
+        run.cleanup();
+      });
       await transport.close();
     });
 
     for (const defect of defects) {
-      test(`the mutant that has "${defect}" fails at least one property (and ${MUST_CATCH[defect]} among them)`, { timeout: 300_000 }, async (t) => {
+      test(`the mutant that has "${defect}" fails at least one property (and ${MUST_CATCH[defect]} among them)`, {
+        timeout: 300_000,
+      }, async (t) => {
         const driver = mutantDriver(libraryDriver(transport), defect);
         const skipped = driver.skips[MUST_CATCH[defect]];
         if (skipped !== undefined) {
@@ -55,12 +61,17 @@ for (const transport of TRANSPORTS) {
         runs.push(run);
         const outcomes = await attemptAll(run);
         const caught = outcomes.filter((outcome) => outcome.error !== null);
-        for (const { property, error } of caught) t.diagnostic(`${defect} caught by ${property}: ${error!.message.split("\n")[0]}`);
-        t.diagnostic(`${defect}: caught by ${caught.length} of ${outcomes.length} properties (${caught.map((outcome) => outcome.property).join(", ") || "none"})`);
+        for (const { property, error } of caught)
+          t.diagnostic(`${defect} caught by ${property}: ${error!.message.split("\n")[0]}`);
+        t.diagnostic(
+          `${defect}: caught by ${caught.length} of ${outcomes.length} properties ` +
+            `(${caught.map((outcome) => outcome.property).join(", ") || "none"})`,
+        );
         assert.ok(caught.length > 0, `no property fails the mutant with "${defect}": the suite has no teeth for it`);
         assert.ok(
           caught.some((outcome) => outcome.property === MUST_CATCH[defect]),
-          `${MUST_CATCH[defect]} must catch "${defect}"; caught by ${caught.map((outcome) => outcome.property).join(", ")}`,
+          `${MUST_CATCH[defect]} must catch "${defect}"; caught by ` +
+            `${caught.map((outcome) => outcome.property).join(", ")}`,
         );
       });
     }

@@ -27,10 +27,16 @@ export interface PtyResult {
  * stdin, stdout and stderr are the terminal. With `interruptOn`, Ctrl-C is
  * typed (once, or twice in a row) as soon as that text appears.
  */
-export function runOatsPty(args: string[], options: { cols?: number; interruptOn?: string; twice?: boolean } = {}): Promise<PtyResult> {
+export function runOatsPty(
+  args: string[],
+  options: { cols?: number; interruptOn?: string; twice?: boolean } = {},
+): Promise<PtyResult> {
   const helper = [join(REPO, "test/support/pty-run.py"), "--cols", String(options.cols ?? 80)];
-  if (options.interruptOn !== undefined) helper.push(options.twice ? "--interrupt-twice-on" : "--interrupt-on", options.interruptOn);
-  const child = spawn("python3", [...helper, "--", process.execPath, join(REPO, "dist/cli/bin.js"), ...args], { stdio: ["ignore", "pipe", "inherit"] });
+  if (options.interruptOn !== undefined)
+    helper.push(options.twice ? "--interrupt-twice-on" : "--interrupt-on", options.interruptOn);
+  const child = spawn("python3", [...helper, "--", process.execPath, join(REPO, "dist/cli/bin.js"), ...args], {
+    stdio: ["ignore", "pipe", "inherit"],
+  });
   let output = "";
   child.stdout.setEncoding("utf8");
   child.stdout.on("data", (chunk: string) => (output += chunk));

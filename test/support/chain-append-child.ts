@@ -33,12 +33,20 @@ await new Promise<void>((resolve) => {
 const seqs: number[] = [];
 try {
   for (let n = 0; n < request.count; n++) {
-    const entry = await appendEntry(request.scope, { dir: request.dir, file: request.file }, { writer: request.writer, n }, { lockWaitMs: 60_000 });
+    const entry = await appendEntry(
+      request.scope,
+      { dir: request.dir, file: request.file },
+      { writer: request.writer, n },
+      { lockWaitMs: 60_000 },
+    );
     seqs.push(entry.seq);
   }
   process.stdout.write(`${JSON.stringify({ ok: true, seqs })}\n`);
 } catch (error) {
-  const payload = error instanceof OatsError ? error.toJSON() : { code: "not-an-oats-error", message: String((error as Error)?.stack ?? error) };
+  const payload =
+    error instanceof OatsError
+      ? error.toJSON()
+      : { code: "not-an-oats-error", message: String((error as Error)?.stack ?? error) };
   process.stdout.write(`${JSON.stringify({ ok: false, error: payload, seqs })}\n`);
   process.exitCode = 1;
 }

@@ -17,11 +17,21 @@ export async function deliveryCapture(level: "public" | "internal" | "confidenti
   const marker = join(tempDir("oats-marker-"), "ran");
   mkdirSync(join(tool, "bin"), { recursive: true });
   mkdirSync(join(home, "conf"), { recursive: true });
-  writeFileSync(join(tool, "bin/run"), `#!/bin/sh\necho "hello from the ${level} probe"\necho "to stderr" >&2\n: > "$1"\n`);
+  writeFileSync(
+    join(tool, "bin/run"),
+    `#!/bin/sh\necho "hello from the ${level} probe"\necho "to stderr" >&2\n: > "$1"\n`,
+  );
   chmodSync(join(tool, "bin/run"), 0o755);
   writeFileSync(
     join(home, "conf", "class.yaml"),
-    stringify({ schemaVersion: 1, wings: { room: level }, repos: {}, defaults: [], fallback: "internal", principals: { [currentPrincipal()]: "sovereign" } }),
+    stringify({
+      schemaVersion: 1,
+      wings: { room: level },
+      repos: {},
+      defaults: [],
+      fallback: "internal",
+      principals: { [currentPrincipal()]: "sovereign" },
+    }),
   );
   writeFileSync(
     join(home, "spec.yaml"),

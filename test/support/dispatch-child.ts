@@ -25,12 +25,19 @@ const request = JSON.parse(process.argv[2] ?? "{}") as Request;
 async function main(): Promise<void> {
   await waitForGo();
   try {
-    const plan = await resolveQueuedCapture(request.scope, request.job, request.lockWaitMs === undefined ? {} : { lockWaitMs: request.lockWaitMs });
+    const plan = await resolveQueuedCapture(
+      request.scope,
+      request.job,
+      request.lockWaitMs === undefined ? {} : { lockWaitMs: request.lockWaitMs },
+    );
     // Never run: the plan's private copy is discarded, as the CLI does without --exec.
     await discardDispatchPlan(plan);
     process.stdout.write(`${JSON.stringify({ ok: true, plan })}\n`);
   } catch (error) {
-    const payload = error instanceof OatsError ? error.toJSON() : { code: "not-an-oats-error", message: String((error as Error)?.stack ?? error) };
+    const payload =
+      error instanceof OatsError
+        ? error.toJSON()
+        : { code: "not-an-oats-error", message: String((error as Error)?.stack ?? error) };
     process.stdout.write(`${JSON.stringify({ ok: false, error: payload })}\n`);
     process.exitCode = 1;
   }

@@ -7,7 +7,14 @@
 import { chmodSync, mkdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { stringify } from "yaml";
-import { addJob, approve, currentPrincipal, prepareCapture, planQueuedRun, type DispatchPlan } from "../../src/index.js";
+import {
+  addJob,
+  approve,
+  currentPrincipal,
+  prepareCapture,
+  planQueuedRun,
+  type DispatchPlan,
+} from "../../src/index.js";
 import { tempDir } from "../helpers.js";
 
 export interface EvidenceFixture {
@@ -43,7 +50,14 @@ export async function evidenceFixture(options: ScriptOptions): Promise<EvidenceF
   chmodSync(join(tool, entry), options.node ? 0o644 : 0o755);
   writeFileSync(
     join(home, "conf", "class.yaml"),
-    stringify({ schemaVersion: 1, wings: { lobby: "public" }, repos: {}, defaults: [], fallback: "internal", principals: { [currentPrincipal()]: "sovereign" } }),
+    stringify({
+      schemaVersion: 1,
+      wings: { lobby: "public" },
+      repos: {},
+      defaults: [],
+      fallback: "internal",
+      principals: { [currentPrincipal()]: "sovereign" },
+    }),
   );
   const specPath = join(home, "spec.yaml");
   writeFileSync(

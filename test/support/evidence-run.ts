@@ -15,7 +15,11 @@ export function logSize(scope: string, handle: string): number {
   return statSync(join(runDir(scope, handle), "log")).size;
 }
 
-export async function waitFor<T>(what: string, probe: () => T | null | undefined | false, timeoutMs = 20_000): Promise<T> {
+export async function waitFor<T>(
+  what: string,
+  probe: () => T | null | undefined | false,
+  timeoutMs = 20_000,
+): Promise<T> {
   const deadline = Date.now() + timeoutMs;
   for (;;) {
     const value = probe();

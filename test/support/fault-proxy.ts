@@ -16,7 +16,10 @@ export interface FaultProxy {
 }
 
 /** `cutAfter` bytes, or `{ request, nth }`: cut as the nth request with that method starts, forwarding none of it. */
-export async function startFaultProxy(targetPort: number, cutAfter: number | { request: string; nth: number }): Promise<FaultProxy> {
+export async function startFaultProxy(
+  targetPort: number,
+  cutAfter: number | { request: string; nth: number },
+): Promise<FaultProxy> {
   let forwarded = 0;
   let cuts = 0;
   let seen = 0;
@@ -31,7 +34,11 @@ export async function startFaultProxy(targetPort: number, cutAfter: number | { r
     };
     client.on("data", (chunk: Buffer) => {
       if (typeof cutAfter === "object") {
-        if (cuts === 0 && chunk.subarray(0, cutAfter.request.length + 1).toString("latin1") === `${cutAfter.request} ` && ++seen === cutAfter.nth) {
+        if (
+          cuts === 0 &&
+          chunk.subarray(0, cutAfter.request.length + 1).toString("latin1") === `${cutAfter.request} ` &&
+          ++seen === cutAfter.nth
+        ) {
           cuts++;
           cut();
           return;

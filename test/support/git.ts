@@ -1,6 +1,7 @@
 import { execFileSync } from "node:child_process";
 
-/** The test's own git: no GIT_* variable of the runner leaks into the fixtures, and no system or global config is read. */
+/** The test's own git: no GIT_* variable of the runner leaks into the fixtures, and no system or global config is
+ * read. */
 export function gitEnv(): NodeJS.ProcessEnv {
   const env: NodeJS.ProcessEnv = {};
   for (const [name, value] of Object.entries(process.env)) if (!name.startsWith("GIT_")) env[name] = value;

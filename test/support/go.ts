@@ -24,10 +24,18 @@ export interface ChildResult {
  * input, wait until every child is ready, then release them all at once and
  * collect their exit status and output.
  */
-export async function runTogether(script: string, inputs: readonly unknown[], options: { cwd: string; env?: NodeJS.ProcessEnv }): Promise<ChildResult[]> {
+export async function runTogether(
+  script: string,
+  inputs: readonly unknown[],
+  options: { cwd: string; env?: NodeJS.ProcessEnv },
+): Promise<ChildResult[]> {
   const { spawn } = await import("node:child_process");
   const runs = inputs.map((input) => {
-    const proc = spawn(process.execPath, ["--import", "tsx", script, JSON.stringify(input)], { cwd: options.cwd, env: options.env ?? process.env, stdio: ["pipe", "pipe", "pipe"] });
+    const proc = spawn(process.execPath, ["--import", "tsx", script, JSON.stringify(input)], {
+      cwd: options.cwd,
+      env: options.env ?? process.env,
+      stdio: ["pipe", "pipe", "pipe"],
+    });
     let stdout = "";
     let stderr = "";
     const ready = new Promise<void>((resolve, reject) => {
@@ -38,7 +46,9 @@ export async function runTogether(script: string, inputs: readonly unknown[], op
       proc.on("exit", () => reject(new Error(`child exited before ready: ${stderr}`)));
     });
     proc.stdout.on("data", (chunk: Buffer) => (stdout += chunk.toString()));
-    const done = new Promise<ChildResult>((resolve) => proc.on("close", (status) => resolve({ status, stdout, stderr })));
+    const done = new Promise<ChildResult>((resolve) =>
+      proc.on("close", (status) => resolve({ status, stdout, stderr })),
+    );
     return { proc, ready, done };
   });
   await Promise.all(runs.map((run) => run.ready));

@@ -31,13 +31,20 @@ export async function startInterceptingProxy(targetPort: number, intercept: Inte
     seen.push({ method, path, answered: answer !== null });
     if (answer !== null) {
       request.resume();
-      request.on("end", () => response.writeHead(answer.status, { "content-type": "application/json", ...answer.headers }).end(answer.body ?? ""));
+      request.on("end", () =>
+        response
+          .writeHead(answer.status, { "content-type": "application/json", ...answer.headers })
+          .end(answer.body ?? ""),
+      );
       return;
     }
-    const upstream = http.request({ host: "127.0.0.1", port: targetPort, method, path, headers: request.headers }, (reply) => {
-      response.writeHead(reply.statusCode ?? 502, reply.headers);
-      reply.pipe(response);
-    });
+    const upstream = http.request(
+      { host: "127.0.0.1", port: targetPort, method, path, headers: request.headers },
+      (reply) => {
+        response.writeHead(reply.statusCode ?? 502, reply.headers);
+        reply.pipe(response);
+      },
+    );
     upstream.on("error", () => response.destroy());
     request.pipe(upstream);
   });

@@ -73,7 +73,13 @@ function dynamicNames(call: ts.CallExpression): string[] | null {
 /** Every relative import, export-from and import() in the tree, resolved to the file it names. */
 export function importGraph(root: string): { edges: ImportEdge[]; program: ts.Program } {
   const files = sourceFiles(root);
-  const options: ts.CompilerOptions = { module: ts.ModuleKind.NodeNext, moduleResolution: ts.ModuleResolutionKind.NodeNext, target: ts.ScriptTarget.ES2022, noEmit: true, types: [] };
+  const options: ts.CompilerOptions = {
+    module: ts.ModuleKind.NodeNext,
+    moduleResolution: ts.ModuleResolutionKind.NodeNext,
+    target: ts.ScriptTarget.ES2022,
+    noEmit: true,
+    types: [],
+  };
   const program = ts.createProgram(files, options, ts.createCompilerHost(options, true));
   const edges: ImportEdge[] = [];
   for (const file of files) {
@@ -83,7 +89,11 @@ export function importGraph(root: string): { edges: ImportEdge[]; program: ts.Pr
       edges.push({ from: file, to: resolve(dirname(file), specifier).replace(/\.js$/, ".ts"), names });
     };
     const visit = (node: ts.Node) => {
-      if ((ts.isImportDeclaration(node) || ts.isExportDeclaration(node)) && node.moduleSpecifier && ts.isStringLiteral(node.moduleSpecifier)) {
+      if (
+        (ts.isImportDeclaration(node) || ts.isExportDeclaration(node)) &&
+        node.moduleSpecifier &&
+        ts.isStringLiteral(node.moduleSpecifier)
+      ) {
         add(node.moduleSpecifier.text, namesOf(node));
       } else if (ts.isCallExpression(node) && node.expression.kind === ts.SyntaxKind.ImportKeyword) {
         const [argument] = node.arguments;
@@ -102,8 +112,14 @@ export function checkLayering(root: string, layers: readonly string[]): Violatio
   const rank = new Map(layers.map((layer, index) => [layer, index]));
   for (const entry of readdirSync(root, { withFileTypes: true })) {
     if (!entry.isDirectory()) continue;
-    if (!rank.has(entry.name)) violations.push({ rule: "unplaced-folder", file: entry.name, detail: `src/${entry.name}/ is not a layer of the order` });
-    else if (!existsSync(join(root, entry.name, "index.ts"))) violations.push({ rule: "missing-index", file: entry.name, detail: `src/${entry.name}/ has no index.ts` });
+    if (!rank.has(entry.name))
+      violations.push({
+        rule: "unplaced-folder",
+        file: entry.name,
+        detail: `src/${entry.name}/ is not a layer of the order`,
+      });
+    else if (!existsSync(join(root, entry.name, "index.ts")))
+      violations.push({ rule: "missing-index", file: entry.name, detail: `src/${entry.name}/ has no index.ts` });
   }
   const { edges, program } = importGraph(root);
   const checker = program.getTypeChecker();
@@ -115,7 +131,9 @@ export function checkLayering(root: string, layers: readonly string[]): Violatio
   const exportsOf = (file: string) => {
     const source = program.getSourceFile(file);
     const symbol = source && checker.getSymbolAtLocation(source);
-    return new Map((symbol ? checker.getExportsOfModule(symbol) : []).map((exported) => [exported.name, original(exported)]));
+    return new Map(
+      (symbol ? checker.getExportsOfModule(symbol) : []).map((exported) => [exported.name, original(exported)]),
+    );
   };
   const layerEdges = new Map<string, Set<string>>();
   for (const edge of edges) {
@@ -124,7 +142,8 @@ export function checkLayering(root: string, layers: readonly string[]): Violatio
     const file = relative(root, edge.from);
     const index = join(root, to, "index.ts");
     if (from === to) {
-      if (from !== ENTRY && edge.to === index) violations.push({ rule: "own-index", file, detail: `imports its own layer's index.ts` });
+      if (from !== ENTRY && edge.to === index)
+        violations.push({ rule: "own-index", file, detail: `imports its own layer's index.ts` });
       continue;
     }
     if (to === ENTRY) {
@@ -147,11 +166,17 @@ export function checkLayering(root: string, layers: readonly string[]): Violatio
     for (const name of edge.names) {
       const symbol = deep.get(name);
       if (symbol === undefined || published.get(name) !== symbol) {
-        violations.push({ rule: "deep", file, detail: `imports ${name} from ${target}, which ${to}/index.ts does not export` });
+        violations.push({
+          rule: "deep",
+          file,
+          detail: `imports ${name} from ${target}, which ${to}/index.ts does not export`,
+        });
       }
     }
   }
-  violations.push(...cycles(layerEdges).map((cycle) => ({ rule: "cycle" as const, file: cycle[0]!, detail: cycle.join(" -> ") })));
+  violations.push(
+    ...cycles(layerEdges).map((cycle) => ({ rule: "cycle" as const, file: cycle[0]!, detail: cycle.join(" -> ") })),
+  );
   return violations;
 }
 

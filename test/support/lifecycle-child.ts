@@ -4,14 +4,20 @@
  *   node --import tsx test/support/lifecycle-child.ts '<json request>'
  *
  * Request: {op: "gc", scope} (gc --delete with no grace) or
- * {op: "prepare", scope, plan}; `delayMs` starts it that much after the others. The child loads everything, says "ready"
+ * {op: "prepare", scope, plan}; `delayMs` starts it that much after the others. The child loads everything, says
+ * "ready"
  * and waits for the start line (go.ts), so both start at the same moment.
  * Outcome: one JSON line on stdout, {"ok":true,...} or {"ok":false,"error":{...}}.
  */
 import { OatsError, gc, prepare } from "../../src/index.js";
 import { waitForGo } from "./go.js";
 
-const request = JSON.parse(process.argv[2] ?? "{}") as { op: "gc" | "prepare"; scope: string; plan?: unknown; delayMs?: number };
+const request = JSON.parse(process.argv[2] ?? "{}") as {
+  op: "gc" | "prepare";
+  scope: string;
+  plan?: unknown;
+  delayMs?: number;
+};
 
 await waitForGo();
 // A stagger, so that across rounds each side is sometimes first and sometimes caught in the middle of the other.
@@ -25,7 +31,10 @@ try {
     process.stdout.write(`${JSON.stringify({ ok: true, id: result.id, status: result.status })}\n`);
   }
 } catch (error) {
-  const payload = error instanceof OatsError ? error.toJSON() : { code: "not-an-oats-error", message: String((error as Error)?.stack ?? error) };
+  const payload =
+    error instanceof OatsError
+      ? error.toJSON()
+      : { code: "not-an-oats-error", message: String((error as Error)?.stack ?? error) };
   process.stdout.write(`${JSON.stringify({ ok: false, error: payload })}\n`);
   process.exitCode = 1;
 }

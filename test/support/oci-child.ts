@@ -15,5 +15,7 @@ try {
   const back = await client.getBlobBytes(sha256Digest(bytes), { maxBytes: 4096 });
   process.stdout.write(JSON.stringify({ ok: back.equals(bytes), origin: client.session.origin }));
 } catch (error) {
-  process.stdout.write(JSON.stringify({ ok: false, error: error instanceof OatsError ? error.toJSON() : String(error) }));
+  process.stdout.write(
+    JSON.stringify({ ok: false, error: error instanceof OatsError ? error.toJSON() : String(error) }),
+  );
 }

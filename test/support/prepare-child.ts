@@ -41,7 +41,10 @@ async function main(): Promise<void> {
     const result = await prepare(request.scope, request.plan, request.baseDir ? { baseDir: request.baseDir } : {});
     process.stdout.write(`${JSON.stringify({ ok: true, id: result.id, status: result.status })}\n`);
   } catch (error) {
-    const payload = error instanceof OatsError ? error.toJSON() : { code: "not-an-oats-error", message: String((error as Error)?.stack ?? error) };
+    const payload =
+      error instanceof OatsError
+        ? error.toJSON()
+        : { code: "not-an-oats-error", message: String((error as Error)?.stack ?? error) };
     process.stdout.write(`${JSON.stringify({ ok: false, error: payload })}\n`);
     process.exitCode = 1;
   }

@@ -8,7 +8,8 @@ import { gzipSync } from "node:zlib";
 
 export interface RawEntry {
   readonly name: string;
-  /** ustar typeflag: 0 file, 1 hard link, 2 symlink, 3 char device, 4 block device, 5 directory, 6 FIFO, x pax extended header. */
+  /** ustar typeflag: 0 file, 1 hard link, 2 symlink, 3 char device, 4 block device, 5 directory, 6 FIFO, x pax
+   * extended header. */
   readonly type?: string;
   readonly body?: Buffer | string;
   readonly linkname?: string;
@@ -20,13 +21,17 @@ export interface RawEntry {
 }
 
 /** One 512-byte ustar header, checksum included. */
-export function ustarHeader(entry: { readonly name: string; readonly type?: string; readonly linkname?: string; readonly mode?: number }, size: number): Buffer {
+export function ustarHeader(
+  entry: { readonly name: string; readonly type?: string; readonly linkname?: string; readonly mode?: number },
+  size: number,
+): Buffer {
   const header = Buffer.alloc(512);
   const put = (text: string, offset: number, length: number) => {
     if (Buffer.byteLength(text) > length) throw new Error(`${text.slice(0, 40)} does not fit in ${length} bytes`);
     header.write(text, offset, length, "utf8");
   };
-  const octal = (value: number, offset: number, length: number) => put(`${value.toString(8).padStart(length - 1, "0")}\0`, offset, length);
+  const octal = (value: number, offset: number, length: number) =>
+    put(`${value.toString(8).padStart(length - 1, "0")}\0`, offset, length);
   put(entry.name, 0, 100);
   octal(entry.mode ?? (entry.type === "5" ? 0o755 : 0o644), 100, 8);
   octal(0, 108, 8);

@@ -52,7 +52,10 @@ export function registryBinary(): string | null {
   return null;
 }
 
-export const NO_REGISTRY = "docker-registry (Debian package docker-registry, CNCF distribution 2.8) is not installed: .ci/run installs it; `apt-get install -y docker-registry` to run these tests";
+export const NO_REGISTRY =
+  "docker-registry (Debian package docker-registry, CNCF distribution 2.8) " +
+  "is not installed: .ci/run installs it; `apt-get install -y " +
+  "docker-registry` to run these tests";
 
 function freePort(): Promise<number> {
   return new Promise((resolve, reject) => {
@@ -68,7 +71,27 @@ function freePort(): Promise<number> {
 function selfSigned(dir: string, cn: string, san: string): { cert: string; key: string } {
   const cert = join(dir, `${cn}.crt`);
   const key = join(dir, `${cn}.key`);
-  execFileSync("openssl", ["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", key, "-out", cert, "-days", "2", "-subj", `/CN=${cn}`, "-addext", `subjectAltName=${san}`], { stdio: "ignore" });
+  execFileSync(
+    "openssl",
+    [
+      "req",
+      "-x509",
+      "-newkey",
+      "rsa:2048",
+      "-nodes",
+      "-keyout",
+      key,
+      "-out",
+      cert,
+      "-days",
+      "2",
+      "-subj",
+      `/CN=${cn}`,
+      "-addext",
+      `subjectAltName=${san}`,
+    ],
+    { stdio: "ignore" },
+  );
   return { cert, key };
 }
 
@@ -76,8 +99,12 @@ function base64url(data: Buffer | string): string {
   return Buffer.from(data).toString("base64url");
 }
 
-/** A token server for the registry's `auth.token` mode: Basic credentials in, an RS256 JWT with the asked-for access out. */
-async function startTokenServer(dir: string, requests: Registry["tokenRequests"]): Promise<{ port: number; cert: string; close(): Promise<void> }> {
+/** A token server for the registry's `auth.token` mode: Basic credentials in, an RS256 JWT with the asked-for access
+ * out. */
+async function startTokenServer(
+  dir: string,
+  requests: Registry["tokenRequests"],
+): Promise<{ port: number; cert: string; close(): Promise<void> }> {
   const { cert, key } = selfSigned(dir, "oats-token-issuer", "DNS:oats-token-issuer");
   const der = new X509Certificate(readFileSync(cert)).raw;
   const privateKey = createPrivateKey(readFileSync(key));
@@ -97,21 +124,49 @@ async function startTokenServer(dir: string, requests: Registry["tokenRequests"]
     });
     const now = Math.floor(Date.now() / 1000);
     const header = base64url(JSON.stringify({ typ: "JWT", alg: "RS256", x5c: [der.toString("base64")] }));
-    const claims = base64url(JSON.stringify({ iss: "oats-test-issuer", sub: REGISTRY_USER, aud: "oats-test-registry", exp: now + 600, nbf: now - 60, iat: now, jti: randomBytes(8).toString("hex"), access }));
+    const claims = base64url(
+      JSON.stringify({
+        iss: "oats-test-issuer",
+        sub: REGISTRY_USER,
+        aud: "oats-test-registry",
+        exp: now + 600,
+        nbf: now - 60,
+        iat: now,
+        jti: randomBytes(8).toString("hex"),
+        access,
+      }),
+    );
     const signature = base64url(sign("sha256", Buffer.from(`${header}.${claims}`), privateKey));
-    response.writeHead(200, { "content-type": "application/json" }).end(JSON.stringify({ token: `${header}.${claims}.${signature}` }));
+    response
+      .writeHead(200, { "content-type": "application/json" })
+      .end(JSON.stringify({ token: `${header}.${claims}.${signature}` }));
   });
   await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
-  return { port: (server.address() as net.AddressInfo).port, cert, close: () => new Promise((resolve) => server.close(() => resolve())) };
+  return {
+    port: (server.address() as net.AddressInfo).port,
+    cert,
+    close: () => new Promise((resolve) => server.close(() => resolve())),
+  };
 }
 
-/** A bcrypt hash of the test password: python3's crypt module (gone in Python 3.13), else apache2-utils' `htpasswd -B`; null when neither works. */
+/** A bcrypt hash of the test password: python3's crypt module (gone in Python 3.13), else apache2-utils' `htpasswd
+ * -B`; null when neither works. */
 function bcryptHash(): string | null {
-  const python = spawnSync("python3", ["-W", "ignore", "-c", "import crypt,sys; print(crypt.crypt(sys.argv[1], crypt.mksalt(crypt.METHOD_BLOWFISH)))", REGISTRY_PASSWORD], { encoding: "utf8" });
+  const python = spawnSync(
+    "python3",
+    [
+      "-W",
+      "ignore",
+      "-c",
+      "import crypt,sys; print(crypt.crypt(sys.argv[1], crypt.mksalt(crypt.METHOD_BLOWFISH)))",
+      REGISTRY_PASSWORD,
+    ],
+    { encoding: "utf8" },
+  );
   const fromPython = python.status === 0 ? (python.stdout ?? "").trim() : "";
   if (/^\$2[aby]\$/.test(fromPython)) return fromPython;
   const apache = spawnSync("htpasswd", ["-nbB", REGISTRY_USER, REGISTRY_PASSWORD], { encoding: "utf8" });
-  const fromApache = apache.status === 0 ? (apache.stdout ?? "").trim().split(":")[1] ?? "" : "";
+  const fromApache = apache.status === 0 ? ((apache.stdout ?? "").trim().split(":")[1] ?? "") : "";
   return /^\$2[aby]\$/.test(fromApache) ? fromApache : null;
 }
 
@@ -119,7 +174,12 @@ const HASH = bcryptHash();
 
 /** Why the htpasswd mode cannot run here, or null when it can. */
 export const HTPASSWD_SKIP: string | null =
-  registryBinary() === null ? NO_REGISTRY : HASH === null ? "no bcrypt hash generator (python3's crypt module, or htpasswd -B from apache2-utils) for the registry's htpasswd auth" : null;
+  registryBinary() === null
+    ? NO_REGISTRY
+    : HASH === null
+      ? "no bcrypt hash generator (python3's crypt module, or htpasswd -B from " +
+        "apache2-utils) for the registry's htpasswd auth"
+      : null;
 
 function htpasswdLine(): string {
   if (HASH === null) throw new Error(HTPASSWD_SKIP ?? "no bcrypt");
@@ -130,7 +190,10 @@ function waitReady(port: number, child: ChildProcess, output: () => string): Pro
   const deadline = Date.now() + 15_000;
   return new Promise((resolve, reject) => {
     const attempt = (): void => {
-      if (child.exitCode !== null) return reject(new Error(`docker-registry exited (${child.exitCode}): ${output()}`));
+      if (child.exitCode !== null) {
+        reject(new Error(`docker-registry exited (${child.exitCode}): ${output()}`));
+        return;
+      }
       const socket = net.connect(port, "127.0.0.1");
       socket.once("connect", () => {
         socket.destroy();
@@ -160,7 +223,14 @@ export async function startRegistry(options: RegistryOptions = {}): Promise<Regi
     extra.push("auth:", "  htpasswd:", "    realm: oats-test", `    path: ${join(dir, "htpasswd")}`);
   } else if (options.auth === "token") {
     tokenServer = await startTokenServer(dir, tokenRequests);
-    extra.push("auth:", "  token:", `    realm: http://127.0.0.1:${tokenServer.port}/token`, "    service: oats-test-registry", "    issuer: oats-test-issuer", `    rootcertbundle: ${tokenServer.cert}`);
+    extra.push(
+      "auth:",
+      "  token:",
+      `    realm: http://127.0.0.1:${tokenServer.port}/token`,
+      "    service: oats-test-registry",
+      "    issuer: oats-test-issuer",
+      `    rootcertbundle: ${tokenServer.cert}`,
+    );
   }
   let certificate: string | null = null;
   for (let tries = 0; ; tries++) {
@@ -171,7 +241,23 @@ export async function startRegistry(options: RegistryOptions = {}): Promise<Regi
       certificate = pair.cert;
       tls.push("  tls:", `    certificate: ${pair.cert}`, `    key: ${pair.key}`);
     }
-    const config = ["version: 0.1", "log:", "  level: error", "  accesslog:", "    disabled: true", "storage:", "  filesystem:", `    rootdirectory: ${root}`, "  delete:", "    enabled: true", "http:", `  addr: 127.0.0.1:${port}`, ...tls, ...extra, ""].join("\n");
+    const config = [
+      "version: 0.1",
+      "log:",
+      "  level: error",
+      "  accesslog:",
+      "    disabled: true",
+      "storage:",
+      "  filesystem:",
+      `    rootdirectory: ${root}`,
+      "  delete:",
+      "    enabled: true",
+      "http:",
+      `  addr: 127.0.0.1:${port}`,
+      ...tls,
+      ...extra,
+      "",
+    ].join("\n");
     const configPath = join(dir, "config.yml");
     writeFileSync(configPath, config);
     const child = spawn(binary, ["serve", configPath], { stdio: ["ignore", "pipe", "pipe"] });

@@ -45,10 +45,17 @@ async function main(): Promise<void> {
     const receipt =
       request.mode === "capability"
         ? await retainCapabilityArtifact(request.scope, request.source, request.key, lock, options)
-        : await retainTree(request.scope, { kind: request.kind ?? "capture", key: request.key, source: request.source }, options);
+        : await retainTree(
+            request.scope,
+            { kind: request.kind ?? "capture", key: request.key, source: request.source },
+            options,
+          );
     process.stdout.write(`${JSON.stringify({ ok: true, receipt })}\n`);
   } catch (error) {
-    const payload = error instanceof OatsError ? error.toJSON() : { code: "not-an-oats-error", message: String((error as Error)?.stack ?? error) };
+    const payload =
+      error instanceof OatsError
+        ? error.toJSON()
+        : { code: "not-an-oats-error", message: String((error as Error)?.stack ?? error) };
     process.stdout.write(`${JSON.stringify({ ok: false, error: payload })}\n`);
     process.exitCode = 1;
   }

@@ -11,17 +11,34 @@ import { sealRecord, type RunRecord } from "../../src/evidence/run-record.js";
  * running a child: the delivery tests need many runs and exact control of
  * their bytes. test/evidence-delivery-runs.test.ts delivers real runs.
  */
-export async function makeSealedRun(scope: string, options: { index?: number; lines?: string[]; logBytes?: Buffer } = {}) {
+export async function makeSealedRun(
+  scope: string,
+  options: { index?: number; lines?: string[]; logBytes?: Buffer } = {},
+) {
   const index = options.index ?? 1;
   const handle = `20261201T0340${String(index % 60).padStart(2, "0")}Z-${(0x1000_0000 + index).toString(16).slice(-8)}`;
   const job = `job-${index}`;
   const resolution = `sha256-${"ab".repeat(32)}`;
-  const dispatch = await audit(scope, { action: "dispatch", subject: { job, resolution }, outcome: "ok", details: { exec: true } });
-  const start = await audit(scope, { action: "run-start", subject: { handle, job, resolution }, outcome: "ok", details: { dispatchAudit: { seq: dispatch.seq, hash: dispatch.hash } } });
+  const dispatch = await audit(scope, {
+    action: "dispatch",
+    subject: { job, resolution },
+    outcome: "ok",
+    details: { exec: true },
+  });
+  const start = await audit(scope, {
+    action: "run-start",
+    subject: { handle, job, resolution },
+    outcome: "ok",
+    details: { dispatchAudit: { seq: dispatch.seq, hash: dispatch.hash } },
+  });
   const lines = options.lines ?? [`line one of run ${index}`, `line two of run ${index}`];
   const log =
     options.logBytes ??
-    Buffer.from(`${lines.map((text, n) => `2026-12-01T03:40:0${n}.00000${index % 10}Z out ${text}\n`).join("")}# exit: code 0\n# RESULT: OK\n`, "utf8");
+    Buffer.from(
+      `${lines.map((text, n) => `2026-12-01T03:40:0${n}.00000${index % 10}Z out ${text}\n`).join("")}# ` +
+        `exit: code 0\n# RESULT: OK\n`,
+      "utf8",
+    );
   const record: RunRecord = {
     format: "oats.run.v1",
     handle,
@@ -50,6 +67,11 @@ export async function makeSealedRun(scope: string, options: { index?: number; li
   chmodSync(join(scope, ".agents", "runs"), 0o700);
   writeFileSync(join(dir, "log"), log);
   writeFileSync(join(dir, "record.json"), recordBytes);
-  const end = await audit(scope, { action: "run-end", subject: { handle, job, resolution }, outcome: "ok", details: { runId, exit: { code: 0, signal: null }, result: "OK" } });
+  const end = await audit(scope, {
+    action: "run-end",
+    subject: { handle, job, resolution },
+    outcome: "ok",
+    details: { runId, exit: { code: 0, signal: null }, result: "OK" },
+  });
   return { handle, runId, dir, recordBytes, log, seqs: [dispatch.seq, start.seq, end.seq] };
 }

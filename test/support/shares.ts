@@ -34,7 +34,14 @@ export function makeShare(options: { open?: boolean } = {}): { base: string; sha
   chmodSync(base, options.open ? 0o1777 : 0o755);
   const mountPoint = join(base, "mnt");
   mkdirSync(mountPoint);
-  const result = spawnSync("mount", ["-t", "tmpfs", "-o", `size=64m,mode=${options.open ? "0777" : "0755"}`, "tmpfs", mountPoint]);
+  const result = spawnSync("mount", [
+    "-t",
+    "tmpfs",
+    "-o",
+    `size=64m,mode=${options.open ? "0777" : "0755"}`,
+    "tmpfs",
+    mountPoint,
+  ]);
   if (result.status === 0) {
     mounted.push(mountPoint);
     return { base, share: mountPoint, mounted: true };
@@ -50,7 +57,9 @@ export function mountAt(mountPoint: string, size = "64m"): boolean {
   return result.status === 0;
 }
 
-export const MOUNT_SKIP = "mounting a tmpfs is not permitted here: the share is a plain directory on the scope's filesystem (allowSameFilesystem)";
+export const MOUNT_SKIP =
+  "mounting a tmpfs is not permitted here: the share is a plain directory " +
+  "on the scope's filesystem (allowSameFilesystem)";
 
 /** Run argv as the unprivileged attacker `nobody` (uid/gid 65534). */
 export function asNobody(argv: string[]) {

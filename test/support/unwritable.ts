@@ -15,10 +15,15 @@ export function makeUnwritable(dir: string, file: string): { setup: string; prob
   if (process.getuid?.() !== 0) {
     const mode = statSync(dir).mode & 0o7777;
     chmodSync(dir, 0o500);
-    return { setup: "chmod 0500", restore: () => chmodSync(dir, mode), probe: () => writeFileSync(join(dir, "probe"), "x") };
+    return {
+      setup: "chmod 0500",
+      restore: () => chmodSync(dir, mode),
+      probe: () => writeFileSync(join(dir, "probe"), "x"),
+    };
   }
   const bind = spawnSync("mount", ["--bind", dir, dir], { encoding: "utf8" });
-  const remount = bind.status === 0 ? spawnSync("mount", ["-o", "remount,bind,ro", dir, dir], { encoding: "utf8" }) : null;
+  const remount =
+    bind.status === 0 ? spawnSync("mount", ["-o", "remount,bind,ro", dir, dir], { encoding: "utf8" }) : null;
   if (bind.status === 0 && remount?.status === 0) {
     return {
       setup: "read-only bind mount",

@@ -16,12 +16,21 @@ function decision(action: "approve" | "revoke"): CommandSpec {
       command
         .description(
           action === "approve"
-            ? "approve one exact capture composition (as `oats capture prepare` prints it) or oats.tree-exec.v1 tree digest (appended to the approvals ledger and audited)"
+            ? "approve one exact capture composition (as `oats capture prepare` prints " +
+                "it) or oats.tree-exec.v1 tree digest (appended to the approvals ledger " +
+                "and audited)"
             : "revoke an approval: queued work naming that digest is refused from now on (the latest decision wins)",
         )
-        .argument("<kind>", "composition (a capture's whole composition), or an artifact kind: capture, capability or source")
+        .argument(
+          "<kind>",
+          "composition (a capture's whole composition), or an artifact kind: capture, capability or source",
+        )
         .argument("<key>", "the capture name, or the artifact's key (a capability id)")
-        .argument("<integrity>", "the exact digest: oats.json.v1:sha256-<64 hex> for a composition, oats.tree-exec.v1:sha256-<64 hex> for a tree")
+        .argument(
+          "<integrity>",
+          "the exact digest: oats.json.v1:sha256-<64 hex> for a composition, " +
+            "oats.tree-exec.v1:sha256-<64 hex> for a tree",
+        )
         .requiredOption("--reason <text>", `why it is ${past} (recorded with the decision)`)
         .option(
           "--force",
@@ -43,9 +52,17 @@ function decision(action: "approve" | "revoke"): CommandSpec {
       const what =
         action === "approve"
           ? tree
-            ? [target?.retained ? `  retained  ${target.retained}` : "  not retained in this scope: approved ahead of retention (--force)"]
+            ? [
+                target?.retained
+                  ? `  retained  ${target.retained}`
+                  : "  not retained in this scope: approved ahead of retention (--force)",
+              ]
             : []
-          : [previous === null ? "  it was never approved here: recorded with --force" : `  revokes   seq ${previous.seq} (${previous.action} by ${previous.operator} at ${previous.at})`];
+          : [
+              previous === null
+                ? "  it was never approved here: recorded with --force"
+                : `  revokes   seq ${previous.seq} (${previous.action} by ${previous.operator} at ${previous.at})`,
+            ];
       return {
         result: {
           action,
@@ -53,11 +70,24 @@ function decision(action: "approve" | "revoke"): CommandSpec {
           approved: action === "approve",
           entry,
           forced: force,
-          ...(action === "approve" ? (tree ? { retained: target?.retained ?? null } : {}) : { revokes: previous === null ? null : { seq: previous.seq, action: previous.action, operator: previous.operator, at: previous.at } }),
+          ...(action === "approve"
+            ? tree
+              ? { retained: target?.retained ?? null }
+              : {}
+            : {
+                revokes:
+                  previous === null
+                    ? null
+                    : { seq: previous.seq, action: previous.action, operator: previous.operator, at: previous.at },
+              }),
         },
         lines: [
           `${past} ${subjectText(entry.subject)}`,
-          ...(entry.composition === undefined ? [] : library.compositionSummary(library.parseComposition(entry.composition, "the approved composition")).map((line) => `  ${line}`)),
+          ...(entry.composition === undefined
+            ? []
+            : library
+                .compositionSummary(library.parseComposition(entry.composition, "the approved composition"))
+                .map((line) => `  ${line}`)),
           ...what,
           `  seq ${entry.seq} by ${entry.operator} at ${entry.at}: ${entry.reason}`,
         ],

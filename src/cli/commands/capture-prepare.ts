@@ -5,7 +5,11 @@ export const capturePrepare: CommandSpec = {
   name: "capture prepare",
   define(command) {
     command
-      .description("pin a capture: retain its executable tree, pin its classification config, profile and spec, and write its resolution record (approval is a separate step)")
+      .description(
+        "pin a capture: retain its executable tree, pin its classification " +
+          "config, profile and spec, and write its resolution record (approval is " +
+          "a separate step)",
+      )
       .argument("<spec>", "capture spec (.yaml, .yml or .json); relative paths in it resolve against its directory");
   },
   async run(context, [specFile]) {
@@ -21,7 +25,10 @@ export const capturePrepare: CommandSpec = {
     const capture = prepared.record.capture!;
     const warnings = classification.mismatch
       ? [
-          `capture ${capture.name}: declared level ${classification.declared} differs from the level the classification config derives, ${classification.derived.level}; effective ${classification.effective} (audited as a security event)`,
+          `capture ${capture.name}: declared level ${classification.declared} ` +
+            `differs from the level the classification config derives, ` +
+            `${classification.derived.level}; effective ${classification.effective} ` +
+            `(audited as a security event)`,
         ]
       : [];
     return {
@@ -38,8 +45,10 @@ export const capturePrepare: CommandSpec = {
         record: prepared.record,
       },
       lines: [
-        `${prepared.status === "kept" ? "kept (already recorded)" : "prepared"} capture ${capture.name}: resolution ${prepared.id}`,
-        `  levels     declared ${classification.declared}, derived ${derivedText(classification.derived)}, effective ${classification.effective}`,
+        `${prepared.status === "kept" ? "kept (already recorded)" : "prepared"} ` +
+          `capture ${capture.name}: resolution ${prepared.id}`,
+        `  levels     declared ${classification.declared}, derived ` +
+          `${derivedText(classification.derived)}, effective ${classification.effective}`,
         `  composition ${composition.subject.integrity} (what an approval covers):`,
         ...library.compositionSummary(composition.value).map((line) => `    ${line}`),
         `  approve    ${approveCommand(composition.subject)}`,

@@ -28,7 +28,9 @@ export function approveCommand(subject: Pick<ApprovalSubject, "kind" | "key" | "
 export function derivedText(derived: DerivedLevel): string {
   const sources = derived.fallback
     ? ["fallback"]
-    : derived.matched.map((match) => (match.source === "default" ? `default ${match.match} matches ${match.against}` : `${match.source} ${match.key}`));
+    : derived.matched.map((match) =>
+        match.source === "default" ? `default ${match.match} matches ${match.against}` : `${match.source} ${match.key}`,
+      );
   return `${derived.level} (${sources.join(", ")})`;
 }
 
@@ -48,6 +50,7 @@ export function requiredText(flag: string, value: unknown): string {
 /** A positive integer option (`--limit`). */
 export function positiveInteger(flag: string, value: unknown): number | undefined {
   if (value === undefined) return undefined;
-  if (typeof value !== "string" || !/^[1-9][0-9]{0,8}$/.test(value)) throw usageError(`${flag} must be a positive integer, got ${JSON.stringify(value)}`, { flag });
+  if (typeof value !== "string" || !/^[1-9][0-9]{0,8}$/.test(value))
+    throw usageError(`${flag} must be a positive integer, got ${JSON.stringify(value)}`, { flag });
   return Number(value);
 }

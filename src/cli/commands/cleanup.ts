@@ -9,7 +9,10 @@ export const cleanup: CommandSpec = {
   async run(context) {
     const library = await loadLibrary();
     const report = await library.cleanupStaging(context.scope);
-    const lines = [...report.removed.map((path) => `removed  ${path}`), ...report.active.map((path) => `in use   ${path}`)];
+    const lines = [
+      ...report.removed.map((path) => `removed  ${path}`),
+      ...report.active.map((path) => `in use   ${path}`),
+    ];
     return {
       result: report,
       lines: lines.length ? lines : ["nothing to clean up"],

@@ -11,7 +11,9 @@ export const digest: CommandSpec = {
     command
       .description("print a directory tree's digest (touches no store)")
       .argument("<dir>", "the tree to digest")
-      .addOption(new Option("--format <format>", "tree digest format").choices(TREE_FORMAT_CHOICES).default(DEFAULT_TREE_FORMAT));
+      .addOption(
+        new Option("--format <format>", "tree digest format").choices(TREE_FORMAT_CHOICES).default(DEFAULT_TREE_FORMAT),
+      );
   },
   async run(context, [dir], options) {
     // commander's .choices() already checked --format. The digest module is

@@ -22,10 +22,18 @@ function planLines(plan: DispatchPlan): string[] {
     `  executable     ${subjectText(executable.subject)}`,
     `  approved       seq ${approval.seq} by ${approval.operator} at ${approval.at}: ${approval.reason}`,
     `  env            ${names.length ? names.join(", ") : "(none)"} (names only; values are never printed)`,
-    `  credentials    provided ${credentials.provided.length ? credentials.provided.join(", ") : "none"}; missing ${credentials.missing.length ? credentials.missing.join(", ") : "none"}`,
-    `  classification declared ${classification.declared}, pinned ${classification.pinned}, current ${classification.current ?? "(config gone)"}: effective ${classification.effective}`,
+    `  credentials    provided ` +
+      `${credentials.provided.length ? credentials.provided.join(", ") : "none"}; ` +
+      `missing ${credentials.missing.length ? credentials.missing.join(", ") : "none"}`,
+    `  classification declared ${classification.declared}, pinned ` +
+      `${classification.pinned}, current ` +
+      `${classification.current ?? "(config gone)"}: effective ` +
+      `${classification.effective}`,
     `  run copy       ${plan.run.root} (private; working directory)`,
-    `  checked        ${plan.verified.length} artifact${plan.verified.length === 1 ? "" : "s"} re-verified; principal ${plan.principal}${plan.harness === null ? "" : `, harness ${plan.harness}`}; audit seq ${plan.audit.seq}`,
+    `  checked        ${plan.verified.length} ` +
+      `artifact${plan.verified.length === 1 ? "" : "s"} re-verified; principal ` +
+      `${plan.principal}${plan.harness === null ? "" : `, harness ${plan.harness}`}; ` +
+      `audit seq ${plan.audit.seq}`,
     ...(plan.preparedFrom === null ? [] : [`  re-prepared    from resolution ${plan.preparedFrom} (prepare-on-tick)`]),
   ];
 }
@@ -52,25 +60,47 @@ export const dispatch: CommandSpec = {
   name: "dispatch",
   define(command) {
     command
-      .description("resolve a queued job into what would run, re-verifying everything and checking approval and classification now; --exec runs it")
+      .description(
+        "resolve a queued job into what would run, re-verifying everything and " +
+          "checking approval and classification now; --exec runs it",
+      )
       .argument("<job>", "the queued job's id (`oats queue ls` lists them)")
-      .option("--exec", "run the plan as a recorded run (`oats run show`) and exit with the child's exit code (128 + signal number for a signal); its output is shown live unless --quiet (in --json mode on stderr)")
+      .option(
+        "--exec",
+        "run the plan as a recorded run (`oats run show`) and exit with the " +
+          "child's exit code (128 + signal number for a signal); its output is " +
+          "shown live unless --quiet (in --json mode on stderr)",
+      )
       .option("--harness <label>", "a label the harness gives itself, recorded in the audit log (never the principal)")
-      .option("--keep-run-copy", "with --exec: keep the private copy the child ran from (reported) instead of removing it")
-      .option("--evidence-to <destination>", "with --exec: the far side for the run's evidence (dir:/path; default $OATS_EVIDENCE_TO); unreachable refuses confidential work, buffers the rest");
+      .option(
+        "--keep-run-copy",
+        "with --exec: keep the private copy the child ran from (reported) instead of removing it",
+      )
+      .option(
+        "--evidence-to <destination>",
+        "with --exec: the far side for the run's evidence (dir:/path; default " +
+          "$OATS_EVIDENCE_TO); unreachable refuses confidential work, buffers the rest",
+      );
   },
   async run(context, [job], options) {
     const library = await loadCapturesLibrary();
     const exec = options["exec"] === true;
     const harness = options["harness"] as string | undefined;
     const keep = options["keepRunCopy"] === true;
-    if (keep && !exec) throw usageError("--keep-run-copy keeps the copy a run ran from: it needs --exec", { flag: "--keep-run-copy" });
+    if (keep && !exec)
+      throw usageError("--keep-run-copy keeps the copy a run ran from: it needs --exec", { flag: "--keep-run-copy" });
     // Every refusal happens here, before anything runs.
     const evidenceTo = options["evidenceTo"] as string | undefined;
-    if (evidenceTo !== undefined && !exec) throw usageError("--evidence-to names where a run's evidence goes: it needs --exec", { flag: "--evidence-to" });
-    const planOptions = { ...(harness === undefined ? {} : { harness }), ...(evidenceTo === undefined ? {} : { delivery: { to: evidenceTo } }) };
+    if (evidenceTo !== undefined && !exec)
+      throw usageError("--evidence-to names where a run's evidence goes: it needs --exec", { flag: "--evidence-to" });
+    const planOptions = {
+      ...(harness === undefined ? {} : { harness }),
+      ...(evidenceTo === undefined ? {} : { delivery: { to: evidenceTo } }),
+    };
     // An exec'd dispatch is planned by the evidence layer, which checks the outbox and the far side first.
-    const plan = exec ? await (await import("../../evidence/index.js")).planQueuedRun(context.scope, job!, planOptions) : await library.resolveQueuedCapture(context.scope, job!, planOptions);
+    const plan = exec
+      ? await (await import("../../evidence/index.js")).planQueuedRun(context.scope, job!, planOptions)
+      : await library.resolveQueuedCapture(context.scope, job!, planOptions);
     const head = `job ${plan.job}: resolution ${plan.resolution}`;
     if (!exec) {
       // The plan's run copy was the verification; nothing will run from it.
@@ -84,11 +114,30 @@ export const dispatch: CommandSpec = {
     // Every exec'd dispatch is a run (src/evidence): logged, sealed, audited at start and end.
     // In --json mode stdout carries only the envelope: the child's stdout goes to stderr.
     const evidence = await import("../../evidence/index.js");
-    const output = context.quiet ? "quiet" : context.json ? { stdout: process.stderr, stderr: process.stderr } : "inherit";
-    const run = await withCancelSignals((signal) => evidence.runDispatchPlanWithEvidence(context.scope, plan, { output, signal, keep }));
-    const runResult = { runId: run.runId, handle: run.handle, exit: run.exit, result: run.result, status: run.record.evidence.status };
+    const output = context.quiet
+      ? "quiet"
+      : context.json
+        ? { stdout: process.stderr, stderr: process.stderr }
+        : "inherit";
+    const run = await withCancelSignals((signal) =>
+      evidence.runDispatchPlanWithEvidence(context.scope, plan, { output, signal, keep }),
+    );
+    const runResult = {
+      runId: run.runId,
+      handle: run.handle,
+      exit: run.exit,
+      result: run.result,
+      status: run.record.evidence.status,
+    };
     return {
-      result: { ...planResult(plan), exec: true, exitCode: run.exitCode, kept: run.kept, ...runResult, warnings: run.warnings },
+      result: {
+        ...planResult(plan),
+        exec: true,
+        exitCode: run.exitCode,
+        kept: run.kept,
+        ...runResult,
+        warnings: run.warnings,
+      },
       lines: [
         `dispatched ${head}: exit ${run.exitCode}`,
         `  run            ${run.handle} ${run.result} (${run.record.evidence.status}) ${run.runId}`,

@@ -10,9 +10,19 @@ export const exportCommand: CommandSpec = {
   name: "export",
   define(command) {
     command
-      .description("write retained artifacts (and resolutions with everything they reference and pin) into a verified tar bundle")
-      .argument("<ref...>", "an artifact <kind>:<key>@<integrity> (e.g. capability:demo.hello@oats.tree-exec.v1:sha256-...) or a resolution id sha256-<64 hex>")
-      .requiredOption("-o, --output <file>", "the bundle file to write (written beside it, then renamed into place); `-` writes it to stdout")
+      .description(
+        "write retained artifacts (and resolutions with everything they reference and pin) into a verified tar bundle",
+      )
+      .argument(
+        "<ref...>",
+        "an artifact <kind>:<key>@<integrity> (e.g. " +
+          "capability:demo.hello@oats.tree-exec.v1:sha256-...) or a resolution id " +
+          "sha256-<64 hex>",
+      )
+      .requiredOption(
+        "-o, --output <file>",
+        "the bundle file to write (written beside it, then renamed into place); `-` writes it to stdout",
+      )
       .option("--force", "replace an existing file at --output");
   },
   async run(context, operands, options) {
@@ -34,7 +44,11 @@ export const exportCommand: CommandSpec = {
       progress.end();
     }
     const lines = [
-      ...report.artifacts.map((row) => `exported ${row.kind} ${row.key} ${row.integrity}${row.translatedFrom ? ` (from ${row.translatedFrom})` : ""}`),
+      ...report.artifacts.map(
+        (row) =>
+          `exported ${row.kind} ${row.key} ` +
+          `${row.integrity}${row.translatedFrom ? ` (from ${row.translatedFrom})` : ""}`,
+      ),
       ...report.resolutions.map((row) => `exported resolution ${row.id}`),
       ...report.blobs.map((row) => `exported blob ${row.digest}`),
       `wrote ${report.path} (${report.bytes} bytes)`,

@@ -7,7 +7,10 @@ export const importCommand: CommandSpec = {
   name: "import",
   define(command) {
     command
-      .description("verify every tree, record and blob of a bundle in staging, then publish them (nothing is published unless everything verifies)")
+      .description(
+        "verify every tree, record and blob of a bundle in staging, then publish " +
+          "them (nothing is published unless everything verifies)",
+      )
       .argument("<bundle>", "a bundle written by `oats export`; `-` reads it from stdin");
     defineLimitFlags(command);
   },
@@ -30,6 +33,10 @@ export const importCommand: CommandSpec = {
       ...report.blobs.map((row) => `${row.status} blob ${row.digest}`),
       ...report.resolutions.map((row) => `${row.status} resolution ${row.id}`),
     ];
-    return { result: report, lines: lines.length ? lines : [`${report.bundle}: the bundle lists nothing`], quietLines: [] };
+    return {
+      result: report,
+      lines: lines.length ? lines : [`${report.bundle}: the bundle lists nothing`],
+      quietLines: [],
+    };
   },
 };

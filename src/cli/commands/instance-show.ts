@@ -5,7 +5,10 @@ export const instanceShow: CommandSpec = {
   name: "instance show",
   define(command) {
     command
-      .description("which resolution an instance runs: its reference, the record's status and entry points (artifacts not re-hashed)")
+      .description(
+        "which resolution an instance runs: its reference, the record's status " +
+          "and entry points (artifacts not re-hashed)",
+      )
       .argument("<name>", "the instance name");
   },
   async run(context, [name]) {
@@ -14,8 +17,19 @@ export const instanceShow: CommandSpec = {
     const read = await library.readResolution(context.scope, ref.resolution, { verify: false });
     const { record } = read;
     return {
-      result: { instance: ref.instance, resolution: read.id, status: record.status, kind: record.kind, unresolved: record.unresolved, entrypoints: entrypointsResult(read) },
-      lines: [`instance ${ref.instance} -> resolution ${read.id} (${record.status})`, ...unresolvedLines(record), ...entrypointLines(read)],
+      result: {
+        instance: ref.instance,
+        resolution: read.id,
+        status: record.status,
+        kind: record.kind,
+        unresolved: record.unresolved,
+        entrypoints: entrypointsResult(read),
+      },
+      lines: [
+        `instance ${ref.instance} -> resolution ${read.id} (${record.status})`,
+        ...unresolvedLines(record),
+        ...entrypointLines(read),
+      ],
       quietLines: [read.id],
     };
   },

@@ -11,7 +11,10 @@ const UNITS: Record<string, number> = { ms: 1, s: 1000, m: 60_000, h: 3_600_000,
 export function parseDuration(text: unknown, option: string): number {
   const match = typeof text === "string" ? /^(0|[0-9]{1,9})(ms|s|m|h|d)?$/.exec(text) : null;
   if (!match || (match[1] !== "0" && match[2] === undefined)) {
-    throw usageError(`${option} must be 0 or a whole number with a unit (ms, s, m, h, d), e.g. 24h; got ${JSON.stringify(text)}`, { option });
+    throw usageError(
+      `${option} must be 0 or a whole number with a unit (ms, s, m, h, d), e.g. 24h; got ${JSON.stringify(text)}`,
+      { option },
+    );
   }
   return Number(match[1]) * UNITS[match[2] ?? "ms"]!;
 }

@@ -6,7 +6,10 @@ import { loadLibrary } from "./shared.js";
 export const ls: CommandSpec = {
   name: "ls",
   define(command) {
-    command.description("list the retained revisions in the scope, with their size and, for sources, their qualified identity (lists; does not verify)");
+    command.description(
+      "list the retained revisions in the scope, with their size and, for " +
+        "sources, their qualified identity (lists; does not verify)",
+    );
   },
   async run(context) {
     const library = await loadLibrary();
@@ -26,8 +29,10 @@ export const ls: CommandSpec = {
     }));
     const row = (entry: (typeof revisions)[number]) => `${entry.kind} ${entry.key} ${integrityText(entry.integrity)}`;
     const lines = revisions.map((entry) => {
-      const size = `${library.formatBytes(entry.size.bytes)} in ${entry.size.files} file${entry.size.files === 1 ? "" : "s"}`;
-      const unreadable = "identityError" in entry ? `(identity unreadable: ${entry.identityError})` : "(identity not recorded)";
+      const size =
+        `${library.formatBytes(entry.size.bytes)} in ${entry.size.files} ` + `file${entry.size.files === 1 ? "" : "s"}`;
+      const unreadable =
+        "identityError" in entry ? `(identity unreadable: ${entry.identityError})` : "(identity not recorded)";
       const identity = "identity" in entry ? `  ${entry.identity ?? unreadable}` : "";
       return `${row(entry)}  ${size}${identity}`;
     });

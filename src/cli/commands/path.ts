@@ -18,7 +18,13 @@ export const path: CommandSpec = {
     const ref = library.parseArtifactRef({ kind: flags.kind, key, integrity });
     const dir = library.retainedTreeDir(context.scope, ref);
     return {
-      result: { kind: ref.kind, key: ref.key, ...(identity === undefined ? {} : { identity }), integrity: ref.integrity, dir },
+      result: {
+        kind: ref.kind,
+        key: ref.key,
+        ...(identity === undefined ? {} : { identity }),
+        integrity: ref.integrity,
+        dir,
+      },
       lines: [dir],
       quietLines: [dir],
     };

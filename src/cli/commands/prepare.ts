@@ -5,7 +5,10 @@ export const prepare: CommandSpec = {
   name: "prepare",
   define(command) {
     command
-      .description("resolve a plan: retain and verify every artifact it names, write the complete record, then point the instance at it")
+      .description(
+        "resolve a plan: retain and verify every artifact it names, write the " +
+          "complete record, then point the instance at it",
+      )
       .argument("<plan>", "plan file (.yaml, .yml or .json); relative paths in it resolve against its directory");
   },
   async run(context, [planFile]) {
@@ -20,11 +23,19 @@ export const prepare: CommandSpec = {
     }
     const entrypoints = Object.keys(prepared.record.entrypoints);
     return {
-      result: { id: prepared.id, status: prepared.status, instance: prepared.instance, ref: prepared.ref, record: prepared.record },
+      result: {
+        id: prepared.id,
+        status: prepared.status,
+        instance: prepared.instance,
+        ref: prepared.ref,
+        record: prepared.record,
+      },
       lines: [
         `${prepared.status === "kept" ? "kept (already recorded)" : "prepared"} resolution ${prepared.id}`,
         `  instance ${prepared.instance} -> ${prepared.ref.resolution}`,
-        `  ${Object.keys(prepared.record.artifacts).length} artifact(s), ${entrypoints.length} entry point(s)${entrypoints.length ? `: ${entrypoints.join(", ")}` : ""}`,
+        `  ${Object.keys(prepared.record.artifacts).length} artifact(s), ` +
+          `${entrypoints.length} entry ` +
+          `point(s)${entrypoints.length ? `: ${entrypoints.join(", ")}` : ""}`,
       ],
       quietLines: [prepared.id],
     };

@@ -10,14 +10,28 @@ export function loadFleetLibrary() {
  * refs-to-registry half of `oats push` (push.ts dispatches here for an
  * oci:// or http:// destination).
  */
-export async function pushArtifacts(context: CliContext, refs: readonly string[], to: string, options: Record<string, unknown>): Promise<CommandOutcome> {
+export async function pushArtifacts(
+  context: CliContext,
+  refs: readonly string[],
+  to: string,
+  options: Record<string, unknown>,
+): Promise<CommandOutcome> {
   const library = await loadFleetLibrary();
-  const report = await library.pushToRegistry(context.scope, refs, to, { insecure: options["insecure"] === true, signal: context.interruptSignal() });
+  const report = await library.pushToRegistry(context.scope, refs, to, {
+    insecure: options["insecure"] === true,
+    signal: context.interruptSignal(),
+  });
   const uploaded = report.blobs.filter((blob) => blob.status === "uploaded");
   const lines = [
-    ...report.blobs.map((blob) => `${blob.status === "uploaded" ? "uploaded" : "present "} ${blob.digest} ${blob.size} ${blob.what}`),
+    ...report.blobs.map(
+      (blob) => `${blob.status === "uploaded" ? "uploaded" : "present "} ${blob.digest} ${blob.size} ${blob.what}`,
+    ),
     ...report.manifests.map((manifest) =>
-      [`${manifest.status} ${manifest.reference}`, ...(manifest.resolution ? [`  resolution ${manifest.resolution}`] : []), ...manifest.tags.map((tag) => `  tag ${tag}`)].join("\n"),
+      [
+        `${manifest.status} ${manifest.reference}`,
+        ...(manifest.resolution ? [`  resolution ${manifest.resolution}`] : []),
+        ...manifest.tags.map((tag) => `  tag ${tag}`),
+      ].join("\n"),
     ),
     `${uploaded.length} of ${report.blobs.length} blobs uploaded (${report.uploadedBytes} bytes)`,
   ];

@@ -7,7 +7,9 @@ export const reconstruct: CommandSpec = {
   define(command) {
     command
       .description(
-        "record what an existing instance runs, from its instance.json and the lock that installed it; only what verifies exactly is taken (a partial or unknown result is reported and refused, exit 6)",
+        "record what an existing instance runs, from its instance.json and the " +
+          "lock that installed it; only what verifies exactly is taken (a partial " +
+          "or unknown result is reported and refused, exit 6)",
       )
       .argument("<instance-home>", "the instance's home directory (holding instance.json)");
   },
@@ -41,9 +43,15 @@ export const reconstruct: CommandSpec = {
     ];
     if (done.status === "reconstructed") return { result, lines, quietLines: [done.id] };
     // The record is written, so it can be inspected, but a partial or unknown result is never reported as success.
-    const failure = new OatsError("resolution-incomplete", `instance ${done.ref.instance}: reconstruction is ${done.status}, ${record.unresolved.length} input(s) could not be established; record ${done.id} was written but is not ready`, {
-      ...result,
-    });
+    const failure = new OatsError(
+      "resolution-incomplete",
+      `instance ${done.ref.instance}: reconstruction is ${done.status}, ` +
+        `${record.unresolved.length} input(s) could not be established; record ` +
+        `${done.id} was written but is not ready`,
+      {
+        ...result,
+      },
+    );
     return { result, lines, quietLines: [done.id], failure };
   },
 };

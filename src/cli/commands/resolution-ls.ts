@@ -5,7 +5,10 @@ import { loadResolutionLibrary, subjectText } from "./resolution-shared.js";
 export const resolutionLs: CommandSpec = {
   name: "resolution ls",
   define(command) {
-    command.description("list the resolution records in the scope with their status and subject (each record is read and checked; artifacts are not re-hashed)");
+    command.description(
+      "list the resolution records in the scope with their status and subject " +
+        "(each record is read and checked; artifacts are not re-hashed)",
+    );
   },
   async run(context) {
     const library = await loadResolutionLibrary();
@@ -19,17 +22,29 @@ export const resolutionLs: CommandSpec = {
       }
     });
     const lines = records.map((entry) =>
-      entry.ok ? `${entry.id} ${entry.status} ${subjectText(entry)}` : `${entry.id} INVALID ${entry.error.code}: ${entry.error.message}`,
+      entry.ok
+        ? `${entry.id} ${entry.status} ${subjectText(entry)}`
+        : `${entry.id} INVALID ${entry.error.code}: ${entry.error.message}`,
     );
     const result = { scope: context.scope, records };
     const first = records.find((entry) => !entry.ok);
-    const outcome = { result, lines: lines.length ? lines : [`no resolution records in ${context.scope}`], quietLines: lines };
+    const outcome = {
+      result,
+      lines: lines.length ? lines : [`no resolution records in ${context.scope}`],
+      quietLines: lines,
+    };
     if (!first || first.ok) return outcome;
-    // A record that does not read back is reported, like fsck's damage: the first one's code and exit, the whole list in the details.
-    const failure = new OatsError(first.error.code as ErrorCode, `${records.filter((entry) => !entry.ok).length} of ${records.length} resolution records do not read back; first: ${first.error.message}`, {
-      first,
-      records,
-    });
+    // A record that does not read back is reported, like fsck's damage: the first one's code and exit, the whole list
+    // in the details.
+    const failure = new OatsError(
+      first.error.code as ErrorCode,
+      `${records.filter((entry) => !entry.ok).length} of ${records.length} ` +
+        `resolution records do not read back; first: ${first.error.message}`,
+      {
+        first,
+        records,
+      },
+    );
     return { ...outcome, failure };
   },
 };

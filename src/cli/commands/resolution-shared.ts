@@ -15,10 +15,14 @@ export function subjectText(record: Pick<ResolutionRecord, "subject">): string {
   return kind === undefined ? "?" : `${kind} ${subject[kind]}`;
 }
 
-/** Entry points as the JSON result shows them: what the record says, and where it resolved inside its retained artifact. */
+/** Entry points as the JSON result shows them: what the record says, and where it resolved inside its retained
+ * artifact. */
 export function entrypointsResult(read: ReadResolution) {
   return Object.fromEntries(
-    Object.entries(read.record.entrypoints).map(([name, entrypoint]) => [name, { ...entrypoint, resolved: read.entrypoints[name] }]),
+    Object.entries(read.record.entrypoints).map(([name, entrypoint]) => [
+      name,
+      { ...entrypoint, resolved: read.entrypoints[name] },
+    ]),
   );
 }
 
@@ -32,8 +36,14 @@ export function entrypointLines(read: ReadResolution): string[] {
 
 /** One line per selected artifact. */
 export function artifactLines(record: ResolutionRecord): string[] {
-  const lines = Object.entries(record.artifacts).map(([id, entry]) => `  artifact ${id} ${integrityText(entry.artifact.integrity)}`);
-  if (record.source) lines.unshift(`  source ${record.source.identity} @ ${record.source.revision} ${integrityText(record.source.artifact.integrity)}`);
+  const lines = Object.entries(record.artifacts).map(
+    ([id, entry]) => `  artifact ${id} ${integrityText(entry.artifact.integrity)}`,
+  );
+  if (record.source)
+    lines.unshift(
+      `  source ${record.source.identity} @ ${record.source.revision} ` +
+        `${integrityText(record.source.artifact.integrity)}`,
+    );
   return lines;
 }
 

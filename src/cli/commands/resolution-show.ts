@@ -5,7 +5,10 @@ export const resolutionShow: CommandSpec = {
   name: "resolution show",
   define(command) {
     command
-      .description("print a resolution record (checked: digest, canonical bytes, schema, entry point containment; artifacts not re-hashed)")
+      .description(
+        "print a resolution record (checked: digest, canonical bytes, schema, " +
+          "entry point containment; artifacts not re-hashed)",
+      )
       .argument("<id>", "the record's id, sha256-<64 hex> (an oats.json.v1: prefix is accepted)");
   },
   async run(context, [id]) {

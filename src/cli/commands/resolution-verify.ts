@@ -1,11 +1,20 @@
 import type { CommandSpec } from "../context.js";
-import { artifactLines, entrypointLines, entrypointsResult, loadResolutionLibrary, subjectText } from "./resolution-shared.js";
+import {
+  artifactLines,
+  entrypointLines,
+  entrypointsResult,
+  loadResolutionLibrary,
+  subjectText,
+} from "./resolution-shared.js";
 
 export const resolutionVerify: CommandSpec = {
   name: "resolution verify",
   define(command) {
     command
-      .description("read a resolution record, re-hash every artifact it references, and check it is ready to run (a partial or unknown record is refused)")
+      .description(
+        "read a resolution record, re-hash every artifact it references, and " +
+          "check it is ready to run (a partial or unknown record is refused)",
+      )
       .argument("<id>", "the record's id, sha256-<64 hex>");
   },
   async run(context, [id]) {
@@ -22,9 +31,18 @@ export const resolutionVerify: CommandSpec = {
     const { record } = read;
     const artifacts = library.referencedArtifacts(record);
     return {
-      result: { id: read.id, status: record.status, subject: record.subject, verified: read.verified, artifacts, entrypoints: entrypointsResult(read) },
+      result: {
+        id: read.id,
+        status: record.status,
+        subject: record.subject,
+        verified: read.verified,
+        artifacts,
+        entrypoints: entrypointsResult(read),
+      },
       lines: [
-        `verified resolution ${read.id}: ${record.status} ${subjectText(record)}, ${artifacts.length} artifact${artifacts.length === 1 ? "" : "s"} re-hashed`,
+        `verified resolution ${read.id}: ${record.status} ` +
+          `${subjectText(record)}, ${artifacts.length} ` +
+          `artifact${artifacts.length === 1 ? "" : "s"} re-hashed`,
         ...artifactLines(record),
         ...entrypointLines(read),
       ],

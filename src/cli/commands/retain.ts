@@ -3,7 +3,8 @@ import type { CommandSpec } from "../context.js";
 import { archiveOnlyLimits, defineLimitFlags, takeLimitFlags } from "../limit-flags.js";
 import { artifactKey, kindOption, loadLibrary, receiptOutcome } from "./shared.js";
 
-/** A regular file operand is a package tarball; anything else goes to the directory retain (which reports what it is). */
+/** A regular file operand is a package tarball; anything else goes to the directory retain (which reports what it
+ * is). */
 function isRegularFile(path: string): boolean {
   try {
     return statSync(path).isFile();
@@ -16,13 +17,29 @@ export const retain: CommandSpec = {
   name: "retain",
   define(command) {
     command
-      .description("copy a tree (a directory, or an npm-style package tarball) into the store under its full digest, verified before it becomes visible")
-      .argument("<dir|tarball>", "the tree to retain, or a package tarball (.tgz with entries under package/) to extract safely and retain")
-      .requiredOption("--id <id>", "capability id, capture name, or for --kind source a 64-hex key or qualified identity (git:..., path:...)")
+      .description(
+        "copy a tree (a directory, or an npm-style package tarball) into the " +
+          "store under its full digest, verified before it becomes visible",
+      )
+      .argument(
+        "<dir|tarball>",
+        "the tree to retain, or a package tarball (.tgz with entries under package/) to extract safely and retain",
+      )
+      .requiredOption(
+        "--id <id>",
+        "capability id, capture name, or for --kind source a 64-hex key or qualified identity (git:..., path:...)",
+      )
       .addOption(kindOption("artifact kind"))
-      .option("--lock <file>", "oats lock v2 file: retain the capability at its locked integrity and check its provenance")
+      .option(
+        "--lock <file>",
+        "oats lock v2 file: retain the capability at its locked integrity and check its provenance",
+      )
       .option("--expect <integrity>", "the oats.tree-exec.v1 integrity the tree must have (F:sha256-<hex>)")
-      .option("--tarball-integrity <sri>", "tarball only: the SRI the tarball bytes must have (sha512-..., as in package-lock.json), checked before extraction");
+      .option(
+        "--tarball-integrity <sri>",
+        "tarball only: the SRI the tarball bytes must have (sha512-..., as in " +
+          "package-lock.json), checked before extraction",
+      );
     defineLimitFlags(command);
   },
   async run(context, [operand], options) {
@@ -33,10 +50,15 @@ export const retain: CommandSpec = {
     const flags = parseFlags(retainFlags, rest);
     const tarball = isRegularFile(operand!);
     if (tarballIntegrity !== undefined && !tarball) {
-      throw usageError(`--tarball-integrity applies to a package tarball, and ${operand} is not a regular file`, { operand });
+      throw usageError(`--tarball-integrity applies to a package tarball, and ${operand} is not a regular file`, {
+        operand,
+      });
     }
     const archiveOnly = archiveOnlyLimits(limits);
-    if (archiveOnly.length > 0 && !tarball) throw usageError(`${archiveOnly.join(", ")} applies to a package tarball, and ${operand} is not a regular file`, { operand });
+    if (archiveOnly.length > 0 && !tarball)
+      throw usageError(`${archiveOnly.join(", ")} applies to a package tarball, and ${operand} is not a regular file`, {
+        operand,
+      });
     const library = await loadLibrary();
     const progress = context.progress(`retain ${flags.id}`);
     const watch = { onProgress: progress.update, signal: context.interruptSignal() };
@@ -45,11 +67,20 @@ export const retain: CommandSpec = {
       if (tarball) {
         const { retainTarball } = await import("../../acquisition/tarball.js");
         const extra = tarballIntegrity === undefined ? {} : { tarballIntegrity };
-        const { key, identity } = flags.lock === undefined ? artifactKey(library, flags.kind, flags.id) : { key: flags.id, identity: undefined };
+        const { key, identity } =
+          flags.lock === undefined
+            ? artifactKey(library, flags.kind, flags.id)
+            : { key: flags.id, identity: undefined };
         const request =
           flags.lock !== undefined
             ? { id: flags.id, lock: library.readLockFile(flags.lock), ...extra, limits }
-            : { kind: flags.kind, key, ...(flags.expect === undefined ? {} : { expect: flags.expect }), ...extra, limits };
+            : {
+                kind: flags.kind,
+                key,
+                ...(flags.expect === undefined ? {} : { expect: flags.expect }),
+                ...extra,
+                limits,
+              };
         const receipt = await retainTarball(context.scope, operand!, request, watch);
         if (identity !== undefined) library.pinSourceIdentity(context.scope, identity);
         const outcome = receiptOutcome(receipt, identity);
@@ -57,7 +88,9 @@ export const retain: CommandSpec = {
       }
       if (flags.lock !== undefined) {
         const lock = library.readLockFile(flags.lock);
-        return receiptOutcome(await library.retainCapabilityArtifact(context.scope, operand!, flags.id, lock, retainOptions));
+        return receiptOutcome(
+          await library.retainCapabilityArtifact(context.scope, operand!, flags.id, lock, retainOptions),
+        );
       }
       const { key, identity } = artifactKey(library, flags.kind, flags.id);
       const receipt = await library.retainTree(

@@ -12,7 +12,14 @@ export function resultText(run: { result: string | null; status: string | null; 
 }
 
 export function summaryLine(run: RunSummary): string {
-  const exit = run.exit === null ? "" : run.exit.signal !== null ? ` ${run.exit.signal}` : run.exit.code !== null ? ` exit ${run.exit.code}` : "";
+  const exit =
+    run.exit === null
+      ? ""
+      : run.exit.signal !== null
+        ? ` ${run.exit.signal}`
+        : run.exit.code !== null
+          ? ` exit ${run.exit.code}`
+          : "";
   if (run.error !== null) return `${run.handle}  DAMAGED  ${run.error}`;
   return `${run.handle}  ${resultText(run)}${exit}  job ${run.job ?? "?"}  ${run.runId ?? "(not sealed)"}`;
 }
@@ -22,8 +29,13 @@ export function logLines(run: ReadRun): string[] {
   return [...run.lines.map((line) => `${line.at} ${line.stream} ${line.text}`), ...run.footer];
 }
 
-/** A local run's ref that names no local run may name a received one: its location, or null (the local error stands). */
-export async function receivedFor(scope: string, ref: string, error: unknown): Promise<{ runId: string; dir: string } | null> {
+/** A local run's ref that names no local run may name a received one: its location, or null (the local error stands).
+ * */
+export async function receivedFor(
+  scope: string,
+  ref: string,
+  error: unknown,
+): Promise<{ runId: string; dir: string } | null> {
   if (!(error instanceof Error) || (error as { code?: unknown }).code !== "run-not-found") return null;
   const library = await loadEvidenceLibrary();
   const { resolveScope } = await import("../../retention/store/components.js");

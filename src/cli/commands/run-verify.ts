@@ -4,7 +4,12 @@ import type { ReceivedVerdict } from "../../evidence/index.js";
 import { loadEvidenceLibrary, receivedFor } from "./run-shared.js";
 
 function evidenceFailure(runId: string, handle: string, gaps: { class: string; reason: string }[]): OatsError {
-  return new OatsError("integrity-mismatch", `run ${handle} verifies but is sealed failed-evidence: required evidence missing: ${gaps.map((gap) => `${gap.class} (${gap.reason})`).join(", ")}`, { handle, runId, gaps, reason: "run-failed-evidence" });
+  return new OatsError(
+    "integrity-mismatch",
+    `run ${handle} verifies but is sealed failed-evidence: required evidence ` +
+      `missing: ${gaps.map((gap) => `${gap.class} (${gap.reason})`).join(", ")}`,
+    { handle, runId, gaps, reason: "run-failed-evidence" },
+  );
 }
 
 function verifiedReceived(verdict: ReceivedVerdict) {
@@ -12,14 +17,23 @@ function verifiedReceived(verdict: ReceivedVerdict) {
   return {
     result: { ...rest, received: true, evidence: record.evidence },
     lines: [
-      `verified received run ${verdict.handle}: ${verdict.result}${verdict.status === "failed-evidence" ? " failed-evidence" : ""} ${verdict.runId}`,
+      `verified received run ${verdict.handle}: ` +
+        `${verdict.result}${verdict.status === "failed-evidence" ? " failed-evidence" : ""} ` +
+        `${verdict.runId}`,
       `  from    ${verdict.from ?? "?"}`,
       `  record  hashes to its id`,
-      `  log     ${record.log.lines} line${record.log.lines === 1 ? "" : "s"}, ${record.log.bytes} bytes, ${record.log.digest}`,
-      `  audit   checked against the delivered audit lines only (${verdict.checks.audit.lines}: run-start seq ${verdict.checks.audit.start}, run-end seq ${verdict.checks.audit.end}); the sending host's audit chain is not verifiable here`,
+      `  log     ${record.log.lines} line${record.log.lines === 1 ? "" : "s"}, ` +
+        `${record.log.bytes} bytes, ${record.log.digest}`,
+      `  audit   checked against the delivered audit lines only ` +
+        `(${verdict.checks.audit.lines}: run-start seq ` +
+        `${verdict.checks.audit.start}, run-end seq ` +
+        `${verdict.checks.audit.end}); the sending host's audit chain is not ` +
+        `verifiable here`,
     ],
     quietLines: [verdict.runId],
-    ...(verdict.status === "failed-evidence" ? { failure: evidenceFailure(verdict.runId, verdict.handle, record.evidence.gaps) } : {}),
+    ...(verdict.status === "failed-evidence"
+      ? { failure: evidenceFailure(verdict.runId, verdict.handle, record.evidence.gaps) }
+      : {}),
   };
 }
 
@@ -27,7 +41,12 @@ export const runVerify: CommandSpec = {
   name: "run verify",
   define(command) {
     command
-      .description("check a sealed run: the record hashes to its id, the log to the record's digest, and the audit log holds its run-start and run-end entries (a received run: against its delivered audit lines only); failed-evidence exits non-zero")
+      .description(
+        "check a sealed run: the record hashes to its id, the log to the " +
+          "record's digest, and the audit log holds its run-start and run-end " +
+          "entries (a received run: against its delivered audit lines only); " +
+          "failed-evidence exits non-zero",
+      )
       .argument("<run>", "the run's handle or id (sha256-<64 hex>), or a unique prefix of either");
   },
   async run(context, [ref]) {
@@ -44,14 +63,22 @@ export const runVerify: CommandSpec = {
     const gaps = record.evidence.gaps.map((gap) => `${gap.class} (${gap.reason})`);
     const failure =
       verdict.status === "failed-evidence"
-        ? new OatsError("integrity-mismatch", `run ${verdict.handle} verifies but is sealed failed-evidence: required evidence missing: ${gaps.join(", ")}`, { handle: verdict.handle, runId: verdict.runId, gaps: record.evidence.gaps, reason: "run-failed-evidence" })
+        ? new OatsError(
+            "integrity-mismatch",
+            `run ${verdict.handle} verifies but is sealed failed-evidence: required ` +
+              `evidence missing: ${gaps.join(", ")}`,
+            { handle: verdict.handle, runId: verdict.runId, gaps: record.evidence.gaps, reason: "run-failed-evidence" },
+          )
         : undefined;
     return {
       result: { ...rest, evidence: record.evidence },
       lines: [
-        `verified run ${verdict.handle}: ${verdict.result}${verdict.status === "failed-evidence" ? " failed-evidence" : ""} ${verdict.runId}`,
+        `verified run ${verdict.handle}: ` +
+          `${verdict.result}${verdict.status === "failed-evidence" ? " failed-evidence" : ""} ` +
+          `${verdict.runId}`,
         `  record  hashes to its id`,
-        `  log     ${record.log.lines} line${record.log.lines === 1 ? "" : "s"}, ${record.log.bytes} bytes, ${record.log.digest}`,
+        `  log     ${record.log.lines} line${record.log.lines === 1 ? "" : "s"}, ` +
+          `${record.log.bytes} bytes, ${record.log.digest}`,
         `  audit   run-start seq ${verdict.checks.audit.start}, run-end seq ${verdict.checks.audit.end}`,
       ],
       quietLines: [verdict.runId],

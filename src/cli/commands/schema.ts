@@ -6,7 +6,10 @@ export const schema: CommandSpec = {
   name: "schema",
   define(command) {
     command
-      .description("print the JSON Schema of a documented format (generated from the schema that reads it; see docs/design/formats.md)")
+      .description(
+        "print the JSON Schema of a documented format (generated from the schema " +
+          "that reads it; see docs/design/formats.md)",
+      )
       .addArgument(new Argument("<name>", "the format").choices(SCHEMA_CHOICES));
   },
   async run(_context, [name]) {

@@ -38,7 +38,8 @@ export function receiptOutcome(receipt: ArtifactReceipt, identity?: string): Com
     `${STATUS_WORDS[receipt.status]} ${receipt.kind} ${receipt.key}`,
     ...(identity === undefined ? [] : [`  identity  ${identity}`]),
     `  integrity ${integrityText(receipt.integrity)}`,
-    ...(receipt.execIntegrity.value === receipt.integrity.value && receipt.execIntegrity.format === receipt.integrity.format
+    ...(receipt.execIntegrity.value === receipt.integrity.value &&
+    receipt.execIntegrity.format === receipt.integrity.format
       ? []
       : [`  exec      ${integrityText(receipt.execIntegrity)}`]),
     `  dir       ${receipt.dir}`,

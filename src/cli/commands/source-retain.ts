@@ -11,10 +11,16 @@ export const sourceRetain: CommandSpec = {
   name: "source retain",
   define(command) {
     command
-      .description("retain a source tree under its qualified identity: the tree of a git commit (never the working tree), or a directory as it is")
+      .description(
+        "retain a source tree under its qualified identity: the tree of a git " +
+          "commit (never the working tree), or a directory as it is",
+      )
       .argument("<dir>", "the source directory (--revision local) or the local git repository (--revision <commit>)")
       .requiredOption("--identity <id>", "the qualified source identity: git:<url>#<path> or path:<absolute dir>")
-      .requiredOption("--revision <revision>", "a full 40-hex lowercase commit id, or `local` for the directory as it is");
+      .requiredOption(
+        "--revision <revision>",
+        "a full 40-hex lowercase commit id, or `local` for the directory as it is",
+      );
   },
   async run(context, [dir], options) {
     const { retainSource } = await import("../../acquisition/source.js");

@@ -11,8 +11,21 @@ const BARE = /^sha256-[0-9a-f]{64}$/;
  * almost certainly copied an exec digest without its format: say so, rather
  * than "not retained".
  */
-function execNamedHint(library: Library, scope: string, kind: string, key: string, integrity: string, error: unknown): unknown {
-  if (!BARE.test(integrity) || !isOatsError(error) || error.code !== "artifact-not-found" || error.details["reason"] === "scope-missing") return error;
+function execNamedHint(
+  library: Library,
+  scope: string,
+  kind: string,
+  key: string,
+  integrity: string,
+  error: unknown,
+): unknown {
+  if (
+    !BARE.test(integrity) ||
+    !isOatsError(error) ||
+    error.code !== "artifact-not-found" ||
+    error.details["reason"] === "scope-missing"
+  )
+    return error;
   const exec = { format: library.TREE_EXEC, value: integrity };
   let dir: string;
   try {
@@ -34,9 +47,14 @@ export const verify: CommandSpec = {
   name: "verify",
   define(command) {
     command
-      .description("re-hash a retained revision and compare it with its integrity (reads the store only; repairs nothing)")
+      .description(
+        "re-hash a retained revision and compare it with its integrity (reads the store only; repairs nothing)",
+      )
       .argument("<id>", "capability id, capture name, or source key / qualified identity")
-      .option("--integrity <integrity>", "the revision's integrity (F:sha256-<hex>; bare sha256-<hex> means oats.tree-legacy.v0)")
+      .option(
+        "--integrity <integrity>",
+        "the revision's integrity (F:sha256-<hex>; bare sha256-<hex> means oats.tree-legacy.v0)",
+      )
       .option("--lock <file>", "oats lock v2 file naming the capability's integrity; also checks provenance")
       .addOption(kindOption("artifact kind"));
   },
@@ -48,11 +66,20 @@ export const verify: CommandSpec = {
     try {
       if (flags.lock !== undefined) {
         const lock = library.readLockFile(flags.lock);
-        return receiptOutcome(await library.verifyRetainedCapability(context.scope, id!, lock, { onProgress: progress.update }));
+        return receiptOutcome(
+          await library.verifyRetainedCapability(context.scope, id!, lock, { onProgress: progress.update }),
+        );
       }
       const { key, identity } = artifactKey(library, flags.kind, id!);
       try {
-        return receiptOutcome(await library.verifyTree(context.scope, { kind: flags.kind, key, integrity: flags.integrity }, { onProgress: progress.update }), identity);
+        return receiptOutcome(
+          await library.verifyTree(
+            context.scope,
+            { kind: flags.kind, key, integrity: flags.integrity },
+            { onProgress: progress.update },
+          ),
+          identity,
+        );
       } catch (error) {
         throw execNamedHint(library, context.scope, flags.kind, key, flags.integrity!, error);
       }

@@ -1,6 +1,25 @@
-import { closeSync, constants, fstatSync, fsyncSync, lstatSync, mkdirSync, openSync, readdirSync, renameSync, rmdirSync, statSync, unlinkSync } from "node:fs";
+import {
+  closeSync,
+  constants,
+  fstatSync,
+  fsyncSync,
+  lstatSync,
+  mkdirSync,
+  openSync,
+  readdirSync,
+  renameSync,
+  rmdirSync,
+  statSync,
+  unlinkSync,
+} from "node:fs";
 import { OatsError, errnoCode, bytesDigest } from "../../core/index.js";
-import { inDirectory, readRegularFile, writeNewFileDurably, assertContained, stagingName } from "../../retention/index.js";
+import {
+  inDirectory,
+  readRegularFile,
+  writeNewFileDurably,
+  assertContained,
+  stagingName,
+} from "../../retention/index.js";
 import { runHex } from "../run-id.js";
 import type { EvidenceBundle, EvidenceTransport, ProbeResult } from "../transport.js";
 
@@ -62,16 +81,36 @@ function directoryErrno(error: unknown, at: string): string | undefined {
   return errno === "ENOTDIR" && isSymlinkAt(at) ? "ELOOP" : errno;
 }
 
-function shareError(share: string, what: string, error: unknown, details: Record<string, unknown> = {}, at?: string): OatsError {
+function shareError(
+  share: string,
+  what: string,
+  error: unknown,
+  details: Record<string, unknown> = {},
+  at?: string,
+): OatsError {
   const errno = at === undefined ? errnoCode(error) : directoryErrno(error, at);
   if (errno === "ELOOP") {
-    return new OatsError("invalid-artifact-store", `the share's ${what} is a symlink, refusing to follow it: ${share}`, { to: `dir:${share}`, component: what, reason: "symlink", ...details });
+    return new OatsError(
+      "invalid-artifact-store",
+      `the share's ${what} is a symlink, refusing to follow it: ${share}`,
+      { to: `dir:${share}`, component: what, reason: "symlink", ...details },
+    );
   }
   if (errno === "ENOTDIR") {
-    return new OatsError("invalid-artifact-store", `the share's ${what} is not a directory: ${share}`, { to: `dir:${share}`, component: what, reason: "not-a-directory", ...details });
+    return new OatsError("invalid-artifact-store", `the share's ${what} is not a directory: ${share}`, {
+      to: `dir:${share}`,
+      component: what,
+      reason: "not-a-directory",
+      ...details,
+    });
   }
   if (error instanceof OatsError) return error;
-  return new OatsError("internal-error", `writing to the share ${share} failed at ${what}: ${error instanceof Error ? error.message : String(error)}`, { to: `dir:${share}`, component: what, ...(errno ? { errno } : {}), ...details }, { cause: error });
+  return new OatsError(
+    "internal-error",
+    `writing to the share ${share} failed at ${what}: ${error instanceof Error ? error.message : String(error)}`,
+    { to: `dir:${share}`, component: what, ...(errno ? { errno } : {}), ...details },
+    { cause: error },
+  );
 }
 
 function closeQuietly(fd: number | null): void {
@@ -113,7 +152,10 @@ export function dirTransport(share: string, options: DirTransportOptions = {}): 
     try {
       stats = statSync(share);
     } catch (error) {
-      return { state: "unreachable", reason: errnoCode(error) === "ENOENT" ? "missing" : `unreadable (${errnoCode(error) ?? String(error)})` };
+      return {
+        state: "unreachable",
+        reason: errnoCode(error) === "ENOENT" ? "missing" : `unreadable (${errnoCode(error) ?? String(error)})`,
+      };
     }
     if (!stats.isDirectory()) return { state: "unreachable", reason: "not-a-directory" };
     if (options.localPath !== undefined && options.allowSameFilesystem !== true) {
@@ -150,11 +192,16 @@ export function dirTransport(share: string, options: DirTransportOptions = {}): 
         const errno = directoryErrno(error, inDirectory(runsFd, `${share}/${RUNS_DIR}`, hex));
         if (errno === "ENOENT") return null;
         if (errno === "ELOOP" || errno === "ENOTDIR") {
-          throw new OatsError("integrity-mismatch", `the share holds something other than a run directory for ${runId}: ${errno === "ELOOP" ? "a symlink" : "not a directory"}`, {
-            to,
-            runId,
-            reason: errno === "ELOOP" ? "symlink" : "not-a-directory",
-          });
+          throw new OatsError(
+            "integrity-mismatch",
+            `the share holds something other than a run directory for ${runId}: ` +
+              `${errno === "ELOOP" ? "a symlink" : "not a directory"}`,
+            {
+              to,
+              runId,
+              reason: errno === "ELOOP" ? "symlink" : "not-a-directory",
+            },
+          );
         }
         throw error;
       }
@@ -165,7 +212,14 @@ export function dirTransport(share: string, options: DirTransportOptions = {}): 
           name,
           readRegularFile(inDirectory(runFd, dirPath, name), {
             limit: READ_LIMIT,
-            refuse: (failure, details) => new OatsError("integrity-mismatch", `cannot read ${name} of run ${runId} back from ${to}: ${failure}`, { to, runId, file: name, reason: failure, ...details }),
+            refuse: (failure, details) =>
+              new OatsError("integrity-mismatch", `cannot read ${name} of run ${runId} back from ${to}: ${failure}`, {
+                to,
+                runId,
+                file: name,
+                reason: failure,
+                ...details,
+              }),
           }),
         );
       }
@@ -189,14 +243,19 @@ export function dirTransport(share: string, options: DirTransportOptions = {}): 
       if (held === undefined) differences.push(`${name}: missing`);
       else if (!held.equals(bytes)) differences.push(`${name}: ${bytesDigest(held)} is not ${bytesDigest(bytes)}`);
     }
-    for (const name of there?.keys() ?? []) if (!bundle.files.has(name as never)) differences.push(`${name}: unexpected`);
+    for (const name of there?.keys() ?? [])
+      if (!bundle.files.has(name as never)) differences.push(`${name}: unexpected`);
     if (differences.length > 0) {
-      throw new OatsError("integrity-mismatch", `${to} already holds run ${bundle.runId} with other content (${differences.join("; ")}); nothing was replaced`, {
-        to,
-        runId: bundle.runId,
-        differences,
-        reason: "existing-content-differs",
-      });
+      throw new OatsError(
+        "integrity-mismatch",
+        `${to} already holds run ${bundle.runId} with other content (${differences.join("; ")}); nothing was replaced`,
+        {
+          to,
+          runId: bundle.runId,
+          differences,
+          reason: "existing-content-differs",
+        },
+      );
     }
   };
 
@@ -213,7 +272,11 @@ export function dirTransport(share: string, options: DirTransportOptions = {}): 
       try {
         shareFd = openShare();
       } catch (error) {
-        throw new OatsError("artifact-not-found", `the share ${share} cannot be opened: ${errnoCode(error) ?? String(error)}`, { to, reason: "far-side-unreachable", errno: errnoCode(error) });
+        throw new OatsError(
+          "artifact-not-found",
+          `the share ${share} cannot be opened: ${errnoCode(error) ?? String(error)}`,
+          { to, reason: "far-side-unreachable", errno: errnoCode(error) },
+        );
       }
       runsFd = openRuns(shareFd, true)!;
       assertContained(runsPath, `${runsPath}/${hex}`, `run ${bundle.runId}`);
@@ -229,7 +292,11 @@ export function dirTransport(share: string, options: DirTransportOptions = {}): 
       const stagingAt = inDirectory(runsFd, runsPath, staging);
       mkdirSync(stagingAt, { mode: 0o755 });
       stagingFd = openSync(stagingAt, DIRECTORY_FLAGS);
-      if (fstatSync(stagingFd).uid !== process.getuid?.()) throw new OatsError("invalid-artifact-store", `the staging directory on ${to} was replaced by another user`, { to, reason: "staging-replaced" });
+      if (fstatSync(stagingFd).uid !== process.getuid?.())
+        throw new OatsError("invalid-artifact-store", `the staging directory on ${to} was replaced by another user`, {
+          to,
+          reason: "staging-replaced",
+        });
       for (const [name, bytes] of bundle.files) {
         written.push(name);
         writeNewFileDurably(inDirectory(stagingFd, `${runsPath}/${staging}`, name), bytes, 0o644);

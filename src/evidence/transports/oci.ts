@@ -1,5 +1,12 @@
 import { OatsError } from "../../core/index.js";
-import { OciClient, OCI_MANIFEST, sha256Digest, bufferSource, formatOciReference, type SessionOptions } from "../../oci/index.js";
+import {
+  OciClient,
+  OCI_MANIFEST,
+  sha256Digest,
+  bufferSource,
+  formatOciReference,
+  type SessionOptions,
+} from "../../oci/index.js";
 import { runHex } from "../run-id.js";
 import type { EvidenceBundle, EvidenceTransport, ProbeResult } from "../transport.js";
 
@@ -36,7 +43,6 @@ const FILE_NAME = /^[a-z0-9][a-z0-9._-]{0,63}$/;
 /** A read-back file larger than this is refused rather than buffered (the dir: transport's bound). */
 const READ_LIMIT = 2 * 1024 * 1024 * 1024 - 1;
 
-
 export function runTag(runId: string): string {
   return `run-${runHex(runId)}`;
 }
@@ -51,7 +57,12 @@ interface Layer {
 export function runManifest(runId: string, files: ReadonlyMap<string, Buffer>): { bytes: Buffer; layers: Layer[] } {
   const layers = [...files.entries()]
     .map(([name, bytes]) => {
-      if (!FILE_NAME.test(name)) throw new OatsError("invalid-input", `an evidence file name must be plain: ${JSON.stringify(name.slice(0, 100))}`, { name: name.slice(0, 100) });
+      if (!FILE_NAME.test(name))
+        throw new OatsError(
+          "invalid-input",
+          `an evidence file name must be plain: ${JSON.stringify(name.slice(0, 100))}`,
+          { name: name.slice(0, 100) },
+        );
       return { name, bytes, digest: sha256Digest(bytes) };
     })
     .sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
@@ -59,7 +70,11 @@ export function runManifest(runId: string, files: ReadonlyMap<string, Buffer>): 
     schemaVersion: 2,
     mediaType: OCI_MANIFEST,
     artifactType: RUN_ARTIFACT_TYPE,
-    config: { mediaType: EMPTY_CONFIG.mediaType, digest: sha256Digest(EMPTY_CONFIG.bytes), size: EMPTY_CONFIG.bytes.length },
+    config: {
+      mediaType: EMPTY_CONFIG.mediaType,
+      digest: sha256Digest(EMPTY_CONFIG.bytes),
+      size: EMPTY_CONFIG.bytes.length,
+    },
     layers: layers.map((layer) => ({
       mediaType: FILE_MEDIA_TYPES[layer.name] ?? "application/octet-stream",
       digest: layer.digest,
@@ -77,20 +92,37 @@ function isCode(error: unknown, code: string): boolean {
 
 /** The layers a pulled run manifest names, each checked to be a plain file name and a sha256 descriptor. */
 function readLayers(bytes: Buffer, runId: string, to: string): Array<{ name: string; digest: string; size: number }> {
-  const bad = (problem: string): OatsError => new OatsError("invalid-artifact", `the run artifact for ${runId} at ${to} ${problem}`, { to, runId, reason: "run-manifest" });
-  const manifest = JSON.parse(bytes.toString("utf8")) as { artifactType?: unknown; layers?: unknown; annotations?: Record<string, unknown> };
+  const bad = (problem: string): OatsError =>
+    new OatsError("invalid-artifact", `the run artifact for ${runId} at ${to} ${problem}`, {
+      to,
+      runId,
+      reason: "run-manifest",
+    });
+  const manifest = JSON.parse(bytes.toString("utf8")) as {
+    artifactType?: unknown;
+    layers?: unknown;
+    annotations?: Record<string, unknown>;
+  };
   if (manifest.artifactType !== RUN_ARTIFACT_TYPE) throw bad(`is not an ${RUN_ARTIFACT_TYPE} artifact`);
   if (manifest.annotations?.[RUN_ID_ANNOTATION] !== runId) {
-    throw new OatsError("integrity-mismatch", `the tag for run ${runId} at ${to} names another run`, { to, runId, actual: String(manifest.annotations?.[RUN_ID_ANNOTATION] ?? "").slice(0, 100), reason: "run-manifest" });
+    throw new OatsError("integrity-mismatch", `the tag for run ${runId} at ${to} names another run`, {
+      to,
+      runId,
+      actual: String(manifest.annotations?.[RUN_ID_ANNOTATION] ?? "").slice(0, 100),
+      reason: "run-manifest",
+    });
   }
   if (!Array.isArray(manifest.layers) || manifest.layers.length > 16) throw bad("has no usable layer list");
   const seen = new Set<string>();
   return manifest.layers.map((layer: { digest?: unknown; size?: unknown; annotations?: Record<string, unknown> }) => {
     const name = layer?.annotations?.[TITLE];
-    if (typeof name !== "string" || !FILE_NAME.test(name) || seen.has(name)) throw bad("has a layer without a plain, unique file name");
+    if (typeof name !== "string" || !FILE_NAME.test(name) || seen.has(name))
+      throw bad("has a layer without a plain, unique file name");
     seen.add(name);
-    if (typeof layer.digest !== "string" || !/^sha256:[a-f0-9]{64}$/.test(layer.digest)) throw bad(`has a layer ${name} without a sha256 digest`);
-    if (!Number.isSafeInteger(layer.size) || (layer.size as number) < 0 || (layer.size as number) > READ_LIMIT) throw bad(`has a layer ${name} with an unusable size`);
+    if (typeof layer.digest !== "string" || !/^sha256:[a-f0-9]{64}$/.test(layer.digest))
+      throw bad(`has a layer ${name} without a sha256 digest`);
+    if (!Number.isSafeInteger(layer.size) || (layer.size as number) < 0 || (layer.size as number) > READ_LIMIT)
+      throw bad(`has a layer ${name} with an unusable size`);
     return { name, digest: layer.digest, size: layer.size as number };
   });
 }
@@ -103,7 +135,11 @@ export class OciEvidenceTransport implements EvidenceTransport {
     this.client = new OciClient(destination, options);
     const reference = this.client.reference;
     if (reference.tag !== null || reference.digest !== null) {
-      throw new OatsError("invalid-input", "an OCI evidence destination names a repository, not a tag or digest (runs are tagged run-<hex>)", { to: destination.slice(0, 300) });
+      throw new OatsError(
+        "invalid-input",
+        "an OCI evidence destination names a repository, not a tag or digest (runs are tagged run-<hex>)",
+        { to: destination.slice(0, 300) },
+      );
     }
     this.#to = formatOciReference(reference);
   }
@@ -117,7 +153,8 @@ export class OciEvidenceTransport implements EvidenceTransport {
       await this.client.ping();
       return { state: "reachable", reason: null };
     } catch (error) {
-      if (isCode(error, "registry-refused")) return { state: "unreachable", reason: String((error as OatsError).details["reason"]) };
+      if (isCode(error, "registry-refused"))
+        return { state: "unreachable", reason: String((error as OatsError).details["reason"]) };
       throw error;
     }
   }
@@ -133,12 +170,17 @@ export class OciEvidenceTransport implements EvidenceTransport {
       if (!isCode(error, "artifact-not-found")) throw error;
     }
     if (existing !== null && existing !== digest) {
-      throw new OatsError("integrity-mismatch", `${this.#to} already holds run ${bundle.runId} with other content; nothing was replaced`, { to: this.#to, runId: bundle.runId, expected: digest, actual: existing, reason: "other-content" });
+      throw new OatsError(
+        "integrity-mismatch",
+        `${this.#to} already holds run ${bundle.runId} with other content; nothing was replaced`,
+        { to: this.#to, runId: bundle.runId, expected: digest, actual: existing, reason: "other-content" },
+      );
     }
     const blobs = [{ bytes: EMPTY_CONFIG.bytes, digest: sha256Digest(EMPTY_CONFIG.bytes) }, ...layers];
     const ensureBlobs = async () => {
       for (const blob of blobs) {
-        if ((await this.client.headBlob(blob.digest)) === null) await this.client.putBlob(bufferSource(blob.bytes, blob.digest));
+        if ((await this.client.headBlob(blob.digest)) === null)
+          await this.client.putBlob(bufferSource(blob.bytes, blob.digest));
       }
     };
     await ensureBlobs();

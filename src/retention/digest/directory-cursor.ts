@@ -1,6 +1,13 @@
 import { OatsError } from "../../core/index.js";
 import { closeOpened, type OpenedDirectory } from "./native-directories.js";
-import { DIRECTORY_FDS, inDirectory, openChildDirectory, openRoot, type DirectoryEntry, type FileEntry } from "./walk.js";
+import {
+  DIRECTORY_FDS,
+  inDirectory,
+  openChildDirectory,
+  openRoot,
+  type DirectoryEntry,
+  type FileEntry,
+} from "./walk.js";
 
 /**
  * The directories the reads are in, opened again the way the walk opened
@@ -40,19 +47,27 @@ export class DirectoryCursor {
     for (let at: DirectoryEntry | null = directory; at !== null; at = at.parent) chain.push(at);
     chain.reverse();
     let shared = 0;
-    while (shared < this.open.length && shared < chain.length && this.open[shared]!.directory === chain[shared]) shared += 1;
+    while (shared < this.open.length && shared < chain.length && this.open[shared]!.directory === chain[shared])
+      shared += 1;
     while (this.open.length > shared) this.leave(this.open.pop()!);
     for (let index = shared; index < chain.length; index++) {
       const wanted = chain[index]!;
-      const opened: OpenedDirectory = index === 0 ? openRoot(wanted.absolute) : openChildDirectory(this.open[index - 1]!.fd, wanted.parent!.absolute, wanted.name, wanted.path);
+      const opened: OpenedDirectory =
+        index === 0
+          ? openRoot(wanted.absolute)
+          : openChildDirectory(this.open[index - 1]!.fd, wanted.parent!.absolute, wanted.name, wanted.path);
       if (opened.dev !== wanted.dev || opened.ino !== wanted.ino) {
         // Never kept: a cursor asked again must meet the same refusal, not find the impostor on its stack.
         closeOpened(opened);
-        throw new OatsError("invalid-artifact", `directory changed while it was read (replaced): ${wanted.path || "."}`, {
-          path: wanted.path || ".",
-          reason: "changed-while-reading",
-          changed: "directory",
-        });
+        throw new OatsError(
+          "invalid-artifact",
+          `directory changed while it was read (replaced): ${wanted.path || "."}`,
+          {
+            path: wanted.path || ".",
+            reason: "changed-while-reading",
+            changed: "directory",
+          },
+        );
       }
       this.open.push({ directory: wanted, fd: opened.fd, native: opened.native });
     }

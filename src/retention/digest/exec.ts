@@ -79,7 +79,11 @@ function symlinkRecord(path: string, target: string): Buffer[] {
   return [out];
 }
 
-function execRecords(format: "oats.tree-exec.v1" | "oats.package-payload-exec.v1", includes: (path: string) => boolean, includesAll: boolean): TreeFraming {
+function execRecords(
+  format: "oats.tree-exec.v1" | "oats.package-payload-exec.v1",
+  includes: (path: string) => boolean,
+  includesAll: boolean,
+): TreeFraming {
   return {
     format,
     order: "bytes",

@@ -5,19 +5,47 @@ import { PassBlockReads } from "./block-reads.js";
 import { DirectoryCursor } from "./directory-cursor.js";
 import { nativeReads } from "./native-reads.js";
 import { consumeNativeRun } from "./native-runs.js";
-import { OPEN_FLAGS, SMALL_FILE_SIZE, closeAsync, consumeRest, consumeRestInline, difference, finishAsync, giveChunk, openHeadAsync, openSmallOrHeadSync, readFullySync, takeChunk, type OpenedFile } from "./opened-file.js";
+import {
+  OPEN_FLAGS,
+  SMALL_FILE_SIZE,
+  closeAsync,
+  consumeRest,
+  consumeRestInline,
+  difference,
+  finishAsync,
+  giveChunk,
+  openHeadAsync,
+  openSmallOrHeadSync,
+  readFullySync,
+  takeChunk,
+  type OpenedFile,
+} from "./opened-file.js";
 import { RING_MIN_REST, consumeRestByRing } from "./read-ring.js";
 import { prefetchMode, startPrefetch, worthPrefetching, type Prefetcher } from "./prefetch.js";
-import { DIRECTORY_FDS, changed, changedOrUnreadable, type FileEntry, type LeafEntry, type SymlinkEntry } from "./walk.js";
+import {
+  DIRECTORY_FDS,
+  changed,
+  changedOrUnreadable,
+  type FileEntry,
+  type LeafEntry,
+  type SymlinkEntry,
+} from "./walk.js";
 
-export { CHUNK_SIZE, INLINE_CHUNK_SIZE, SMALL_FILE_SIZE, chunkBuffersAllocated, largeFilesReadInline } from "./opened-file.js";
+export {
+  CHUNK_SIZE,
+  INLINE_CHUNK_SIZE,
+  SMALL_FILE_SIZE,
+  chunkBuffersAllocated,
+  largeFilesReadInline,
+} from "./opened-file.js";
 export { largeFilesReadByRing } from "./read-ring.js";
 
 /**
  * Streams the leaves of a tree to a consumer in a fixed order.
  *
  * Large files are read asynchronously in CHUNK_SIZE pieces with double
- * buffering (opened-file.ts, which reads one file of the general path), and the head of the file after a large one is fetched while the
+ * buffering (opened-file.ts, which reads one file of the general path), and the head of the file after a large one is
+ * fetched while the
  * large one is consumed: the read of what comes next overlaps the hashing of
  * what is here. Small files (the common case in a package tree) are read
  * with synchronous calls, in runs, into one reused buffer: for a 2 KiB file
@@ -36,7 +64,8 @@ export { largeFilesReadByRing } from "./read-ring.js";
  * Each file is opened inside its directory's descriptor (DirectoryCursor: no
  * directory above it can be swapped for a symlink), without following a
  * symlink at its own name (and non-blocking, so a FIFO swapped in after the
- * walk cannot hang us) and fstat'd before and after it is read; a change of inode, size, mtime or ctime, or a short read, is a
+ * walk cannot hang us) and fstat'd before and after it is read; a change of inode, size, mtime or ctime, or a short
+ * read, is a
  * refusal. Bytes are never reported half-old, half-new.
  */
 
@@ -105,14 +134,13 @@ export interface ReadOptions {
    * (read-ring.ts), which beats both.
    */
   readonly inline?: boolean | "warm";
-  /** The walk found the page cache cold (TreeListing.cold): start the read-ahead before the first read rather than after a cold run. */
+  /** The walk found the page cache cold (TreeListing.cold): start the read-ahead before the first read rather than
+   * after a cold run. */
   readonly cold?: boolean;
 }
 
 /** The small-file buffer of a finished pass, for the next one on this thread (64 more pages not to fault in). */
 let spareScratch: Buffer | null = null;
-
-
 
 /**
  * The fast path: leaves from..to-1 that are symlinks or small files, read
@@ -188,7 +216,11 @@ function consumeSmallRun(
  * write into staging, say) propagates unchanged, and a failure of the reads
  * themselves is a refusal naming the path.
  */
-export async function readLeavesInOrder(leaves: readonly LeafEntry[], consumer: FileConsumer, options: ReadOptions = {}): Promise<void> {
+export async function readLeavesInOrder(
+  leaves: readonly LeafEntry[],
+  consumer: FileConsumer,
+  options: ReadOptions = {},
+): Promise<void> {
   const inline = options.inline === true;
   // A core to spare and the cache warm: a second core copies while this one hashes (read-ring.ts).
   const byRing = options.inline === "warm";
@@ -241,7 +273,8 @@ export async function readLeavesInOrder(leaves: readonly LeafEntry[], consumer: 
         // A run of small files and symlinks, up to the next prefetched file.
         const to = Math.min(leaves.length, index + RUN_LENGTH, prefetched ? prefetched.index : Infinity);
         if (batch === null && nativeReads() !== null) batch = takeChunk();
-        // A second thread for the native reads only where a core would otherwise idle (as for the overlapped large reads).
+        // A second thread for the native reads only where a core would otherwise idle (as for the overlapped large
+        // reads).
         const run = consumeSmallRun(leaves, index, to, whole, scratch, cursor, batch, !inline);
         if (run.pending) await run.pending;
         if (run.next > index) {
@@ -289,8 +322,10 @@ export async function readLeavesInOrder(leaves: readonly LeafEntry[], consumer: 
         if (file.head.length < size) {
           const byRingThread = byRing && size - file.head.length >= RING_MIN_REST;
           if (overlap) await consumeRest(file, size, consumer);
-          // The ring declines (false, nothing read) when it cannot take the file (no addon, this thread's ring in use): inline.
-          else if (!byRingThread || !(await consumeRestByRing(file, size, consumer))) await consumeRestInline(file, size, consumer, scratch);
+          // The ring declines (false, nothing read) when it cannot take the file (no addon, this thread's ring in
+          // use): inline.
+          else if (!byRingThread || !(await consumeRestByRing(file, size, consumer)))
+            await consumeRestInline(file, size, consumer, scratch);
         }
         if (!file.closed) await finishAsync(file);
         pending = consumer.end(file.entry, info);

@@ -14,7 +14,10 @@ import { nativeError, nativeReads, type NativeAddon } from "./native-reads.js";
  */
 
 /** What the walk needs of an entry: a Dirent has it, and so has a native one. */
-export type Listed = Pick<Dirent, "name" | "isDirectory" | "isFile" | "isSymbolicLink" | "isFIFO" | "isSocket" | "isBlockDevice" | "isCharacterDevice">;
+export type Listed = Pick<
+  Dirent,
+  "name" | "isDirectory" | "isFile" | "isSymbolicLink" | "isFIFO" | "isSocket" | "isBlockDevice" | "isCharacterDevice"
+>;
 
 // d_type values (dirent.h).
 const DT_FIFO = 1;
@@ -74,7 +77,8 @@ export function listNatively(fd: number): Listed[] | null {
     if (types[index] === 0) throw nativeError(ENOENT, STEP_READ);
     const end = names.indexOf(0, start);
     // Decoded as readdir decodes (an invalid sequence becomes U+FFFD), each into a string of its own: slices of one
-    // string per directory kept those strings alive with every name and grew the young generation (row 25b: 87 -> 103 MiB).
+    // string per directory kept those strings alive with every name and grew the young generation (row 25b: 87 -> 103
+    // MiB).
     entries[index] = new NativeEntry(names.toString("utf8", start, end), types[index]!);
     start = end + 1;
   }
@@ -92,7 +96,8 @@ export interface OpenedDirectory {
   readonly native?: NativeAddon;
 }
 
-/** The directory `name` inside the open directory `parentFd`, opened without following a symlink, and its fstat; null without the addon. */
+/** The directory `name` inside the open directory `parentFd`, opened without following a symlink, and its fstat; null
+ * without the addon. */
 export function openChildNatively(parentFd: number, name: string): OpenedDirectory | null {
   const native = nativeReads();
   if (native === null) return null;

@@ -35,23 +35,42 @@ export interface NativeAddon {
    * `dirFds`: one directory descriptor per name. `split`: a second thread reads beside this one (only where
    * a core would otherwise idle, and only for a long run).
    */
-  readSmallFiles(dirFds: Int32Array, names: string[], buffer: Buffer, limit: number, meta: Float64Array, split: boolean, afterRead?: (index: number) => void): number;
-  /** The block reads (512-byte units) of this thread's readSmallFiles calls so far, their second threads' included, and of nothing else. */
+  readSmallFiles(
+    dirFds: Int32Array,
+    names: string[],
+    buffer: Buffer,
+    limit: number,
+    meta: Float64Array,
+    split: boolean,
+    afterRead?: (index: number) => void,
+  ): number;
+  /** The block reads (512-byte units) of this thread's readSmallFiles calls so far, their second threads' included,
+   * and of nothing else. */
   smallReadsBlockReads(): number;
   /** The block reads (512-byte units) of the calling thread since it started (getrusage RUSAGE_THREAD). */
   threadBlockReads(): number;
-  /** A child directory opened inside its parent's descriptor (O_DIRECTORY | O_NOFOLLOW) and fstat'd into stat (dev, ino, mode; the failed step): the fd, or -errno. */
+  /** A child directory opened inside its parent's descriptor (O_DIRECTORY | O_NOFOLLOW) and fstat'd into stat (dev,
+   * ino, mode; the failed step): the fd, or -errno. */
   openDirectoryAt(parentFd: number, name: string, stat: Float64Array): number;
   /** Closes a descriptor openDirectoryAt gave (Node must not close what it did not open): 0 or -errno. */
   closeDirectory(fd: number): number;
-  /** The entries of an open directory but . and ..: their names' bytes, each followed by a NUL, and their d_types; or -errno. */
+  /** The entries of an open directory but . and ..: their names' bytes, each followed by a NUL, and their d_types; or
+   * -errno. */
   listDirectory(fd: number): { names: Buffer; types: Uint8Array } | number;
   /** Leaf i's path is paths[ends[i - 1], ends[i]), empty for a leaf that is not a file. */
-  startPrefetch(paths: Buffer, ends: Int32Array, from: number, threads: number, window: number, limit: number): NativeThreads;
+  startPrefetch(
+    paths: Buffer,
+    ends: Int32Array,
+    from: number,
+    threads: number,
+    window: number,
+    limit: number,
+  ): NativeThreads;
   advancePrefetch(prefetch: NativeThreads, index: number): void;
   /** Lists every directory below rootFd (a copy of it: the caller may close its own) down to maxDepth. */
   warmDirectories(rootFd: number, threads: number, maxDepth: number): NativeThreads;
-  /** The threads end after their current file or directory (garbage collection of the handle does the same); with `wait`, it returns once they have. */
+  /** The threads end after their current file or directory (garbage collection of the handle does the same); with
+   * `wait`, it returns once they have. */
   stopThreads(threads: NativeThreads, wait?: boolean): void;
   threadsRunning(threads: NativeThreads): number;
   /** `slots` pieces of `slotSize` bytes, owned by the addon. */
@@ -60,13 +79,31 @@ export interface NativeAddon {
   ringMemory(ring: NativeRing): Buffer;
   /** A thread starts reading `length` bytes of `fd` from `position` into the slots; false when none could start. */
   ringRead(ring: NativeRing, fd: number, position: number, length: number): boolean;
-  /** Gives back the slot returned before and waits for the next piece: its length (short at the end of the file), or -errno. */
+  /** Gives back the slot returned before and waits for the next piece: its length (short at the end of the file), or
+   * -errno. */
   ringNext(ring: NativeRing): number;
   /** Ends the read and waits for its thread: false if it did not end in time (it is then still reading). */
   ringStop(ring: NativeRing): boolean;
 }
 
-const FUNCTIONS = ["readSmallFiles", "smallReadsBlockReads", "threadBlockReads", "openDirectoryAt", "closeDirectory", "listDirectory", "startPrefetch", "advancePrefetch", "warmDirectories", "stopThreads", "threadsRunning", "createRing", "ringMemory", "ringRead", "ringNext", "ringStop"] as const;
+const FUNCTIONS = [
+  "readSmallFiles",
+  "smallReadsBlockReads",
+  "threadBlockReads",
+  "openDirectoryAt",
+  "closeDirectory",
+  "listDirectory",
+  "startPrefetch",
+  "advancePrefetch",
+  "warmDirectories",
+  "stopThreads",
+  "threadsRunning",
+  "createRing",
+  "ringMemory",
+  "ringRead",
+  "ringNext",
+  "ringStop",
+] as const;
 
 /** Four doubles a file: status, offset (or step, or what changed), size, mode. */
 export const META_FIELDS = 4;

@@ -1,5 +1,14 @@
 import type { FileConsumer } from "./file-reader.js";
-import { CHANGED, META_FIELDS, NOT_REGULAR, SHORT, TOO_LARGE, changeOf, nativeError, type NativeAddon } from "./native-reads.js";
+import {
+  CHANGED,
+  META_FIELDS,
+  NOT_REGULAR,
+  SHORT,
+  TOO_LARGE,
+  changeOf,
+  nativeError,
+  type NativeAddon,
+} from "./native-reads.js";
 import { afterRead, hasReadHook } from "./read-hook.js";
 import type { DirectoryCursor } from "./directory-cursor.js";
 import { changed, changedOrUnreadable, type FileEntry, type LeafEntry } from "./walk.js";
@@ -45,7 +54,8 @@ export function consumeNativeRun(
       try {
         directoryFd = cursor.descriptorOf(leaf);
       } catch (error) {
-        // A directory that fails its checks is met again, alone, after the files before it: the same order as a file-by-file read.
+        // A directory that fails its checks is met again, alone, after the files before it: the same order as a
+        // file-by-file read.
         if (index === from) throw error;
         break;
       }
@@ -100,7 +110,10 @@ function deliver(
       const restMeta = meta.slice((at + 1) * META_FIELDS, count * META_FIELDS);
       // A file over the limit is the call's last status (a stop ends the taking); the general path starts there.
       const next = meta[(count - 1) * META_FIELDS] === TOO_LARGE ? from + count - 1 : from + count;
-      return { next, pending: pending.then(() => deliver(leaves, from + at + 1, restMeta, rest, consumer, batch).pending) };
+      return {
+        next,
+        pending: pending.then(() => deliver(leaves, from + at + 1, restMeta, rest, consumer, batch).pending),
+      };
     }
   }
   return { next: from + count };

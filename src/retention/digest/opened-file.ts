@@ -17,7 +17,8 @@ import { changed, changedOrUnreadable, type FileEntry } from "./walk.js";
 export const CHUNK_SIZE = 1 << 20;
 /** Files up to this size are read whole, synchronously. */
 export const SMALL_FILE_SIZE = 256 << 10;
-/** The piece a large file is read in when it is read inline (ReadOptions): it fits a core's cache, and the small-file buffer. */
+/** The piece a large file is read in when it is read inline (ReadOptions): it fits a core's cache, and the small-file
+ * buffer. */
 export const INLINE_CHUNK_SIZE = SMALL_FILE_SIZE;
 /**
  * Pieces an inline read hashes between yields to the event loop: 1 MiB,
@@ -74,11 +75,14 @@ export function giveChunk(buffer: Buffer | null): void {
   if (buffer !== null && chunkPool.length < POOL_LIMIT && !chunkPool.includes(buffer)) chunkPool.push(buffer);
 }
 
-
-const fstatAsync = (fd: number) => new Promise<Stats>((resolve, reject) => fstat(fd, (error, stats) => (error ? reject(error) : resolve(stats))));
-export const closeAsync = (fd: number) => new Promise<void>((resolve, reject) => close(fd, (error) => (error ? reject(error) : resolve())));
+const fstatAsync = (fd: number) =>
+  new Promise<Stats>((resolve, reject) => fstat(fd, (error, stats) => (error ? reject(error) : resolve(stats))));
+export const closeAsync = (fd: number) =>
+  new Promise<void>((resolve, reject) => close(fd, (error) => (error ? reject(error) : resolve())));
 const readAsync = (fd: number, buffer: Buffer, length: number, position: number) =>
-  new Promise<number>((resolve, reject) => read(fd, buffer, 0, length, position, (error, bytes) => (error ? reject(error) : resolve(bytes))));
+  new Promise<number>((resolve, reject) =>
+    read(fd, buffer, 0, length, position, (error, bytes) => (error ? reject(error) : resolve(bytes))),
+  );
 
 /** Fill `buffer` from `position` until `length` bytes or end of file. */
 export async function readFully(fd: number, buffer: Buffer, length: number, position: number): Promise<number> {
@@ -127,7 +131,12 @@ function checkUnchanged(file: OpenedFile, after: Stats): void {
  * thousand buffers: its bytes are valid until the next file is opened, which
  * is within the FileConsumer contract.
  */
-export function openSmallOrHeadSync(entry: FileEntry, scratch: Buffer, cursor: DirectoryCursor, inline: boolean): OpenedFile {
+export function openSmallOrHeadSync(
+  entry: FileEntry,
+  scratch: Buffer,
+  cursor: DirectoryCursor,
+  inline: boolean,
+): OpenedFile {
   let fd: number;
   try {
     fd = openSync(cursor.pathOf(entry), OPEN_FLAGS);
@@ -219,7 +228,12 @@ export function finishSync(file: OpenedFile): void {
  * next read overwrites it. The event loop is yielded to every
  * YIELD_EVERY_PIECES pieces.
  */
-export async function consumeRestInline(file: OpenedFile, size: number, consumer: FileConsumer, buffer: Buffer): Promise<void> {
+export async function consumeRestInline(
+  file: OpenedFile,
+  size: number,
+  consumer: FileConsumer,
+  buffer: Buffer,
+): Promise<void> {
   readInline += 1;
   let position = file.head.length;
   let sinceYield = 0;

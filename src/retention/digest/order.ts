@@ -50,7 +50,8 @@ export function compareSiblingBytes(a: Listed, b: Listed): number {
 /** Legacy order: depth-first pre-order over the collated children (an explicit stack, like the walk). */
 export function legacyOrder(root: DirectoryEntry): LeafEntry[] {
   const out: LeafEntry[] = [];
-  const collate = (directory: DirectoryEntry) => [...directory.children].sort((a, b) => compareLegacyNames(a.name, b.name));
+  const collate = (directory: DirectoryEntry) =>
+    [...directory.children].sort((a, b) => compareLegacyNames(a.name, b.name));
   const stack: { children: TreeEntry[]; next: number }[] = [{ children: collate(root), next: 0 }];
   while (stack.length > 0) {
     const frame = stack[stack.length - 1]!;

@@ -28,9 +28,11 @@ import type { LeafEntry } from "./walk.js";
  * it warm the cache with a file the caller could read anyway.
  */
 
-/** Trees with fewer small files than this are read without a worker (starting one costs tens of milliseconds of CPU). */
+/** Trees with fewer small files than this are read without a worker (starting one costs tens of milliseconds of CPU).
+ * */
 export const PREFETCH_MIN_FILES = 512;
-/** Two requests in flight besides the reader's measured fastest here (cold 20k files: 1 worker 3.5 s, 2 2.3 s, 3 2.5 s, none 4.5 s). */
+/** Two requests in flight besides the reader's measured fastest here (cold 20k files: 1 worker 3.5 s, 2 2.3 s, 3 2.5
+ * s, none 4.5 s). */
 const PREFETCH_WORKERS = 2;
 /** Requests the native threads keep in flight; the disk here served sixteen best (see above). */
 const NATIVE_THREADS = 16;
@@ -170,7 +172,14 @@ function startThreads(native: NativeAddon, leaves: readonly LeafEntry[], from: n
   const { bytes, ends } = packPaths(leaves);
   let handle: NativeThreads;
   try {
-    handle = native.startPrefetch(Buffer.from(bytes), new Int32Array(ends), from, NATIVE_THREADS, WINDOW, PREFETCH_LIMIT);
+    handle = native.startPrefetch(
+      Buffer.from(bytes),
+      new Int32Array(ends),
+      from,
+      NATIVE_THREADS,
+      WINDOW,
+      PREFETCH_LIMIT,
+    );
   } catch {
     return null;
   }
@@ -200,7 +209,9 @@ export function warmDirectories(rootFd: number, maxDepth: number): Prefetcher | 
 
 function startWorkers(leaves: readonly LeafEntry[], from: number): Prefetcher | null {
   // Loaded only here: the native threads, and a warm read, need no worker_threads.
-  const { Worker: WorkerThread } = createRequire(import.meta.url)("node:worker_threads") as typeof import("node:worker_threads");
+  const { Worker: WorkerThread } = createRequire(import.meta.url)(
+    "node:worker_threads",
+  ) as typeof import("node:worker_threads");
   const { bytes, ends } = packPaths(leaves);
   const shared = new SharedArrayBuffer(8);
   const view = new Int32Array(shared);
@@ -208,7 +219,23 @@ function startWorkers(leaves: readonly LeafEntry[], from: number): Prefetcher | 
   let workers: Worker[] | null = [];
   try {
     for (let k = 0; k < PREFETCH_WORKERS; k++) {
-      workers.push(new WorkerThread(SOURCE, { eval: true, workerData: { bytes, ends, shared, flags: FLAGS, limit: PREFETCH_LIMIT, window: WINDOW, stride: PREFETCH_WORKERS, from: from + k }, stdout: false, stderr: false }));
+      workers.push(
+        new WorkerThread(SOURCE, {
+          eval: true,
+          workerData: {
+            bytes,
+            ends,
+            shared,
+            flags: FLAGS,
+            limit: PREFETCH_LIMIT,
+            window: WINDOW,
+            stride: PREFETCH_WORKERS,
+            from: from + k,
+          },
+          stdout: false,
+          stderr: false,
+        }),
+      );
     }
   } catch {
     for (const worker of workers) void worker.terminate().catch(() => undefined);

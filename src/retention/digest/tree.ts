@@ -6,7 +6,13 @@ import type { TreeFormat } from "../integrity.js";
 import { packagePayloadExecFraming, treeExecFraming } from "./exec.js";
 import { readLeavesInOrder, type FileConsumer, type FileInfo } from "./file-reader.js";
 import type { TreeFraming } from "./framing.js";
-import { EMIT_EVERY_BYTES, EMIT_EVERY_FILES, throwIfAborted, type ProgressListener, type ProgressPhase } from "../progress.js";
+import {
+  EMIT_EVERY_BYTES,
+  EMIT_EVERY_FILES,
+  throwIfAborted,
+  type ProgressListener,
+  type ProgressPhase,
+} from "../progress.js";
 import { treeLegacyFraming } from "./legacy.js";
 import { coresBusy } from "../parallel/busy.js";
 import { legacyOrder } from "./order.js";
@@ -96,7 +102,8 @@ class FramedHash {
   }
 }
 
-/** Hand a whole file to a consumer: its own whole() if it has one, else start, chunk and end, awaiting only what is pending. */
+/** Hand a whole file to a consumer: its own whole() if it has one, else start, chunk and end, awaiting only what is
+ * pending. */
 function wholeInParts(sink: FileConsumer, entry: FileEntry, info: FileInfo, data: Buffer): void | Promise<void> {
   if (sink.whole) return sink.whole(entry, info, data);
   const chunkAndEnd = (): void | Promise<void> => {
@@ -122,12 +129,16 @@ export async function digestListing(
   options: DigestOptions & { sink?: LeafSink; sinkOrder?: "legacy" | "bytes" } = {},
 ): Promise<TreeDigests> {
   const byteOrder = listing.leaves;
-  const legacy = formats.includes("oats.tree-legacy.v0") || options.sinkOrder === "legacy" ? legacyOrder(listing.root) : byteOrder;
+  const legacy =
+    formats.includes("oats.tree-legacy.v0") || options.sinkOrder === "legacy" ? legacyOrder(listing.root) : byteOrder;
   const shared = sameSequence(byteOrder, legacy);
   const passes: { order: readonly LeafEntry[]; framings: TreeFraming[]; sink?: LeafSink }[] = [];
   const passFor = (order: readonly LeafEntry[]) => {
     let pass = passes.find((candidate) => candidate.order === order);
-    if (!pass) passes.push((pass = { order, framings: [] }));
+    if (!pass) {
+      pass = { order, framings: [] };
+      passes.push(pass);
+    }
     return pass;
   };
   const orderOf = (kind: "legacy" | "bytes") => (kind === "legacy" && !shared ? legacy : byteOrder);
@@ -138,7 +149,8 @@ export async function digestListing(
   let bytesDone = 0;
   let filesDone = 0;
   const { onProgress, signal } = options;
-  // Reporting is counted, not timed: one comparison per file, one event per EMIT_EVERY_FILES files or EMIT_EVERY_BYTES bytes.
+  // Reporting is counted, not timed: one comparison per file, one event per EMIT_EVERY_FILES files or
+  // EMIT_EVERY_BYTES bytes.
   let nextFiles = 0;
   let nextBytes = 0;
   const totals = onProgress ? progressTotals(listing, passes.length, options.totalBytes) : {};
@@ -193,12 +205,17 @@ export async function digestListing(
         return sink?.end(entry, info);
       },
       symlink(entry: SymlinkEntry) {
-        for (const hash of hashes) if (hash.framing.includes(entry.path)) hash.feed(hash.framing.symlink(entry.path, entry.target));
+        for (const hash of hashes)
+          if (hash.framing.includes(entry.path)) hash.feed(hash.framing.symlink(entry.path, entry.target));
         return sink?.symlink(entry);
       },
     };
-    // A copy keeps its reads overlapped with its writes; a pure hash reads inline when the cores are taken, and while the cache is warm.
-    await readLeavesInOrder(pass.order, consumer, { inline: sink ? false : coresBusy() ? true : "warm", cold: listing.cold === true });
+    // A copy keeps its reads overlapped with its writes; a pure hash reads inline when the cores are taken, and while
+    // the cache is warm.
+    await readLeavesInOrder(pass.order, consumer, {
+      inline: sink ? false : coresBusy() ? true : "warm",
+      cold: listing.cold === true,
+    });
     for (const hash of hashes) digests[hash.framing.format] = hash.value();
   }
   if (onProgress) emit();
@@ -206,7 +223,11 @@ export async function digestListing(
 }
 
 /** What a walk tells before anything is read: the files, once per pass; bytes only when the caller knows them. */
-function progressTotals(listing: TreeListing, passes: number, totalBytes: number | undefined): { totalFiles: number; totalBytes?: number } {
+function progressTotals(
+  listing: TreeListing,
+  passes: number,
+  totalBytes: number | undefined,
+): { totalFiles: number; totalBytes?: number } {
   let files = 0;
   for (const leaf of listing.leaves) if (leaf.type === "file") files += 1;
   return { totalFiles: files * passes, ...(totalBytes === undefined ? {} : { totalBytes }) };
@@ -221,7 +242,10 @@ export async function treeRoot(dir: string): Promise<string> {
     if (!stats.isDirectory()) throw Object.assign(new Error("not a directory"), { code: "ENOTDIR" });
   } catch (error) {
     const code = errnoCode(error);
-    throw new OatsError(code === "ENOENT" ? "artifact-not-found" : "invalid-artifact", `not a directory: ${dir}`, { path: dir, errno: code });
+    throw new OatsError(code === "ENOENT" ? "artifact-not-found" : "invalid-artifact", `not a directory: ${dir}`, {
+      path: dir,
+      errno: code,
+    });
   }
   return resolved;
 }

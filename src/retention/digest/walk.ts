@@ -1,6 +1,12 @@
 import { closeSync, constants, existsSync, fstatSync, openSync, readdirSync, readlinkSync, type Dirent } from "node:fs";
 import { OatsError, errnoCode } from "../../core/index.js";
-import { closeOpened, listNatively, openChildNatively, type Listed, type OpenedDirectory } from "./native-directories.js";
+import {
+  closeOpened,
+  listNatively,
+  openChildNatively,
+  type Listed,
+  type OpenedDirectory,
+} from "./native-directories.js";
 import { BEYOND_UTF16_ORDER, compareSiblingBytes, compareSiblings } from "./order.js";
 import { prefetchMode, warmDirectories, type Prefetcher } from "./prefetch.js";
 
@@ -63,11 +69,13 @@ export type TreeEntry = LeafEntry | DirectoryEntry;
 
 export interface TreeListing {
   readonly root: DirectoryEntry;
-  /** Every file and symlink, sorted by the UTF-8 bytes of the path (tree-exec order; see compareSiblings in order.ts). */
+  /** Every file and symlink, sorted by the UTF-8 bytes of the path (tree-exec order; see compareSiblings in
+   * order.ts). */
   readonly leaves: LeafEntry[];
   /** Every directory below the root, children before their parents. */
   readonly directories: DirectoryEntry[];
-  /** The walk read from the disk (the page cache was cold): the reads may start their read-ahead at once (file-reader.ts). */
+  /** The walk read from the disk (the page cache was cold): the reads may start their read-ahead at once
+   * (file-reader.ts). */
   readonly cold?: boolean;
 }
 
@@ -112,10 +120,14 @@ class SymlinkLeaf extends Leaf implements SymlinkEntry {
 const utf8 = new TextDecoder("utf-8", { fatal: true });
 function notUtf8(raw: Buffer, parentPath: string, what: string): OatsError {
   const shown = raw.toString("latin1");
-  return new OatsError("invalid-artifact", `${what} is not valid UTF-8: ${parentPath ? `${parentPath}/` : ""}${JSON.stringify(shown)}`, {
-    path: parentPath ? `${parentPath}/${shown}` : shown,
-    reason: "non-utf8-name",
-  });
+  return new OatsError(
+    "invalid-artifact",
+    `${what} is not valid UTF-8: ${parentPath ? `${parentPath}/` : ""}${JSON.stringify(shown)}`,
+    {
+      path: parentPath ? `${parentPath}/${shown}` : shown,
+      reason: "non-utf8-name",
+    },
+  );
 }
 
 /**
@@ -135,8 +147,18 @@ function checkNamesAreUtf8(absolute: string, path: string): void {
 }
 
 function refuseSpecial(entry: Dirent<Buffer> | Listed, path: string): never {
-  const type = entry.isFIFO() ? "FIFO" : entry.isSocket() ? "socket" : entry.isBlockDevice() || entry.isCharacterDevice() ? "device" : "special file";
-  throw new OatsError("invalid-artifact", `unsupported ${type} in tree: ${path}`, { path, reason: "special-file", type });
+  const type = entry.isFIFO()
+    ? "FIFO"
+    : entry.isSocket()
+      ? "socket"
+      : entry.isBlockDevice() || entry.isCharacterDevice()
+        ? "device"
+        : "special file";
+  throw new OatsError("invalid-artifact", `unsupported ${type} in tree: ${path}`, {
+    path,
+    reason: "special-file",
+    type,
+  });
 }
 
 /**
@@ -146,7 +168,8 @@ function refuseSpecial(entry: Dirent<Buffer> | Listed, path: string): never {
  */
 const COLD_WALK_BLOCK_READS = 64;
 
-/** Far deeper than any real package tree (this project's node_modules reaches 7); the extractor's default name depth too. */
+/** Far deeper than any real package tree (this project's node_modules reaches 7); the extractor's default name depth
+ * too. */
 export const DEFAULT_MAX_DEPTH = 256;
 
 export interface WalkOptions {
@@ -156,7 +179,12 @@ export interface WalkOptions {
 
 function tooDeep(path: string, depth: number, limit: number): OatsError {
   const shown = path.length <= 256 ? path : `${path.slice(0, 256)}...`;
-  return new OatsError("invalid-artifact", `tree is deeper than the limit of ${limit} levels at ${shown}`, { path: shown, reason: "too-deep", limit, depth });
+  return new OatsError("invalid-artifact", `tree is deeper than the limit of ${limit} levels at ${shown}`, {
+    path: shown,
+    reason: "too-deep",
+    limit,
+    depth,
+  });
 }
 
 /** One directory being listed: the walk keeps these on its own stack, never the JavaScript one. */
@@ -213,7 +241,13 @@ export function openRoot(absolute: string): { fd: number; dev: number; ino: numb
   }
   if (actual !== absolute) {
     closeSync(opened.fd);
-    throw new OatsError("invalid-artifact", `tree root changed while it was read: ${absolute} opened as ${actual}`, { path: ".", root: absolute, opened: actual, reason: "changed-while-reading", changed: "root" });
+    throw new OatsError("invalid-artifact", `tree root changed while it was read: ${absolute} opened as ${actual}`, {
+      path: ".",
+      root: absolute,
+      opened: actual,
+      reason: "changed-while-reading",
+      changed: "root",
+    });
   }
   return opened;
 }
@@ -244,7 +278,12 @@ export function openDirectory(at: string, path: string): { fd: number; dev: numb
  * a symlink at its name, and its fstat: natively where the addon loaded
  * (native-directories.ts), else through the /proc path.
  */
-export function openChildDirectory(parentFd: number, parentAbsolute: string, name: string, path: string): OpenedDirectory {
+export function openChildDirectory(
+  parentFd: number,
+  parentAbsolute: string,
+  name: string,
+  path: string,
+): OpenedDirectory {
   let opened;
   try {
     opened = openChildNatively(parentFd, name);
@@ -303,7 +342,17 @@ export async function walkTree(rootAbsolute: string, options: WalkOptions = {}):
   const blockReadsAtStart = watchCold ? process.resourceUsage().fsRead : 0;
   try {
     const opened = openRoot(rootAbsolute);
-    const root: DirectoryEntry = { type: "directory", name: "", path: "", absolute: rootAbsolute, children: [], parent: null, dev: opened.dev, ino: opened.ino, mode: opened.mode };
+    const root: DirectoryEntry = {
+      type: "directory",
+      name: "",
+      path: "",
+      absolute: rootAbsolute,
+      children: [],
+      parent: null,
+      dev: opened.dev,
+      ino: opened.ino,
+      mode: opened.mode,
+    };
     const top: Frame = { directory: root, fd: opened.fd, listed: [], depth: 0, next: 0 };
     stack.push(top);
     top.listed = listDirectory(opened.fd, rootAbsolute, "");
@@ -325,13 +374,34 @@ export async function walkTree(rootAbsolute: string, options: WalkOptions = {}):
       if (entry.isDirectory()) {
         const childAbsolute = `${parent.absolute}/${name}`;
         const child = openChildDirectory(frame.fd, parent.absolute, name, childPath);
-        const directory: DirectoryEntry = { type: "directory", name, path: childPath, absolute: childAbsolute, children: [], parent, dev: child.dev, ino: child.ino, mode: child.mode };
-        const below: Frame = { directory, fd: child.fd, native: child.native, listed: [], depth: frame.depth + 1, next: 0 };
+        const directory: DirectoryEntry = {
+          type: "directory",
+          name,
+          path: childPath,
+          absolute: childAbsolute,
+          children: [],
+          parent,
+          dev: child.dev,
+          ino: child.ino,
+          mode: child.mode,
+        };
+        const below: Frame = {
+          directory,
+          fd: child.fd,
+          native: child.native,
+          listed: [],
+          depth: frame.depth + 1,
+          next: 0,
+        };
         stack.push(below);
         below.listed = listDirectory(child.fd, childAbsolute, childPath);
         parent.children.push(directory);
         // Every eighth listing, until the disk shows: then threads list the rest ahead of this walk (prefetch.ts).
-        if (watchCold && (++listings & 7) === 0 && process.resourceUsage().fsRead - blockReadsAtStart >= COLD_WALK_BLOCK_READS) {
+        if (
+          watchCold &&
+          (++listings & 7) === 0 &&
+          process.resourceUsage().fsRead - blockReadsAtStart >= COLD_WALK_BLOCK_READS
+        ) {
           watchCold = false;
           warming = warmDirectories(top.fd, maxDepth);
         }
@@ -340,14 +410,19 @@ export async function walkTree(rootAbsolute: string, options: WalkOptions = {}):
         parent.children.push(file);
         leaves.push(file);
       } else if (entry.isSymbolicLink()) {
-        const link = new SymlinkLeaf(name, parent, readSymlink(inDirectory(frame.fd, parent.absolute, name), childPath));
+        const link = new SymlinkLeaf(
+          name,
+          parent,
+          readSymlink(inDirectory(frame.fd, parent.absolute, name), childPath),
+        );
         parent.children.push(link);
         leaves.push(link);
       } else {
         refuseSpecial(entry, childPath);
       }
     }
-    const cold = warming !== null || (watchCold && process.resourceUsage().fsRead - blockReadsAtStart >= COLD_WALK_BLOCK_READS);
+    const cold =
+      warming !== null || (watchCold && process.resourceUsage().fsRead - blockReadsAtStart >= COLD_WALK_BLOCK_READS);
     return { root, leaves, directories, cold };
   } finally {
     warming?.stop();
@@ -357,19 +432,43 @@ export async function walkTree(rootAbsolute: string, options: WalkOptions = {}):
 
 /** A file that was not the same after its read as before it (`what`: inode, size, mtime, ctime, short read, ...). */
 export function changed(path: string, what: string): OatsError {
-  return new OatsError("invalid-artifact", `file changed while it was read (${what}): ${path}`, { path, reason: "changed-while-reading", changed: what });
+  return new OatsError("invalid-artifact", `file changed while it was read (${what}): ${path}`, {
+    path,
+    reason: "changed-while-reading",
+    changed: what,
+  });
 }
 
 export function changedOrUnreadable(error: unknown, path: string): OatsError {
   const code = errnoCode(error);
   if (code === "ENOENT" || code === "ENOTDIR" || code === "ELOOP" || code === "EINVAL") {
-    return new OatsError("invalid-artifact", `tree changed while it was read: ${path}`, { path, reason: "changed-while-reading", errno: code }, { cause: error });
+    return new OatsError(
+      "invalid-artifact",
+      `tree changed while it was read: ${path}`,
+      { path, reason: "changed-while-reading", errno: code },
+      { cause: error },
+    );
   }
   if (code === "ENAMETOOLONG") {
-    return new OatsError("invalid-artifact", `path too long to open: ${path.length <= 256 ? path : `${path.slice(0, 256)}...`}`, { path: path.slice(0, 256), reason: "path-too-long", errno: code }, { cause: error });
+    return new OatsError(
+      "invalid-artifact",
+      `path too long to open: ${path.length <= 256 ? path : `${path.slice(0, 256)}...`}`,
+      { path: path.slice(0, 256), reason: "path-too-long", errno: code },
+      { cause: error },
+    );
   }
   if (code === "EACCES" || code === "EPERM") {
-    return new OatsError("invalid-artifact", `cannot read ${path}: permission denied`, { path, reason: "unreadable", errno: code }, { cause: error });
+    return new OatsError(
+      "invalid-artifact",
+      `cannot read ${path}: permission denied`,
+      { path, reason: "unreadable", errno: code },
+      { cause: error },
+    );
   }
-  return new OatsError("internal-error", `reading ${path} failed: ${error instanceof Error ? error.message : String(error)}`, { step: "read", path, errno: code }, { cause: error });
+  return new OatsError(
+    "internal-error",
+    `reading ${path} failed: ${error instanceof Error ? error.message : String(error)}`,
+    { step: "read", path, errno: code },
+    { cause: error },
+  );
 }

@@ -9,7 +9,8 @@
 let held = 0;
 let laneWorker = false;
 
-/** Workers acquired and not yet released (pool.ts counts them; tests: a refusal must hand back every worker it took). */
+/** Workers acquired and not yet released (pool.ts counts them; tests: a refusal must hand back every worker it took).
+ * */
 export function workersHeld(): number {
   return held;
 }

@@ -21,7 +21,12 @@ export interface DigestRequest {
 }
 
 export type SerializedError =
-  | { readonly oats: true; readonly code: OatsError["code"]; readonly message: string; readonly details: Record<string, unknown> }
+  | {
+      readonly oats: true;
+      readonly code: OatsError["code"];
+      readonly message: string;
+      readonly details: Record<string, unknown>;
+    }
   | { readonly oats: false; readonly message: string; readonly code?: string; readonly stack?: string };
 
 export type DigestAnswer =
@@ -30,7 +35,8 @@ export type DigestAnswer =
   | { readonly id: number; readonly shape: string };
 
 function serialize(error: unknown): SerializedError {
-  if (error instanceof OatsError) return { oats: true, code: error.code, message: error.message, details: structuredSafe(error.details) };
+  if (error instanceof OatsError)
+    return { oats: true, code: error.code, message: error.message, details: structuredSafe(error.details) };
   const plain = error as { message?: unknown; code?: unknown; stack?: unknown } | null;
   return {
     oats: false,
@@ -54,8 +60,15 @@ markLaneWorker();
 
 async function answer(request: DigestRequest): Promise<void> {
   try {
-    const onShape = request.shape ? (shape: string) => parentPort!.postMessage({ id: request.id, shape } satisfies DigestAnswer) : undefined;
-    const digests = await measureHere({ dir: request.dir, formats: request.formats, ...(request.maxDepth === undefined ? {} : { maxDepth: request.maxDepth }), ...(onShape ? { onShape } : {}) });
+    const onShape = request.shape
+      ? (shape: string) => parentPort!.postMessage({ id: request.id, shape } satisfies DigestAnswer)
+      : undefined;
+    const digests = await measureHere({
+      dir: request.dir,
+      formats: request.formats,
+      ...(request.maxDepth === undefined ? {} : { maxDepth: request.maxDepth }),
+      ...(onShape ? { onShape } : {}),
+    });
     parentPort!.postMessage({ id: request.id, digests } satisfies DigestAnswer);
   } catch (error) {
     parentPort!.postMessage({ id: request.id, error: serialize(error) } satisfies DigestAnswer);

@@ -31,7 +31,8 @@ export interface DigestJob {
   readonly dir: string;
   readonly formats: readonly TreeFormat[];
   readonly maxDepth?: number;
-  /** Told the listing's shape (listing-shape.ts) once the walk is done, before the reads: a kept retain's early hint. */
+  /** Told the listing's shape (listing-shape.ts) once the walk is done, before the reads: a kept retain's early hint.
+   * */
   readonly onShape?: (shape: string) => void;
 }
 
@@ -97,7 +98,9 @@ function startWorker(): Worker {
   if (!import.meta.url.endsWith(".ts")) return new Worker(builtWorkerScript(), { execArgv: WORKER_EXEC_ARGV });
   // Run from source under tsx (the tests): a worker does not inherit the loader, so it registers it first.
   const source = JSON.stringify(new URL("./digest-worker.ts", import.meta.url).href);
-  return new Worker(`import("tsx/esm/api").then((tsx) => tsx.register()).then(() => import(${source}));`, { eval: true });
+  return new Worker(`import("tsx/esm/api").then((tsx) => tsx.register()).then(() => import(${source}));`, {
+    eval: true,
+  });
 }
 
 function rebuild(error: SerializedError): Error {
@@ -116,7 +119,10 @@ function rebuild(error: SerializedError): Error {
 export class DigestWorker {
   private readonly worker: Worker;
   private next = 0;
-  private readonly pending = new Map<number, { resolve: (digests: TreeDigests) => void; reject: (error: unknown) => void; onShape?: (shape: string) => void }>();
+  private readonly pending = new Map<
+    number,
+    { resolve: (digests: TreeDigests) => void; reject: (error: unknown) => void; onShape?: (shape: string) => void }
+  >();
   private failure: Error | null = null;
 
   constructor() {
@@ -135,7 +141,15 @@ export class DigestWorker {
       this.failure ??= error;
       const waiting = [...this.pending.values()];
       this.pending.clear();
-      for (const pending of waiting) pending.reject(new OatsError("internal-error", `digest worker failed: ${error.message}`, { reason: "worker-failed" }, { cause: error }));
+      for (const pending of waiting)
+        pending.reject(
+          new OatsError(
+            "internal-error",
+            `digest worker failed: ${error.message}`,
+            { reason: "worker-failed" },
+            { cause: error },
+          ),
+        );
     };
     this.worker.on("error", fail);
     this.worker.on("exit", (code) => fail(new Error(`exited with code ${code}`)));
@@ -144,12 +158,21 @@ export class DigestWorker {
   }
 
   readonly measure: Measure = (job) => {
-    if (this.failure) return Promise.reject(new OatsError("internal-error", `digest worker failed: ${this.failure.message}`, { reason: "worker-failed" }));
+    if (this.failure)
+      return Promise.reject(
+        new OatsError("internal-error", `digest worker failed: ${this.failure.message}`, { reason: "worker-failed" }),
+      );
     const id = ++this.next;
     return new Promise<TreeDigests>((resolve, reject) => {
       this.pending.set(id, { resolve, reject, ...(job.onShape ? { onShape: job.onShape } : {}) });
       this.worker.ref();
-      const request: DigestRequest = { id, dir: job.dir, formats: [...job.formats], ...(job.maxDepth === undefined ? {} : { maxDepth: job.maxDepth }), ...(job.onShape ? { shape: true } : {}) };
+      const request: DigestRequest = {
+        id,
+        dir: job.dir,
+        formats: [...job.formats],
+        ...(job.maxDepth === undefined ? {} : { maxDepth: job.maxDepth }),
+        ...(job.onShape ? { shape: true } : {}),
+      };
       this.worker.postMessage(request);
     });
   };

@@ -23,19 +23,28 @@ export interface AdoptVerified {
 }
 
 /** The caller's verified read (AdoptVerified), once the staged directory is shown to be the one it read. */
-export async function adoptedAsVerified(plan: Pick<PublishPlan, "kind" | "key" | "listing" | "formats">, verified: AdoptVerified, staging: string): Promise<{ staged: TreeDigests; manifest: { bytes(): Buffer } }> {
+export async function adoptedAsVerified(
+  plan: Pick<PublishPlan, "kind" | "key" | "listing" | "formats">,
+  verified: AdoptVerified,
+  staging: string,
+): Promise<{ staged: TreeDigests; manifest: { bytes(): Buffer } }> {
   const stats = await lstat(staging);
   const root = plan.listing.root;
   if (!stats.isDirectory() || stats.dev !== root.dev || stats.ino !== root.ino) {
-    throw new OatsError("integrity-mismatch", `${plan.kind} ${plan.key}: the tree moved into staging is not the directory that was verified: ${root.absolute}`, {
-      kind: plan.kind,
-      key: plan.key,
-      source: root.absolute,
-      staging,
-      reason: "adopted-tree-replaced",
-    });
+    throw new OatsError(
+      "integrity-mismatch",
+      `${plan.kind} ${plan.key}: the tree moved into staging is not the directory that was verified: ${root.absolute}`,
+      {
+        kind: plan.kind,
+        key: plan.key,
+        source: root.absolute,
+        staging,
+        reason: "adopted-tree-replaced",
+      },
+    );
   }
-  for (const format of plan.formats) if (verified.digests[format] === undefined) throw new OatsError("internal-error", `verified read lacks ${format}`, { format });
+  for (const format of plan.formats)
+    if (verified.digests[format] === undefined)
+      throw new OatsError("internal-error", `verified read lacks ${format}`, { format });
   return { staged: verified.digests, manifest: verified.manifest };
 }
-

@@ -66,15 +66,34 @@ function readBlobFile(path: string, digest: string, limit: number): Buffer {
         case "missing":
           return new OatsError("blob-not-found", `no blob ${digest} in this scope`, { ...details, digest });
         case "symlink":
-          return new OatsError("invalid-artifact-store", `blob ${digest} is a symlink, refusing to follow it: ${path}`, { ...details, digest, reason: "symlink" });
+          return new OatsError(
+            "invalid-artifact-store",
+            `blob ${digest} is a symlink, refusing to follow it: ${path}`,
+            { ...details, digest, reason: "symlink" },
+          );
         case "not-a-file":
-          return new OatsError("invalid-artifact-store", `blob ${digest} is not a regular file: ${path}`, { ...details, digest, reason: "not-a-file" });
+          return new OatsError("invalid-artifact-store", `blob ${digest} is not a regular file: ${path}`, {
+            ...details,
+            digest,
+            reason: "not-a-file",
+          });
         case "too-large":
-          return new OatsError("invalid-artifact", `blob ${digest} is larger than ${limit} bytes: ${path}`, { ...details, digest, reason: "too-large" });
+          return new OatsError("invalid-artifact", `blob ${digest} is larger than ${limit} bytes: ${path}`, {
+            ...details,
+            digest,
+            reason: "too-large",
+          });
         case "changed":
-          return new OatsError("invalid-artifact", `blob ${digest} changed while it was read: ${path}`, { ...details, digest, reason: "changed-while-reading" });
+          return new OatsError("invalid-artifact", `blob ${digest} changed while it was read: ${path}`, {
+            ...details,
+            digest,
+            reason: "changed-while-reading",
+          });
         default:
-          return asStepError("read", new Error(`cannot open ${path}: ${String(details["errno"])}`), { ...details, digest });
+          return asStepError("read", new Error(`cannot open ${path}: ${String(details["errno"])}`), {
+            ...details,
+            digest,
+          });
       }
     },
   });
@@ -82,9 +101,13 @@ function readBlobFile(path: string, digest: string, limit: number): Buffer {
 
 /** Pin `bytes` as a blob; returns its oats.bytes.v1 digest and path. */
 export function putBlob(scope: string, bytes: Uint8Array): PutBlobResult {
-  if (!(bytes instanceof Uint8Array)) throw new OatsError("invalid-input", "blob bytes must be a Buffer or Uint8Array", { type: typeof bytes });
+  if (!(bytes instanceof Uint8Array))
+    throw new OatsError("invalid-input", "blob bytes must be a Buffer or Uint8Array", { type: typeof bytes });
   if (bytes.length > MAX_BLOB_BYTES) {
-    throw new OatsError("invalid-input", `blob of ${bytes.length} bytes is larger than ${MAX_BLOB_BYTES}`, { size: bytes.length, limit: MAX_BLOB_BYTES });
+    throw new OatsError("invalid-input", `blob of ${bytes.length} bytes is larger than ${MAX_BLOB_BYTES}`, {
+      size: bytes.length,
+      limit: MAX_BLOB_BYTES,
+    });
   }
   const buffer = Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength);
   const realScope = resolveScope(scope);
@@ -117,7 +140,12 @@ function putBlobLeased(realScope: string, buffer: Buffer): PutBlobResult {
     // Already there: reuse it only when it is exactly these bytes; never replace it.
     const existing = readBlobFile(path, digest, MAX_BLOB_BYTES);
     if (!existing.equals(buffer)) {
-      throw new OatsError("integrity-mismatch", `blob ${digest} exists with other bytes; it was left alone`, { digest, path, expected: digest, actual: bytesDigest(existing) });
+      throw new OatsError("integrity-mismatch", `blob ${digest} exists with other bytes; it was left alone`, {
+        digest,
+        path,
+        expected: digest,
+        actual: bytesDigest(existing),
+      });
     }
     return { digest, path, status: "kept" };
   }
@@ -130,14 +158,21 @@ function putBlobLeased(realScope: string, buffer: Buffer): PutBlobResult {
 export function readBlob(scope: string, digest: string, options: ReadBlobOptions = {}): Buffer {
   const canonical = parseBlobDigest(digest);
   const limit = options.limit ?? MAX_BLOB_BYTES;
-  if (!Number.isSafeInteger(limit) || limit < 0) throw new OatsError("invalid-input", `invalid blob read limit ${String(limit)}`, { limit });
+  if (!Number.isSafeInteger(limit) || limit < 0)
+    throw new OatsError("invalid-input", `invalid blob read limit ${String(limit)}`, { limit });
   const realScope = resolveScope(scope);
   const path = blobPath(realScope, canonical);
-  if (!inspectStoreAt(realScope, BLOBS_DIR).complete) throw new OatsError("blob-not-found", `no blob ${canonical} in this scope`, { digest: canonical, path });
+  if (!inspectStoreAt(realScope, BLOBS_DIR).complete)
+    throw new OatsError("blob-not-found", `no blob ${canonical} in this scope`, { digest: canonical, path });
   const bytes = readBlobFile(path, canonical, limit);
   const actual = bytesDigest(bytes);
   if (actual !== canonical) {
-    throw new OatsError("integrity-mismatch", `blob ${canonical}: its bytes hash to ${actual}`, { digest: canonical, path, expected: canonical, actual });
+    throw new OatsError("integrity-mismatch", `blob ${canonical}: its bytes hash to ${actual}`, {
+      digest: canonical,
+      path,
+      expected: canonical,
+      actual,
+    });
   }
   return bytes;
 }

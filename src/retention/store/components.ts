@@ -1,4 +1,18 @@
-import { closeSync, fstatSync, fsyncSync, linkSync, lstatSync, mkdirSync, openSync, readFileSync, readdirSync, realpathSync, rmdirSync, unlinkSync, constants } from "node:fs";
+import {
+  closeSync,
+  fstatSync,
+  fsyncSync,
+  linkSync,
+  lstatSync,
+  mkdirSync,
+  openSync,
+  readFileSync,
+  readdirSync,
+  realpathSync,
+  rmdirSync,
+  unlinkSync,
+  constants,
+} from "node:fs";
 import { join, resolve } from "node:path";
 import { OatsError, errnoCode } from "../../core/index.js";
 import type { ArtifactKind } from "../ids.js";
@@ -21,10 +35,22 @@ function componentState(path: string): ComponentState {
     stats = lstatSync(path);
   } catch (error) {
     if (errnoCode(error) === "ENOENT") return "missing";
-    throw new OatsError("invalid-artifact-store", `cannot inspect store component ${path}: ${errnoCode(error) ?? String(error)}`, { path });
+    throw new OatsError(
+      "invalid-artifact-store",
+      `cannot inspect store component ${path}: ${errnoCode(error) ?? String(error)}`,
+      { path },
+    );
   }
-  if (stats.isSymbolicLink()) throw new OatsError("invalid-artifact-store", `store component is a symlink, refusing to follow it: ${path}`, { path, reason: "symlink" });
-  if (!stats.isDirectory()) throw new OatsError("invalid-artifact-store", `store component is not a directory: ${path}`, { path, reason: "not-a-directory" });
+  if (stats.isSymbolicLink())
+    throw new OatsError("invalid-artifact-store", `store component is a symlink, refusing to follow it: ${path}`, {
+      path,
+      reason: "symlink",
+    });
+  if (!stats.isDirectory())
+    throw new OatsError("invalid-artifact-store", `store component is not a directory: ${path}`, {
+      path,
+      reason: "not-a-directory",
+    });
   return "directory";
 }
 
@@ -43,11 +69,22 @@ export function resolveScope(scope: string): string {
   } catch (error) {
     const errno = errnoCode(error);
     if (errno === "ENOENT" || errno === "ENOTDIR") {
-      throw new OatsError("artifact-not-found", `scope does not exist: ${scope}`, { scope, errno, reason: "scope-missing" });
+      throw new OatsError("artifact-not-found", `scope does not exist: ${scope}`, {
+        scope,
+        errno,
+        reason: "scope-missing",
+      });
     }
-    throw new OatsError("invalid-artifact-store", `cannot resolve scope ${scope}: ${errno ?? String(error)}`, { scope, errno });
+    throw new OatsError("invalid-artifact-store", `cannot resolve scope ${scope}: ${errno ?? String(error)}`, {
+      scope,
+      errno,
+    });
   }
-  if (!lstatSync(resolved).isDirectory()) throw new OatsError("invalid-artifact-store", `scope is not a directory: ${scope}`, { scope, reason: "scope-not-a-directory" });
+  if (!lstatSync(resolved).isDirectory())
+    throw new OatsError("invalid-artifact-store", `scope is not a directory: ${scope}`, {
+      scope,
+      reason: "scope-not-a-directory",
+    });
   return resolved;
 }
 
@@ -65,18 +102,30 @@ function checkGitignore(root: string): "ok" | "missing" {
   } catch (error) {
     const errno = errnoCode(error);
     if (errno === "ENOENT") return "missing";
-    if (errno === "ELOOP") throw new OatsError("invalid-artifact-store", `managed .gitignore is not a regular file: ${path}`, { path, reason: "gitignore-not-a-file" });
+    if (errno === "ELOOP")
+      throw new OatsError("invalid-artifact-store", `managed .gitignore is not a regular file: ${path}`, {
+        path,
+        reason: "gitignore-not-a-file",
+      });
     throw error;
   }
   let bytes: Buffer;
   try {
-    if (!fstatSync(fd).isFile()) throw new OatsError("invalid-artifact-store", `managed .gitignore is not a regular file: ${path}`, { path, reason: "gitignore-not-a-file" });
+    if (!fstatSync(fd).isFile())
+      throw new OatsError("invalid-artifact-store", `managed .gitignore is not a regular file: ${path}`, {
+        path,
+        reason: "gitignore-not-a-file",
+      });
     bytes = readFileSync(fd);
   } finally {
     closeSync(fd);
   }
   if (bytes.toString("latin1") !== MANAGED_GITIGNORE) {
-    throw new OatsError("invalid-artifact-store", `managed .gitignore has other bytes than "*\\n": ${path}`, { path, reason: "gitignore-bytes", actual: bytes.toString("utf8").slice(0, 200) });
+    throw new OatsError("invalid-artifact-store", `managed .gitignore has other bytes than "*\\n": ${path}`, {
+      path,
+      reason: "gitignore-bytes",
+      actual: bytes.toString("utf8").slice(0, 200),
+    });
   }
   return "ok";
 }
@@ -86,12 +135,20 @@ function checkGitignore(root: string): "ok" | "missing" {
  * whether everything exists. Refuses a symlinked or non-directory component
  * and a foreign `.gitignore` wherever they are met.
  */
-export function inspectStore(scope: string, kind: ArtifactKind, extra: readonly string[] = []): { root: string; complete: boolean } {
+export function inspectStore(
+  scope: string,
+  kind: ArtifactKind,
+  extra: readonly string[] = [],
+): { root: string; complete: boolean } {
   return inspectStoreAt(scope, storeComponents(kind), extra);
 }
 
 /** inspectStore for any store root below the scope (`.agents/resolutions`, say). */
-export function inspectStoreAt(scope: string, rootComponents: readonly string[], extra: readonly string[] = []): { root: string; complete: boolean } {
+export function inspectStoreAt(
+  scope: string,
+  rootComponents: readonly string[],
+  extra: readonly string[] = [],
+): { root: string; complete: boolean } {
   const root = resolve(scope, ...rootComponents);
   let path = scope;
   for (const [index, component] of [...rootComponents, ...extra].entries()) {
@@ -160,7 +217,11 @@ export function ensureStore(scope: string, kind: ArtifactKind, extra: readonly s
 }
 
 /** ensureStore for any store root below the scope. */
-export function ensureStoreAt(scope: string, rootComponents: readonly string[], extra: readonly string[] = []): string[] {
+export function ensureStoreAt(
+  scope: string,
+  rootComponents: readonly string[],
+  extra: readonly string[] = [],
+): string[] {
   const created: string[] = [];
   let path = scope;
   for (const component of rootComponents) {

@@ -28,7 +28,8 @@ export function writeNewFileDurably(path: string, bytes: Buffer | string, mode: 
 export function writeRestSync(fd: number, bytes: Uint8Array, from = 0): void {
   for (let at = from; at < bytes.length; ) {
     const done = writeSync(fd, bytes, at, bytes.length - at);
-    if (done === 0) throw Object.assign(new Error("no space left on the device (a write of nothing)"), { code: "ENOSPC" });
+    if (done === 0)
+      throw Object.assign(new Error("no space left on the device (a write of nothing)"), { code: "ENOSPC" });
     at += done;
   }
 }
@@ -38,7 +39,11 @@ export function writeRestSync(fd: number, bytes: Uint8Array, from = 0): void {
  * large file need not be held in memory. A throw from `fill` leaves the
  * partly written file for the caller to remove (it is the caller's staging).
  */
-export function writeNewFileDurablyInPieces(path: string, mode: number, fill: (write: (piece: Uint8Array) => void) => void): void {
+export function writeNewFileDurablyInPieces(
+  path: string,
+  mode: number,
+  fill: (write: (piece: Uint8Array) => void) => void,
+): void {
   const fd = openSync(path, constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL | constants.O_NOFOLLOW, mode);
   try {
     fill((piece) => writeRestSync(fd, piece));
@@ -67,10 +72,16 @@ export interface BoundedReadOptions {
 function openRegularFile(path: string, options: BoundedReadOptions): { fd: number; size: number } {
   let fd: number;
   try {
-    fd = openSync(path, constants.O_RDONLY | constants.O_NONBLOCK | (options.followSymlinks ? 0 : constants.O_NOFOLLOW));
+    fd = openSync(
+      path,
+      constants.O_RDONLY | constants.O_NONBLOCK | (options.followSymlinks ? 0 : constants.O_NOFOLLOW),
+    );
   } catch (error) {
     const code = errnoCode(error);
-    throw options.refuse(code === "ENOENT" ? "missing" : code === "ELOOP" && !options.followSymlinks ? "symlink" : "unreadable", { path, errno: code });
+    throw options.refuse(
+      code === "ENOENT" ? "missing" : code === "ELOOP" && !options.followSymlinks ? "symlink" : "unreadable",
+      { path, errno: code },
+    );
   }
   try {
     const stats = fstatSync(fd);
@@ -107,7 +118,11 @@ export function readRegularFile(path: string, options: BoundedReadOptions): Buff
  * fresh buffer the size of the file cost several times reading and hashing
  * it through a reused one (docs/design/performance.md, "Run evidence").
  */
-export function readRegularFileInPieces(path: string, options: BoundedReadOptions, consume: (piece: Buffer) => void): number {
+export function readRegularFileInPieces(
+  path: string,
+  options: BoundedReadOptions,
+  consume: (piece: Buffer) => void,
+): number {
   const { fd, size } = openRegularFile(path, options);
   try {
     const done = readInPieces(fd, size, consume);
@@ -144,7 +159,8 @@ export function readInPieces(fd: number, size: number, consume: (piece: Buffer) 
   }
 }
 
-/** Whether anything (of any type, a symlink not followed) is at `path`; an entry that cannot be lstat'd counts as absent. */
+/** Whether anything (of any type, a symlink not followed) is at `path`; an entry that cannot be lstat'd counts as
+ * absent. */
 export function entryPresent(path: string): boolean {
   try {
     lstatSync(path);

@@ -35,7 +35,8 @@ export function newestRevision(parent: string): Candidate | null {
     const dir = join(parent, name);
     try {
       const stats = lstatSync(dir);
-      if (stats.isDirectory() && (!best || stats.mtimeMs > best.mtimeMs)) best = { dir, value: `sha256-${match[1]}`, mtimeMs: stats.mtimeMs };
+      if (stats.isDirectory() && (!best || stats.mtimeMs > best.mtimeMs))
+        best = { dir, value: `sha256-${match[1]}`, mtimeMs: stats.mtimeMs };
     } catch {
       // gone meanwhile: not a candidate
     }
@@ -64,7 +65,8 @@ export function mayMatch(revisionDir: string, listing: TreeListing): boolean {
   if (rows.length !== leaves.length) return false;
   for (let i = 0; i < leaves.length; i++) {
     const row = rows[i] as { path?: unknown; type?: unknown } | null;
-    if (row === null || typeof row !== "object" || row.path !== leaves[i]!.path || row.type !== leaves[i]!.type) return false;
+    if (row === null || typeof row !== "object" || row.path !== leaves[i]!.path || row.type !== leaves[i]!.type)
+      return false;
   }
   return true;
 }

@@ -34,7 +34,8 @@ export interface EarlyCheck {
   /** The revision directory being verified, and the digest its name claims. */
   readonly dir: string;
   readonly value: string;
-  /** verifyRevision of `dir` against `value`, its walk and hash in the worker; settled (a refusal is held, not thrown). */
+  /** verifyRevision of `dir` against `value`, its walk and hash in the worker; settled (a refusal is held, not
+   * thrown). */
   readonly outcome: Promise<{ ok: true; digests: TreeDigests } | { ok: false; error: unknown }>;
   /**
    * The revision's listing shape (listing-shape.ts), told by the worker once
@@ -86,11 +87,23 @@ export function startEarlyCheck(request: EarlyRequest): EarlyCheck | null {
     ({ dir, value } = candidate);
   }
   const worker = acquireWorker();
-  const plan = { kind: request.kind, key: request.key, nameFormat: request.nameFormat, formats: request.formats, ...(request.maxDepth === undefined ? {} : { maxDepth: request.maxDepth }) };
+  const plan = {
+    kind: request.kind,
+    key: request.key,
+    nameFormat: request.nameFormat,
+    formats: request.formats,
+    ...(request.maxDepth === undefined ? {} : { maxDepth: request.maxDepth }),
+  };
   let toldShape: (shape: string | null) => void = () => undefined;
   const shape = new Promise<string | null>((resolve) => (toldShape = resolve));
   if (request.expected !== undefined) toldShape(null);
-  const outcome = verifyRevision(plan, dir, value, worker.measure, request.expected === undefined ? toldShape : undefined).then(
+  const outcome = verifyRevision(
+    plan,
+    dir,
+    value,
+    worker.measure,
+    request.expected === undefined ? toldShape : undefined,
+  ).then(
     (digests) => ({ ok: true as const, digests }),
     (error: unknown) => ({ ok: false as const, error }),
   );

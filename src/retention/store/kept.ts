@@ -29,7 +29,10 @@ import { digestOptions, exists, mismatch, verifyRevision, type PublishPlan, type
  * stored copy holds; then a damaged stored revision is refused. Nothing is
  * touched (provenance check, mtime) before both verdicts are in.
  */
-export async function keptIfPresent(plan: PublishPlan, destination: (value: string) => string): Promise<PublishResult | null> {
+export async function keptIfPresent(
+  plan: PublishPlan,
+  destination: (value: string) => string,
+): Promise<PublishResult | null> {
   const early = plan.expected && plan.early?.dir === destination(plan.expected) ? plan.early : null;
   try {
     if (!plan.expected) return null;
@@ -61,7 +64,9 @@ async function keptAfterSource(
   try {
     // Started first, awaited second; settled so that a refusal waits for the source's verdict.
     const stored = early ? early.outcome : worker ? settle(verifyRevision(plan, dir, value, worker.measure)) : null;
-    const measured = (await digestListing(plan.listing, [plan.nameFormat], digestOptions(plan, "read")))[plan.nameFormat]!;
+    const measured = (await digestListing(plan.listing, [plan.nameFormat], digestOptions(plan, "read")))[
+      plan.nameFormat
+    ]!;
     if (measured !== value) {
       await early?.release();
       return await otherwise(measured);
@@ -70,7 +75,8 @@ async function keptAfterSource(
     const outcome = await stored;
     if (!outcome.ok) {
       // Taken away since it was found (not by gc: the lease keeps it away): retained as if it never was.
-      if (outcome.error instanceof OatsError && outcome.error.code === "artifact-not-found" && !(await exists(dir))) return null;
+      if (outcome.error instanceof OatsError && outcome.error.code === "artifact-not-found" && !(await exists(dir)))
+        return null;
       throw outcome.error;
     }
     return await keptVerified(plan, dir, outcome.digests);
@@ -79,7 +85,9 @@ async function keptAfterSource(
   }
 }
 
-async function settle(promise: Promise<TreeDigests>): Promise<{ ok: true; digests: TreeDigests } | { ok: false; error: unknown }> {
+async function settle(
+  promise: Promise<TreeDigests>,
+): Promise<{ ok: true; digests: TreeDigests } | { ok: false; error: unknown }> {
   try {
     return { ok: true, digests: await promise };
   } catch (error) {
@@ -96,13 +104,19 @@ async function settle(promise: Promise<TreeDigests>): Promise<{ ok: true; digest
  * otherwise: the source is then copied as for a first retain (and read
  * again; what that read measures is what is retained, as before).
  */
-export async function keptIfUnchanged(plan: PublishPlan, parent: string, destination: (value: string) => string): Promise<PublishResult | null> {
+export async function keptIfUnchanged(
+  plan: PublishPlan,
+  parent: string,
+  destination: (value: string) => string,
+): Promise<PublishResult | null> {
   // The early check took the newest revision when the retain started; one of another parent is not this plan's.
   const early = plan.early && dirname(plan.early.dir) === parent ? plan.early : null;
   try {
     const candidate = early ? { dir: early.dir, value: early.value } : newestRevision(parent);
     if (!candidate || !(await sameShape(early, candidate.dir, plan))) return null;
-    return await keptAfterSource(plan, candidate.dir, candidate.value, early, (measured) => kept(plan, destination(measured), measured));
+    return await keptAfterSource(plan, candidate.dir, candidate.value, early, (measured) =>
+      kept(plan, destination(measured), measured),
+    );
   } finally {
     await plan.early?.release();
   }

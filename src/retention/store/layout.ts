@@ -77,7 +77,10 @@ export function assertContained(root: string, path: string, what: string): strin
   const absolute = resolve(path);
   const base = resolve(root);
   if (!absolute.startsWith(base + sep)) {
-    throw new OatsError("artifact-not-contained", `${what} resolves outside its store: ${absolute}`, { path: absolute, store: base });
+    throw new OatsError("artifact-not-contained", `${what} resolves outside its store: ${absolute}`, {
+      path: absolute,
+      store: base,
+    });
   }
   return absolute;
 }
@@ -85,7 +88,8 @@ export function assertContained(root: string, path: string, what: string): strin
 /** The directory that holds a key's revisions of the given format. */
 export function revisionParentDir(scope: string, ref: Pick<ArtifactRef, "kind" | "key" | "integrity">): string {
   const root = storeRoot(scope, ref.kind);
-  const parent = ref.integrity.format === TREE_LEGACY ? resolve(root, ref.key) : resolve(root, ref.key, EXEC_REVISIONS_DIR);
+  const parent =
+    ref.integrity.format === TREE_LEGACY ? resolve(root, ref.key) : resolve(root, ref.key, EXEC_REVISIONS_DIR);
   return assertContained(root, parent, `artifact ${ref.key}`);
 }
 
@@ -121,6 +125,7 @@ export interface StagingOwner {
 
 /** The owner encoded in a staging name, or null for a name that is not ours. */
 export function parseStagingName(name: string): StagingOwner | null {
-  const match = /^\.staging-([0-9a-f]{8})-([0-9]+)-[0-9a-f]{12}(?:\.gitignore|\.manifest|\.record|\.ref|\.job|\.pin)?$/.exec(name);
+  const match =
+    /^\.staging-([0-9a-f]{8})-([0-9]+)-[0-9a-f]{12}(?:\.gitignore|\.manifest|\.record|\.ref|\.job|\.pin)?$/.exec(name);
   return match ? { host: match[1]!, pid: Number(match[2]) } : null;
 }

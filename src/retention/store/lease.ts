@@ -76,7 +76,8 @@ function gcLockHeld(realScope: string): boolean {
  */
 function createLease(realScope: string, entry: Held): void {
   try {
-    for (const path of ensureStoreAt(realScope, LEASES_DIR)) if (!entry.created.includes(path)) entry.created.push(path);
+    for (const path of ensureStoreAt(realScope, LEASES_DIR))
+      if (!entry.created.includes(path)) entry.created.push(path);
     const path = join(realScope, ...LEASES_DIR, `${hostTag()}-${process.pid}-${randomBytes(6).toString("hex")}.lease`);
     const fd = openSync(path, constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL | constants.O_NOFOLLOW, 0o644);
     // Not fsync'd: gc tells a lease by its name, which every process sees once open() returns; only a crash
@@ -112,7 +113,10 @@ function dropLease(realScope: string, entry: Held, final: boolean): void {
 }
 
 function busy(realScope: string, waitMs: number): OatsError {
-  return new OatsError("busy", `gc holds the lock of scope ${realScope}; gave up after ${waitMs} ms`, { lock: gcTarget(realScope).lockfilePath, waitedMs: waitMs });
+  return new OatsError("busy", `gc holds the lock of scope ${realScope}; gave up after ${waitMs} ms`, {
+    lock: gcTarget(realScope).lockfilePath,
+    waitedMs: waitMs,
+  });
 }
 
 function sleepSync(ms: number): void {
@@ -146,7 +150,11 @@ function leave(realScope: string, entry: Held): void {
 }
 
 /** Hold a publish lease of `scope` around `body` (see above). */
-export async function withPublishLease<T>(scope: string, body: () => Promise<T>, waitMs = DEFAULT_LOCK_WAIT_MS): Promise<T> {
+export async function withPublishLease<T>(
+  scope: string,
+  body: () => Promise<T>,
+  waitMs = DEFAULT_LOCK_WAIT_MS,
+): Promise<T> {
   const { realScope, entry } = enter(scope);
   try {
     if (!entry.passed) {
@@ -233,7 +241,8 @@ export function listLeases(realScope: string): LeaseState {
       continue;
     }
     let alive: boolean;
-    if (match[1] === here) alive = Number(match[2]) === process.pid ? held.has(realScope) : processAlive(Number(match[2]));
+    if (match[1] === here)
+      alive = Number(match[2]) === process.pid ? held.has(realScope) : processAlive(Number(match[2]));
     else {
       try {
         alive = Date.now() - lstatSync(path).mtimeMs < FOREIGN_LEASE_MS;
@@ -252,7 +261,11 @@ export function listLeases(realScope: string): LeaseState {
  * finish and drop their leases. `busy` when they do not within `waitMs`.
  * `stillHeld()` throws if the lock was lost, so a deleter stops at once.
  */
-export async function withGcLock<T>(scope: string, waitMs: number, body: (stillHeld: () => void) => Promise<T>): Promise<T> {
+export async function withGcLock<T>(
+  scope: string,
+  waitMs: number,
+  body: (stillHeld: () => void) => Promise<T>,
+): Promise<T> {
   const realScope = resolveScope(scope);
   inspectStoreAt(realScope, LEASES_DIR);
   const { target, lockfilePath } = gcTarget(realScope);
@@ -264,7 +277,15 @@ export async function withGcLock<T>(scope: string, waitMs: number, body: (stillH
       minTimeout: 50,
       maxTimeout: 500,
       factor: 1.5,
-      failure: (error) => (error instanceof OatsError ? error : new OatsError("busy", `the gc lock of ${realScope} was lost or could not be taken: ${String((error as Error)?.message ?? error)}`, { lock: lockfilePath })),
+      failure: (error) =>
+        error instanceof OatsError
+          ? error
+          : new OatsError(
+              "busy",
+              `the gc lock of ${realScope} was lost or could not be taken: ` +
+                `${String((error as Error)?.message ?? error)}`,
+              { lock: lockfilePath },
+            ),
     },
     async (stillHeld) => {
       const deadline = Date.now() + waitMs;
@@ -279,7 +300,13 @@ export async function withGcLock<T>(scope: string, waitMs: number, body: (stillH
           }
         }
         if (live.length === 0) break;
-        if (Date.now() > deadline) throw new OatsError("busy", `${live.length} publisher${live.length === 1 ? "" : "s"} still in flight in ${realScope}; gave up after ${waitMs} ms`, { leases: live, waitedMs: waitMs });
+        if (Date.now() > deadline)
+          throw new OatsError(
+            "busy",
+            `${live.length} publisher${live.length === 1 ? "" : "s"} still in flight ` +
+              `in ${realScope}; gave up after ${waitMs} ms`,
+            { leases: live, waitedMs: waitMs },
+          );
         await new Promise((resolve) => setTimeout(resolve, POLL_MS));
       }
       stillHeld();

@@ -57,7 +57,8 @@ export class ManifestRecorder extends ManifestRowSink {
 /** The manifest document of `rows` (ManifestRecorder's bytes for the tree they were measured from). */
 export function manifestDocument(rows: readonly ManifestRow[]): Buffer {
   const parts: string[] = [HEAD];
-  for (let i = 0; i < rows.length; i++) parts.push(i === 0 ? encodeManifestRow(rows[i]!) : `,${encodeManifestRow(rows[i]!)}`);
+  for (let i = 0; i < rows.length; i++)
+    parts.push(i === 0 ? encodeManifestRow(rows[i]!) : `,${encodeManifestRow(rows[i]!)}`);
   parts.push(TAIL);
   return Buffer.from(parts.join(""));
 }

@@ -21,7 +21,13 @@ import { ManifestRowSink } from "./manifest-rows.js";
  */
 
 export type ManifestRow =
-  | { readonly path: string; readonly type: "file"; readonly exec: boolean; readonly size: number; readonly sha256: string }
+  | {
+      readonly path: string;
+      readonly type: "file";
+      readonly exec: boolean;
+      readonly size: number;
+      readonly sha256: string;
+    }
   | { readonly path: string; readonly type: "symlink"; readonly target: string };
 
 const manifestSchema = z
@@ -29,7 +35,15 @@ const manifestSchema = z
     schemaVersion: z.literal(1),
     rows: z.array(
       z.union([
-        z.object({ path: z.string(), type: z.literal("file"), exec: z.boolean(), size: z.number().int().nonnegative(), sha256: z.string() }).strict(),
+        z
+          .object({
+            path: z.string(),
+            type: z.literal("file"),
+            exec: z.boolean(),
+            size: z.number().int().nonnegative(),
+            sha256: z.string(),
+          })
+          .strict(),
         z.object({ path: z.string(), type: z.literal("symlink"), target: z.string() }).strict(),
       ]),
     ),
@@ -60,7 +74,10 @@ const MAX_MANIFEST_BYTES = 1 << 30;
  */
 export function readManifestBytes(revisionDir: string): Buffer | null {
   try {
-    return readRegularFile(manifestPath(revisionDir), { limit: MAX_MANIFEST_BYTES, refuse: (failure, details) => new OatsError("invalid-artifact", `manifest: ${failure}`, details) });
+    return readRegularFile(manifestPath(revisionDir), {
+      limit: MAX_MANIFEST_BYTES,
+      refuse: (failure, details) => new OatsError("invalid-artifact", `manifest: ${failure}`, details),
+    });
   } catch {
     return null;
   }
@@ -112,7 +129,8 @@ export interface Difference {
 
 function compareRow(recorded: ManifestRow, found: ManifestRow): Difference["change"] | null {
   if (recorded.type !== found.type) return "type";
-  if (recorded.type === "symlink") return recorded.target === (found as typeof recorded).target ? null : "symlink-target";
+  if (recorded.type === "symlink")
+    return recorded.target === (found as typeof recorded).target ? null : "symlink-target";
   const file = found as typeof recorded;
   if (recorded.size !== file.size || recorded.sha256 !== file.sha256) return "content";
   if (recorded.exec !== file.exec) return "exec-bit";

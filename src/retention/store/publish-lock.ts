@@ -2,7 +2,11 @@ import fs from "node:fs";
 import { properLockfile } from "./lockfile.js";
 
 /** node:fs with the lock directory made 0700 whatever the umask. */
-const lockFs = { ...fs, mkdir: (path: string, callback: (error: NodeJS.ErrnoException | null) => void) => fs.mkdir(path, { mode: 0o700 }, callback) };
+const lockFs = {
+  ...fs,
+  mkdir: (path: string, callback: (error: NodeJS.ErrnoException | null) => void) =>
+    fs.mkdir(path, { mode: 0o700 }, callback),
+};
 import { join } from "node:path";
 import { OatsError, asStepError, errnoCode } from "../../core/index.js";
 import { LOCK_PREFIX } from "./layout.js";
@@ -35,7 +39,10 @@ export interface FileLockOptions {
  * Run `body` holding the lock. `stillHeld()` throws the caller's failure if
  * the lock was compromised meanwhile (its refresh failed or it was taken over).
  */
-export async function withFileLock<T>(options: FileLockOptions, body: (stillHeld: () => void) => T | Promise<T>): Promise<T> {
+export async function withFileLock<T>(
+  options: FileLockOptions,
+  body: (stillHeld: () => void) => T | Promise<T>,
+): Promise<T> {
   let compromised: Error | null = null;
   let release: () => Promise<void>;
   // Every retry waits at least minTimeout, so waitMs / minTimeout retries
@@ -61,15 +68,26 @@ export async function withFileLock<T>(options: FileLockOptions, body: (stillHeld
       if (errnoCode(error) !== "ELOCKED") throw error;
       release = await properLockfile().lock(options.target, {
         ...common,
-        retries: { retries, factor: options.factor, minTimeout: options.minTimeout, maxTimeout: options.maxTimeout, maxRetryTime: options.waitMs, randomize: true },
+        retries: {
+          retries,
+          factor: options.factor,
+          minTimeout: options.minTimeout,
+          maxTimeout: options.maxTimeout,
+          maxRetryTime: options.waitMs,
+          randomize: true,
+        },
       });
     }
   } catch (error) {
     if (errnoCode(error) === "ELOCKED") {
-      throw new OatsError("busy", `another process holds the lock on ${options.target}; gave up after ${options.waitMs} ms`, {
-        lock: options.lockfilePath,
-        waitedMs: options.waitMs,
-      });
+      throw new OatsError(
+        "busy",
+        `another process holds the lock on ${options.target}; gave up after ${options.waitMs} ms`,
+        {
+          lock: options.lockfilePath,
+          waitedMs: options.waitMs,
+        },
+      );
     }
     throw options.failure(error);
   }
@@ -83,10 +101,23 @@ export async function withFileLock<T>(options: FileLockOptions, body: (stillHeld
 }
 
 /** The lock on one revision name, held only around the final check-and-rename. */
-export function withRevisionLock<T>(parent: string, revisionName: string, waitMs: number, body: () => Promise<T>): Promise<T> {
+export function withRevisionLock<T>(
+  parent: string,
+  revisionName: string,
+  waitMs: number,
+  body: () => Promise<T>,
+): Promise<T> {
   const lockfilePath = join(parent, `${LOCK_PREFIX}${revisionName}`);
   return withFileLock(
-    { target: join(parent, revisionName), lockfilePath, waitMs, minTimeout: 20, maxTimeout: 250, factor: 1.5, failure: (error) => asStepError("lock", error, { lock: lockfilePath }) },
+    {
+      target: join(parent, revisionName),
+      lockfilePath,
+      waitMs,
+      minTimeout: 20,
+      maxTimeout: 250,
+      factor: 1.5,
+      failure: (error) => asStepError("lock", error, { lock: lockfilePath }),
+    },
     async (stillHeld) => {
       const result = await body();
       stillHeld();

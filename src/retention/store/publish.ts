@@ -2,7 +2,13 @@ import { lstatSync } from "node:fs";
 import { lstat, mkdir, rename } from "node:fs/promises";
 import { join } from "node:path";
 import { OatsError, asStepError, errnoCode } from "../../core/index.js";
-import { FRAMINGS, digestListing, type DigestOptions, type ProgressListener, type TreeDigests } from "../digest/tree.js";
+import {
+  FRAMINGS,
+  digestListing,
+  type DigestOptions,
+  type ProgressListener,
+  type TreeDigests,
+} from "../digest/tree.js";
 import { noteRemoved, throwIfAborted, type ProgressPhase } from "../progress.js";
 import { walkTree, type TreeListing, type WalkOptions } from "../digest/walk.js";
 import type { ArtifactKind } from "../ids.js";
@@ -71,7 +77,11 @@ export interface PublishPlan {
 }
 
 /** The digest options of one phase of a plan. */
-export function digestOptions(plan: Pick<PublishPlan, "onProgress" | "signal">, phase: ProgressPhase, totalBytes?: number): DigestOptions {
+export function digestOptions(
+  plan: Pick<PublishPlan, "onProgress" | "signal">,
+  phase: ProgressPhase,
+  totalBytes?: number,
+): DigestOptions {
   return {
     phase,
     ...(plan.onProgress ? { onProgress: plan.onProgress } : {}),
@@ -99,15 +109,25 @@ export function revisionParentSegments(key: string, format: TreeFormat): string[
   return format === TREE_LEGACY ? [key] : [key, EXEC_REVISIONS_DIR];
 }
 
-export function mismatch(plan: Pick<PublishPlan, "kind" | "key" | "nameFormat">, expected: string, actual: string, details: Record<string, unknown>, note = ""): OatsError {
-  return new OatsError("integrity-mismatch", `${plan.kind} ${plan.key}: expected ${plan.nameFormat}:${expected}, found ${plan.nameFormat}:${actual}${note}`, {
-    kind: plan.kind,
-    key: plan.key,
-    format: plan.nameFormat,
-    expected,
-    actual,
-    ...details,
-  });
+export function mismatch(
+  plan: Pick<PublishPlan, "kind" | "key" | "nameFormat">,
+  expected: string,
+  actual: string,
+  details: Record<string, unknown>,
+  note = "",
+): OatsError {
+  return new OatsError(
+    "integrity-mismatch",
+    `${plan.kind} ${plan.key}: expected ${plan.nameFormat}:${expected}, found ${plan.nameFormat}:${actual}${note}`,
+    {
+      kind: plan.kind,
+      key: plan.key,
+      format: plan.nameFormat,
+      expected,
+      actual,
+      ...details,
+    },
+  );
 }
 
 /** Verify a revision directory that already exists; refuse, never repair, a damaged one. */
@@ -126,11 +146,20 @@ export async function verifyRevision(
     // thread, hashing a tree of its own, to yield, and the worker idled 10-20 ms per tree in fsck.
     stats = lstatSync(dir);
   } catch (error) {
-    if (errnoCode(error) === "ENOENT") throw new OatsError("artifact-not-found", `${plan.kind} ${plan.key} has no retained revision ${plan.nameFormat}:${expected}`, { kind: plan.kind, key: plan.key, format: plan.nameFormat, expected, dir });
+    if (errnoCode(error) === "ENOENT")
+      throw new OatsError(
+        "artifact-not-found",
+        `${plan.kind} ${plan.key} has no retained revision ${plan.nameFormat}:${expected}`,
+        { kind: plan.kind, key: plan.key, format: plan.nameFormat, expected, dir },
+      );
     throw asStepError("verify", error, { dir });
   }
   if (!stats.isDirectory()) {
-    throw new OatsError("invalid-artifact", `retained revision is not a real directory (${stats.isSymbolicLink() ? "a symlink" : "a file"}): ${dir}`, { kind: plan.kind, key: plan.key, dir });
+    throw new OatsError(
+      "invalid-artifact",
+      `retained revision is not a real directory (${stats.isSymbolicLink() ? "a symlink" : "a file"}): ${dir}`,
+      { kind: plan.kind, key: plan.key, dir },
+    );
   }
   const digests = measure
     ? await measure({ dir, formats: plan.formats, ...walkOptions(plan), ...(onShape ? { onShape } : {}) })
@@ -139,25 +168,35 @@ export async function verifyRevision(
   if (actual !== expected) {
     const difference = await firstDifference(dir);
     if (!difference) throw mismatch(plan, expected, actual, { dir, reason: "damaged-revision" });
-    throw mismatch(plan, expected, actual, { dir, reason: "damaged-revision", firstDifference: difference }, ` (first difference: ${difference.path}, ${difference.change})`);
+    throw mismatch(
+      plan,
+      expected,
+      actual,
+      { dir, reason: "damaged-revision", firstDifference: difference },
+      ` (first difference: ${difference.path}, ${difference.change})`,
+    );
   }
   return digests;
 }
 
-const walkOptions = (plan: Pick<PublishPlan, "maxDepth">): WalkOptions => (plan.maxDepth === undefined ? {} : { maxDepth: plan.maxDepth });
+const walkOptions = (plan: Pick<PublishPlan, "maxDepth">): WalkOptions =>
+  plan.maxDepth === undefined ? {} : { maxDepth: plan.maxDepth };
 
 /** Where a plan's revisions live, and the destination a digest names. */
 function place(plan: PublishPlan) {
   const segments = revisionParentSegments(plan.key, plan.nameFormat);
   const root = storeRoot(plan.scope, plan.kind);
   const parent = assertContained(root, join(root, ...segments), `artifact ${plan.key}`);
-  const destination = (value: string) => assertContained(root, join(parent, `sha256-${value.slice("sha256-".length)}`), `artifact ${plan.key}`);
+  const destination = (value: string) =>
+    assertContained(root, join(parent, `sha256-${value.slice("sha256-".length)}`), `artifact ${plan.key}`);
   return { segments, root, parent, destination };
 }
 
 export async function publishTree(plan: PublishPlan): Promise<PublishResult> {
   const { segments, root, parent, destination } = place(plan);
-  const present = plan.expected ? await keptIfPresent(plan, destination) : await keptIfUnchanged(plan, parent, destination);
+  const present = plan.expected
+    ? await keptIfPresent(plan, destination)
+    : await keptIfUnchanged(plan, parent, destination);
   if (present) return present;
 
   const { created, staging } = await createStaging(plan, parent, segments);
@@ -171,7 +210,14 @@ export async function publishTree(plan: PublishPlan): Promise<PublishResult> {
       copied = await digestListing(plan.listing, [plan.nameFormat], {
         ...digestOptions(plan, "read-copy"),
         // The bytes copied are the total the read-back will read.
-        ...(onProgress ? { onProgress: (event) => ((copiedBytes = event.bytes), onProgress(event)) } : {}),
+        ...(onProgress
+          ? {
+              onProgress: (event) => {
+                copiedBytes = event.bytes;
+                onProgress(event);
+              },
+            }
+          : {}),
         sink: writer,
         sinkOrder: FRAMINGS[plan.nameFormat].order,
       });
@@ -179,14 +225,22 @@ export async function publishTree(plan: PublishPlan): Promise<PublishResult> {
       writer.abort();
     }
     const measured = copied[plan.nameFormat]!;
-    if (plan.expected && measured !== plan.expected) throw mismatch(plan, plan.expected, measured, { source: plan.listing.root.absolute, reason: "source-differs" });
+    if (plan.expected && measured !== plan.expected)
+      throw mismatch(plan, plan.expected, measured, { source: plan.listing.root.absolute, reason: "source-differs" });
     plan.checkStaged?.(staging);
     announce(plan, "sync");
     await writer.flush();
 
-    const { staged, manifest } = await verifyStaged(plan, staging, copiedBytes === undefined ? undefined : copiedBytes * plan.formats.length);
+    const { staged, manifest } = await verifyStaged(
+      plan,
+      staging,
+      copiedBytes === undefined ? undefined : copiedBytes * plan.formats.length,
+    );
     if (staged[plan.nameFormat] !== measured) {
-      throw mismatch(plan, measured, staged[plan.nameFormat]!, { step: "verify-staged", reason: "staged-copy-differs" });
+      throw mismatch(plan, measured, staged[plan.nameFormat]!, {
+        step: "verify-staged",
+        reason: "staged-copy-differs",
+      });
     }
     return await commit(plan, parent, destination(measured), staging, staged, manifest);
   } catch (error) {
@@ -208,7 +262,8 @@ export async function publishTree(plan: PublishPlan): Promise<PublishResult> {
  * 2. the tree is renamed into a fresh staging directory beside the
  *    destination (step `adopt`); on another filesystem (EXDEV) it is left
  *    where it is and publishTree copies it instead;
- * 3. its modes are masked as a copy's are (maskAdoptedModes), and the staged tree is made durable by the same rule as a copy (fsync of
+ * 3. its modes are masked as a copy's are (maskAdoptedModes), and the staged tree is made durable by the same rule as
+ * a copy (fsync of
  *    each file and directory up to PER_FILE_FSYNC_LIMIT files, else one
  *    syncfs);
  * 4. the durable staged tree is read back once, in every format and into
@@ -236,9 +291,12 @@ export async function publishAdopted(plan: PublishPlan): Promise<PublishResult> 
     maskAdoptedModes(staging, plan.listing);
     announce(plan, "sync");
     await makeDurable(staging, plan.listing, { perFile: perFileDurability(plan.listing), filesSynced: false });
-    const { staged, manifest } = plan.verified ? await adoptedAsVerified(plan, plan.verified, staging) : await verifyStaged(plan, staging);
+    const { staged, manifest } = plan.verified
+      ? await adoptedAsVerified(plan, plan.verified, staging)
+      : await verifyStaged(plan, staging);
     const measured = staged[plan.nameFormat]!;
-    if (plan.expected && measured !== plan.expected) throw mismatch(plan, plan.expected, measured, { source: plan.listing.root.absolute, reason: "source-differs" });
+    if (plan.expected && measured !== plan.expected)
+      throw mismatch(plan, plan.expected, measured, { source: plan.listing.root.absolute, reason: "source-differs" });
     plan.checkStaged?.(staging);
     return await commit(plan, parent, destination(measured), staging, staged, manifest);
   } catch (error) {
@@ -255,7 +313,12 @@ export async function publishAdopted(plan: PublishPlan): Promise<PublishResult> 
  * rename cannot cross filesystems; the directories this call created are
  * then taken back.
  */
-async function adoptIntoStaging(plan: PublishPlan, root: string, parent: string, segments: string[]): Promise<{ created: string[]; staging: string } | "cross-device"> {
+async function adoptIntoStaging(
+  plan: PublishPlan,
+  root: string,
+  parent: string,
+  segments: string[],
+): Promise<{ created: string[]; staging: string } | "cross-device"> {
   const created: string[] = [];
   const from = plan.listing.root.absolute;
   for (let attempt = 1; ; attempt++) {
@@ -276,19 +339,35 @@ async function adoptIntoStaging(plan: PublishPlan, root: string, parent: string,
 }
 
 /** Read the durable staged tree back in every format, feeding the manifest. */
-async function verifyStaged(plan: PublishPlan, staging: string, totalBytes?: number): Promise<{ staged: TreeDigests; manifest: ManifestRecorder }> {
+async function verifyStaged(
+  plan: PublishPlan,
+  staging: string,
+  totalBytes?: number,
+): Promise<{ staged: TreeDigests; manifest: ManifestRecorder }> {
   const manifest = new ManifestRecorder();
   try {
     faultPoint("verify-staged", staging);
-    const staged = await digestListing(await walkTree(staging, walkOptions(plan)), plan.formats, { ...digestOptions(plan, "verify", totalBytes), sink: manifest, sinkOrder: "bytes" });
+    const staged = await digestListing(await walkTree(staging, walkOptions(plan)), plan.formats, {
+      ...digestOptions(plan, "verify", totalBytes),
+      sink: manifest,
+      sinkOrder: "bytes",
+    });
     return { staged, manifest };
   } catch (error) {
     throw asStepError("verify-staged", error, { staging });
   }
 }
 
-/** Rename the verified staging into place under the revision lock; a concurrent winner is verified and reported kept. */
-async function commit(plan: PublishPlan, parent: string, dir: string, staging: string, staged: TreeDigests, manifest: { bytes(): Buffer }): Promise<PublishResult> {
+/** Rename the verified staging into place under the revision lock; a concurrent winner is verified and reported kept.
+ * */
+async function commit(
+  plan: PublishPlan,
+  parent: string,
+  dir: string,
+  staging: string,
+  staged: TreeDigests,
+  manifest: { bytes(): Buffer },
+): Promise<PublishResult> {
   const measured = staged[plan.nameFormat]!;
   announce(plan, "publish");
   const outcome = await withRevisionLock(parent, `sha256-${measured.slice(7)}`, plan.lockWaitMs, async () => {
@@ -313,7 +392,11 @@ async function commit(plan: PublishPlan, parent: string, dir: string, staging: s
  * failed publication may take back an empty directory between the two steps
  * (removeCreatedStore); then the parent is simply made again.
  */
-async function createStaging(plan: PublishPlan, parent: string, segments: string[]): Promise<{ created: string[]; staging: string }> {
+async function createStaging(
+  plan: PublishPlan,
+  parent: string,
+  segments: string[],
+): Promise<{ created: string[]; staging: string }> {
   const created: string[] = [];
   for (let attempt = 1; ; attempt++) {
     created.push(...ensureStore(plan.scope, plan.kind, segments));
@@ -346,7 +429,11 @@ async function discardStaging(staging: string, cause?: unknown): Promise<void> {
   } catch (cleanupError) {
     const failure = asStepError("cleanup", cleanupError, { staging });
     if (cause instanceof OatsError) {
-      (cause.details as Record<string, unknown>).cleanup = { staging, error: failure.message, remedy: "run `oats cleanup`" };
+      (cause.details as Record<string, unknown>).cleanup = {
+        staging,
+        error: failure.message,
+        remedy: "run `oats cleanup`",
+      };
       return;
     }
     if (cause === undefined) throw failure;

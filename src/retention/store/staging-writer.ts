@@ -1,4 +1,16 @@
-import { chmodSync, closeSync, constants, fchmodSync, fsync, close, mkdirSync, openSync, symlinkSync, write, writeSync } from "node:fs";
+import {
+  chmodSync,
+  closeSync,
+  constants,
+  fchmodSync,
+  fsync,
+  close,
+  mkdirSync,
+  openSync,
+  symlinkSync,
+  write,
+  writeSync,
+} from "node:fs";
 import { chmod, open, readdir, rm } from "node:fs/promises";
 import { createRequire } from "node:module";
 import { join } from "node:path";
@@ -60,7 +72,9 @@ function writeAll(fd: number, data: Buffer): Promise<void> {
 
 const fsyncAndClose = (fd: number) =>
   new Promise<void>((resolve, reject) =>
-    fsync(fd, (syncError) => close(fd, (closeError) => (syncError || closeError ? reject(syncError ?? closeError) : resolve()))),
+    fsync(fd, (syncError) =>
+      close(fd, (closeError) => (syncError || closeError ? reject(syncError ?? closeError) : resolve())),
+    ),
   );
 
 export class StagingWriter implements FileConsumer {
@@ -90,7 +104,8 @@ export class StagingWriter implements FileConsumer {
     this.durable = options.durability !== "none";
     this.perFile = this.durable && perFileDurability(listing, options.durability);
     this.clearBits = options.clearModeBits ?? 0;
-    if (options.concurrentSmallFiles && !this.perFile) this.whole = (entry, info, data) => this.writeWhole(entry, info, data);
+    if (options.concurrentSmallFiles && !this.perFile)
+      this.whole = (entry, info, data) => this.writeWhole(entry, info, data);
   }
 
   private writeWhole(entry: FileEntry, info: FileInfo, data: Buffer): void | Promise<void> {
@@ -104,7 +119,8 @@ export class StagingWriter implements FileConsumer {
       const handle = await open(path, WRITE_FLAGS, 0o600);
       try {
         let written = 0;
-        while (written < bytes.length) written += (await handle.write(bytes, written, bytes.length - written, null)).bytesWritten;
+        while (written < bytes.length)
+          written += (await handle.write(bytes, written, bytes.length - written, null)).bytesWritten;
         await handle.chmod(mode);
       } finally {
         await handle.close();
@@ -130,7 +146,8 @@ export class StagingWriter implements FileConsumer {
   /** Create the directory skeleton, parents first, writable until flush() applies the real modes. */
   prepareDirectories(): void {
     try {
-      for (const directory of [...this.listing.directories].reverse()) mkdirSync(join(this.staging, directory.path), { mode: 0o700 });
+      for (const directory of [...this.listing.directories].reverse())
+        mkdirSync(join(this.staging, directory.path), { mode: 0o700 });
     } catch (error) {
       throw asStepError("copy", error, { path: this.current });
     }
@@ -239,7 +256,11 @@ export function perFileDurability(listing: TreeListing, durability: Durability =
  * by publications that adopt a tree written elsewhere (publishAdopted).
  * Failures are `internal-error` with `step: fsync`.
  */
-export async function makeDurable(dir: string, listing: TreeListing, options: { perFile: boolean; filesSynced: boolean }): Promise<void> {
+export async function makeDurable(
+  dir: string,
+  listing: TreeListing,
+  options: { perFile: boolean; filesSynced: boolean },
+): Promise<void> {
   try {
     faultPoint("fsync", dir);
     if (options.perFile) {
@@ -263,7 +284,8 @@ async function fsyncFiles(dir: string, listing: TreeListing): Promise<void> {
   const files = listing.leaves.filter((leaf) => leaf.type === "file").map((leaf) => join(dir, leaf.path));
   let next = 0;
   const worker = async () => {
-    while (next < files.length) await fsyncAndClose(openSync(files[next++]!, constants.O_RDONLY | constants.O_NOFOLLOW));
+    while (next < files.length)
+      await fsyncAndClose(openSync(files[next++]!, constants.O_RDONLY | constants.O_NOFOLLOW));
   };
   await Promise.all(Array.from({ length: 16 }, worker));
 }

@@ -30,7 +30,11 @@ export function profileValue(request: CaptureRequest): Record<string, unknown> |
   const value: Record<string, unknown> = { schemaVersion: 1 };
   if (profile.requiredClasses !== undefined) value["evidence"] = { required: [...profile.requiredClasses] };
   if (profile.redact !== undefined && profile.redact.length > 0) {
-    value["redact"] = profile.redact.map((pattern) => ({ name: pattern.name, pattern: pattern.source, ...(pattern.flags === undefined ? {} : { flags: pattern.flags }) }));
+    value["redact"] = profile.redact.map((pattern) => ({
+      name: pattern.name,
+      pattern: pattern.source,
+      ...(pattern.flags === undefined ? {} : { flags: pattern.flags }),
+    }));
   }
   return value;
 }
@@ -42,7 +46,11 @@ export function profileValue(request: CaptureRequest): Record<string, unknown> |
  * `envExtra` changes the pinned env (a mismatched re-prepare); `principal`
  * is who the config names (default: this process's user).
  */
-export function writeCaptureFiles(home: string, request: CaptureRequest, options: { envExtra?: Record<string, string>; principal?: string } = {}): CaptureFiles {
+export function writeCaptureFiles(
+  home: string,
+  request: CaptureRequest,
+  options: { envExtra?: Record<string, string>; principal?: string } = {},
+): CaptureFiles {
   const envExtra = options.envExtra ?? {};
   mkdirSync(join(home, "tool", "bin"), { recursive: true, mode: 0o755 });
   const entry = request.script.lang === "sh" ? "bin/run" : "bin/run.mjs";
@@ -59,7 +67,9 @@ export function writeCaptureFiles(home: string, request: CaptureRequest, options
       repos: {},
       defaults: [],
       fallback: "internal",
-      principals: confidential ? { [options.principal ?? principalName()]: request.sovereign === false ? "non-sovereign" : "sovereign" } : {},
+      principals: confidential
+        ? { [options.principal ?? principalName()]: request.sovereign === false ? "non-sovereign" : "sovereign" }
+        : {},
     })}\n`,
   );
   const profile = profileValue(request);

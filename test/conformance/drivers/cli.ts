@@ -24,7 +24,21 @@ import { hostname, tmpdir } from "node:os";
 import { join } from "node:path";
 import { readDeliveredRun } from "./library.js";
 import { REPO, type Envelope } from "../../helpers.js";
-import { DriverRefusal, PROPERTY_NAMES, type CancelVia, type CaptureRequest, type DispatchOutcome, type Driver, type DriverScope, type FarSide, type QueuedCapture, type RunningDispatch, type RunView, type Spoil, type Transport } from "../driver.js";
+import {
+  DriverRefusal,
+  PROPERTY_NAMES,
+  type CancelVia,
+  type CaptureRequest,
+  type DispatchOutcome,
+  type Driver,
+  type DriverScope,
+  type FarSide,
+  type QueuedCapture,
+  type RunningDispatch,
+  type RunView,
+  type Spoil,
+  type Transport,
+} from "../driver.js";
 import { writeCaptureFiles } from "./capture-files.js";
 import { runViewOf, tamperRetained, withAuditUnavailable, type ReadRunFields } from "./scope-ops.js";
 
@@ -50,7 +64,12 @@ interface As {
 }
 
 /** One `oats --json --scope <scope> ...` child, asynchronously (so runs may overlap). */
-function oats(scope: string, args: string[], as: As, env: Record<string, string> = {}): { child: ReturnType<typeof spawn>; done: Promise<Ran> } {
+function oats(
+  scope: string,
+  args: string[],
+  as: As,
+  env: Record<string, string> = {},
+): { child: ReturnType<typeof spawn>; done: Promise<Ran> } {
   const who = as.root ? {} : { ...NOBODY };
   const child = spawn(process.execPath, [BIN, "--json", "--scope", scope, ...args], {
     cwd: "/",
@@ -78,10 +97,17 @@ function oats(scope: string, args: string[], as: As, env: Record<string, string>
 }
 
 /** A command that must succeed; a refusal envelope is the driver's typed refusal. */
-async function ok(scope: string, args: string[], as: As, env: Record<string, string> = {}): Promise<Record<string, any>> {
+async function ok(
+  scope: string,
+  args: string[],
+  as: As,
+  env: Record<string, string> = {},
+): Promise<Record<string, any>> {
   const ran = await oats(scope, args, as, env).done;
-  if (ran.envelope?.ok === false && ran.envelope.error !== undefined) throw new DriverRefusal(ran.envelope.error.code, ran.envelope.error.message);
-  if (ran.envelope === null || !ran.envelope.ok) throw new Error(`oats ${args.join(" ")} failed (status ${ran.status}): ${ran.stdout}${ran.stderr}`);
+  if (ran.envelope?.ok === false && ran.envelope.error !== undefined)
+    throw new DriverRefusal(ran.envelope.error.code, ran.envelope.error.message);
+  if (ran.envelope === null || !ran.envelope.ok)
+    throw new Error(`oats ${args.join(" ")} failed (status ${ran.status}): ${ran.stdout}${ran.stderr}`);
   return ran.envelope.result ?? {};
 }
 
@@ -108,7 +134,12 @@ class CliScope implements DriverScope {
   async queue(request: CaptureRequest): Promise<QueuedCapture> {
     const files = writeCaptureFiles(join(this.homes, request.name), request, { principal: PRINCIPAL });
     const result = await ok(this.dir, ["capture", "prepare", files.spec], this.operator);
-    if (request.approve !== false) await ok(this.dir, ["approve", ...subjectArgs(result["composition"]["subject"]), "--reason", "conformance suite"], this.operator);
+    if (request.approve !== false)
+      await ok(
+        this.dir,
+        ["approve", ...subjectArgs(result["composition"]["subject"]), "--reason", "conformance suite"],
+        this.operator,
+      );
     await ok(this.dir, ["queue", "add", result["id"], "--job", request.name], this.operator);
     this.prepared.set(request.name, { result, entry: files.entry });
     return { name: request.name, job: request.name, request };
@@ -118,14 +149,21 @@ class CliScope implements DriverScope {
     const known = this.prepared.get(capture.name);
     if (known === undefined) throw new Error(`capture ${capture.name} was not queued by this scope`);
     if (how === "revoke") {
-      await ok(this.dir, ["revoke", ...subjectArgs(known.result["composition"]["subject"]), "--reason", "conformance suite: revoked"], this.operator);
+      await ok(
+        this.dir,
+        ["revoke", ...subjectArgs(known.result["composition"]["subject"]), "--reason", "conformance suite: revoked"],
+        this.operator,
+      );
       return capture;
     }
     if (how === "tamper") {
       tamperRetained(join(known.result["retained"]["dir"], known.entry));
       return capture;
     }
-    const files = writeCaptureFiles(join(this.homes, `${capture.name}.mismatch`), capture.request, { principal: PRINCIPAL, envExtra: { CONFORMANCE_CHANGED: "1" } });
+    const files = writeCaptureFiles(join(this.homes, `${capture.name}.mismatch`), capture.request, {
+      principal: PRINCIPAL,
+      envExtra: { CONFORMANCE_CHANGED: "1" },
+    });
     const result = await ok(this.dir, ["capture", "prepare", files.spec], this.operator);
     const job = `${capture.name}-changed`;
     await ok(this.dir, ["queue", "add", result["id"], "--job", job], this.operator);
@@ -147,7 +185,9 @@ class CliScope implements DriverScope {
     }
     return names.filter((name) => {
       try {
-        const control = JSON.parse(readFileSync(join(root, name, "control.json"), "utf8")) as { base?: { job?: string } };
+        const control = JSON.parse(readFileSync(join(root, name, "control.json"), "utf8")) as {
+          base?: { job?: string };
+        };
         return control.base?.job === job;
       } catch {
         try {
@@ -170,17 +210,34 @@ class CliScope implements DriverScope {
   dispatch(capture: QueuedCapture, options: { uid0?: boolean } = {}): RunningDispatch {
     if (options.uid0 === true) this.enterRoot();
     const before = new Set(this.handlesOf(capture.job));
-    const { child, done: ran } = oats(this.dir, ["dispatch", capture.job, "--exec"], this.operator, { ...capture.request.credentials });
+    const { child, done: ran } = oats(this.dir, ["dispatch", capture.job, "--exec"], this.operator, {
+      ...capture.request.credentials,
+    });
     let ended = false;
     const done = ran.then((run): DispatchOutcome => {
       ended = true;
       const envelope = run.envelope;
-      if (envelope === null) throw new Error(`dispatch printed no envelope (status ${run.status}, signal ${run.signal}): ${run.stdout}${run.stderr}`);
+      if (envelope === null)
+        throw new Error(
+          `dispatch printed no envelope (status ${run.status}, signal ${run.signal}): ${run.stdout}${run.stderr}`,
+        );
       if (!envelope.ok) {
-        if (envelope.result === undefined && envelope.error !== undefined && envelope.error.details?.["runId"] === undefined) return { kind: "refused", code: envelope.error.code, message: envelope.error.message };
+        if (
+          envelope.result === undefined &&
+          envelope.error !== undefined &&
+          envelope.error.details?.["runId"] === undefined
+        )
+          return { kind: "refused", code: envelope.error.code, message: envelope.error.message };
       }
       const result = (envelope.result ?? envelope.error?.details ?? {}) as Record<string, any>;
-      return { kind: "ran", runId: result["runId"], handle: result["handle"], exit: result["exit"], exitCode: run.status ?? -1, result: result["result"] };
+      return {
+        kind: "ran",
+        runId: result["runId"],
+        handle: result["handle"],
+        exit: result["exit"],
+        exitCode: run.status ?? -1,
+        result: result["result"],
+      };
     });
     const handle = async (): Promise<string> => {
       for (;;) {
@@ -202,7 +259,11 @@ class CliScope implements DriverScope {
 
   async listRuns() {
     const result = await ok(this.dir, ["run", "ls"], this.operator);
-    return ((result["runs"] ?? []) as Array<Record<string, any>>).map((run) => ({ handle: run["handle"], runId: run["runId"] ?? null, result: run["result"] ?? null }));
+    return ((result["runs"] ?? []) as Array<Record<string, any>>).map((run) => ({
+      handle: run["handle"],
+      runId: run["runId"] ?? null,
+      result: run["result"] ?? null,
+    }));
   }
 
   async readRun(ref: string): Promise<RunView> {
@@ -216,7 +277,8 @@ class CliScope implements DriverScope {
 
   async push(far: FarSide) {
     // The share is the operator's to write.
-    if (far.to.startsWith("dir:") && !this.operator.root) chownSync(far.to.slice("dir:".length), NOBODY.uid, NOBODY.gid);
+    if (far.to.startsWith("dir:") && !this.operator.root)
+      chownSync(far.to.slice("dir:".length), NOBODY.uid, NOBODY.gid);
     const result = await ok(this.dir, ["push", "--to", far.to], this.operator);
     return { delivered: ((result["delivered"] ?? []) as Array<{ runId: string }>).map((entry) => entry.runId) };
   }
@@ -231,10 +293,21 @@ export function cliDriver(transport: Transport): Driver {
   return {
     name: "cli",
     transport,
-    skips: process.getuid?.() === 0 ? {} : Object.fromEntries(PROPERTY_NAMES.map((name) => [name, "the CLI driver runs its operator as nobody and needs root to become it"])),
-    uid0: "entered for real: the scope is handed to root (chown -R) and the dispatch, and every later command in that scope, runs as root",
+    skips:
+      process.getuid?.() === 0
+        ? {}
+        : Object.fromEntries(
+            PROPERTY_NAMES.map((name) => [
+              name,
+              "the CLI driver runs its operator as nobody and needs root to become it",
+            ]),
+          ),
+    uid0:
+      "entered for real: the scope is handed to root (chown -R) and the " +
+      "dispatch, and every later command in that scope, runs as root",
     dispatcher: "the `oats dispatch --exec` child process (a real kill)",
-    // Each step starts a Node process: two properties at a time keep a small machine responsive enough for the timing checks.
+    // Each step starts a Node process: two properties at a time keep a small machine responsive enough for the timing
+    // checks.
     parallel: 2,
     async scope(dir: string) {
       return new CliScope(dir);

@@ -27,7 +27,22 @@ import {
   verifyRun,
   type PrepareCaptureResult,
 } from "../../../src/index.js";
-import { DriverRefusal, PROPERTY_NAMES, type CancelVia, type CaptureRequest, type DeliveredRun, type DispatchOutcome, type Driver, type DriverScope, type FarSide, type QueuedCapture, type RunningDispatch, type RunView, type Spoil, type Transport } from "../driver.js";
+import {
+  DriverRefusal,
+  PROPERTY_NAMES,
+  type CancelVia,
+  type CaptureRequest,
+  type DeliveredRun,
+  type DispatchOutcome,
+  type Driver,
+  type DriverScope,
+  type FarSide,
+  type QueuedCapture,
+  type RunningDispatch,
+  type RunView,
+  type Spoil,
+  type Transport,
+} from "../driver.js";
 import { writeCaptureFiles } from "./capture-files.js";
 import { runViewOf, tamperRetained, withAuditUnavailable } from "./scope-ops.js";
 
@@ -64,7 +79,10 @@ export const ORDINARY_EUID = 65534;
 const sleep = (ms: number) => new Promise<void>((done) => setTimeout(done, ms));
 
 export class LibraryScope implements DriverScope {
-  private readonly prepared = new Map<string, { prepared: PrepareCaptureResult; files: ReturnType<typeof writeCaptureFiles> }>();
+  private readonly prepared = new Map<
+    string,
+    { prepared: PrepareCaptureResult; files: ReturnType<typeof writeCaptureFiles> }
+  >();
   /** Raw output by run id (for the mutant driver: what the terminal got). */
   readonly raw = new Map<string, RawOutput>();
 
@@ -74,7 +92,8 @@ export class LibraryScope implements DriverScope {
     return refusals(async () => {
       const files = writeCaptureFiles(join(this.dir, "..", `${request.name}.home`), request);
       const prepared = await prepareCapture(this.dir, files.spec);
-      if (request.approve !== false) await approve(this.dir, prepared.composition.subject, { reason: "conformance suite" });
+      if (request.approve !== false)
+        await approve(this.dir, prepared.composition.subject, { reason: "conformance suite" });
       await addJob(this.dir, { job: request.name, resolution: prepared.id });
       this.prepared.set(request.name, { prepared, files });
       return { name: request.name, job: request.name, request };
@@ -93,7 +112,9 @@ export class LibraryScope implements DriverScope {
       return capture;
     }
     // mismatch: the same capture re-prepared with another pinned env value, queued as a new job.
-    const files = writeCaptureFiles(join(this.dir, "..", `${capture.name}.mismatch`), capture.request, { envExtra: { CONFORMANCE_CHANGED: "1" } });
+    const files = writeCaptureFiles(join(this.dir, "..", `${capture.name}.mismatch`), capture.request, {
+      envExtra: { CONFORMANCE_CHANGED: "1" },
+    });
     const prepared = await prepareCapture(this.dir, files.spec);
     const job = `${capture.name}-changed`;
     await addJob(this.dir, { job, resolution: prepared.id });
@@ -121,9 +142,20 @@ export class LibraryScope implements DriverScope {
           throw error;
         }
         try {
-          const run = await runDispatchPlanWithEvidence(this.dir, plan, { output: { stdout: stdout.stream, stderr: stderr.stream }, signal: abort.signal, euid });
+          const run = await runDispatchPlanWithEvidence(this.dir, plan, {
+            output: { stdout: stdout.stream, stderr: stderr.stream },
+            signal: abort.signal,
+            euid,
+          });
           this.raw.set(run.runId, { stdout: stdout.text(), stderr: stderr.text() });
-          return { kind: "ran", runId: run.runId, handle: run.handle, exit: { code: run.exit.code, signal: run.exit.signal }, exitCode: run.exitCode, result: run.result };
+          return {
+            kind: "ran",
+            runId: run.runId,
+            handle: run.handle,
+            exit: { code: run.exit.code, signal: run.exit.signal },
+            exitCode: run.exitCode,
+            result: run.result,
+          };
         } catch (error) {
           if (isOatsError(error)) return { kind: "refused", code: error.code, message: error.message };
           throw error;
@@ -192,7 +224,11 @@ export function libraryDriver(transport: Transport): Driver {
     name: "library",
     transport,
     skips: {},
-    uid0: `simulated: planQueuedRun and runDispatchPlanWithEvidence are told the dispatcher's effective uid (their euid option: 0 for uid 0, ${ORDINARY_EUID} otherwise); the child runs as this process (uid ${process.getuid?.()})`,
+    uid0:
+      `simulated: planQueuedRun and runDispatchPlanWithEvidence are told the ` +
+      `dispatcher's effective uid (their euid option: 0 for uid 0, ` +
+      `${ORDINARY_EUID} otherwise); the child runs as this process (uid ` +
+      `${process.getuid?.()})`,
     parallel: PROPERTY_NAMES.length,
     dispatcher: "this process; SIGINT/SIGTERM are the library's equivalent, an abort of the run's AbortSignal",
     async scope(dir: string) {

@@ -18,10 +18,27 @@
  */
 import { mkdirSync, readFileSync } from "node:fs";
 import { join } from "node:path";
-import type { CaptureRequest, DispatchOutcome, Driver, DriverScope, LogLine, QueuedCapture, RunningDispatch, RunView } from "../driver.js";
+import type {
+  CaptureRequest,
+  DispatchOutcome,
+  Driver,
+  DriverScope,
+  LogLine,
+  QueuedCapture,
+  RunningDispatch,
+  RunView,
+} from "../driver.js";
 import type { LibraryScope } from "./library.js";
 
-export const DEFECTS = ["stamp-at-flush", "exit-zero", "drop-final-line", "noop-delivery", "keep-ansi", "unmasked-credentials", "no-group-kill"] as const;
+export const DEFECTS = [
+  "stamp-at-flush",
+  "exit-zero",
+  "drop-final-line",
+  "noop-delivery",
+  "keep-ansi",
+  "unmasked-credentials",
+  "no-group-kill",
+] as const;
 export type Defect = (typeof DEFECTS)[number];
 
 /** The text after the last carriage return (a trailing one, of `\r\n`, dropped first). */
@@ -66,7 +83,9 @@ class MutantScope implements DriverScope {
       const prelude =
         request.script.lang === "sh"
           ? `echo $$ > ${quoted}\n`
-          : `import { writeFileSync as __conformanceWrite } from "node:fs";\n__conformanceWrite(${JSON.stringify(pidFile)}, String(process.pid));\n`;
+          : `import { writeFileSync as __conformanceWrite } from ` +
+            `"node:fs";\n__conformanceWrite(${JSON.stringify(pidFile)}, ` +
+            `String(process.pid));\n`;
       changed = { ...request, script: { ...request.script, body: `${prelude}${request.script.body}` } };
     }
     const capture = await this.base.queue(changed);
@@ -86,7 +105,13 @@ class MutantScope implements DriverScope {
     const done = running.done.then((outcome): DispatchOutcome => {
       if (outcome.kind !== "ran") return outcome;
       this.requests.set(outcome.runId, capture.request);
-      if (this.defect === "exit-zero") return { ...outcome, exit: { code: 0, signal: null }, exitCode: 0, result: outcome.result === "FAILED" ? "OK" : outcome.result };
+      if (this.defect === "exit-zero")
+        return {
+          ...outcome,
+          exit: { code: 0, signal: null },
+          exitCode: 0,
+          result: outcome.result === "FAILED" ? "OK" : outcome.result,
+        };
       return outcome;
     });
     return {
@@ -114,7 +139,9 @@ class MutantScope implements DriverScope {
       }
       case "exit-zero": {
         const result = run.result === "FAILED" ? "OK" : run.result;
-        const footer = run.footer.map((line) => (line.startsWith("exit: ") ? "exit: code 0" : line.startsWith("RESULT: ") ? `RESULT: ${result}` : line));
+        const footer = run.footer.map((line) =>
+          line.startsWith("exit: ") ? "exit: code 0" : line.startsWith("RESULT: ") ? `RESULT: ${result}` : line,
+        );
         const record = run.record === null ? null : { ...run.record, exit: { code: 0, signal: null }, result };
         return { ...run, exit: { code: 0, signal: null }, result, footer, record };
       }
@@ -125,12 +152,19 @@ class MutantScope implements DriverScope {
         if (raw === undefined) return run;
         const streams = { out: rawLines(raw.stdout), err: rawLines(raw.stderr) };
         const seen = { out: 0, err: 0 };
-        const lines: LogLine[] = run.lines.map((line) => ({ ...line, text: streams[line.stream][seen[line.stream]++] ?? line.text }));
+        const lines: LogLine[] = run.lines.map((line) => ({
+          ...line,
+          text: streams[line.stream][seen[line.stream]++] ?? line.text,
+        }));
         return { ...run, lines };
       }
       case "unmasked-credentials": {
         const credentials = request?.credentials ?? {};
-        const unmask = (text: string) => text.replace(/\[REDACTED:credential:([A-Za-z_][A-Za-z0-9_]*)\]/g, (mask, name: string) => credentials[name] ?? mask);
+        const unmask = (text: string) =>
+          text.replace(
+            /\[REDACTED:credential:([A-Za-z_][A-Za-z0-9_]*)\]/g,
+            (mask, name: string) => credentials[name] ?? mask,
+          );
         return { ...run, lines: run.lines.map((line) => ({ ...line, text: unmask(line.text) })) };
       }
       default:

@@ -29,7 +29,11 @@ const shareBase = otherFilesystem();
 
 export const dirTransport: Transport = {
   name: "dir",
-  unavailable: shareBase === null ? "the dir transport needs a directory on another filesystem than the OS temp directory (/dev/shm): none on this host" : null,
+  unavailable:
+    shareBase === null
+      ? "the dir transport needs a directory on another filesystem than the OS " +
+        "temp directory (/dev/shm): none on this host"
+      : null,
   async farSide() {
     const dir = mkdtempSync(join(shareBase!, "oats-conf-far-"));
     return { to: `dir:${dir}`, cleanup: async () => rmSync(dir, { recursive: true, force: true }) };

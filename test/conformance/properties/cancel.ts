@@ -11,9 +11,23 @@ import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
 import type { CancelVia, DriverScope } from "../driver.js";
-import { alive, assertRan, captureName, fileSize, readPid, sh, shQuote, texts, waitFor, within, type Property, type PropertyContext } from "./support.js";
+import {
+  alive,
+  assertRan,
+  captureName,
+  fileSize,
+  readPid,
+  sh,
+  shQuote,
+  texts,
+  waitFor,
+  within,
+  type Property,
+  type PropertyContext,
+} from "./support.js";
 
-/** How long after the cancel is asked for the log must have stopped growing (a `run cancel` is a process start, slow on a loaded machine). */
+/** How long after the cancel is asked for the log must have stopped growing (a `run cancel` is a process start, slow
+ * on a loaded machine). */
 const SETTLE_MS = 15_000;
 /** The grandchild ticks for about 40 s, so a tree that was not taken keeps the log growing well past SETTLE_MS. */
 const TICKS = 400;
@@ -71,7 +85,11 @@ async function cancelled(context: PropertyContext, scope: DriverScope, via: Canc
     assert.equal(outcome.result, "CANCELLED", `${via}: the dispatch says CANCELLED`);
     const run = await scope.readRun(outcome.runId);
     assert.equal(run.result, "CANCELLED", `${via}: the run says CANCELLED`);
-    assert.equal(run.footer[run.footer.length - 1], "RESULT: CANCELLED", `${via}: the footer ends with RESULT: CANCELLED`);
+    assert.equal(
+      run.footer[run.footer.length - 1],
+      "RESULT: CANCELLED",
+      `${via}: the footer ends with RESULT: CANCELLED`,
+    );
     const out = texts(run.lines, "out");
     assert.equal(out[0], "started", `${via}: the lines before the cancel are kept`);
     assert.ok(out.includes("tick 3"), `${via}: the grandchild's lines before the cancel are kept`);
@@ -86,13 +104,18 @@ async function cancelled(context: PropertyContext, scope: DriverScope, via: Canc
 
 export const cancelTakesTree: Property = {
   name: "cancel-takes-tree",
-  title: "8. cancel (run cancel, SIGINT or SIGTERM to the dispatcher) takes the whole process tree, the log stops growing (watched by size), and it ends RESULT: CANCELLED keeping what it captured",
+  title:
+    "8. cancel (run cancel, SIGINT or SIGTERM to the dispatcher) takes the " +
+    "whole process tree, the log stops growing (watched by size), and it " +
+    "ends RESULT: CANCELLED keeping what it captured",
   async run(context) {
     context.diagnostic(`signals go to: ${context.driver.dispatcher}`);
     const scope = await context.scope();
     const vias: CancelVia[] = ["command", "SIGINT", "SIGTERM"];
     const results = await Promise.allSettled(vias.map((via) => cancelled(context, scope, via)));
-    const failures = results.flatMap((result, index) => (result.status === "rejected" ? [`${vias[index]}: ${(result.reason as Error).message}`] : []));
+    const failures = results.flatMap((result, index) =>
+      result.status === "rejected" ? [`${vias[index]}: ${(result.reason as Error).message}`] : [],
+    );
     assert.deepEqual(failures, [], failures.join("\n"));
   },
 };

@@ -33,7 +33,10 @@ export const exitStatus: Property = {
     assert.deepEqual(failed.outcome.exit, { code: 42, signal: null }, "the dispatch reports code 42");
     assert.equal(failed.outcome.exitCode, 42, "the dispatcher exits 42");
     assert.deepEqual(failed.run.exit, { code: 42, signal: null }, "the run says code 42");
-    assert.ok(failed.run.footer.includes("exit: code 42"), `the footer says exit: code 42: ${JSON.stringify(failed.run.footer)}`);
+    assert.ok(
+      failed.run.footer.includes("exit: code 42"),
+      `the footer says exit: code 42: ${JSON.stringify(failed.run.footer)}`,
+    );
     assert.deepEqual(failed.run.record?.["exit"], { code: 42, signal: null }, "the sealed record says code 42");
 
     assert.deepEqual(passed.outcome.exit, { code: 0, signal: null }, "the dispatch reports code 0");
@@ -42,7 +45,11 @@ export const exitStatus: Property = {
     assert.ok(passed.run.footer.includes("exit: code 0"), JSON.stringify(passed.run.footer));
     assert.deepEqual(passed.run.record?.["exit"], { code: 0, signal: null });
 
-    assert.deepEqual(killed.outcome.exit, { code: null, signal: "SIGKILL" }, "death by signal is the signal, not a code");
+    assert.deepEqual(
+      killed.outcome.exit,
+      { code: null, signal: "SIGKILL" },
+      "death by signal is the signal, not a code",
+    );
     assert.notEqual(killed.outcome.exitCode, 0, "a dispatcher whose child was killed does not exit 0");
     assert.deepEqual(killed.run.exit, { code: null, signal: "SIGKILL" });
     assert.ok(killed.run.footer.includes("exit: signal SIGKILL"), JSON.stringify(killed.run.footer));
@@ -54,7 +61,9 @@ export const exitStatus: Property = {
 
 export const failedRunComplete: Property = {
   name: "failed-run-complete",
-  title: "4. a failed run still writes a complete log (footer, real exit code, RESULT: FAILED, the output before the failure); a passing run says OK",
+  title:
+    "4. a failed run still writes a complete log (footer, real exit code, " +
+    "RESULT: FAILED, the output before the failure); a passing run says OK",
   async run(context) {
     const scope = await context.scope();
     const [failed, passed] = await Promise.all([
@@ -68,15 +77,27 @@ export const failedRunComplete: Property = {
     ] as const) {
       assert.equal(outcome.result, result, `${what}: the dispatch says ${result}`);
       assert.equal(run.result, result, `${what}: the run says ${result}`);
-      assert.deepEqual(run.footer.slice(-2), [`exit: code ${code}`, `RESULT: ${result}`], `${what}: the footer ends with the code and the RESULT`);
+      assert.deepEqual(
+        run.footer.slice(-2),
+        [`exit: code ${code}`, `RESULT: ${result}`],
+        `${what}: the footer ends with the code and the RESULT`,
+      );
       assert.equal(run.record?.["result"], result, `${what}: the sealed record says ${result}`);
 
       // The file itself, read here: the footer is its end, and its digest and line count are the record's.
       const file = readLogFile(run.logPath);
-      assert.deepEqual(file.footer.slice(-2), [`exit: code ${code}`, `RESULT: ${result}`], `${what}: the log file ends with the footer`);
+      assert.deepEqual(
+        file.footer.slice(-2),
+        [`exit: code ${code}`, `RESULT: ${result}`],
+        `${what}: the log file ends with the footer`,
+      );
       const log = run.record?.["log"] as { digest: string; lines: number; bytes?: number } | undefined;
       assert.ok(log, `${what}: the record describes the log`);
-      assert.equal(digestHex(log.digest), sha256Hex(file.bytes), `${what}: the record's log digest is the digest of the whole file, footer included`);
+      assert.equal(
+        digestHex(log.digest),
+        sha256Hex(file.bytes),
+        `${what}: the record's log digest is the digest of the whole file, footer included`,
+      );
       assert.equal(log.lines, file.lines.length, `${what}: the record counts the captured lines`);
       const verdict = await scope.verifyRun(outcome.runId);
       assert.equal(verdict.ok, true, `${what}: run verify passes: ${verdict.detail}`);

@@ -11,7 +11,9 @@ import { assertRan, assertRefused, captureName, sh, shQuote, type Property } fro
 
 export const privilegedAccount: Property = {
   name: "privileged-account",
-  title: "6. a capture runs as root only if its approved composition says so; otherwise dispatch as uid 0 is refused before the child starts (marker absent)",
+  title:
+    "6. a capture runs as root only if its approved composition says so; " +
+    "otherwise dispatch as uid 0 is refused before the child starts (marker absent)",
   async run(context) {
     context.diagnostic(`uid 0 by: ${context.driver.uid0}`);
     const scope = await context.scope();
@@ -20,13 +22,19 @@ export const privilegedAccount: Property = {
 
     // The control first: an unprivileged capture runs when the dispatcher is not uid 0 (a driver that enters uid 0
     // for real then leaves the scope to root last).
-    const control = await scope.queue({ name: captureName("priv-control"), script: sh(`touch ${shQuote(markers.control)}`, "echo ran") });
+    const control = await scope.queue({
+      name: captureName("priv-control"),
+      script: sh(`touch ${shQuote(markers.control)}`, "echo ran"),
+    });
     const controlled = await scope.dispatch(control).done;
     assertRan(controlled, "an unprivileged capture dispatched normally");
     assert.equal(existsSync(markers.control), true, "the control ran (its marker is present)");
     const runs = await scope.listRuns();
 
-    const plain = await scope.queue({ name: captureName("priv-plain"), script: sh(`touch ${shQuote(markers.plain)}`, "echo ran") });
+    const plain = await scope.queue({
+      name: captureName("priv-plain"),
+      script: sh(`touch ${shQuote(markers.plain)}`, "echo ran"),
+    });
     const refused = await scope.dispatch(plain, { uid0: true }).done;
     // classification-refused is the gate's code (docs/design/captures.md): refused for this reason, not another.
     assertRefused(refused, "a capture not approved as privileged, dispatched as uid 0", "classification-refused");
@@ -34,7 +42,11 @@ export const privilegedAccount: Property = {
     assert.equal(existsSync(markers.plain), false, "refused before the child started: the marker is absent");
     assert.deepEqual(await scope.listRuns(), runs, "no run record was written for it");
 
-    const privileged = await scope.queue({ name: captureName("priv-root"), privileged: true, script: sh(`touch ${shQuote(markers.privileged)}`, "echo ran as root") });
+    const privileged = await scope.queue({
+      name: captureName("priv-root"),
+      privileged: true,
+      script: sh(`touch ${shQuote(markers.privileged)}`, "echo ran as root"),
+    });
     const ran = await scope.dispatch(privileged, { uid0: true }).done;
     assertRan(ran, "a capture approved as privileged, dispatched as uid 0");
     assert.equal(ran.result, "OK");

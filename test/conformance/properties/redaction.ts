@@ -12,9 +12,21 @@ import assert from "node:assert/strict";
 import { existsSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { DriverRefusal, type CaptureRequest, type DriverScope, type RedactPattern } from "../driver.js";
-import { assertRan, captureName, limited, node, sh, shQuote, texts, type Property, type PropertyContext } from "./support.js";
+import {
+  assertRan,
+  captureName,
+  limited,
+  node,
+  sh,
+  shQuote,
+  texts,
+  type Property,
+  type PropertyContext,
+} from "./support.js";
 
-type Rule = { name: string; kind: "literal"; value: string } | { name: string; kind: "pattern"; source: string; flags?: string };
+type Rule =
+  | { name: string; kind: "literal"; value: string }
+  | { name: string; kind: "pattern"; source: string; flags?: string };
 
 interface CorpusCase {
   readonly name: string;
@@ -35,11 +47,21 @@ export const CORPUS = join(HERE, "redaction-corpus.json");
 
 export function loadCorpus(): { path: string; cases: CorpusCase[]; refusals: CorpusRefusal[] } {
   const path = CORPUS;
-  const value = JSON.parse(readFileSync(path, "utf8")) as { format?: string; cases?: CorpusCase[]; refusals?: CorpusRefusal[] };
+  const value = JSON.parse(readFileSync(path, "utf8")) as {
+    format?: string;
+    cases?: CorpusCase[];
+    refusals?: CorpusRefusal[];
+  };
   assert.equal(value.format, "oats.redaction-corpus.v1", `${path} is a redaction corpus`);
   const cases = value.cases ?? [];
   for (const item of cases) {
-    assert.ok(Array.isArray(item.rules) && Array.isArray(item.input) && Array.isArray(item.output) && Array.isArray(item.statement), `corpus case ${item.name}: rules, input, output, statement`);
+    assert.ok(
+      Array.isArray(item.rules) &&
+        Array.isArray(item.input) &&
+        Array.isArray(item.output) &&
+        Array.isArray(item.statement),
+      `corpus case ${item.name}: rules, input, output, statement`,
+    );
     assert.equal(item.input.length, item.output.length, `corpus case ${item.name}: one output line per input line`);
     for (const line of item.input) assert.ok(!line.includes("\n"), `corpus case ${item.name}: one line each`);
   }
@@ -47,7 +69,8 @@ export function loadCorpus(): { path: string; cases: CorpusCase[]; refusals: Cor
   return { path, cases, refusals: value.refusals ?? [] };
 }
 
-/** The capture that configures exactly `rules`: literals as credentials, patterns in the profile, in the given order. */
+/** The capture that configures exactly `rules`: literals as credentials, patterns in the profile, in the given order.
+ * */
 function configured(rules: readonly Rule[]): Pick<CaptureRequest, "credentials" | "profile"> {
   const credentials: Record<string, string> = {};
   const redact: RedactPattern[] = [];
@@ -84,14 +107,28 @@ async function runGroup(scope: DriverScope, rules: readonly Rule[], cases: reado
   for (const item of cases) {
     const mine = got.slice(at, at + item.output.length);
     at += item.output.length;
-    if (JSON.stringify(mine) !== JSON.stringify(item.output)) problems.push(`${item.name}: expected ${JSON.stringify(item.output)}, the log has ${JSON.stringify(mine)}`);
+    if (JSON.stringify(mine) !== JSON.stringify(item.output))
+      problems.push(`${item.name}: expected ${JSON.stringify(item.output)}, the log has ${JSON.stringify(mine)}`);
   }
-  if (got.length !== expected.length) problems.push(`${cases.map((item) => item.name).join("; ")}: ${expected.length} lines printed, ${got.length} in the log`);
+  if (got.length !== expected.length)
+    problems.push(
+      `${cases.map((item) => item.name).join("; ")}: ${expected.length} lines printed, ${got.length} in the log`,
+    );
 
   // The redaction statement: every rule, in order, with its count; names and counts, never content.
-  const statement = rules.map((rule) => ({ rule: rule.name, count: cases.reduce((sum, item) => sum + (item.statement.find((entry) => entry.rule === rule.name)?.count ?? 0), 0) }));
-  const stated = ((run.record?.["redactions"] ?? []) as Array<{ rule: string; count: number }>).map((entry) => ({ rule: entry.rule, count: entry.count }));
-  if (JSON.stringify(stated) !== JSON.stringify(statement)) problems.push(`${cases.map((item) => item.name).join("; ")}: the record states ${JSON.stringify(stated)}, the corpus ${JSON.stringify(statement)}`);
+  const statement = rules.map((rule) => ({
+    rule: rule.name,
+    count: cases.reduce((sum, item) => sum + (item.statement.find((entry) => entry.rule === rule.name)?.count ?? 0), 0),
+  }));
+  const stated = ((run.record?.["redactions"] ?? []) as Array<{ rule: string; count: number }>).map((entry) => ({
+    rule: entry.rule,
+    count: entry.count,
+  }));
+  if (JSON.stringify(stated) !== JSON.stringify(statement))
+    problems.push(
+      `${cases.map((item) => item.name).join("; ")}: the record states ` +
+        `${JSON.stringify(stated)}, the corpus ${JSON.stringify(statement)}`,
+    );
 
   // A 4-character value (the corpus's shortest) turns up by chance inside a
   // microsecond stamp or a hex digest, so those are left out of the search:
@@ -109,11 +146,14 @@ async function runGroup(scope: DriverScope, rules: readonly Rule[], cases: reado
   return problems;
 }
 
-/** The record's keys and string values, less digests and timestamps (random hex and digits), where a leaked value would show. */
+/** The record's keys and string values, less digests and timestamps (random hex and digits), where a leaked value
+ * would show. */
 export function recordTextFields(value: unknown): string[] {
-  if (typeof value === "string") return /^(sha256-)?[0-9a-f]{64}$|^\d{4}-\d\d-\d\dT[\d:.]+Z$/.test(value) ? [] : [value];
+  if (typeof value === "string")
+    return /^(sha256-)?[0-9a-f]{64}$|^\d{4}-\d\d-\d\dT[\d:.]+Z$/.test(value) ? [] : [value];
   if (Array.isArray(value)) return value.flatMap(recordTextFields);
-  if (value !== null && typeof value === "object") return Object.entries(value).flatMap(([key, item]) => [key, ...recordTextFields(item)]);
+  if (value !== null && typeof value === "object")
+    return Object.entries(value).flatMap(([key, item]) => [key, ...recordTextFields(item)]);
   return [];
 }
 
@@ -121,20 +161,29 @@ export function recordTextFields(value: unknown): string[] {
 async function refused(context: PropertyContext, scope: DriverScope, item: CorpusRefusal): Promise<string[]> {
   const marker = join(context.tempDir("oats-conf-redact-refusal-"), "ran");
   try {
-    const capture = await scope.queue({ name: captureName("redact-refusal"), ...configured(item.rules), script: sh(`touch ${shQuote(marker)}`) });
+    const capture = await scope.queue({
+      name: captureName("redact-refusal"),
+      ...configured(item.rules),
+      script: sh(`touch ${shQuote(marker)}`),
+    });
     const outcome = await scope.dispatch(capture).done;
     if (outcome.kind !== "refused") return [`refusal ${item.name}: it ran (${outcome.runId})`];
-    if (outcome.code !== item.code) return [`refusal ${item.name}: refused with ${outcome.code}, the corpus says ${item.code}: ${outcome.message}`];
+    if (outcome.code !== item.code)
+      return [`refusal ${item.name}: refused with ${outcome.code}, the corpus says ${item.code}: ${outcome.message}`];
   } catch (error) {
     if (!(error instanceof DriverRefusal)) throw error;
-    if (error.code !== item.code) return [`refusal ${item.name}: refused with ${error.code}, the corpus says ${item.code}: ${error.message}`];
+    if (error.code !== item.code)
+      return [`refusal ${item.name}: refused with ${error.code}, the corpus says ${item.code}: ${error.message}`];
   }
   return existsSync(marker) ? [`refusal ${item.name}: the marker exists, something ran`] : [];
 }
 
 export const redaction: Property = {
   name: "redaction",
-  title: "7. credential values the record names and the profile's patterns are masked in the log before it is written; over-masking is asserted too (the corpus)",
+  title:
+    "7. credential values the record names and the profile's patterns are " +
+    "masked in the log before it is written; over-masking is asserted too " +
+    "(the corpus)",
   async run(context) {
     const scope = await context.scope();
     const corpus = loadCorpus();
@@ -147,7 +196,10 @@ export const redaction: Property = {
       groups.set(key, group);
     }
     const problems = (
-      await limited(4, [...[...groups.values()].map((group) => () => runGroup(scope, group.rules, group.cases)), ...corpus.refusals.map((item) => () => refused(context, scope, item))])
+      await limited(4, [
+        ...[...groups.values()].map((group) => () => runGroup(scope, group.rules, group.cases)),
+        ...corpus.refusals.map((item) => () => refused(context, scope, item)),
+      ])
     ).flat();
 
     // A credential split across two writes and one on stderr: redaction works on lines, not on chunks.
@@ -155,14 +207,26 @@ export const redaction: Property = {
     const capture = await scope.queue({
       name: captureName("redact-split"),
       credentials: { SPLIT_TOKEN: secret },
-      script: sh(`printf 'before ${secret.slice(0, 7)}'`, "sleep 0.3", `printf '${secret.slice(7)} after\\n'`, `echo "err ${secret}" >&2`),
+      script: sh(
+        `printf 'before ${secret.slice(0, 7)}'`,
+        "sleep 0.3",
+        `printf '${secret.slice(7)} after\\n'`,
+        `echo "err ${secret}" >&2`,
+      ),
     });
     const outcome = await scope.dispatch(capture).done;
     assertRan(outcome, "the split-credential capture");
     const run = await scope.readRun(outcome.runId);
     const split = { out: texts(run.lines, "out"), err: texts(run.lines, "err") };
-    const masked = { out: ["before [REDACTED:credential:SPLIT_TOKEN] after"], err: ["err [REDACTED:credential:SPLIT_TOKEN]"] };
-    if (JSON.stringify(split) !== JSON.stringify(masked)) problems.push(`a value split across writes, and one on stderr: expected ${JSON.stringify(masked)}, the log has ${JSON.stringify(split)}`);
+    const masked = {
+      out: ["before [REDACTED:credential:SPLIT_TOKEN] after"],
+      err: ["err [REDACTED:credential:SPLIT_TOKEN]"],
+    };
+    if (JSON.stringify(split) !== JSON.stringify(masked))
+      problems.push(
+        `a value split across writes, and one on stderr: expected ` +
+          `${JSON.stringify(masked)}, the log has ${JSON.stringify(split)}`,
+      );
     if (readFileSync(run.logPath, "utf8").includes(secret)) problems.push("the split value is in the log file");
 
     assert.deepEqual(problems, [], `every corpus case holds:\n${problems.join("\n")}`);

@@ -9,15 +9,37 @@ import assert from "node:assert/strict";
 import { existsSync, rmSync } from "node:fs";
 import { join } from "node:path";
 import type { CaptureRequest, DriverScope, QueuedCapture } from "../driver.js";
-import { assertRan, assertRefused, captureName, sh, shQuote, texts, type Property, type PropertyContext } from "./support.js";
+import {
+  assertRan,
+  assertRefused,
+  captureName,
+  sh,
+  shQuote,
+  texts,
+  type Property,
+  type PropertyContext,
+} from "./support.js";
 
 /** A capture that writes `marker` when (and only when) it runs. */
-function markerCapture(context: PropertyContext, prefix: string, extra: Partial<CaptureRequest> = {}): { request: CaptureRequest; marker: string } {
+function markerCapture(
+  context: PropertyContext,
+  prefix: string,
+  extra: Partial<CaptureRequest> = {},
+): { request: CaptureRequest; marker: string } {
   const marker = join(context.tempDir("oats-conf-marker-"), "ran");
-  return { marker, request: { name: captureName(prefix), script: sh(`touch ${shQuote(marker)}`, "echo ran"), ...extra } };
+  return {
+    marker,
+    request: { name: captureName(prefix), script: sh(`touch ${shQuote(marker)}`, "echo ran"), ...extra },
+  };
 }
 
-async function assertNoRun(scope: DriverScope, capture: QueuedCapture, marker: string, what: string, code: string): Promise<void> {
+async function assertNoRun(
+  scope: DriverScope,
+  capture: QueuedCapture,
+  marker: string,
+  what: string,
+  code: string,
+): Promise<void> {
   const outcome = await scope.dispatch(capture).done;
   assertRefused(outcome, what, code);
   assert.equal(existsSync(marker), false, `${what}: nothing ran (the marker is absent)`);
@@ -37,23 +59,39 @@ async function assertControlRuns(scope: DriverScope, capture: QueuedCapture, mar
 
 export const refusedDispatchNoRun: Property = {
   name: "refused-dispatch-no-run",
-  title: "5. a refused dispatch (not approved, mismatched, classification, audit unavailable) starts no run and writes no run record; a control dispatch runs",
+  title:
+    "5. a refused dispatch (not approved, mismatched, classification, audit " +
+    "unavailable) starts no run and writes no run record; a control dispatch runs",
   async run(context) {
     const scope = await context.scope();
 
     const unapproved = markerCapture(context, "refuse-unapproved", { approve: false });
-    await assertNoRun(scope, await scope.queue(unapproved.request), unapproved.marker, "not approved", "approval-required");
+    await assertNoRun(
+      scope,
+      await scope.queue(unapproved.request),
+      unapproved.marker,
+      "not approved",
+      "approval-required",
+    );
 
     const mismatched = markerCapture(context, "refuse-mismatch");
     const changed = await scope.spoil(await scope.queue(mismatched.request), "mismatch");
     await assertNoRun(scope, changed, mismatched.marker, "mismatched composition", "approval-required");
 
     const classified = markerCapture(context, "refuse-class", { classification: "confidential", sovereign: false });
-    await assertNoRun(scope, await scope.queue(classified.request), classified.marker, "classification", "classification-refused");
+    await assertNoRun(
+      scope,
+      await scope.queue(classified.request),
+      classified.marker,
+      "classification",
+      "classification-refused",
+    );
 
     const unaudited = markerCapture(context, "refuse-audit");
     const queued = await scope.queue(unaudited.request);
-    await scope.withAuditUnavailable(() => assertNoRun(scope, queued, unaudited.marker, "audit unavailable", "audit-unavailable"));
+    await scope.withAuditUnavailable(() =>
+      assertNoRun(scope, queued, unaudited.marker, "audit unavailable", "audit-unavailable"),
+    );
 
     // The same audit-refused capture, with the audit log back, is the control: everything in order runs.
     await assertControlRuns(scope, queued, unaudited.marker);
@@ -62,7 +100,9 @@ export const refusedDispatchNoRun: Property = {
 
 export const trustUnapproved: Property = {
   name: "trust-unapproved",
-  title: "trust chain: a capture that was never approved, or whose approval was revoked, never starts a run (no run, no marker)",
+  title:
+    "trust chain: a capture that was never approved, or whose approval was " +
+    "revoked, never starts a run (no run, no marker)",
   async run(context) {
     const scope = await context.scope();
     const never = markerCapture(context, "trust-never", { approve: false });
@@ -70,13 +110,21 @@ export const trustUnapproved: Property = {
 
     const revoked = markerCapture(context, "trust-revoked");
     const capture = await scope.queue(revoked.request);
-    await assertNoRun(scope, await scope.spoil(capture, "revoke"), revoked.marker, "approval revoked", "approval-required");
+    await assertNoRun(
+      scope,
+      await scope.spoil(capture, "revoke"),
+      revoked.marker,
+      "approval revoked",
+      "approval-required",
+    );
   },
 };
 
 export const trustTampered: Property = {
   name: "trust-tampered",
-  title: "trust chain: a capture whose retained executable was changed after approval never starts a run (no new run, no marker)",
+  title:
+    "trust chain: a capture whose retained executable was changed after " +
+    "approval never starts a run (no new run, no marker)",
   async run(context) {
     const scope = await context.scope();
     const control = markerCapture(context, "trust-tamper");

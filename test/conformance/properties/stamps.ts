@@ -44,18 +44,39 @@ export const stampPerLine: Property = {
     const [shell, script, burst] = await Promise.all([
       runLines(scope, "stamps-sh", sh("echo one", "sleep 1", "echo two", "sleep 1", "echo three")),
       // Node writes to a pipe asynchronously; each line must still be stamped when it arrives.
-      runLines(scope, "stamps-node", node("console.log('one');", "setTimeout(() => {", "  console.log('two');", "  setTimeout(() => console.log('three'), 1000);", "}, 1000);")),
+      runLines(
+        scope,
+        "stamps-node",
+        node(
+          "console.log('one');",
+          "setTimeout(() => {",
+          "  console.log('two');",
+          "  setTimeout(() => console.log('three'), 1000);",
+          "}, 1000);",
+        ),
+      ),
       // 400 lines in one write: they arrive in one chunk and still get 400 different stamps.
-      runLines(scope, "stamps-burst", sh(`printf '${Array.from({ length: 400 }, (_, i) => `burst ${i}\\n`).join("")}'`)),
+      runLines(
+        scope,
+        "stamps-burst",
+        sh(`printf '${Array.from({ length: 400 }, (_, i) => `burst ${i}\\n`).join("")}'`),
+      ),
     ]);
 
-    for (const [what, { run, before, after }] of [["sh", shell], ["node", script]] as const) {
+    for (const [what, { run, before, after }] of [
+      ["sh", shell],
+      ["node", script],
+    ] as const) {
       assert.deepEqual(texts(run.lines), ["one", "two", "three"], `${what}: exactly the three lines`);
       const stamps = stampsOf(run.lines, ["one", "two", "three"]);
       assertSpacedBySeconds(stamps, what);
-      // UTC and in the run's time: within the dispatch's own window (a second of slack each side for clock granularity).
+      // UTC and in the run's time: within the dispatch's own window (a second of slack each side for clock
+      // granularity).
       for (const stamp of stamps) {
-        assert.ok(stamp >= (before - 1000) * 1000 && stamp <= (after + 1000) * 1000, `${what}: stamp ${stamp} us lies within the dispatch (${before}..${after} ms)`);
+        assert.ok(
+          stamp >= (before - 1000) * 1000 && stamp <= (after + 1000) * 1000,
+          `${what}: stamp ${stamp} us lies within the dispatch (${before}..${after} ms)`,
+        );
       }
     }
 
@@ -63,8 +84,16 @@ export const stampPerLine: Property = {
     assert.equal(run.lines.length, 400, "all 400 lines of the burst are captured");
     const stamps = run.lines.map((line) => stampMicros(line.at));
     assert.equal(new Set(run.lines.map((line) => line.at)).size, 400, "400 lines, 400 distinct stamps");
-    for (let i = 1; i < stamps.length; i += 1) assert.ok(stamps[i]! > stamps[i - 1]!, `stamps strictly increase: line ${i} ${run.lines[i]!.at} after ${run.lines[i - 1]!.at}`);
-    assert.deepEqual(texts(run.lines), Array.from({ length: 400 }, (_, i) => `burst ${i}`), "in the order written");
+    for (let i = 1; i < stamps.length; i += 1)
+      assert.ok(
+        stamps[i]! > stamps[i - 1]!,
+        `stamps strictly increase: line ${i} ${run.lines[i]!.at} after ${run.lines[i - 1]!.at}`,
+      );
+    assert.deepEqual(
+      texts(run.lines),
+      Array.from({ length: 400 }, (_, i) => `burst ${i}`),
+      "in the order written",
+    );
   },
 };
 
@@ -76,7 +105,11 @@ export const gapPreserved: Property = {
     const scope = await context.scope();
     // A line and a second first: the gap is measured once the run is in its stride, not against its start-up.
     const measure = async () => {
-      const { run } = await runLines(scope, "gap", sh("echo warming up", "sleep 1", "echo before", "sleep 3", "echo after"));
+      const { run } = await runLines(
+        scope,
+        "gap",
+        sh("echo warming up", "sleep 1", "echo before", "sleep 3", "echo after"),
+      );
       const [before, after] = stampsOf(run.lines, ["before", "after"]);
       return after! - before!;
     };
@@ -88,6 +121,9 @@ export const gapPreserved: Property = {
     const first = await measure();
     const gap = within(first) ? first : await measure();
     if (gap !== first) context.diagnostic(`the first gap was ${first / 1e6} s; measured again`);
-    assert.ok(within(gap), `a 3 s sleep shows as a ${gap / 1e6} s gap (3 to 8 s, 2.5 s allowed for a late read; first try ${first / 1e6} s)`);
+    assert.ok(
+      within(gap),
+      `a 3 s sleep shows as a ${gap / 1e6} s gap (3 to 8 s, 2.5 s allowed for a late read; first try ${first / 1e6} s)`,
+    );
   },
 };

@@ -12,7 +12,8 @@ import type { DispatchOutcome, Driver, DriverScope, LogLine, PropertyName } from
 
 export interface PropertyContext {
   readonly driver: Driver;
-  /** A fresh empty directory anyone may write (the child may run as another user), removed when the suite ends: for markers and pid files. */
+  /** A fresh empty directory anyone may write (the child may run as another user), removed when the suite ends: for
+   * markers and pid files. */
   tempDir(prefix: string): string;
   /** The property's scope, made on first use and shared by its captures (no other property's runs are in it). */
   scope(): Promise<DriverScope>;
@@ -64,7 +65,14 @@ export const STAMP = /^(\d{4})-(\d\d)-(\d\d)T(\d\d):(\d\d):(\d\d)\.(\d{6})Z$/;
 export function stampMicros(stamp: string): number {
   const match = STAMP.exec(stamp);
   assert.ok(match, `a stamp is yyyy-mm-ddThh:mm:ss.uuuuuuZ (UTC, microseconds), got ${JSON.stringify(stamp)}`);
-  const millis = Date.UTC(Number(match[1]), Number(match[2]) - 1, Number(match[3]), Number(match[4]), Number(match[5]), Number(match[6]));
+  const millis = Date.UTC(
+    Number(match[1]),
+    Number(match[2]) - 1,
+    Number(match[3]),
+    Number(match[4]),
+    Number(match[5]),
+    Number(match[6]),
+  );
   return millis * 1000 + Number(match[7]);
 }
 
@@ -82,12 +90,18 @@ export async function limited<T>(limit: number, tasks: ReadonlyArray<() => Promi
   return results;
 }
 
-export async function waitFor<T>(what: string, probe: () => T | undefined | null | false | Promise<T | undefined | null | false>, timeoutMs = 20_000, everyMs = 50): Promise<T> {
+export async function waitFor<T>(
+  what: string,
+  probe: () => T | undefined | null | false | Promise<T | undefined | null | false>,
+  timeoutMs = 20_000,
+  everyMs = 50,
+): Promise<T> {
   const deadline = Date.now() + timeoutMs;
   for (;;) {
     const value = await probe();
     if (value !== undefined && value !== null && value !== false) return value;
-    if (Date.now() > deadline) throw new assert.AssertionError({ message: `timed out after ${timeoutMs} ms waiting for ${what}` });
+    if (Date.now() > deadline)
+      throw new assert.AssertionError({ message: `timed out after ${timeoutMs} ms waiting for ${what}` });
     await sleep(everyMs);
   }
 }
@@ -96,7 +110,10 @@ export async function waitFor<T>(what: string, probe: () => T | undefined | null
 export async function within<T>(what: string, promise: Promise<T>, timeoutMs: number): Promise<T> {
   let timer: NodeJS.Timeout | undefined;
   const timeout = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(new assert.AssertionError({ message: `timed out after ${timeoutMs} ms waiting for ${what}` })), timeoutMs);
+    timer = setTimeout(
+      () => reject(new assert.AssertionError({ message: `timed out after ${timeoutMs} ms waiting for ${what}` })),
+      timeoutMs,
+    );
   });
   try {
     return await Promise.race([promise, timeout]);
@@ -158,11 +175,18 @@ export function readLogFile(path: string): { bytes: Buffer; lines: LogLine[]; fo
 
 // ----------------------------------------------------------------- outcomes
 
-export function assertRan(outcome: DispatchOutcome, what: string): asserts outcome is Extract<DispatchOutcome, { kind: "ran" }> {
+export function assertRan(
+  outcome: DispatchOutcome,
+  what: string,
+): asserts outcome is Extract<DispatchOutcome, { kind: "ran" }> {
   assert.equal(outcome.kind, "ran", `${what}: expected a run, got ${JSON.stringify(outcome)}`);
 }
 
-export function assertRefused(outcome: DispatchOutcome, what: string, code?: string): asserts outcome is Extract<DispatchOutcome, { kind: "refused" }> {
+export function assertRefused(
+  outcome: DispatchOutcome,
+  what: string,
+  code?: string,
+): asserts outcome is Extract<DispatchOutcome, { kind: "refused" }> {
   assert.equal(outcome.kind, "refused", `${what}: expected a refusal, got ${JSON.stringify(outcome)}`);
   if (code !== undefined) assert.equal(outcome.code, code, `${what}: ${outcome.message}`);
 }
