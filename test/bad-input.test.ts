@@ -42,7 +42,7 @@ const ID = "demo.hello";
 const PKG = "demo.hello-pkg";
 const FIXTURE_LEGACY = "sha256-a79ca625eee1167f6d71dc500d966693a57225fa92e0bb5187973f3ca7695814";
 
-// Kinds as CONTRACT.md section 6 spells them, independent of src/core/errors.ts.
+// Kinds as contract section 6 spells them, independent of src/core/errors.ts.
 const CONTRACT_KIND: Record<string, string> = {
   "artifact-not-found": "missing",
   "invalid-artifact-reference": "invalid",
@@ -898,7 +898,7 @@ describe("a damaged existing revision", () => {
         const { scope, legacy } = await populatedScope();
         damage(legacy.dir);
         if (!legacyVisible) {
-          // oats.tree-legacy.v0 does not cover modes (CONTRACT.md section 2); the receipt's execIntegrity does.
+          // oats.tree-legacy.v0 does not cover modes (contract section 2); the receipt's execIntegrity does.
           const verified = await verifyRetainedCapability(scope, ID, lock());
           assert.deepEqual(verified.integrity, legacy.integrity);
           assert.notDeepEqual(verified.execIntegrity, legacy.execIntegrity);

@@ -1,5 +1,5 @@
 /**
- * Digest formats (CONTRACT.md section 2): the published vectors, then trees of
+ * Digest formats (contract section 2): the published vectors, then trees of
  * our own checked against an independent reference implementation written
  * here, then the walk's refusals, a real concurrent writer, canonical JSON and
  * integrity parsing.
@@ -41,7 +41,7 @@ import {
 import { makeVectorTree, snapshotTree, tempDir } from "./helpers.js";
 
 // ---------------------------------------------------------------------------
-// Refusal assertions. Kinds are spelled out from CONTRACT.md section 6, not
+// Refusal assertions. Kinds are spelled out from contract section 6, not
 // taken from the library's own table.
 
 const CONTRACT_KIND: Record<string, string> = {
@@ -73,7 +73,7 @@ function throwsWith(fn: () => unknown, code: string, details: Record<string, unk
 }
 
 // ---------------------------------------------------------------------------
-// Reference implementation: CONTRACT.md section 2 read literally. Whole files,
+// Reference implementation: contract section 2 read literally. Whole files,
 // synchronous calls, no shared code with src/.
 
 const collator = new Intl.Collator("en-US");

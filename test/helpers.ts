@@ -25,7 +25,7 @@ export const REPO = resolve(import.meta.dirname, "..");
 export const FIXTURE = join(REPO, "fixtures/packages/hello");
 export const FIXTURE_PAYLOAD = join(FIXTURE, "payload");
 export const FIXTURE_LOCK = join(FIXTURE, "oats-lock.json");
-export const VECTORS = resolve(REPO, "../shared/spec/vectors");
+export const VECTORS = join(REPO, "fixtures/vectors");
 
 const made: string[] = [];
 
@@ -190,7 +190,7 @@ export function makeVectorTree(dir: string, exec = false): string {
   return dir;
 }
 
-/** The CLI's --json envelope (CONTRACT.md section 7). */
+/** The CLI's --json envelope (contract section 7). */
 export type Envelope = {
   schemaVersion: number;
   ok: boolean;

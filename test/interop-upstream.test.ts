@@ -1,59 +1,32 @@
 /**
- * The upstream oats v0.21 corpus (shared/interop/upstream-oats-0.21): real,
+ * The upstream oats v0.21 corpus (fixtures/interop/upstream-oats-0.21): real,
  * unedited install outputs. Every capability of every case retains under its
  * lock row and verifies afterwards, through the CLI, and every package payload
- * digests to its row's integrity. The corpus is read-only; nothing here writes
- * into it.
+ * digests to its row's integrity. The tests work on a private copy, so that
+ * nothing here writes into the repository; a missing corpus fails the file
+ * rather than running no case.
  *
- * The copy of shared/ laid on these machines turns the corpus's relative
- * symlinks into regular files holding the link text (what a git checkout
- * with core.symlinks=false does), which changes every digest. The tests work
- * on a private copy where exactly those files (`current` and
- * `docs/helper-link.mjs` in every tree, as the corpus README describes) are
- * links again; if a future shared/ keeps real links, nothing is restored.
+ * The corpus's relative symlinks (`current` and `helper-link.mjs` under `docs/` in
+ * every tree, as its README describes) are symlinks in the repository too:
+ * a checkout that flattened them into files (core.symlinks=false) would
+ * change every digest, and the first test says so.
  */
 import assert from "node:assert/strict";
-import { cpSync, existsSync, lstatSync, readFileSync, readdirSync, rmSync, symlinkSync } from "node:fs";
-import { join, resolve } from "node:path";
+import { cpSync, lstatSync, readFileSync, readdirSync } from "node:fs";
+import { join } from "node:path";
 import { describe, test } from "node:test";
 import { OatsError, parseLock } from "../src/index.js";
 import { REPO, runOats, tempDir } from "./helpers.js";
 
-const SHARED_CORPUS = resolve(REPO, "../shared/interop/upstream-oats-0.21");
-const CASES = existsSync(SHARED_CORPUS)
-  ? readdirSync(SHARED_CORPUS, { withFileTypes: true })
-      .filter((entry) => entry.isDirectory())
-      .map((entry) => entry.name)
-  : [];
+const FIXTURE_CORPUS = join(REPO, "fixtures/interop/upstream-oats-0.21");
+const CASES = readdirSync(FIXTURE_CORPUS, { withFileTypes: true })
+  .filter((entry) => entry.isDirectory())
+  .map((entry) => entry.name);
 /** The files the corpus README describes as relative symlinks, per capability tree. */
-const LINKS = ["current", "docs/helper-link.mjs"];
+const LINKS = ["current", join("docs", "helper-link.mjs")];
 
-/** A private copy of the corpus with its flattened symlinks restored; returns the copy and what was restored. */
-function corpusCopy(): { root: string; restored: string[] } {
-  const root = join(tempDir("oats-interop-corpus-"), "corpus");
-  cpSync(SHARED_CORPUS, root, { recursive: true, verbatimSymlinks: true });
-  const restored: string[] = [];
-  for (const name of CASES) {
-    const trees = [
-      ...readdirSync(join(root, name, "installed")).map((id) => join(name, "installed", id)),
-      ...readdirSync(join(root, name, "package", "caps")).map((cap) => join(name, "package", "caps", cap)),
-    ];
-    for (const tree of trees) {
-      for (const link of LINKS) {
-        const path = join(root, tree, link);
-        if (!existsSync(path) || lstatSync(path).isSymbolicLink()) continue;
-        const target = readFileSync(path, "utf8");
-        assert.match(target, /^[^/\n][^\n]*$/, `${tree}/${link} should hold a relative link text`);
-        rmSync(path);
-        symlinkSync(target, path);
-        restored.push(join(tree, link));
-      }
-    }
-  }
-  return { root, restored };
-}
-
-const { root: CORPUS } = CASES.length ? corpusCopy() : { root: SHARED_CORPUS };
+const CORPUS = join(tempDir("oats-interop-corpus-"), "corpus");
+cpSync(FIXTURE_CORPUS, CORPUS, { recursive: true, verbatimSymlinks: true });
 
 function lockOf(name: string): {
   packages: Record<string, { integrity: string }>;
@@ -63,8 +36,17 @@ function lockOf(name: string): {
 }
 
 describe("upstream oats v0.21 install outputs", () => {
-  test("the corpus is present with both cases", () => {
+  test("the corpus is present with both cases, its relative links still links", () => {
     assert.deepEqual([...CASES].sort(), ["git-source", "path-source"]);
+    for (const name of CASES) {
+      const trees = [
+        ...readdirSync(join(CORPUS, name, "installed")).map((id) => join(name, "installed", id)),
+        ...readdirSync(join(CORPUS, name, "package", "caps")).map((cap) => join(name, "package", "caps", cap)),
+      ];
+      for (const tree of trees) {
+        for (const link of LINKS) assert.ok(lstatSync(join(CORPUS, tree, link)).isSymbolicLink(), `${tree}/${link}`);
+      }
+    }
   });
 
   for (const name of CASES) {

@@ -53,7 +53,7 @@ import { fixtureCopy, snapshotTree, tempDir } from "./helpers.js";
 const KEY = "demo.hello";
 const HEX = /^sha256-[0-9a-f]{64}$/;
 
-// Kinds as CONTRACT.md section 6 spells them, independent of src/core/errors.ts.
+// Kinds as contract section 6 spells them, independent of src/core/errors.ts.
 const CONTRACT_KIND: Record<string, string> = {
   "artifact-not-found": "missing",
   "resolution-not-found": "missing",

@@ -1,5 +1,5 @@
 /**
- * The store (CONTRACT.md sections 3 and 5): where revisions live, what a
+ * The store (contract sections 3 and 5): where revisions live, what a
  * retained tree keeps, receipts, verification that reads only the stored
  * revision, listing and fsck.
  */

@@ -9,7 +9,7 @@ import {
 } from "../resolution/index.js";
 
 /**
- * Classification of captures (CONTRACT.md section 9). Pure functions over a
+ * Classification of captures (contract section 9). Pure functions over a
  * parsed classification config; the only I/O is `readClassificationConfigFile`
  * (which reads the bytes a capture pins); `currentPrincipal` (who this
  * process runs as) is in principal.ts.

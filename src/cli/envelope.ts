@@ -1,7 +1,7 @@
 import { OatsError, isOatsError } from "../core/index.js";
 
 /**
- * The JSON envelope of CONTRACT.md section 7: exactly one compact line,
+ * The JSON envelope of contract section 7: exactly one compact line,
  *   {"schemaVersion":1,"ok":true,"command":"verify","result":{...}}
  *   {"schemaVersion":1,"ok":false,"command":"verify","error":{"code","kind","message","details"}}
  * `command` is the subcommand the arguments named, or null when none was

@@ -1,6 +1,6 @@
 /**
  * The one error type of the toolkit. A refusal carries a stable `code` and
- * `kind` (CONTRACT.md section 6) from the library to the CLI's exit code and
+ * `kind` (contract section 6) from the library to the CLI's exit code and
  * JSON envelope unchanged, so callers never parse filesystem messages.
  */
 

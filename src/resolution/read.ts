@@ -73,7 +73,7 @@ function resolveEntrypointAt(
   }
   // Synchronous calls: three thread-pool round trips per entry point cost ten
   // times more than the calls themselves (docs/design/performance.md, 7b).
-  // Every store component down to the revision is a real directory, never a symlink (CONTRACT.md section 3).
+  // Every store component down to the revision is a real directory, never a symlink (contract section 3).
   if (root !== dir) {
     throw new OatsError(
       "invalid-artifact-store",

@@ -168,7 +168,7 @@ const levelSchema = z.enum(LEVEL_ORDER);
 const envNameSchema = z.string().regex(/^[A-Za-z_][A-Za-z0-9_]*$/, "must be an environment variable name");
 
 /**
- * What a capture record pins beyond its entry point (CONTRACT.md section 9):
+ * What a capture record pins beyond its entry point (contract section 9):
  * the exact classification config and profile bytes (as oats.bytes.v1 blob
  * digests), the levels at prepare time, the non-secret environment, the names
  * of the credential variables it may receive, and the spec it came from.

@@ -3,7 +3,7 @@ import { credentialRefSchema } from "./record.js";
 
 /**
  * A pure scanner for secrets in JSON values bound for a resolution record.
- * Records hold no secrets (CONTRACT.md section 8): credentials appear only as
+ * Records hold no secrets (contract section 8): credentials appear only as
  * references `{kind:"env", name}` or `{kind:"provider", provider, key}`.
  *
  * Three rules:

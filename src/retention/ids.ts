@@ -1,7 +1,7 @@
 import { z } from "zod";
 import { OatsError } from "../core/index.js";
 
-/** capability id, capture name, instance name, job id (CONTRACT.md section 4). */
+/** capability id, capture name, instance name, job id (contract section 4). */
 export const IDENTIFIER_PATTERN = /^[a-z0-9][a-z0-9._-]*$/;
 export const IDENTIFIER_MAX_LENGTH = 214;
 

@@ -1,7 +1,7 @@
 import { z } from "zod";
 import { OatsError } from "../core/index.js";
 
-/** Digest formats of CONTRACT.md section 2. */
+/** Digest formats of contract section 2. */
 export const TREE_LEGACY = "oats.tree-legacy.v0";
 export const TREE_EXEC = "oats.tree-exec.v1";
 export const PACKAGE_PAYLOAD_EXEC = "oats.package-payload-exec.v1";

@@ -5,7 +5,7 @@ import type { TreeListing } from "./digest/walk.js";
 
 /**
  * Checks a source tree must pass before anything is copied from it
- * (CONTRACT.md section 5): every symlink relative, resolvable and inside the
+ * (contract section 5): every symlink relative, resolvable and inside the
  * tree, and the tree must not contain the store it is about to be copied
  * into. Special files and non-UTF-8 names were already refused by the walk.
  */

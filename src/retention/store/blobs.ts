@@ -10,7 +10,7 @@ import { withPublishLeaseSync } from "./lease.js";
 /**
  * `<scope>/.agents/blobs/sha256-<hex>`: pinned configuration bytes (a
  * classification config, a capture profile), named by their oats.bytes.v1
- * digest (SHA-256 of the raw bytes). CONTRACT.md section 3.
+ * digest (SHA-256 of the raw bytes). contract section 3.
  *
  * Publication follows writeResolution: the bytes are written to a staged file,
  * fsync'd and link()ed to their name, which never replaces. A blob already

@@ -6,7 +6,7 @@ import { assertArtifactKey, assertArtifactKind, type ArtifactKind } from "../ids
 import { TREE_EXEC, TREE_LEGACY, digestHex, integrityText, parseTreeIntegrity, type Integrity } from "../integrity.js";
 
 /**
- * Where things live (CONTRACT.md section 3). Every function here is lexical:
+ * Where things live (contract section 3). Every function here is lexical:
  * computing a path is not verification, and nothing here touches the disk.
  */
 

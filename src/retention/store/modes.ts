@@ -3,7 +3,7 @@ import { join } from "node:path";
 import type { TreeListing } from "../digest/walk.js";
 
 /**
- * Retained trees are read-only to everyone but their owner (CONTRACT.md
+ * Retained trees are read-only to everyone but their owner (contract
  * section 3: group and other never get write permission on anything in a
  * store). A source with 0666/0777 modes (umask 000, vfat, 9p, WSL mounts)
  * would otherwise be retained writable by every local user, who could then

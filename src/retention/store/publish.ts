@@ -27,7 +27,7 @@ import { withRevisionLock } from "./publish-lock.js";
 import { StagingWriter, makeDurable, perFileDurability, removeTree } from "./staging-writer.js";
 
 /**
- * Stage, verify, rename (CONTRACT.md section 5). The tree is copied into a
+ * Stage, verify, rename (contract section 5). The tree is copied into a
  * dot-prefixed staging directory beside its destination while it is hashed;
  * the digest is compared with what was expected; the staged copy is checked
  * (provenance), made durable, read back and verified again; only then is it
