@@ -1,5 +1,5 @@
 import { closeSync, fstatSync, openSync, type Stats } from "node:fs";
-import { OatsError } from "../../core/index.js";
+import { OatsError } from "../core/index.js";
 import { afterRead } from "./read-hook.js";
 import { PassBlockReads } from "./block-reads.js";
 import { DirectoryCursor } from "./directory-cursor.js";
@@ -22,14 +22,9 @@ import {
 } from "./opened-file.js";
 import { RING_MIN_REST, consumeRestByRing } from "./read-ring.js";
 import { prefetchMode, startPrefetch, worthPrefetching, type Prefetcher } from "./prefetch.js";
-import {
-  DIRECTORY_FDS,
-  changed,
-  changedOrUnreadable,
-  type FileEntry,
-  type LeafEntry,
-  type SymlinkEntry,
-} from "./walk.js";
+import { DIRECTORY_FDS } from "./directories.js";
+import type { FileEntry, LeafEntry, SymlinkEntry } from "./entries.js";
+import { changed, changedOrUnreadable } from "./refusals.js";
 
 export {
   CHUNK_SIZE,
