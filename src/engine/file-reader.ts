@@ -39,9 +39,9 @@ export { largeFilesReadByRing } from "./read-ring.js";
  * Streams the leaves of a tree to a consumer in a fixed order.
  *
  * Large files are read asynchronously in CHUNK_SIZE pieces with double
- * buffering (opened-file.ts, which reads one file of the general path), and the head of the file after a large one is
- * fetched while the
- * large one is consumed: the read of what comes next overlaps the hashing of
+ * buffering (opened-file.ts, which reads one file of the general path),
+ * and the head of the file after a large one is fetched while the large
+ * one is consumed: the read of what comes next overlaps the hashing of
  * what is here. Small files (the common case in a package tree) are read
  * with synchronous calls, in runs, into one reused buffer: for a 2 KiB file
  * the thread-pool round trips of five async calls cost 100-470 us on the
@@ -52,16 +52,17 @@ export { largeFilesReadByRing } from "./read-ring.js";
  *
  * Memory stays bounded whatever the file sizes: two chunk buffers, one
  * prefetched head, one small-file buffer and, with the native reads, one
- * chunk their batches land in and one 512 KiB ring (read-ring.ts), all kept for the next file and the next pass
- * on this thread (a fresh buffer's page faults cost more
- * than the reads that fill it on some machines).
+ * chunk their batches land in and one 512 KiB ring (read-ring.ts), all
+ * kept for the next file and the next pass on this thread (a fresh
+ * buffer's page faults cost more than the reads that fill it on some
+ * machines).
  *
  * Each file is opened inside its directory's descriptor (DirectoryCursor: no
  * directory above it can be swapped for a symlink), without following a
  * symlink at its own name (and non-blocking, so a FIFO swapped in after the
- * walk cannot hang us) and fstat'd before and after it is read; a change of inode, size, mtime or ctime, or a short
- * read, is a
- * refusal. Bytes are never reported half-old, half-new.
+ * walk cannot hang us) and fstat'd before and after it is read; a change of
+ * inode, size, mtime or ctime, or a short read, is a refusal. Bytes are
+ * never reported half-old, half-new.
  */
 
 const YIELD_EVERY_MS = 8;
@@ -134,6 +135,9 @@ export interface ReadOptions {
   readonly cold?: boolean;
 }
 
+/** A consumer that takes a small file in one call (FileConsumer.whole). */
+type WholeConsumer = FileConsumer & Required<Pick<FileConsumer, "whole">>;
+
 /** The small-file buffer of a finished pass, for the next one on this thread (64 more pages not to fault in). */
 let spareScratch: Buffer | null = null;
 
@@ -150,7 +154,7 @@ function consumeSmallRun(
   leaves: readonly LeafEntry[],
   from: number,
   to: number,
-  consumer: FileConsumer & Required<Pick<FileConsumer, "whole">>,
+  consumer: WholeConsumer,
   scratch: Buffer,
   cursor: DirectoryCursor,
   batch: Buffer | null,
@@ -210,73 +214,41 @@ function consumeSmallRun(
  * Feed `leaves` to `consumer` in order; what the consumer throws (a failed
  * write into staging, say) propagates unchanged, and a failure of the reads
  * themselves is a refusal naming the path.
+ *
+ * The phases of a pass (ReadPass, one method each): one step per run of
+ * small files and symlinks, read whole in a plain synchronous loop
+ * (readSmallRun, consumeSmallRun), or per leaf a run leaves over: a
+ * symlink of a consumer without whole(), handed over where it stands, or a
+ * file for the general path (readFile: a large file, the one whose head was
+ * opened ahead, any file of a consumer without whole()). Before each step
+ * the read-ahead learns where the reader is (ReadAhead) and the event loop
+ * gets a turn when one is due; after the last, the buffers are kept for the
+ * next pass (keepBuffers), and whatever the outcome the pass is closed.
  */
 export async function readLeavesInOrder(
   leaves: readonly LeafEntry[],
   consumer: FileConsumer,
   options: ReadOptions = {},
 ): Promise<void> {
-  const inline = options.inline === true;
-  // A core to spare and the cache warm: a second core copies while this one hashes (read-ring.ts).
-  const byRing = options.inline === "warm";
-  let prefetched: { index: number; file: Promise<OpenedFile> } | null = null;
-  let scratch: Buffer | null = null;
-  let batch: Buffer | null = null;
   // Date.now, not performance.now: the global `performance` loads perf_hooks on first use, a few ms of every start.
-  let lastYield = Date.now();
-  const nextFileIndex = (from: number): number => {
-    for (let index = from; index < leaves.length; index++) if (leaves[index]!.type === "file") return index;
-    return -1;
-  };
-  const whole = consumer.whole ? (consumer as FileConsumer & Required<Pick<FileConsumer, "whole">>) : null;
-  // Block reads of this pass's own reads (block-reads.ts), for the cold watch and the warm decisions.
-  const blockReadsOf = new PassBlockReads(DIRECTORY_FDS ? nativeReads() : null);
-  const overlapRest = (headOpenedAhead: boolean): boolean => {
-    if (!byRing) return !inline;
-    // "warm": overlapped only when this pass read the disk since the last large file decided.
-    return blockReadsOf.readSinceLastDecision(headOpenedAhead) || options.cold === true;
-  };
-  const cursor = new DirectoryCursor();
-  let prefetch: Prefetcher | null = null;
-  let blockReads = blockReadsOf.source();
-  const mode = prefetchMode();
-  let watchCold = mode === "auto" && worthPrefetching(leaves, 0);
-  if (mode === "always" || (watchCold && options.cold === true)) {
-    watchCold = false;
-    prefetch = startPrefetch(leaves, 0);
-  }
+  let lastTurn = Date.now();
+  const pass = new ReadPass(leaves, consumer, options);
   try {
     for (let index = 0; index < leaves.length; index++) {
-      if (prefetch) prefetch.advance(index);
-      else if (watchCold && index > 0) {
-        const now = blockReadsOf.source();
-        if (now - blockReads >= COLD_BLOCK_READS) {
-          watchCold = false;
-          if (worthPrefetching(leaves, index)) prefetch = startPrefetch(leaves, index);
-        }
-        blockReads = now;
-      }
-      if (Date.now() - lastYield > YIELD_EVERY_MS) {
+      pass.readAhead.reached(index);
+      if (Date.now() - lastTurn > YIELD_EVERY_MS) {
         await new Promise((resolve) => setImmediate(resolve));
-        lastYield = Date.now();
+        lastTurn = Date.now();
       }
-      if (scratch === null) {
-        scratch = spareScratch ?? Buffer.allocUnsafe(SMALL_FILE_SIZE);
-        spareScratch = null;
-      }
-      if (whole) {
-        // A run of small files and symlinks, up to the next prefetched file.
-        const to = Math.min(leaves.length, index + RUN_LENGTH, prefetched ? prefetched.index : Infinity);
-        if (batch === null && nativeReads() !== null) batch = takeChunk();
-        // A second thread for the native reads only where a core would otherwise idle (as for the overlapped large
-        // reads).
-        const run = consumeSmallRun(leaves, index, to, whole, scratch, cursor, batch, !inline);
+      pass.takeScratch();
+      if (pass.whole) {
+        const run = pass.readSmallRun(index);
         if (run.pending) await run.pending;
         if (run.next > index) {
           index = run.next - 1;
           continue;
         }
-        // leaves[index] is a large file (or the prefetched one): the general path below.
+        // leaves[index] is a large file (or the one whose head was opened ahead): the general path below.
       }
       const leaf = leaves[index]!;
       if (leaf.type === "symlink") {
@@ -284,65 +256,234 @@ export async function readLeavesInOrder(
         if (pending) await pending;
         continue;
       }
-      const generalPathRead = blockReadsOf.beforeGeneralPathRead(watchCold);
-      let file: OpenedFile;
-      const openedAhead = prefetched?.index === index;
-      if (openedAhead) {
-        const pending = prefetched!.file;
-        prefetched = null;
-        file = await pending;
-      } else {
-        const into = scratch;
-        file = blockReadsOf.open(byRing, () => openSmallOrHeadSync(leaf, into, cursor, inline));
-      }
-      const size = file.before.size;
-      const info: FileInfo = { mode: file.before.mode & 0o7777, size };
-      const overlap = file.head.length < size && overlapRest(openedAhead);
-      try {
-        if (overlap) {
-          const following = nextFileIndex(index + 1);
-          if (following !== -1) {
-            prefetched = { index: following, file: openHeadAsync(leaves[following] as FileEntry, cursor) };
-            prefetched.file.catch(() => undefined); // observed when its turn comes
-          }
-        }
-        // Consumers that answer synchronously (hashing) are not awaited: a
-        // microtask per call is measurable over twenty thousand small files.
-        let pending = consumer.start(file.entry, info);
-        if (pending) await pending;
-        if (file.head.length > 0) {
-          pending = consumer.chunk(file.head);
-          if (pending) await pending;
-        }
-        if (file.head.length < size) {
-          const byRingThread = byRing && size - file.head.length >= RING_MIN_REST;
-          if (overlap) await consumeRest(file, size, consumer);
-          // The ring declines (false, nothing read) when it cannot take the file (no addon, this thread's ring in
-          // use): inline.
-          else if (!byRingThread || !(await consumeRestByRing(file, size, consumer)))
-            await consumeRestInline(file, size, consumer, scratch);
-        }
-        if (!file.closed) await finishAsync(file);
-        pending = consumer.end(file.entry, info);
-        if (pending) await pending;
-        giveChunk(file.pooled);
-      } finally {
-        if (!file.closed) await closeAsync(file.fd).catch(() => undefined);
-      }
-      blockReadsOf.afterGeneralPathRead(generalPathRead);
+      await pass.readFile(index, leaf);
     }
-    // Every consumer call has settled: nothing holds the scratch buffer any more.
-    if (scratch !== null) spareScratch = scratch;
-    giveChunk(batch);
+    pass.keepBuffers();
   } finally {
-    prefetch?.stop();
-    cursor.close();
-    if (prefetched) {
-      const pending: Promise<OpenedFile> = prefetched.file;
-      await pending.then(
-        (file) => (file.closed ? undefined : closeAsync(file.fd).catch(() => undefined)),
-        () => undefined,
-      );
+    const closing = pass.close();
+    if (closing) await closing;
+  }
+}
+
+/**
+ * One pass's state: how it reads (ReadOptions), its block-read counts, its
+ * directory cursor, its read-ahead, the head of the next file opened ahead
+ * and its buffers; and the phases of the general path, each a method.
+ */
+class ReadPass {
+  /** The consumer, when it takes a small file in one call: the runs of small files are read for it. */
+  readonly whole: WholeConsumer | null;
+  readonly readAhead: ReadAhead;
+  /** ReadOptions.inline === true: every large file's rest is read on this thread. */
+  private readonly inline: boolean;
+  /** ReadOptions.inline === "warm": a core to spare and the cache warm, a second core copies while this one hashes
+   * (read-ring.ts). */
+  private readonly byRing: boolean;
+  private readonly cold: boolean;
+  /** Block reads of this pass's own reads (block-reads.ts), for the cold watch and the warm decisions. */
+  private readonly blockReads: PassBlockReads;
+  private readonly cursor: DirectoryCursor;
+  /** The head of the file after a large one, opened and read on the thread pool while the large one is consumed. */
+  private openedAhead: { index: number; file: Promise<OpenedFile> } | null = null;
+  /** The small-file buffer, taken at the first leaf (takeScratch). */
+  private scratch: Buffer | null = null;
+  /** The chunk the native reads' batches land in, taken at the first run where the addon loaded. */
+  private batch: Buffer | null = null;
+
+  constructor(
+    private readonly leaves: readonly LeafEntry[],
+    private readonly consumer: FileConsumer,
+    options: ReadOptions,
+  ) {
+    this.inline = options.inline === true;
+    this.byRing = options.inline === "warm";
+    this.cold = options.cold === true;
+    this.whole = consumer.whole ? (consumer as WholeConsumer) : null;
+    this.blockReads = new PassBlockReads(DIRECTORY_FDS ? nativeReads() : null);
+    this.cursor = new DirectoryCursor();
+    this.readAhead = new ReadAhead(leaves, this.blockReads, this.cold);
+  }
+
+  /** The small-file buffer a finished pass on this thread left, or a new one; once, at the first leaf. */
+  takeScratch(): void {
+    if (this.scratch === null) {
+      this.scratch = spareScratch ?? Buffer.allocUnsafe(SMALL_FILE_SIZE);
+      spareScratch = null;
     }
+  }
+
+  /**
+   * A run of small files and symlinks from leaves[index], at most
+   * RUN_LENGTH long and up to the file whose head was opened ahead, handed
+   * to consumer.whole() (consumeSmallRun). `next` is where it stopped:
+   * index itself when leaves[index] is for the general path.
+   */
+  readSmallRun(index: number): { next: number; pending?: Promise<void> } {
+    const to = Math.min(this.leaves.length, index + RUN_LENGTH, this.openedAhead ? this.openedAhead.index : Infinity);
+    if (this.batch === null && nativeReads() !== null) this.batch = takeChunk();
+    // A second thread for the native reads only where a core would otherwise idle (as for the overlapped large reads).
+    return consumeSmallRun(this.leaves, index, to, this.whole!, this.scratch!, this.cursor, this.batch, !this.inline);
+  }
+
+  /**
+   * The general path, one file: opened (or its head opened ahead taken),
+   * its head and rest handed over (handOver), checked and closed. Where its
+   * rest is read overlapped, the next file's head is opened meanwhile. The
+   * process's block reads around it count for the cold watch.
+   */
+  async readFile(index: number, leaf: FileEntry): Promise<void> {
+    const generalPathRead = this.blockReads.beforeGeneralPathRead(this.readAhead.watching);
+    const openedAhead = this.openedAhead?.index === index;
+    const file = openedAhead ? await this.takeOpenedAhead() : this.open(leaf);
+    const size = file.before.size;
+    const info: FileInfo = { mode: file.before.mode & 0o7777, size };
+    const overlap = file.head.length < size && this.overlapRest(openedAhead);
+    try {
+      if (overlap) this.openNextHead(index);
+      await this.handOver(file, info, overlap);
+      giveChunk(file.pooled);
+    } finally {
+      if (!file.closed) await closeAsync(file.fd).catch(() => undefined);
+    }
+    this.blockReads.afterGeneralPathRead(generalPathRead);
+  }
+
+  /** Opened and fstat'd here, synchronously, and read whole into the small-file buffer when small, else its head. */
+  private open(leaf: FileEntry): OpenedFile {
+    const into = this.scratch!;
+    return this.blockReads.open(this.byRing, () => openSmallOrHeadSync(leaf, into, this.cursor, this.inline));
+  }
+
+  /** The head opened ahead, for the file whose turn it is now. */
+  private takeOpenedAhead(): Promise<OpenedFile> {
+    const pending = this.openedAhead!.file;
+    this.openedAhead = null;
+    return pending;
+  }
+
+  /**
+   * Whether a large file's rest is read overlapped on the thread pool
+   * (ReadOptions.inline unset, or "warm" and the pass read the disk since
+   * the last large file decided, or the walk found the cache cold) rather
+   * than on this thread.
+   */
+  private overlapRest(headOpenedAhead: boolean): boolean {
+    if (!this.byRing) return !this.inline;
+    return this.blockReads.readSinceLastDecision(headOpenedAhead) || this.cold;
+  }
+
+  /** The next file's head, opened and read on the thread pool while this file's rest is read and consumed. */
+  private openNextHead(index: number): void {
+    const following = this.nextFileIndex(index + 1);
+    if (following === -1) return;
+    this.openedAhead = { index: following, file: openHeadAsync(this.leaves[following] as FileEntry, this.cursor) };
+    this.openedAhead.file.catch(() => undefined); // observed when its turn comes
+  }
+
+  private nextFileIndex(from: number): number {
+    for (let index = from; index < this.leaves.length; index++) if (this.leaves[index]!.type === "file") return index;
+    return -1;
+  }
+
+  /** The consumer's calls for one file: start, its head, its rest (readRest), the check after the read, end. */
+  private async handOver(file: OpenedFile, info: FileInfo, overlap: boolean): Promise<void> {
+    const consumer = this.consumer;
+    // Consumers that answer synchronously (hashing) are not awaited: a
+    // microtask per call is measurable over twenty thousand small files.
+    let pending = consumer.start(file.entry, info);
+    if (pending) await pending;
+    if (file.head.length > 0) {
+      pending = consumer.chunk(file.head);
+      if (pending) await pending;
+    }
+    if (file.head.length < info.size) await this.readRest(file, info.size, overlap);
+    if (!file.closed) await finishAsync(file);
+    pending = consumer.end(file.entry, info);
+    if (pending) await pending;
+  }
+
+  /**
+   * The rest of a large file after its head: overlapped (chunk n+1 read on
+   * the thread pool while chunk n is consumed), by the ring's thread (a
+   * warm file with at least RING_MIN_REST left), or inline into the
+   * small-file buffer.
+   */
+  private async readRest(file: OpenedFile, size: number, overlap: boolean): Promise<void> {
+    if (overlap) return consumeRest(file, size, this.consumer);
+    // The ring declines (false, nothing read) when it cannot take the file (no addon, this thread's ring in use):
+    // inline.
+    const byRingThread = this.byRing && size - file.head.length >= RING_MIN_REST;
+    if (byRingThread && (await consumeRestByRing(file, size, this.consumer))) return;
+    return consumeRestInline(file, size, this.consumer, this.scratch!);
+  }
+
+  /** Every consumer call has settled: nothing holds the small-file buffer or the batch any more. */
+  keepBuffers(): void {
+    if (this.scratch !== null) spareScratch = this.scratch;
+    giveChunk(this.batch);
+  }
+
+  /**
+   * Stops the read-ahead and closes the cursor's directories; a head opened
+   * ahead that no file took (the pass failed) is closed once it settles, by
+   * the promise returned.
+   */
+  close(): Promise<void> | undefined {
+    this.readAhead.stop();
+    this.cursor.close();
+    if (this.openedAhead === null) return undefined;
+    const pending: Promise<OpenedFile> = this.openedAhead.file;
+    return pending.then(
+      (file) => (file.closed ? undefined : closeAsync(file.fd).catch(() => undefined)),
+      () => undefined,
+    );
+  }
+}
+
+/**
+ * The read-ahead of one pass (prefetch.ts): started before the first leaf
+ * when the mode says "always" or the walk found the cache cold, else once
+ * the pass's own block reads show a cold run (COLD_BLOCK_READS between two
+ * steps), if enough files are left to be worth it. Told where the reader
+ * is at each step.
+ */
+class ReadAhead {
+  private prefetch: Prefetcher | null = null;
+  /** Still looking for a cold run: mode "auto", enough files, nothing started. */
+  watching: boolean;
+  /** The pass's block reads at the last step (PassBlockReads.source). */
+  private blockReads: number;
+
+  constructor(
+    private readonly leaves: readonly LeafEntry[],
+    private readonly counts: PassBlockReads,
+    cold: boolean,
+  ) {
+    this.blockReads = counts.source();
+    const mode = prefetchMode();
+    this.watching = mode === "auto" && worthPrefetching(leaves, 0);
+    if (mode === "always" || (this.watching && cold)) {
+      this.watching = false;
+      this.prefetch = startPrefetch(leaves, 0);
+    }
+  }
+
+  /** The reader is at leaf `index`. */
+  reached(index: number): void {
+    if (this.prefetch) this.prefetch.advance(index);
+    else if (this.watching && index > 0) this.watch(index);
+  }
+
+  private watch(index: number): void {
+    const now = this.counts.source();
+    if (now - this.blockReads >= COLD_BLOCK_READS) {
+      this.watching = false;
+      if (worthPrefetching(this.leaves, index)) this.prefetch = startPrefetch(this.leaves, index);
+    }
+    this.blockReads = now;
+  }
+
+  stop(): void {
+    this.prefetch?.stop();
   }
 }
