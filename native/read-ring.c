@@ -1,6 +1,6 @@
 /*
  * A reader thread that copies a large file out of the page cache while the
- * calling thread hashes what it copied before (src/retention/digest/read-ring.ts
+ * calling thread hashes what it copied before (src/engine/read-ring.ts
  * is the only caller and says why; docs/design/performance-log.md, "Large files
  * read by a second core").
  *

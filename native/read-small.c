@@ -1,6 +1,6 @@
 /*
  * readSmallFiles: the small-file reads of a digest pass, up to 128 files of
- * any directories per call (src/retention/digest/native-reads.ts is its only
+ * any directories per call (src/engine/native-reads.ts is its only
  * caller and says why; docs/design/performance-log.md, "Small files read
  * natively" and "Long runs, split late").
  *

@@ -4,13 +4,9 @@ import { mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { test } from "node:test";
 import { digestTree } from "../src/index.js";
-import {
-  CHUNK_SIZE,
-  chunkBuffersAllocated,
-  readLeavesInOrder,
-  type FileConsumer,
-} from "../src/retention/digest/file-reader.js";
-import { walkTree, type FileEntry } from "../src/retention/digest/walk.js";
+import { CHUNK_SIZE, chunkBuffersAllocated, readLeavesInOrder, type FileConsumer } from "../src/engine/file-reader.js";
+import type { FileEntry } from "../src/engine/index.js";
+import { walkTree } from "../src/retention/digest/walk.js";
 import { patterned, tempDir } from "./helpers.js";
 
 /**

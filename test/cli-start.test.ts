@@ -29,7 +29,7 @@ const startedWith = (bundle: string) =>
     "dist/cli/version.js",
     "package.json",
   ].sort();
-/** A command that reads a tree also loads the small-file reads in C (src/retention/digest/native-reads.ts). */
+/** A command that reads a tree also loads the small-file reads in C (src/engine/native-reads.ts). */
 const readingWith = (bundle: string) => [...startedWith(bundle), "dist/native/oats.node"].sort();
 const STARTED = startedWith("oats.cjs");
 
@@ -342,9 +342,7 @@ describe("the built CLI runs from its bundle", () => {
       // import.meta.url spelled from the bundle's own location (scripts/bundle-cli.mjs, sourceUrls): the addon resolves
       // as from tsc's file.
       assert.ok(
-        worker.includes(
-          'new URL("../../retention/digest/native-reads.js",require("node:url").pathToFileURL(__filename)).href',
-        ),
+        worker.includes('new URL("../../engine/native-reads.js",require("node:url").pathToFileURL(__filename)).href'),
       );
       assert.doesNotMatch(worker, /\brequire\("\.\.?\//, "a relative require would load tsc's modules");
     },

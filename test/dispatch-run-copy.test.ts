@@ -39,7 +39,7 @@ import {
   type DispatchOptions,
   type PrepareCaptureResult,
 } from "../src/index.js";
-import { setReadHook } from "../src/retention/digest/read-hook.js";
+import { setReadHook } from "../src/engine/read-hook.js";
 import { digestTree } from "../src/retention/digest/tree.js";
 import { hostTag } from "../src/retention/store/layout.js";
 import { REPO, tempDir } from "./helpers.js";

@@ -25,7 +25,7 @@ import { OatsError } from "../src/core/errors.js";
 import { retainTree } from "../src/index.js";
 import { setParallelism, workersHeld } from "../src/retention/parallel/pool.js";
 import { listingShape } from "../src/retention/digest/listing-shape.js";
-import { setReadHook } from "../src/retention/digest/read-hook.js";
+import { setReadHook } from "../src/engine/read-hook.js";
 import { walkTree } from "../src/retention/digest/walk.js";
 import { mayMatch } from "../src/retention/store/kept-candidate.js";
 import { startEarlyCheck } from "../src/retention/store/kept-early.js";

@@ -4,14 +4,14 @@ import { join } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
 import { afterEach, test, type TestContext } from "node:test";
 import { digestListing } from "../src/retention/digest/tree.js";
-import { nativeReads, setNativeReads } from "../src/retention/digest/native-reads.js";
+import { nativeReads, setNativeReads } from "../src/engine/native-reads.js";
 import {
   directoryWarmingsStarted,
   prefetchesStarted,
   setPrefetchMode,
   warmDirectories,
   type Prefetcher,
-} from "../src/retention/digest/prefetch.js";
+} from "../src/engine/prefetch.js";
 import { walkTree } from "../src/retention/digest/walk.js";
 import { dropPageCache, holdPageCacheLock, tempDir } from "./helpers.js";
 

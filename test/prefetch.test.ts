@@ -6,16 +6,16 @@ import { setTimeout as sleep } from "node:timers/promises";
 import { afterEach, test } from "node:test";
 import { OatsError } from "../src/core/errors.js";
 import { digestTree } from "../src/index.js";
-import { setNativeReads } from "../src/retention/digest/native-reads.js";
-import { prefetchesStarted, setPrefetchMode, startPrefetch } from "../src/retention/digest/prefetch.js";
-import { setReadHook } from "../src/retention/digest/read-hook.js";
+import { setNativeReads } from "../src/engine/native-reads.js";
+import { prefetchesStarted, setPrefetchMode, startPrefetch } from "../src/engine/prefetch.js";
+import { setReadHook } from "../src/engine/read-hook.js";
 import { walkTree } from "../src/retention/digest/walk.js";
 import { dropPageCache, holdPageCacheLock, tempDir } from "./helpers.js";
 
 holdPageCacheLock();
 
 /**
- * The read-ahead (src/retention/digest/prefetch.ts) only warms the page
+ * The read-ahead (src/engine/prefetch.ts) only warms the page
  * cache: a digest read with it is the digest read without it, the reader's
  * checks still refuse what changed, and a leaf swapped for something
  * hostile after the walk (a FIFO no one writes, a symlink to one) neither

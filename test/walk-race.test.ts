@@ -32,8 +32,8 @@ import {
 import { join } from "node:path";
 import { afterEach, beforeEach, describe, test } from "node:test";
 import { OatsError } from "../src/core/errors.js";
-import { setNativeReads } from "../src/retention/digest/native-reads.js";
-import { setReadHook } from "../src/retention/digest/read-hook.js";
+import { setNativeReads } from "../src/engine/native-reads.js";
+import { setReadHook } from "../src/engine/read-hook.js";
 import { walkTree } from "../src/retention/digest/walk.js";
 import { digestTree, retainTree } from "../src/retention/index.js";
 import { tempDir } from "./helpers.js";

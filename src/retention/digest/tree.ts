@@ -4,7 +4,14 @@ import { OatsError, errnoCode } from "../../core/index.js";
 // Types only: integrity.ts loads zod, which a bare digest (`oats digest`) has no use for.
 import type { TreeFormat } from "../integrity.js";
 import { packagePayloadExecFraming, treeExecFraming } from "./exec.js";
-import { readLeavesInOrder, type FileConsumer, type FileInfo } from "./file-reader.js";
+import {
+  readLeavesInOrder,
+  type FileConsumer,
+  type FileEntry,
+  type FileInfo,
+  type LeafEntry,
+  type SymlinkEntry,
+} from "../../engine/index.js";
 import type { TreeFraming } from "./framing.js";
 import {
   EMIT_EVERY_BYTES,
@@ -16,7 +23,7 @@ import {
 import { treeLegacyFraming } from "./legacy.js";
 import { coresBusy } from "../parallel/busy.js";
 import { legacyOrder } from "./order.js";
-import { walkTree, type FileEntry, type LeafEntry, type SymlinkEntry, type TreeListing } from "./walk.js";
+import { walkTree, type TreeListing } from "./walk.js";
 
 export const FRAMINGS: Record<TreeFormat, TreeFraming> = {
   "oats.tree-legacy.v0": treeLegacyFraming,

@@ -2,7 +2,7 @@
  * Whether every core may already have a tree to hash: this thread is a
  * worker lane of the pool (pool.ts), or a caller holds a worker lane that
  * runs beside this thread. The large-file reader then reads inline rather
- * than on the thread pool (file-reader.ts, ReadOptions.inline). Kept below
+ * than on the thread pool (engine/file-reader.ts, ReadOptions.inline). Kept below
  * pool.ts, which loads the digest modules that ask.
  */
 

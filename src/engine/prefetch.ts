@@ -2,7 +2,7 @@ import { constants } from "node:fs";
 import { createRequire } from "node:module";
 import type { Worker } from "node:worker_threads";
 import { nativeReads, type NativeAddon, type NativeThreads } from "./native-reads.js";
-import type { LeafEntry } from "./walk.js";
+import type { LeafEntry } from "./entries.js";
 
 /**
  * Read-ahead for a cold page cache. Reading many small files from a cold
@@ -187,7 +187,7 @@ function startThreads(native: NativeAddon, leaves: readonly LeafEntry[], from: n
 }
 
 /**
- * The walk's read-ahead (walk.ts starts it when its first listings read
+ * The walk's read-ahead (src/retention/digest/walk.ts starts it when its first listings read
  * the disk): threads list every directory below the open root at once, so
  * the walk, one directory at a time, finds them in the cache (cold, the
  * 624 directories of a node_modules took the walk about 100 ms). Native

@@ -11,7 +11,8 @@ import {
 } from "./native-reads.js";
 import { afterRead, hasReadHook } from "./read-hook.js";
 import type { DirectoryCursor } from "./directory-cursor.js";
-import { changed, changedOrUnreadable, type FileEntry, type LeafEntry } from "./walk.js";
+import type { FileEntry, LeafEntry } from "./entries.js";
+import { changed, changedOrUnreadable } from "./refusals.js";
 
 /** The most names of one call: the reader's runs are no longer (file-reader.ts, RUN_LENGTH). */
 const MAX_RUN = 128;

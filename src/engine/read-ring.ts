@@ -1,7 +1,7 @@
 import type { FileConsumer } from "./file-reader.js";
 import { nativeError, nativeReads, type NativeAddon, type NativeRing } from "./native-reads.js";
 import { finishSync, type OpenedFile } from "./opened-file.js";
-import { changed, changedOrUnreadable } from "./walk.js";
+import { changed, changedOrUnreadable } from "./refusals.js";
 
 /**
  * The rest of a large file copied out of the page cache by a second core

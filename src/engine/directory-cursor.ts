@@ -1,13 +1,7 @@
-import { OatsError } from "../../core/index.js";
+import { OatsError } from "../core/index.js";
 import { closeOpened, type OpenedDirectory } from "./native-directories.js";
-import {
-  DIRECTORY_FDS,
-  inDirectory,
-  openChildDirectory,
-  openRoot,
-  type DirectoryEntry,
-  type FileEntry,
-} from "./walk.js";
+import { DIRECTORY_FDS, inDirectory, openChildDirectory, openRoot } from "./directories.js";
+import type { DirectoryEntry, FileEntry } from "./entries.js";
 
 /**
  * The directories the reads are in, opened again the way the walk opened
@@ -17,7 +11,7 @@ import {
  * to the current one, is all that is kept: at most one descriptor per
  * level, and each directory opened once per pass. A file is then opened as
  * /proc/self/fd/<its directory>/<name>, which no swap of a directory above
- * it for a symlink can redirect (see walk.ts).
+ * it for a symlink can redirect (see directories.ts).
  */
 export class DirectoryCursor {
   private readonly open: { directory: DirectoryEntry; fd: number; native?: OpenedDirectory["native"] }[] = [];

@@ -119,7 +119,7 @@ function load(): NativeAddon | null {
   if (process.platform !== "linux" || process.env.OATS_NATIVE_READS === "0") return null;
   try {
     // Spelled from the repository's root so it resolves from src/ (tests) and dist/ (the package) alike.
-    const addon = createRequire(import.meta.url)("../../../dist/native/oats.node") as Partial<NativeAddon>;
+    const addon = createRequire(import.meta.url)("../../dist/native/oats.node") as Partial<NativeAddon>;
     return FUNCTIONS.every((name) => typeof addon[name] === "function") ? (addon as NativeAddon) : null;
   } catch {
     return null;

@@ -1,9 +1,10 @@
 import { closeSync, constants, fstat, fstatSync, openSync, read, readSync, close, type Stats } from "node:fs";
-import { OatsError } from "../../core/index.js";
+import { OatsError } from "../core/index.js";
 import type { DirectoryCursor } from "./directory-cursor.js";
 import type { FileConsumer } from "./file-reader.js";
 import { afterRead } from "./read-hook.js";
-import { changed, changedOrUnreadable, type FileEntry } from "./walk.js";
+import type { FileEntry } from "./entries.js";
+import { changed, changedOrUnreadable } from "./refusals.js";
 
 /**
  * One file of the general path of file-reader.ts: opened inside its
