@@ -54,12 +54,17 @@ const sourceUrls = {
     b.onLoad({ filter: /\.(ts|mjs)$/ }, async (args) => {
       if (!args.path.startsWith(src + sep)) return undefined;
       let text = await readFile(args.path, "utf8");
-      // `createRequire(import.meta.url)("x")`, x a package or a builtin, is how the library loads a module only where
-      // it
-      // is used (proper-lockfile, child_process, worker_threads). As the bundle's own `require("x")` a package stays
-      // bundled, evaluated at that call and not when the bundle starts; a builtin stays node's, loaded there too. A
-      // relative path (the addon, native-reads.ts) is a file beside tsc's output and stays as it is.
-      text = text.replace(/createRequire\(import\.meta\.url\)\(("[^"./][^"]*")\)/g, "require($1)");
+      // `createRequire(import.meta.url)("x")`, x a package or a builtin, is how the library loads a module only
+      // where it is used (proper-lockfile, child_process, worker_threads). As the bundle's own `require("x")` a
+      // package stays bundled, evaluated at that call and not when the bundle starts; a builtin stays node's, loaded
+      // there too. A relative path (the addon, native-reads.ts) is a file beside tsc's output and stays as it is.
+      // The formatter may break the call across lines, so white space inside it is allowed; a call left unrewritten
+      // fails the build rather than loading its module some other way.
+      const lazyRequire = /createRequire\(import\.meta\.url\)\(\s*("[^"./][^"]*")\s*,?\s*\)/g;
+      text = text.replace(lazyRequire, "require($1)");
+      if (/createRequire\(import\.meta\.url\)\(\s*"[^"./]/.test(text)) {
+        throw new Error(`bundle-cli: a createRequire(import.meta.url) call in ${args.path} was not rewritten`);
+      }
       if (text.includes("import.meta.url")) {
         const compiled = join(root, "dist", relative(src, args.path)).replace(/\.ts$/, ".js");
         const spelled = relative(outdir, compiled).split(sep).join("/");

@@ -48,10 +48,10 @@ function traced(
     return undefined;
   }
   const traces = tempDir("oats-strace-");
-  // -ff: one file per thread. In one file, a call another thread interrupts is split over two lines ("<unfinished
-  // ...>",
-  // then "<... openat resumed>") and its path and result are never on one line: a worker's open went unseen now and
-  // then.
+  // -ff: one file per thread. In one file, a call another thread interrupts is split over two lines
+  // ("<unfinished ...>",
+  // then "<... openat resumed>") and its path and result are never on one line: a worker's open went unseen now
+  // and then.
   const run = spawnSync(
     "strace",
     [
@@ -305,8 +305,8 @@ describe("the built CLI runs from its bundle", () => {
       assert.equal(envelope.result.ok, true);
       assert.equal(envelope.result.counts.revisions, 3);
       assert.ok(run.opened.includes("dist/cli/bundle/digest-worker.cjs"), run.opened.join("\n"));
-      // Nothing of tsc's output but the loader pieces every command opens: the workers loaded no module tree of their
-      // own.
+      // Nothing of tsc's output but the loader pieces every command opens: the workers loaded no module tree of
+      // their own.
       assert.deepEqual(
         run.opened.filter((path) => path.startsWith("dist/") && !path.startsWith("dist/cli/")),
         ["dist/native/oats.node"],

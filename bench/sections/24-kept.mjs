@@ -197,8 +197,8 @@ async function benchKeptCli(name, id) {
 
 export const parts = {
   kept: async () => {
-    // Nine rounds for the small tree: its sides take about 100 ms, where three rounds moved the median by tens of
-    // percent.
+    // Nine rounds for the small tree: its sides take about 100 ms, where three rounds moved the median by tens
+    // of percent.
     await benchKept("small", ["24a", "24b", "24e", "24g"], 9);
     await benchKeptCli("small", "24i");
     await benchKept("big", ["24c", "24d", "24f", "24h"], 3);

@@ -410,8 +410,8 @@ class ReadPass {
    */
   private async readRest(file: OpenedFile, size: number, overlap: boolean): Promise<void> {
     if (overlap) return consumeRest(file, size, this.consumer);
-    // The ring declines (false, nothing read) when it cannot take the file (no addon, this thread's ring in use):
-    // inline.
+    // The ring declines (false, nothing read) when it cannot take the file (no addon, this thread's ring in
+    // use): inline.
     const byRingThread = this.byRing && size - file.head.length >= RING_MIN_REST;
     if (byRingThread && (await consumeRestByRing(file, size, this.consumer))) return;
     return consumeRestInline(file, size, this.consumer, this.scratch!);

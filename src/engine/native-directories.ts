@@ -77,8 +77,8 @@ export function listNatively(fd: number): Listed[] | null {
     if (types[index] === 0) throw nativeError(ENOENT, STEP_READ);
     const end = names.indexOf(0, start);
     // Decoded as readdir decodes (an invalid sequence becomes U+FFFD), each into a string of its own: slices of one
-    // string per directory kept those strings alive with every name and grew the young generation (row 25b: 87 -> 103
-    // MiB).
+    // string per directory kept those strings alive with every name and grew the young generation (row 25b: 87 ->
+    // 103 MiB).
     entries[index] = new NativeEntry(names.toString("utf8", start, end), types[index]!);
     start = end + 1;
   }

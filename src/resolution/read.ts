@@ -101,8 +101,8 @@ function resolvedInOneStep(dir: string, path: string): string | null {
     return null;
   }
   if (!target.startsWith(dir + sep)) return null;
-  // lstat: the target is a real path, so this is the file itself; a symlink put there since is left to the full
-  // resolution.
+  // lstat: the target is a real path, so this is the file itself; a symlink put there since is left to the
+  // full resolution.
   try {
     return lstatSync(target).isFile() ? target : null;
   } catch {

@@ -52,8 +52,8 @@ export { PROVENANCE_FILE } from "./provenance.js";
 export { sourceIdentityKey, pinSourceIdentity, readSourceIdentity } from "./source-identity.js";
 export { revisionSize, formatBytes, type RevisionSize } from "./revision-size.js";
 export { adoptVerifiedTree, type VerifiedTree } from "./adopt-verified.js";
-// The engine's names the layers above use with a digest: a sink's interface, and the path of a name in an open
-// directory.
+// The engine's names the layers above use with a digest: a sink's interface, and the path of a name in an
+// open directory.
 export { type FileConsumer, type FileEntry, type FileInfo, inDirectory, type SymlinkEntry } from "../engine/index.js";
 export { digestListing, type DigestOptions, FRAMINGS } from "./digest/tree.js";
 export { type TreeListing, walkTree } from "./digest/walk.js";

@@ -278,8 +278,8 @@ export async function walkTree(rootAbsolute: string, options: WalkOptions = {}):
         stack.push(below);
         below.listed = listDirectory(child.fd, childAbsolute, childPath);
         parent.children.push(directory);
-        // Every eighth listing, until the disk shows: then threads list the rest ahead of this walk
-        // (engine/prefetch.ts).
+        // Every eighth listing, until the disk shows: then threads list the rest ahead of this
+        // walk (engine/prefetch.ts).
         if (
           watchCold &&
           (++listings & 7) === 0 &&
