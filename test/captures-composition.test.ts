@@ -249,7 +249,16 @@ describe("loader environment variables", () => {
       "nothing is written",
     async () => {
       const f = await approvedCapture();
-      for (const name of ["NODE_OPTIONS", "LD_PRELOAD", "PYTHONPATH", "DYLD_INSERT_LIBRARIES", "NODE_PATH"]) {
+      for (const name of [
+        "NODE_OPTIONS",
+        "LD_PRELOAD",
+        "PYTHONPATH",
+        "DYLD_INSERT_LIBRARIES",
+        "NODE_PATH",
+        "OPENSSL_CONF",
+        "OPENSSL_MODULES",
+        "OPENSSL_ENGINES",
+      ]) {
         f.write({ ...f.spec, env: { ...f.spec.env, [name]: "x" } });
         const before = snapshotTree(f.scope);
         await assert.rejects(
@@ -270,11 +279,13 @@ describe("loader environment variables", () => {
       "invalid-input: its value would come unapproved from the dispatcher's environment",
     async () => {
       const f = await approvedCapture();
-      f.write({ ...f.spec, credentials: ["NODE_OPTIONS"] });
-      await assert.rejects(
-        prepareCapture(f.scope, f.specPath),
-        refusedWith("invalid-input", (error) => assert.ok(error.message.includes("NODE_OPTIONS"))),
-      );
+      for (const name of ["NODE_OPTIONS", "OPENSSL_CONF"]) {
+        f.write({ ...f.spec, credentials: [name] });
+        await assert.rejects(
+          prepareCapture(f.scope, f.specPath),
+          refusedWith("invalid-input", (error) => assert.ok(error.message.includes(name))),
+        );
+      }
     },
   );
 

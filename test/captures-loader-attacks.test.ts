@@ -178,16 +178,19 @@ async function dispatchAndRun(scope: string, job: string) {
  */
 async function attack(f: Fixture, swap: () => void, policy: RecurrencePolicy = "capture") {
   const ran: number[] = [];
+  let stage = "prepare";
   try {
     const prepared = await prepareCapture(f.scope, f.specPath);
+    stage = "approve";
     await approve(f.scope, prepared.composition.subject, { reason: "reviewed: harmless" });
     await addJob(f.scope, { job: "job", resolution: prepared.id, recurrence: { policy } });
+    stage = "dispatch";
     ran.push((await dispatchAndRun(f.scope, "job")).run.code);
     swap();
     ran.push((await dispatchAndRun(f.scope, "job")).run.code);
-    return { error: null, ran };
+    return { error: null, stage: null, ran };
   } catch (error) {
-    return { error, ran };
+    return { error, stage, ran };
   }
 }
 
@@ -227,7 +230,7 @@ describe("a loader variable naming a file outside the tree", () => {
         writeFileSync(join(f.outside, "openssl.cnf"), opensslConfig(null));
         const outcome = await attack(f, () => writeFileSync(join(f.outside, "openssl.cnf"), opensslConfig(provider)));
         assert.equal(existsSync(f.marker), false, "the provider never ran");
-        assert.deepEqual(outcome.ran, [], "nothing was dispatched");
+        assert.deepEqual([outcome.stage, outcome.ran], ["prepare", []], "refused at prepare, nothing dispatched");
         const error = isRefusal(outcome.error, "invalid-input");
         assert.ok(error.message.includes("OPENSSL_CONF"), error.message);
         if (listed) assert.equal(error.details["reason"], "loader-path-outside-tree");
@@ -246,7 +249,7 @@ describe("a loader variable naming a file outside the tree", () => {
       }));
       const outcome = await attack(f, () => {});
       isRefusal(outcome.error, "invalid-input", "loader-path-outside-tree", name);
-      assert.deepEqual(outcome.ran, []);
+      assert.deepEqual([outcome.stage, outcome.ran], ["prepare", []]);
     });
   }
 
@@ -268,7 +271,7 @@ describe("a loader variable naming a file outside the tree", () => {
         ),
       );
       assert.equal(existsSync(f.marker), false, "evil.js never ran");
-      assert.deepEqual(outcome.ran, []);
+      assert.deepEqual([outcome.stage, outcome.ran], ["prepare", []]);
       isRefusal(outcome.error, "invalid-input", "loader-path-outside-tree", "NODE_OPTIONS");
     },
   );
@@ -288,7 +291,7 @@ describe("a loader variable naming a file outside the tree", () => {
       if (harmless === null || evil === null) return t.skip("no C compiler (cc) to build the library");
       const outcome = await attack(f, () => spawnSync("cp", [evil, harmless]));
       assert.equal(existsSync(f.marker), false, "the library never loaded");
-      assert.deepEqual(outcome.ran, []);
+      assert.deepEqual([outcome.stage, outcome.ran], ["prepare", []]);
       isRefusal(outcome.error, "invalid-input", "loader-path-outside-tree", "LD_PRELOAD");
     },
   );
@@ -309,7 +312,7 @@ describe("a loader variable naming a file outside the tree", () => {
       if (harmless === null || evil === null) return t.skip("no C compiler (cc) to build the library");
       const outcome = await attack(f, () => spawnSync("cp", [evil, harmless]));
       assert.equal(existsSync(f.marker), false, "the library never loaded");
-      assert.deepEqual(outcome.ran, []);
+      assert.deepEqual([outcome.stage, outcome.ran], ["prepare", []]);
       // Retaining the tree would refuse the link too (retention.md: every symlink resolves inside the tree);
       // the loader rule refuses first, naming the variable.
       isRefusal(outcome.error, "invalid-input", "loader-path-symlink-out", "LD_PRELOAD");

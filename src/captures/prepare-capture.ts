@@ -51,8 +51,7 @@ import { checkLoaderEnvironment } from "./loader-paths.js";
  *    its lock rows), every file a loader variable names (inside that
  *    directory: loader-paths.ts, `invalid-input`), and the store components;
  * 2. retain the executable tree under its oats.tree-exec.v1 identity (a
- *    capability is first checked against its lock row and provenance), and
- *    check the loader variables again against the retained revision;
+ *    capability is first checked against its lock row and provenance);
  * 3. pin the exact bytes of the classification config, the profile and the
  *    spec as blobs;
  * 4. derive the target's level from the config; a declared level that differs
@@ -148,7 +147,9 @@ function validate(realScope: string, loaded: LoadedCaptureSpec) {
   } else {
     isDirectory(spec.executable.tree!, `capture ${spec.name} executable tree`);
   }
-  // Every file a loader variable makes a runtime read lies inside the tree the approval pins.
+  // Every file a loader variable makes a runtime read lies inside the tree the approval pins. A source changed
+  // after this check cannot slip a link out past it: retaining refuses any symlink that leads out of the tree
+  // (retention.md), and dispatch checks the run copy again.
   checkLoaderEnvironment(spec.env, capability?.dir ?? spec.executable.tree!);
   return { config, profile, capability };
 }
@@ -206,8 +207,6 @@ async function prepareCaptureLeased(
         retainOptions,
       );
     }
-    // The retained revision is what the record names: the same check there (the source may have changed meanwhile).
-    checkLoaderEnvironment(spec.env, retained.dir);
     const artifact: ArtifactRefRecord = {
       kind: retained.kind,
       key: retained.key,
