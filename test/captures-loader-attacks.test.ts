@@ -357,6 +357,44 @@ describe("a loader variable naming a file inside the tree", () => {
   );
 });
 
+describe("approved preloads inside the tree", () => {
+  test(
+    "Given NODE_OPTIONS --require ./lib/hook.cjs and --import=./lib/hook.mjs, and LD_PRELOAD lib/libhook.so, " +
+      "When dispatched, Then each runs, from the run copy",
+    async (t) => {
+      const f = fixture(() => ({
+        files: {
+          "bin/run.mjs": { body: 'console.log("entry ran");\n' },
+          "lib/hook.cjs": { body: 'console.log("require " + __filename);\n' },
+          "lib/hook.mjs": { body: 'console.log("import " + new URL(import.meta.url).pathname);\n' },
+        },
+        entry: "bin/run.mjs",
+        env: { NODE_OPTIONS: '--require ./lib/hook.cjs "--import=./lib/hook.mjs"', LD_PRELOAD: "lib/libhook.so" },
+        loaderEnv: ["NODE_OPTIONS", "LD_PRELOAD"],
+      }));
+      // The library writes where the test can look; it is part of the approved tree.
+      if (sharedObject(join(f.tool, "lib"), "libhook", PRELOAD_C, f.marker) === null)
+        return t.skip("no C compiler (cc) to build the library");
+      const prepared = await prepareCapture(f.scope, f.specPath);
+      await approve(f.scope, prepared.composition.subject, { reason: "reviewed: preloads in the tree" });
+      await addJob(f.scope, { job: "job", resolution: prepared.id });
+      const { plan, run } = await dispatchAndRun(f.scope, "job");
+      assert.equal(run.code, 0, run.stderr);
+      const root = plan.run.root;
+      assert.equal(plan.env["LD_PRELOAD"], join(root, "lib", "libhook.so"));
+      // Node runs a --require preload again in the thread of the guard's module hooks: the lines, not their count.
+      const lines = run.stdout.trim().split("\n");
+      assert.deepEqual([...new Set(lines)].sort(), [
+        "entry ran",
+        `import ${join(root, "lib", "hook.mjs")}`,
+        `require ${join(root, "lib", "hook.cjs")}`,
+      ]);
+      assert.equal(lines.at(-1), "entry ran");
+      assert.equal(existsSync(f.marker), true, "the approved library was preloaded");
+    },
+  );
+});
+
 describe("a record prepared before the rule, at dispatch", () => {
   /**
    * A capture record as an older prepare wrote it: the same tree, with a
