@@ -62,6 +62,9 @@ async function approvedCapture(policy: RecurrencePolicy = "capture") {
   mkdirSync(join(tool, "bin"), { recursive: true });
   writeFileSync(join(tool, "bin", "run"), '#!/bin/sh\n{ echo "args: $*"; env; } > "$1"\n');
   chmodSync(join(tool, "bin", "run"), 0o755);
+  // A preload inside the tree: a loader variable may name only files the tree digest pins (loader-paths.ts).
+  mkdirSync(join(tool, "lib"));
+  writeFileSync(join(tool, "lib", "hook.js"), "// preloaded\n");
   const marker = join(scope, "marker.txt");
   writeFileSync(join(home, "class.yaml"), config({ [currentPrincipal()]: "sovereign" }));
   writeFileSync(join(home, "other.yaml"), config({ [currentPrincipal()]: "sovereign" }, "public"));
@@ -158,7 +161,7 @@ describe("an approval covers the whole composition", () => {
     [
       "NODE_OPTIONS, explicitly marked",
       (spec: Spec) => {
-        spec.env["NODE_OPTIONS"] = "--require /tmp/evil.js";
+        spec.env["NODE_OPTIONS"] = "--require ./lib/hook.js";
         spec.loaderEnv = ["NODE_OPTIONS"];
       },
       ["env.NODE_OPTIONS"],
@@ -217,7 +220,7 @@ describe("an approval covers the whole composition", () => {
     async () => {
       const f = await approvedCapture("prepare-on-tick");
       const spec = structuredClone(f.spec);
-      spec.env["NODE_OPTIONS"] = "--require /tmp/evil.js";
+      spec.env["NODE_OPTIONS"] = "--require ./lib/hook.js";
       spec.loaderEnv = ["NODE_OPTIONS"];
       f.write(spec);
       await assert.rejects(
@@ -246,7 +249,16 @@ describe("loader environment variables", () => {
       "nothing is written",
     async () => {
       const f = await approvedCapture();
-      for (const name of ["NODE_OPTIONS", "LD_PRELOAD", "PYTHONPATH", "DYLD_INSERT_LIBRARIES", "NODE_PATH"]) {
+      for (const name of [
+        "NODE_OPTIONS",
+        "LD_PRELOAD",
+        "PYTHONPATH",
+        "DYLD_INSERT_LIBRARIES",
+        "NODE_PATH",
+        "OPENSSL_CONF",
+        "OPENSSL_MODULES",
+        "OPENSSL_ENGINES",
+      ]) {
         f.write({ ...f.spec, env: { ...f.spec.env, [name]: "x" } });
         const before = snapshotTree(f.scope);
         await assert.rejects(
@@ -267,11 +279,13 @@ describe("loader environment variables", () => {
       "invalid-input: its value would come unapproved from the dispatcher's environment",
     async () => {
       const f = await approvedCapture();
-      f.write({ ...f.spec, credentials: ["NODE_OPTIONS"] });
-      await assert.rejects(
-        prepareCapture(f.scope, f.specPath),
-        refusedWith("invalid-input", (error) => assert.ok(error.message.includes("NODE_OPTIONS"))),
-      );
+      for (const name of ["NODE_OPTIONS", "OPENSSL_CONF"]) {
+        f.write({ ...f.spec, credentials: [name] });
+        await assert.rejects(
+          prepareCapture(f.scope, f.specPath),
+          refusedWith("invalid-input", (error) => assert.ok(error.message.includes(name))),
+        );
+      }
     },
   );
 

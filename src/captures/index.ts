@@ -2,6 +2,8 @@ export * from "./classification.js";
 export * from "./approvals.js";
 export * from "./spec.js";
 export * from "./composition.js";
+export * from "./loader-env.js";
+export { checkLoaderEnvironment, type LoaderRefusalReason } from "./loader-paths.js";
 export * from "./queue.js";
 export * from "./prepare-capture.js";
 export * from "./dispatch.js";
