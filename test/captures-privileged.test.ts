@@ -32,6 +32,7 @@ import { OatsError } from "../src/core/errors.js";
 import { resolutionRecordSchema } from "../src/resolution/record.js";
 import { jsonDigest } from "../src/core/canonical-json.js";
 import { REPO, runJson, runOats, tempDir } from "./helpers.js";
+import { refusal } from "./support/refusals.js";
 
 const IS_ROOT = process.geteuid?.() === 0;
 const NOBODY = 65534;
@@ -80,13 +81,8 @@ async function capture(options: { privileged?: boolean; job?: string } = {}): Pr
   return { scope, home, marker, specPath, spec, integrity: prepared.composition.subject.integrity };
 }
 
-function refusedPrivileged(error: unknown): true {
-  assert.ok(error instanceof OatsError, String(error));
-  assert.equal(error.code, "classification-refused", error.message);
-  assert.equal(error.details["reason"], "privileged-account");
-  assert.equal(error.details["euid"], 0);
-  return true;
-}
+/** Refused because the dispatcher runs as root. */
+const refusedPrivileged = refusal("classification-refused", { reason: "privileged-account", euid: 0 });
 
 function runCopies(scope: string): string[] {
   const area = join(scope, ".agents", "run-copies");

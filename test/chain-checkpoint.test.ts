@@ -26,6 +26,7 @@ import { canonicalJson } from "../src/core/canonical-json.js";
 import { REPO, tempDir } from "./helpers.js";
 import { runTogether } from "./support/go.js";
 import { realpathSync } from "node:fs";
+import { refusal } from "./support/refusals.js";
 
 const AUDIT: ChainLog = { dir: [".agents", "audit"], file: "audit.jsonl" };
 const KEY = ".agents~audit~audit.jsonl";
@@ -62,15 +63,6 @@ function rechain(scope: string, index: number, change: (entry: Record<string, un
     parsed[i]!["hash"] = entryHash(parsed[i]!);
   }
   writeFileSync(logPath(scope), parsed.map((entry) => canonicalJson(entry)).join(""));
-}
-
-function isMismatch(reason: string) {
-  return (error: unknown) => {
-    assert.ok(error instanceof OatsError, String(error));
-    assert.equal(error.code, "integrity-mismatch", error.message);
-    assert.equal(error.details["reason"], reason, error.message);
-    return true;
-  };
 }
 
 beforeEach(() => {
@@ -206,7 +198,7 @@ describe("chain checkpoint: fast, incremental and full", () => {
         assert.equal(error.details["reason"], "history-rewritten");
         return true;
       });
-      assert.throws(() => syncLog(scope, AUDIT), isMismatch("history-rewritten"));
+      assert.throws(() => syncLog(scope, AUDIT), refusal("integrity-mismatch", "history-rewritten"));
       assert.deepEqual(readFileSync(logPath(scope)), before);
     },
   );
@@ -222,7 +214,7 @@ describe("chain checkpoint: fast, incremental and full", () => {
       const size = readFileSync(logPath(scope)).length;
       rechain(scope, 2, (entry) => (entry["n"] = 7));
       assert.equal(readFileSync(logPath(scope)).length, size);
-      assert.throws(() => syncLog(scope, AUDIT), isMismatch("history-rewritten"));
+      assert.throws(() => syncLog(scope, AUDIT), refusal("integrity-mismatch", "history-rewritten"));
     },
   );
 
@@ -237,7 +229,7 @@ describe("chain checkpoint: fast, incremental and full", () => {
       // fast path: checkpoint seq 5, anchor seq 2
       for (let n = 0; n < 3; n++) await appendEntry(scope, AUDIT, { action: "dispatch", n: 10 + n });
       rechain(scope, 3, (entry) => (entry["n"] = 99));
-      assert.throws(() => syncLog(scope, AUDIT), isMismatch("history-rewritten"));
+      assert.throws(() => syncLog(scope, AUDIT), refusal("integrity-mismatch", "history-rewritten"));
     },
   );
 
@@ -264,9 +256,9 @@ describe("chain checkpoint: fast, incremental and full", () => {
     async () => {
       const { scope } = await logWith(3);
       writeFileSync(logPath(scope), `${lines(scope).slice(0, -1).join("\n")}\n`);
-      assert.throws(() => syncLog(scope, AUDIT), isMismatch("truncated"));
+      assert.throws(() => syncLog(scope, AUDIT), refusal("integrity-mismatch", "truncated"));
       rmSync(logPath(scope));
-      assert.throws(() => syncLog(scope, AUDIT), isMismatch("log-missing"));
+      assert.throws(() => syncLog(scope, AUDIT), refusal("integrity-mismatch", "log-missing"));
     },
   );
 
@@ -321,11 +313,11 @@ describe("chain checkpoint: fast, incremental and full", () => {
       rechain(scope, 0, (entry) => (entry["outcome"] = "ok!"));
       assert.throws(
         () => syncLog(scope, AUDIT).lookup(subjectKey({ kind: "capture", key: "x", integrity: "i-2" })),
-        isMismatch("history-rewritten"),
+        refusal("integrity-mismatch", "history-rewritten"),
       );
       assert.throws(
         () => sync.lookup(subjectKey({ kind: "capture", key: "x", integrity: "i-2" })),
-        isMismatch("history-rewritten"),
+        refusal("integrity-mismatch", "history-rewritten"),
       );
     },
   );

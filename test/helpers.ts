@@ -19,7 +19,6 @@ import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { after, before } from "node:test";
 import { setTimeout as sleep } from "node:timers/promises";
-import { OatsError } from "../src/core/errors.js";
 
 export const REPO = resolve(import.meta.dirname, "..");
 export const FIXTURE = join(REPO, "fixtures/packages/hello");
@@ -214,18 +213,4 @@ export function runJson(args: string[], options: Parameters<typeof runOats>[1] =
     envelope.ok ? ["schemaVersion", "ok", "command", "result"] : ["schemaVersion", "ok", "command", "error"],
   );
   return { ...run, envelope };
-}
-
-/** The refusal of a file that changed while it was read (invalid-artifact, changed-while-reading), naming `path`. */
-export async function refusedAsChanged(action: Promise<unknown>, path: string): Promise<OatsError> {
-  let caught: unknown;
-  await assert.rejects(action, (error: unknown) => {
-    caught = error;
-    return true;
-  });
-  assert.ok(caught instanceof OatsError, String(caught));
-  assert.equal(caught.code, "invalid-artifact");
-  assert.equal(caught.details.reason, "changed-while-reading");
-  assert.equal(caught.details.path, path);
-  return caught;
 }

@@ -16,7 +16,8 @@ import { nativeReadsAvailable } from "../src/retention/digest/native-reads.js";
 import { setReadHook } from "../src/retention/digest/read-hook.js";
 import { walkTree, type FileEntry } from "../src/retention/digest/walk.js";
 import { acquireWorker, releaseWorker, workersHeld } from "../src/retention/parallel/pool.js";
-import { dropFromCache, holdPageCacheLock, patterned, refusedAsChanged, treeOfFiles } from "./helpers.js";
+import { dropFromCache, holdPageCacheLock, patterned, treeOfFiles } from "./helpers.js";
+import { refusedAsChanged } from "./support/refusals.js";
 
 holdPageCacheLock();
 

@@ -32,6 +32,7 @@ import { startEarlyCheck } from "../src/retention/store/kept-early.js";
 import { firstDifference, manifestPath } from "../src/retention/store/manifest.js";
 import { resolveScope } from "../src/retention/store/components.js";
 import { snapshotTree, tempDir } from "./helpers.js";
+import { rejection } from "./support/refusals.js";
 
 after(() => setParallelism(null));
 
@@ -52,16 +53,12 @@ function tamper(file: string): void {
   appendFileSync(file, "tampered\n");
 }
 
+/** The refusal `promise` rejects with, once it has handed back the worker of its early check (held, it would keep the
+ * process alive). */
 const errorOf = async (promise: Promise<unknown>): Promise<OatsError> => {
-  try {
-    await promise;
-  } catch (error) {
-    assert.ok(error instanceof OatsError, `expected an OatsError, got ${String(error)}`);
-    // A refusal hands back the worker of its early check (held, it would keep the process alive).
-    assert.equal(workersHeld(), 0);
-    return error;
-  }
-  assert.fail("expected a refusal");
+  const error = await rejection(promise);
+  assert.equal(workersHeld(), 0);
+  return error;
 };
 
 /** `promise`, or a failure after `ms` (the timer does not keep the process alive). */

@@ -17,7 +17,8 @@ import { nativeReads, nativeReadsAvailable, setNativeReads } from "../src/retent
 import { setReadHook } from "../src/retention/digest/read-hook.js";
 import { RING_MIN_REST, RING_SLOTS, RING_SLOT_SIZE } from "../src/retention/digest/read-ring.js";
 import { walkTree, type FileEntry } from "../src/retention/digest/walk.js";
-import { dropFromCache, holdPageCacheLock, patterned, refusedAsChanged, treeOfFiles } from "./helpers.js";
+import { dropFromCache, holdPageCacheLock, patterned, treeOfFiles } from "./helpers.js";
+import { refusedAsChanged } from "./support/refusals.js";
 
 holdPageCacheLock();
 

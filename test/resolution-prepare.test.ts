@@ -38,6 +38,7 @@ import {
 } from "../src/index.js";
 import { setPrepareHook } from "../src/resolution/prepare.js";
 import { FIXTURE_LOCK, FIXTURE_PAYLOAD, REPO, fixtureCopy, fixtureLock, snapshotTree, tempDir } from "./helpers.js";
+import { expectRefusal } from "./support/refusals.js";
 
 const CHILD = join(REPO, "test/support/prepare-child.ts");
 const HELLO = "demo.hello";
@@ -98,22 +99,6 @@ function agentsSnapshot(scope: string): string[] {
 
 function recordAndRefSnapshot(scope: string): string[] {
   return [...snapshotTree(join(scope, ".agents/resolutions")), "--", ...snapshotTree(join(scope, ".agents/refs"))];
-}
-
-async function expectRefusal(
-  promise: Promise<unknown>,
-  code: string,
-  check?: (error: OatsError) => void,
-): Promise<OatsError> {
-  let caught: unknown;
-  await assert.rejects(promise, (error) => {
-    caught = error;
-    return true;
-  });
-  assert.ok(caught instanceof OatsError, `expected an OatsError, got ${String((caught as Error)?.stack ?? caught)}`);
-  assert.equal(caught.code, code, caught.message);
-  check?.(caught);
-  return caught;
 }
 
 // ------------------------------------------------------------------ the happy path
