@@ -214,3 +214,27 @@ export function runJson(args: string[], options: Parameters<typeof runOats>[1] =
   );
   return { ...run, envelope };
 }
+
+type RunOptions = Parameters<typeof runOats>[1];
+
+/** `oats --json ...args` refused: exit status `exit`, `ok: false` and error.code `code`; the run, for more checks. */
+export function cliRefusal(args: string[], code: string, exit: number, options: RunOptions = {}) {
+  const run = runJson(args, options);
+  assert.equal(run.status, exit, run.stdout + run.stderr);
+  assert.equal(run.envelope.ok, false);
+  assert.equal(run.envelope.error!.code, code, run.stdout);
+  return run;
+}
+
+/** cliRefusal, and the envelope names `command` (null where no command was parsed). */
+export function commandRefusal(
+  args: string[],
+  code: string,
+  exit: number,
+  command: string | null,
+  options: RunOptions = {},
+) {
+  const run = cliRefusal(args, code, exit, options);
+  assert.equal(run.envelope.command, command);
+  return run;
+}
