@@ -45,6 +45,7 @@ import { hostTag, stagingName } from "../src/retention/store/layout.js";
 import { FIXTURE_LOCK, FIXTURE_PAYLOAD, REPO, fixtureLock, runOats, snapshotTree, tempDir } from "./helpers.js";
 import { tarBytes, ustarHeader, type RawEntry } from "./support/raw-tar.js";
 import { contractKind, refusal, type Details } from "./support/refusals.js";
+import { populatedScope } from "./support/scopes.js";
 
 const PACKAGES = join(REPO, "fixtures/packages");
 const payloadOf = (name: string) => join(PACKAGES, name, "payload");
@@ -104,13 +105,6 @@ async function writeBomb(size: number): Promise<string> {
 
 // ---------------------------------------------------------------------------
 // Scopes
-
-/** A scope whose store already holds the hello fixture, so "unchanged" means something. */
-async function populatedScope(): Promise<string> {
-  const scope = tempDir("oats-scope-");
-  await retainCapabilityArtifact(scope, FIXTURE_PAYLOAD, "demo.hello", fixtureLock());
-  return scope;
-}
 
 function assertNoExtractionLeft(scope: string): void {
   assert.equal(existsSync(join(scope, ".agents/extract")), false, "the extraction store was left behind");
