@@ -122,12 +122,7 @@ describe("approvals ledger", () => {
     () => {
       const scope = tempDir("oats-approvals-");
       assert.deepEqual(approvalState(scope, subjectA), { approved: false, entry: null });
-      assert.throws(
-        () => requireApproval(scope, subjectA),
-        (error: unknown) =>
-          refusal("approval-required")(error) &&
-          ((error as OatsError).details as Record<string, unknown>).lastDecision === null,
-      );
+      assert.throws(() => requireApproval(scope, subjectA), refusal("approval-required", { lastDecision: null }));
     },
   );
 

@@ -28,7 +28,6 @@ import { planQueuedRun } from "../src/evidence/posture-check.js";
 import { runDispatchPlanWithEvidence } from "../src/evidence/run-exec.js";
 import { prepareCapture } from "../src/captures/prepare-capture.js";
 import { addJob } from "../src/captures/queue.js";
-import { OatsError } from "../src/core/errors.js";
 import { resolutionRecordSchema } from "../src/resolution/record.js";
 import { jsonDigest } from "../src/core/canonical-json.js";
 import { REPO, runJson, runOats, tempDir } from "./helpers.js";
@@ -288,12 +287,10 @@ describe("privileged: dispatch as root", {
       writeFileSync(f.specPath, stringify({ ...f.spec, privileged: true }));
       const prepared = await prepareCapture(f.scope, f.specPath);
       await addJob(f.scope, { job: "escalated", resolution: prepared.id });
-      await assert.rejects(planQueuedRun(f.scope, "escalated"), (error: unknown) => {
-        assert.ok(error instanceof OatsError);
-        assert.equal(error.code, "approval-required");
-        assert.deepEqual(error.details["changes"], ["privileged"]);
-        return true;
-      });
+      await assert.rejects(
+        planQueuedRun(f.scope, "escalated"),
+        refusal("approval-required", { changes: ["privileged"] }),
+      );
       assert.equal(existsSync(f.marker), false);
     },
   );

@@ -21,7 +21,7 @@ import {
 } from "node:fs";
 import { dirname, join } from "node:path";
 import { after, test } from "node:test";
-import { OatsError } from "../src/core/errors.js";
+import type { OatsError } from "../src/core/errors.js";
 import { retainTree } from "../src/index.js";
 import { setParallelism, workersHeld } from "../src/retention/parallel/pool.js";
 import { listingShape } from "../src/retention/digest/listing-shape.js";
@@ -32,7 +32,7 @@ import { startEarlyCheck } from "../src/retention/store/kept-early.js";
 import { firstDifference, manifestPath } from "../src/retention/store/manifest.js";
 import { resolveScope } from "../src/retention/store/components.js";
 import { snapshotTree, tempDir } from "./helpers.js";
-import { rejection } from "./support/refusals.js";
+import { rejection, refusal } from "./support/refusals.js";
 
 after(() => setParallelism(null));
 
@@ -146,10 +146,7 @@ test(
       cpSync(keyDir, elsewhere, { recursive: true, verbatimSymlinks: true });
       rmSync(keyDir, { recursive: true, force: true });
       symlinkSync(elsewhere, keyDir);
-      assert.throws(
-        () => startEarlyCheck(request(scope, first.integrity.value)),
-        (error: unknown) => error instanceof OatsError && error.code === "invalid-artifact-store",
-      );
+      assert.throws(() => startEarlyCheck(request(scope, first.integrity.value)), refusal("invalid-artifact-store"));
       const refused = await errorOf(
         retainTree(scope, { kind: "capture", key: "nightly", source, expect: first.integrity }),
       );

@@ -2,7 +2,6 @@ import assert from "node:assert/strict";
 import { createHash, randomBytes } from "node:crypto";
 import net from "node:net";
 import { test } from "node:test";
-import type { OatsError } from "../src/core/errors.js";
 import { bufferSource, OCI_MANIFEST, OciClient } from "../src/oci/index.js";
 import { startFakeRegistry, type Handler } from "./support/fake-registry.js";
 import { refusal } from "./support/refusals.js";
@@ -104,10 +103,7 @@ test(
           .end('{"errors":[{"code":"BLOB_UNKNOWN","message":"blob unknown"}]}');
     });
     assert.ok((await client.getManifest("v1")).bytes.equals(manifest));
-    await assert.rejects(
-      client.getBlob(missing),
-      (error: unknown) => refusal("blob-not-found")(error) && (error as OatsError).details["digest"] === missing,
-    );
+    await assert.rejects(client.getBlob(missing), refusal("blob-not-found", { digest: missing }));
   },
 );
 

@@ -13,7 +13,6 @@ import { describe, test, type TestContext } from "node:test";
 import { readAudit } from "../src/ledger/audit.js";
 import { prepareCapture, type PrepareCaptureResult } from "../src/captures/prepare-capture.js";
 import { QUEUE_DIR, addJob, listJobs, readJob } from "../src/captures/queue.js";
-import { OatsError } from "../src/core/errors.js";
 import { snapshotTree, tempDir } from "./helpers.js";
 import { makeUnwritable } from "./support/unwritable.js";
 import { refusal } from "./support/refusals.js";
@@ -83,10 +82,7 @@ describe("queue add: audit before effect", () => {
     );
     assert.deepEqual(snapshotTree(scope), before, "no job, no staged file, no queue directory");
     assert.deepEqual(listJobs(scope), []);
-    assert.throws(
-      () => readJob(scope, "nightly"),
-      (error: unknown) => error instanceof OatsError && error.code === "job-not-found",
-    );
+    assert.throws(() => readJob(scope, "nightly"), refusal("job-not-found"));
   });
 
   test("Given a queued job and an audit log that refuses writes, When it is " +

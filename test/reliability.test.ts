@@ -13,7 +13,7 @@ import { basename, join } from "node:path";
 import { test } from "node:test";
 import lockfile from "proper-lockfile";
 import {
-  OatsError,
+  type OatsError,
   TREE_EXEC,
   TREE_LEGACY,
   cleanupStaging,
@@ -531,13 +531,7 @@ test(
     try {
       await assert.rejects(
         retainTree(scope, { kind: "capture", key: "held", source }, { lockWaitMs: 300 }),
-        (error: unknown) => {
-          assert.ok(error instanceof OatsError);
-          assert.equal(error.code, "busy");
-          assert.equal(error.kind, "busy");
-          assert.equal(error.details.lock, lockfilePath);
-          return true;
-        },
+        refusal("busy", { lock: lockfilePath }, ofKind("busy")),
       );
       assert.deepEqual(findByPrefix(scope, [".staging-"]), [], "staging removed after busy");
       assert.equal(existsSync(join(parent, value)), false);

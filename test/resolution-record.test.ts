@@ -49,7 +49,7 @@ import {
 } from "../src/resolution/index.js";
 import { MAX_RECORD_BYTES } from "../src/resolution/store.js";
 import { fixtureCopy, snapshotTree, tempDir } from "./helpers.js";
-import { assertRefusal, contractKind, hasMessage } from "./support/refusals.js";
+import { assertRefusal, contractKind, hasMessage, refusal } from "./support/refusals.js";
 
 const KEY = "demo.hello";
 const HEX = /^sha256-[0-9a-f]{64}$/;
@@ -1181,7 +1181,7 @@ describe("Given the strict canonical reader", () => {
       ]) {
         assert.throws(
           () => readCanonicalJson(Buffer.from(bad), "test"),
-          (error: unknown) => error instanceof OatsError && error.code === "invalid-resolution",
+          refusal("invalid-resolution"),
           JSON.stringify(bad),
         );
       }
@@ -1207,13 +1207,13 @@ describe("Given the strict canonical reader", () => {
       ]) {
         assert.throws(
           () => readCanonicalJson(Buffer.from(bad), "test"),
-          (error: unknown) => error instanceof OatsError && error.code === "invalid-resolution",
+          refusal("invalid-resolution"),
           JSON.stringify(bad),
         );
       }
       assert.throws(
         () => readCanonicalJson(Buffer.concat([Buffer.from([0xef, 0xbb, 0xbf]), Buffer.from("{}\n")]), "test"),
-        (error: unknown) => error instanceof OatsError && error.code === "invalid-resolution",
+        refusal("invalid-resolution"),
       );
       // Canonical bytes V8 writes otherwise (integer-like keys first, in numeric order; control characters as escapes)
       // are accepted.
