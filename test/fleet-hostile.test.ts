@@ -31,7 +31,7 @@ import { digestTree, retainTree } from "../src/retention/index.js";
 import { snapshotTree, tempDir } from "./helpers.js";
 import { tarBytes, type RawEntry } from "./support/raw-tar.js";
 import { NO_REGISTRY, registryBinary, startRegistry, type Registry } from "./support/registry.js";
-import { refusal } from "./support/refusals.js";
+import { refusal, expectRefusal } from "./support/refusals.js";
 
 const HEX = (c: string) => c.repeat(64);
 
@@ -250,13 +250,9 @@ async function refusedPull(
 ): Promise<{ scope: string; error: OatsError }> {
   const scope = await occupiedScope();
   const before = snapshotTree(scope);
-  let caught: unknown;
-  await pullFromRegistry(scope, reference).catch((error: unknown) => (caught = error));
-  assert.ok(caught instanceof OatsError, `expected an OatsError, got ${String(caught)}`);
-  assert.equal(caught.code, code, caught.message);
-  assert.equal(caught.details["reason"], reason, caught.message);
+  const error = await expectRefusal(pullFromRegistry(scope, reference), code, reason);
   assert.deepEqual(snapshotTree(scope), before, "the scope is byte-for-byte as it was");
-  return { scope, error: caught };
+  return { scope, error };
 }
 
 describe("pulls of hostile layers from a real registry", { skip }, () => {

@@ -2,6 +2,8 @@ import assert from "node:assert/strict";
 import { execFileSync, spawn, spawnSync, type ChildProcess } from "node:child_process";
 import { createHash } from "node:crypto";
 import {
+  appendFileSync,
+  chmodSync,
   closeSync,
   cpSync,
   fsyncSync,
@@ -129,6 +131,22 @@ export async function treeOfFiles(prefix: string, files: Record<string, Buffer>)
   }
   await sleep(30);
   return root;
+}
+
+/** A fresh directory `tree` (inside a temporary one named by `prefix`) holding these text files, parents made. */
+export function makeTree(files: Record<string, string>, prefix = "oats-src-"): string {
+  const dir = join(tempDir(prefix), "tree");
+  for (const [path, text] of Object.entries(files)) {
+    mkdirSync(join(dir, path, ".."), { recursive: true });
+    writeFileSync(join(dir, path), text);
+  }
+  return dir;
+}
+
+/** Damage a retained (read-only) file: make it writable and append a line. */
+export function tamper(file: string): void {
+  chmodSync(file, 0o644);
+  appendFileSync(file, "tampered\n");
 }
 
 /** A copy of the fixture capability's payload that a test may change. */

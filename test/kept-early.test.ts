@@ -7,7 +7,6 @@
 import assert from "node:assert/strict";
 import { execFileSync, spawnSync } from "node:child_process";
 import {
-  appendFileSync,
   chmodSync,
   cpSync,
   lstatSync,
@@ -31,27 +30,13 @@ import { mayMatch } from "../src/retention/store/kept-candidate.js";
 import { startEarlyCheck } from "../src/retention/store/kept-early.js";
 import { firstDifference, manifestPath } from "../src/retention/store/manifest.js";
 import { resolveScope } from "../src/retention/store/components.js";
-import { snapshotTree, tempDir } from "./helpers.js";
+import { snapshotTree, tempDir, makeTree, tamper } from "./helpers.js";
 import { rejection, refusal } from "./support/refusals.js";
 
 after(() => setParallelism(null));
 
 const EXEC = "oats.tree-exec.v1" as const;
 const OLD = new Date(1_000_000_000);
-
-function makeTree(files: Record<string, string>): string {
-  const dir = join(tempDir("oats-early-src-"), "tree");
-  for (const [path, text] of Object.entries(files)) {
-    mkdirSync(join(dir, path, ".."), { recursive: true });
-    writeFileSync(join(dir, path), text);
-  }
-  return dir;
-}
-
-function tamper(file: string): void {
-  chmodSync(file, 0o644);
-  appendFileSync(file, "tampered\n");
-}
 
 /** The refusal `promise` rejects with, once it has handed back the worker of its early check (held, it would keep the
  * process alive). */

@@ -7,7 +7,7 @@
  */
 import assert from "node:assert/strict";
 import { execFileSync } from "node:child_process";
-import { appendFileSync, chmodSync, mkdirSync, readdirSync, rmSync, utimesSync, writeFileSync } from "node:fs";
+import { readdirSync, rmSync, utimesSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { after, test } from "node:test";
 import type { OatsError } from "../src/core/errors.js";
@@ -22,24 +22,10 @@ import {
 import { verifyTreeWith } from "../src/retention/verify.js";
 import { setFaultHook } from "../src/retention/store/faults.js";
 import { verifyAllTrees, verifyTrees } from "../src/retention/verify-many.js";
-import { REPO, snapshotTree, tempDir } from "./helpers.js";
+import { REPO, snapshotTree, tempDir, makeTree, tamper } from "./helpers.js";
 import { rejection } from "./support/refusals.js";
 
 after(() => setParallelism(null));
-
-function makeTree(files: Record<string, string>): string {
-  const dir = join(tempDir("oats-par-src-"), "tree");
-  for (const [path, text] of Object.entries(files)) {
-    mkdirSync(join(dir, path, ".."), { recursive: true });
-    writeFileSync(join(dir, path), text);
-  }
-  return dir;
-}
-
-function tamper(file: string): void {
-  chmodSync(file, 0o644);
-  appendFileSync(file, "tampered\n");
-}
 
 const noStaging = (step: string) => {
   throw new Error(`no staging expected, reached ${step}`);
