@@ -25,6 +25,7 @@ import { MOUNT_SKIP, mountAt, shareTempDir } from "./support/shares.js";
 import { makeUnwritable } from "./support/unwritable.js";
 import { evidenceFixture, type ScriptOptions } from "./support/evidence-fixture.js";
 import { alive, logText, runDir, waitFor } from "./support/evidence-run.js";
+import { refusal } from "./support/refusals.js";
 
 async function run(script: ScriptOptions, options: RunWithEvidenceOptions = {}, env: Record<string, string> = {}) {
   const f = await evidenceFixture(script);
@@ -392,7 +393,7 @@ describe("run evidence: the record, the files and the audit log", () => {
       try {
         await assert.rejects(
           runDispatchPlanWithEvidence(g.scope, plan, { output: "quiet" }),
-          (error: unknown) => error instanceof OatsError && error.code === "audit-unavailable",
+          refusal("audit-unavailable"),
         );
       } finally {
         fault.restore();
