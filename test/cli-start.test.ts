@@ -1,5 +1,5 @@
 /**
- * The CLI's fixed start cost (docs/design/performance.md, "Cold start"):
+ * The CLI's fixed start cost (docs/design/performance.md, "The CLI's start: bundles and code caches"):
  * dist/cli/bin.js runs a one-script bundle `npm run build` makes (the whole
  * program's, dist/cli/bundle/oats.cjs, or verify's or digest's own) with its
  * V8 code cache, a command opens no

@@ -75,7 +75,7 @@ const WORKER_EXEC_ARGV: string[] = [];
  * twenty files to resolve, read and compile) is on the path of every
  * worker's first job: an empty job was answered after 39-59 ms from tsc's
  * files, 27-31 ms from the bundle, and 22 ms by a worker that loads nothing
- * (performance-log.md, "A worker from one file"). The same sources either way:
+ * (docs/design/performance.md, "Worker lanes"). The same sources either way:
  * `npm run build` writes the bundle after tsc's files, so a bundle older
  * than tsc's worker (tsc run alone since) is passed over for tsc's.
  */
