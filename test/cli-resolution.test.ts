@@ -9,7 +9,7 @@ import assert from "node:assert/strict";
 import { chmodSync, cpSync, existsSync, mkdirSync, readFileSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { describe, test } from "node:test";
-import { COMMAND_NAMES } from "../src/cli/constants.js";
+import { COMMAND_NAMES } from "../src/cli/support/constants.js";
 import { COMMANDS, commandNamed } from "../src/cli/main.js";
 import { retainTree } from "../src/retention/index.js";
 import {

@@ -5,7 +5,7 @@ import { describe, test } from "node:test";
 import { snapshotTree } from "./helpers.js";
 import { OatsError } from "../src/core/errors.js";
 import { EVIDENCE_FILES, type EvidenceBundle, type EvidenceFileName } from "../src/evidence/transport.js";
-import { dirTransport } from "../src/evidence/transports/dir.js";
+import { dirTransport } from "../src/evidence/transport-dir.js";
 import { asNobody, makeShare } from "./support/shares.js";
 import { refusal } from "./support/refusals.js";
 

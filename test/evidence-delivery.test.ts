@@ -15,7 +15,7 @@ import {
   readDelivered,
   type EvidenceTransport,
 } from "../src/index.js";
-import { dirTransport } from "../src/evidence/transports/dir.js";
+import { dirTransport } from "../src/evidence/transport-dir.js";
 import { MOUNT_SKIP, makeShare, mountAt, shareTempDir } from "./support/shares.js";
 import { makeSealedRun } from "./support/sealed-runs.js";
 import { refusal } from "./support/refusals.js";

@@ -5,7 +5,7 @@ import { join } from "node:path";
 import net from "node:net";
 import { after, before, test } from "node:test";
 import type { EvidenceFileName } from "../src/evidence/transport.js";
-import { ociTransport, runManifest, runTag } from "../src/evidence/transports/oci.js";
+import { ociTransport, runManifest, runTag } from "../src/evidence/transport-oci.js";
 import { OciClient } from "../src/oci/index.js";
 import { enqueueSealedRun, listOutbox, outboxEntries, pushEvidence, readDelivered } from "../src/index.js";
 import { runJson, snapshotTree, tempDir } from "./helpers.js";

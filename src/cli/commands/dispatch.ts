@@ -1,6 +1,6 @@
 import type { DispatchPlan } from "../../captures/index.js";
-import { usageError } from "../envelope.js";
-import type { CommandSpec } from "../context.js";
+import { usageError } from "../support/envelope.js";
+import type { CommandSpec } from "../support/context.js";
 import { loadCapturesLibrary, subjectText } from "./captures-shared.js";
 
 /**

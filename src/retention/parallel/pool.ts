@@ -7,8 +7,8 @@ import { OatsError } from "../../core/index.js";
 import { digestListing, type TreeDigests } from "../digest/tree.js";
 import { listingShape } from "../digest/listing-shape.js";
 import { walkTree } from "../digest/walk.js";
-import type { TreeFormat } from "../integrity.js";
-import { countHeld } from "./busy.js";
+import type { TreeFormat } from "../digest/integrity.js";
+import { countHeld } from "../digest/busy.js";
 import type { DigestAnswer, DigestRequest, SerializedError } from "./digest-worker.js";
 
 /**
@@ -208,7 +208,7 @@ export class DigestWorker {
  */
 const idle: DigestWorker[] = [];
 
-export { workersHeld } from "./busy.js";
+export { workersHeld } from "../digest/busy.js";
 
 /** An idle worker, or a new one. Hand it back with releaseWorker. */
 export function acquireWorker(): DigestWorker {
