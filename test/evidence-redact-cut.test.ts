@@ -262,7 +262,7 @@ describe("cutting and masking: a profile pattern across a cut", () => {
 });
 
 describe("cutting and masking: how far a pattern's match reads", () => {
-  test("analysePattern gives the longest text a match covers (lookaheads counted, two units a character with u)", () => {
+  test("analysePattern gives the longest text a match covers (lookaheads counted, 2 units a character with u)", () => {
     const longest = (source: string, flags = "") => analysePattern(source, flags).maxLength;
     assert.equal(longest("ghp_[A-Za-z0-9]{36}"), 40);
     assert.equal(longest("a|bcd|ef"), 3);
