@@ -5,8 +5,8 @@ import { test } from "node:test";
 import { ERROR_CODES, ERROR_KINDS } from "../src/core/errors.js";
 import { REPO } from "./helpers.js";
 
-// The contract's table (docs/design/contract.md, section 6) is what operators and scripts read to map exit codes; a code the library
-// can throw but the table does not name is a contract nobody was told about.
+// The contract's table (docs/design/contract.md, section 6) is what operators and scripts read to map exit codes;
+// a code the library can throw but the table does not name is a contract nobody was told about.
 test(
   "Given every error code the library defines, Then the contract's code " +
     "table names it in the row of its kind, with that kind's exit code",

@@ -54,7 +54,7 @@ function tutorialBlocks(): { code: string; registry: boolean }[] {
 }
 
 describe("README", () => {
-  test("its sections come in the newcomer's order: what and why in one paragraph, then install, tutorial, concepts, references", () => {
+  test("its sections come in order: what and why in one paragraph, install, tutorial, concepts, references", () => {
     assert.deepEqual(
       [...README.matchAll(/^## (.+)$/gm)].map((m) => m[1]),
       SECTIONS,
@@ -74,7 +74,7 @@ describe("README", () => {
     for (const term of GLOSSARY) assert.match(glossary, new RegExp(`^- \\*\\*${term}\\*\\*: `, "m"), term);
   });
 
-  test("install keeps the commands CI runs (npm install or npm ci, then npm test), and says what the demo ends with", () => {
+  test("install keeps the commands CI runs (npm install, npm test) and says what the demo ends with", () => {
     const install = section("Install");
     assert.match(install, /^npm install\b/m);
     assert.match(install, /^npm test\b/m);
@@ -135,7 +135,7 @@ describe("README tutorial", () => {
     return { ...run, output: run.stdout + run.stderr, blocks };
   }
 
-  test("retain, verify, tamper, fsck, repair; prepare, approve, dispatch, run show: each command runs as the README shows it", () => {
+  test("retain, verify, tamper, fsck, repair; prepare, approve, dispatch, run show: each runs as shown", () => {
     const run = runTutorial(false);
     assert.ok(run.blocks.length >= 3, "the tutorial's blocks were found");
     assert.equal(run.status, 0, run.output);
