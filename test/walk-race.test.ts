@@ -1,5 +1,5 @@
 /**
- * A walk that cannot be redirected (issue 9 item 7). While `retainTree`
+ * A walk that cannot be redirected. While `retainTree`
  * runs round after round, another process keeps swapping a directory inside
  * the source for a symlink to a directory outside it: a 0700 directory the
  * retaining user (root) can read and the swapper cannot, holding a file of
