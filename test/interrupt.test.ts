@@ -107,8 +107,8 @@ for (const [signal, exit] of [
   ["SIGTERM", 143],
   ["SIGHUP", 129],
 ] as const) {
-  const title = `${signal} under --json: one envelope, error interrupted naming the signal and what it removed, exit ${exit}`;
-  test(title, async () => {
+  const title = `${signal} under --json: one envelope, error interrupted naming the signal and what it removed`;
+  test(`${title}, exit ${exit}`, async () => {
     const scope = populatedScope();
     const before = snapshotTree(scope);
     const { status, stdout, stderr, parent } = await retainStoppedBy(scope, signal, true);
