@@ -20,3 +20,5 @@ export {
 export { privilegeGate } from "./privilege.js";
 export { createRedactor, redactionRules, type Redactor } from "./redact.js";
 export { checkRunRootAncestors } from "./run-copy.js";
+export { requireSignedApproval, type SignedApproval } from "./signed-approval.js";
+export { type ApprovalAttestation, attestApproval } from "./approval-attest.js";
