@@ -17,7 +17,9 @@ import { type TrustEntry, type TrustPurpose, type TrustStore, trustedKey } from 
  *    payload is parsed;
  * 4. the statement: canonical in-toto Statement v1 of one of oats' predicate
  *    types (`predicate-type`; `statement-invalid` for the schema), and the
- *    entry trusted for that kind of statement (`key-not-trusted`).
+ *    entry trusted for that kind of statement (`key-not-trusted`; `trust-removed`
+ *    when the key's trust for that kind was withdrawn and it stays trusted
+ *    only for the other).
  *
  * Subjects are the caller's to check against what it holds: what a digest
  * must be depends on what the statement is used for.
@@ -71,7 +73,17 @@ export function verifyEnvelopeBytes(
   const statement = parseStatement(envelope.payload, origin, options.predicateType);
   const purpose = purposeOf(statement.predicateType);
   const entry = candidates.find((candidate) => candidate.purpose === purpose);
-  if (entry === undefined)
+  if (entry === undefined) {
+    const withdrawn = [...trust.removed]
+      .reverse()
+      .find((removed) => removed.keyid === keyid && removed.purpose === purpose);
+    if (withdrawn !== undefined && options.trustName === undefined)
+      throw attestationRefusal(
+        "trust-removed",
+        `${origin} is a statement about ${purpose} signed by ${keyid}, whose trust for ${purpose} ` +
+          `(${withdrawn.name}) was removed by ${withdrawn.removedBy} at ${withdrawn.removedAt}`,
+        { id, keyid, trust: withdrawn.name, removedAt: withdrawn.removedAt },
+      );
     throw attestationRefusal(
       "key-not-trusted",
       `${origin} is a statement about ${purpose}, but the key ${keyid} is trusted here only for ` +
@@ -83,6 +95,7 @@ export function verifyEnvelopeBytes(
         trusted: candidates.map((candidate) => ({ name: candidate.name, purpose: candidate.purpose })),
       },
     );
+  }
   return { id, envelope, statement, keyid, trust: entry };
 }
 

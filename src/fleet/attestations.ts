@@ -32,7 +32,7 @@ import { EMPTY_CONFIG, EMPTY_MEDIA_TYPE, OCI_MANIFEST_MEDIA_TYPE, ociDigest } fr
 /**
  * Signed statements travel with the resolution they are about: each one is
  * an OCI image manifest whose `subject` is the resolution's manifest
- * (docs/design/fleet.md, "Attestations"), the Sigstore bundle as its one
+ * (docs/design/attestations.md, "In the registry: referrers"), the Sigstore bundle as its one
  * layer, the OCI empty config, `artifactType` the bundle's media type (as
  * cosign stores bundles), annotated with the predicate type and the oats
  * attestation id. Canonical JSON, so the same statement is the same
@@ -238,9 +238,10 @@ export async function fetchAttestations(
         try {
           verifiedBy = verifyEnvelopeBytes(bytes, trust).trust.name;
         } catch (error) {
-          // A trusted key's signature that does not verify is refused; a trust for the other purpose is not ours
-          // to judge here.
-          if (!isOatsError(error) || error.details["reason"] !== "key-not-trusted") throw error;
+          // A trusted key's signature that does not verify is refused; a trust for the other purpose, or one
+          // withdrawn for this purpose, is not ours to judge here: the statement is checked when it is used.
+          const reason = isOatsError(error) ? error.details["reason"] : null;
+          if (reason !== "key-not-trusted" && reason !== "trust-removed") throw error;
         }
       }
       const partial = { id: null, predicateType: statement.predicateType, keyid };
