@@ -29,6 +29,8 @@ interface CaptureFixture {
 
 interface FixtureOptions {
   exitCode?: number;
+  /** Script lines run after the marker is touched, instead of the usual output. */
+  body?: string[];
   declared?: "public" | "internal" | "confidential";
   wing?: string;
   wings?: Record<string, string>;
@@ -50,8 +52,10 @@ function captureFixture(options: FixtureOptions = {}): CaptureFixture {
     [
       "#!/bin/sh",
       `touch '${marker}'`,
-      'echo "capture output $1"',
-      '[ "$API_TOKEN" = "s3cret-value" ] && echo "token reached the child"',
+      ...(options.body ?? [
+        'echo "capture output $1"',
+        '[ "$API_TOKEN" = "s3cret-value" ] && echo "token reached the child"',
+      ]),
       `exit ${options.exitCode ?? 3}`,
       "",
     ].join("\n"),
@@ -292,6 +296,54 @@ describe("oats capture prepare -> approve -> queue add -> dispatch [--exec]", ()
       assert.equal(auditJson.envelope.result!["total"], lines.length);
       assert.equal(auditJson.envelope.result!["entries"].length, lines.length);
       commandRefusal([...fixture.at, "audit", "show", "--limit", "0"], "usage", 2, "audit show");
+    },
+  );
+
+  test(
+    "Given a child that prints its credential (a line on stdout, one on stderr, a line written in two parts, " +
+      "a line across the 64 Ki cut), When dispatched with --exec, human and --json, Then the dispatcher's stdout " +
+      "and stderr hold the masked marker, never the value nor its halves",
+    () => {
+      const fixture = captureFixture({
+        exitCode: 0,
+        body: [
+          'echo "token $API_TOKEN on stdout"',
+          'echo "token $API_TOKEN on stderr" >&2',
+          "printf 'partial %s' \"$API_TOKEN\"",
+          "sleep 0.3",
+          "printf ' done\\n'",
+          // 65530 characters, then the value across the cut at 65536.
+          "head -c 65530 /dev/zero | tr '\\000' a",
+          'echo "$API_TOKEN tail"',
+        ],
+      });
+      queuedAndApproved(fixture);
+      const mask = "[REDACTED:credential:API_TOKEN]";
+      const human = runOats([...fixture.at, "dispatch", "nightly", "--exec"], { env: { API_TOKEN: SECRET } });
+      assert.equal(human.status, 0, human.stderr);
+      const json = runJson([...fixture.at, "dispatch", "nightly", "--exec"], { env: { API_TOKEN: SECRET } });
+      assert.equal(json.status, 0, json.stderr);
+      assert.equal(json.envelope.ok, true);
+      for (const [mode, out, err] of [
+        ["human", human.stdout, human.stderr],
+        ["--json", json.stdout, json.stderr],
+      ] as const) {
+        for (const [name, text] of [
+          ["stdout", out],
+          ["stderr", err],
+        ] as const) {
+          assert.ok(!text.includes(SECRET), `${mode}: the dispatcher's ${name} holds the credential`);
+          // The halves the 64 Ki cut would leave: "s3cret" and "-value".
+          assert.ok(!text.includes("s3cret") && !text.includes("-value"), `${mode}: ${name} holds half of it`);
+        }
+      }
+      assert.match(human.stdout, /^token \[REDACTED:credential:API_TOKEN\] on stdout\n/);
+      assert.ok(human.stdout.includes(`partial ${mask} done\n`), human.stdout.slice(0, 500));
+      assert.ok(human.stdout.includes(`${"a".repeat(65530)}${mask} tail\n`), "the long line, masked, on stdout");
+      assert.equal(human.stderr, `token ${mask} on stderr\n`);
+      assert.ok(json.stderr.includes(`token ${mask} on stdout\n`), "--json: the child's stdout on stderr");
+      assert.ok(json.stderr.includes(`token ${mask} on stderr\n`));
+      assert.ok(json.stderr.includes(`${"a".repeat(65530)}${mask} tail\n`));
     },
   );
 
