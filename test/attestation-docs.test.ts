@@ -138,7 +138,7 @@ describe("docs/design/attestations.md: the examples are what the code writes", (
     ["approval-statement", APPROVAL_PREDICATE],
     ["run-statement", RUN_PREDICATE],
   ] as const) {
-    test(`the ${name} example is read by the real reader, accepted by ${name}.schema.json, shaped as a fresh one`, () => {
+    test(`the ${name} example is read by the real reader, accepted by its schema, shaped as a fresh one`, () => {
       const value = documentedJson(name);
       const statement = parseStatement(canonicalJsonBytes(value), name, predicateType);
       assert.equal(statement._type, STATEMENT_TYPE);

@@ -39,6 +39,7 @@ import {
   readRecordBytes,
   resolveQueuedCapture,
   readAudit,
+  revoke,
   type ApprovalAttestation,
 } from "../src/index.js";
 import { verifyAttestation, pullFromRegistry, pushToRegistry } from "../src/fleet/index.js";
@@ -139,7 +140,7 @@ describe("signed attestations refuse bad input with a typed refusal", () => {
     );
   });
 
-  test("a wrong key: an unknown key is key-not-trusted; one that claims a trusted key's id is signature-invalid", async () => {
+  test("a wrong key: an unknown one is key-not-trusted; one claiming a trusted id, signature-invalid", async () => {
     const stranger = otherKey();
     const unknown = storeAttestation(fixture.scope, signEnvelope(statementBytes(approvalOf()), stranger));
     await assert.rejects(verifyAttestation(fixture.scope, unknown.id), refused("key-not-trusted"));
@@ -158,7 +159,7 @@ describe("signed attestations refuse bad input with a typed refusal", () => {
     await assert.rejects(verifyAttestation(fixture.scope, signed.id), refused("key-not-trusted"));
   });
 
-  test("a subject naming another digest: a composition not held, or another tree than the composition runs", async () => {
+  test("a subject naming another digest: a composition not held, or a tree the composition does not run", async () => {
     const key = loadSigningKey()!;
     const elsewhere = storeAttestation(
       fixture.scope,
@@ -234,7 +235,7 @@ describe("signed attestations refuse bad input with a typed refusal", () => {
     assert.equal(cli.envelope.error!.details["reason"], "signature-invalid");
   });
 
-  test("dispatch --approved-by: refused for a key trusted for runs, with no signed approval, and after a local revoke", async () => {
+  test("dispatch --approved-by: a trust for runs and an unknown trust refused; a good one audited", async () => {
     await expectRefusal(
       resolveQueuedCapture(fixture.scope, fixture.job, { approvedBy: "runner" }),
       "attestation-refused",
@@ -259,6 +260,20 @@ describe("signed attestations refuse bad input with a typed refusal", () => {
     assert.equal(error.details["reason"], "trust-removed");
     const refusal = readAudit(fixture.scope).entries.at(-1)!;
     assert.deepEqual([refusal.action, refusal.outcome, refusal.details["approvedBy"]], ["dispatch", "refused", "self"]);
+  });
+
+  test("a local revoke wins over a signed approval: approval-required, audited, trust still held", async () => {
+    const key = loadSigningKey()!;
+    await addTrust(fixture.scope, { publicKey: key.spki, name: "self-again", purpose: "approvals" });
+    const plan = await resolveQueuedCapture(fixture.scope, fixture.job, { approvedBy: "self-again" });
+    assert.equal(plan.approvedBy?.attestation, approvalId);
+    await discardDispatchPlan(plan);
+    await revoke(fixture.scope, composition, { reason: "withdrawn here" });
+    const error = await rejection(resolveQueuedCapture(fixture.scope, fixture.job, { approvedBy: "self-again" }));
+    assert.equal(error.code, "approval-required");
+    assert.equal(error.details["approvedBy"], "self-again");
+    const refusal = readAudit(fixture.scope).entries.at(-1)!;
+    assert.deepEqual([refusal.action, refusal.outcome], ["dispatch", "refused"]);
   });
 
   test("a private key given to trust add is refused without being echoed", async () => {
@@ -286,7 +301,7 @@ describe("pull stores no referrer that is about another resolution", { skip }, (
     await registry?.stop();
   });
 
-  test("a signed run statement attached to resolution X but naming Y is refused (subject-mismatch) and not stored", async () => {
+  test("a signed run attached to resolution X but naming Y is refused (subject-mismatch), not stored", async () => {
     const to = registry!.ref("fleet/refusals");
     const pushed = await pushToRegistry(fixture.scope, [fixture.resolution], to, { insecure: true });
     const manifest = pushed.manifests[0]!;

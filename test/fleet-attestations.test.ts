@@ -110,7 +110,14 @@ function captureFixture(name: string): Fixture {
   chmodSync(join(dir, "tool/bin/run"), 0o755);
   writeFileSync(
     join(dir, "class.yaml"),
-    `${JSON.stringify({ schemaVersion: 1, wings: {}, repos: {}, defaults: [], fallback: "internal", principals: {} })}\n`,
+    `${JSON.stringify({
+      schemaVersion: 1,
+      wings: {},
+      repos: {},
+      defaults: [],
+      fallback: "internal",
+      principals: {},
+    })}\n`,
   );
   writeFileSync(
     join(dir, "spec.yaml"),

@@ -112,7 +112,8 @@ async function checkApproval(realScope: string, id: string, statement: ApprovalS
     throw error;
   }
   return [
-    `composition ${digests.composition}: pinned here, capture ${composition.capture}, declared ${composition.classification.declared}`,
+    `composition ${digests.composition}: pinned here, capture ${composition.capture}, ` +
+      `declared ${composition.classification.declared}`,
     `tree ${executable.kind} ${executable.key} ${executable.integrity}: retained here and verified`,
   ];
 }
@@ -182,7 +183,8 @@ function checkRun(realScope: string, id: string, statement: RunStatement): strin
   if (differs.length > 0)
     throw mismatch(id, `the predicate disagrees with run ${held.id} in ${differs.join(", ")}`, { differs });
   return [
-    `run ${held.id}: ${held.where}, ${record.handle} ${record.result} (${record.evidence.status}), record and predicate agree`,
+    `run ${held.id}: ${held.where}, ${record.handle} ${record.result} (${record.evidence.status}), ` +
+      "record and predicate agree",
     `resolution ${record.resolution}: held here`,
   ];
 }

@@ -67,7 +67,8 @@ export const pullCommand: CommandSpec = {
       ...report.attestations.map((row) =>
         row.status === "refused"
           ? `refused attestation ${row.digest}: ${row.refusal?.reason ?? row.refusal?.code}: ${row.refusal?.message}`
-          : `${row.status} attestation ${row.id} (${row.predicateType?.endsWith("/approval/v1") ? "approval" : "run"}, ` +
+          : `${row.status} attestation ${row.id} ` +
+            `(${row.predicateType?.endsWith("/approval/v1") ? "approval" : "run"}, ` +
             `${row.verifiedBy === null ? `key ${row.keyid} not trusted here` : `verified: ${row.verifiedBy}`})`,
       ),
       ...report.approve.flatMap((row) => [

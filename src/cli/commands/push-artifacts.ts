@@ -36,7 +36,8 @@ export async function pushArtifacts(
     ...report.attestations.map(
       (row) =>
         `${row.status === "attached" ? "attached" : "present "} attestation ${row.id} ` +
-        `(${row.predicateType.endsWith("/approval/v1") ? "approval" : "run"}) as ${row.digest} via the referrers ${row.via}`,
+        `(${row.predicateType.endsWith("/approval/v1") ? "approval" : "run"}) as ${row.digest} ` +
+        `via the referrers ${row.via}`,
     ),
     `${uploaded.length} of ${report.blobs.length} blobs uploaded (${report.uploadedBytes} bytes)`,
   ];

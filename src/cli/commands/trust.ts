@@ -44,7 +44,8 @@ export const trustAdd: CommandSpec = {
     return {
       result: { status: change.status, entry, audit: change.audit },
       lines: [
-        `${change.status === "kept" ? "already trusted" : "trusted"} ${entry.name}: ${entry.keyid} for ${entry.purpose}` +
+        `${change.status === "kept" ? "already trusted" : "trusted"} ${entry.name}: ` +
+          `${entry.keyid} for ${entry.purpose}` +
           (change.audit === null ? "" : ` (audit seq ${change.audit.seq})`),
       ],
       quietLines: [entry.keyid],
