@@ -1,5 +1,8 @@
 import { approvals } from "./commands/approvals.js";
 import { approve, revoke } from "./commands/approve.js";
+import { attestationLs, attestationVerify } from "./commands/attestation.js";
+import { keyGenerate, keyShow } from "./commands/key.js";
+import { trustAdd, trustLs, trustRm } from "./commands/trust.js";
 import { auditHead, auditShow, auditVerify } from "./commands/audit.js";
 import { capturePrepare } from "./commands/capture-prepare.js";
 import { cleanup } from "./commands/cleanup.js";
@@ -83,6 +86,13 @@ export const COMMANDS: readonly CommandSpec[] = [
   pinsCommand,
   repairCommand,
   outboxLs,
+  keyGenerate,
+  keyShow,
+  trustAdd,
+  trustLs,
+  trustRm,
+  attestationLs,
+  attestationVerify,
 ];
 
 /** The command the arguments name, if any, among all commands (program.ts). */

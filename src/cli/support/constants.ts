@@ -21,6 +21,8 @@ export const SCHEMA_CHOICES = [
   "classification-config",
   "lock",
   "resolution",
+  "approval-statement",
+  "run-statement",
 ] as const satisfies readonly SchemaName[];
 export const COMMAND_NAMES = [
   "retain",
