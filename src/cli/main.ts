@@ -5,6 +5,7 @@ import { capturePrepare } from "./commands/capture-prepare.js";
 import { cleanup } from "./commands/cleanup.js";
 import { completion } from "./commands/completion.js";
 import { digest } from "./commands/digest.js";
+import { doctor } from "./commands/doctor.js";
 import { dispatch } from "./commands/dispatch.js";
 import { exportCommand } from "./commands/export.js";
 import { fsck } from "./commands/fsck.js";
@@ -83,6 +84,7 @@ export const COMMANDS: readonly CommandSpec[] = [
   pinsCommand,
   repairCommand,
   outboxLs,
+  doctor,
 ];
 
 /** The command the arguments name, if any, among all commands (program.ts). */
