@@ -19,4 +19,5 @@ export {
 } from "./posture.js";
 export { privilegeGate } from "./privilege.js";
 export { createRedactor, redactionRules, type Redactor } from "./redact.js";
+export type { MaskingStream } from "./redact-stream.js";
 export { checkRunRootAncestors } from "./run-copy.js";

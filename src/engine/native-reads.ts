@@ -17,7 +17,7 @@ import { getSystemErrorName } from "node:util";
  * read and close and their garbage. The C loop makes the same calls with
  * the same checks (openat on the directory's descriptor, which is what the
  * /proc path stands for) and hands back only offsets, sizes and modes
- * (docs/design/performance-log.md, "Small files read natively").
+ * (docs/design/performance.md, "The native addon and its fallback").
  *
  * Nothing depends on it: it is compiled on the machine that runs it (by
  * `npm run build`, or the package's install script; the package ships the

@@ -1,4 +1,4 @@
-import type { CommandSpec } from "../context.js";
+import type { CommandSpec } from "../support/context.js";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import {
@@ -13,7 +13,7 @@ import {
   readCache,
   readIfPresent,
 } from "../load-bundle.js";
-import { packageVersion } from "../version.js";
+import { packageVersion } from "../support/version.js";
 
 /**
  * How this installation runs here, for a user who wonders why oats is slower
@@ -32,7 +32,7 @@ export const doctor: CommandSpec = {
     );
   },
   async run() {
-    const { nativeReadsStatus } = await import("../../engine/native-reads.js");
+    const { nativeReadsStatus } = await import("../../engine/index.js");
     const nativeReads = nativeReadsStatus();
     const codeCache = codeCacheReport();
     const node = {
