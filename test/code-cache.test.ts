@@ -294,13 +294,16 @@ describe("code caches made on first use", () => {
     },
   );
 
-  test("a directory the cache should go in that cannot be made (a file in its place) costs nothing but the cache", () => {
-    const copy = packageCopy();
-    mkdirSync(join(copy, "dist/code-cache"));
-    writeFileSync(join(copy, "dist/code-cache", NODE), "not a directory");
-    const home = tempDir("oats-code-cache-home-");
-    writeFileSync(join(home, "oats-retention"), "not a directory either");
-    digestRuns(copy, { env: { ...ENV, XDG_CACHE_HOME: home } });
-    digestRuns(copy, { env: { ...ENV, XDG_CACHE_HOME: home } });
-  });
+  test(
+    "a directory the cache should go in that cannot be made (a file in its place) " + "costs nothing but the cache",
+    () => {
+      const copy = packageCopy();
+      mkdirSync(join(copy, "dist/code-cache"));
+      writeFileSync(join(copy, "dist/code-cache", NODE), "not a directory");
+      const home = tempDir("oats-code-cache-home-");
+      writeFileSync(join(home, "oats-retention"), "not a directory either");
+      digestRuns(copy, { env: { ...ENV, XDG_CACHE_HOME: home } });
+      digestRuns(copy, { env: { ...ENV, XDG_CACHE_HOME: home } });
+    },
+  );
 });

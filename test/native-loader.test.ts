@@ -71,29 +71,32 @@ test("an ELF header is checked against the architecture: class, byte order, type
   assert.equal(problem(elfHeader({ machine: 9999 }), "an-architecture-not-in-the-table"), undefined);
 });
 
-test("a file shorter than its ELF headers say (section headers, program headers, a segment) is refused as truncated", () => {
-  const sections = elfHeader();
-  sections.writeBigUInt64LE(4096n, 40); // e_shoff
-  sections.writeUInt16LE(64, 58); // e_shentsize
-  sections.writeUInt16LE(20, 60); // e_shnum
-  assert.equal(addonHeaderProblem(sections, 4096 + 64 * 20, "x64"), undefined);
-  assert.equal(
-    addonHeaderProblem(sections, 4096 + 64 * 20 - 1, "x64"),
-    `truncated: ${4096 + 64 * 20 - 1} bytes, and its headers describe more`,
-  );
-  const segment = Buffer.concat([elfHeader(), Buffer.alloc(56)]);
-  segment.writeBigUInt64LE(64n, 32); // e_phoff
-  segment.writeUInt16LE(56, 54); // e_phentsize
-  segment.writeUInt16LE(1, 56); // e_phnum
-  segment.writeBigUInt64LE(0n, 64 + 8); // p_offset
-  segment.writeBigUInt64LE(10_000n, 64 + 32); // p_filesz
-  assert.equal(addonHeaderProblem(segment, 10_000, "x64"), undefined);
-  assert.equal(addonHeaderProblem(segment, 9_999, "x64"), "truncated: 9999 bytes, and its headers describe more");
-  assert.equal(
-    addonHeaderProblem(segment.subarray(0, 100), 100, "x64"),
-    "truncated: 100 bytes, and its headers describe more",
-  );
-});
+test(
+  "a file shorter than its ELF headers say (section headers, program headers, a segment) " + "is refused as truncated",
+  () => {
+    const sections = elfHeader();
+    sections.writeBigUInt64LE(4096n, 40); // e_shoff
+    sections.writeUInt16LE(64, 58); // e_shentsize
+    sections.writeUInt16LE(20, 60); // e_shnum
+    assert.equal(addonHeaderProblem(sections, 4096 + 64 * 20, "x64"), undefined);
+    assert.equal(
+      addonHeaderProblem(sections, 4096 + 64 * 20 - 1, "x64"),
+      `truncated: ${4096 + 64 * 20 - 1} bytes, and its headers describe more`,
+    );
+    const segment = Buffer.concat([elfHeader(), Buffer.alloc(56)]);
+    segment.writeBigUInt64LE(64n, 32); // e_phoff
+    segment.writeUInt16LE(56, 54); // e_phentsize
+    segment.writeUInt16LE(1, 56); // e_phnum
+    segment.writeBigUInt64LE(0n, 64 + 8); // p_offset
+    segment.writeBigUInt64LE(10_000n, 64 + 32); // p_filesz
+    assert.equal(addonHeaderProblem(segment, 10_000, "x64"), undefined);
+    assert.equal(addonHeaderProblem(segment, 9_999, "x64"), "truncated: 9999 bytes, and its headers describe more");
+    assert.equal(
+      addonHeaderProblem(segment.subarray(0, 100), 100, "x64"),
+      "truncated: 100 bytes, and its headers describe more",
+    );
+  },
+);
 
 test(
   "loadAddonFile: no file is `missing`, garbage and another architecture's " +

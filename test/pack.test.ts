@@ -48,7 +48,7 @@ const FORBIDDEN: readonly [RegExp, string][] = [
   [/(^|\/)(test|tests|__tests__|fixtures)\/|\.(test|spec)\.[cm]?[jt]sx?$/, "a test"],
   [/(^|\/)bench(es)?\/|(^|\/)bench[\w-]*\.[cm]?[jt]s$/, "a benchmark"],
   [/probe/i, "a probe"],
-  [/\.log$|(^|\/)logs?\/|-log\.md$/i, "a log"],
+  [/\.log$|(^|\/)logs?\/|-log\.(md|txt)$/i, "a log"],
   [/\.cache$|(^|\/)code-cache\//, "a V8 code cache (made on first use, for one machine)"],
   [/\.(node|so|dylib|dll|o|a)$/, "compiled native code (built at install, for one machine)"],
   [/(^|\/)(scratch|tmp|\.tmp)\/|\.tmp$|~$|\.swp$|\.orig$|\.rej$/, "scratch"],
@@ -123,7 +123,7 @@ function metadataProblems(pkg: Manifest, shipped: ReadonlySet<string>, read: (pa
     if (!shipped.has(path)) problems.push(`${path}: named by the manifest and not in the tarball`);
   const install = (pkg["scripts"] as Manifest | undefined)?.["install"];
   if (typeof install === "string")
-    for (const script of install.match(/[\w./-]+\.m?js/g) ?? [])
+    for (const script of install.match(/[\w./-]+\.[cm]?js/g) ?? [])
       if (!shipped.has(script)) problems.push(`scripts.install: ${script} is not in the tarball`);
   return problems;
 }
@@ -148,99 +148,117 @@ describe("the tarball", () => {
   const packed = dryRun();
   const paths = packed.files.map(({ path }) => path);
 
-  test("holds only the build, the addon's sources and build script, the man page and the docs: no test, bench, probe, log, code cache, compiled addon or scratch", () => {
-    assert.deepEqual(listingProblems(paths), []);
-    // What a user needs is there: the CLI, the library, the man page, what the install script compiles.
-    for (const path of [
-      "dist/cli/bin.js",
-      "dist/cli/bundle/oats.cjs",
-      "dist/index.js",
-      "dist/index.d.ts",
-      "man/oats.1",
-      "native/addon.c",
-      "native/include/node_api.h",
-      "scripts/build-native.mjs",
-    ])
-      assert.ok(paths.includes(path), `${path} ships`);
-    // The checkout's own machine-specific output is there to leave out (the build made it; runs wrote caches).
-    assert.ok(existsSync(join(REPO, "dist/native")) || process.platform !== "linux", "the build made dist/native/");
-  });
+  test(
+    "holds only the build, the addon's sources and build script, the man page and the docs: " +
+      "no test, bench, probe, log, code cache, compiled addon or scratch",
+    () => {
+      assert.deepEqual(listingProblems(paths), []);
+      // What a user needs is there: the CLI, the library, the man page, what the install script compiles.
+      for (const path of [
+        "dist/cli/bin.js",
+        "dist/cli/bundle/oats.cjs",
+        "dist/index.js",
+        "dist/index.d.ts",
+        "man/oats.1",
+        "native/addon.c",
+        "native/include/node_api.h",
+        "scripts/build-native.mjs",
+      ])
+        assert.ok(paths.includes(path), `${path} ships`);
+      // The checkout's own machine-specific output is there to leave out (the build made it; runs wrote caches).
+      assert.ok(existsSync(join(REPO, "dist/native")) || process.platform !== "linux", "the build made dist/native/");
+    },
+  );
 
-  test("the listing check refuses each kind of file that must not ship, and any file outside the package's places", () => {
-    const refused = [
-      "test/cli.test.ts",
-      "dist/cli/cli.test.js",
-      "fixtures/packages/hello/README",
-      "bench/run.mjs",
-      "dist/bench-digest.js",
-      "dist/engine/probe-io.js",
-      "npm-debug.log",
-      "docs/design/performance-log.md",
-      "dist/code-cache/node-v20-linux-x64/oats-0123456789abcdef.cache",
-      "dist/cli/bundle/oats.cjs.cache",
-      "dist/native/oats.node",
-      "native/read-small.o",
-      "scratch/notes.md",
-      "dist/cli/bin.js.orig",
-      "tsconfig.build.tsbuildinfo",
-      "src/index.ts",
-      "dist/index.js.map",
-      ".ci/run",
-      "scripts/demo.mjs",
-    ];
-    const problems = listingProblems(refused);
-    assert.equal(problems.length, refused.length, problems.join("\n"));
-    assert.deepEqual(listingProblems(["dist/cli/bin.js", "native/addon.h", "LICENSE", "man/oats.1"]), []);
-  });
+  test(
+    "the listing check refuses each kind of file that must not ship, " + "and any file outside the package's places",
+    () => {
+      const refused = [
+        "test/cli.test.ts",
+        "dist/cli/cli.test.js",
+        "fixtures/packages/hello/README",
+        "bench/run.mjs",
+        "dist/bench-digest.js",
+        "dist/engine/probe-io.js",
+        "npm-debug.log",
+        "docs/design/work-log.txt",
+        "dist/code-cache/node-v20-linux-x64/oats-0123456789abcdef.cache",
+        "dist/cli/bundle/oats.cjs.cache",
+        "dist/native/oats.node",
+        "native/read-small.o",
+        "scratch/notes.md",
+        "dist/cli/bin.js.orig",
+        "tsconfig.build.tsbuildinfo",
+        "src/index.ts",
+        "dist/index.js.map",
+        ".ci/run",
+        "scripts/demo.mjs",
+      ];
+      const problems = listingProblems(refused);
+      assert.equal(problems.length, refused.length, problems.join("\n"));
+      assert.deepEqual(listingProblems(["dist/cli/bin.js", "native/addon.h", "LICENSE", "man/oats.1"]), []);
+    },
+  );
 
-  test(`keeps its size budget: packed ${BUDGET.size} bytes, unpacked ${BUDGET.unpackedSize}, ${BUDGET.entryCount} files`, () => {
-    const report = `${packed.size} bytes packed, ${packed.unpackedSize} unpacked, ${packed.entryCount} files`;
-    assert.ok(packed.size <= BUDGET.size, report);
-    assert.ok(packed.unpackedSize <= BUDGET.unpackedSize, report);
-    assert.ok(packed.entryCount <= BUDGET.entryCount, report);
-  });
+  test(
+    `keeps its size budget: packed ${BUDGET.size} bytes, ` +
+      `unpacked ${BUDGET.unpackedSize}, ${BUDGET.entryCount} files`,
+    () => {
+      const report = `${packed.size} bytes packed, ${packed.unpackedSize} unpacked, ${packed.entryCount} files`;
+      assert.ok(packed.size <= BUDGET.size, report);
+      assert.ok(packed.unpackedSize <= BUDGET.unpackedSize, report);
+      assert.ok(packed.entryCount <= BUDGET.entryCount, report);
+    },
+  );
 
-  test("its metadata is complete: description, keywords, license, bin, engines, type, exports and files, each path it names shipped", () => {
-    assert.deepEqual(metadataProblems(PKG, new Set(paths), readRepo), []);
-    const oldest = /^>=\s*(\d+)\.(\d+)/.exec(String((PKG["engines"] as Manifest)["node"]));
-    const [major, minor] = process.versions.node.split(".").map(Number);
-    assert.ok(oldest, "engines.node names a major and minor version");
-    assert.ok(
-      major! > Number(oldest[1]) || (major === Number(oldest[1]) && minor! >= Number(oldest[2])),
-      `this Node ${process.version} satisfies engines.node`,
-    );
-  });
-
-  test("the metadata check refuses a manifest with a field missing or wrong, or naming a file that does not ship", () => {
-    const shipped = new Set(paths);
-    const without = (field: string) => Object.fromEntries(Object.entries(PKG).filter(([name]) => name !== field));
-    const cases: [Manifest, RegExp][] = [
-      [without("description"), /^description/],
-      [{ ...PKG, description: "a tool" }, /^description/],
-      [without("keywords"), /^keywords/],
-      [{ ...PKG, keywords: ["a", "b", "c", "d", "d"] }, /^keywords/],
-      [without("license"), /^license/],
-      [{ ...PKG, license: "Apache-2.0" }, /^license: LICENSE ships/],
-      [without("bin"), /^bin/],
-      [{ ...PKG, bin: { oats: "dist/index.js" } }, /^bin\.oats/],
-      [{ ...PKG, bin: { oats: "dist/cli/oats.js" } }, /^dist\/cli\/oats\.js: named by the manifest/],
-      [without("engines"), /^engines/],
-      [{ ...PKG, engines: { node: "*" } }, /^engines/],
-      [without("exports"), /^exports/],
-      [{ ...PKG, exports: { ...(PKG["exports"] as Manifest), "./gone": "./dist/gone.js" } }, /^dist\/gone\.js/],
-      [without("files"), /^files/],
-      [without("type"), /^type/],
-      [{ ...PKG, private: true }, /^private/],
-      [{ ...PKG, scripts: { install: "node scripts/not-shipped.mjs" } }, /^scripts\.install/],
-    ];
-    for (const [manifest, expected] of cases) {
-      const problems = metadataProblems(manifest, shipped, readRepo);
+  test(
+    "its metadata is complete: description, keywords, license, bin, engines, type, exports and files, " +
+      "each path it names shipped",
+    () => {
+      assert.deepEqual(metadataProblems(PKG, new Set(paths), readRepo), []);
+      const oldest = /^>=\s*(\d+)\.(\d+)/.exec(String((PKG["engines"] as Manifest)["node"]));
+      const [major, minor] = process.versions.node.split(".").map(Number);
+      assert.ok(oldest, "engines.node names a major and minor version");
       assert.ok(
-        problems.some((line) => expected.test(line)),
-        `${expected}: ${problems.join("; ") || "no problem found"}`,
+        major! > Number(oldest[1]) || (major === Number(oldest[1]) && minor! >= Number(oldest[2])),
+        `this Node ${process.version} satisfies engines.node`,
       );
-    }
-  });
+    },
+  );
+
+  test(
+    "the metadata check refuses a manifest with a field missing or wrong, " + "or naming a file that does not ship",
+    () => {
+      const shipped = new Set(paths);
+      const without = (field: string) => Object.fromEntries(Object.entries(PKG).filter(([name]) => name !== field));
+      const cases: [Manifest, RegExp][] = [
+        [without("description"), /^description/],
+        [{ ...PKG, description: "a tool" }, /^description/],
+        [without("keywords"), /^keywords/],
+        [{ ...PKG, keywords: ["a", "b", "c", "d", "d"] }, /^keywords/],
+        [without("license"), /^license/],
+        [{ ...PKG, license: "Apache-2.0" }, /^license: LICENSE ships/],
+        [without("bin"), /^bin/],
+        [{ ...PKG, bin: { oats: "dist/index.js" } }, /^bin\.oats/],
+        [{ ...PKG, bin: { oats: "dist/cli/oats.js" } }, /^dist\/cli\/oats\.js: named by the manifest/],
+        [without("engines"), /^engines/],
+        [{ ...PKG, engines: { node: "*" } }, /^engines/],
+        [without("exports"), /^exports/],
+        [{ ...PKG, exports: { ...(PKG["exports"] as Manifest), "./gone": "./dist/gone.js" } }, /^dist\/gone\.js/],
+        [without("files"), /^files/],
+        [without("type"), /^type/],
+        [{ ...PKG, private: true }, /^private/],
+        [{ ...PKG, scripts: { install: "node scripts/not-shipped.cjs" } }, /^scripts\.install/],
+      ];
+      for (const [manifest, expected] of cases) {
+        const problems = metadataProblems(manifest, shipped, readRepo);
+        assert.ok(
+          problems.some((line) => expected.test(line)),
+          `${expected}: ${problems.join("; ") || "no problem found"}`,
+        );
+      }
+    },
+  );
 
   test("every dependency it lists is imported by code it ships", () => {
     assert.deepEqual(unusedDependencies(PKG, paths, readRepo), []);

@@ -5,7 +5,7 @@ import { capturePrepare } from "./commands/capture-prepare.js";
 import { cleanup } from "./commands/cleanup.js";
 import { completion } from "./commands/completion.js";
 import { digest } from "./commands/digest.js";
-import { doctor } from "./commands/doctor.js";
+import { doctor } from "./doctor.js";
 import { dispatch } from "./commands/dispatch.js";
 import { exportCommand } from "./commands/export.js";
 import { fsck } from "./commands/fsck.js";

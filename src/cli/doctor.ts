@@ -1,4 +1,4 @@
-import type { CommandSpec } from "../support/context.js";
+import type { CommandSpec } from "./support/context.js";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import {
@@ -12,8 +12,8 @@ import {
   parseCache,
   readCache,
   readIfPresent,
-} from "../load-bundle.js";
-import { packageVersion } from "../support/version.js";
+} from "./load-bundle.js";
+import { packageVersion } from "./support/version.js";
 
 /**
  * How this installation runs here, for a user who wonders why oats is slower
@@ -22,7 +22,9 @@ import { packageVersion } from "../support/version.js";
  * turned off), and which bundles have a V8 code cache yet. Neither is
  * needed; both only make oats faster. Nothing else prints this: the library
  * never prints, and a run that falls back to JavaScript says nothing, so a
- * --json stdout stays one envelope.
+ * --json stdout stays one envelope. It lives beside load-bundle.ts, not among
+ * the commands, because it reports that loader's code caches (a command under
+ * commands/ importing the loader would make a folder cycle).
  */
 export const doctor: CommandSpec = {
   name: "doctor",
@@ -32,7 +34,7 @@ export const doctor: CommandSpec = {
     );
   },
   async run() {
-    const { nativeReadsStatus } = await import("../../engine/index.js");
+    const { nativeReadsStatus } = await import("../engine/index.js");
     const nativeReads = nativeReadsStatus();
     const codeCache = codeCacheReport();
     const node = {
