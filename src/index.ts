@@ -197,6 +197,7 @@ export {
   jsonDigest,
   OatsError,
 } from "./core/index.js";
+export { type NativeReadsStatus, nativeReadsStatus } from "./engine/index.js";
 export {
   CANCEL_FILE,
   cancelRun,

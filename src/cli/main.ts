@@ -8,6 +8,7 @@ import { capturePrepare } from "./commands/capture-prepare.js";
 import { cleanup } from "./commands/cleanup.js";
 import { completion } from "./commands/completion.js";
 import { digest } from "./commands/digest.js";
+import { doctor } from "./doctor.js";
 import { dispatch } from "./commands/dispatch.js";
 import { exportCommand } from "./commands/export.js";
 import { fsck } from "./commands/fsck.js";
@@ -93,6 +94,7 @@ export const COMMANDS: readonly CommandSpec[] = [
   trustRm,
   attestationLs,
   attestationVerify,
+  doctor,
 ];
 
 /** The command the arguments name, if any, among all commands (program.ts). */

@@ -66,4 +66,5 @@ export const COMMAND_NAMES = [
   "push",
   "pull",
   "outbox ls",
+  "doctor",
 ] as const;
