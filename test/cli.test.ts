@@ -328,11 +328,24 @@ describe("typed refusals", () => {
     );
   });
 
+  test("`oats` alone prints the help on stdout and exits 0; with --json, one help envelope", () => {
+    const plain = runOats([]);
+    assert.equal(plain.status, 0, plain.stderr);
+    assert.match(plain.stdout, /^Usage: oats \[options\] \[command\]/);
+    assert.match(plain.stdout, /retain \[options\]/);
+    assert.equal(plain.stderr, "");
+    const json = runOats(["--json"]);
+    assert.equal(json.status, 0, json.stderr);
+    const envelope = JSON.parse(json.stdout);
+    assert.equal(envelope.ok, true);
+    assert.equal(envelope.command, "help");
+    assert.match(envelope.result.help, /^Usage: oats/);
+  });
+
   const usageCases: [string, string[], RegExp][] = [
     ["an unknown option", ["ls", "--bogus"], /unknown option '--bogus'/],
     ["an unknown global option", ["--bogus"], /unknown option '--bogus'/],
     ["an unknown command", ["frobnicate"], /unknown command 'frobnicate'/],
-    ["no command", [], /command is required/],
     ["a missing required argument", ["verify"], /missing required argument 'id'/],
     ["a missing required option", ["retain", FIXTURE_PAYLOAD], /required option '--id <id>'/],
     [

@@ -77,8 +77,9 @@ const REMEDIES: Record<string, string> = {
     "correct it and retry (`oats <command> --help` lists the arguments).",
   "integrity-mismatch":
     "the stored revision is damaged or the expected digest is wrong; it was " +
-    "not repaired. Re-retain from a trusted source into a fresh scope or " +
-    "remove the revision by hand after inspecting it.",
+    "not repaired. `oats repair <kind>:<key>@<integrity> --from <trusted copy>` " +
+    "puts back bytes that verify against the revision's own digest and quarantines " +
+    "the damaged tree (`oats repair --help`); or check the expected digest.",
   "provenance-mismatch":
     "the tree's .oats-installation.json does not match the lock's rows; " +
     "reinstall the capability from its locked source, or use the lock it was " +
@@ -264,6 +265,17 @@ export function remedy(
     error.details["path"] === undefined
   ) {
     return "an instance name matches ^[a-z0-9][a-z0-9._-]*$ (at most 214 characters); correct the argument and retry.";
+  }
+  if (
+    error.code === "artifact-not-found" &&
+    error.details["host"] !== undefined &&
+    error.details["repository"] !== undefined
+  ) {
+    return (
+      "the registry named above has no such tag or digest in that repository; check the reference " +
+      "(<registry>/<repository>:<tag> or @sha256:<digest>) and that it was pushed there (`oats push --help`; " +
+      "docs/design/fleet.md)."
+    );
   }
   if (
     error.code === "artifact-not-found" &&
