@@ -317,5 +317,21 @@ export function humanError(
           return `  ${at}${oneLine(typeof message === "string" ? message : JSON.stringify(issue))}\n`;
         })
       : [];
-  return `oats: ${error.code}: ${oneLine(error.message)}\n${remedy(error, command)}\n${problems.join("")}`;
+  const differing = differenceLines(error.details).map((line) => `${line}\n`);
+  return `oats: ${error.code}: ${oneLine(error.message)}\n${remedy(error, command)}\n${problems.join("")}${differing.join("")}`;
+}
+
+/**
+ * Every differing path of a damaged revision that the refusal lists (`details.differences`, capped), one indented
+ * line each with its change, and a count of those not listed; nothing when there is only the one the message names.
+ */
+export function differenceLines(details: Record<string, unknown>): string[] {
+  const listed = Array.isArray(details["differences"])
+    ? (details["differences"] as { path?: unknown; change?: unknown }[])
+    : [];
+  const total = typeof details["differenceCount"] === "number" ? details["differenceCount"] : listed.length;
+  if (total <= 1) return [];
+  const lines = listed.map((row) => `  ${String(row.change).padEnd(14)} ${String(row.path)}`);
+  if (total > listed.length) lines.push(`  ... and ${total - listed.length} more differing paths not listed`);
+  return lines;
 }
