@@ -123,7 +123,7 @@ test(
   },
 );
 
-test("every differing path is named: the refusal lists the first 20 in order and counts them all; verify and fsck print them", async () => {
+test("every differing path is named: the first 20 listed in order, all counted, and verify and fsck print them", async () => {
   const scope = tempDir();
   const source = join(tempDir(), "tree");
   mkdirSync(source);

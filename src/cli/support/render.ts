@@ -318,7 +318,8 @@ export function humanError(
         })
       : [];
   const differing = differenceLines(error.details).map((line) => `${line}\n`);
-  return `oats: ${error.code}: ${oneLine(error.message)}\n${remedy(error, command)}\n${problems.join("")}${differing.join("")}`;
+  const head = `oats: ${error.code}: ${oneLine(error.message)}\n${remedy(error, command)}\n`;
+  return `${head}${problems.join("")}${differing.join("")}`;
 }
 
 /**
