@@ -1,6 +1,8 @@
 import { statSync } from "node:fs";
-import type { CommandSpec } from "../support/context.js";
+import type { ArtifactReceipt } from "../../retention/index.js";
+import type { CommandOutcome, CommandSpec } from "../support/context.js";
 import { archiveOnlyLimits, defineLimitFlags, takeLimitFlags } from "../support/limit-flags.js";
+import { loadLifecycleLibrary } from "./lifecycle-shared.js";
 import { artifactKey, kindOption, loadLibrary, receiptOutcome } from "./shared.js";
 
 /** A regular file operand is a package tarball; anything else goes to the directory retain (which reports what it
@@ -35,6 +37,7 @@ export const retain: CommandSpec = {
         "oats lock v2 file: retain the capability at its locked integrity and check its provenance",
       )
       .option("--expect <integrity>", "the oats.tree-exec.v1 integrity the tree must have (F:sha256-<hex>)")
+      .option("--no-pin", "do not pin the revision: gc may collect it once nothing else keeps it and its grace passes")
       .option(
         "--tarball-integrity <sri>",
         "tarball only: the SRI the tarball bytes must have (sha512-..., as in " +
@@ -46,7 +49,7 @@ export const retain: CommandSpec = {
     const { parseFlags, retainFlags } = await import("../support/flags.js");
     const { usageError } = await import("../support/envelope.js");
     const { limits, rest: withoutLimits } = takeLimitFlags(options);
-    const { tarballIntegrity, ...rest } = withoutLimits;
+    const { tarballIntegrity, pin: pinFlag, ...rest } = withoutLimits;
     const flags = parseFlags(retainFlags, rest);
     const tarball = isRegularFile(operand!);
     if (tarballIntegrity !== undefined && !tarball) {
@@ -63,7 +66,25 @@ export const retain: CommandSpec = {
     const progress = context.progress(`retain ${flags.id}`);
     const watch = { onProgress: progress.update, signal: context.interruptSignal() };
     const retainOptions = { ...watch, ...(limits.maxDepth === undefined ? {} : { maxDepth: limits.maxDepth }) };
+    let retained: { outcome: CommandOutcome; receipt: ArtifactReceipt };
     try {
+      retained = await retainOperand();
+    } finally {
+      progress.end();
+    }
+    if (pinFlag === false) return { ...retained.outcome, result: { ...resultOf(retained.outcome), pinned: false } };
+    const { receipt } = retained;
+    const pinned = await (await loadLifecycleLibrary()).pin(
+      context.scope,
+      `${receipt.kind}:${receipt.key}@${receipt.integrity.format}:${receipt.integrity.value}`,
+    );
+    return {
+      ...retained.outcome,
+      result: { ...resultOf(retained.outcome), pinned: true },
+      lines: [...retained.outcome.lines, `  pinned    ${pinned.text} (oats unpin lets gc collect it)`],
+    };
+
+    async function retainOperand(): Promise<{ outcome: CommandOutcome; receipt: ArtifactReceipt }> {
       if (tarball) {
         const { retainTarball } = await import("../../acquisition/tarball.js");
         const extra = tarballIntegrity === undefined ? {} : { tarballIntegrity };
@@ -84,13 +105,15 @@ export const retain: CommandSpec = {
         const receipt = await retainTarball(context.scope, operand!, request, watch);
         if (identity !== undefined) library.pinSourceIdentity(context.scope, identity);
         const outcome = receiptOutcome(receipt, identity);
-        return { ...outcome, lines: [...outcome.lines, `  tarball   ${receipt.tarballIntegrity}`] };
+        return {
+          outcome: { ...outcome, lines: [...outcome.lines, `  tarball   ${receipt.tarballIntegrity}`] },
+          receipt,
+        };
       }
       if (flags.lock !== undefined) {
         const lock = library.readLockFile(flags.lock);
-        return receiptOutcome(
-          await library.retainCapabilityArtifact(context.scope, operand!, flags.id, lock, retainOptions),
-        );
+        const receipt = await library.retainCapabilityArtifact(context.scope, operand!, flags.id, lock, retainOptions);
+        return { outcome: receiptOutcome(receipt), receipt };
       }
       const { key, identity } = artifactKey(library, flags.kind, flags.id);
       const receipt = await library.retainTree(
@@ -100,9 +123,11 @@ export const retain: CommandSpec = {
       );
       // So `oats ls` can show the identity, not only its key.
       if (identity !== undefined) library.pinSourceIdentity(context.scope, identity);
-      return receiptOutcome(receipt, identity);
-    } finally {
-      progress.end();
+      return { outcome: receiptOutcome(receipt, identity), receipt };
     }
   },
 };
+
+function resultOf(outcome: CommandOutcome): Record<string, unknown> {
+  return outcome.result as Record<string, unknown>;
+}
