@@ -110,6 +110,7 @@ export {
   stagingName,
 } from "./store/layout.js";
 export { listLeases, withGcLock, withPublishLease, withPublishLeaseSync } from "./store/lease.js";
+export { holdPublishLease, type LeaseHold } from "./store/lease-hold.js";
 export { ManifestRecorder } from "./store/manifest-encoding.js";
 export { firstDifference, manifestPath, readManifestBytes } from "./store/manifest.js";
 export { DEFAULT_LOCK_WAIT_MS, withFileLock, withRevisionLock } from "./store/publish-lock.js";
