@@ -91,7 +91,9 @@ export {
 } from "./store/components.js";
 export { faultPoint } from "./store/faults.js";
 export {
+  descriptorStream,
   entryPresent,
+  openNamedPath,
   readInPieces,
   readRegularFile,
   readRegularFileInPieces,
@@ -112,7 +114,17 @@ export {
 export { listLeases, withGcLock, withPublishLease, withPublishLeaseSync } from "./store/lease.js";
 export { holdPublishLease, type LeaseHold } from "./store/lease-hold.js";
 export { ManifestRecorder } from "./store/manifest-encoding.js";
-export { firstDifference, manifestPath, readManifestBytes } from "./store/manifest.js";
+export {
+  digestTreeWithRows,
+  firstDifference,
+  manifestPath,
+  modeDifference,
+  readManifestBytes,
+  readManifestRows,
+  rowsDifference,
+  type Difference,
+  type ManifestRow,
+} from "./store/manifest.js";
 export { DEFAULT_LOCK_WAIT_MS, withFileLock, withRevisionLock } from "./store/publish-lock.js";
 export { revisionParentSegments } from "./store/publish.js";
 export { removeTree, StagingWriter } from "./store/staging-writer.js";

@@ -12,6 +12,7 @@ import {
 } from "./findings.js";
 import { checkChains } from "./fsck-chains.js";
 import { checkLeases, checkPins, checkQuarantine, checkRunCopies, isRunCopy } from "./fsck-lifecycle.js";
+import { checkLegacyModes } from "./fsck-modes.js";
 import { checkRuns } from "./fsck-runs.js";
 import { checkBlobs, checkInstances, checkJobs, checkRecords, revisionKey } from "./fsck-stores.js";
 
@@ -76,7 +77,7 @@ export async function fsckScope(scope: string, options: ScopeFsckOptions = {}): 
   // between records), each into its own list so the report's order is fixed.
   const revisionFindings: Finding[] = [];
   const storeFindings: Finding[] = [];
-  const [retention, { counts }] = await Promise.all([
+  const [retention, { counts, records }] = await Promise.all([
     guardedAsync(revisionFindings, () => fsckRevisions(realScope, { onArtifact: options.onArtifact })),
     checkStores(realScope, revisions, storeFindings),
   ]);
@@ -94,6 +95,7 @@ export async function fsckScope(scope: string, options: ScopeFsckOptions = {}): 
       details,
     } as Finding);
   }
+  await checkLegacyModes(outcomes, records, revisionFindings);
   // A run copy is staging too, but only a gone dispatcher's is a leftover.
   const staging = retention?.staging ?? [];
   for (const path of staging)
