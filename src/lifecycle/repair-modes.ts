@@ -182,7 +182,8 @@ export function checkReplacementModes(
           text,
           from,
           "the damaged tree",
-          `${row.path} is ${row.exec ? "" : "not "}owner-executable, the undamaged stored file is ${stored.exec ? "" : "not"}`,
+          `${row.path} is ${row.exec ? "" : "not "}owner-executable in the source ` +
+            `and ${stored.exec ? "is" : "is not"} in the undamaged stored copy`,
           { firstDifference: { path: row.path, change: "exec-bit" } },
         );
     } else undecided.push(row.path);

@@ -6,7 +6,7 @@ import { OatsError, asStepError, errnoCode } from "../core/index.js";
 import { parseExportRef, extractTar, withExtractionDir } from "../acquisition/index.js";
 import { audited, audit } from "../ledger/index.js";
 import {
-  descriptorStream,
+  HeldFile,
   digestTree,
   digestTreeWithRows,
   openNamedPath,
@@ -93,7 +93,7 @@ type SourceType = RepairResult["from"]["type"];
 interface Source {
   readonly type: SourceType;
   /** The open file (tarball or bundle); null for a directory. */
-  readonly fd: number | null;
+  readonly file: HeldFile | null;
 }
 
 function openSource(from: string): Source {
@@ -115,7 +115,7 @@ function openSource(from: string): Source {
   const { fd, stats } = opened;
   if (stats.isDirectory()) {
     closeSync(fd);
-    return { type: "directory", fd: null };
+    return { type: "directory", file: null };
   }
   try {
     if (!stats.isFile())
@@ -124,7 +124,7 @@ function openSource(from: string): Source {
       });
     const magic = Buffer.alloc(2);
     readSync(fd, magic, 0, 2, 0);
-    return { type: magic[0] === 0x1f && magic[1] === 0x8b ? "tarball" : "bundle", fd };
+    return { type: magic[0] === 0x1f && magic[1] === 0x8b ? "tarball" : "bundle", file: new HeldFile(fd, from) };
   } catch (error) {
     closeSync(fd);
     throw error;
@@ -188,7 +188,7 @@ async function withSourceTree<T>(
     return body(from, measured!);
   }
   return withExtractionDir(realScope, async (staging) => {
-    await extractTar(descriptorStream(source.fd!, from), staging, {
+    await extractTar(source.file!.stream(), staging, {
       origin: from,
       prefix: source.type === "tarball" ? "package" : null,
     });
@@ -270,7 +270,7 @@ export async function repair(scope: string, refInput: unknown, options: RepairOp
   try {
     return await repairFrom(realScope, ref, text, dir, from, source, lock, waitMs);
   } finally {
-    if (source.fd !== null) closeSync(source.fd);
+    await source.file?.close();
   }
 }
 

@@ -67,7 +67,7 @@ export {
 } from "./ids.js";
 export { DIGEST_VALUE_PATTERN, digestHex, parseDigestName, parseTreeIntegrity } from "./integrity.js";
 export { namesIn, stagingAbandoned } from "./inventory.js";
-export { capabilityRows, lockDocumentSchema, parseLockText } from "./oats-lock.js";
+export { capabilityRows, lockDocumentSchema, MAX_LOCK_BYTES, parseLockText } from "./oats-lock.js";
 export { settleInLanes } from "./parallel/pool.js";
 export {
   EMIT_EVERY_FILES,
@@ -91,8 +91,8 @@ export {
 } from "./store/components.js";
 export { faultPoint } from "./store/faults.js";
 export {
-  descriptorStream,
   entryPresent,
+  HeldFile,
   openNamedPath,
   readInPieces,
   readRegularFile,

@@ -1,16 +1,16 @@
 import {
   closeSync,
   constants,
-  createReadStream,
   fstatSync,
   fsyncSync,
   lstatSync,
   openSync,
+  read,
   readSync,
-  type ReadStream,
   type Stats,
   writeSync,
 } from "node:fs";
+import { Readable } from "node:stream";
 import { join } from "node:path";
 import { errnoCode, type OatsError } from "../../core/index.js";
 import { stagingName } from "./layout.js";
@@ -100,9 +100,67 @@ export function openNamedPath(path: string): { fd: number; stats: Stats } {
   }
 }
 
-/** A stream of the whole file held open at `fd`, from its first byte, leaving the descriptor open when it ends. */
-export function descriptorStream(fd: number, path: string): ReadStream {
-  return createReadStream(path, { fd, start: 0, autoClose: false, emitClose: true });
+/**
+ * A file held open by descriptor (openNamedPath), read as many times as
+ * needed, each time as a stream from its first byte that reads through the
+ * descriptor (pread at its own position), never through the name. Node's
+ * own file streams close the descriptor when destroyed, whatever
+ * `autoClose` says, so these streams never close it: `close` does, once
+ * every stream has ended or been destroyed and no read of it is in flight
+ * (a descriptor number closed under a pending read could be reused by the
+ * next open, and that read would read the other file).
+ */
+export class HeldFile {
+  private readonly streams: Readable[] = [];
+  private closed = false;
+
+  constructor(
+    readonly fd: number,
+    readonly path: string,
+  ) {}
+
+  /** The whole file, from its first byte. */
+  stream(): Readable {
+    const fd = this.fd;
+    let position = 0;
+    let pending: Promise<void> | null = null;
+    const stream = new Readable({
+      highWaterMark: 256 * 1024,
+      read(size) {
+        const buffer = Buffer.allocUnsafe(Math.min(Math.max(size, 64 * 1024), 1 << 20));
+        pending = new Promise((settle) => {
+          read(fd, buffer, 0, buffer.length, position, (error, bytesRead) => {
+            pending = null;
+            settle();
+            if (stream.destroyed) return;
+            if (error) stream.destroy(error);
+            else if (bytesRead === 0) stream.push(null);
+            else {
+              position += bytesRead;
+              stream.push(buffer.subarray(0, bytesRead));
+            }
+          });
+        });
+      },
+      destroy(error, callback) {
+        if (pending === null) callback(error);
+        else void pending.then(() => callback(error));
+      },
+    });
+    this.streams.push(stream);
+    return stream;
+  }
+
+  /** Stop every stream, wait until none reads, then close the descriptor (idempotent). */
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    for (const stream of this.streams) if (!stream.destroyed) stream.destroy();
+    await Promise.all(
+      this.streams.map((stream) => (stream.closed ? undefined : new Promise((done) => stream.once("close", done)))),
+    );
+    closeSync(this.fd);
+  }
 }
 
 function openRegularFile(path: string, options: BoundedReadOptions): { fd: number; size: number } {
