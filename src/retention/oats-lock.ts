@@ -1,6 +1,6 @@
 import { z } from "zod";
 import { OatsError, OPERATOR_MAX_DEPTH, parseJsonText } from "../core/index.js";
-import { IDENTIFIER_MAX_LENGTH, IDENTIFIER_PATTERN } from "./ids.js";
+import { IDENTIFIER_MAX_LENGTH, IDENTIFIER_PATTERN } from "./store/ids.js";
 import { readRegularFile } from "./store/files.js";
 
 /**

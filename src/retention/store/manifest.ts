@@ -2,7 +2,7 @@ import { lstatSync, renameSync, unlinkSync } from "node:fs";
 import { basename, dirname, join } from "node:path";
 import { z } from "zod";
 import { digestListing, digestTree, type TreeDigests } from "../digest/tree.js";
-import type { TreeFormat } from "../integrity.js";
+import type { TreeFormat } from "../digest/integrity.js";
 import { walkTree } from "../digest/walk.js";
 import { OatsError } from "../../core/index.js";
 import { readRegularFile, writeStagedFile } from "./files.js";
