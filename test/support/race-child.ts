@@ -1,8 +1,10 @@
 /**
- * One side of a gc race in its own OS process: a deleting gc, or one
- * publisher or dispatcher, for test/lifecycle-races.test.ts.
+ * One side of gc races in its own OS process, for
+ * test/lifecycle-races.test.ts: a worker (workers.ts) that loads once and
+ * then runs one request a line, each a deleting gc or one publisher or
+ * dispatcher.
  *
- *   node --import tsx test/support/race-child.ts '<json request>'
+ *   node --import tsx test/support/race-child.ts   (requests on stdin)
  *
  * Request: {op, scope, delayMs?, ...} where op is one of
  *   gc                 gc --delete with no grace
@@ -17,12 +19,10 @@
  *   put-blob           putBlob(scope, text)
  *   dispatch           resolveQueuedCapture(scope, job), the plan discarded (dispatch without --exec)
  *   dispatch-exec      planQueuedRun then runDispatchPlanWithEvidence (dispatch --exec), output discarded
- * The child loads everything, says "ready" and waits for the start line
- * (go.ts); `delayMs` starts it that much later. Outcome: one JSON line on
- * stdout, {"ok":true,...} or {"ok":false,"error":{...}}.
+ * `delayMs` starts a request that much later. Outcome: one JSON line on
+ * stdout a request, {"ok":true,...} or {"ok":false,"error":{...}}.
  */
 import {
-  OatsError,
   addJob,
   discardDispatchPlan,
   gc,
@@ -38,7 +38,8 @@ import {
   retainTree,
   runDispatchPlanWithEvidence,
 } from "../../src/index.js";
-import { waitForGo } from "./go.js";
+import { errorPayload } from "./child-outcome.js";
+import { serveRequests } from "./workers.js";
 
 interface Request {
   op: string;
@@ -57,9 +58,7 @@ interface Request {
   text?: string;
 }
 
-const request = JSON.parse(process.argv[2] ?? "{}") as Request;
-
-async function run(): Promise<Record<string, unknown>> {
+async function run(request: Request): Promise<Record<string, unknown>> {
   const { scope } = request;
   switch (request.op) {
     case "gc": {
@@ -102,16 +101,12 @@ async function run(): Promise<Record<string, unknown>> {
   }
 }
 
-await waitForGo();
-// A stagger, so that across rounds each side is sometimes first and sometimes caught in the middle of the other.
-if (request.delayMs) await new Promise((resolve) => setTimeout(resolve, request.delayMs));
-try {
-  process.stdout.write(`${JSON.stringify({ ok: true, ...(await run()) })}\n`);
-} catch (error) {
-  const payload =
-    error instanceof OatsError
-      ? error.toJSON()
-      : { code: "not-an-oats-error", message: String((error as Error)?.stack ?? error) };
-  process.stdout.write(`${JSON.stringify({ ok: false, error: payload })}\n`);
-  process.exitCode = 1;
-}
+await serveRequests(async (request: Request) => {
+  // A stagger, so that across rounds each side is sometimes first and sometimes caught in the middle of the other.
+  if (request.delayMs) await new Promise((resolve) => setTimeout(resolve, request.delayMs));
+  try {
+    return { ok: true, ...(await run(request)) };
+  } catch (error) {
+    return { ok: false, error: errorPayload(error) };
+  }
+});
