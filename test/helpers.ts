@@ -23,12 +23,36 @@ import { after, before } from "node:test";
 import { setTimeout as sleep } from "node:timers/promises";
 
 export const REPO = resolve(import.meta.dirname, "..");
-export const FIXTURE = join(REPO, "fixtures/packages/hello");
-export const FIXTURE_PAYLOAD = join(FIXTURE, "payload");
-export const FIXTURE_LOCK = join(FIXTURE, "oats-lock.json");
-export const VECTORS = join(REPO, "fixtures/vectors");
 
 const made: string[] = [];
+
+/**
+ * The repository's `fixtures/` as the tests read it: a copy per test process whose files and directories have no
+ * group or other write bit. A checkout made under umask 002 has group-writable fixtures, and the store, which
+ * never keeps a group or other write bit, would then hold other modes than the fixture a test compares it with.
+ * Exec bits and link text are kept as checked out. Readable by every user: attack tests spawn `nobody`.
+ */
+export const FIXTURES = modeNormalizedFixtures();
+export const FIXTURE = join(FIXTURES, "packages/hello");
+export const FIXTURE_PAYLOAD = join(FIXTURE, "payload");
+export const FIXTURE_LOCK = join(FIXTURE, "oats-lock.json");
+export const VECTORS = join(FIXTURES, "vectors");
+
+function modeNormalizedFixtures(): string {
+  const root = mkdtempSync(join(tmpdir(), "oats-fixtures-"));
+  made.push(root);
+  chmodSync(root, 0o755);
+  const copy = join(root, "fixtures");
+  cpSync(join(REPO, "fixtures"), copy, { recursive: true, verbatimSymlinks: true });
+  const clear = (path: string): void => {
+    const stat = lstatSync(path);
+    if (stat.isSymbolicLink()) return;
+    chmodSync(path, stat.mode & 0o7755);
+    if (stat.isDirectory()) for (const name of readdirSync(path)) clear(join(path, name));
+  };
+  clear(copy);
+  return copy;
+}
 
 /**
  * The operator's private chain-log state (checkpoints, indexes) goes to a
