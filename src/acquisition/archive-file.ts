@@ -27,7 +27,11 @@ export function openArchive(input: string, what: "tarball" | "bundle"): HeldFile
         `${what} ${input} is a symlink; oats never follows a symlink at the name of a file it reads`,
         { ...details, errno, reason: "symlink" },
       );
-    if (errno === "ENXIO") throw new OatsError("invalid-input", `${what} is not a regular file: ${input}`, details);
+    if (errno === "ENXIO")
+      throw new OatsError("invalid-input", `${what} is not a regular file: ${input}`, {
+        ...details,
+        reason: "not-a-file",
+      });
     throw new OatsError(
       "invalid-input",
       errno === "ENOENT" ? `${what} does not exist: ${input}` : `${what} ${input} cannot be read: ${errno}`,
@@ -36,7 +40,10 @@ export function openArchive(input: string, what: "tarball" | "bundle"): HeldFile
   }
   if (!opened.stats.isFile()) {
     closeSync(opened.fd);
-    throw new OatsError("invalid-input", `${what} is not a regular file: ${input}`, details);
+    throw new OatsError("invalid-input", `${what} is not a regular file: ${input}`, {
+      ...details,
+      reason: "not-a-file",
+    });
   }
   return new HeldFile(opened.fd, path);
 }

@@ -109,7 +109,11 @@ function openSource(from: string): Source {
         : errno === "ENXIO"
           ? `repair source ${from} is neither a directory nor a regular file`
           : `repair source ${from} cannot be read: ${errno ?? String(error)}`,
-      { from, errno, ...(errno === "ELOOP" ? { reason: "symlink" } : {}) },
+      {
+        from,
+        errno,
+        ...(errno === "ELOOP" ? { reason: "symlink" } : errno === "ENXIO" ? { reason: "not-a-file" } : {}),
+      },
     );
   }
   const { fd, stats } = opened;
@@ -121,6 +125,7 @@ function openSource(from: string): Source {
     if (!stats.isFile())
       throw new OatsError("invalid-input", `repair source ${from} is neither a directory nor a regular file`, {
         from,
+        reason: "not-a-file",
       });
     const magic = Buffer.alloc(2);
     readSync(fd, magic, 0, 2, 0);
