@@ -21,6 +21,7 @@ import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { after, before } from "node:test";
 import { setTimeout as sleep } from "node:timers/promises";
+import { nativeReadsAvailable, nativeReadsStatus } from "../src/engine/native-reads.js";
 
 export const REPO = resolve(import.meta.dirname, "..");
 
@@ -65,9 +66,33 @@ if (!process.env["OATS_STATE_DIR"]) {
   process.env["OATS_STATE_DIR"] = state;
 }
 
+/**
+ * The code caches the CLI writes on first use (src/cli/load-bundle.ts) go to
+ * the package's own directory when it is writable and else to the user's
+ * cache directory: for a run of the tests, a temporary one, never the real
+ * ~/.cache.
+ */
+if (!process.env["XDG_CACHE_HOME"]?.includes("oats-cache-home-")) {
+  const cache = mkdtempSync(join(tmpdir(), "oats-cache-home-"));
+  made.push(cache);
+  process.env["XDG_CACHE_HOME"] = cache;
+}
+
 after(() => {
   for (const dir of made) rmSync(dir, { recursive: true, force: true });
 });
+
+/**
+ * For a test of the native addon itself: false when it loaded here, else
+ * why not, as the loader says (src/engine/native-reads.ts), for the test's
+ * `skip`. The rest of the suite runs with or without it: the library then
+ * reads every file from JavaScript.
+ */
+export function addonSkip(): string | false {
+  if (nativeReadsAvailable()) return false;
+  const { state, reason } = nativeReadsStatus();
+  return `the native addon is not loaded here (${state}: ${reason}); only the JavaScript reads run`;
+}
 
 /**
  * For a test file that drops the page cache or asserts what a warm or a

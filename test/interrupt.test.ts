@@ -107,7 +107,8 @@ for (const [signal, exit] of [
   ["SIGTERM", 143],
   ["SIGHUP", 129],
 ] as const) {
-  test(`${signal} under --json: one envelope, error interrupted naming the signal and what was removed, exit ${exit}`, async () => {
+  const title = `${signal} under --json: one envelope, error interrupted naming the signal and what it removed`;
+  test(`${title}, exit ${exit}`, async () => {
     const scope = populatedScope();
     const before = snapshotTree(scope);
     const { status, stdout, stderr, parent } = await retainStoppedBy(scope, signal, true);
@@ -127,7 +128,7 @@ for (const [signal, exit] of [
   });
 }
 
-test("SIGTERM and SIGHUP without --json say what they removed, as Ctrl-C does, and leave the store as it was", async () => {
+test("SIGTERM and SIGHUP without --json say what they removed, as Ctrl-C does, store as it was", async () => {
   for (const [signal, exit] of [
     ["SIGTERM", 143],
     ["SIGHUP", 129],

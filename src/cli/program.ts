@@ -198,6 +198,11 @@ async function runProgram(commands: readonly CommandSpec[], givenArgv: readonly 
       }
       return 0;
     }
+    // `oats` alone (or with only global options) prints the help and exits 0: asking for nothing is not an error.
+    if (error.code === "commander.help" && name === null) {
+      writeOut(json ? `${successEnvelope("help", { help: captured })}\n` : captured);
+      return 0;
+    }
     const message = error.code === "commander.help" ? "a command is required" : error.message.replace(/^error:\s*/, "");
     return fail(usageError(message, { reason: error.code }), name);
   }

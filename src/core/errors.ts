@@ -42,6 +42,9 @@ export const ERROR_CODES = {
   // An OCI registry that cannot be used safely or at all: details.reason says why (unreachable, tls, insecure-remote,
   // redirect-other-host, unauthorized, auth-realm, protocol).
   "registry-refused": "refused",
+  // A signed attestation that cannot be believed: details.reason says why (signature-invalid, key-not-trusted,
+  // trust-removed, trust-unknown, subject-mismatch, subject-not-held, predicate-type, statement-invalid, too-large).
+  "attestation-refused": "refused",
   busy: "busy",
   usage: "usage",
   "internal-error": "internal",

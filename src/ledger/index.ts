@@ -40,6 +40,7 @@ export {
   readEntries,
   verifyChain,
 } from "./chain-log.js";
+export { isPrivateDirectory, operatorStateDir, scopeStateDir, stateRoot } from "./chain-state.js";
 export {
   assertInitialUserNamespace,
   currentPrincipal,
