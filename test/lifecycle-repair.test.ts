@@ -7,10 +7,32 @@
  */
 import assert from "node:assert/strict";
 import { execFileSync } from "node:child_process";
-import { chmodSync, cpSync, existsSync, mkdirSync, readFileSync, readdirSync, writeFileSync } from "node:fs";
-import { join } from "node:path";
+import {
+  chmodSync,
+  cpSync,
+  existsSync,
+  mkdirSync,
+  readFileSync,
+  readdirSync,
+  unlinkSync,
+  writeFileSync,
+} from "node:fs";
+import { basename, join } from "node:path";
 import { describe, test } from "node:test";
-import { readAudit, retainCapabilityArtifact, retainTree, verifyTree } from "../src/index.js";
+import {
+  TREE_EXEC,
+  TREE_LEGACY,
+  digestTree,
+  fsckScope,
+  prepare,
+  readAudit,
+  readRecordBytes,
+  repair,
+  retainCapabilityArtifact,
+  retainTree,
+  retainedTreeDir,
+  verifyTree,
+} from "../src/index.js";
 import { FIXTURE_LOCK, FIXTURE_PAYLOAD, fixtureLock, runOats, snapshotTree, tempDir } from "./helpers.js";
 
 function tool(label: string): string {
@@ -292,5 +314,173 @@ describe("repair against a local attacker", () => {
       child.kill();
     }
     console.log(`repair outcomes under attack: ${outcomes.join(",")}`);
+  });
+});
+
+describe("repair of a legacy-named capability holds its exec bits", () => {
+  const HELLO = "demo.hello";
+  const genuineExec = () => digestTree(FIXTURE_PAYLOAD, [TREE_EXEC]).then((digests) => digests[TREE_EXEC]!);
+
+  /**
+   * The fixture capability retained under its lock's legacy name (through `prepare`, so a record names it beside its
+   * exec-named copy, when `record`), its oats.json damaged, its manifest removed unless `manifest`.
+   */
+  async function legacyScene(options: { record: boolean; manifest: boolean }) {
+    const scope = tempDir("oats-repair-modes-");
+    let dir: string;
+    let value: string;
+    if (options.record) {
+      const prepared = await prepare(scope, {
+        schemaVersion: 1,
+        instance: "demo",
+        capabilities: [{ id: HELLO, dir: FIXTURE_PAYLOAD, lock: FIXTURE_LOCK }],
+        entrypoints: { hello: { capability: HELLO, path: "bin/hello.mjs", role: "command" } },
+      });
+      const { record } = readRecordBytes(scope, prepared.id);
+      value = record.artifacts[HELLO]!.legacyIntegrity!.value;
+      dir = retainedTreeDir(scope, { kind: "capability", key: HELLO, integrity: { format: TREE_LEGACY, value } });
+    } else {
+      const receipt = await retainCapabilityArtifact(scope, FIXTURE_PAYLOAD, HELLO, fixtureLock());
+      dir = receipt.dir;
+      value = receipt.integrity.value;
+    }
+    if (!options.manifest) unlinkSync(join(dir, "..", `.manifest-${basename(dir)}.json`));
+    damage(join(dir, "oats.json"), "{}\n");
+    return { scope, dir, ref: `capability:${HELLO}@${value}` };
+  }
+
+  /** A copy of the genuine install; `flip` turns the entry to 644 and package.json to 755 (bytes unchanged). */
+  function copyOfInstall(flip: boolean, owner?: number): string {
+    const dir = join(tempDir("oats-repair-from-"), "hello");
+    cpSync(FIXTURE_PAYLOAD, dir, { recursive: true, verbatimSymlinks: true });
+    if (flip) {
+      chmodSync(join(dir, "bin/hello.mjs"), 0o644);
+      chmodSync(join(dir, "package.json"), 0o755);
+    }
+    if (owner !== undefined) execFileSync("chown", ["-R", `${owner}:${owner}`, join(dir, "..")]);
+    return dir;
+  }
+
+  const refusedModes = (reason: string) => (error: any) => {
+    assert.equal(error.details?.reason, reason, `${error.code}: ${error.message}`);
+    return true;
+  };
+
+  for (const evidence of [
+    { name: "its manifest", record: false, manifest: true, by: "the revision's manifest" },
+    { name: "a record's exec digest", record: true, manifest: false, by: "record " },
+    { name: "the damaged tree's undamaged files", record: false, manifest: false, by: "the damaged tree" },
+  ]) {
+    test(
+      `Given a damaged legacy revision known by ${evidence.name}, When repairing from a copy whose modes ` +
+        "were flipped (same bytes, same legacy digest), Then integrity-mismatch repair-modes-differ and the store " +
+        "is as it was",
+      async () => {
+        const { scope, ref } = await legacyScene(evidence);
+        const before = storeSnapshot(scope);
+        await assert.rejects(
+          repair(scope, ref, { from: copyOfInstall(true), lock: FIXTURE_LOCK }),
+          (error: any) =>
+            refusedModes("repair-modes-differ")(error) &&
+            error.code === "integrity-mismatch" &&
+            String(error.details.evidence).startsWith(evidence.by),
+        );
+        assert.deepEqual(storeSnapshot(scope), before);
+      },
+    );
+  }
+
+  test(
+    "Given a damaged legacy revision with a manifest, When repaired from the genuine install, Then it is " +
+      "repaired with the install's exec bits, and a prepare of that install is kept, not refused",
+    async () => {
+      const { scope, ref, dir } = await legacyScene({ record: true, manifest: true });
+      const result = await repair(scope, ref, { from: copyOfInstall(false), lock: FIXTURE_LOCK });
+      assert.equal(result.status, "repaired");
+      assert.equal((await digestTree(dir, [TREE_EXEC]))[TREE_EXEC], await genuineExec());
+      await prepare(scope, {
+        schemaVersion: 1,
+        instance: "again",
+        capabilities: [{ id: HELLO, dir: FIXTURE_PAYLOAD, lock: FIXTURE_LOCK }],
+        entrypoints: { hello: { capability: HELLO, path: "bin/hello.mjs", role: "command" } },
+      });
+    },
+  );
+
+  test(
+    "Given a damaged legacy revision with no manifest and no record naming it, When repaired even from the " +
+      "genuine install, Then invalid-input repair-modes-undecided: the damaged file's exec bit is known to nothing",
+    async () => {
+      const { scope, ref } = await legacyScene({ record: false, manifest: false });
+      const before = storeSnapshot(scope);
+      await assert.rejects(
+        repair(scope, ref, { from: copyOfInstall(false), lock: FIXTURE_LOCK }),
+        (error: any) =>
+          refusedModes("repair-modes-undecided")(error) &&
+          error.code === "invalid-input" &&
+          error.details.undecided.includes("oats.json"),
+      );
+      assert.deepEqual(storeSnapshot(scope), before);
+    },
+  );
+
+  test(
+    "Given a legacy revision whose exec bits were changed in the store, When fsck runs, Then it reports the " +
+      "revision against its manifest, or without one against the record that names it",
+    async () => {
+      for (const manifest of [true, false]) {
+        const { scope, dir } = await legacyScene({ record: true, manifest });
+        // Undo the damage the scene made: only the mode differs now, which the legacy digest does not see.
+        writeFileSync(join(dir, "oats.json"), readFileSync(join(FIXTURE_PAYLOAD, "oats.json")));
+        chmodSync(join(dir, "bin/hello.mjs"), 0o644);
+        const report = await fsckScope(scope);
+        const found = report.classes.revisions.filter((finding) => finding.kind !== "notice");
+        assert.deepEqual(
+          found.map((finding) => [finding.code, finding.details["reason"]]),
+          [["integrity-mismatch", manifest ? "modes-differ-from-manifest" : "exec-digest-differs"]],
+          JSON.stringify(found),
+        );
+        assert.equal(report.exitCode, 5);
+      }
+    },
+  );
+
+  test("Given a repair source owned by nobody, who flips the entry's exec bit over and over, When repairing " +
+    "repeatedly, Then each repair is refused or publishes the install's exec bits", {
+    timeout: 180_000,
+  }, async (t) => {
+    if (process.getuid?.() !== 0) {
+      t.skip("needs root to run the attacker as nobody (uid 65534)");
+      return;
+    }
+    const { scope, ref, dir } = await legacyScene({ record: false, manifest: true });
+    const from = copyOfInstall(false, 65534);
+    const entry = join(from, "bin/hello.mjs");
+    const { spawn } = await import("node:child_process");
+    const script =
+      `const fs=require("fs");const p=${JSON.stringify(entry)};const end=Date.now()+120000;let i=0;` +
+      "const pause=new Int32Array(new SharedArrayBuffer(4));" +
+      "while(Date.now()<end){fs.chmodSync(p,(i++%2)?0o755:0o644);Atomics.wait(pause,0,0,1);}";
+    const child = spawn(process.execPath, ["-e", script], { uid: 65534, gid: 65534, stdio: "ignore" });
+    const genuine = await genuineExec();
+    const outcomes: string[] = [];
+    try {
+      for (let attempt = 0; attempt < 12; attempt++) {
+        try {
+          await repair(scope, ref, { from, lock: FIXTURE_LOCK });
+          outcomes.push("repaired");
+          assert.equal((await digestTree(dir, [TREE_EXEC]))[TREE_EXEC], genuine, "the install's exec bits");
+          damage(join(dir, "oats.json"), "{}\n");
+        } catch (error: any) {
+          if (error instanceof assert.AssertionError) throw error;
+          outcomes.push(`${error.code}:${error.details?.reason}`);
+          assert.ok(["repair-modes-differ", "source-differs"].includes(error.details?.reason), error.message);
+          assert.equal(readFileSync(join(dir, "oats.json"), "utf8"), "{}\n", "the damaged tree is back in place");
+        }
+      }
+    } finally {
+      child.kill();
+    }
+    console.log(`repair outcomes under mode flips: ${outcomes.join(",")}`);
   });
 });

@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
-import { spawnSync } from "node:child_process";
+import { spawn, spawnSync } from "node:child_process";
 import { randomBytes } from "node:crypto";
-import { chmodSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
+import { chmodSync, mkdirSync, readFileSync, symlinkSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { inspect } from "node:util";
 import { after, before, test } from "node:test";
@@ -284,5 +284,33 @@ test(
       new OciClient(`http://${split.host}/oats/fleet`, { env }).headBlob(sha256(Buffer.from("x"))),
       secretFreeRefusal("registry-refused", "protocol"),
     );
+  },
+);
+
+test(
+  "Given REGISTRY_AUTH_FILE naming a FIFO, When credentials are resolved, Then it is refused at once as not a " +
+    "regular file (never waiting for a writer); a config file that is a symlink is followed",
+  async () => {
+    const dir = tempDir("oats-auth-fifo-");
+    const fifo = join(dir, "auth.json");
+    spawnSync("mkfifo", [fifo]);
+    // A writer that would, after 3 s, hand a blocking reader an empty config: a reader that waited would go on.
+    const writer = spawn("sh", ["-c", `sleep 3; printf '{}' > '${fifo}'`], { stdio: "ignore" });
+    try {
+      const started = Date.now();
+      await assert.rejects(
+        resolveCredentials("registry.example:5000", { env: cleanEnv({ REGISTRY_AUTH_FILE: fifo }) }),
+        (error: unknown) => refusal("invalid-input")(error) && /not a regular file/.test((error as Error).message),
+      );
+      assert.ok(Date.now() - started < 2_500, "refused without waiting for the writer");
+    } finally {
+      writer.kill("SIGKILL");
+    }
+    const env = cleanEnv();
+    const real = join(tempDir("oats-auth-dotfiles-"), "config.json");
+    writeFileSync(real, JSON.stringify({ auths: { "registry.example:5000": { auth: BASE64 } } }));
+    mkdirSync(env["DOCKER_CONFIG"]!, { recursive: true });
+    symlinkSync(real, join(env["DOCKER_CONFIG"]!, "config.json"));
+    assert.equal((await resolveCredentials("registry.example:5000", { env }))?.username, REGISTRY_USER);
   },
 );

@@ -8,11 +8,11 @@ import {
   throwIfAborted,
   type ProgressListener,
 } from "../retention/index.js";
-import { createReadStream, statSync } from "node:fs";
-import { join, resolve } from "node:path";
-import { OatsError, errnoCode } from "../core/index.js";
+import { join } from "node:path";
+import { OatsError } from "../core/index.js";
 import { writeResolution } from "../resolution/index.js";
 import type { ArtifactKind } from "../retention/index.js";
+import { openArchive } from "./archive-file.js";
 import { extractLimits, extractTar, type ExtractLimits } from "./extract.js";
 import { withExtractionDir } from "./staging.js";
 import { checkContents, checkTarget, readManifest, verifyBundle } from "./bundle-checks.js";
@@ -54,28 +54,23 @@ export async function importBundle(
 ): Promise<ImportReport> {
   if (typeof bundlePath !== "string" || bundlePath === "")
     throw new OatsError("invalid-input", "import needs a bundle path", {});
-  const bundle = resolve(bundlePath);
-  let stats;
+  // Opened once and read through its descriptor (archive-file.ts).
+  const archive = openArchive(bundlePath, "bundle");
+  const bundle = archive.path;
   try {
-    stats = statSync(bundle);
-  } catch (error) {
-    throw new OatsError("invalid-input", `bundle ${bundle} cannot be read: ${errnoCode(error) ?? String(error)}`, {
-      bundle,
-      errno: errnoCode(error),
-    });
+    const realScope = resolveScope(scope);
+    const limits = extractLimits(options.limits);
+    return await withPublishLease(realScope, () =>
+      withExtractionDir(realScope, async (staging) => {
+        const { onProgress, signal } = options;
+        const watch = { ...(onProgress ? { onProgress } : {}), ...(signal ? { signal } : {}) };
+        await extractTar(archive.stream(), staging, { origin: bundle, prefix: null, limits, ...watch });
+        return { bundle, ...(await importStaged(realScope, bundle, staging, limits.maxDepth, watch)) };
+      }),
+    );
+  } finally {
+    await archive.close();
   }
-  if (!stats.isFile()) throw new OatsError("invalid-input", `bundle ${bundle} is not a regular file`, { bundle });
-  const realScope = resolveScope(scope);
-  const limits = extractLimits(options.limits);
-
-  return withPublishLease(realScope, () =>
-    withExtractionDir(realScope, async (staging) => {
-      const { onProgress, signal } = options;
-      const watch = { ...(onProgress ? { onProgress } : {}), ...(signal ? { signal } : {}) };
-      await extractTar(createReadStream(bundle), staging, { origin: bundle, prefix: null, limits, ...watch });
-      return { bundle, ...(await importStaged(realScope, bundle, staging, limits.maxDepth, watch)) };
-    }),
-  );
 }
 
 /**

@@ -1,6 +1,4 @@
 import { createHash } from "node:crypto";
-import { createReadStream, statSync } from "node:fs";
-import { resolve } from "node:path";
 import ssri from "ssri";
 import { OatsError, asStepError, errnoCode } from "../core/index.js";
 import {
@@ -22,8 +20,10 @@ import {
   resolveScope,
   EXTRACT_STORE,
   revisionParentSegments,
+  type HeldFile,
 } from "../retention/index.js";
 import type { ArtifactReceipt } from "../retention/index.js";
+import { openArchive } from "./archive-file.js";
 import { extractLimits, extractTar, type ExtractLimits } from "./extract.js";
 import { withExtractionDir } from "./staging.js";
 
@@ -158,19 +158,10 @@ function plan(request: RetainTarballRequest): Plan {
   return { mode: "tree", kind, key, ...(tree.expect === undefined ? {} : { expect: tree.expect }), format: TREE_EXEC };
 }
 
-function tarballFile(path: string): string {
+function tarballFile(path: string): HeldFile {
   if (typeof path !== "string" || path === "")
     throw new OatsError("invalid-input", "a tarball path is required", { tarball: path });
-  const absolute = resolve(path);
-  let stats;
-  try {
-    stats = statSync(absolute);
-  } catch (error) {
-    throw new OatsError("invalid-input", `tarball does not exist: ${path}`, { tarball: path, errno: errnoCode(error) });
-  }
-  if (!stats.isFile())
-    throw new OatsError("invalid-input", `tarball is not a regular file: ${path}`, { tarball: path });
-  return absolute;
+  return openArchive(path, "tarball");
 }
 
 function sha512Text(hash: ReturnType<typeof createHash>): string {
@@ -178,9 +169,10 @@ function sha512Text(hash: ReturnType<typeof createHash>): string {
 }
 
 /** Read the tarball once through ssri's integrity stream; refuse before extraction when it does not match. */
-function checkTarballIntegrity(tarball: string, expected: string): Promise<string> {
+function checkTarballIntegrity(archive: HeldFile, expected: string): Promise<string> {
+  const tarball = archive.path;
   return new Promise<string>((resolvePromise, reject) => {
-    const input = createReadStream(tarball);
+    const input = archive.stream();
     const check = ssri.integrityStream({ integrity: expected, algorithms: ["sha512"], strict: true });
     let settled = false;
     const done = (error: unknown, value?: string) => {
@@ -229,12 +221,13 @@ function checkTarballIntegrity(tarball: string, expected: string): Promise<strin
 
 /** Extract into `staging`, hashing every byte read; returns the sha512 SRI of what was read. */
 async function extractHashing(
-  tarball: string,
+  archive: HeldFile,
   staging: string,
   limits: ExtractLimits,
   options: RetainOptions,
 ): Promise<string> {
-  const input = createReadStream(tarball);
+  const tarball = archive.path;
+  const input = archive.stream();
   const hash = createHash("sha512");
   input.on("data", (chunk) => hash.update(chunk));
   await extractTar(input, staging, {
@@ -261,16 +254,32 @@ export async function retainTarball(
   const realScope = resolveScope(scope);
   inspectStore(realScope, planned.kind, revisionParentSegments(planned.key, planned.format));
   inspectStoreAt(realScope, EXTRACT_STORE);
-  const tarball = tarballFile(tarballPath);
+  const archive = tarballFile(tarballPath);
+  try {
+    return await retainOpenTarball(realScope, archive, planned, expectedTarball, limits, options);
+  } finally {
+    await archive.close();
+  }
+}
 
+/** Steps 2 to 4, every read of the tarball through the descriptor it was checked on (archive-file.ts). */
+async function retainOpenTarball(
+  realScope: string,
+  archive: HeldFile,
+  planned: Plan,
+  expectedTarball: string | undefined,
+  limits: ExtractLimits,
+  options: RetainOptions,
+): Promise<TarballReceipt> {
+  const tarball = archive.path;
   // 2. The tarball's bytes against the integrity the caller holds, before any extraction.
-  const checked = expectedTarball === undefined ? undefined : await checkTarballIntegrity(tarball, expectedTarball);
+  const checked = expectedTarball === undefined ? undefined : await checkTarballIntegrity(archive, expectedTarball);
 
   // 3. Extraction into staging only (withExtractionDir: .agents/extract/.staging-*, always removed with any store
   // directory it created);
   // 4. the retention checks, the extracted tree adopted as the revision's staging rather than copied.
   return withExtractionDir(realScope, async (staging) => {
-    const read = await extractHashing(tarball, staging, limits, options);
+    const read = await extractHashing(archive, staging, limits, options);
     if (checked !== undefined && read !== checked) {
       throw new OatsError(
         "integrity-mismatch",

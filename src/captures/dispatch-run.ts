@@ -3,6 +3,7 @@ import { constants } from "node:os";
 import { OatsError } from "../core/index.js";
 import type { DispatchPlan } from "./dispatch.js";
 import { privilegeGate } from "./privilege.js";
+import { releaseDispatchHold } from "./dispatch-hold.js";
 import { removeRunCopy } from "./run-copy.js";
 
 /**
@@ -55,7 +56,11 @@ export async function runDispatchPlan(
   return { ...outcome, kept: options.keep === true ? plan.run.dir : null };
 }
 
-/** Remove the run copy of a plan that will not be run (or has run). Idempotent. */
+/** Remove the run copy of a plan that will not be run (or has run), and let its lease go. Idempotent. */
 export async function discardDispatchPlan(plan: Pick<DispatchPlan, "run">): Promise<void> {
-  await removeRunCopy(plan.run);
+  try {
+    await removeRunCopy(plan.run);
+  } finally {
+    await releaseDispatchHold(plan);
+  }
 }

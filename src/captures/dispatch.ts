@@ -1,5 +1,13 @@
 import { OatsError, isOatsError, bytesDigest } from "../core/index.js";
-import { integrityText, resolveScope, verifyTrees, readBlob } from "../retention/index.js";
+import {
+  DEFAULT_LOCK_WAIT_MS,
+  holdPublishLease,
+  integrityText,
+  resolveScope,
+  verifyTrees,
+  readBlob,
+  type LeaseHold,
+} from "../retention/index.js";
 import { checkReadiness, referencedArtifacts, resolveEntrypointIn, readRecordBytes } from "../resolution/index.js";
 import type { ResolutionRecord } from "../resolution/index.js";
 import { latestApprovedFor, requireApproval, type ApprovalSubject } from "./approvals.js";
@@ -26,6 +34,7 @@ import { captureSubject, prepareCapture } from "./prepare-capture.js";
 import { guardSpecifier, launcher } from "./node-guard.js";
 import { dispatchEnvironment } from "./dispatch-env.js";
 import { readJob } from "./queue.js";
+import { attachDispatchHold } from "./dispatch-hold.js";
 import { copyVerifiedTree, removeRunCopy, type RunCopy } from "./run-copy.js";
 import type { EvidencePostureCheck, EvidencePostureResult } from "./posture.js";
 import { currentEuid, privilegeGate } from "./privilege.js";
@@ -33,6 +42,7 @@ import { evidencePolicy, parseCaptureProfileBytes, type ProfileEvidencePolicy } 
 import { requireSignedApproval, type SignedApproval } from "./signed-approval.js";
 
 export { discardDispatchPlan, runDispatchPlan } from "./dispatch-run.js";
+export { releaseDispatchHold } from "./dispatch-hold.js";
 
 /**
  * resolveQueuedCapture(scope, job): the dispatch plan of a queued capture,
@@ -90,6 +100,16 @@ export { discardDispatchPlan, runDispatchPlan } from "./dispatch-run.js";
  * its run copy: runDispatchPlan (dispatch-run.ts) removes it when the child
  * ends (unless asked to keep it), and a caller that does not run the plan
  * calls discardDispatchPlan.
+ *
+ * The whole dispatch holds a publish lease, taken before the job is read
+ * (retention's lease protocol): a deleting gc waits for it, so nothing the
+ * dispatch reads (the job's record, a prepare-on-tick tick's new record and
+ * spec blob, which no root reaches yet) is collected under it. Without
+ * `exec` it is let go when the plan is returned. An exec'd plan carries it
+ * (dispatch-hold.ts) until the run's control file names the resolution
+ * (the evidence layer calls releaseDispatchHold then) or the plan is
+ * discarded: a plan that is neither run nor discarded keeps a deleting gc
+ * of the scope waiting, in this process's lifetime.
  */
 
 export interface DispatchOptions {
@@ -317,7 +337,10 @@ export async function resolveQueuedCapture(
     eventWritten = true;
   };
   let copy: RunCopy | null = null;
+  let hold: LeaseHold | null = null;
   try {
+    // Held from before the job is read until a root names what the run uses (see above).
+    hold = await holdPublishLease(realScope, options.lockWaitMs ?? DEFAULT_LOCK_WAIT_MS);
     // 1. The job and its record.
     const job = readJob(realScope, jobId);
     eventSubject["job"] = job.job;
@@ -447,6 +470,11 @@ export async function resolveQueuedCapture(
       },
       appendOptions,
     );
+    const run = { dir: runCopy.dir, root: runCopy.root, cwd: runCopy.root, guard };
+    if (options.exec === true) {
+      attachDispatchHold(run, hold);
+      hold = null;
+    }
     return {
       job: job.job,
       resolution: id,
@@ -477,15 +505,19 @@ export async function resolveQueuedCapture(
       evidence: evidencePolicy(profile),
       audit: { seq: entry.seq, hash: entry.hash },
       delivery,
-      run: { dir: runCopy.dir, root: runCopy.root, cwd: runCopy.root, guard },
+      run,
     };
   } catch (error) {
     if (copy !== null) await removeRunCopy(copy).catch(() => undefined);
+    await hold?.release();
+    hold = null;
     // Best effort, like the refusal entry itself: the refusal stands either way.
     await harnessEvent().catch(() => undefined);
     const refusalDetails =
       options.approvedBy === undefined ? harnessDetails : { ...harnessDetails, approvedBy: options.approvedBy };
     throw await auditRefusal(realScope, "dispatch", { job: String(jobId) }, error, refusalDetails, appendOptions);
+  } finally {
+    await hold?.release();
   }
 }
 

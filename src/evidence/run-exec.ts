@@ -1,7 +1,7 @@
 import { constants } from "node:os";
 import type { Writable } from "node:stream";
 import { OatsError, errnoCode } from "../core/index.js";
-import { discardDispatchPlan, type DispatchPlan } from "../captures/index.js";
+import { discardDispatchPlan, releaseDispatchHold, type DispatchPlan } from "../captures/index.js";
 import { exitText, type RunExit, type RunResult } from "./log-format.js";
 import type { DeliverySection, RunRecord } from "./run-record.js";
 import { type Sealed, sealRun } from "./run-seal.js";
@@ -17,12 +17,18 @@ import { type Captured, captureChild } from "./run-child.js";
  * log (run-child.ts), seal the run (run-seal.ts), then hand the sealed run
  * on (the outbox, by default) and say how it ended.
  *
- * What the run holds (the plan's run copy, the run directory until the
- * run-start entry names it, the log's descriptor until the seal takes it)
- * goes on one ResourceStack, released once by one `finally` when the seal
- * is done or a phase before it failed; a refusal to start is audited after
- * that. The child's own watches and timers are released when it has ended
- * (run-child.ts).
+ * What the run holds (the plan's lease, the plan's run copy, the run
+ * directory until the run-start entry names it, the log's descriptor until
+ * the seal takes it) goes on one ResourceStack, released once by one
+ * `finally` when the seal is done or a phase before it failed; a refusal to
+ * start is audited after that. The child's own watches and timers are
+ * released when it has ended (run-child.ts).
+ *
+ * The plan's publish lease (captures/dispatch-hold.ts) is let go as soon as
+ * the run is open: from then on its control file, and once sealed its
+ * record, name the resolution, and gc keeps what a run names
+ * (docs/design/lifecycle.md, "What a dispatch holds"). It is the last thing
+ * the stack releases, so a gc never meets a half-made run directory.
  */
 
 export interface RunWithEvidenceOptions {
@@ -80,6 +86,7 @@ export async function runDispatchPlanWithEvidence(
 
 async function runPhases(scope: string, plan: DispatchPlan, options: RunWithEvidenceOptions): Promise<RunOutcome> {
   const held = new ResourceStack();
+  held.defer(() => releaseDispatchHold(plan));
   if (options.keep !== true) held.defer(() => discardDispatchPlan(plan).catch(() => undefined));
   let childMayRun = false;
   let run: OpenRun;
@@ -87,6 +94,8 @@ async function runPhases(scope: string, plan: DispatchPlan, options: RunWithEvid
   let sealed: Sealed;
   try {
     run = await openRun(scope, plan, options, held);
+    // The run's control file names the resolution: a root now, so the dispatch's lease can go.
+    await releaseDispatchHold(plan);
     childMayRun = true;
     captured = await captureChild(run, plan, options);
     childMayRun = false;

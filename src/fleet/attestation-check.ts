@@ -189,12 +189,15 @@ function checkRun(realScope: string, id: string, statement: RunStatement): strin
   ];
 }
 
-/** Read what an operator names: an attestation id or prefix, or a file holding an envelope or a bundle. */
+/**
+ * Read what an operator names: an attestation id or prefix, or a file holding an envelope or a bundle. The file is
+ * opened once, never through a symlink at its name nor waiting on a FIFO, and read through that descriptor
+ * (readRegularFile), like every file oats reads from a path an operator gives (reason `symlink`, `not-a-file`).
+ */
 export function attestationBytes(realScope: string, ref: string): { bytes: Buffer; origin: string } {
   if (ref.includes("/") || ref.endsWith(".json")) {
     const bytes = readRegularFile(ref, {
       limit: MAX_BUNDLE_BYTES,
-      followSymlinks: true,
       refuse: (failure) =>
         failure === "too-large"
           ? attestationRefusal("too-large", `${ref} is larger than ${MAX_BUNDLE_BYTES} bytes`, { path: ref })

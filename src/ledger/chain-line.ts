@@ -194,11 +194,11 @@ export function checkLine(text: string): { entry: ChainEntry } | { reason: Broke
   return { entry: parsed as ChainEntry };
 }
 
-/** Open a regular file for reading, never through a symlink; null when it does not exist. */
+/** Open a regular file for reading, never through a symlink nor waiting on a FIFO; null when it does not exist. */
 export function openForRead(path: string): number | null {
   let fd: number;
   try {
-    fd = openSync(path, constants.O_RDONLY | constants.O_NOFOLLOW);
+    fd = openSync(path, constants.O_RDONLY | constants.O_NOFOLLOW | constants.O_NONBLOCK);
   } catch (error) {
     if (errnoCode(error) === "ENOENT") return null;
     throw error;

@@ -177,7 +177,8 @@ export async function appendEntry(
     const entry = { ...withoutHash, hash: jsonDigest(withoutHash) } as ChainEntry;
     const line = Buffer.from(canonicalJson(entry), "utf8");
 
-    // 3. The write: O_APPEND, never through a symlink; a failed write is taken back.
+    // 3. The write: O_APPEND, never through a symlink, never waiting on a FIFO for a reader (O_NONBLOCK, then the
+    // fstat below); a failed write is taken back.
     stillHeld();
     let out: number;
     try {
@@ -187,6 +188,7 @@ export async function appendEntry(
           constants.O_APPEND |
           constants.O_CREAT |
           constants.O_NOFOLLOW |
+          constants.O_NONBLOCK |
           (created ? constants.O_EXCL : 0),
         0o644,
       );

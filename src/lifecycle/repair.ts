@@ -1,4 +1,4 @@
-import { createReadStream, lstatSync, openSync, readSync, closeSync, readdirSync } from "node:fs";
+import { lstatSync, readSync, closeSync, readdirSync } from "node:fs";
 import { rename } from "node:fs/promises";
 import { basename, dirname, join, resolve } from "node:path";
 import { randomBytes } from "node:crypto";
@@ -6,8 +6,11 @@ import { OatsError, asStepError, errnoCode } from "../core/index.js";
 import { parseExportRef, extractTar, withExtractionDir } from "../acquisition/index.js";
 import { audited, audit } from "../ledger/index.js";
 import {
+  HeldFile,
   digestTree,
-  type TREE_EXEC,
+  digestTreeWithRows,
+  openNamedPath,
+  TREE_EXEC,
   TREE_LEGACY,
   integrityText,
   capabilityRows,
@@ -30,7 +33,8 @@ import {
   withRevisionLock,
   verifyTree,
 } from "../retention/index.js";
-import type { ArtifactReceipt } from "../retention/index.js";
+import type { ArtifactReceipt, ManifestRow, TreeDigests } from "../retention/index.js";
+import { checkReplacementModes, modeEvidence, type ModeEvidence } from "./repair-modes.js";
 
 /**
  * repair: replace a damaged revision with bytes that verify against the
@@ -42,13 +46,21 @@ import type { ArtifactReceipt } from "../retention/index.js";
  *    (an intact one is refused, `not-damaged`: there is nothing to repair);
  * 3. the replacement (a directory, or the tree extracted from a package
  *    tarball or a bundle into staging) must hash to the revision's digest,
- *    and a legacy-named capability's provenance must match its lock rows;
+ *    and a legacy-named capability's provenance must match its lock rows
+ *    and its exec bits everything the store knows of them (repair-modes.ts);
  *    otherwise a refusal and the store is as it was;
  * 4. only then is the damaged tree renamed, under the revision lock, into
  *    `.agents/quarantine/<UTC time>-<kind>-<key>-<hex12>-<random>/`, never
  *    deleted, and the replacement published through the normal path
- *    (staged, verified, renamed into place). If that fails the damaged tree
- *    is moved back; 5. audited.
+ *    (staged, verified, renamed into place; a legacy one must also have the
+ *    exec digest checked in step 3). If that fails the damaged tree is moved
+ *    back; 5. audited.
+ *
+ * A `--from` file (tarball or bundle) is opened once, never through a
+ * symlink and never blocking on a FIFO (openNamedPath), its type checked on
+ * the descriptor, and both the sniff of its first bytes and the extraction
+ * read through that descriptor: whoever owns the directory it sits in can
+ * swap the name, but not what repair already holds.
  */
 
 export const QUARANTINE_DIR: readonly string[] = [AGENTS_DIR, "quarantine"];
@@ -76,41 +88,74 @@ export interface RepairResult {
 
 type SourceType = RepairResult["from"]["type"];
 
-function sourceType(from: string): SourceType {
-  let stats;
-  try {
-    stats = lstatSync(from);
-  } catch (error) {
-    throw new OatsError("invalid-input", `repair source ${from} cannot be read: ${errnoCode(error) ?? String(error)}`, {
-      from,
-      errno: errnoCode(error),
-    });
-  }
-  if (stats.isDirectory()) return "directory";
-  if (!stats.isFile())
-    throw new OatsError("invalid-input", `repair source ${from} is neither a directory nor a regular file`, { from });
-  const magic = Buffer.alloc(2);
-  const fd = openSync(from, "r");
-  try {
-    readSync(fd, magic, 0, 2, 0);
-  } finally {
-    closeSync(fd);
-  }
-  return magic[0] === 0x1f && magic[1] === 0x8b ? "tarball" : "bundle";
+/** The `--from` source as opened once: a directory (walked by the digest, opened inside its parent), or a file held
+ * open. */
+interface Source {
+  readonly type: SourceType;
+  /** The open file (tarball or bundle); null for a directory. */
+  readonly file: HeldFile | null;
 }
 
-/** Whether the tree at `dir` hashes to the revision's digest. */
-async function matches(dir: string, ref: ArtifactRef): Promise<string | null> {
+function openSource(from: string): Source {
+  let opened;
   try {
-    const actual = (await digestTree(dir, [ref.integrity.format as typeof TREE_EXEC]))[
-      ref.integrity.format as typeof TREE_EXEC
-    ]!;
-    return actual;
+    opened = openNamedPath(from);
+  } catch (error) {
+    const errno = errnoCode(error);
+    throw new OatsError(
+      "invalid-input",
+      errno === "ELOOP"
+        ? `repair source ${from} is a symlink; repair never follows a symlink at the name it is given`
+        : errno === "ENXIO"
+          ? `repair source ${from} is neither a directory nor a regular file`
+          : `repair source ${from} cannot be read: ${errno ?? String(error)}`,
+      {
+        from,
+        errno,
+        ...(errno === "ELOOP" ? { reason: "symlink" } : errno === "ENXIO" ? { reason: "not-a-file" } : {}),
+      },
+    );
+  }
+  const { fd, stats } = opened;
+  if (stats.isDirectory()) {
+    closeSync(fd);
+    return { type: "directory", file: null };
+  }
+  try {
+    if (!stats.isFile())
+      throw new OatsError("invalid-input", `repair source ${from} is neither a directory nor a regular file`, {
+        from,
+        reason: "not-a-file",
+      });
+    const magic = Buffer.alloc(2);
+    readSync(fd, magic, 0, 2, 0);
+    return { type: magic[0] === 0x1f && magic[1] === 0x8b ? "tarball" : "bundle", file: new HeldFile(fd, from) };
+  } catch (error) {
+    closeSync(fd);
+    throw error;
+  }
+}
+
+interface Measured {
+  readonly digests: TreeDigests;
+  /** Manifest rows of the tree, measured in the same read (legacy revisions only; empty otherwise). */
+  readonly rows: readonly ManifestRow[];
+}
+
+/** The tree at `dir` in the revision's format (a legacy one also in tree-exec, with its rows); null if it cannot be
+ * read as a tree. */
+async function measure(dir: string, ref: ArtifactRef): Promise<Measured | null> {
+  try {
+    if (ref.integrity.format === TREE_LEGACY) return await digestTreeWithRows(dir, [TREE_LEGACY, TREE_EXEC]);
+    return { digests: await digestTree(dir, [ref.integrity.format as typeof TREE_EXEC]), rows: [] };
   } catch (error) {
     if (error instanceof OatsError && error.kind !== "internal") return null;
     throw error;
   }
 }
+
+const nameDigest = (measured: Measured | null, ref: ArtifactRef): string | null =>
+  measured?.digests[ref.integrity.format as typeof TREE_EXEC] ?? null;
 
 function sourceDiffers(ref: ArtifactRef, from: string, actual: string | null): OatsError {
   return new OatsError(
@@ -129,25 +174,34 @@ function sourceDiffers(ref: ArtifactRef, from: string, actual: string | null): O
   );
 }
 
-/** Run `body` on a directory holding the replacement tree (extracted into staging for archives). */
+/**
+ * Run `body` on a directory holding the replacement tree (extracted into
+ * staging for archives) that hashes to the revision's digest, with what it
+ * measured.
+ */
 async function withSourceTree<T>(
   realScope: string,
   ref: ArtifactRef,
   from: string,
-  type: SourceType,
-  body: (dir: string) => Promise<T>,
+  source: Source,
+  body: (dir: string, measured: Measured) => Promise<T>,
 ): Promise<T> {
-  if (type === "directory") {
-    const actual = await matches(from, ref);
+  if (source.type === "directory") {
+    const measured = await measure(from, ref);
+    const actual = nameDigest(measured, ref);
     if (actual !== ref.integrity.value) throw sourceDiffers(ref, from, actual);
-    return body(from);
+    return body(from, measured!);
   }
   return withExtractionDir(realScope, async (staging) => {
-    await extractTar(createReadStream(from), staging, { origin: from, prefix: type === "tarball" ? "package" : null });
-    if (type === "tarball") {
-      const actual = await matches(staging, ref);
+    await extractTar(source.file!.stream(), staging, {
+      origin: from,
+      prefix: source.type === "tarball" ? "package" : null,
+    });
+    if (source.type === "tarball") {
+      const measured = await measure(staging, ref);
+      const actual = nameDigest(measured, ref);
       if (actual !== ref.integrity.value) throw sourceDiffers(ref, from, actual);
-      return body(staging);
+      return body(staging, measured!);
     }
     // A bundle holds trees under their exec digest (a legacy revision is exported translated): try each tree of
     // this key.
@@ -161,7 +215,8 @@ async function withSourceTree<T>(
     for (const name of names) {
       const candidate = join(keyDir, name);
       if (!lstatSync(candidate).isDirectory()) continue;
-      if ((await matches(candidate, ref)) === ref.integrity.value) return body(candidate);
+      const measured = await measure(candidate, ref);
+      if (nameDigest(measured, ref) === ref.integrity.value) return body(candidate, measured!);
     }
     throw sourceDiffers(ref, from, null);
   });
@@ -213,16 +268,37 @@ export async function repair(scope: string, refInput: unknown, options: RepairOp
   if (typeof options.from !== "string" || options.from === "")
     throw new OatsError("usage", "repair needs --from <dir|tarball|bundle>", {});
   const from = resolve(options.from);
-  const type = sourceType(from);
   const realScope = resolveScope(scope);
   const dir = retainedTreeDir(realScope, ref);
   const waitMs = options.lockWaitMs ?? DEFAULT_LOCK_WAIT_MS;
+  const source = openSource(from);
+  try {
+    return await repairFrom(realScope, ref, text, dir, from, source, lock, waitMs);
+  } finally {
+    await source.file?.close();
+  }
+}
 
+async function repairFrom(
+  realScope: string,
+  ref: ArtifactRef,
+  text: string,
+  dir: string,
+  from: string,
+  source: Source,
+  lock: OatsLock | null,
+  waitMs: number,
+): Promise<RepairResult> {
+  const legacy = lock !== null;
+  const type = source.type;
   return withPublishLease(realScope, () =>
     audited(realScope, "repair", { ref: text }, async () => {
       const damage = await damageOf(realScope, ref, dir, text);
-      return withSourceTree(realScope, ref, from, type, async (sourceDir) => {
+      // What the store knows of a legacy revision's exec bits, read while the damaged tree is still in place.
+      const evidence: ModeEvidence | null = legacy ? modeEvidence(realScope, ref, dir) : null;
+      return withSourceTree(realScope, ref, from, source, async (sourceDir, measured) => {
         if (lock) checkProvenance(sourceDir, expectedProvenance(ref.key, capabilityRows(lock, ref.key)));
+        const expectExec = evidence === null ? null : checkReplacementModes(ref, text, from, measured, evidence);
         const root = join(realScope, ...QUARANTINE_DIR);
         ensureStoreAt(realScope, QUARANTINE_DIR);
         const quarantine = assertContained(root, join(root, quarantineName(ref)), `quarantine of ${text}`);
@@ -238,7 +314,10 @@ export async function repair(scope: string, refInput: unknown, options: RepairOp
         let receipt: ArtifactReceipt;
         try {
           receipt = legacy
-            ? await retainCapabilityArtifact(realScope, sourceDir, ref.key, lock!, { lockWaitMs: waitMs })
+            ? await retainCapabilityArtifact(realScope, sourceDir, ref.key, lock!, {
+                lockWaitMs: waitMs,
+                expectExec: expectExec!,
+              })
             : await retainTree(
                 realScope,
                 { kind: ref.kind, key: ref.key, source: sourceDir, expect: ref.integrity },

@@ -28,7 +28,10 @@ export const RUNS_DIR: readonly string[] = [AGENTS_DIR, "runs"];
 const MAX_RUN_FILE_BYTES = 16 << 20;
 
 export interface RootSet {
-  /** Root record ids, each with why it is a root (`instance:<name>`, `job:<id>`, `pin`, `run:<path>`). */
+  /**
+   * Root record ids, each with why it is a root: `instance:<name>`, `job:<id>`, `pin`, `run:<handle>` (the
+   * resolution a run names), `run-file:<path>` (an id found in anything else in the runs store).
+   */
   readonly records: Map<string, string[]>;
   readonly artifacts: ArtifactRef[];
   readonly counts: { instances: number; jobs: number; pins: number; runs: number };
@@ -55,7 +58,8 @@ function addRoot(roots: RootSet, id: string, why: string): void {
  * Run evidence (`.agents/runs/`): every run keeps the resolution it ran,
  * read from its sealed record (record.json, checked: canonical, schema) or,
  * for a run still open, from its control file. A run whose files cannot be
- * read refuses the collection. Anything else in the runs store is not a run
+ * read refuses the collection; a run whose resolution is gone is a missing
+ * root, as fsck reports it. Anything else in the runs store is not a run
  * but is kept safe all the same: every record id written anywhere in it keeps
  * that record (reading too much is safe; reading too little would not be).
  */
@@ -85,7 +89,7 @@ function runRoots(realScope: string, roots: RootSet): number {
             ),
         }).toString("latin1");
         for (const match of text.matchAll(/sha256-[0-9a-f]{64}/g))
-          addRoot(roots, match[0], `run:${path.slice(realScope.length + 1)}`);
+          addRoot(roots, match[0], `run-file:${path.slice(realScope.length + 1)}`);
       }
     }
   };
@@ -162,9 +166,9 @@ export function reachableFrom(realScope: string, roots: RootSet): Reachable {
     try {
       record = readRecord(id).record;
     } catch (error) {
-      // Run evidence may name ids that are not records (a blob digest, say): only a record it names is a root.
+      // Stray run evidence may name ids that are not records (a blob digest, say): only a record it names is a root.
       if (error instanceof OatsError && error.code === "resolution-not-found") {
-        if (why.every((each) => each.startsWith("run:"))) reachable.blobs.add(id);
+        if (why.every((each) => each.startsWith("run-file:"))) reachable.blobs.add(id);
         else roots.missing.push({ root: why.join(","), id });
         continue;
       }

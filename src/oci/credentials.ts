@@ -1,5 +1,5 @@
 import { spawn } from "node:child_process";
-import { readFileSync } from "node:fs";
+import { closeSync, constants, fstatSync, openSync, readFileSync } from "node:fs";
 import { homedir } from "node:os";
 import { join } from "node:path";
 import { OatsError, errnoCode } from "../core/index.js";
@@ -57,10 +57,31 @@ function configPaths(env: NodeJS.ProcessEnv, home: string): string[] {
   return paths;
 }
 
+/**
+ * The auth file's bytes, read through one descriptor opened with O_NONBLOCK
+ * and checked to be a regular file on it (fstat): a FIFO at its name never
+ * blocks the command, a device is never read. A symlink at the name is
+ * followed, unlike every other file oats reads: the file is the operator's
+ * own credential configuration (often a link into a dotfiles checkout), and
+ * whoever can place a name there can as well place a file of their choosing.
+ */
+function readConfigBytes(path: string): Buffer {
+  const fd = openSync(path, constants.O_RDONLY | constants.O_NONBLOCK);
+  try {
+    const stats = fstatSync(fd);
+    if (!stats.isFile()) throw invalid(`the registry auth file ${path} is not a regular file`, { path });
+    if (stats.size > MAX_CONFIG)
+      throw invalid(`the registry auth file ${path} is larger than ${MAX_CONFIG} bytes`, { path });
+    return readFileSync(fd);
+  } finally {
+    closeSync(fd);
+  }
+}
+
 function readConfig(path: string): AuthConfig | null {
   let text: string;
   try {
-    const bytes = readFileSync(path);
+    const bytes = readConfigBytes(path);
     if (bytes.length > MAX_CONFIG)
       throw invalid(`the registry auth file ${path} is larger than ${MAX_CONFIG} bytes`, { path });
     text = bytes.toString("utf8");

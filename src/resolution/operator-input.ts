@@ -131,8 +131,15 @@ export function decodeUtf8(bytes: Uint8Array, origin: string, details: Record<st
   }
 }
 
-/** Read the operator's own file (a symlink to it is followed) of at most `limit` bytes; every failure is
- * `invalid-input`. */
+/**
+ * Read a file the operator named, of at most `limit` bytes; every failure is
+ * `invalid-input`. It is opened once, never through a symlink at its name
+ * and never blocking on a FIFO, its type checked on the descriptor, and read
+ * through it (readRegularFile): the directory it sits in may be one another
+ * user can write, who could otherwise swap the name between a check and the
+ * read. A symlink at the name is refused (`reason: symlink`); the operator
+ * names the file itself (symlinked directories on the way are followed).
+ */
 export function readOperatorFile(
   path: string,
   limit: number,
@@ -141,10 +148,15 @@ export function readOperatorFile(
 ): Buffer {
   return readRegularFile(path, {
     limit,
-    followSymlinks: true,
     refuse: (failure, more) => {
       const info = { ...details, ...more };
       if (failure === "not-a-file") return new OatsError("invalid-input", `${origin} is not a regular file`, info);
+      if (failure === "symlink")
+        return new OatsError(
+          "invalid-input",
+          `${origin} is a symlink; oats never follows a symlink at the name of a file it reads: name the file itself`,
+          { ...info, reason: "symlink" },
+        );
       if (failure === "too-large")
         return new OatsError("invalid-input", `${origin} is larger than ${limit} bytes`, info);
       if (failure === "changed") return new OatsError("invalid-input", `${origin} changed while it was read`, info);

@@ -1,5 +1,5 @@
-import { lstatSync, readFileSync } from "node:fs";
 import {
+  MAX_LOCK_BYTES,
   readRegularFile,
   TREE_LEGACY,
   integrityText,
@@ -15,7 +15,7 @@ import { capabilityArtifactEntry } from "./artifact-entry.js";
 import { escapePointerSegment, findArgSecrets, findSecrets } from "./secrets.js";
 import { isAbsolute, join, resolve } from "node:path";
 import { z } from "zod";
-import { OatsError, errnoCode, bytesDigest, OPERATOR_MAX_DEPTH, parseJsonText } from "../core/index.js";
+import { OatsError, bytesDigest, OPERATOR_MAX_DEPTH, parseJsonText } from "../core/index.js";
 import { checkReadiness, resolveEntrypoint } from "./read.js";
 import { INSTALLED_DIR, identifier, parseLegacyCommand, type ParsedEntrypoint } from "./legacy-command.js";
 import type { ResolutionRecord } from "./record.js";
@@ -206,12 +206,18 @@ function readLock(scope: string): { lock: OatsLock; path: string; digest: string
   const path = join(scope, LOCK_FILE);
   let bytes: Buffer;
   try {
-    if (!lstatSync(path).isFile()) return { reason: `invalid-lock: ${path} is not a regular file` };
-    bytes = readFileSync(path);
+    // One descriptor, never a symlink at the name, never a FIFO's wait (readRegularFile); its type checked on it.
+    bytes = readRegularFile(path, {
+      limit: MAX_LOCK_BYTES,
+      refuse: (failure, details) => new OatsError("invalid-lock", failure, details),
+    });
   } catch (error) {
-    if (errnoCode(error) === "ENOENT")
+    if (!(error instanceof OatsError)) throw error;
+    if (error.message === "missing")
       return { reason: `lock-missing: ${path} does not exist; nothing says which revision was installed` };
-    return { reason: `invalid-lock: cannot read ${path}: ${errnoCode(error) ?? String(error)}` };
+    if (error.message === "symlink" || error.message === "not-a-file")
+      return { reason: `invalid-lock: ${path} is not a regular file` };
+    return { reason: `invalid-lock: cannot read ${path}: ${String(error.details["errno"] ?? error.message)}` };
   }
   try {
     return { lock: parseLockText(bytes.toString("utf8"), path), path, digest: bytesDigest(bytes) };

@@ -67,7 +67,7 @@ export {
 } from "./store/ids.js";
 export { DIGEST_VALUE_PATTERN, digestHex, parseDigestName, parseTreeIntegrity } from "./digest/integrity.js";
 export { namesIn, stagingAbandoned } from "./inventory.js";
-export { capabilityRows, lockDocumentSchema, parseLockText } from "./oats-lock.js";
+export { capabilityRows, lockDocumentSchema, MAX_LOCK_BYTES, parseLockText } from "./oats-lock.js";
 export { settleInLanes } from "./parallel/pool.js";
 export {
   EMIT_EVERY_FILES,
@@ -92,6 +92,8 @@ export {
 export { faultPoint } from "./store/faults.js";
 export {
   entryPresent,
+  HeldFile,
+  openNamedPath,
   readInPieces,
   readRegularFile,
   readRegularFileInPieces,
@@ -110,8 +112,19 @@ export {
   stagingName,
 } from "./store/layout.js";
 export { listLeases, withGcLock, withPublishLease, withPublishLeaseSync } from "./store/lease.js";
+export { holdPublishLease, type LeaseHold } from "./store/lease-hold.js";
 export { ManifestRecorder } from "./store/manifest-encoding.js";
-export { firstDifference, manifestPath, readManifestBytes } from "./store/manifest.js";
+export {
+  digestTreeWithRows,
+  firstDifference,
+  manifestPath,
+  modeDifference,
+  readManifestBytes,
+  readManifestRows,
+  rowsDifference,
+  type Difference,
+  type ManifestRow,
+} from "./store/manifest.js";
 export { DEFAULT_LOCK_WAIT_MS, withFileLock, withRevisionLock } from "./store/publish-lock.js";
 export { revisionParentSegments } from "./store/publish.js";
 export { removeTree, StagingWriter } from "./store/staging-writer.js";

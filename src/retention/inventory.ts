@@ -138,6 +138,8 @@ export function listRetained(scope: string): RetainedEntry[] {
 
 export interface FsckOutcome extends RetainedEntry {
   readonly ok: boolean;
+  /** For a revision that verifies: its oats.tree-exec.v1 digest (measured with its name's format). */
+  readonly execIntegrity?: Integrity;
   readonly error?: { code: string; kind: string; message: string; details: Record<string, unknown> };
 }
 
@@ -167,7 +169,7 @@ export async function fsck(
   for (const [index, entry] of listing.revisions.entries()) {
     const outcome = settled[index]!;
     if (outcome.ok) {
-      outcomes.push({ ...entry, ok: true });
+      outcomes.push({ ...entry, ok: true, execIntegrity: outcome.value.execIntegrity });
       continue;
     }
     const error = outcome.error;

@@ -1,7 +1,7 @@
-import { readFileSync } from "node:fs";
 import { z } from "zod";
-import { OatsError, errnoCode, OPERATOR_MAX_DEPTH, parseJsonText } from "../core/index.js";
+import { OatsError, OPERATOR_MAX_DEPTH, parseJsonText } from "../core/index.js";
 import { IDENTIFIER_MAX_LENGTH, IDENTIFIER_PATTERN } from "./store/ids.js";
+import { readRegularFile } from "./store/files.js";
 
 /**
  * oats lock v2, read strictly: unknown keys, a bad source grammar, a
@@ -165,17 +165,32 @@ function isParsedLock(input: unknown): input is OatsLock {
   return typeof input === "object" && input !== null && (input as { packages?: unknown }).packages instanceof Map;
 }
 
+/** Far above any real lock (a row is some 300 bytes): a bound, not a budget. */
+export const MAX_LOCK_BYTES = 16 << 20;
+
+/**
+ * Read a lock file the operator named: opened once, never through a symlink
+ * at its name and never blocking on a FIFO, its type checked on the
+ * descriptor and read through it (readRegularFile), bounded. Every failure
+ * is `invalid-lock`.
+ */
 export function readLockFile(path: string): OatsLock {
-  let text: string;
-  try {
-    text = readFileSync(path, "utf8");
-  } catch (error) {
-    throw new OatsError("invalid-lock", `cannot read lock file ${path}: ${errnoCode(error) ?? String(error)}`, {
-      lock: path,
-      errno: errnoCode(error),
-    });
-  }
-  return parseLockText(text, path);
+  const bytes = readRegularFile(path, {
+    limit: MAX_LOCK_BYTES,
+    refuse: (failure, details) =>
+      new OatsError(
+        "invalid-lock",
+        failure === "symlink"
+          ? `lock file ${path} is a symlink; oats never follows a symlink at the name of a file it reads`
+          : failure === "not-a-file"
+            ? `lock file ${path} is not a regular file`
+            : failure === "too-large"
+              ? `lock file ${path} is larger than ${MAX_LOCK_BYTES} bytes`
+              : `cannot read lock file ${path}: ${String(details["errno"] ?? failure)}`,
+        { lock: path, ...details, ...(failure === "symlink" || failure === "not-a-file" ? { reason: failure } : {}) },
+      ),
+  });
+  return parseLockText(bytes.toString("utf8"), path);
 }
 
 /** A lock file's text: JSON with no duplicate keys and bounded nesting (`invalid-lock`, reason `duplicate-key` /

@@ -1,7 +1,7 @@
-import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { z } from "zod";
-import { OatsError, errnoCode, OPERATOR_MAX_DEPTH, parseJsonText } from "../core/index.js";
+import { OatsError, OPERATOR_MAX_DEPTH, parseJsonText } from "../core/index.js";
+import { readRegularFile } from "./store/files.js";
 import type { CapabilityRow, PackageRow } from "./oats-lock.js";
 
 /**
@@ -12,6 +12,8 @@ import type { CapabilityRow, PackageRow } from "./oats-lock.js";
  * match a repaired digest but not a disputed origin.
  */
 export const PROVENANCE_FILE = ".oats-installation.json";
+/** Far above any real provenance file (a few hundred bytes): a bound, not a budget. */
+const MAX_PROVENANCE_BYTES = 1 << 20;
 
 const provenanceSchema = z
   .object({
@@ -55,12 +57,17 @@ export function checkProvenance(treeDir: string, expected: Provenance): void {
       file: PROVENANCE_FILE,
       ...details,
     });
-  let text: string;
-  try {
-    text = readFileSync(path, "utf8");
-  } catch (error) {
-    throw refuse(`${PROVENANCE_FILE} is missing or unreadable`, { errno: errnoCode(error) });
-  }
+  // The tree may be a source another user owns (repair --from): one descriptor, never a symlink, never a FIFO's wait.
+  const text = readRegularFile(path, {
+    limit: MAX_PROVENANCE_BYTES,
+    refuse: (failure, details) =>
+      refuse(
+        failure === "missing" || failure === "unreadable"
+          ? `${PROVENANCE_FILE} is missing or unreadable`
+          : `${PROVENANCE_FILE} cannot be read (${failure})`,
+        { errno: details["errno"], ...(failure === "missing" || failure === "unreadable" ? {} : { reason: failure }) },
+      ),
+  }).toString("utf8");
   const json = parseJsonText(text, OPERATOR_MAX_DEPTH, (reason, message, details) =>
     reason === "syntax"
       ? refuse(`${PROVENANCE_FILE} is not JSON`, {})

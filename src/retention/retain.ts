@@ -25,6 +25,13 @@ export interface RetainOptions {
   readonly signal?: AbortSignal;
   /** The deepest path the source may have (segments); DEFAULT_MAX_DEPTH otherwise. */
   readonly maxDepth?: number;
+  /**
+   * A capability retained under its lock's legacy name only: the
+   * oats.tree-exec.v1 digest the tree must also have, checked on the staged
+   * copy (`source-differs` otherwise). The legacy name does not cover exec
+   * bits; repair binds them with it.
+   */
+  readonly expectExec?: string;
 }
 
 async function sourceRoot(dir: string): Promise<string> {
@@ -183,6 +190,7 @@ async function capabilityPublished(
     formats,
     checkStaged,
     checkExisting: checkStaged,
+    ...(options.expectExec === undefined ? {} : { expectedAlso: { [TREE_EXEC]: options.expectExec } }),
     early,
     lockWaitMs: options.lockWaitMs ?? DEFAULT_LOCK_WAIT_MS,
     ...(options.onProgress ? { onProgress: options.onProgress } : {}),

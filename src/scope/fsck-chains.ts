@@ -1,4 +1,4 @@
-import { closeSync, constants, openSync, readSync } from "node:fs";
+import { closeSync, constants, fstatSync, openSync, readSync } from "node:fs";
 import { join } from "node:path";
 import { OatsError, errnoCode } from "../core/index.js";
 import {
@@ -49,12 +49,14 @@ function checkChain(
 function countEntries(scope: string, log: ChainLog): number {
   let fd: number;
   try {
-    fd = openSync(join(scope, ...log.dir, log.file), constants.O_RDONLY | constants.O_NOFOLLOW);
+    fd = openSync(join(scope, ...log.dir, log.file), constants.O_RDONLY | constants.O_NOFOLLOW | constants.O_NONBLOCK);
   } catch (error) {
     if (errnoCode(error) === "ENOENT") return 0;
     throw error;
   }
   try {
+    // The chain was just verified through this name; whatever is there now is counted only if it is a file.
+    if (!fstatSync(fd).isFile()) return 0;
     const chunk = Buffer.alloc(1 << 20);
     let lines = 0;
     for (let got = readSync(fd, chunk); got > 0; got = readSync(fd, chunk)) {

@@ -1,5 +1,7 @@
 import { join } from "node:path";
+import { OatsError } from "../core/index.js";
 import { readAudit, type AuditEntry } from "../ledger/index.js";
+import type { ResolutionRecord } from "../resolution/index.js";
 import {
   stateOf,
   verifySealedRun,
@@ -11,7 +13,7 @@ import {
   receivedRoot,
   verifyReceivedRun,
 } from "../evidence/index.js";
-import { guarded, notice, type Finding } from "./findings.js";
+import { findingOf, guarded, notice, type Finding } from "./findings.js";
 
 /**
  * Run evidence (`.agents/runs/`): every sealed run is verified as `oats run
@@ -20,9 +22,16 @@ import { guarded, notice, type Finding } from "./findings.js";
  * reported (a notice naming `oats run seal`); a running run is left alone;
  * anything else in the store is a notice. Received runs
  * (`.agents/received-runs/`) are re-checked against their delivered audit
- * lines (received-api.ts); a damaged one is a finding. Nothing is written.
+ * lines (received-api.ts); a damaged one is a finding. Every run, sealed or
+ * not, must name a resolution the scope holds: a run is a gc root for the
+ * record it ran, so a run whose record is gone lost it some other way
+ * (`resolution-not-found`, a missing finding). Nothing is written.
  */
-export function checkRuns(realScope: string, findings: Finding[]): number {
+export function checkRuns(
+  realScope: string,
+  records: ReadonlyMap<string, ResolutionRecord | null>,
+  findings: Finding[],
+): number {
   let checked = 0;
   guarded(findings, "runs", RUNS_STORE.join("/"), () => {
     const handles = listHandles(realScope);
@@ -39,7 +48,17 @@ export function checkRuns(realScope: string, findings: Finding[]): number {
       checked += 1;
       const dir = join(runsRoot(realScope), handle);
       guarded(findings, "runs", handle, () => {
-        const { state, control } = stateOf(dir);
+        const { state, control, sealed } = stateOf(dir);
+        const resolution = sealed?.record.resolution ?? control!.base.resolution;
+        if (!records.has(resolution)) {
+          const missing = new OatsError(
+            "resolution-not-found",
+            `${state === "sealed" ? "sealed" : "open"} run ${handle} ran resolution ${resolution}, ` +
+              "which this scope does not hold",
+            { handle, resolution, path: dir },
+          );
+          findings.push(findingOf(missing, "runs", handle, dir));
+        }
         if (state === "sealed") verifySealedRun(realScope, handle, dir, entries);
         else if (state === "unsealed") {
           findings.push({

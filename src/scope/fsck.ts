@@ -1,4 +1,5 @@
 import { ERROR_KINDS, OatsError } from "../core/index.js";
+import type { ResolutionRecord } from "../resolution/index.js";
 import { fsck as fsckRevisions, listStore, type FsckOutcome, resolveScope } from "../retention/index.js";
 import {
   FINDING_CLASSES,
@@ -11,6 +12,7 @@ import {
 } from "./findings.js";
 import { checkChains } from "./fsck-chains.js";
 import { checkLeases, checkPins, checkQuarantine, checkRunCopies, isRunCopy } from "./fsck-lifecycle.js";
+import { checkLegacyModes } from "./fsck-modes.js";
 import { checkRuns } from "./fsck-runs.js";
 import { checkBlobs, checkInstances, checkJobs, checkRecords, revisionKey } from "./fsck-stores.js";
 
@@ -75,7 +77,7 @@ export async function fsckScope(scope: string, options: ScopeFsckOptions = {}): 
   // between records), each into its own list so the report's order is fixed.
   const revisionFindings: Finding[] = [];
   const storeFindings: Finding[] = [];
-  const [retention, counts] = await Promise.all([
+  const [retention, { counts, records }] = await Promise.all([
     guardedAsync(revisionFindings, () => fsckRevisions(realScope, { onArtifact: options.onArtifact })),
     checkStores(realScope, revisions, storeFindings),
   ]);
@@ -93,6 +95,7 @@ export async function fsckScope(scope: string, options: ScopeFsckOptions = {}): 
       details,
     } as Finding);
   }
+  await checkLegacyModes(outcomes, records, revisionFindings);
   // A run copy is staging too, but only a gone dispatcher's is a leftover.
   const staging = retention?.staging ?? [];
   for (const path of staging)
@@ -135,7 +138,10 @@ async function checkStores(
   realScope: string,
   revisions: ReadonlySet<string>,
   findings: Finding[],
-): Promise<Omit<ScopeFsckCounts, "revisions">> {
+): Promise<{
+  counts: Omit<ScopeFsckCounts, "revisions">;
+  records: ReadonlyMap<string, ResolutionRecord | null>;
+}> {
   await yieldToIo();
   const blobs = checkBlobs(realScope, findings);
   const records = await checkRecords(realScope, revisions, blobs.present, findings, yieldToIo);
@@ -146,8 +152,21 @@ async function checkStores(
   const quarantine = checkQuarantine(realScope, findings);
   await yieldToIo();
   const { approvals, audit } = checkChains(realScope, findings);
-  const runs = checkRuns(realScope, findings);
-  return { records: records.checked, blobs: blobs.checked, instances, jobs, pins, quarantine, runs, approvals, audit };
+  const runs = checkRuns(realScope, records.present, findings);
+  return {
+    counts: {
+      records: records.checked,
+      blobs: blobs.checked,
+      instances,
+      jobs,
+      pins,
+      quarantine,
+      runs,
+      approvals,
+      audit,
+    },
+    records: records.present,
+  };
 }
 
 /** Let pending I/O callbacks (the revision verification's reads) run. */

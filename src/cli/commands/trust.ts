@@ -1,4 +1,4 @@
-import { readFileSync } from "node:fs";
+import { closeSync, constants, fstatSync, openSync, readSync } from "node:fs";
 import type { CommandSpec } from "../support/context.js";
 import { usageError } from "../support/envelope.js";
 import { loadAttestationLibrary } from "./key.js";
@@ -7,7 +7,18 @@ import { loadAttestationLibrary } from "./key.js";
 function publicKeyText(operand: string): string {
   if (/^[A-Za-z0-9+/]+={0,2}$/.test(operand) || operand.includes("-----BEGIN")) return operand;
   try {
-    return readFileSync(operand, "utf8").slice(0, 16 * 1024);
+    // Opened once, never through a symlink at its name nor waiting on a FIFO, and read through the descriptor.
+    const fd = openSync(operand, constants.O_RDONLY | constants.O_NOFOLLOW | constants.O_NONBLOCK);
+    try {
+      if (!fstatSync(fd).isFile()) throw new Error("not a regular file");
+      const bytes = Buffer.alloc(16 * 1024);
+      let got = 0;
+      for (let read = 1; read > 0 && got < bytes.length; got += read)
+        read = readSync(fd, bytes, got, bytes.length - got, got);
+      return bytes.subarray(0, got).toString("utf8");
+    } finally {
+      closeSync(fd);
+    }
   } catch {
     throw usageError("<public-key> is the one-line key `oats key show` prints, a PEM block, or a file holding one", {
       flag: "<public-key>",

@@ -261,7 +261,7 @@ export async function treeRoot(dir: string): Promise<string> {
 export async function digestTree(
   dir: string,
   formats: readonly TreeFormat[] = [treeExecFraming.format],
-  options: DigestOptions & { maxDepth?: number } = {},
+  options: DigestOptions & { maxDepth?: number; sink?: LeafSink; sinkOrder?: "legacy" | "bytes" } = {},
 ): Promise<TreeDigests> {
   throwIfAborted(options.signal);
   const root = await treeRoot(dir);

@@ -1,4 +1,16 @@
-import { closeSync, constants, fstatSync, fsyncSync, lstatSync, openSync, readSync, writeSync } from "node:fs";
+import {
+  closeSync,
+  constants,
+  fstatSync,
+  fsyncSync,
+  lstatSync,
+  openSync,
+  read,
+  readSync,
+  type Stats,
+  writeSync,
+} from "node:fs";
+import { Readable } from "node:stream";
 import { join } from "node:path";
 import { errnoCode, type OatsError } from "../../core/index.js";
 import { stagingName } from "./layout.js";
@@ -6,8 +18,8 @@ import { stagingName } from "./layout.js";
 /**
  * The two small file operations every store and reader here needs: write a
  * staged file that is durable before it is linked or renamed into place, and
- * read a bounded regular file, never hanging on a FIFO and (unless asked)
- * never through a symlink. Each has a piecewise form for files of megabytes.
+ * read a bounded regular file, never hanging on a FIFO and never through a
+ * symlink. Each has a piecewise form for files of megabytes.
  * Each caller turns a failure into its own refusal.
  */
 
@@ -64,24 +76,103 @@ export type ReadFailure = "missing" | "symlink" | "unreadable" | "not-a-file" | 
 
 export interface BoundedReadOptions {
   readonly limit: number;
-  /** Follow a symlink at `path` (a user's own file); stores never do. */
-  readonly followSymlinks?: boolean;
   readonly refuse: (failure: ReadFailure, details: Record<string, unknown>) => OatsError;
+}
+
+/**
+ * The one way a path that another user may reach is opened for reading
+ * (docs/design/captures.md, threat table): once, with O_NOFOLLOW (a symlink
+ * at the name is ELOOP, never followed) and O_NONBLOCK (a FIFO swapped in
+ * opens at once instead of waiting for a writer), then fstat'd, so the
+ * caller decides on the type of what it holds and reads only through this
+ * descriptor, never by name again. O_NONBLOCK stays set: reads of a regular
+ * file or a directory ignore it, and anything else is refused on its type.
+ * Errors are the system's (ENOENT, ELOOP, ENXIO for a socket...); the
+ * caller closes the descriptor.
+ */
+export function openNamedPath(path: string): { fd: number; stats: Stats } {
+  const fd = openSync(path, constants.O_RDONLY | constants.O_NOFOLLOW | constants.O_NONBLOCK);
+  try {
+    return { fd, stats: fstatSync(fd) };
+  } catch (error) {
+    closeSync(fd);
+    throw error;
+  }
+}
+
+/**
+ * A file held open by descriptor (openNamedPath), read as many times as
+ * needed, each time as a stream from its first byte that reads through the
+ * descriptor (pread at its own position), never through the name. Node's
+ * own file streams close the descriptor when destroyed, whatever
+ * `autoClose` says, so these streams never close it: `close` does, once
+ * every stream has ended or been destroyed and no read of it is in flight
+ * (a descriptor number closed under a pending read could be reused by the
+ * next open, and that read would read the other file).
+ */
+export class HeldFile {
+  private readonly streams: Readable[] = [];
+  private closed = false;
+
+  constructor(
+    readonly fd: number,
+    readonly path: string,
+  ) {}
+
+  /** The whole file, from its first byte. */
+  stream(): Readable {
+    const fd = this.fd;
+    let position = 0;
+    let pending: Promise<void> | null = null;
+    const stream = new Readable({
+      highWaterMark: 256 * 1024,
+      read(size) {
+        const buffer = Buffer.allocUnsafe(Math.min(Math.max(size, 64 * 1024), 1 << 20));
+        pending = new Promise((settle) => {
+          read(fd, buffer, 0, buffer.length, position, (error, bytesRead) => {
+            pending = null;
+            settle();
+            if (stream.destroyed) return;
+            if (error) stream.destroy(error);
+            else if (bytesRead === 0) stream.push(null);
+            else {
+              position += bytesRead;
+              stream.push(buffer.subarray(0, bytesRead));
+            }
+          });
+        });
+      },
+      destroy(error, callback) {
+        if (pending === null) callback(error);
+        else void pending.then(() => callback(error));
+      },
+    });
+    this.streams.push(stream);
+    return stream;
+  }
+
+  /** Stop every stream, wait until none reads, then close the descriptor (idempotent). */
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    for (const stream of this.streams) if (!stream.destroyed) stream.destroy();
+    await Promise.all(
+      this.streams.map((stream) => (stream.closed ? undefined : new Promise((done) => stream.once("close", done)))),
+    );
+    closeSync(this.fd);
+  }
 }
 
 function openRegularFile(path: string, options: BoundedReadOptions): { fd: number; size: number } {
   let fd: number;
   try {
-    fd = openSync(
-      path,
-      constants.O_RDONLY | constants.O_NONBLOCK | (options.followSymlinks ? 0 : constants.O_NOFOLLOW),
-    );
+    fd = openSync(path, constants.O_RDONLY | constants.O_NONBLOCK | constants.O_NOFOLLOW);
   } catch (error) {
     const code = errnoCode(error);
-    throw options.refuse(
-      code === "ENOENT" ? "missing" : code === "ELOOP" && !options.followSymlinks ? "symlink" : "unreadable",
-      { path, errno: code },
-    );
+    throw options.refuse(code === "ENOENT" ? "missing" : code === "ELOOP" ? "symlink" : "unreadable", {
+      path,
+      errno: code,
+    });
   }
   try {
     const stats = fstatSync(fd);

@@ -6,7 +6,15 @@ import { digestListing, type TreeDigests } from "../digest/tree.js";
 import { acquireWorker, parallelism, releaseWorker } from "../parallel/pool.js";
 import { mayMatch, newestRevision } from "./kept-candidate.js";
 import type { EarlyCheck } from "./kept-early.js";
-import { digestOptions, exists, mismatch, verifyRevision, type PublishPlan, type PublishResult } from "./publish.js";
+import {
+  checkExpectedAlso,
+  digestOptions,
+  exists,
+  mismatch,
+  verifyRevision,
+  type PublishPlan,
+  type PublishResult,
+} from "./publish.js";
 
 /**
  * The kept path of a publication (publish.ts): the revision a retain would
@@ -144,6 +152,7 @@ export async function kept(plan: PublishPlan, dir: string, expected: string): Pr
 
 /** A revision verified intact, and the source's verdict in: check it (provenance) and report it kept. */
 async function keptVerified(plan: PublishPlan, dir: string, digests: TreeDigests): Promise<PublishResult> {
+  checkExpectedAlso(plan, digests);
   plan.checkExisting?.(dir);
   // Retaining again restarts gc's grace period (the revision's mtime), best effort: a read-only store keeps its time.
   await utimes(dir, new Date(), new Date()).catch(() => undefined);

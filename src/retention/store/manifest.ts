@@ -1,7 +1,8 @@
-import { renameSync, unlinkSync } from "node:fs";
+import { lstatSync, renameSync, unlinkSync } from "node:fs";
 import { basename, dirname, join } from "node:path";
 import { z } from "zod";
-import { digestListing } from "../digest/tree.js";
+import { digestListing, digestTree, type TreeDigests } from "../digest/tree.js";
+import type { TreeFormat } from "../digest/integrity.js";
 import { walkTree } from "../digest/walk.js";
 import { OatsError } from "../../core/index.js";
 import { readRegularFile, writeStagedFile } from "./files.js";
@@ -14,10 +15,13 @@ import { ManifestRowSink } from "./manifest-rows.js";
  * (path, link text), in tree-exec order. It is measured from the staged copy
  * in the same read that re-verifies it.
  *
- * It is diagnostic only. Verification never consults it for its verdict; when
- * a revision fails verification, the manifest lets the refusal name the
- * first path that differs. A missing or malformed manifest only means that
- * path is not known.
+ * Verification never consults it for its verdict; when a revision fails
+ * verification, the manifest lets the refusal name the first path that
+ * differs. A missing or malformed manifest only means that path is not
+ * known. It also records what a legacy (oats.tree-legacy.v0) name does not
+ * cover, the exec bits: fsck compares a legacy revision with it
+ * (modeDifference) and repair holds a legacy replacement to it
+ * (lifecycle/repair-modes.ts); a missing manifest never makes either pass.
  */
 
 export type ManifestRow =
@@ -111,7 +115,8 @@ export function manifestBytes(rows: readonly ManifestRow[]): Buffer {
   return manifestDocument(rows);
 }
 
-function readManifest(revisionDir: string): ManifestRow[] | null {
+/** The rows of a revision's manifest, or null when it has none that reads (a manifest is diagnostic). */
+export function readManifestRows(revisionDir: string): ManifestRow[] | null {
   try {
     const bytes = readManifestBytes(revisionDir);
     if (!bytes) return null;
@@ -127,12 +132,12 @@ export interface Difference {
   readonly change: "added" | "removed" | "content" | "exec-bit" | "symlink-target" | "type";
 }
 
-function compareRow(recorded: ManifestRow, found: ManifestRow): Difference["change"] | null {
+function compareRow(recorded: ManifestRow, found: ManifestRow, modesOnly = false): Difference["change"] | null {
   if (recorded.type !== found.type) return "type";
   if (recorded.type === "symlink")
     return recorded.target === (found as typeof recorded).target ? null : "symlink-target";
   const file = found as typeof recorded;
-  if (recorded.size !== file.size || recorded.sha256 !== file.sha256) return "content";
+  if (!modesOnly && (recorded.size !== file.size || recorded.sha256 !== file.sha256)) return "content";
   if (recorded.exec !== file.exec) return "exec-bit";
   return null;
 }
@@ -153,7 +158,7 @@ export interface Differences {
  * difference the rows cannot see, such as a legacy-only one.
  */
 export async function treeDifferences(revisionDir: string, limit = DIFFERENCES_LISTED): Promise<Differences | null> {
-  const recorded = readManifest(revisionDir);
+  const recorded = readManifestRows(revisionDir);
   if (!recorded) return null;
   const builder = new ManifestBuilder();
   try {
@@ -161,7 +166,25 @@ export async function treeDifferences(revisionDir: string, limit = DIFFERENCES_L
   } catch {
     return null;
   }
-  const found = builder.rows;
+  return rowsDifferences(recorded, builder.rows, false, limit);
+}
+
+/** The first path where a revision differs from its manifest, or null (treeDifferences). */
+export async function firstDifference(revisionDir: string): Promise<Difference | null> {
+  return (await treeDifferences(revisionDir, 1))?.listed[0] ?? null;
+}
+
+/**
+ * Every path (in tree-exec order) where `found` differs from `recorded`, the first `limit` listed and all counted:
+ * a path only one of them has, a type, content (size, SHA-256), exec bit or link target; with `modesOnly`, contents
+ * are not compared.
+ */
+export function rowsDifferences(
+  recorded: readonly ManifestRow[],
+  found: readonly ManifestRow[],
+  modesOnly = false,
+  limit = DIFFERENCES_LISTED,
+): Differences {
   const listed: Difference[] = [];
   let total = 0;
   const note = (difference: Difference) => {
@@ -181,7 +204,7 @@ export async function treeDifferences(revisionDir: string, limit = DIFFERENCES_L
       note({ path: b!.path, change: "added" });
       j++;
     } else {
-      const change = compareRow(a!, b!);
+      const change = compareRow(a!, b!, modesOnly);
       if (change) note({ path: a!.path, change });
       i++;
       j++;
@@ -190,7 +213,51 @@ export async function treeDifferences(revisionDir: string, limit = DIFFERENCES_L
   return { listed, total };
 }
 
-/** The first path where a revision differs from its manifest, or null (treeDifferences). */
-export async function firstDifference(revisionDir: string): Promise<Difference | null> {
-  return (await treeDifferences(revisionDir, 1))?.listed[0] ?? null;
+/** The first path where `found` differs from `recorded`, or null (rowsDifferences). */
+export function rowsDifference(
+  recorded: readonly ManifestRow[],
+  found: readonly ManifestRow[],
+  modesOnly = false,
+): Difference | null {
+  return rowsDifferences(recorded, found, modesOnly, 1).listed[0] ?? null;
+}
+
+/**
+ * Where a revision's paths, types, exec bits and link targets differ from its
+ * manifest, or null (no usable manifest, or no difference). Contents are not
+ * read: a legacy (oats.tree-legacy.v0) digest covers them but not the exec
+ * bits, which only the manifest recorded, so fsck asks this of every legacy
+ * revision that verifies. A walk that refuses is verification's to report.
+ */
+export async function modeDifference(revisionDir: string): Promise<Difference | null> {
+  const recorded = readManifestRows(revisionDir);
+  if (!recorded) return null;
+  let found: ManifestRow[];
+  try {
+    found = (await walkTree(revisionDir)).leaves.map((leaf) =>
+      leaf.type === "symlink"
+        ? { path: leaf.path, type: "symlink" as const, target: leaf.target }
+        : {
+            path: leaf.path,
+            type: "file" as const,
+            exec: (lstatSync(leaf.absolute).mode & 0o100) !== 0,
+            size: 0,
+            sha256: "",
+          },
+    );
+  } catch {
+    return null;
+  }
+  return rowsDifference(recorded, found, true);
+}
+
+/** A tree's digests in `formats` and its manifest rows, measured in one read (repair compares them with the store's).
+ * */
+export async function digestTreeWithRows(
+  dir: string,
+  formats: readonly TreeFormat[],
+): Promise<{ digests: TreeDigests; rows: ManifestRow[] }> {
+  const builder = new ManifestBuilder();
+  const digests = await digestTree(dir, formats, { sink: builder, sinkOrder: "bytes" });
+  return { digests, rows: builder.rows };
 }

@@ -48,6 +48,14 @@ export interface PublishPlan {
   readonly expected?: string;
   /** All formats to measure (nameFormat first). */
   readonly formats: readonly TreeFormat[];
+  /**
+   * Digests in other formats the tree must also have, checked on the staged
+   * copy as it was read back (and on a revision reported kept): a repair of
+   * a legacy-named capability binds its exec bits, which the legacy name
+   * does not cover, so a source that changes them after it was checked is
+   * `source-differs`.
+   */
+  readonly expectedAlso?: Partial<Record<TreeFormat, string>>;
   /** Checks on the staged copy before it becomes durable (provenance). */
   readonly checkStaged?: (stagedDir: string) => void;
   /** Checks on an existing revision before it is reported kept. */
@@ -201,6 +209,29 @@ function place(plan: PublishPlan) {
   return { segments, root, parent, destination };
 }
 
+/** The tree's digests in `plan.expectedAlso`'s formats are the ones expected; `source-differs` otherwise. */
+export function checkExpectedAlso(
+  plan: Pick<PublishPlan, "kind" | "key" | "expectedAlso" | "listing">,
+  digests: TreeDigests,
+): void {
+  for (const [format, value] of Object.entries(plan.expectedAlso ?? {}) as [TreeFormat, string][]) {
+    if (digests[format] === value) continue;
+    throw new OatsError(
+      "integrity-mismatch",
+      `${plan.kind} ${plan.key}: expected ${format}:${value}, found ${format}:${digests[format] ?? "(not measured)"}`,
+      {
+        kind: plan.kind,
+        key: plan.key,
+        format,
+        expected: value,
+        actual: digests[format] ?? null,
+        source: plan.listing.root.absolute,
+        reason: "source-differs",
+      },
+    );
+  }
+}
+
 export async function publishTree(plan: PublishPlan): Promise<PublishResult> {
   const { segments, root, parent, destination } = place(plan);
   const present = plan.expected
@@ -251,6 +282,7 @@ export async function publishTree(plan: PublishPlan): Promise<PublishResult> {
         reason: "staged-copy-differs",
       });
     }
+    checkExpectedAlso(plan, staged);
     return await commit(plan, parent, destination(measured), staging, staged, manifest);
   } catch (error) {
     await discardStaging(staging, error);
@@ -306,6 +338,7 @@ export async function publishAdopted(plan: PublishPlan): Promise<PublishResult> 
     const measured = staged[plan.nameFormat]!;
     if (plan.expected && measured !== plan.expected)
       throw mismatch(plan, plan.expected, measured, { source: plan.listing.root.absolute, reason: "source-differs" });
+    checkExpectedAlso(plan, staged);
     plan.checkStaged?.(staging);
     return await commit(plan, parent, destination(measured), staging, staged, manifest);
   } catch (error) {
