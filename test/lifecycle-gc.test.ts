@@ -647,3 +647,47 @@ describe("leases", () => {
     assert.deepEqual(snapshotTree(scope), before);
   });
 });
+
+describe("gc --why: what keeps one item", () => {
+  const why = (scope: string, ref: string, ...args: string[]) => {
+    const run = runOats(["--json", "--scope", scope, "gc", "--why", ref, ...args]);
+    return { run, envelope: JSON.parse(run.stdout) };
+  };
+
+  test("Given an instance's record, Then the instance is the root that keeps it and its revision", async () => {
+    const s = await scene();
+    const record = why(s.scope, s.current);
+    assert.equal(record.run.status, 0, record.run.stderr);
+    assert.equal(record.envelope.result.type, "record");
+    assert.equal(record.envelope.result.verdict, "kept-by-roots");
+    assert.deepEqual(record.envelope.result.keptBy, [{ root: "instance:demo", via: s.current }]);
+    const human = runOats(["--scope", s.scope, "gc", "--why", s.current]);
+    assert.match(
+      human.stdout,
+      /^record sha256-[0-9a-f]{64} is kept by 1 root:\n {2}instance:demo \(through resolution /,
+    );
+  });
+
+  test("Given items nothing reaches, Then the grace period is what keeps them, and past it gc collects them", async () => {
+    const s = await scene();
+    for (const ref of [s.previous, s.orphanRef, s.orphanBlob]) {
+      assert.equal(why(s.scope, ref).envelope.result.verdict, "kept-young", ref);
+      assert.equal(why(s.scope, ref, "--grace", "0").envelope.result.verdict, "collectable", ref);
+    }
+    assert.equal(why(s.scope, s.orphanBlob).envelope.result.type, "blob");
+    // A pin is a root of its own.
+    assert.equal(runOats(["--scope", s.scope, "pin", s.orphanRef]).status, 0);
+    assert.deepEqual(why(s.scope, s.orphanRef, "--grace", "0").envelope.result.keptBy, [{ root: "pin" }]);
+  });
+
+  test("Given an item the scope does not hold, Then artifact-not-found; with --delete, a usage error", async () => {
+    const s = await scene();
+    const missing = why(s.scope, `capture:orphan@oats.tree-exec.v1:sha256-${"1".repeat(64)}`);
+    assert.equal(missing.run.status, 3, missing.run.stdout);
+    assert.equal(missing.envelope.error.code, "artifact-not-found");
+    const before = snapshotTree(s.scope);
+    const both = runOats(["--json", "--scope", s.scope, "gc", "--why", s.orphanRef, "--delete", "--grace", "0"]);
+    assert.equal(both.status, 2, both.stdout);
+    assert.deepEqual(snapshotTree(s.scope), before);
+  });
+});

@@ -11,5 +11,6 @@ export {
   type PinResult,
 } from "./pins.js";
 export { collectRoots, reachableFrom, recordClosure, compositionBlob, type RootSet, type Reachable } from "./roots.js";
+export { gcWhy, type GcWhy, type KeptBy } from "./why.js";
 export { repair, QUARANTINE_DIR, type RepairOptions, type RepairResult } from "./repair.js";
 export { readPin } from "./pins.js";

@@ -12,7 +12,12 @@ export const gcCommand: CommandSpec = {
       .option("--delete", "delete them (under the gc lock, once no publisher is in flight); without it, a dry run")
       .option("--dry-run", "only list what would go and the bytes it would free (the default)")
       .option("--grace <duration>", "keep unreachable items younger than this (by mtime), e.g. 24h, 30m, 0", "24h")
-      .option("--include-damaged", "delete unreachable damaged items too (otherwise they are reported and kept)");
+      .option("--include-damaged", "delete unreachable damaged items too (otherwise they are reported and kept)")
+      .option(
+        "--why <ref>",
+        "say what keeps one item (<kind>:<key>@<integrity>, a resolution id or a blob digest): each root that " +
+          "reaches it and the record it goes through, or its grace period; deletes nothing",
+      );
   },
   async run(context, _operands, options) {
     const graceMs = parseDuration(options["grace"], "--grace");
@@ -21,6 +26,14 @@ export const gcCommand: CommandSpec = {
       throw usageError("--delete and --dry-run contradict each other", { reason: "conflicting-flags" });
     }
     const library = await loadLifecycleLibrary();
+    if (options["why"] !== undefined) {
+      if (options["delete"] === true) {
+        const { usageError } = await import("../support/envelope.js");
+        throw usageError("--why only reads: it cannot be combined with --delete", { reason: "conflicting-flags" });
+      }
+      const why = library.gcWhy(context.scope, String(options["why"]), { graceMs });
+      return { result: why, lines: whyLines(why), quietLines: why.keptBy.map((each) => each.root) };
+    }
     const report = await library.gc(context.scope, {
       graceMs,
       delete: options["delete"] === true,
@@ -61,3 +74,17 @@ export const gcCommand: CommandSpec = {
     return { result: report, lines, quietLines: report.collect.map((item) => item.ref) };
   },
 };
+
+type Why = ReturnType<Awaited<ReturnType<typeof loadLifecycleLibrary>>["gcWhy"]>;
+
+function whyLines(why: Why): string[] {
+  const age = `${Math.round(why.ageMs / 1000)} s old; grace ${Math.round(why.graceMs / 1000)} s`;
+  if (why.verdict === "kept-by-roots")
+    return [
+      `${why.type} ${why.ref} is kept by ${why.keptBy.length} root${why.keptBy.length === 1 ? "" : "s"}:`,
+      ...why.keptBy.map((each) => `  ${each.root}${each.via === undefined ? "" : ` (through resolution ${each.via})`}`),
+    ];
+  if (why.verdict === "kept-young")
+    return [`${why.type} ${why.ref}: no root reaches it; kept only while younger than the grace period (${age})`];
+  return [`${why.type} ${why.ref}: no root reaches it and its grace has passed (${age}): gc --delete removes it`];
+}
