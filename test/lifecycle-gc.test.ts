@@ -668,7 +668,7 @@ describe("gc --why: what keeps one item", () => {
     );
   });
 
-  test("Given items nothing reaches, Then the grace period is what keeps them, and past it gc collects them", async () => {
+  test("Given items nothing reaches, Then the grace period keeps them, and past it gc collects them", async () => {
     const s = await scene();
     for (const ref of [s.previous, s.orphanRef, s.orphanBlob]) {
       assert.equal(why(s.scope, ref).envelope.result.verdict, "kept-young", ref);
