@@ -40,6 +40,7 @@ export {
   readEntries,
   verifyChain,
 } from "./chain-log.js";
+export { isPrivateDirectory, scopeStateDir } from "./chain-state.js";
 export {
   assertInitialUserNamespace,
   currentPrincipal,

@@ -1,6 +1,8 @@
 import { join } from "node:path";
 import { readAudit, type AuditEntry } from "../ledger/index.js";
 import {
+  foreignRun,
+  lazyAnchoredAudit,
   stateOf,
   verifySealedRun,
   RUNS_STORE,
@@ -35,22 +37,33 @@ export function checkRuns(realScope: string, findings: Finding[]): number {
     } catch {
       entries = null; // a broken audit chain is the audit class's finding; runs are still checked without it
     }
+    const audit = lazyAnchoredAudit(realScope);
     for (const handle of handles) {
       checked += 1;
       const dir = join(runsRoot(realScope), handle);
       guarded(findings, "runs", handle, () => {
-        const { state, control } = stateOf(dir);
+        const { state, start, foreign } = stateOf(realScope, handle, dir, audit);
         if (state === "sealed") verifySealedRun(realScope, handle, dir, entries);
         else if (state === "unsealed") {
           findings.push({
             ...notice(
               "runs",
               dir,
-              `an unsealed run whose dispatcher (pid ${control!.dispatcher.pid}) is ` +
+              `an unsealed run whose dispatcher (pid ${start!.dispatcher.pid}) is ` +
                 `gone; \`oats run seal ${handle}\` closes it as INTERRUPTED, keeping its lines`,
             ),
             subject: handle,
             details: { handle, reason: "run-unsealed" },
+          });
+        } else if (state === "foreign") {
+          // A directory that claims what the anchored log or the dispatcher's record contradicts is a finding;
+          // a run of another account, or one this account has lost its record of, is a notice.
+          if (foreign!.reason === "run-start-mismatch" || foreign!.reason === "run-dir-differs")
+            throw foreignRun(handle, "seal or cancel", foreign!);
+          findings.push({
+            ...notice("runs", dir, `a foreign open run: ${foreign!.message}; oats will not seal or cancel it`),
+            subject: handle,
+            details: { handle, reason: "run-foreign", foreign: foreign!.reason },
           });
         }
       });
