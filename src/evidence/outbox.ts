@@ -19,6 +19,8 @@ import {
   withFileLock,
 } from "../retention/index.js";
 import { checkSealedLog, readSealedRun, type SealedRun } from "./sealed-run.js";
+import { readAnchoredAudit, type AnchoredAudit } from "./anchored-audit.js";
+import { checkDeliverable } from "./deliverable.js";
 import { runHex } from "./run-id.js";
 import { EVIDENCE_FILES, type EvidenceFileName } from "./transport.js";
 
@@ -174,6 +176,14 @@ function writePrivateFile(dir: string, name: string, bytes: Buffer): void {
   writeNewFileDurably(join(dir, name), bytes, 0o600);
 }
 
+export interface EnqueueOptions {
+  readonly lockWaitMs?: number;
+  /** The anchored audit log, when the caller read it already (a push reads it once). */
+  readonly audit?: AnchoredAudit;
+  /** Entries not to count as this run's (a push refused them): the run is queued anew. */
+  readonly skip?: ReadonlySet<number>;
+}
+
 export interface EnqueueResult {
   readonly entry: OutboxEntry;
   /** False when the run was already queued (the existing entry is returned). */
@@ -183,7 +193,9 @@ export interface EnqueueResult {
 /**
  * Queue a sealed run: `run` is its handle (the run directory's name) or an
  * object carrying it (what the run path returns). The record and the audit
- * lines are read and checked first (sealed-run.ts); the log, which can be
+ * lines are read and checked first (sealed-run.ts), and held to the anchored
+ * audit log and the private start record (deliverable.ts: a run whose
+ * run-end entry the verified log does not hold is not queued); the log, which can be
  * megabytes, is checked as it is copied into the staged entry, once. Any
  * refusal leaves the outbox as it was (the staging goes with it), and a run
  * queued before is still refused when its log is no longer the sealed one.
@@ -191,11 +203,20 @@ export interface EnqueueResult {
 export async function enqueueSealedRun(
   scope: string,
   run: string | { readonly handle: string; readonly runId?: string },
-  options: { lockWaitMs?: number } = {},
+  options: EnqueueOptions = {},
 ): Promise<EnqueueResult> {
   const realScope = resolveScope(scope);
   const handle = typeof run === "string" ? run : run.handle;
-  const sealed = readSealedRun(realScope, handle);
+  const audit = options.audit ?? readAnchoredAudit(realScope);
+  const sealed = readSealedRun(realScope, handle, audit);
+  // Only a run this scope's dispatcher sealed, as the anchored audit log and the private start record say.
+  checkDeliverable(
+    realScope,
+    audit,
+    { handle, runId: sealed.runId, recordBytes: sealed.recordBytes, log: null, auditBytes: sealed.auditBytes },
+    `run ${handle}`,
+    { runDirectory: false },
+  );
   if (typeof run !== "string" && run.runId !== undefined && run.runId !== sealed.runId) {
     throw new OatsError("integrity-mismatch", `run ${handle} is sealed as ${sealed.runId}, not ${run.runId}`, {
       handle,
@@ -211,7 +232,9 @@ export async function enqueueSealedRun(
   }
   return withFileLock(
     {
-      target: entries,
+      // Its own key: proper-lockfile keeps one lock per target in a process, and a push (whose lock is keyed by
+      // entries/) queues runs while it holds its own.
+      target: join(outboxRoot(realScope), "enqueue"),
       lockfilePath: join(outboxRoot(realScope), "enqueue.lock"),
       waitMs: options.lockWaitMs ?? DEFAULT_LOCK_WAIT_MS,
       minTimeout: 10,
@@ -219,14 +242,14 @@ export async function enqueueSealedRun(
       factor: 1.3,
       failure: (error) => unwritable(realScope, "lock", error),
     },
-    () => writeEntry(realScope, entries, sealed),
+    () => writeEntry(realScope, entries, sealed, options.skip ?? new Set()),
   );
 }
 
-function writeEntry(scope: string, entries: string, sealed: SealedRun): EnqueueResult {
+function writeEntry(scope: string, entries: string, sealed: SealedRun, skip: ReadonlySet<number>): EnqueueResult {
   const existing = entryNames(entries);
   const hex = runHex(sealed.runId);
-  const already = existing.find((found) => found.hex === hex);
+  const already = existing.find((found) => found.hex === hex && !skip.has(found.seq));
   if (already) {
     checkSealedLog(sealed);
     return { entry: readEntryManifest(entries, already.name), queued: false };
