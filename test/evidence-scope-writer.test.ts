@@ -13,7 +13,9 @@
  * - a forged outbox entry in place of a FAILED run's (an OK log, a new
  *   record and run-end line, every digest recomputed): `oats push` refuses
  *   it and delivers the real run, which is what the far side's `pull --run`
- *   and `run verify` receive.
+ *   and `run verify` receive; planted among the far side's received runs by
+ *   a writer of that scope, it is not taken as received (no run-receive
+ *   entry of that scope's audit log names it).
  */
 import assert from "node:assert/strict";
 import { type ChildProcess, spawn, spawnSync } from "node:child_process";
@@ -23,6 +25,7 @@ import { after, describe, test } from "node:test";
 import {
   OatsError,
   cancelRun,
+  listReceivedRuns,
   listRuns,
   readAudit,
   readDelivered,
@@ -171,7 +174,8 @@ describe("a writer of the scope forges an outbox entry", () => {
     "Given a FAILED run queued in the outbox, When nobody replaces its entry with a fabricated OK one (same " +
       "handle, job, composition and approval; a new record and run-end line; every digest recomputed) and the " +
       "operator runs `oats push`, Then the forged entry is refused, the real FAILED run is delivered, and the " +
-      "far side's `pull --run` and `run verify` see only the real run",
+      "far side's `pull --run` and `run verify` see only the real run; the forged run planted among the far " +
+      "side's received runs by a writer of that scope is refused by `run verify`, marked by `run ls` and fsck",
     async () => {
       const f = await evidenceFixture({ script: "#!/bin/sh\necho 'step 1 failed' >&2\nexit 3\n" });
       const real = await runDispatchPlanWithEvidence(f.scope, await f.plan(), { output: "quiet" });
@@ -206,6 +210,20 @@ describe("a writer of the scope forges an outbox entry", () => {
         assert.equal(error.code, "run-not-found");
         return true;
       });
+
+      // On the far side, a writer of that scope puts the forged run among the received runs itself.
+      handOver(far, ".agents/received-runs");
+      const entry = join(f.scope, ".agents/outbox/entries", `000000000001-${forged.slice("sha256-".length)}`);
+      asScopeWriter({ attack: "plant-received", from: entry, to: join(far, ".agents/received-runs", forged) });
+      const planted = runJson(["--scope", far, "run", "verify", forged]);
+      assert.equal(planted.envelope.ok, false, JSON.stringify(planted.envelope));
+      assert.equal(planted.envelope.error?.details["reason"], "received-unrecorded");
+      const listed = listReceivedRuns(far);
+      assert.match(listed.find((run) => run.runId === forged)?.error ?? "", /not brought into this scope/);
+      assert.equal(listed.find((run) => run.runId === real.runId)?.error, null);
+      const fsck = runJson(["--scope", far, "fsck"]);
+      assert.equal(fsck.envelope.ok, false);
+      assert.ok(fsck.stdout.includes("received-unrecorded"), fsck.stdout);
     },
   );
 });

@@ -41,6 +41,7 @@ export const AUDIT_ACTIONS = [
   "repair",
   "run-start",
   "run-end",
+  "run-receive",
 ] as const;
 export type AuditAction = (typeof AUDIT_ACTIONS)[number];
 export type AuditOutcome = "ok" | "kept" | "refused" | "event";

@@ -71,6 +71,15 @@ export function checkRuns(realScope: string, findings: Finding[]): number {
   });
   guarded(findings, "runs", "received-runs", () => {
     const { ids, strays } = listReceivedIds(realScope);
+    const anchored = lazyAnchoredAudit(realScope);
+    // A chain that cannot be read is the audit class's finding; received runs are still checked without it.
+    const receivedAudit = () => {
+      try {
+        return anchored();
+      } catch {
+        return null;
+      }
+    };
     for (const name of strays)
       findings.push(notice("runs", join(receivedRoot(realScope), name), "not a received run directory; left alone"));
     for (const runId of ids) {
@@ -79,7 +88,7 @@ export function checkRuns(realScope: string, findings: Finding[]): number {
         findings,
         "runs",
         runId,
-        () => void verifyReceivedRun({ runId, dir: join(receivedRoot(realScope), runId) }),
+        () => void verifyReceivedRun({ runId, dir: join(receivedRoot(realScope), runId) }, receivedAudit()),
       );
     }
   });

@@ -19,6 +19,8 @@
  *   log, a new record and run-end line, every digest recomputed. Prints the
  *   forged run id.
  * - { attack: "cancel-file", dir }: create `cancel` in a run directory.
+ * - { attack: "plant-received", from, to }: put a run's three evidence files
+ *   (self-consistent: a forged outbox entry's) in a received-runs directory.
  */
 import { cpSync, readdirSync, readFileSync, rmSync, writeFileSync, mkdirSync } from "node:fs";
 import { join } from "node:path";
@@ -36,7 +38,8 @@ type Request =
       child: number;
     }
   | { attack: "forge-entry"; entries: string }
-  | { attack: "cancel-file"; dir: string };
+  | { attack: "cancel-file"; dir: string }
+  | { attack: "plant-received"; from: string; to: string };
 
 const request = JSON.parse(process.argv[2] ?? "{}") as Request;
 
@@ -112,4 +115,7 @@ function forgeEntry(entries: string): string {
 if (request.attack === "plant-run")
   process.stdout.write(`${plantRun(request.runs, request.from, request.suffix, request.child, request.dispatcher)}\n`);
 else if (request.attack === "forge-entry") process.stdout.write(`${forgeEntry(request.entries)}\n`);
-else writeFileSync(join(request.dir, "cancel"), "now\n");
+else if (request.attack === "plant-received") {
+  mkdirSync(request.to, { mode: 0o700 });
+  for (const name of ["record.json", "log", "audit.jsonl"]) cpSync(join(request.from, name), join(request.to, name));
+} else writeFileSync(join(request.dir, "cancel"), "now\n");
