@@ -15,7 +15,8 @@
  *   it and delivers the real run, which is what the far side's `pull --run`
  *   and `run verify` receive; planted among the far side's received runs by
  *   a writer of that scope, it is not taken as received (no run-receive
- *   entry of that scope's audit log names it).
+ *   entry of that scope's audit log names it);
+ * - a delivered mark planted in the outbox: the run is still pushed.
  */
 import assert from "node:assert/strict";
 import { type ChildProcess, spawn, spawnSync } from "node:child_process";
@@ -27,6 +28,7 @@ import {
   cancelRun,
   listReceivedRuns,
   listRuns,
+  pushEvidence,
   readAudit,
   readDelivered,
   receiveRun,
@@ -224,6 +226,31 @@ describe("a writer of the scope forges an outbox entry", () => {
       const fsck = runJson(["--scope", far, "fsck"]);
       assert.equal(fsck.envelope.ok, false);
       assert.ok(fsck.stdout.includes("received-unrecorded"), fsck.stdout);
+    },
+  );
+});
+
+describe("a writer of the scope plants a delivered mark", () => {
+  test(
+    "Given a run queued in the outbox, When nobody marks its entry delivered to the far side and the operator " +
+      "pushes there, Then the mark does not count and the run is delivered",
+    async () => {
+      const f = await evidenceFixture({ script: "#!/bin/sh\necho 'step 1 failed' >&2\nexit 3\n" });
+      const real = await runDispatchPlanWithEvidence(f.scope, await f.plan(), { output: "quiet" });
+      const { share, mounted } = makeShare();
+      const to = `dir:${share}`;
+      handOver(f.scope, ".agents/outbox");
+      asScopeWriter({ attack: "plant-mark", outbox: join(f.scope, ".agents/outbox"), to });
+      const pushed = await pushEvidence(f.scope, { to, allowSameFilesystem: !mounted });
+      assert.deepEqual(
+        pushed.delivered.map((entry) => entry.runId),
+        [real.runId],
+      );
+      assert.equal(pushed.alreadyDelivered, 0);
+      assert.notEqual(await readDelivered(to, real.runId), null, "the far side holds the run");
+      const again = await pushEvidence(f.scope, { to, allowSameFilesystem: !mounted });
+      assert.deepEqual(again.delivered, [], "oats' own mark counts");
+      assert.equal(again.alreadyDelivered, 1);
     },
   );
 });

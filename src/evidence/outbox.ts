@@ -21,6 +21,7 @@ import {
 import { checkSealedLog, readSealedRun, type SealedRun } from "./sealed-run.js";
 import { readAnchoredAudit, type AnchoredAudit } from "./anchored-audit.js";
 import { checkDeliverable } from "./deliverable.js";
+import { privateDir, readPrivateFile, writePrivateFile } from "./private-state.js";
 import { runHex } from "./run-id.js";
 import { EVIDENCE_FILES, type EvidenceFileName } from "./transport.js";
 
@@ -172,7 +173,7 @@ function entryNames(entriesDir: string): { name: string; seq: number; hex: strin
   return found.sort((a, b) => a.seq - b.seq);
 }
 
-function writePrivateFile(dir: string, name: string, bytes: Buffer): void {
+function writeEntryFile(dir: string, name: string, bytes: Buffer): void {
   writeNewFileDurably(join(dir, name), bytes, 0o600);
 }
 
@@ -275,7 +276,7 @@ function writeEntry(scope: string, entries: string, sealed: SealedRun, skip: Rea
   let logRefusal: unknown = null;
   try {
     mkdirSync(staging, { mode: 0o700 });
-    writePrivateFile(staging, "record.json", sealed.recordBytes);
+    writeEntryFile(staging, "record.json", sealed.recordBytes);
     faultPoint("copy", sealed.log.path);
     writeNewFileDurablyInPieces(join(staging, "log"), 0o600, (write) => {
       try {
@@ -287,8 +288,8 @@ function writeEntry(scope: string, entries: string, sealed: SealedRun, skip: Rea
         throw error;
       }
     });
-    writePrivateFile(staging, "audit.jsonl", sealed.auditBytes);
-    writePrivateFile(staging, "entry.json", canonicalJsonBytes(entry));
+    writeEntryFile(staging, "audit.jsonl", sealed.auditBytes);
+    writeEntryFile(staging, "entry.json", canonicalJsonBytes(entry));
     fsyncDirectory(staging);
     renameSync(staging, assertContained(entries, join(entries, name), `outbox entry ${name}`));
     renamed = true;
@@ -375,12 +376,12 @@ export function outboxEntries(scope: string): OutboxEntry[] {
 }
 
 /** The directory of a destination's delivered marks: keyed by a digest of its canonical text. */
+function destinationKey(to: string): string {
+  return bytesDigest(Buffer.from(to)).slice("sha256-".length, "sha256-".length + 32);
+}
+
 export function deliveredDir(scope: string, to: string): string {
-  return join(
-    outboxRoot(scope),
-    "delivered",
-    bytesDigest(Buffer.from(to)).slice("sha256-".length, "sha256-".length + 32),
-  );
+  return join(outboxRoot(scope), "delivered", destinationKey(to));
 }
 
 export interface DeliveryMark {
@@ -392,10 +393,24 @@ export interface DeliveryMark {
   readonly files: readonly { readonly name: string; readonly digest: string }[];
 }
 
-/** The marks of a destination by entry seq (an unreadable or foreign mark counts as not delivered). */
+/** Where this account keeps its own copy of a destination's marks (private-state.ts); null when it cannot. */
+function privateMarksDir(scope: string, to: string): string | null {
+  return privateDir(scope, "delivered", destinationKey(to));
+}
+
+/**
+ * The marks of a destination by entry seq. A mark counts only when this
+ * account's private state holds the same mark (markDelivered writes both):
+ * the scope's `delivered/` is in the scope, and a mark a writer of the scope
+ * put there must not keep a run from the far side. An unreadable, foreign or
+ * unconfirmed mark counts as not delivered: the entry is delivered again,
+ * which the far side takes idempotently.
+ */
 export function deliveryMarks(scope: string, to: string): Map<number, DeliveryMark> {
   const dir = deliveredDir(scope, to);
+  const confirmed = privateMarksDir(scope, to);
   const marks = new Map<number, DeliveryMark>();
+  if (confirmed === null) return marks;
   let names: string[];
   try {
     names = readdirSync(dir);
@@ -407,12 +422,12 @@ export function deliveryMarks(scope: string, to: string): Map<number, DeliveryMa
     const match = /^([0-9]{12})-([0-9a-f]{64})\.json$/.exec(name);
     if (!match) continue;
     try {
-      const mark = JSON.parse(
-        readRegularFile(join(dir, name), {
-          limit: 1024 * 1024,
-          refuse: (failure) => new OatsError("invalid-artifact-store", failure),
-        }).toString("utf8"),
-      ) as DeliveryMark;
+      const bytes = readRegularFile(join(dir, name), {
+        limit: 1024 * 1024,
+        refuse: (failure) => new OatsError("invalid-artifact-store", failure),
+      });
+      if (readPrivateFile(join(confirmed, name), 1024 * 1024)?.equals(bytes) !== true) continue;
+      const mark = JSON.parse(bytes.toString("utf8")) as DeliveryMark;
       if (
         mark.format === DELIVERY_FORMAT &&
         mark.to === to &&
@@ -447,6 +462,16 @@ export function markDelivered(scope: string, entry: OutboxEntry, to: string): De
     fsyncDirectory(dir);
   } catch (error) {
     throw asStepError("mark delivered", unwritable(scope, "mark", error));
+  }
+  // This account's own copy, which is what makes the mark count. Without it (the private state unusable) the entry
+  // is delivered again at the next push: the far side takes it idempotently.
+  const confirmed = privateMarksDir(scope, to);
+  if (confirmed !== null) {
+    try {
+      writePrivateFile(confirmed, `${entryName(entry.seq, entry.runId)}.json`, canonicalJsonBytes(mark));
+    } catch {
+      // delivered again next time
+    }
   }
   return mark;
 }

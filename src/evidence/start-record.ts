@@ -1,22 +1,9 @@
-import { randomBytes } from "node:crypto";
-import {
-  closeSync,
-  constants,
-  fstatSync,
-  fsyncSync,
-  lstatSync,
-  mkdirSync,
-  openSync,
-  readFileSync,
-  renameSync,
-  unlinkSync,
-  writeSync,
-} from "node:fs";
+import { lstatSync, readFileSync, unlinkSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { z } from "zod";
 import { OatsError, canonicalJsonBytes, errnoCode } from "../core/index.js";
-import { isPrivateDirectory, scopeStateDir } from "../ledger/index.js";
-import { fsyncDirectory } from "../retention/index.js";
+import { scopeStateDir } from "../ledger/index.js";
+import { privateDir, readPrivateFile, writePrivateFile } from "./private-state.js";
 import { HANDLE_PATTERN } from "./run-record.js";
 import { runBaseSchema, type RunBase } from "./run-store.js";
 
@@ -102,23 +89,10 @@ export function identityOf(path: string): FileIdentity {
   return { dev: String(stats.dev), ino: String(stats.ino) };
 }
 
-/** The directory of this account's start records for the scope, created 0700; null when it is not private. */
-function startRecordsDir(realScope: string): string | null {
-  const state = scopeStateDir(realScope);
-  if (state === null) return null;
-  const dir = join(state, "runs");
-  try {
-    mkdirSync(dir, { mode: 0o700 });
-  } catch (error) {
-    if (errnoCode(error) !== "EEXIST") return null;
-  }
-  return isPrivateDirectory(dir) ? dir : null;
-}
-
 /** Where the start record of `handle` is (or would be); null when the private state cannot be used. */
 export function startRecordPath(realScope: string, handle: string): string | null {
   if (!HANDLE_PATTERN.test(handle)) return null;
-  const dir = startRecordsDir(realScope);
+  const dir = privateDir(realScope, "runs");
   return dir === null ? null : join(dir, `${handle}.json`);
 }
 
@@ -126,20 +100,8 @@ export function startRecordPath(realScope: string, handle: string): string | nul
 export function lookupStartRecord(realScope: string, handle: string): StartLookup {
   const path = startRecordPath(realScope, handle);
   if (path === null) return { kind: "unusable", stateDir: scopeStateDir(realScope) };
-  let bytes: Buffer;
-  try {
-    const fd = openSync(path, constants.O_RDONLY | constants.O_NOFOLLOW);
-    try {
-      const stats = fstatSync(fd);
-      if (!stats.isFile() || stats.uid !== euid() || (stats.mode & 0o022) !== 0 || stats.size > MAX_START_RECORD)
-        return { kind: "missing", path };
-      bytes = readFileSync(fd);
-    } finally {
-      closeSync(fd);
-    }
-  } catch {
-    return { kind: "missing", path };
-  }
+  const bytes = readPrivateFile(path, MAX_START_RECORD);
+  if (bytes === null) return { kind: "missing", path };
   let value: unknown;
   try {
     value = JSON.parse(bytes.toString("utf8"));
@@ -160,30 +122,9 @@ export function lookupStartRecord(realScope: string, handle: string): StartLooku
 export function writeStartRecord(realScope: string, record: StartRecord): void {
   const path = startRecordPath(realScope, record.handle);
   if (path === null) throw unwritable(realScope, record.handle, "the private state directory is not usable");
-  const dir = dirname(path);
-  const temporary = join(dir, `.${record.handle}.${process.pid}.${randomBytes(6).toString("hex")}.tmp`);
-  const bytes = canonicalJsonBytes(startRecordSchema.parse(record));
   try {
-    const fd = openSync(
-      temporary,
-      constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL | constants.O_NOFOLLOW,
-      0o600,
-    );
-    try {
-      let written = 0;
-      while (written < bytes.length) written += writeSync(fd, bytes, written, bytes.length - written);
-      fsyncSync(fd);
-    } finally {
-      closeSync(fd);
-    }
-    renameSync(temporary, path);
-    fsyncDirectory(dir);
+    writePrivateFile(dirname(path), `${record.handle}.json`, canonicalJsonBytes(startRecordSchema.parse(record)));
   } catch (error) {
-    try {
-      unlinkSync(temporary);
-    } catch {
-      // nothing to take back
-    }
     throw unwritable(realScope, record.handle, error instanceof Error ? error.message : String(error), error);
   }
 }

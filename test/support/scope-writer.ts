@@ -21,6 +21,8 @@
  * - { attack: "cancel-file", dir }: create `cancel` in a run directory.
  * - { attack: "plant-received", from, to }: put a run's three evidence files
  *   (self-consistent: a forged outbox entry's) in a received-runs directory.
+ * - { attack: "plant-mark", outbox, to }: mark the one outbox entry as
+ *   delivered to `to` (read back there), as oats writes a mark.
  */
 import { cpSync, readdirSync, readFileSync, rmSync, writeFileSync, mkdirSync } from "node:fs";
 import { join } from "node:path";
@@ -39,7 +41,8 @@ type Request =
     }
   | { attack: "forge-entry"; entries: string }
   | { attack: "cancel-file"; dir: string }
-  | { attack: "plant-received"; from: string; to: string };
+  | { attack: "plant-received"; from: string; to: string }
+  | { attack: "plant-mark"; outbox: string; to: string };
 
 const request = JSON.parse(process.argv[2] ?? "{}") as Request;
 
@@ -112,10 +115,29 @@ function forgeEntry(entries: string): string {
   return id;
 }
 
+function plantMark(outbox: string, to: string): void {
+  const entries = join(outbox, "entries");
+  const [name] = readdirSync(entries).filter((entry) => !entry.startsWith("."));
+  const entry = JSON.parse(readFileSync(join(entries, name!, "entry.json"), "utf8"));
+  const key = bytesDigest(Buffer.from(to)).slice("sha256-".length, "sha256-".length + 32);
+  const dir = join(outbox, "delivered", key);
+  mkdirSync(dir, { recursive: true, mode: 0o700 });
+  const mark = {
+    format: "oats.outbox-delivery.v1",
+    seq: entry.seq,
+    runId: entry.runId,
+    to,
+    at: new Date().toISOString(),
+    files: entry.files.map((file: { name: string; digest: string }) => ({ name: file.name, digest: file.digest })),
+  };
+  writeFileSync(join(dir, `${name}.json`), canonicalJsonBytes(mark));
+}
+
 if (request.attack === "plant-run")
   process.stdout.write(`${plantRun(request.runs, request.from, request.suffix, request.child, request.dispatcher)}\n`);
 else if (request.attack === "forge-entry") process.stdout.write(`${forgeEntry(request.entries)}\n`);
 else if (request.attack === "plant-received") {
   mkdirSync(request.to, { mode: 0o700 });
   for (const name of ["record.json", "log", "audit.jsonl"]) cpSync(join(request.from, name), join(request.to, name));
-} else writeFileSync(join(request.dir, "cancel"), "now\n");
+} else if (request.attack === "plant-mark") plantMark(request.outbox, request.to);
+else writeFileSync(join(request.dir, "cancel"), "now\n");
