@@ -367,10 +367,13 @@ export async function sealInterruptedRun(scope: string, ref: string): Promise<Re
     );
   const notes: string[] = [];
   const child = start.child;
-  if (child === null) notes.push("the child's pid was never recorded; nothing was signalled");
-  else if (!sameBoot(start))
+  // No child recorded: none was spawned, or it was gone before its start time could be read; nothing to signal.
+  if (child !== null && !sameBoot(start))
     notes.push("the run was started in another boot (or the boot cannot be told); nothing was signalled");
-  else if (isSameProcess(child) || (groupMembers(child.pid).length > 0 && !isAnotherLeader(child))) {
+  else if (
+    child !== null &&
+    (isSameProcess(child) || (groupMembers(child.pid).length > 0 && !isAnotherLeader(child)))
+  ) {
     let killed = 0;
     for (let round = 0; round < 200 && groupMembers(child.pid).length > 0; round += 1) {
       killed = Math.max(killed, groupMembers(child.pid).length);
