@@ -19,10 +19,14 @@ import { guarded, notice, type Finding } from "./findings.js";
  * Run evidence (`.agents/runs/`): every sealed run is verified as `oats run
  * verify` does (record digest, log digest, audit cross-reference, the audit
  * log read once for all runs); an unsealed run whose dispatcher is gone is
- * reported (a notice naming `oats run seal`); a running run is left alone;
+ * reported (a notice naming `oats run seal`); a foreign open run (one this
+ * account's oats did not record starting: run-standing.ts) is a finding when
+ * its directory contradicts the audit log or the start record, a notice
+ * otherwise; a running run is left alone;
  * anything else in the store is a notice. Received runs
  * (`.agents/received-runs/`) are re-checked against their delivered audit
- * lines (received-api.ts); a damaged one is a finding. Nothing is written.
+ * lines and this scope's run-receive entry (received-api.ts); a damaged or
+ * unrecorded one is a finding. Nothing is written to the scope.
  */
 export function checkRuns(realScope: string, findings: Finding[]): number {
   let checked = 0;
