@@ -9,7 +9,7 @@
  * build` runs it after tsc; dist/cli/bin.js runs a bundle through
  * dist/cli/load-bundle.js for everything but a lone --version.
  *
- * Why (docs/design/performance.md, "Cold start"): unbundled, `oats verify`
+ * Why (docs/design/performance.md, "The CLI's start: bundles and code caches"): unbundled, `oats verify`
  * opened about 220 module files (zod alone 99) and spent 70-150 ms
  * resolving, reading and compiling them before any work. One script with a
  * code cache is read in two files and mostly not compiled at all. Modules a
@@ -185,7 +185,7 @@ await rm(outdir, { recursive: true, force: true });
 const { metafile } = await build({
   absWorkingDir: root,
   // The digest worker too (parallel/pool.ts starts it): one file where tsc's module tree is some twenty, resolved and
-  // compiled by every worker before its first job (docs/design/performance-log.md, "A worker from one file").
+  // compiled by every worker before its first job (docs/design/performance.md, "Worker lanes").
   entryPoints: {
     ...Object.fromEntries(
       bundles.map(({ command, name }) => [

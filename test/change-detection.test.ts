@@ -8,7 +8,8 @@ import { readLeavesInOrder } from "../src/engine/file-reader.js";
 import { setNativeReads } from "../src/engine/native-reads.js";
 import { setReadHook } from "../src/engine/read-hook.js";
 import { walkTree } from "../src/retention/digest/walk.js";
-import { refusedAsChanged, tempDir } from "./helpers.js";
+import { tempDir } from "./helpers.js";
+import { refusedAsChanged } from "./support/refusals.js";
 
 /**
  * A file that changes between being read and being checked is refused,

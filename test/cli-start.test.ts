@@ -1,5 +1,5 @@
 /**
- * The CLI's fixed start cost (docs/design/performance.md, "Cold start"):
+ * The CLI's fixed start cost (docs/design/performance.md, "The CLI's start: bundles and code caches"):
  * dist/cli/bin.js runs a one-script bundle `npm run build` makes (the whole
  * program's, dist/cli/bundle/oats.cjs, or verify's or digest's own) with its
  * V8 code cache, a command opens no
@@ -26,7 +26,7 @@ const startedWith = (bundle: string) =>
     `dist/cli/bundle/${bundle}`,
     `dist/cli/bundle/${bundle}.cache`,
     "dist/cli/load-bundle.js",
-    "dist/cli/version.js",
+    "dist/cli/support/version.js",
     "package.json",
   ].sort();
 /** A command that reads a tree also loads the small-file reads in C (src/engine/native-reads.ts). */
@@ -140,15 +140,8 @@ describe("the built CLI runs from its bundle", () => {
     "a command's own bundle holds that command's module and no other " +
       "command's, and is well under half the whole one, its cache too",
     () => {
-      assert.deepEqual(commandModules("oats-verify.cjs"), [
-        "src/cli/commands/captures-shared.ts",
-        "src/cli/commands/shared.ts",
-        "src/cli/commands/verify.ts",
-      ]);
-      assert.deepEqual(commandModules("oats-digest.cjs"), [
-        "src/cli/commands/captures-shared.ts",
-        "src/cli/commands/digest.ts",
-      ]);
+      assert.deepEqual(commandModules("oats-verify.cjs"), ["src/cli/commands/shared.ts", "src/cli/commands/verify.ts"]);
+      assert.deepEqual(commandModules("oats-digest.cjs"), ["src/cli/commands/digest.ts"]);
       assert.ok(commandModules("oats.cjs").length > 30);
       const size = (name: string) => statSync(join(BUNDLE, name)).size;
       for (const bundle of ["oats-digest.cjs", "oats-verify.cjs"]) {
@@ -450,6 +443,6 @@ describe("the built CLI runs from its bundle", () => {
     if (!run) return;
     assert.equal(run.status, 0, run.stderr);
     assert.equal(run.stdout, `${PACKAGE_VERSION}\n`);
-    assert.deepEqual(run.opened, ["dist/cli/bin.js", "dist/cli/version.js", "package.json"]);
+    assert.deepEqual(run.opened, ["dist/cli/bin.js", "dist/cli/support/version.js", "package.json"]);
   });
 });

@@ -17,7 +17,8 @@ import { setReadHook } from "../src/engine/read-hook.js";
 import type { FileEntry } from "../src/engine/index.js";
 import { walkTree } from "../src/retention/digest/walk.js";
 import { acquireWorker, releaseWorker, workersHeld } from "../src/retention/parallel/pool.js";
-import { dropFromCache, holdPageCacheLock, patterned, refusedAsChanged, treeOfFiles } from "./helpers.js";
+import { dropFromCache, holdPageCacheLock, patterned, treeOfFiles } from "./helpers.js";
+import { refusedAsChanged } from "./support/refusals.js";
 
 holdPageCacheLock();
 

@@ -28,7 +28,8 @@ import {
 import { setReadHook } from "../src/engine/read-hook.js";
 import { PER_FILE_FSYNC_LIMIT } from "../src/retention/store/staging-writer.js";
 import { walkTree } from "../src/retention/digest/walk.js";
-import { REPO, refusedAsChanged, tempDir } from "./helpers.js";
+import { REPO, tempDir } from "./helpers.js";
+import { refusedAsChanged } from "./support/refusals.js";
 
 /**
  * The small-file reads in C (native/read-small.c) against real files: the

@@ -18,7 +18,8 @@ import { setReadHook } from "../src/engine/read-hook.js";
 import { RING_MIN_REST, RING_SLOTS, RING_SLOT_SIZE } from "../src/engine/read-ring.js";
 import type { FileEntry } from "../src/engine/index.js";
 import { walkTree } from "../src/retention/digest/walk.js";
-import { dropFromCache, holdPageCacheLock, patterned, refusedAsChanged, treeOfFiles } from "./helpers.js";
+import { dropFromCache, holdPageCacheLock, patterned, treeOfFiles } from "./helpers.js";
+import { refusedAsChanged } from "./support/refusals.js";
 
 holdPageCacheLock();
 

@@ -51,6 +51,22 @@ describe("a self-contained repository", () => {
     assert.deepEqual([...new Set(missing)], []);
   });
 
+  test("every built module the bench and the scripts load by path exists after the build", () => {
+    const byPath = /join\(DIST((?:,\s*"[^"]+")+)\)/g;
+    const missing: string[] = [];
+    let seen = 0;
+    for (const path of trackedFiles()) {
+      if (!/^(bench|scripts)\/.*\.mjs$/.test(path)) continue;
+      for (const match of readFileSync(join(REPO, path), "utf8").matchAll(byPath)) {
+        const parts = [...match[1]!.matchAll(/"([^"]+)"/g)].map((part) => part[1]!);
+        seen += 1;
+        if (!existsSync(join(REPO, "dist", ...parts))) missing.push(`${path}: dist/${parts.join("/")}`);
+      }
+    }
+    assert.ok(seen > 0, "the bench loads built modules by path");
+    assert.deepEqual([...new Set(missing)], []);
+  });
+
   test("the contract the code cites is the project's own document", () => {
     const contract = readFileSync(join(REPO, "docs/design/contract.md"), "utf8");
     for (const section of ["## 1. Words", "## 2. Digest formats", "## 6. Refusals and exit codes", "## 7. The CLI"]) {

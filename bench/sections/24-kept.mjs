@@ -127,8 +127,7 @@ async function benchKept(name, ids, runs) {
  * unchanged tree against `oats digest` of it, each a fresh process. Both
  * pay node's start and a cold JIT; the kept retain also starts its worker
  * and compiles the walk and the hash a second time, in that worker's
- * isolate, on the same two cores (performance-log.md, "A kept retain from the
- * CLI").
+ * isolate, on the same two cores (docs/design/performance.md, "Kept retains").
  */
 async function benchKeptCli(name, id) {
   const label = name === "small" ? "20k small files" : "8 x 128 MiB";

@@ -46,8 +46,8 @@ export { largeFilesReadByRing } from "./read-ring.js";
  * with synchronous calls, in runs, into one reused buffer: for a 2 KiB file
  * the thread-pool round trips of five async calls cost 100-470 us on the
  * benchmark machine against some 20 us synchronously and 2 us of hashing,
- * and reading ahead in worker threads lost too (docs/design/performance.md
- * has the figures). The event loop is yielded to every few milliseconds so a
+ * and reading ahead in worker threads lost too (docs/design/performance.md,
+ * "Small files", has the figures). The event loop is yielded to every few milliseconds so a
  * library caller stays responsive.
  *
  * Memory stays bounded whatever the file sizes: two chunk buffers, one
@@ -116,14 +116,14 @@ export interface ReadOptions {
    * worker lane, or this thread while one runs), the pool thread's copy only
    * competes with them for a core, and reading inline costs less CPU (some
    * 10% in a probe, 16% in fsck's lanes: docs/design/performance.md, "Large
-   * reads when every core hashes").
+   * files").
    * Every byte is read and checked the same way in both.
    *
    * `"warm"`: inline while the reads come from the page cache, overlapped
    * once they wait on a disk. A copy out of the page cache is work for a
    * core, and on a machine whose two vCPUs share a physical core it slows
-   * the hash beside it more than it saves (docs/design/performance-log.md, "Large
-   * files read inline while the cache is warm"); a read that waits on the
+   * the hash beside it more than it saves (docs/design/performance.md, "Large
+   * files"); a read that waits on the
    * disk costs no core, so overlapping it with the hash still wins.
    * With the addon, the rest of such a warm file (at least RING_MIN_REST) is
    * copied by a ring's thread in small pieces while this one hashes

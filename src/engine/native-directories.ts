@@ -8,8 +8,8 @@ import { nativeError, nativeReads, type NativeAddon } from "./native-reads.js";
  * flags the walk makes through /proc/<pid>/fd/<dir>/<name> paths, without
  * the procfs lookup of each path, a Stats object per directory or a Dirent
  * per entry: over a cold process's first walk of 20,000 files in 351
- * directories, 36 ms became 15 (docs/design/performance-log.md, "Directories
- * listed natively"). Without the addon each function returns null and the
+ * directories, 36 ms became 15 (docs/design/performance.md, "The native addon
+ * and its fallback"). Without the addon each function returns null and the
  * walk makes the calls itself.
  */
 

@@ -16,7 +16,7 @@ import { getSystemErrorName } from "node:util";
  * read and close and their garbage. The C loop makes the same calls with
  * the same checks (openat on the directory's descriptor, which is what the
  * /proc path stands for) and hands back only offsets, sizes and modes
- * (docs/design/performance-log.md, "Small files read natively").
+ * (docs/design/performance.md, "The native addon and its fallback").
  *
  * Nothing depends on it: without a C compiler at build time, on a platform
  * other than Linux, with OATS_NATIVE_READS=0 in the environment, or after

@@ -78,8 +78,8 @@ export function consumeNativeRun(
  * creates in flight) does not end the run: the rest of the batch is already
  * read, so it is handed over once that promise settles instead of being
  * read again by the next call (which made a run copy read every file about
- * sixteen times: docs/design/performance-log.md, "Dispatch's copy read its files
- * again"). The batch is the reader's alone and is not reused before the
+ * sixteen times: docs/design/performance.md, "The native addon and its
+ * fallback"). The batch is the reader's alone and is not reused before the
  * returned promise settles; the statuses are copied out, as the next call on
  * this thread reuses `nativeMeta`.
  */

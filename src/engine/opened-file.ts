@@ -49,7 +49,7 @@ export const OPEN_FLAGS = constants.O_RDONLY | constants.O_NOFOLLOW | constants.
  * fresh 1 MiB buffer pays a page fault for each of its 256 pages when it
  * is first filled: 69 of them (a node_modules tree's 23 large files, three
  * buffers each) took 250 ms on the AMD EPYC machine against 0.8 ms for one
- * reused buffer (docs/design/performance-log.md, "Fresh buffers"). A buffer is
+ * reused buffer (docs/design/performance.md, "Large files"). A buffer is
  * given back only when no read into it is in flight and its consumer call
  * has settled; on a failure it is left to the collector. Five: a large
  * file's head and its two rest buffers, the next file's prefetched head,

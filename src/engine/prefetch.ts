@@ -9,7 +9,7 @@ import type { LeafEntry } from "./entries.js";
  * disk is one synchronous open and read at a time, each waiting for the
  * disk, while the disk could serve many at once: here one thread reads the
  * 3,790 files of a cold node_modules in 456 ms, eight in 188 ms and sixteen
- * in 159 ms (docs/design/performance-log.md, "Cold reads in parallel").
+ * in 159 ms (docs/design/performance.md, "A cold page cache: read-ahead").
  * Threads a little ahead of the reader open each file and ask the kernel
  * to read it into the page cache, so the reader finds it there.
  *
@@ -49,7 +49,7 @@ const FLAGS = constants.O_RDONLY | constants.O_NOFOLLOW | constants.O_NONBLOCK;
  * SharedArrayBuffer (leaf i is bytes[ends[i - 1], ends[i]), empty for a
  * symlink), opened as Buffer paths: an array of 20,000 strings in
  * workerData was cloned into each worker's heap, some 6 MiB of RSS per
- * worker (docs/design/performance.md, row 25b).
+ * worker (docs/design/performance.md, "A cold page cache: read-ahead").
  */
 const SOURCE = `
 const { workerData } = require("node:worker_threads");

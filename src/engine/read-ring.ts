@@ -8,8 +8,7 @@ import { changed, changedOrUnreadable } from "./refusals.js";
  * (native/read-ring.c) while this thread hashes the piece before: only for
  * a pure hash with a core to spare and a warm cache (ReadOptions.inline
  * `"warm"`), where this thread would otherwise make the copy itself between
- * its hashes (docs/design/performance-log.md, "Large files read by a second
- * core").
+ * its hashes (docs/design/performance.md, "The read ring").
  *
  * Why small pieces in a small ring: the copy helps only while the pieces
  * are still in a cache the hashing core reaches fast. In C, over 8 x 128

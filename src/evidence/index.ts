@@ -99,4 +99,4 @@ export {
   type TransportContext,
   transportFor,
 } from "./transport.js";
-export { dirTransport, type DirTransportOptions } from "./transports/dir.js";
+export { dirTransport, type DirTransportOptions } from "./transport-dir.js";

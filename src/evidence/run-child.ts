@@ -15,8 +15,9 @@ import { identityOf, writeStartRecord } from "./start-record.js";
  * The child's phase of a run (run-exec.ts; docs/design/evidence.md,
  * "Lifecycle" steps 3 and 4, "Cancel and interruption"): the child starts in
  * its own process group, its stdout and stderr are read through LineCapture
- * and the redactor into the log (and, raw, to the operator unless quiet),
- * and the phase ends once the child has exited and both pipes are closed.
+ * and the redactor into the log (and, masked as the log is, to the operator
+ * unless quiet: never the raw bytes), and the phase ends once the child has
+ * exited and both pipes are closed.
  *
  * Cancel (the AbortSignal, or a `cancel` file that `oats run cancel` puts in
  * the run directory) sends SIGTERM to the whole group and SIGKILL after
@@ -29,7 +30,8 @@ import { identityOf, writeStartRecord } from "./start-record.js";
  */
 
 export interface ChildOptions {
-  /** Where the child's raw output is shown: this process's stdout/stderr (default), nowhere, or given streams. */
+  /** Where the child's output is shown, masked as the log is: this process's stdout/stderr (default), nowhere, or
+   * given streams. */
   readonly output?: "inherit" | "quiet" | { stdout: Writable; stderr: Writable };
   /** Aborting it cancels the run. */
   readonly signal?: AbortSignal;
@@ -105,16 +107,24 @@ function cancelRequested(dir: string, dirIno: string): boolean {
 /** Run the child to its end, its lines on the log; what the seal needs. */
 export async function captureChild(run: OpenRun, plan: DispatchPlan, options: ChildOptions): Promise<Captured> {
   const tee = teeOf(options.output);
-  const log = new RunLog(run.logFd, run.redactor);
-  const out = new LineCapture("out", run.clock, () => undefined, MAX_LINE_CHARS, log.write);
-  const err = new LineCapture("err", run.clock, () => undefined, MAX_LINE_CHARS, log.write);
+  const log = new RunLog(run.logFd);
+  // The echo is the log's own masked text, not the child's bytes: a credential the log hides is hidden there too.
+  const echo = (to: Writable | undefined) => (to === undefined ? {} : { echo: (text: string) => void to.write(text) });
+  const out = new LineCapture("out", run.clock, () => undefined, MAX_LINE_CHARS, log.write, {
+    redactor: run.redactor,
+    ...echo(tee?.stdout),
+  });
+  const err = new LineCapture("err", run.clock, () => undefined, MAX_LINE_CHARS, log.write, {
+    redactor: run.redactor,
+    ...echo(tee?.stderr),
+  });
   const notes: string[] = [];
   // The cancel's watches and its grace timer last as long as the child: none outlives the phase.
   const watching = new ResourceStack();
   const child = new RunChild(run, options, notes, watching);
   let exit: RunExit;
   try {
-    exit = await child.run(plan, { out, err, tee, log });
+    exit = await child.run(plan, { out, err, log });
   } finally {
     await watching.release();
   }
@@ -135,7 +145,6 @@ export async function captureChild(run: OpenRun, plan: DispatchPlan, options: Ch
 interface Sinks {
   readonly out: LineCapture;
   readonly err: LineCapture;
-  readonly tee: Tee;
   readonly log: RunLog;
 }
 
@@ -184,14 +193,8 @@ class RunChild {
         }
         this.watchForCancel();
       }
-      child.stdout!.on("data", (chunk: Buffer) => {
-        sinks.out.push(chunk);
-        sinks.tee?.stdout.write(chunk);
-      });
-      child.stderr!.on("data", (chunk: Buffer) => {
-        sinks.err.push(chunk);
-        sinks.tee?.stderr.write(chunk);
-      });
+      child.stdout!.on("data", (chunk: Buffer) => sinks.out.push(chunk));
+      child.stderr!.on("data", (chunk: Buffer) => sinks.err.push(chunk));
       child.on("error", (error) => {
         this.startError = error;
         if (this.exited === null) resolveExit({ code: null, signal: null });

@@ -26,7 +26,8 @@ import { type Captured, captureChild } from "./run-child.js";
  */
 
 export interface RunWithEvidenceOptions {
-  /** Where the child's raw output is shown: this process's stdout/stderr (default), nowhere, or given streams. */
+  /** Where the child's output is shown, masked as the log is (never the raw bytes): this process's stdout/stderr
+   * (default), nowhere, or given streams. */
   readonly output?: "inherit" | "quiet" | { stdout: Writable; stderr: Writable };
   /** Aborting it cancels the run (the CLI wires SIGINT and SIGTERM to it). */
   readonly signal?: AbortSignal;

@@ -1,20 +1,19 @@
 import { ftruncateSync, writeSync } from "node:fs";
 import { writeRestSync } from "../retention/index.js";
+import type { LineMasker } from "./line-capture.js";
 import { formatStamp, type Stream } from "./log-format.js";
 
 /**
  * The run's log as the child's lines reach it (docs/design/evidence.md, "The
- * log"): each chunk's lines redacted, stamped and appended before the next
- * chunk is read. A log that cannot be written (a full disk) stops the run
- * rather than letting it go on unrecorded: the torn piece is cut back to the
- * last whole line, nothing more is written, and `onFailure` cancels the child.
+ * log"): each chunk's lines, masked by LineCapture, stamped and appended
+ * before the next chunk is read. A log that cannot be written (a full disk)
+ * stops the run rather than letting it go on unrecorded: the torn piece is
+ * cut back to the last whole line, nothing more is written, and `onFailure`
+ * cancels the child.
  */
 
-export interface Redactor {
-  apply(text: string): string;
-  /** False only when apply would change no line of `text` (lines joined by newlines); lets a chunk of plain lines
-   * skip apply. */
-  mayMatch?(text: string): boolean;
+/** A run's redactor as the capture path uses it (createRedactor's, from the plan: run-policy.ts). */
+export interface Redactor extends LineMasker {
   statement(): Array<{ rule: string; count: number }>;
 }
 
@@ -40,28 +39,17 @@ export class RunLog {
   /** Told once, when the log stops (the run's cancel, once the child is started). */
   onFailure: ((why: string) => void) | null = null;
 
-  constructor(
-    private readonly fd: number,
-    private readonly redactor: Redactor,
-  ) {}
+  constructor(private readonly fd: number) {}
 
   /**
-   * A chunk's lines at once (LineCapture's batch sink): one redaction pre-check for the chunk, each line redacted
-   * before it is appended. The text is written as it is made, in flat pieces of about LOG_PIECE_CHARS, before the
-   * next chunk is read.
+   * A chunk's lines at once (LineCapture's batch sink), masked already. The text is written as it is made, in flat
+   * pieces of about LOG_PIECE_CHARS, before the next chunk is read.
    */
   readonly write = (stream: Stream, first: number, texts: readonly string[]): void => {
-    const check = this.redactor.mayMatch === undefined || this.redactor.mayMatch(texts.join("\n"));
     const lines: string[] = [];
     let chars = 0;
     for (let index = 0; index < texts.length; index += 1) {
-      let text = texts[index]!;
-      if (check) {
-        const masked = this.redactor.apply(text);
-        // A cleaned line has no CR or LF; only a mask could bring one.
-        if (masked !== text) text = masked.replace(/[\r\n]/g, " ");
-      }
-      const line = `${formatStamp(first + index)} ${stream} ${text}\n`;
+      const line = `${formatStamp(first + index)} ${stream} ${texts[index]!}\n`;
       lines.push(line);
       chars += line.length;
       if (chars >= LOG_PIECE_CHARS) {

@@ -1,6 +1,6 @@
 import { OatsError, type ErrorCode } from "../../core/index.js";
-import type { CommandSpec } from "../context.js";
-import { integrityText } from "../render.js";
+import type { CommandSpec } from "../support/context.js";
+import { integrityText } from "../support/render.js";
 
 const NOUNS: Record<string, [string, string]> = {
   revisions: ["revision", "revisions"],

@@ -60,7 +60,7 @@ export interface TreeListing {
  * twice during a retain (the source and the staged copy), and each of its
  * strings outlives the young generation: with both paths stored, the leaves
  * took about 5 MiB per listing and their survival grew V8's young
- * generation to its 32 MiB maximum (docs/design/performance.md, row 25b).
+ * generation to its 32 MiB maximum (docs/design/performance.md, "Peak memory of a retain").
  * A path is one concatenation with the parent directory's stored path.
  */
 class Leaf {

@@ -1,4 +1,4 @@
-import { OatsError, isOatsError } from "../core/index.js";
+import { OatsError, isOatsError } from "../../core/index.js";
 
 /**
  * The JSON envelope of contract section 7: exactly one compact line,

@@ -1,6 +1,6 @@
-import type { RecurrencePolicy } from "../captures/index.js";
-import type { SchemaName } from "../schemas/index.js";
-import type { ArtifactKind, TreeFormat } from "../retention/index.js";
+import type { RecurrencePolicy } from "../../captures/index.js";
+import type { SchemaName } from "../../schemas/index.js";
+import type { ArtifactKind, TreeFormat } from "../../retention/index.js";
 
 /**
  * Choices the CLI offers, kept here (checked against the library's types at

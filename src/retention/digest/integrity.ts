@@ -1,5 +1,5 @@
 import { z } from "zod";
-import { OatsError } from "../core/index.js";
+import { OatsError } from "../../core/index.js";
 
 /** Digest formats of contract section 2. */
 export const TREE_LEGACY = "oats.tree-legacy.v0";

@@ -1,7 +1,16 @@
-import type { ApprovalSubject } from "../captures/index.js";
-import type { OatsError } from "../core/index.js";
-import { approveCommand } from "./commands/captures-shared.js";
+import type { ApprovalSubject } from "../../captures/index.js";
+import type { OatsError } from "../../core/index.js";
 import { reasonRemedy } from "./remedies.js";
+
+/** `capture nightly oats.tree-exec.v1:sha256-…`: the three operands `oats approve` takes, in order. */
+export function subjectText(subject: Pick<ApprovalSubject, "kind" | "key" | "integrity">): string {
+  return `${subject.kind} ${subject.key} ${subject.integrity}`;
+}
+
+/** The command line that approves exactly this subject (kind, key and integrity are shell-safe by their grammar). */
+export function approveCommand(subject: Pick<ApprovalSubject, "kind" | "key" | "integrity">): string {
+  return `oats approve ${subjectText(subject)} --reason "<why>"`;
+}
 
 /** Human-mode rendering: short result lines on stdout, `oats: <code>: <message>` and one remedy line on stderr. */
 

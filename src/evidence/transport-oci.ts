@@ -1,4 +1,4 @@
-import { OatsError } from "../../core/index.js";
+import { OatsError } from "../core/index.js";
 import {
   OciClient,
   OCI_MANIFEST,
@@ -6,9 +6,9 @@ import {
   bufferSource,
   formatOciReference,
   type SessionOptions,
-} from "../../oci/index.js";
-import { runHex } from "../run-id.js";
-import type { EvidenceBundle, EvidenceTransport, ProbeResult } from "../transport.js";
+} from "../oci/index.js";
+import { runHex } from "./run-id.js";
+import type { EvidenceBundle, EvidenceTransport, ProbeResult } from "./transport.js";
 
 /**
  * The `oci://` evidence transport: a sealed run as one OCI artifact in a

@@ -1,12 +1,12 @@
 /**
  * A progress line on stderr for long work, only when stderr is a terminal and
  * neither --json nor --quiet is set. The library reports structured events
- * (src/retention/progress.ts); formatProgressLine turns one into a line (pure,
+ * (src/retention/digest/progress.ts); formatProgressLine turns one into a line (pure,
  * unit-tested), and the writer below throttles updates (a few per second),
  * cuts the line to the terminal width and clears it when the work ends, so
  * nothing is left behind.
  */
-import type { ProgressEvent } from "../retention/index.js";
+import type { ProgressEvent } from "../../retention/index.js";
 
 export interface Progress {
   /** The library's onProgress. */

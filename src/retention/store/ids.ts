@@ -1,5 +1,5 @@
 import { z } from "zod";
-import { OatsError } from "../core/index.js";
+import { OatsError } from "../../core/index.js";
 
 /** capability id, capture name, instance name, job id (contract section 4). */
 export const IDENTIFIER_PATTERN = /^[a-z0-9][a-z0-9._-]*$/;

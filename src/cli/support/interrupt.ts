@@ -8,8 +8,8 @@
  * staging directory behind. Commands that never ask for a signal keep the
  * default SIGINT behaviour.
  */
-import type { OatsError } from "../core/index.js";
-import { isInterrupted, type RemovedPath } from "../retention/index.js";
+import type { OatsError } from "../../core/index.js";
+import { isInterrupted, type RemovedPath } from "../../retention/index.js";
 
 export const INTERRUPTED_EXIT = 130;
 

@@ -1,5 +1,5 @@
 import type { Command } from "commander";
-import type { OatsError } from "../core/index.js";
+import type { OatsError } from "../../core/index.js";
 import type { Progress } from "./progress.js";
 
 /** What every command gets: the scope and output mode, decided once by main. */
@@ -9,8 +9,10 @@ export interface CliContext {
   readonly quiet: boolean;
   /** A progress line for long work (a silent one unless stderr is a TTY and neither --json nor --quiet). */
   progress(label: string): Progress;
-  /** An AbortSignal that Ctrl-C aborts (src/cli/interrupt.ts), for commands that stage work and clean it up. */
+  /** An AbortSignal that Ctrl-C aborts (src/cli/support/interrupt.ts), for commands that stage work and clean it up. */
   interruptSignal(): AbortSignal;
+  /** The commands of the program that runs this one (what `oats completion` completes). */
+  readonly commands: readonly CommandSpec[];
 }
 
 /** What a command hands back to be rendered: the JSON result and its human lines. */

@@ -1,4 +1,4 @@
-import { OatsError } from "../core/index.js";
+import { OatsError } from "../../core/index.js";
 
 /**
  * Structured progress and cancellation for long library work. The library

@@ -12,16 +12,10 @@ import {
   statSync,
   unlinkSync,
 } from "node:fs";
-import { OatsError, errnoCode, bytesDigest } from "../../core/index.js";
-import {
-  inDirectory,
-  readRegularFile,
-  writeNewFileDurably,
-  assertContained,
-  stagingName,
-} from "../../retention/index.js";
-import { runHex } from "../run-id.js";
-import type { EvidenceBundle, EvidenceTransport, ProbeResult } from "../transport.js";
+import { OatsError, errnoCode, bytesDigest } from "../core/index.js";
+import { inDirectory, readRegularFile, writeNewFileDurably, assertContained, stagingName } from "../retention/index.js";
+import { runHex } from "./run-id.js";
+import type { EvidenceBundle, EvidenceTransport, ProbeResult } from "./transport.js";
 
 /**
  * The `dir:` transport: a share, i.e. a directory on another filesystem or
