@@ -199,6 +199,9 @@ describe("a writer of the scope forges an outbox entry", () => {
         (details["delivered"] as { runId: string }[]).map((entry) => entry.runId),
         [real.runId],
       );
+      // The sweep before the push keys entries by run id: the forged entry, though it names the real run's
+      // handle, does not hold the real run, which the sweep queues again before anything is delivered.
+      assert.deepEqual(details["queuedNow"], [`${real.handle} ${real.runId.slice("sha256-".length)}`]);
 
       assert.equal(await readDelivered(to, forged), null, "the forged run never reached the far side");
       const far = tempDir("oats-far-");

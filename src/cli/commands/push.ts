@@ -70,7 +70,12 @@ async function pushOutbox(context: CliContext, options: Record<string, unknown>)
             "integrity-mismatch",
             `${result.refused.length} outbox entr${result.refused.length === 1 ? "y was" : "ies were"} refused: ` +
               refused.message,
-            { reason: refused.reason, refused: result.refused, delivered: result.delivered },
+            {
+              reason: refused.reason,
+              refused: result.refused,
+              delivered: result.delivered,
+              queuedNow: result.queuedNow,
+            },
           ),
         }),
     quietLines: (result.dryRun ? result.pending : result.delivered).map((entry) => entry.runId),
