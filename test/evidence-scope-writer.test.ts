@@ -16,7 +16,10 @@
  *   and `run verify` receive; planted among the far side's received runs by
  *   a writer of that scope, it is not taken as received (no run-receive
  *   entry of that scope's audit log names it);
- * - a delivered mark planted in the outbox: the run is still pushed.
+ * - a delivered mark planted in the outbox: the run is still pushed;
+ * - a job planted in the queue, or a queued job re-pointed in place: dispatch
+ *   refuses it (job-unrecorded) before anything runs, and audits the
+ *   refusal; the operator's `queue add` of the same job makes it theirs.
  */
 import assert from "node:assert/strict";
 import { type ChildProcess, spawn, spawnSync } from "node:child_process";
@@ -28,6 +31,7 @@ import {
   cancelRun,
   listReceivedRuns,
   listRuns,
+  planQueuedRun,
   pushEvidence,
   readAudit,
   readDelivered,
@@ -37,6 +41,7 @@ import {
 import { REPO, runJson, runOats, tempDir } from "./helpers.js";
 import { evidenceFixture } from "./support/evidence-fixture.js";
 import { alive, runDir, runningRun, waitFor } from "./support/evidence-run.js";
+import { refusal } from "./support/refusals.js";
 import { makeShare } from "./support/shares.js";
 
 const NOBODY = { uid: 65534, gid: 65534 } as const;
@@ -254,6 +259,45 @@ describe("a writer of the scope plants a delivered mark", () => {
       const again = await pushEvidence(f.scope, { to, allowSameFilesystem: !mounted });
       assert.deepEqual(again.delivered, [], "oats' own mark counts");
       assert.equal(again.alreadyDelivered, 1);
+    },
+  );
+});
+
+describe("a writer of the scope plants or re-points a queued job", () => {
+  test(
+    "Given a job the operator queued and dispatched, When nobody plants a copy of it under another job id, or " +
+      "re-points the job itself (its recurrence set to prepare-on-tick), Then dispatching either is refused " +
+      "(integrity-mismatch, job-unrecorded) before anything runs, and the refusal is audited; the operator's " +
+      "`oats queue add` of the planted job keeps it and makes it dispatchable",
+    async () => {
+      const f = await evidenceFixture({ script: "#!/bin/sh\necho working\n" });
+      const first = await runDispatchPlanWithEvidence(f.scope, await f.plan(), { output: "quiet" });
+      assert.equal(first.result, "OK");
+      handOver(f.scope, ".agents/queue");
+      const queue = join(f.scope, ".agents/queue");
+      asScopeWriter({ attack: "plant-job", queue, from: f.job, job: "planted" });
+      const refusedDispatch = () => {
+        const last = readAudit(f.scope).entries.at(-1)!;
+        assert.equal(last.action, "dispatch");
+        assert.equal(last.outcome, "refused");
+        return last;
+      };
+      await assert.rejects(planQueuedRun(f.scope, "planted"), refusal("integrity-mismatch", "job-unrecorded"));
+      assert.equal(refusedDispatch().subject?.["job"], "planted");
+
+      asScopeWriter({ attack: "plant-job", queue, from: f.job, job: f.job, policy: "prepare-on-tick" });
+      const runs = listRuns(f.scope).length;
+      await assert.rejects(planQueuedRun(f.scope, f.job), refusal("integrity-mismatch", "job-unrecorded"));
+      assert.equal(refusedDispatch().subject?.["job"], f.job);
+      assert.equal(listRuns(f.scope).length, runs, "nothing ran");
+
+      const kept = runJson(["--scope", f.scope, "queue", "add", f.resolution, "--job", "planted"]);
+      assert.equal(kept.envelope.ok, true, JSON.stringify(kept.envelope));
+      assert.equal(kept.envelope.result!["status"], "kept");
+      const again = await runDispatchPlanWithEvidence(f.scope, await planQueuedRun(f.scope, "planted"), {
+        output: "quiet",
+      });
+      assert.equal(again.result, "OK");
     },
   );
 });

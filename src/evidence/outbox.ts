@@ -21,7 +21,7 @@ import {
 import { checkSealedLog, readSealedRun, type SealedRun } from "./sealed-run.js";
 import { readAnchoredAudit, type AnchoredAudit } from "./anchored-audit.js";
 import { checkDeliverable } from "./deliverable.js";
-import { privateDir, readPrivateFile, writePrivateFile } from "./private-state.js";
+import { privateDir, readPrivateFile, writePrivateFile } from "../ledger/index.js";
 import { runHex } from "./run-id.js";
 import { EVIDENCE_FILES, type EvidenceFileName } from "./transport.js";
 

@@ -3,7 +3,7 @@ import { dirname, join } from "node:path";
 import { z } from "zod";
 import { OatsError, canonicalJsonBytes, errnoCode } from "../core/index.js";
 import { scopeStateDir } from "../ledger/index.js";
-import { privateDir, readPrivateFile, writePrivateFile } from "./private-state.js";
+import { privateDir, readPrivateFile, writePrivateFile } from "../ledger/index.js";
 import { HANDLE_PATTERN } from "./run-record.js";
 import { runBaseSchema, type RunBase } from "./run-store.js";
 

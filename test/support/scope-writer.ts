@@ -23,6 +23,11 @@
  *   (self-consistent: a forged outbox entry's) in a received-runs directory.
  * - { attack: "plant-mark", outbox, to }: mark the one outbox entry as
  *   delivered to `to` (read back there), as oats writes a mark.
+ * - { attack: "plant-job", queue, from, job, policy? }: write a job `job`
+ *   into the queue directory as oats writes one (canonical JSON), copying
+ *   the queued job `from` (its resolution, recurrence and time), with its
+ *   recurrence policy set to `policy` when given; `job` may be `from` itself
+ *   (the job re-pointed in place).
  */
 import { cpSync, readdirSync, readFileSync, rmSync, writeFileSync, mkdirSync } from "node:fs";
 import { join } from "node:path";
@@ -42,7 +47,8 @@ type Request =
   | { attack: "forge-entry"; entries: string }
   | { attack: "cancel-file"; dir: string }
   | { attack: "plant-received"; from: string; to: string }
-  | { attack: "plant-mark"; outbox: string; to: string };
+  | { attack: "plant-mark"; outbox: string; to: string }
+  | { attack: "plant-job"; queue: string; from: string; job: string; policy?: string };
 
 const request = JSON.parse(process.argv[2] ?? "{}") as Request;
 
@@ -133,6 +139,14 @@ function plantMark(outbox: string, to: string): void {
   writeFileSync(join(dir, `${name}.json`), canonicalJsonBytes(mark));
 }
 
+function plantJob(queue: string, from: string, job: string, policy?: string): void {
+  const queued = JSON.parse(readFileSync(join(queue, `${from}.json`), "utf8"));
+  const recurrence = policy === undefined ? queued.recurrence : { ...queued.recurrence, policy };
+  const path = join(queue, `${job}.json`);
+  rmSync(path, { force: true });
+  writeFileSync(path, canonicalJsonBytes({ ...queued, job, recurrence }));
+}
+
 if (request.attack === "plant-run")
   process.stdout.write(`${plantRun(request.runs, request.from, request.suffix, request.child, request.dispatcher)}\n`);
 else if (request.attack === "forge-entry") process.stdout.write(`${forgeEntry(request.entries)}\n`);
@@ -140,4 +154,5 @@ else if (request.attack === "plant-received") {
   mkdirSync(request.to, { mode: 0o700 });
   for (const name of ["record.json", "log", "audit.jsonl"]) cpSync(join(request.from, name), join(request.to, name));
 } else if (request.attack === "plant-mark") plantMark(request.outbox, request.to);
+else if (request.attack === "plant-job") plantJob(request.queue, request.from, request.job, request.policy);
 else writeFileSync(join(request.dir, "cancel"), "now\n");
