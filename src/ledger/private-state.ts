@@ -20,10 +20,11 @@ import { fsyncDirectory } from "../retention/index.js";
  * Files kept in the operator's private state, outside the scope
  * (`scopeStateDir`, chain-state.ts): what only this account's oats wrote
  * and a writer of the scope must not be able to forge (the start records
- * and delivered marks of run evidence, the jobs this account queued). Every directory below the scope's state directory is created 0700
- * and used only while it is a real directory of this account that no one
- * else can write; a file is read only when it is a regular file of this
- * account that no one else can write, never through a symlink.
+ * and delivered marks of run evidence, the jobs this account queued).
+ * Every directory below the scope's state directory is created 0700 and
+ * used only while it is a real directory of this account that no one else
+ * can write; a file is read only when it is a regular file of this account
+ * that no one else can write, never through a symlink.
  */
 
 const NAME = /^[A-Za-z0-9][A-Za-z0-9._-]{0,200}$/;
