@@ -1,5 +1,5 @@
 import assert from "node:assert/strict";
-import { chmodSync, rmSync, symlinkSync, unlinkSync, writeFileSync } from "node:fs";
+import { chmodSync, mkdirSync, rmSync, symlinkSync, unlinkSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { test } from "node:test";
 import { retainTree, verifyTree } from "../src/index.js";
@@ -7,7 +7,7 @@ import { ManifestBuilder, manifestPath } from "../src/retention/store/manifest.j
 import { digestListing } from "../src/retention/digest/tree.js";
 import { walkTree } from "../src/retention/digest/walk.js";
 import { canonicalJsonBytes } from "../src/core/canonical-json.js";
-import { fixtureCopy, tempDir } from "./helpers.js";
+import { fixtureCopy, runOats, tempDir } from "./helpers.js";
 import { expectRefusal } from "./support/refusals.js";
 
 /**
@@ -122,3 +122,36 @@ test(
     assert.ok(rows.rows.some((row) => row.type === "symlink" && row.path === "current.mjs"));
   },
 );
+
+test("every differing path is named: 20 listed in order, all counted; verify and fsck print them", async () => {
+  const scope = tempDir();
+  const source = join(tempDir(), "tree");
+  mkdirSync(source);
+  for (let i = 0; i < 30; i++) writeFileSync(join(source, `f${String(i).padStart(2, "0")}.txt`), `file ${i}\n`);
+  const receipt = await retainTree(scope, { kind: "capture", key: "many", source });
+  // 25 files changed and one removed: 26 differing paths.
+  for (let i = 0; i < 25; i++) {
+    const file = join(receipt.dir, `f${String(i).padStart(2, "0")}.txt`);
+    chmodSync(file, 0o644);
+    writeFileSync(file, `changed ${i}\n`);
+  }
+  unlinkSync(join(receipt.dir, "f29.txt"));
+  const refusal = await mismatchOf(scope, receipt);
+  assert.equal(refusal.details["differenceCount"], 26);
+  const listed = refusal.details["differences"] as { path: string; change: string }[];
+  assert.equal(listed.length, 20);
+  assert.deepEqual(listed[0], { path: "f00.txt", change: "content" });
+  assert.deepEqual(listed[19], { path: "f19.txt", change: "content" });
+  assert.match(refusal.message, /first difference: f00\.txt, content; and 25 more paths\)/);
+
+  const ref = ["many", "--kind", "capture", "--integrity", `${receipt.integrity.format}:${receipt.integrity.value}`];
+  const verified = runOats(["--scope", scope, "verify", ...ref]);
+  assert.equal(verified.status, 5, verified.stderr);
+  assert.match(verified.stderr, /\n {2}content {8}f00\.txt\n/);
+  assert.match(verified.stderr, /\n {2}content {8}f19\.txt\n/);
+  assert.match(verified.stderr, /\n {2}\.\.\. and 6 more differing paths not listed\n/);
+  const checked = runOats(["--scope", scope, "fsck"]);
+  assert.equal(checked.status, 5, checked.stderr);
+  assert.match(checked.stdout, /DAMAGED {2}capture many .*\n {4}content {8}f00\.txt\n/);
+  assert.match(checked.stdout, /\n {4}\.\.\. and 6 more differing paths not listed\n/);
+});

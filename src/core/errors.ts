@@ -12,6 +12,9 @@ export const ERROR_KINDS = {
   busy: 7,
   usage: 2,
   internal: 1,
+  // 128 + SIGINT's number, as a shell reports a command a signal ended; the CLI exits 128 + the number of the signal
+  // it received (143 for SIGTERM, 129 for SIGHUP).
+  interrupted: 130,
 } as const;
 
 export type ErrorKind = keyof typeof ERROR_KINDS;
@@ -39,9 +42,14 @@ export const ERROR_CODES = {
   // An OCI registry that cannot be used safely or at all: details.reason says why (unreachable, tls, insecure-remote,
   // redirect-other-host, unauthorized, auth-realm, protocol).
   "registry-refused": "refused",
+  // A signed attestation that cannot be believed: details.reason says why (signature-invalid, key-not-trusted,
+  // trust-removed, trust-unknown, subject-mismatch, subject-not-held, predicate-type, statement-invalid, too-large).
+  "attestation-refused": "refused",
   busy: "busy",
   usage: "usage",
   "internal-error": "internal",
+  // A signal (SIGINT, SIGTERM, SIGHUP) stopped the command; its cleanup ran and details.removed says what it removed.
+  interrupted: "interrupted",
 } as const satisfies Record<string, ErrorKind>;
 
 export type ErrorCode = keyof typeof ERROR_CODES;

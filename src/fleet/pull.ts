@@ -27,6 +27,7 @@ import {
 } from "../retention/index.js";
 import { MAX_MANIFEST_BYTES, OCI_MANIFEST_MEDIA_TYPE, oatsToOci, parsePulledManifest } from "./mapping.js";
 import { openRegistry } from "./target.js";
+import { fetchAttestations, type PulledAttestation } from "./attestations.js";
 import { getBlob, getBlobBytes, getManifest } from "../oci/index.js";
 
 /**
@@ -58,6 +59,8 @@ export interface PullReport extends Omit<ImportReport, "bundle"> {
   readonly artifactType: string;
   /** For each capture record pulled: what a local operator must approve before it dispatches here. */
   readonly approve: { readonly resolution: string; readonly subject: CompositionSubject; readonly command: string }[];
+  /** The signed statements attached to the resolution's manifest (referrers), each checked and stored, or refused. */
+  readonly attestations: PulledAttestation[];
 }
 
 function approveLine(subject: CompositionSubject): string {
@@ -131,7 +134,19 @@ export async function pullFromRegistry(
         const subject = compositionSubject(compositionOf(record));
         approve.push({ resolution: row.id, subject, command: approveLine(subject) });
       }
-      return { reference: origin, digest: served.digest, artifactType: manifest.artifactType, ...imported, approve };
+      // Statements about the resolution travel as its manifest's referrers; a bad one is reported, not stored.
+      const attestations =
+        manifest.resolution === null
+          ? []
+          : await fetchAttestations(realScope, session, manifest.resolution.id, served.digest);
+      return {
+        reference: origin,
+        digest: served.digest,
+        artifactType: manifest.artifactType,
+        ...imported,
+        approve,
+        attestations,
+      };
     }),
   );
 }

@@ -42,6 +42,8 @@ export const AUDIT_ACTIONS = [
   "run-start",
   "run-end",
   "run-receive",
+  "trust-add",
+  "trust-remove",
 ] as const;
 export type AuditAction = (typeof AUDIT_ACTIONS)[number];
 export type AuditOutcome = "ok" | "kept" | "refused" | "event";

@@ -123,6 +123,21 @@ export function scopeStateDir(realScope: string): string | null {
   return dir;
 }
 
+/**
+ * A directory of the operator's state that belongs to no scope (the signing
+ * key): `<state root>/<names...>`, each level created 0700 and used only when
+ * private, as the per-scope directory is; null when it is not safe to use.
+ */
+export function operatorStateDir(...names: string[]): string | null {
+  let path = stateRoot();
+  if (!ensurePrivate(path)) return null;
+  for (const name of names) {
+    path = join(path, name);
+    if (!ensurePrivate(path)) return null;
+  }
+  return path;
+}
+
 function readPrivate(path: string): Buffer | null {
   try {
     const fd = openSync(path, constants.O_RDONLY | constants.O_NOFOLLOW);

@@ -40,7 +40,7 @@ export {
   readEntries,
   verifyChain,
 } from "./chain-log.js";
-export { isPrivateDirectory, scopeStateDir } from "./chain-state.js";
+export { isPrivateDirectory, operatorStateDir, scopeStateDir, stateRoot } from "./chain-state.js";
 export { privateDir, readPrivateFile, writePrivateFile } from "./private-state.js";
 export {
   assertInitialUserNamespace,

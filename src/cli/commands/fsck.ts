@@ -1,6 +1,6 @@
 import { OatsError, type ErrorCode } from "../../core/index.js";
 import type { CommandSpec } from "../support/context.js";
-import { integrityText } from "../support/render.js";
+import { differenceLines, integrityText } from "../support/render.js";
 
 const NOUNS: Record<string, [string, string]> = {
   revisions: ["revision", "revisions"],
@@ -43,6 +43,8 @@ export const fsck: CommandSpec = {
       lines.push(
         outcome.ok ? `ok       ${name}` : `DAMAGED  ${name}: ${outcome.error?.code}: ${outcome.error?.message}`,
       );
+      if (!outcome.ok && outcome.error)
+        lines.push(...differenceLines(outcome.error.details ?? {}).map((l) => `  ${l}`));
     }
     // Grouped by class; revision damage is already on its own line above.
     for (const [cls, findings] of Object.entries(report.classes)) {

@@ -77,14 +77,21 @@ const REMEDIES: Record<string, string> = {
     "correct it and retry (`oats <command> --help` lists the arguments).",
   "integrity-mismatch":
     "the stored revision is damaged or the expected digest is wrong; it was " +
-    "not repaired. Re-retain from a trusted source into a fresh scope or " +
-    "remove the revision by hand after inspecting it.",
+    "not repaired. `oats repair <kind>:<key>@<integrity> --from <trusted copy>` " +
+    "puts back bytes that verify against the revision's own digest and quarantines " +
+    "the damaged tree (`oats repair --help`); or check the expected digest.",
   "provenance-mismatch":
     "the tree's .oats-installation.json does not match the lock's rows; " +
     "reinstall the capability from its locked source, or use the lock it was " +
     "installed from.",
   "registry-refused":
     "nothing was published: the registry was refused or could not be used (details.reason: insecure-remote, tls, unreachable, connection-lost, redirect-other-host, auth-realm, unauthorized, protocol). Use https:// registries with a certificate the system trusts (plain HTTP only on loopback), check credentials (OATS_REGISTRY_USER/OATS_REGISTRY_PASSWORD or the Docker/Podman auth file), then retry; see docs/design/fleet.md (Transport, auth and trust boundary).",
+  "attestation-refused":
+    "the signed attestation was not believed and nothing was accepted under it " +
+    "(details.reason: signature-invalid, key-not-trusted, trust-removed, trust-unknown, " +
+    "subject-mismatch, subject-not-held, predicate-type, statement-invalid, too-large). " +
+    "Check which key signed it (`oats attestation ls`) and what this host trusts " +
+    "(`oats trust ls`); see docs/design/attestations.md.",
   busy: "another oats process holds the store lock; wait for it to finish and retry.",
   "internal-error": "an unexpected failure; nothing was published. Retry, and report the message above if it persists.",
 };
@@ -261,6 +268,17 @@ export function remedy(
   }
   if (
     error.code === "artifact-not-found" &&
+    error.details["host"] !== undefined &&
+    error.details["repository"] !== undefined
+  ) {
+    return (
+      "the registry named above has no such tag or digest in that repository; check the reference " +
+      "(<registry>/<repository>:<tag> or @sha256:<digest>) and that it was pushed there (`oats push --help`; " +
+      "docs/design/fleet.md)."
+    );
+  }
+  if (
+    error.code === "artifact-not-found" &&
     error.details["key"] === undefined &&
     error.details["path"] !== undefined
   ) {
@@ -299,5 +317,22 @@ export function humanError(
           return `  ${at}${oneLine(typeof message === "string" ? message : JSON.stringify(issue))}\n`;
         })
       : [];
-  return `oats: ${error.code}: ${oneLine(error.message)}\n${remedy(error, command)}\n${problems.join("")}`;
+  const differing = differenceLines(error.details).map((line) => `${line}\n`);
+  const head = `oats: ${error.code}: ${oneLine(error.message)}\n${remedy(error, command)}\n`;
+  return `${head}${problems.join("")}${differing.join("")}`;
+}
+
+/**
+ * Every differing path of a damaged revision that the refusal lists (`details.differences`, capped), one indented
+ * line each with its change, and a count of those not listed; nothing when there is only the one the message names.
+ */
+export function differenceLines(details: Record<string, unknown>): string[] {
+  const listed = Array.isArray(details["differences"])
+    ? (details["differences"] as { path?: unknown; change?: unknown }[])
+    : [];
+  const total = typeof details["differenceCount"] === "number" ? details["differenceCount"] : listed.length;
+  if (total <= 1) return [];
+  const lines = listed.map((row) => `  ${String(row.change).padEnd(14)} ${String(row.path)}`);
+  if (total > listed.length) lines.push(`  ... and ${total - listed.length} more differing paths not listed`);
+  return lines;
 }

@@ -43,16 +43,16 @@ export interface RemovedPath {
 }
 
 /**
- * The error an aborted signal turns into. The contract has no code for it;
- * it is `internal-error` (the input was not at fault) with
- * `details.reason: "interrupted"`, and the CLI exits 130 for it.
+ * The error an aborted signal turns into: code `interrupted` (the input was not at fault), with
+ * `details.reason: "interrupted"` and what the cleanup removed in `details.removed`. The CLI exits 128 + the
+ * number of the signal it received.
  */
 export function interruptedError(): OatsError {
-  return new OatsError("internal-error", "interrupted", { reason: "interrupted", removed: [] });
+  return new OatsError("interrupted", "interrupted", { reason: "interrupted", removed: [] });
 }
 
 export function isInterrupted(error: unknown): boolean {
-  return error instanceof OatsError && error.details["reason"] === "interrupted";
+  return error instanceof OatsError && error.code === "interrupted";
 }
 
 export function throwIfAborted(signal: AbortSignal | undefined): void {

@@ -137,12 +137,22 @@ function compareRow(recorded: ManifestRow, found: ManifestRow): Difference["chan
   return null;
 }
 
+/** How many differing paths a refusal lists; `total` counts them all. */
+export const DIFFERENCES_LISTED = 20;
+
+export interface Differences {
+  /** The first differing paths in tree-exec order, at most the limit asked for. */
+  readonly listed: readonly Difference[];
+  /** How many paths differ in all. */
+  readonly total: number;
+}
+
 /**
- * The first path (in tree-exec order) where a revision differs from its
- * manifest, or null when there is no usable manifest or no row differs
- * (a difference the rows cannot see, such as a legacy-only one).
+ * Every path (in tree-exec order) where a revision differs from its manifest, the first `limit` of them listed and
+ * all of them counted, or null when there is no usable manifest (or the tree cannot be read). A total of 0 is a
+ * difference the rows cannot see, such as a legacy-only one.
  */
-export async function firstDifference(revisionDir: string): Promise<Difference | null> {
+export async function treeDifferences(revisionDir: string, limit = DIFFERENCES_LISTED): Promise<Differences | null> {
   const recorded = readManifest(revisionDir);
   if (!recorded) return null;
   const builder = new ManifestBuilder();
@@ -152,18 +162,35 @@ export async function firstDifference(revisionDir: string): Promise<Difference |
     return null;
   }
   const found = builder.rows;
+  const listed: Difference[] = [];
+  let total = 0;
+  const note = (difference: Difference) => {
+    total++;
+    if (listed.length < limit) listed.push(difference);
+  };
   let i = 0;
   let j = 0;
   while (i < recorded.length || j < found.length) {
     const a = recorded[i];
     const b = found[j];
     const order = a && b ? Buffer.compare(Buffer.from(a.path), Buffer.from(b.path)) : a ? -1 : 1;
-    if (order < 0) return { path: a!.path, change: "removed" };
-    if (order > 0) return { path: b!.path, change: "added" };
-    const change = compareRow(a!, b!);
-    if (change) return { path: a!.path, change };
-    i++;
-    j++;
+    if (order < 0) {
+      note({ path: a!.path, change: "removed" });
+      i++;
+    } else if (order > 0) {
+      note({ path: b!.path, change: "added" });
+      j++;
+    } else {
+      const change = compareRow(a!, b!);
+      if (change) note({ path: a!.path, change });
+      i++;
+      j++;
+    }
   }
-  return null;
+  return { listed, total };
+}
+
+/** The first path where a revision differs from its manifest, or null (treeDifferences). */
+export async function firstDifference(revisionDir: string): Promise<Difference | null> {
+  return (await treeDifferences(revisionDir, 1))?.listed[0] ?? null;
 }

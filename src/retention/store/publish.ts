@@ -15,7 +15,7 @@ import type { ArtifactKind } from "./ids.js";
 import { TREE_LEGACY, type TreeFormat } from "../digest/integrity.js";
 import { ensureStore, fsyncDirectory, removeCreatedStore } from "./components.js";
 import { faultPoint } from "./faults.js";
-import { firstDifference, writeManifest } from "./manifest.js";
+import { treeDifferences, writeManifest } from "./manifest.js";
 import { ManifestRecorder } from "./manifest-encoding.js";
 import { adoptedAsVerified, type AdoptVerified } from "./adopted-read.js";
 import { EXEC_REVISIONS_DIR, assertContained, stagingName, storeRoot } from "./layout.js";
@@ -166,14 +166,23 @@ export async function verifyRevision(
     : await digestListing(await walkTree(dir, walkOptions(plan)), plan.formats, digestOptions(plan, "verify"));
   const actual = digests[plan.nameFormat]!;
   if (actual !== expected) {
-    const difference = await firstDifference(dir);
-    if (!difference) throw mismatch(plan, expected, actual, { dir, reason: "damaged-revision" });
+    const found = await treeDifferences(dir);
+    const difference = found?.listed[0];
+    if (!found || !difference) throw mismatch(plan, expected, actual, { dir, reason: "damaged-revision" });
+    const more = found.total - 1;
     throw mismatch(
       plan,
       expected,
       actual,
-      { dir, reason: "damaged-revision", firstDifference: difference },
-      ` (first difference: ${difference.path}, ${difference.change})`,
+      {
+        dir,
+        reason: "damaged-revision",
+        firstDifference: difference,
+        differences: found.listed,
+        differenceCount: found.total,
+      },
+      ` (first difference: ${difference.path}, ${difference.change}` +
+        `${more > 0 ? `; and ${more} more path${more === 1 ? "" : "s"}` : ""})`,
     );
   }
   return digests;
