@@ -20,6 +20,7 @@ import {
   latestApprovedFor,
   listApprovals,
   prepareCapture,
+  readJob,
   requireApproval,
   resolveQueuedCapture,
   revoke,
@@ -381,6 +382,9 @@ describe("cross-check: dispatch", () => {
       await revoke(f.scope, f.subject, { reason: "pulled" });
       writeLines(LEDGER(f.scope), readLines(LEDGER(f.scope)).slice(0, -1));
       freshState();
+      // The fresh state holds no job this account queued: queued again (kept), the job is this state's.
+      const { resolution } = readJob(f.scope, "nightly");
+      assert.equal((await addJob(f.scope, { job: "nightly", resolution })).status, "kept");
       await assert.rejects(
         resolveQueuedCapture(f.scope, "nightly", { env: {} }),
         refusal("integrity-mismatch", (error) => assert.equal(error.details["crossCheck"], "ledger-reference-differs")),

@@ -8,7 +8,7 @@
  */
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
-import { appendFileSync, readFileSync, writeFileSync } from "node:fs";
+import { appendFileSync, readFileSync, realpathSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { describe, test } from "node:test";
 import {
@@ -24,6 +24,7 @@ import {
   sealInterruptedRun,
   verifyRun,
 } from "../src/index.js";
+import { startRecordPath } from "../src/evidence/index.js";
 import { REPO, runJson, tempDir } from "./helpers.js";
 import { evidenceFixture } from "./support/evidence-fixture.js";
 import { alive, logSize, logText, runDir, runningRun, waitFor } from "./support/evidence-run.js";
@@ -208,10 +209,10 @@ describe("run evidence: a dispatcher killed mid-run", () => {
   );
 
   test(
-    "Given control.json names a live process whose start time differs (a " +
-      "reused pid), Then the run is not taken as running: cancel is refused " +
-      "without signalling it and seal proceeds; the same pid with its real " +
-      "start time is running and seal is refused",
+    "Given the dispatcher's start record names a live process whose start time differs (a reused pid), Then " +
+      "the run is not taken as running: cancel is refused without signalling it and seal proceeds; the same " +
+      "pid with its real start time is running and seal is refused; a control.json that names a live " +
+      "dispatcher on its own word makes the run foreign, never running",
     async () => {
       const f = await evidenceFixture({ script: `#!/bin/sh\n${TICKER}\n` });
       const cli = dispatcher(f.scope, f.job);
@@ -219,16 +220,29 @@ describe("run evidence: a dispatcher killed mid-run", () => {
       cli.child.kill("SIGKILL");
       await cli.exited;
       await waitFor("the child to die of SIGPIPE", () => !alive(childOf(f.scope, handle)));
-      const path = join(runDir(f.scope, handle), "control.json");
-      const control = JSON.parse(readFileSync(path, "utf8"));
-      writeFileSync(
-        path,
-        JSON.stringify({ ...control, dispatcher: { pid: process.pid, start: processStart(process.pid) } }),
-      );
-      assert.equal(listRuns(f.scope).find((row) => row.handle === handle)?.state, "running");
+      const stateOfRun = () => listRuns(f.scope).find((row) => row.handle === handle)?.state;
+      const controlPath = join(runDir(f.scope, handle), "control.json");
+      const control = JSON.parse(readFileSync(controlPath, "utf8"));
+      const recordPath = startRecordPath(realpathSync(f.scope), handle)!;
+      const record = JSON.parse(readFileSync(recordPath, "utf8"));
+      const live = { pid: process.pid, start: processStart(process.pid) };
+
+      // control.json alone is never believed: it contradicts the start record, so the run is foreign.
+      writeFileSync(controlPath, JSON.stringify({ ...control, dispatcher: live }));
+      assert.equal(stateOfRun(), "foreign");
+      await assert.rejects(sealInterruptedRun(f.scope, handle), refusal("integrity-mismatch", "run-foreign"));
+      await assert.rejects(cancelRun(f.scope, handle), refusal("integrity-mismatch", "run-foreign"));
+
+      // The dispatcher's own record (as written by the operator's account) decides.
+      const both = (dispatcherRef: { pid: number; start: string | null }) => {
+        writeFileSync(recordPath, JSON.stringify({ ...record, dispatcher: dispatcherRef }));
+        writeFileSync(controlPath, JSON.stringify({ ...control, dispatcher: dispatcherRef }));
+      };
+      both(live);
+      assert.equal(stateOfRun(), "running");
       await assert.rejects(sealInterruptedRun(f.scope, handle), refusal("busy", "run-running"));
-      writeFileSync(path, JSON.stringify({ ...control, dispatcher: { pid: process.pid, start: "1" } }));
-      assert.equal(listRuns(f.scope).find((row) => row.handle === handle)?.state, "unsealed");
+      both({ pid: process.pid, start: "1" });
+      assert.equal(stateOfRun(), "unsealed");
       await assert.rejects(cancelRun(f.scope, handle), refusal("invalid-input", "run-unsealed"));
       assert.equal((await sealInterruptedRun(f.scope, handle)).record?.result, "INTERRUPTED");
     },

@@ -214,8 +214,9 @@ describe("the outbox", () => {
 
   test(
     "Given a queued entry changed on disk after it was queued, When pushed, " +
-      "Then the push refuses it (integrity-mismatch), delivers what came " +
-      "before it, and nothing after it",
+      "Then it is refused (integrity-mismatch), never delivered or marked, and " +
+      "its run, intact in the scope, is queued anew and delivered in its place, " +
+      "the runs still in their order",
     async () => {
       const { scope, runs } = await scopeWithRuns(3);
       for (const run of runs) await enqueueSealedRun(scope, run.handle);
@@ -223,15 +224,30 @@ describe("the outbox", () => {
       const entryLog = join(scope, ".agents/outbox/entries", `000000000002-${hex(runs[1]!.runId)}`, "log");
       writeFileSync(entryLog, "forged\n");
       const order: number[] = [];
-      await assert.rejects(pushEvidence(scope, { to: recording(share, order) }), refusal("integrity-mismatch"));
-      assert.deepEqual(order, [1], "in order: the third run is not delivered before the second");
+      const pushed = await pushEvidence(scope, { to: recording(share, order) });
       assert.deepEqual(
-        readdirSync(join(share, "runs")).filter((name) => !name.startsWith(".")),
-        [hex(runs[0]!.runId)],
+        pushed.refused.map((entry) => [entry.seq, entry.code]),
+        [[2, "integrity-mismatch"]],
+      );
+      assert.deepEqual(order, [1, 4, 3], "the second run's new entry goes out before the third run");
+      assert.deepEqual(
+        pushed.delivered.map((entry) => entry.runId),
+        runs.map((run) => run.runId),
       );
       assert.deepEqual(
-        listOutbox(scope).map((entry) => entry.delivered.length),
-        [1, 0, 0],
+        readdirSync(join(share, "runs"))
+          .filter((name) => !name.startsWith("."))
+          .sort(),
+        runs.map((run) => hex(run.runId)).sort(),
+      );
+      assert.deepEqual(
+        listOutbox(scope).map((entry) => [entry.seq, entry.delivered.length]),
+        [
+          [1, 1],
+          [2, 0],
+          [3, 1],
+          [4, 1],
+        ],
       );
     },
   );

@@ -5,7 +5,7 @@
  * read through a symlink, and gc keeps the resolution a run names.
  */
 import assert from "node:assert/strict";
-import { existsSync, readFileSync, readdirSync, renameSync, symlinkSync, writeFileSync } from "node:fs";
+import { existsSync, readFileSync, readdirSync, renameSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { describe, test } from "node:test";
 import {
@@ -88,13 +88,26 @@ describe("run verify: tampering", () => {
 
   test(
     "Given the run-end audit entry is missing (the audit log's last entry " +
-      "cut off), Then verify refuses on the audit cross-reference",
+      "cut off), Then verify refuses: the log no longer extends what this " +
+      "account verified (truncated); once the operator accepts the log as it " +
+      "is (the checkpoint removed), on the audit cross-reference",
     async () => {
       const { f, outcome } = await sealedRun();
       const auditPath = join(f.scope, ".agents/audit/audit.jsonl");
       const lines = readFileSync(auditPath, "utf8").trimEnd().split("\n");
       assert.match(lines.at(-1)!, /"run-end"/);
       writeFileSync(auditPath, `${lines.slice(0, -1).join("\n")}\n`);
+      let stateDir = "";
+      assert.throws(
+        () => verifyRun(f.scope, outcome.handle),
+        (error: unknown) => {
+          assert.ok(refusal("integrity-mismatch", "truncated")(error));
+          stateDir = (error as OatsError).details["stateDir"] as string;
+          return true;
+        },
+      );
+      for (const name of readdirSync(stateDir))
+        if (name.endsWith("audit.jsonl.checkpoint.json")) rmSync(join(stateDir, name));
       assert.throws(() => verifyRun(f.scope, outcome.handle), refusal("integrity-mismatch", "run-audit-mismatch"));
     },
   );

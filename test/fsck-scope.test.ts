@@ -288,8 +288,9 @@ describe("whole-scope fsck", () => {
       "Then the ledger vs audit cross-check reports the approval only the " +
       "audit log holds, exit 5",
     async () => {
+      // Populated with a usable state (queue add keeps its job there), checked without one.
+      const { scope } = await populatedScope();
       await withStateDir(false, async () => {
-        const { scope } = await populatedScope();
         writeFileSync(agents(scope, "approvals", "ledger.jsonl"), "");
         const report = await fsckUnchanged(scope);
         const findings = only(report, "approvals");

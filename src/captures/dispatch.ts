@@ -33,7 +33,7 @@ import {
 import { captureSubject, prepareCapture } from "./prepare-capture.js";
 import { guardSpecifier, launcher } from "./node-guard.js";
 import { dispatchEnvironment } from "./dispatch-env.js";
-import { readJob } from "./queue.js";
+import { readJob, requireQueuedHere } from "./queue.js";
 import { attachDispatchHold } from "./dispatch-hold.js";
 import { copyVerifiedTree, removeRunCopy, type RunCopy } from "./run-copy.js";
 import type { EvidencePostureCheck, EvidencePostureResult } from "./posture.js";
@@ -344,6 +344,7 @@ export async function resolveQueuedCapture(
     // 1. The job and its record.
     const job = readJob(realScope, jobId);
     eventSubject["job"] = job.job;
+    requireQueuedHere(realScope, job);
     let { id, record } = readCaptureRecord(realScope, job.resolution);
     eventSubject["resolution"] = id;
     let preparedFrom: string | null = null;

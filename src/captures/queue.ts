@@ -16,7 +16,7 @@ import {
   assertContained,
   withPublishLease,
 } from "../retention/index.js";
-import { audit, audited } from "../ledger/index.js";
+import { audit, audited, privateDir, readPrivateFile, writePrivateFile } from "../ledger/index.js";
 
 /**
  * Queued work: `.agents/queue/<job>.json`, canonical JSON
@@ -38,6 +38,14 @@ import { audit, audited } from "../ledger/index.js";
  * renamed into place; when the audit log cannot take it, the staged file is
  * removed and the add is refused with `audit-unavailable`, so no job the
  * log does not show ever becomes dispatchable.
+ *
+ * What this account queued, it also keeps in its private state, outside the
+ * scope (`<scopeStateDir>/queue/<job>.json`, the job's exact bytes), written
+ * after the audit entry and before the job is linked (and on a `kept`
+ * re-queue). Dispatch takes a job only when that copy holds the same bytes
+ * (`requireQueuedHere`): a job a writer of the scope planted or re-pointed
+ * is refused (`integrity-mismatch`, reason `job-unrecorded`), and re-queueing
+ * it with `queue add` is the remedy.
  */
 
 export const QUEUE_DIR = [AGENTS_DIR, "queue"] as const;
@@ -134,6 +142,7 @@ export async function addJob(
             outcome: "kept",
             details: { recurrence: { ...existing.recurrence } },
           });
+          recordQueuedHere(realScope, existing);
           return { job: existing, path, status: "kept" as const };
         }
         throw new OatsError(
@@ -160,6 +169,13 @@ export async function addJob(
           outcome: "ok",
           details: { recurrence: { ...job.recurrence }, ...(existing ? { replaced: existing.resolution } : {}) },
         });
+      } catch (error) {
+        unlinkSync(staged);
+        removeCreatedStore(created, dir);
+        throw error;
+      }
+      try {
+        recordQueuedHere(realScope, job);
       } catch (error) {
         unlinkSync(staged);
         removeCreatedStore(created, dir);
@@ -237,4 +253,55 @@ export function listJobs(scope: string): Array<{ job: string; queued: QueuedJob 
         throw error;
       }
     });
+}
+
+/** This account's private copy of the jobs it queued; null when its private state cannot be used. */
+function privateQueueDir(realScope: string): string | null {
+  return privateDir(realScope, "queue");
+}
+
+/** Keep `job`'s exact bytes in this account's private state: what makes it dispatchable here. */
+function recordQueuedHere(realScope: string, job: QueuedJob): void {
+  const dir = privateQueueDir(realScope);
+  const refuse = (why: string) =>
+    new OatsError(
+      "audit-unavailable",
+      `job ${job.job} cannot be recorded in this account's private state (${why}); it is not queued`,
+      { job: job.job, reason: "job-record-unwritable" },
+    );
+  if (dir === null) throw refuse("it is not a private directory of this account, or cannot be made");
+  try {
+    writePrivateFile(dir, `${job.job}.json`, canonicalJsonBytes(job));
+  } catch (error) {
+    throw refuse(error instanceof Error ? error.message : String(error));
+  }
+}
+
+/**
+ * A job as dispatch may take it: one this account queued, exactly as it
+ * queued it (its private copy holds the same bytes). The queue is in the
+ * scope; a writer of the scope can plant a job or re-point one at another
+ * approved composition or recurrence, and nothing in the scope tells. A job
+ * queued by another account is re-queued by this one (`queue add`, which
+ * keeps an identical job) before this account dispatches it.
+ */
+export function requireQueuedHere(scope: string, job: QueuedJob): void {
+  const realScope = resolveScope(scope);
+  const dir = privateQueueDir(realScope);
+  const bytes = dir === null ? null : readPrivateFile(join(dir, `${job.job}.json`), MAX_JOB_BYTES);
+  if (bytes?.equals(canonicalJsonBytes(job))) return;
+  throw new OatsError(
+    "integrity-mismatch",
+    `job ${job.job} is not one this account queued: ` +
+      (dir === null
+        ? "this account's private state cannot be used, so oats cannot tell"
+        : bytes === null
+          ? "this account's private state holds no record of it"
+          : "this account queued it with other content") +
+      `; nothing was dispatched. It names resolution ${job.resolution} (${job.recurrence.policy}): if that is ` +
+      `meant, queue it again (oats queue add ${job.resolution} --job ${job.job}` +
+      `${job.recurrence.policy === "capture" ? "" : ` --recurrence ${job.recurrence.policy}`}` +
+      `${job.recurrence.every === undefined ? "" : ` --every ${job.recurrence.every}`})`,
+    { job: job.job, resolution: job.resolution, reason: "job-unrecorded" },
+  );
 }

@@ -1,9 +1,11 @@
+import { join } from "node:path";
 import { OatsError, isOatsError } from "../core/index.js";
 import { resolveScope } from "../retention/index.js";
 import { enqueueSealedRun, outboxEntries } from "./outbox.js";
 import { pushEvidence } from "./push.js";
 import { runHex } from "./run-id.js";
-import { listHandles } from "./run-store.js";
+import { listHandles, readRecord, runsRoot } from "./run-store.js";
+import { readAnchoredAudit, type AnchoredAudit } from "./anchored-audit.js";
 
 /**
  * What happens to a run once it is sealed: it is queued in the outbox, and
@@ -48,21 +50,41 @@ export async function afterRunSealed(
 /**
  * Queue every sealed run the outbox does not hold yet (a dispatcher killed
  * between seal and enqueue, a run sealed INTERRUPTED by `oats run seal`), in
- * handle order (handles start with their UTC start time). Unsealed runs are
- * skipped; a sealed run that cannot be queued (damaged) is reported, not
+ * handle order (handles start with their UTC start time). A run is held when
+ * an entry carries its run id: an entry that only names its handle (another
+ * run's, or one rebuilt by a writer of the scope) does not keep the sealed
+ * run from being queued. Unsealed runs are skipped; a sealed run that cannot
+ * be queued (damaged, or not anchored in the audit log) is reported, not
  * queued, and does not stop the others.
  */
 export async function enqueueSealedRuns(
   scope: string,
+  options: { readonly audit?: AnchoredAudit } = {},
 ): Promise<{ queued: string[]; skipped: { handle: string; code: string; reason: string }[] }> {
   const realScope = resolveScope(scope);
-  const held = new Set(outboxEntries(realScope).map((entry) => entry.handle));
+  const byHandle = new Map<string, Set<string>>();
+  for (const entry of outboxEntries(realScope)) {
+    const ids = byHandle.get(entry.handle) ?? new Set<string>();
+    ids.add(entry.runId);
+    byHandle.set(entry.handle, ids);
+  }
   const queued: string[] = [];
   const skipped: { handle: string; code: string; reason: string }[] = [];
+  let audit = options.audit;
   for (const handle of listHandles(realScope)) {
-    if (held.has(handle)) continue;
+    const ids = byHandle.get(handle);
+    if (ids !== undefined) {
+      let sealedAs: string | null | undefined;
+      try {
+        sealedAs = readRecord(join(runsRoot(realScope), handle))?.id ?? null;
+      } catch {
+        sealedAs = undefined; // damaged: the enqueue below says how
+      }
+      if (sealedAs === null || (sealedAs !== undefined && ids.has(sealedAs))) continue;
+    }
     try {
-      const { entry, queued: fresh } = await enqueueSealedRun(realScope, handle);
+      audit ??= readAnchoredAudit(realScope);
+      const { entry, queued: fresh } = await enqueueSealedRun(realScope, handle, { audit });
       if (fresh) queued.push(`${handle} ${runHex(entry.runId)}`);
     } catch (error) {
       if (isOatsError(error) && error.details["reason"] === "run-unsealed") continue;

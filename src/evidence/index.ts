@@ -80,6 +80,15 @@ export {
 } from "./push.js";
 export { listReceivedIds, receivedRoot } from "./received-store.js";
 export { stateOf, verifySealedRun } from "./run-api.js";
+export { foreignRun, type Foreign, type ForeignReason, type Standing } from "./run-standing.js";
+export { lazyAnchoredAudit, readAnchoredAudit, type AnchoredAudit } from "./anchored-audit.js";
+export {
+  lookupStartRecord,
+  START_RECORD_FORMAT,
+  startRecordPath,
+  type StartLookup,
+  type StartRecord,
+} from "./start-record.js";
 export { checkRunDir, readControl, readRecord, runsRoot, strayNames } from "./run-store.js";
 export {
   EVIDENCE_FILES,

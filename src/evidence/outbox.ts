@@ -19,6 +19,9 @@ import {
   withFileLock,
 } from "../retention/index.js";
 import { checkSealedLog, readSealedRun, type SealedRun } from "./sealed-run.js";
+import { readAnchoredAudit, type AnchoredAudit } from "./anchored-audit.js";
+import { checkDeliverable } from "./deliverable.js";
+import { privateDir, readPrivateFile, writePrivateFile } from "../ledger/index.js";
 import { runHex } from "./run-id.js";
 import { EVIDENCE_FILES, type EvidenceFileName } from "./transport.js";
 
@@ -170,8 +173,16 @@ function entryNames(entriesDir: string): { name: string; seq: number; hex: strin
   return found.sort((a, b) => a.seq - b.seq);
 }
 
-function writePrivateFile(dir: string, name: string, bytes: Buffer): void {
+function writeEntryFile(dir: string, name: string, bytes: Buffer): void {
   writeNewFileDurably(join(dir, name), bytes, 0o600);
+}
+
+export interface EnqueueOptions {
+  readonly lockWaitMs?: number;
+  /** The anchored audit log, when the caller read it already (a push reads it once). */
+  readonly audit?: AnchoredAudit;
+  /** Entries not to count as this run's (a push refused them): the run is queued anew. */
+  readonly skip?: ReadonlySet<number>;
 }
 
 export interface EnqueueResult {
@@ -183,7 +194,9 @@ export interface EnqueueResult {
 /**
  * Queue a sealed run: `run` is its handle (the run directory's name) or an
  * object carrying it (what the run path returns). The record and the audit
- * lines are read and checked first (sealed-run.ts); the log, which can be
+ * lines are read and checked first (sealed-run.ts), and held to the anchored
+ * audit log and the private start record (deliverable.ts: a run whose
+ * run-end entry the verified log does not hold is not queued); the log, which can be
  * megabytes, is checked as it is copied into the staged entry, once. Any
  * refusal leaves the outbox as it was (the staging goes with it), and a run
  * queued before is still refused when its log is no longer the sealed one.
@@ -191,11 +204,20 @@ export interface EnqueueResult {
 export async function enqueueSealedRun(
   scope: string,
   run: string | { readonly handle: string; readonly runId?: string },
-  options: { lockWaitMs?: number } = {},
+  options: EnqueueOptions = {},
 ): Promise<EnqueueResult> {
   const realScope = resolveScope(scope);
   const handle = typeof run === "string" ? run : run.handle;
-  const sealed = readSealedRun(realScope, handle);
+  const audit = options.audit ?? readAnchoredAudit(realScope);
+  const sealed = readSealedRun(realScope, handle, audit);
+  // Only a run this scope's dispatcher sealed, as the anchored audit log and the private start record say.
+  checkDeliverable(
+    realScope,
+    audit,
+    { handle, runId: sealed.runId, recordBytes: sealed.recordBytes, log: null, auditBytes: sealed.auditBytes },
+    `run ${handle}`,
+    { runDirectory: false },
+  );
   if (typeof run !== "string" && run.runId !== undefined && run.runId !== sealed.runId) {
     throw new OatsError("integrity-mismatch", `run ${handle} is sealed as ${sealed.runId}, not ${run.runId}`, {
       handle,
@@ -211,7 +233,9 @@ export async function enqueueSealedRun(
   }
   return withFileLock(
     {
-      target: entries,
+      // Its own key: proper-lockfile keeps one lock per target in a process, and a push (whose lock is keyed by
+      // entries/) queues runs while it holds its own.
+      target: join(outboxRoot(realScope), "enqueue"),
       lockfilePath: join(outboxRoot(realScope), "enqueue.lock"),
       waitMs: options.lockWaitMs ?? DEFAULT_LOCK_WAIT_MS,
       minTimeout: 10,
@@ -219,14 +243,14 @@ export async function enqueueSealedRun(
       factor: 1.3,
       failure: (error) => unwritable(realScope, "lock", error),
     },
-    () => writeEntry(realScope, entries, sealed),
+    () => writeEntry(realScope, entries, sealed, options.skip ?? new Set()),
   );
 }
 
-function writeEntry(scope: string, entries: string, sealed: SealedRun): EnqueueResult {
+function writeEntry(scope: string, entries: string, sealed: SealedRun, skip: ReadonlySet<number>): EnqueueResult {
   const existing = entryNames(entries);
   const hex = runHex(sealed.runId);
-  const already = existing.find((found) => found.hex === hex);
+  const already = existing.find((found) => found.hex === hex && !skip.has(found.seq));
   if (already) {
     checkSealedLog(sealed);
     return { entry: readEntryManifest(entries, already.name), queued: false };
@@ -252,7 +276,7 @@ function writeEntry(scope: string, entries: string, sealed: SealedRun): EnqueueR
   let logRefusal: unknown = null;
   try {
     mkdirSync(staging, { mode: 0o700 });
-    writePrivateFile(staging, "record.json", sealed.recordBytes);
+    writeEntryFile(staging, "record.json", sealed.recordBytes);
     faultPoint("copy", sealed.log.path);
     writeNewFileDurablyInPieces(join(staging, "log"), 0o600, (write) => {
       try {
@@ -264,8 +288,8 @@ function writeEntry(scope: string, entries: string, sealed: SealedRun): EnqueueR
         throw error;
       }
     });
-    writePrivateFile(staging, "audit.jsonl", sealed.auditBytes);
-    writePrivateFile(staging, "entry.json", canonicalJsonBytes(entry));
+    writeEntryFile(staging, "audit.jsonl", sealed.auditBytes);
+    writeEntryFile(staging, "entry.json", canonicalJsonBytes(entry));
     fsyncDirectory(staging);
     renameSync(staging, assertContained(entries, join(entries, name), `outbox entry ${name}`));
     renamed = true;
@@ -352,12 +376,12 @@ export function outboxEntries(scope: string): OutboxEntry[] {
 }
 
 /** The directory of a destination's delivered marks: keyed by a digest of its canonical text. */
+function destinationKey(to: string): string {
+  return bytesDigest(Buffer.from(to)).slice("sha256-".length, "sha256-".length + 32);
+}
+
 export function deliveredDir(scope: string, to: string): string {
-  return join(
-    outboxRoot(scope),
-    "delivered",
-    bytesDigest(Buffer.from(to)).slice("sha256-".length, "sha256-".length + 32),
-  );
+  return join(outboxRoot(scope), "delivered", destinationKey(to));
 }
 
 export interface DeliveryMark {
@@ -369,10 +393,24 @@ export interface DeliveryMark {
   readonly files: readonly { readonly name: string; readonly digest: string }[];
 }
 
-/** The marks of a destination by entry seq (an unreadable or foreign mark counts as not delivered). */
+/** Where this account keeps its own copy of a destination's marks (private-state.ts); null when it cannot. */
+function privateMarksDir(scope: string, to: string): string | null {
+  return privateDir(scope, "delivered", destinationKey(to));
+}
+
+/**
+ * The marks of a destination by entry seq. A mark counts only when this
+ * account's private state holds the same mark (markDelivered writes both):
+ * the scope's `delivered/` is in the scope, and a mark a writer of the scope
+ * put there must not keep a run from the far side. An unreadable, foreign or
+ * unconfirmed mark counts as not delivered: the entry is delivered again,
+ * which the far side takes idempotently.
+ */
 export function deliveryMarks(scope: string, to: string): Map<number, DeliveryMark> {
   const dir = deliveredDir(scope, to);
+  const confirmed = privateMarksDir(scope, to);
   const marks = new Map<number, DeliveryMark>();
+  if (confirmed === null) return marks;
   let names: string[];
   try {
     names = readdirSync(dir);
@@ -384,12 +422,12 @@ export function deliveryMarks(scope: string, to: string): Map<number, DeliveryMa
     const match = /^([0-9]{12})-([0-9a-f]{64})\.json$/.exec(name);
     if (!match) continue;
     try {
-      const mark = JSON.parse(
-        readRegularFile(join(dir, name), {
-          limit: 1024 * 1024,
-          refuse: (failure) => new OatsError("invalid-artifact-store", failure),
-        }).toString("utf8"),
-      ) as DeliveryMark;
+      const bytes = readRegularFile(join(dir, name), {
+        limit: 1024 * 1024,
+        refuse: (failure) => new OatsError("invalid-artifact-store", failure),
+      });
+      if (readPrivateFile(join(confirmed, name), 1024 * 1024)?.equals(bytes) !== true) continue;
+      const mark = JSON.parse(bytes.toString("utf8")) as DeliveryMark;
       if (
         mark.format === DELIVERY_FORMAT &&
         mark.to === to &&
@@ -424,6 +462,16 @@ export function markDelivered(scope: string, entry: OutboxEntry, to: string): De
     fsyncDirectory(dir);
   } catch (error) {
     throw asStepError("mark delivered", unwritable(scope, "mark", error));
+  }
+  // This account's own copy, which is what makes the mark count. Without it (the private state unusable) the entry
+  // is delivered again at the next push: the far side takes it idempotently.
+  const confirmed = privateMarksDir(scope, to);
+  if (confirmed !== null) {
+    try {
+      writePrivateFile(confirmed, `${entryName(entry.seq, entry.runId)}.json`, canonicalJsonBytes(mark));
+    } catch {
+      // delivered again next time
+    }
   }
   return mark;
 }

@@ -1,6 +1,6 @@
 import { readdirSync } from "node:fs";
 import { join } from "node:path";
-import { OatsError, errnoCode, bytesDigest } from "../core/index.js";
+import { OatsError, errnoCode, bytesDigest, isOatsError } from "../core/index.js";
 import { readRegularFile, resolveScope, DEFAULT_LOCK_WAIT_MS, withFileLock } from "../retention/index.js";
 import {
   deliveryMarks,
@@ -12,17 +12,25 @@ import {
   type DeliveryMark,
   type OutboxEntry,
 } from "./outbox.js";
-import { transportFor, type EvidenceTransport } from "./transport.js";
+import { EVIDENCE_FILES, transportFor, type EvidenceFileName, type EvidenceTransport } from "./transport.js";
 import { enqueueSealedRuns } from "./after-seal.js";
+import { readAnchoredAudit, type AnchoredAudit } from "./anchored-audit.js";
+import { checkDeliverable } from "./deliverable.js";
+import { enqueueSealedRun } from "./outbox.js";
+import { readRecord, runsRoot } from "./run-store.js";
 
 /**
  * Delivery of the outbox to one far side, in seq order. For each entry the
  * destination has no mark for: read the queued files (each checked against
- * its queued digest), put them, read them back from the far side, compare
- * the digest of every file read back (and that nothing is missing or extra),
- * and only then write the mark. The first failure stops the push, so a later
- * entry is never delivered before an earlier one, and nothing is marked that
- * was not read back.
+ * its queued digest) and hold them to the sealed run they claim to be
+ * (deliverable.ts: the anchored audit log, the private start record, the
+ * run directory), put them, read them back from the far side, compare the
+ * digest of every file read back (and that nothing is missing or extra),
+ * and only then write the mark. An entry that is not a sealed run of this
+ * scope is refused (`refused` in the result), never delivered or marked,
+ * and the sealed run of its handle is queued anew. The first failure of the
+ * far side stops the push, so a later entry is never delivered before an
+ * earlier one, and nothing is marked that was not read back.
  *
  * A push killed anywhere resumes: an entry put but not marked is put again,
  * which the far side takes idempotently (same bytes), then read back and
@@ -54,6 +62,17 @@ export interface PushResult {
   readonly queuedNow: readonly string[];
   /** Sealed runs that could not be queued (damaged): reported, not delivered. */
   readonly notQueued: readonly { handle: string; code: string; reason: string }[];
+  /** Entries that are not the sealed run they claim to be (deliverable.ts): never delivered, never marked. */
+  readonly refused: readonly RefusedEntry[];
+}
+
+export interface RefusedEntry {
+  readonly seq: number;
+  readonly runId: string;
+  readonly handle: string;
+  readonly code: string;
+  readonly reason: string;
+  readonly message: string;
 }
 
 export function resolveTransport(
@@ -131,13 +150,12 @@ export async function pushEvidence(scope: string, options: PushOptions): Promise
       dryRun: true,
       queuedNow: [],
       notQueued: [],
+      refused: [],
     };
   }
   const probe = await transport.probe();
   if (probe.state !== "reachable") throw unreachable(transport, probe.reason);
   ensureOutbox(realScope);
-  // Sealed runs the outbox missed (a dispatcher killed after sealing, `oats run seal`) go in first.
-  const swept = await enqueueSealedRuns(realScope);
   return withFileLock(
     {
       target: join(outboxRoot(realScope), "entries"),
@@ -154,16 +172,48 @@ export async function pushEvidence(scope: string, options: PushOptions): Promise
         ),
     },
     async (stillHeld) => {
-      const entries = outboxEntries(realScope);
+      // What every entry is held to: the audit log as this account verified it. When it cannot be, nothing goes.
+      const audit = readAnchoredAudit(realScope);
+      // Sealed runs the outbox missed (a dispatcher killed after sealing, `oats run seal`, an entry that names the
+      // run's handle but carries another run) go in first.
+      const swept = await enqueueSealedRuns(realScope, { audit });
+      const queue = outboxEntries(realScope);
       const marks = deliveryMarks(realScope, to);
       const delivered: { seq: number; runId: string }[] = [];
+      const refused: RefusedEntry[] = [];
+      const refusedSeqs = new Set<number>();
+      const requeued = new Set<string>();
       let already = 0;
-      for (const entry of entries) {
+      for (let index = 0; index < queue.length; index += 1) {
+        const entry = queue[index]!;
         if (marks.has(entry.seq)) {
           already += 1;
           continue;
         }
-        const files = readEntryFiles(realScope, entry);
+        let files: Map<EvidenceFileName, Buffer>;
+        try {
+          files = readEntryFiles(realScope, entry);
+          checkEntry(realScope, audit, entry, files);
+        } catch (error) {
+          if (!isOatsError(error) || (error.kind !== "mismatch" && error.kind !== "invalid")) throw error;
+          // Never delivered, never marked; reported. The run it stands for may still be in the scope: queued anew.
+          refused.push({
+            seq: entry.seq,
+            runId: entry.runId,
+            handle: entry.handle,
+            code: error.code,
+            reason: typeof error.details["reason"] === "string" ? error.details["reason"] : error.code,
+            message: error.message,
+          });
+          refusedSeqs.add(entry.seq);
+          // Next in line, so that runs still go out in their order.
+          const again = requeued.has(entry.handle)
+            ? null
+            : await queueAgain(realScope, audit, entry.handle, queue, index, marks, refusedSeqs, swept);
+          requeued.add(entry.handle);
+          if (again !== null) queue.splice(index + 1, 0, again);
+          continue;
+        }
         await transport.put({ runId: entry.runId, seq: entry.seq, files });
         checkReadBack(entry, to, await transport.readBack(entry.runId));
         stillHeld();
@@ -174,13 +224,88 @@ export async function pushEvidence(scope: string, options: PushOptions): Promise
         to,
         delivered,
         alreadyDelivered: already,
-        pending: pendingOf(entries, marks),
+        pending: pendingOf(queue, marks),
         dryRun: false,
         queuedNow: swept.queued,
         notQueued: swept.skipped,
+        refused,
       };
     },
   );
+}
+
+/** An entry held to the sealed run it claims to be (deliverable.ts), its files as read for delivery. */
+function checkEntry(
+  realScope: string,
+  audit: AnchoredAudit,
+  entry: OutboxEntry,
+  files: ReadonlyMap<EvidenceFileName, Buffer>,
+): void {
+  const log = files.get("log");
+  const names = entry.files.map((file) => file.name).sort();
+  if (names.length !== EVIDENCE_FILES.length || names.some((name, at) => name !== [...EVIDENCE_FILES].sort()[at]))
+    throw new OatsError("integrity-mismatch", `outbox entry ${entry.seq} does not hold exactly the evidence files`, {
+      seq: entry.seq,
+      runId: entry.runId,
+      reason: "evidence-foreign",
+      check: "files",
+      files: names,
+    });
+  checkDeliverable(
+    realScope,
+    audit,
+    {
+      handle: entry.handle,
+      runId: entry.runId,
+      recordBytes: files.get("record.json"),
+      log: log === undefined ? null : { digest: bytesDigest(log), bytes: log.length },
+      auditBytes: files.get("audit.jsonl"),
+    },
+    `outbox entry ${entry.seq}`,
+    { runDirectory: true },
+  );
+}
+
+/**
+ * After an entry was refused: the entry to deliver next in its place, if
+ * the scope has a sealed run of its handle not yet delivered to this
+ * destination: the entry already waiting for it further on (taken out of
+ * the queue), or a new one (the refused entry never counts as its). A forged
+ * or damaged entry so cannot keep the real run from the far side, nor put
+ * later runs before it.
+ */
+async function queueAgain(
+  realScope: string,
+  audit: AnchoredAudit,
+  handle: string,
+  queue: OutboxEntry[],
+  index: number,
+  marks: ReadonlyMap<number, DeliveryMark>,
+  refusedSeqs: ReadonlySet<number>,
+  swept: { skipped: { handle: string; code: string; reason: string }[] },
+): Promise<OutboxEntry | null> {
+  let runId: string | null;
+  try {
+    runId = readRecord(join(runsRoot(realScope), handle))?.id ?? null;
+  } catch {
+    return null; // damaged, or no run directory: nothing in the scope to deliver instead
+  }
+  if (runId === null) return null;
+  if (queue.some((other) => other.runId === runId && marks.has(other.seq))) return null;
+  const waiting = queue.findIndex((other, at) => at > index && other.runId === runId && !refusedSeqs.has(other.seq));
+  // Already waiting further on (the sweep queued it): it comes out of the queue to be delivered next.
+  if (waiting > index) return queue.splice(waiting, 1)[0]!;
+  try {
+    const { entry, queued } = await enqueueSealedRun(realScope, handle, { audit, skip: refusedSeqs });
+    return queued ? entry : null;
+  } catch (error) {
+    swept.skipped.push({
+      handle,
+      code: isOatsError(error) ? error.code : "internal-error",
+      reason: error instanceof Error ? error.message : String(error),
+    });
+    return null;
+  }
 }
 
 export interface OutboxListing {

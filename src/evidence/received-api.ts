@@ -1,17 +1,29 @@
 import { join } from "node:path";
 import { OatsError } from "../core/index.js";
+import type { AuditEntry } from "../ledger/index.js";
 import { resolveScope } from "../retention/index.js";
+import { lazyAnchoredAudit, type AnchoredAudit } from "./anchored-audit.js";
 import { parseLog, type LogLine } from "./log-format.js";
-import { checkReceivedRun } from "./received-check.js";
-import { listReceivedIds, readReceivedFiles, receivedOrigin, receivedRoot } from "./received-store.js";
+import { checkReceivedRun, type ReceivedRunCheck } from "./received-check.js";
+import {
+  listReceivedIds,
+  readReceivedFiles,
+  receiptOf,
+  receivedDigests,
+  receivedOrigin,
+  receivedRoot,
+} from "./received-store.js";
 import { bareRunRef, parseRunRecord, type RunRecord } from "./run-record.js";
 
 /**
  * Reading received runs (`.agents/received-runs/`) for `oats run ls/show/
  * verify` and fsck. A received run is found by its id (or a unique prefix)
  * or by the sending host's handle. Verification re-checks the record digest,
- * the log digest and the delivered audit lines (received-check.ts); there is
- * no cross-reference with this scope's audit log, which never saw the run.
+ * the log digest and the delivered audit lines (received-check.ts), and
+ * that this scope's audit log (checked against this account's checkpoint)
+ * holds the `run-receive` entry `oats pull` wrote for exactly these bytes:
+ * the store is in the scope, and a run a writer of the scope put there is
+ * not a received run. The sending host's audit chain is not verifiable here.
  */
 
 export interface ReceivedSummary {
@@ -48,6 +60,8 @@ export interface ReceivedVerdict {
       readonly end: number;
       readonly lines: number;
       readonly chain: "not-verifiable-here";
+      /** The seq of this scope's run-receive entry naming these bytes. */
+      readonly received: number;
     };
   };
   readonly record: RunRecord;
@@ -63,13 +77,33 @@ function recordOf(dir: string, runId: string): RunRecord {
   return parseRunRecord(bytes, `received run ${runId} record.json`).record;
 }
 
+function unrecorded(runId: string, why: string): OatsError {
+  return new OatsError(
+    "integrity-mismatch",
+    `received run ${runId} was not brought into this scope by \`oats pull\`: ${why}; a run a writer of the scope ` +
+      "put in .agents/received-runs/ is not a received run",
+    { runId, reason: "received-unrecorded" },
+  );
+}
+
+/** This scope's run-receive entry for exactly these bytes; `received-unrecorded` when there is none. */
+export function receiptFor(audit: AnchoredAudit, check: ReceivedRunCheck): AuditEntry {
+  const entry = receiptOf(audit, check.runId, receivedDigests(check));
+  if (entry === null) throw unrecorded(check.runId, "no run-receive entry of the verified audit log names these bytes");
+  return entry;
+}
+
 export function listReceivedRuns(scope: string): ReceivedSummary[] {
   const realScope = resolveScope(scope);
+  const audit = lazyAnchoredAudit(realScope);
   return listReceivedIds(realScope).ids.map((runId) => {
     const dir = join(receivedRoot(realScope), runId);
     const from = receivedOrigin(dir);
     try {
       const record = recordOf(dir, runId);
+      // The bytes are checked by `oats run verify`; a listing asks only whether `oats pull` brought the run here.
+      if (receiptOf(audit(), runId, null) === null)
+        throw unrecorded(runId, "no run-receive entry of the verified audit log names it");
       return {
         runId,
         from,
@@ -136,14 +170,20 @@ export function readReceivedRun(_realScope: string, found: { runId: string; dir:
   };
 }
 
-/** Re-check a received run at rest: record digest = its id, log digest, the delivered audit lines. */
-export function verifyReceivedRun(found: { runId: string; dir: string }): ReceivedVerdict {
+/**
+ * Re-check a received run at rest: record digest = its id, log digest, the
+ * delivered audit lines, and this scope's run-receive entry for these bytes
+ * (`audit`: the anchored audit log; null skips that check, for fsck when the
+ * chain itself cannot be read, which the audit class reports).
+ */
+export function verifyReceivedRun(found: { runId: string; dir: string }, audit: AnchoredAudit | null): ReceivedVerdict {
   const from = receivedOrigin(found.dir);
   const check = checkReceivedRun(
     found.runId,
     readReceivedFiles(found.dir),
     `this scope (received from ${from ?? "an unknown far side"})`,
   );
+  const receipt = audit === null ? null : receiptFor(audit, check);
   const { record } = check;
   return {
     runId: check.runId,
@@ -154,7 +194,7 @@ export function verifyReceivedRun(found: { runId: string; dir: string }): Receiv
     checks: {
       record: true,
       log: true,
-      audit: { ...check.audit, lines: check.auditLines, chain: "not-verifiable-here" },
+      audit: { ...check.audit, lines: check.auditLines, chain: "not-verifiable-here", received: receipt?.seq ?? -1 },
     },
     record,
   };

@@ -1,6 +1,8 @@
 import { chmodSync, lstatSync, mkdirSync, readdirSync, renameSync, rmSync } from "node:fs";
 import { join } from "node:path";
-import { OatsError, errnoCode, canonicalJsonBytes } from "../core/index.js";
+import { OatsError, bytesDigest, canonicalJson, errnoCode, canonicalJsonBytes } from "../core/index.js";
+import { audit, type AuditEntry } from "../ledger/index.js";
+import { readAnchoredAudit, type AnchoredAudit } from "./anchored-audit.js";
 import {
   ensureStoreAt,
   fsyncDirectory,
@@ -32,6 +34,12 @@ import { transportFor } from "./transport.js";
  * rename never replaces a non-empty directory, so a run already present is
  * compared instead: the same evidence bytes are `kept`, other bytes are
  * `integrity-mismatch` and nothing is replaced.
+ *
+ * Every received run in place is then named by a `run-receive` audit entry of
+ * this scope (its run id, where from, and the digest of each file), and
+ * only a received run such an entry names is taken as received
+ * (received-api.ts): the store is in the scope, and a writer of the scope
+ * could put any self-consistent run there.
  */
 
 export const RECEIVED_STORE: readonly string[] = [AGENTS_DIR, "received-runs"];
@@ -125,6 +133,44 @@ function writeNew(path: string, bytes: Buffer): void {
   writeNewFileDurably(path, bytes, 0o600);
 }
 
+/** The digest of each evidence file, as a run-receive audit entry names them. */
+export function receivedDigests(check: {
+  readonly recordBytes: Buffer;
+  readonly logBytes: Buffer;
+  readonly auditBytes: Buffer;
+}): Record<string, string> {
+  return {
+    "audit.jsonl": bytesDigest(check.auditBytes),
+    log: bytesDigest(check.logBytes),
+    "record.json": bytesDigest(check.recordBytes),
+  };
+}
+
+/** The entry `oats pull` wrote when it brought this run here (for exactly `digests`, when given), or null. */
+export function receiptOf(
+  audit: AnchoredAudit,
+  runId: string,
+  digests: Record<string, string> | null,
+): AuditEntry | null {
+  const wanted = digests === null ? null : canonicalJson(digests);
+  for (let at = audit.entries.length - 1; at >= 0; at -= 1) {
+    const entry = audit.entries[at]!;
+    if (entry.action !== "run-receive" || (entry.outcome !== "ok" && entry.outcome !== "kept")) continue;
+    if (entry.subject?.["runId"] !== runId) continue;
+    if (wanted === null || canonicalJson(entry.details["files"] ?? null) === wanted) return entry;
+  }
+  return null;
+}
+
+/** Whether the anchored audit log already names these bytes as received (a chain that cannot be read: no). */
+function hasReceipt(realScope: string, check: ReceivedRunCheck): boolean {
+  try {
+    return receiptOf(readAnchoredAudit(realScope), check.runId, receivedDigests(check)) !== null;
+  } catch {
+    return false;
+  }
+}
+
 /** Compare a run directory already in place with what was checked: kept, or integrity-mismatch. */
 function compareExisting(dir: string, check: ReceivedRunCheck, from: string): "kept" {
   if (sameEvidence(readReceivedFiles(dir), check)) return "kept";
@@ -198,8 +244,18 @@ export async function receiveRun(
       reason: "run-not-found",
     });
   const check = checkReceivedRun(runId, files, where);
-  const status = publishReceived(realScope, check, where);
   const { record } = check;
+  const status = publishReceived(realScope, check, where);
+  // Written once the run is in place: a received run no entry names is never taken as received, so an entry that
+  // cannot be written leaves nothing trusted behind (pull again once the audit log can take it). A run kept as it
+  // was, with its entry already there, changes nothing.
+  if (status === "written" || !hasReceipt(realScope, check))
+    await audit(realScope, {
+      action: "run-receive",
+      subject: { runId, handle: record.handle },
+      outcome: status === "written" ? "ok" : "kept",
+      details: { from: where, files: receivedDigests(check) },
+    });
   return {
     runId,
     from: where,

@@ -1,7 +1,7 @@
 import { closeSync, fsyncSync, ftruncateSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { OatsError, bytesDigest } from "../core/index.js";
-import { readAudit, type AuditEntry } from "../ledger/index.js";
+import type { AuditEntry } from "../ledger/index.js";
 import { resolveScope } from "../retention/index.js";
 import { footerOffset, formatStamp, parseLog, type LogLine, type RunExit, type RunResult } from "./log-format.js";
 import type { RunRecord } from "./run-record.js";
@@ -13,20 +13,24 @@ import {
   groupMembers,
   isSameProcess,
   listHandles,
-  readControl,
   readLogBytes,
   readRecord,
   runsRoot,
   type RunControl,
 } from "./run-store.js";
+import { lazyAnchoredAudit, readAnchoredAudit, type AnchoredAudit } from "./anchored-audit.js";
+import { foreignRun, sameBoot, standingOf, type Foreign, type RunState, type Standing } from "./run-standing.js";
+import { lookupStartRecord } from "./start-record.js";
 
 /**
  * Reading and managing runs: ls, show, verify, cancel, seal. Pure reads
  * except cancel (a request file the dispatcher watches) and seal (closing
- * a run whose dispatcher is gone).
+ * a run whose dispatcher is gone). Cancel and seal act only on a run this
+ * account's dispatcher recorded starting (run-standing.ts); a foreign run is
+ * refused and nothing is signalled.
  */
 
-export type RunState = "running" | "sealed" | "unsealed";
+export type { RunState } from "./run-standing.js";
 
 export interface RunSummary {
   readonly handle: string;
@@ -41,6 +45,8 @@ export interface RunSummary {
   readonly status: string | null;
   /** Set when the run's files cannot be read (fsck says more). */
   readonly error: string | null;
+  /** Set for a foreign run: why oats will not cancel or seal it. */
+  readonly foreign: Foreign | null;
 }
 
 export interface ReadRun {
@@ -50,6 +56,8 @@ export interface ReadRun {
   readonly state: RunState;
   readonly record: RunRecord | null;
   readonly control: RunControl | null;
+  /** Set for a foreign run: why oats will not cancel or seal it. */
+  readonly foreign: Foreign | null;
   readonly logBytes: number;
   readonly lines: LogLine[];
   readonly footer: string[];
@@ -68,20 +76,19 @@ export interface RunVerdict {
   readonly record: RunRecord;
 }
 
-export function stateOf(dir: string): {
-  state: RunState;
-  control: RunControl | null;
-  sealed: ReturnType<typeof readRecord>;
-} {
-  checkRunDir(dir);
-  const sealed = readRecord(dir);
-  if (sealed !== null) return { state: "sealed", control: null, sealed };
-  const control = readControl(dir);
-  return { state: isSameProcess(control.dispatcher) ? "running" : "unsealed", control, sealed };
+/** Where a run stands (run-standing.ts); `audit` reads the anchored audit log when it is needed (read once). */
+export function stateOf(
+  realScope: string,
+  handle: string,
+  dir: string,
+  audit: () => AnchoredAudit = lazyAnchoredAudit(realScope),
+): Standing {
+  return standingOf(realScope, handle, dir, audit);
 }
 
 export function listRuns(scope: string): RunSummary[] {
   const realScope = resolveScope(scope);
+  const audit = lazyAnchoredAudit(realScope);
   return listHandles(realScope).map((handle) => {
     const empty = {
       handle,
@@ -94,7 +101,7 @@ export function listRuns(scope: string): RunSummary[] {
       status: null,
     };
     try {
-      const { state, control, sealed } = stateOf(join(runsRoot(realScope), handle));
+      const { state, control, sealed, foreign } = stateOf(realScope, handle, join(runsRoot(realScope), handle), audit);
       if (sealed !== null) {
         const { record } = sealed;
         return {
@@ -108,6 +115,7 @@ export function listRuns(scope: string): RunSummary[] {
           exit: record.exit,
           status: record.evidence.status,
           error: null,
+          foreign: null,
         };
       }
       return {
@@ -117,9 +125,15 @@ export function listRuns(scope: string): RunSummary[] {
         resolution: control!.base.resolution,
         startedAt: control!.base.startedAt,
         error: null,
+        foreign,
       };
     } catch (error) {
-      return { ...empty, state: "unsealed" as const, error: error instanceof Error ? error.message : String(error) };
+      return {
+        ...empty,
+        state: "unsealed" as const,
+        error: error instanceof Error ? error.message : String(error),
+        foreign: null,
+      };
     }
   });
 }
@@ -127,7 +141,7 @@ export function listRuns(scope: string): RunSummary[] {
 export function readRun(scope: string, ref: string): ReadRun {
   const realScope = resolveScope(scope);
   const { handle, dir } = findRun(realScope, ref);
-  const { state, control, sealed } = stateOf(dir);
+  const { state, control, sealed, foreign } = stateOf(realScope, handle, dir);
   const bytes = readLogBytes(dir);
   // An open log may end in a line being written: show the whole lines only.
   const text = bytes.toString("utf8");
@@ -139,6 +153,7 @@ export function readRun(scope: string, ref: string): ReadRun {
     state,
     record: sealed?.record ?? null,
     control,
+    foreign,
     logBytes: bytes.length,
     lines: parsed.lines,
     footer: parsed.footer,
@@ -170,7 +185,7 @@ export function verifyRun(scope: string, ref: string): RunVerdict {
   const realScope = resolveScope(scope);
   const { handle, dir } = findRun(realScope, ref);
   const bare = ref.replace(/^oats\.json\.v1:/, "");
-  const verdict = verifySealedRun(realScope, handle, dir, readAudit(realScope).entries);
+  const verdict = verifySealedRun(realScope, handle, dir, readAnchoredAudit(realScope).entries);
   // A full id given must be the id the record hashes to (a prefix found it; the bytes decide).
   if (bare.startsWith("sha256-") && bare.length === verdict.runId.length && bare !== verdict.runId)
     throw mismatch(handle, "record", `record hashes to ${verdict.runId}, not ${bare}`);
@@ -180,7 +195,7 @@ export function verifyRun(scope: string, ref: string): RunVerdict {
 /** verifyRun for one run directory, against audit entries already read (fsck reads them once for every run); null
  * entries skip the audit check. */
 export function verifySealedRun(
-  _realScope: string,
+  realScope: string,
   handle: string,
   dir: string,
   entries: readonly AuditEntry[] | null,
@@ -188,8 +203,13 @@ export function verifySealedRun(
   checkRunDir(dir);
   const sealed = readRecord(dir);
   if (sealed === null) {
-    const control = readControl(dir);
-    const running = isSameProcess(control.dispatcher);
+    const standing = stateOf(realScope, handle, dir, () => {
+      if (entries === null) throw new OatsError("integrity-mismatch", "the audit log could not be read");
+      const bySeq = new Map(entries.map((entry) => [entry.seq, entry]));
+      return { entries, bySeq: (seq: number) => bySeq.get(seq) };
+    });
+    if (standing.state === "foreign") throw foreignRun(handle, "verify", standing.foreign!);
+    const running = standing.state === "running";
     throw new OatsError(
       "invalid-input",
       `run ${handle} is not sealed${running ? " (it is still running)" : " and its dispatcher is gone"}`,
@@ -247,6 +267,19 @@ export function verifySealedRun(
       throw mismatch(handle, "audit", `the audit log has no run-end entry for run ${id} with its exit and result`);
     audit = { start: start.seq, end: end.seq };
   }
+  // This account sealed this run under another id: the record in the scope is not the one it wrote, whatever the
+  // audit log was made to say (a run-end line appended after this account's checkpoint still verifies).
+  const ours = lookupStartRecord(realScope, handle);
+  if (ours.kind === "found" && ours.record.sealed !== null && ours.record.sealed.runId !== id)
+    throw mismatch(
+      handle,
+      "record",
+      `record hashes to ${id}; this account sealed the run as ${ours.record.sealed.runId}`,
+      {
+        expected: ours.record.sealed.runId,
+        actual: id,
+      },
+    );
   return {
     handle,
     runId: id,
@@ -259,24 +292,27 @@ export function verifySealedRun(
 
 /**
  * Ask a running run's dispatcher to cancel it: a `cancel` file in the run
- * directory, which the dispatcher watches. Only a dispatcher that is really
- * alive (pid and start time as control.json names them) can act on it; a run
- * whose dispatcher is gone is refused with the remedy `oats run seal`.
- * Waits up to `waitMs` for the run to be sealed.
+ * directory, which the dispatcher watches. Only a run this account's
+ * dispatcher recorded starting (its private start record), whose recorded
+ * dispatcher is really alive (pid and start time, in this boot), is asked;
+ * a foreign run is refused (`run-foreign`), a run whose dispatcher is gone
+ * with the remedy `oats run seal`. Waits up to `waitMs` for the run to be
+ * sealed.
  */
 export async function cancelRun(scope: string, ref: string, options: { waitMs?: number } = {}): Promise<ReadRun> {
   const realScope = resolveScope(scope);
   const { handle, dir } = findRun(realScope, ref);
-  const { state, control } = stateOf(dir);
+  const { state, start, foreign } = stateOf(realScope, handle, dir);
   if (state === "sealed")
     throw new OatsError("invalid-input", `run ${handle} is already sealed; nothing to cancel`, {
       handle,
       reason: "run-sealed",
     });
+  if (state === "foreign") throw foreignRun(handle, "cancel", foreign!);
   if (state === "unsealed")
     throw new OatsError(
       "invalid-input",
-      `run ${handle} has no live dispatcher (pid ${control!.dispatcher.pid} is ` +
+      `run ${handle} has no live dispatcher (pid ${start!.dispatcher.pid} is ` +
         `gone or is another process); close it with \`oats run seal\``,
       { handle, reason: "run-unsealed" },
     );
@@ -284,7 +320,7 @@ export async function cancelRun(scope: string, ref: string, options: { waitMs?: 
   const deadline = Date.now() + (options.waitMs ?? 30_000);
   while (Date.now() < deadline) {
     if (readRecord(dir) !== null) return readRun(realScope, handle);
-    if (!isSameProcess(control!.dispatcher)) break;
+    if (!isSameProcess(start!.dispatcher)) break;
     await new Promise((done) => setTimeout(done, 50));
   }
   const after = readRun(realScope, handle);
@@ -301,31 +337,43 @@ export async function cancelRun(scope: string, ref: string, options: { waitMs?: 
  * Close a run whose dispatcher is gone as INTERRUPTED: a torn last line is
  * cut off (a note says how many bytes), every whole line stays, the footer
  * says `exit: unknown`, and the record and run-end entry are written as the
- * dispatcher would have. Processes still in the run's group (verified: the
- * group leader, if alive, has the start time control.json recorded) are
- * killed first, so nothing writes to the log after it is sealed.
+ * dispatcher would have. Only a run this account's dispatcher recorded
+ * starting is sealed, from what that record says (never from
+ * control.json); a foreign run is refused (`run-foreign`) and nothing is
+ * signalled or written. What is left of the run's process group is killed
+ * first, so nothing writes to the log after it is sealed, but only in the
+ * boot the record was made in, and only when the group's leader is the
+ * recorded child (pid and start time) or is gone while members remain.
  */
 export async function sealInterruptedRun(scope: string, ref: string): Promise<ReadRun> {
   const realScope = resolveScope(scope);
   const { handle, dir } = findRun(realScope, ref);
-  const { state, control } = stateOf(dir);
+  const { state, start: recorded, foreign } = stateOf(realScope, handle, dir);
   if (state === "sealed")
     throw new OatsError("invalid-input", `run ${handle} is already sealed`, { handle, reason: "run-sealed" });
+  if (state === "foreign") throw foreignRun(handle, "seal", foreign!);
+  const start = recorded!;
   if (state === "running")
     throw new OatsError(
       "busy",
-      `run ${handle} is still running (dispatcher pid ${control!.dispatcher.pid}); cancel it with \`oats run cancel\``,
+      `run ${handle} is still running (dispatcher pid ${start.dispatcher.pid}); cancel it with \`oats run cancel\``,
       { handle, reason: "run-running" },
     );
-  if (control!.startAudit === null)
+  if (start.startAudit === null)
     throw new OatsError(
       "invalid-input",
       `run ${handle} never started (no run-start audit entry was written); nothing ran, remove its directory`,
       { handle, reason: "run-never-started", dir },
     );
   const notes: string[] = [];
-  const child = control!.child;
-  if (child !== null && (isSameProcess(child) || (groupMembers(child.pid).length > 0 && !isAnotherLeader(child)))) {
+  const child = start.child;
+  // No child recorded: none was spawned, or it was gone before its start time could be read; nothing to signal.
+  if (child !== null && !sameBoot(start))
+    notes.push("the run was started in another boot (or the boot cannot be told); nothing was signalled");
+  else if (
+    child !== null &&
+    (isSameProcess(child) || (groupMembers(child.pid).length > 0 && !isAnotherLeader(child)))
+  ) {
     let killed = 0;
     for (let round = 0; round < 200 && groupMembers(child.pid).length > 0; round += 1) {
       killed = Math.max(killed, groupMembers(child.pid).length);
@@ -342,7 +390,7 @@ export async function sealInterruptedRun(scope: string, ref: string): Promise<Re
           `outlived the dispatcher and were killed at seal`,
       );
   }
-  const { fd, torn } = openLogForSeal(dir);
+  const { fd, torn } = openLogForSeal(dir, start.log.ino);
   let lines: number;
   let last: number;
   let unfinished: string | null;
@@ -374,8 +422,8 @@ export async function sealInterruptedRun(scope: string, ref: string): Promise<Re
     {
       realScope,
       dir,
-      base: control!.base,
-      startAudit: control!.startAudit,
+      base: start.base,
+      startAudit: start.startAudit,
       exit: { code: null, signal: null },
       result: "INTERRUPTED",
       lines,

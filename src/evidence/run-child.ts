@@ -1,5 +1,5 @@
 import { type ChildProcess, spawn } from "node:child_process";
-import { existsSync, type FSWatcher, watch } from "node:fs";
+import { type FSWatcher, lstatSync, watch } from "node:fs";
 import { join } from "node:path";
 import type { Writable } from "node:stream";
 import type { DispatchPlan } from "../captures/index.js";
@@ -9,6 +9,7 @@ import { ResourceStack } from "./resource-stack.js";
 import { RunLog } from "./run-log.js";
 import type { OpenRun } from "./run-open.js";
 import { CANCEL_FILE, groupMembers, processStart, writeControl } from "./run-store.js";
+import { identityOf, writeStartRecord } from "./start-record.js";
 
 /**
  * The child's phase of a run (run-exec.ts; docs/design/evidence.md,
@@ -86,6 +87,23 @@ function teeOf(output: ChildOptions["output"] = "inherit"): Tee {
   return output;
 }
 
+/**
+ * Whether `oats run cancel` asked: a regular `cancel` file, made by this
+ * account or root, in the run directory this dispatcher created (the same
+ * inode). A file another account planted, or a directory put in the run
+ * directory's place, asks for nothing.
+ */
+function cancelRequested(dir: string, dirIno: string): boolean {
+  try {
+    if (identityOf(dir).ino !== dirIno) return false;
+    const stats = lstatSync(join(dir, CANCEL_FILE));
+    const me = typeof process.geteuid === "function" ? process.geteuid() : -1;
+    return stats.isFile() && (stats.uid === me || stats.uid === 0);
+  } catch {
+    return false;
+  }
+}
+
 /** Run the child to its end, its lines on the log; what the seal needs. */
 export async function captureChild(run: OpenRun, plan: DispatchPlan, options: ChildOptions): Promise<Captured> {
   const tee = teeOf(options.output);
@@ -161,7 +179,18 @@ class RunChild {
       sinks.log.onFailure = this.cancel;
       if (pgid !== undefined) {
         const start = processStart(pgid);
-        if (start !== null) writeControl(this.open.dir, { ...this.open.control, child: { pid: pgid, start } });
+        if (start !== null) {
+          const child = { pid: pgid, start };
+          try {
+            // The private record first: it is what `oats run seal` may signal; control.json only mirrors it.
+            writeStartRecord(this.open.realScope, { ...this.open.start, child });
+            writeControl(this.open.dir, { ...this.open.control, child });
+          } catch (error) {
+            // A child nothing records could never be stopped by `oats run seal`: it does not go on.
+            killGroup(pgid, "SIGKILL");
+            throw error;
+          }
+        }
         this.watchForCancel();
       }
       child.stdout!.on("data", (chunk: Buffer) => sinks.out.push(chunk));
@@ -195,7 +224,7 @@ class RunChild {
     if (signal?.aborted) this.cancel("the dispatcher was interrupted");
     signal?.addEventListener("abort", () => this.cancel("the dispatcher was interrupted"), { once: true });
     const check = () => {
-      if (existsSync(join(this.open.dir, CANCEL_FILE))) this.cancel("`oats run cancel` was requested");
+      if (cancelRequested(this.open.dir, this.open.start.dir.ino)) this.cancel("`oats run cancel` was requested");
     };
     let watcher: FSWatcher | null;
     try {

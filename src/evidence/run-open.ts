@@ -1,4 +1,5 @@
 import { closeSync, rmSync } from "node:fs";
+import { join } from "node:path";
 import { type AppendOptions, type AuditSubject, audit, auditRefusal } from "../ledger/index.js";
 import { type DispatchPlan, privilegeGate } from "../captures/index.js";
 import { resolveScope } from "../retention/index.js";
@@ -7,13 +8,25 @@ import type { DeliverySection } from "./run-record.js";
 import { runRedactor } from "./run-policy.js";
 import type { Redactor } from "./run-log.js";
 import type { Held, ResourceStack } from "./resource-stack.js";
-import { createRunDir, newHandle, processStart, writeControl, type RunBase, type RunControl } from "./run-store.js";
+import {
+  LOG_FILE,
+  createRunDir,
+  newHandle,
+  processStart,
+  writeControl,
+  type RunBase,
+  type RunControl,
+} from "./run-store.js";
+import { firstStartRecord, removeStartRecord, writeStartRecord, type StartRecord } from "./start-record.js";
 
 /**
  * The first phase of a run (run-exec.ts; docs/design/evidence.md,
  * "Lifecycle", step 2): the run directory, its empty log and `control.json`,
- * then the `run-start` audit entry. Nothing is started before that entry is
- * written: a run nobody can find in the audit log never starts. What the
+ * the private start record (start-record.ts), then the `run-start` audit
+ * entry, which the start record then names. Nothing is started before that
+ * entry is written: a run nobody can find in the audit log never starts, and
+ * neither does one whose start this account could not record privately
+ * (nothing could ever seal or cancel it). What the
  * phase creates goes on the run's stack: the run directory until the
  * run-start entry names it, the log's descriptor until the seal takes it.
  */
@@ -33,6 +46,8 @@ export interface OpenRun {
   readonly logHold: Held;
   /** `control.json` as written, naming the run-start entry. */
   readonly control: RunControl;
+  /** The private start record as written, naming the run-start entry. */
+  readonly start: StartRecord;
   readonly redactor: Redactor;
   readonly clock: StampClock;
   readonly appendOptions: AppendOptions;
@@ -104,26 +119,30 @@ export async function openRun(
   // nothing.
   const redactor = runRedactor(plan);
   const { dir, logFd } = createRunDir(realScope, handle);
-  const runDir = held.defer(() => rmSync(dir, { recursive: true, force: true }));
+  const runDir = held.defer(() => {
+    rmSync(dir, { recursive: true, force: true });
+    removeStartRecord(realScope, handle);
+  });
   const logHold = held.defer(() => closeSync(logFd));
   let control: RunControl;
+  let start: StartRecord;
   try {
-    control = await recordRunStart({ realScope, handle, dir, clock, appendOptions }, plan, options);
+    ({ control, start } = await recordRunStart({ realScope, handle, dir, clock, appendOptions }, plan, options));
   } catch (error) {
     const subject = { handle, job: plan.job, resolution: plan.resolution };
     throw new StartRefused(realScope, subject, error, appendOptions);
   }
   // The run-start entry names the run: it is never removed from here on.
   runDir.dismiss();
-  return { realScope, handle, dir, logFd, logHold, control, redactor, clock, appendOptions };
+  return { realScope, handle, dir, logFd, logHold, control, start, redactor, clock, appendOptions };
 }
 
-/** `control.json`, the run-start entry, then `control.json` naming the entry. */
+/** `control.json`, the start record, the run-start entry, then the start record and `control.json` naming it. */
 async function recordRunStart(
   run: Pick<OpenRun, "realScope" | "handle" | "dir" | "clock" | "appendOptions">,
   plan: DispatchPlan,
   options: OpenOptions,
-): Promise<RunControl> {
+): Promise<{ control: RunControl; start: StartRecord }> {
   const { realScope, handle, dir, appendOptions } = run;
   const self = { pid: process.pid, start: processStart(process.pid)! };
   const control: RunControl = {
@@ -134,6 +153,8 @@ async function recordRunStart(
     base: baseOf(plan, handle, run.clock.next(), options),
   };
   writeControl(dir, control);
+  const first = firstStartRecord(realScope, control.base, self, dir, join(dir, LOG_FILE));
+  writeStartRecord(realScope, first);
   const entry = await audit(
     realScope,
     {
@@ -144,7 +165,11 @@ async function recordRunStart(
     },
     appendOptions,
   );
-  const started: RunControl = { ...control, startAudit: { seq: entry.seq, hash: entry.hash } };
+  const startAudit = { seq: entry.seq, hash: entry.hash };
+  // The record first: control.json may lag it after a crash, never say more than it.
+  const start: StartRecord = { ...first, startAudit };
+  writeStartRecord(realScope, start);
+  const started: RunControl = { ...control, startAudit };
   writeControl(dir, started);
-  return started;
+  return { control: started, start };
 }

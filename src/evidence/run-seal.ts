@@ -2,12 +2,13 @@ import { closeSync, constants, fstatSync, fsyncSync, ftruncateSync, openSync, re
 import { join } from "node:path";
 import { audit } from "../ledger/index.js";
 import type { AppendOptions } from "../ledger/index.js";
-import { bytesDigester } from "../core/index.js";
+import { OatsError, bytesDigester } from "../core/index.js";
 import { faultPoint, readInPieces, writeRestSync } from "../retention/index.js";
 import { formatFooter, type RunExit, type RunResult } from "./log-format.js";
 import { sealRecord, type EvidenceSection, type RunRecord } from "./run-record.js";
 import { LOG_FILE, writeRecord, type RunBase } from "./run-store.js";
 import { judgeRunEvidence } from "./run-policy.js";
+import { lookupStartRecord, writeStartRecord } from "./start-record.js";
 import { attestSealedRun } from "./run-attest.js";
 
 /**
@@ -66,10 +67,18 @@ export interface Sealed {
   readonly attestationError: string | null;
 }
 
-/** Open the log for the footer (append, never through a symlink); a torn last line (a crash mid-write) is cut off,
- * and counted. */
-export function openLogForSeal(dir: string): { fd: number; torn: number } {
+/** Open the log for the footer (append, never through a symlink; when `expectIno` is given, that very file); a torn
+ * last line (a crash mid-write) is cut off, and counted. */
+export function openLogForSeal(dir: string, expectIno?: string): { fd: number; torn: number } {
   const fd = openSync(join(dir, LOG_FILE), constants.O_RDWR | constants.O_APPEND | constants.O_NOFOLLOW);
+  if (expectIno !== undefined && String(fstatSync(fd, { bigint: true }).ino) !== expectIno) {
+    closeSync(fd);
+    throw new OatsError("integrity-mismatch", `run ${dir}: its log was replaced while it was being sealed`, {
+      dir,
+      reason: "run-foreign",
+      foreign: "run-dir-differs",
+    });
+  }
   const size = fstatSync(fd).size;
   let keep = size;
   const probe = Buffer.alloc(64 * 1024);
@@ -91,6 +100,21 @@ function hashFile(fd: number): { digest: string; bytes: number } {
   const digester = bytesDigester();
   const bytes = readInPieces(fd, fstatSync(fd).size, (piece) => digester.update(piece));
   return { digest: digester.digest(), bytes };
+}
+
+/**
+ * The run id goes into this account's start record of the run: delivery
+ * then holds an outbox entry to it (deliverable.ts). Best effort: without
+ * it, the anchored run-end entry is what delivery checks.
+ */
+function noteSealed(realScope: string, handle: string, runId: string): void {
+  const found = lookupStartRecord(realScope, handle);
+  if (found.kind !== "found") return;
+  try {
+    writeStartRecord(realScope, { ...found.record, sealed: { runId } });
+  } catch {
+    // the private state is a witness, not a condition of the seal
+  }
 }
 
 /** Footer, fsync, record, run-end entry. `logFd` must be open for reading and appending; it is closed here. */
@@ -128,6 +152,7 @@ export async function sealRun(input: SealInput, logFd: number): Promise<Sealed> 
   const { bytes, id } = sealRecord(record);
   faultPoint("record", input.dir);
   writeRecord(input.dir, bytes);
+  noteSealed(input.realScope, base.handle, id);
   let auditError: string | null = null;
   try {
     await audit(

@@ -1,6 +1,7 @@
 import { join } from "node:path";
 import { OatsError, bytesDigester, canonicalJson } from "../core/index.js";
-import { readAudit, type AuditEntry } from "../ledger/index.js";
+import type { AuditEntry } from "../ledger/index.js";
+import type { AnchoredAudit } from "./anchored-audit.js";
 import { inspectStoreAt, readRegularFile, readRegularFileInPieces, assertContained } from "../retention/index.js";
 import { HANDLE_PATTERN, parseRunRecord } from "./run-record.js";
 import { LOG_FILE, RECORD_FILE, RUNS_STORE } from "./run-store.js";
@@ -18,9 +19,10 @@ import { bytesDigestHex, runHex, runIdFromHex } from "./run-id.js";
  * - the log must hash to `record.log.digest` and have `record.log.bytes` bytes;
  * - the audit lines are the entries the record names (dispatchAudit,
  *   startAudit: seq and hash must match) and every entry whose subject or
- *   details name the handle or the run id (run-start, run-end). The chain is
- *   verified first; each line is canonical JSON, so re-encoding an entry gives
- *   its exact bytes in the log.
+ *   details name the handle or the run id (run-start, run-end), from the
+ *   audit chain as checked against this account's checkpoint and verified
+ *   (anchored-audit.ts); each line is canonical JSON, so re-encoding an entry
+ *   gives its exact bytes in the log.
  */
 
 const RECORD_LIMIT = 16 * 1024 * 1024;
@@ -62,12 +64,12 @@ function names(value: unknown, wanted: ReadonlySet<string>): boolean {
 }
 
 export function auditLinesFor(
-  scope: string,
+  audit: AnchoredAudit,
   handle: string,
   runId: string,
   named: readonly AuditRef[],
 ): { bytes: Buffer; seqs: number[] } {
-  const { entries } = readAudit(scope);
+  const { entries } = audit;
   const bySeq = new Map<number, AuditEntry>(entries.map((entry) => [entry.seq, entry]));
   const chosen = new Map<number, AuditEntry>();
   for (const ref of named) {
@@ -89,7 +91,7 @@ export function auditLinesFor(
   return { bytes: Buffer.from(seqs.map((seq) => canonicalJson(chosen.get(seq))).join(""), "utf8"), seqs };
 }
 
-export function readSealedRun(scope: string, handle: string): SealedRun {
+export function readSealedRun(scope: string, handle: string, anchored: AnchoredAudit): SealedRun {
   if (typeof handle !== "string" || !HANDLE_PATTERN.test(handle))
     throw new OatsError("invalid-input", `not a run handle: ${JSON.stringify(handle)}`, {
       handle,
@@ -123,7 +125,7 @@ export function readSealedRun(scope: string, handle: string): SealedRun {
     digest: `sha256-${bytesDigestHex(record.log.digest)}`,
     bytes: record.log.bytes,
   };
-  const audit = auditLinesFor(scope, handle, runId, [record.startAudit, record.dispatchAudit]);
+  const audit = auditLinesFor(anchored, handle, runId, [record.startAudit, record.dispatchAudit]);
   return { handle, runId, recordBytes, log, auditBytes: audit.bytes, auditSeqs: audit.seqs };
 }
 

@@ -41,6 +41,7 @@ export const AUDIT_ACTIONS = [
   "repair",
   "run-start",
   "run-end",
+  "run-receive",
   "trust-add",
   "trust-remove",
 ] as const;

@@ -41,6 +41,7 @@ export {
   verifyChain,
 } from "./chain-log.js";
 export { isPrivateDirectory, operatorStateDir, scopeStateDir, stateRoot } from "./chain-state.js";
+export { privateDir, readPrivateFile, writePrivateFile } from "./private-state.js";
 export {
   assertInitialUserNamespace,
   currentPrincipal,

@@ -1,5 +1,6 @@
 import type { CommandOutcome, CommandSpec, CliContext } from "../support/context.js";
 import { usageError } from "../support/envelope.js";
+import { OatsError } from "../../core/index.js";
 import { pushArtifacts } from "./push-artifacts.js";
 
 /**
@@ -52,13 +53,31 @@ async function pushOutbox(context: CliContext, options: Record<string, unknown>)
         ...result.delivered.map((entry) => `  ${entry.seq} ${entry.runId}`),
         ...result.queuedNow.map((run) => `  queued first (the outbox had missed it): ${run}`),
       ];
-  const warnings = result.notQueued.map(
-    (run) => `sealed run ${run.handle} could not be queued (${run.code}): ${run.reason}`,
-  );
+  const warnings = [
+    ...result.notQueued.map((run) => `sealed run ${run.handle} could not be queued (${run.code}): ${run.reason}`),
+    ...result.refused.map((entry) => `outbox entry ${entry.seq} refused, not delivered: ${entry.message}`),
+  ];
+  // Delivered what could be; an entry that is not a sealed run of this scope still fails the command.
+  const refused = result.refused[0];
   return {
     result: { scope: context.scope, ...result },
     lines,
     warnings,
+    ...(refused === undefined
+      ? {}
+      : {
+          failure: new OatsError(
+            "integrity-mismatch",
+            `${result.refused.length} outbox entr${result.refused.length === 1 ? "y was" : "ies were"} refused: ` +
+              refused.message,
+            {
+              reason: refused.reason,
+              refused: result.refused,
+              delivered: result.delivered,
+              queuedNow: result.queuedNow,
+            },
+          ),
+        }),
     quietLines: (result.dryRun ? result.pending : result.delivered).map((entry) => entry.runId),
   };
 }

@@ -7,7 +7,8 @@ export function loadEvidenceLibrary() {
 
 /** `OK`, or `OK failed-evidence` when the record declares an unmet required class. */
 export function resultText(run: { result: string | null; status: string | null; state: string }): string {
-  if (run.result === null) return run.state === "running" ? "RUNNING" : "UNSEALED";
+  if (run.result === null)
+    return run.state === "running" ? "RUNNING" : run.state === "foreign" ? "FOREIGN" : "UNSEALED";
   return run.status === "failed-evidence" ? `${run.result} failed-evidence` : run.result;
 }
 
@@ -21,7 +22,9 @@ export function summaryLine(run: RunSummary): string {
           ? ` exit ${run.exit.code}`
           : "";
   if (run.error !== null) return `${run.handle}  DAMAGED  ${run.error}`;
-  return `${run.handle}  ${resultText(run)}${exit}  job ${run.job ?? "?"}  ${run.runId ?? "(not sealed)"}`;
+  const line = `${run.handle}  ${resultText(run)}${exit}  job ${run.job ?? "?"}  ${run.runId ?? "(not sealed)"}`;
+  // A foreign run says why oats will not cancel or seal it (run-standing.ts).
+  return run.foreign === null ? line : `${line}  (not started by this account's oats: ${run.foreign.message})`;
 }
 
 /** The log as stored: `<stamp> <stream> <text>`, then the footer. */

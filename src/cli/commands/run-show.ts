@@ -60,6 +60,9 @@ export const runShow: CommandSpec = {
             `  job ${run.control?.base.job ?? "?"}, resolution ` +
               `${run.control?.base.resolution ?? "?"}, started ` +
               `${run.control?.base.startedAt ?? "?"}`,
+            ...(run.foreign === null
+              ? []
+              : [`  foreign (${run.foreign.reason}): ${run.foreign.message}; oats will not cancel or seal it`]),
           ]
         : [
             `  job ${record.job}, resolution ${record.resolution}`,

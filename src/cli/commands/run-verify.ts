@@ -29,6 +29,7 @@ function verifiedReceived(verdict: ReceivedVerdict) {
         `${verdict.checks.audit.start}, run-end seq ` +
         `${verdict.checks.audit.end}); the sending host's audit chain is not ` +
         `verifiable here`,
+      `  pulled  run-receive entry seq ${verdict.checks.audit.received} of this scope's audit log names these bytes`,
     ],
     quietLines: [verdict.runId],
     ...(verdict.status === "failed-evidence"
@@ -57,7 +58,8 @@ export const runVerify: CommandSpec = {
     } catch (error) {
       const found = await receivedFor(context.scope, ref!, error);
       if (found === null) throw error;
-      return verifiedReceived(library.verifyReceivedRun(found));
+      const { resolveScope } = await import("../../retention/store/components.js");
+      return verifiedReceived(library.verifyReceivedRun(found, library.readAnchoredAudit(resolveScope(context.scope))));
     }
     const { record, ...rest } = verdict;
     const gaps = record.evidence.gaps.map((gap) => `${gap.class} (${gap.reason})`);

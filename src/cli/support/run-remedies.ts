@@ -16,6 +16,18 @@ export const RUN_REMEDIES: Record<string, string> = {
     "disk, most often); the log keeps every line and the run stays open. " +
     "Free space and close it with `oats run seal <handle>` (sealed " +
     "INTERRUPTED, the exit status in a note).",
+  "run-foreign":
+    "oats did not start this run as this account, or cannot confirm it did (details.foreign): it signals, " +
+    "cancels and seals only runs its own dispatcher recorded starting in this account's private state. " +
+    "run-start-mismatch or run-dir-differs: the run directory was copied, planted or edited; keep it as it " +
+    "is for inspection and signal nothing it names. start-record-missing: another account started it (" +
+    "details.principal): act as that account; or this account's state was lost: stop the run's processes " +
+    "yourself if they are yours, then move the directory out of .agents/runs. start-state-unusable: make " +
+    "details.stateDir a directory of this account that no one else can write, and try again.",
+  "start-record-unwritable":
+    "the dispatcher could not record the run's start in this account's private state (details.stateDir; " +
+    "$OATS_STATE_DIR, $XDG_STATE_HOME/oats or ~/.local/state/oats must be a directory of this account that " +
+    "no one else can write, with room); nothing ran. Fix it and dispatch again.",
   "run-sealed": "the run is already sealed; `oats run show <run>` prints it and `oats run verify <run>` checks it.",
   "run-cancel-pending":
     "cancel was requested and the dispatcher has not sealed the run yet; look again with `oats run ls` in a moment.",

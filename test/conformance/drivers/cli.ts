@@ -199,12 +199,39 @@ class CliScope implements DriverScope {
     });
   }
 
-  /** From now on the scope is root's, and every command runs as root. */
+  /**
+   * From now on the scope is root's, and every command runs as root. Root
+   * dispatches only jobs it queued itself (docs/design/captures.md, "Other
+   * files of `.agents/`"), so it queues every job again (`queue add` keeps an
+   * identical job and records it as root's).
+   */
   private enterRoot(): void {
     if (this.operator.root) return;
     const chowned = spawnSync("chown", ["-R", "-h", "0:0", this.dir], { encoding: "utf8" });
     if (chowned.status !== 0) throw new Error(`chown -R 0:0 ${this.dir}: ${chowned.stderr}`);
     this.operator = this.root;
+    const asRoot = (args: string[]): Record<string, any> => {
+      const run = spawnSync(process.execPath, [BIN, "--json", "--scope", this.dir, ...args], {
+        cwd: "/",
+        env: { PATH: process.env["PATH"] ?? "/usr/bin:/bin", OATS_STATE_DIR: this.root.state, HOME: this.root.state },
+        encoding: "utf8",
+      });
+      const envelope = JSON.parse(run.stdout) as Envelope;
+      if (!envelope.ok) throw new Error(`oats ${args.join(" ")} as root failed: ${run.stdout}${run.stderr}`);
+      return envelope.result ?? {};
+    };
+    for (const { job, queued } of asRoot(["queue", "ls"])["jobs"] as { job: string; queued?: any }[])
+      if (queued !== undefined)
+        asRoot([
+          "queue",
+          "add",
+          queued.resolution,
+          "--job",
+          job,
+          "--recurrence",
+          queued.recurrence.policy,
+          ...(queued.recurrence.every === undefined ? [] : ["--every", queued.recurrence.every]),
+        ]);
   }
 
   dispatch(capture: QueuedCapture, options: { uid0?: boolean } = {}): RunningDispatch {
