@@ -60,7 +60,7 @@ test("sync and publish are one step: the phase and the size of the tree", () => 
   );
 });
 
-test("the line is cut to width - 1 columns; without a width, to 79", () => {
+test("the line fits width - 1 columns (79 by default), keeping the ETA, dropping rate, bytes, files first", () => {
   const event = {
     phase: "read-copy" as const,
     files: 123456,
@@ -68,22 +68,32 @@ test("the line is cut to width - 1 columns; without a width, to 79", () => {
     totalFiles: 999999,
     totalBytes: 9999 * MiB,
   };
-  const long = formatProgressLine({
-    label: "retain a-very-long-capability-name-that-goes-on",
-    event,
-    elapsedSeconds: 3,
-  });
-  assert.equal(long.length, 79);
-  assert.equal(formatProgressLine({ label: "retain a", event, elapsedSeconds: 3 }, 30).length, 29);
-  assert.ok(
-    formatProgressLine({ label: "retain a", event, elapsedSeconds: 3 }, 30).startsWith("oats: retain a: read-copy"),
-  );
-  // Nonsense widths fall back to 80.
+  const at = (label: string, width?: number) => formatProgressLine({ label, event, elapsedSeconds: 3 }, width);
+  const full = at("retain a", 200);
+  assert.equal(full, "oats: retain a: read-copy  files 123456/999999  1.0/9.8 GiB  333.0 MiB/s  ETA 0:28");
+  // 80 columns: the rate goes first, the ETA stays.
   assert.equal(
-    formatProgressLine({ label: "retain a-very-long-capability-name-that-goes-on", event, elapsedSeconds: 3 }, 0)
-      .length,
-    79,
+    at("retain a-long-capability-name"),
+    "oats: retain a-long-capability-name: read-copy  files 123456/999999  ETA 0:28",
   );
+  for (const width of [undefined, 0, -5, Number.NaN]) {
+    const line = at("retain a-very-long-capability-name-that-goes-on-and-on", width);
+    assert.ok(line.length <= 79, line);
+    assert.match(line, / {2}ETA 0:28$/);
+  }
+  // Narrower than the head: the label is shortened, the ETA kept.
+  const narrow = at("retain a", 30);
+  assert.ok(narrow.length <= 29, narrow);
+  assert.match(narrow, /^oats: retain a: r.*… {2}ETA 0:28$/);
+  // Every width keeps within its columns.
+  for (let width = 1; width <= 120; width++)
+    assert.ok(at("retain a-long-name", width).length <= Math.max(1, width - 1));
+});
+
+test("the first ETA appears once a rate is known: after time has passed with work done", () => {
+  const event = { phase: "read-copy" as const, files: 0, bytes: 0, totalFiles: 10, totalBytes: 100 * MiB };
+  assert.doesNotMatch(formatProgressLine({ label: "r", event, elapsedSeconds: 2 }), /ETA/);
+  assert.match(formatProgressLine({ label: "r", event: { ...event, files: 1, bytes: MiB }, elapsedSeconds: 2 }), /ETA/);
 });
 
 test("durations read m:ss, and h:mm:ss past an hour", () => {

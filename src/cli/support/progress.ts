@@ -57,35 +57,56 @@ export interface ProgressLine {
 
 /**
  * One progress line, e.g. `oats: retain demo: read-copy  files 120/4000
- * 12.0 MiB  3.1 MiB/s  ETA 0:38`, cut to width - 1 columns (the last column
- * is left free so no terminal wraps it). The ETA is shown only when a total
- * is known: from bytes when their total is, else from files.
+ * 12.0 MiB  3.1 MiB/s  ETA 0:38`, fitted to width - 1 columns (the last column
+ * is left free so no terminal wraps it; 80 columns when the width is unknown).
+ * What does not fit is dropped least useful first: the rate, then the bytes,
+ * then the files; the ETA stays, and the label is shortened before the ETA
+ * goes. The ETA is shown once the rate is known (some work done, time passed)
+ * and only when a total is: from bytes when their total is, else from files.
  */
 export function formatProgressLine(line: ProgressLine, width?: number): string {
   const { event } = line;
-  const parts = [`oats: ${line.label}: ${event.phase}`];
+  const head = `oats: ${line.label}: ${event.phase}`;
   if (STEP_PHASES.has(event.phase)) {
     // One step over the whole tree: nothing to count, only its size.
-    if (event.totalFiles !== undefined) parts.push(`${event.totalFiles} files`);
-    return cut(parts.join("  "), width);
+    return fit(head, event.totalFiles === undefined ? [] : [`${event.totalFiles} files`], null, width);
   }
-  parts.push(event.totalFiles === undefined ? `files ${event.files}` : `files ${event.files}/${event.totalFiles}`);
-  parts.push(event.totalBytes === undefined ? formatBytes(event.bytes) : bytesOfTotal(event.bytes, event.totalBytes));
+  const files = event.totalFiles === undefined ? `files ${event.files}` : `files ${event.files}/${event.totalFiles}`;
+  const bytes = event.totalBytes === undefined ? formatBytes(event.bytes) : bytesOfTotal(event.bytes, event.totalBytes);
   const elapsed = line.elapsedSeconds ?? 0;
-  if (elapsed > 0 && event.bytes > 0) parts.push(`${formatBytes(event.bytes / elapsed)}/s`);
+  const rate = elapsed > 0 && event.bytes > 0 ? `${formatBytes(event.bytes / elapsed)}/s` : null;
   const eta = etaSeconds(event, elapsed);
-  if (eta !== undefined) parts.push(`ETA ${formatDuration(eta)}`);
-  return cut(parts.join("  "), width);
+  // Most useful first: what is dropped to fit goes from the end of this list.
+  const fields = [files, bytes, ...(rate === null ? [] : [rate])];
+  return fit(head, fields, eta === undefined ? null : `ETA ${formatDuration(eta)}`, width);
 }
 
 /** Phases that are one step (fsync, rename) rather than a count of files. */
 const STEP_PHASES = new Set(["sync", "publish"]);
 
-function cut(text: string, width: number | undefined): string {
-  const columns = Math.max(
+function columnsOf(width: number | undefined): number {
+  return Math.max(
     1,
     (width !== undefined && Number.isFinite(width) && width > 0 ? Math.floor(width) : DEFAULT_WIDTH) - 1,
   );
+}
+
+/** `head  fields...  eta` in the columns: fields dropped from the end first, then the head shortened, the ETA last. */
+function fit(head: string, fields: readonly string[], eta: string | null, width: number | undefined): string {
+  const columns = columnsOf(width);
+  const tail = eta === null ? [] : [eta];
+  for (let kept = fields.length; kept >= 0; kept--) {
+    const text = [head, ...fields.slice(0, kept), ...tail].join("  ");
+    if (text.length <= columns) return text;
+  }
+  if (eta === null) return cut(head, width);
+  const room = columns - eta.length - 2;
+  if (room < 2) return cut(eta, width);
+  return `${head.slice(0, room - 1)}…  ${eta}`;
+}
+
+function cut(text: string, width: number | undefined): string {
+  const columns = columnsOf(width);
   return text.length > columns ? text.slice(0, columns) : text;
 }
 
