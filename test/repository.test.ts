@@ -36,7 +36,8 @@ describe("a self-contained repository", () => {
   });
 
   test("every repository path that code and documents cite exists", () => {
-    const cited = /\b((?:src|test|docs|bench|scripts|fixtures|native)\/[A-Za-z0-9_./-]*[A-Za-z0-9_-]\.(?:ts|mjs|md|json|c|sh))\b/g;
+    const cited =
+      /\b((?:src|test|docs|bench|scripts|fixtures|native)\/[A-Za-z0-9_./-]*[A-Za-z0-9_-]\.(?:ts|mjs|md|json|c|sh))\b/g;
     // Written by a run, never tracked.
     const generated = new Set(["bench/results.json"]);
     const missing: string[] = [];
