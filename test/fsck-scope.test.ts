@@ -275,13 +275,11 @@ describe("whole-scope fsck", () => {
     },
   );
 
-  /** Run `body` with the operator's private chain state in `dir` (a fresh private one, or a world-writable one that
-   * oats will not use). */
-  async function withStateDir<T>(usable: boolean, body: () => Promise<T>): Promise<T> {
+  /** Run `body` with the operator's private chain state in a fresh private directory. */
+  async function withStateDir<T>(body: () => Promise<T>): Promise<T> {
     const saved = process.env["OATS_STATE_DIR"];
     const dir = join(tempDir("oats-fsck-state-"), "state");
     mkdirSync(dir, { mode: 0o700 });
-    if (!usable) chmodSync(dir, 0o777);
     process.env["OATS_STATE_DIR"] = dir;
     try {
       return await body();
@@ -296,10 +294,13 @@ describe("whole-scope fsck", () => {
       "Then the ledger vs audit cross-check reports the approval only the " +
       "audit log holds, exit 5",
     async () => {
-      await withStateDir(false, async () => {
-        const { scope } = await populatedScope();
+      const { scope } = await populatedScope();
+      // Another operator account (a fresh state): no checkpoint of these logs.
+      await withStateDir(async () => {
         writeFileSync(agents(scope, "approvals", "ledger.jsonl"), "");
         const report = await fsckUnchanged(scope);
+        assert.equal(report.checkpoint.approvals.reason, "no-checkpoint");
+        assert.equal(report.checkpoint.audit.anchored, false);
         const findings = only(report, "approvals");
         assert.deepEqual(
           findings.map((each) => [each.code, each.details["crossCheck"]]),
@@ -316,11 +317,12 @@ describe("whole-scope fsck", () => {
       "truncation against the operator's checkpoint is an approvals finding, " +
       "exit 5",
     async () => {
-      await withStateDir(true, async () => {
+      await withStateDir(async () => {
         const { scope } = await populatedScope();
         assert.equal((await fsckScope(scope)).ok, true, "a clean fsck first (and the checkpoint is current)");
         writeFileSync(agents(scope, "approvals", "ledger.jsonl"), "");
         const report = await fsckUnchanged(scope);
+        assert.equal(report.checkpoint.approvals.anchored, true, "the checkpoint anchored the check that refused");
         const findings = only(report, "approvals");
         assert.deepEqual(
           findings.map((each) => [each.code, each.details["reason"]]),

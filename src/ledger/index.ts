@@ -1,5 +1,6 @@
 export {
   allDecisions,
+  anchoredDecisions,
   checkAgainstCheckpoint,
   crossCheck,
   type CrossCheck,
@@ -7,9 +8,11 @@ export {
   crossCheckReasonText,
   expectHead,
   latestDecision,
+  type LogAnchors,
   type LogHead,
   logHeads,
   mismatchError,
+  requireUsableState,
   type SubjectDecisions,
 } from "./approval-check.js";
 export {
@@ -40,6 +43,8 @@ export {
   readEntries,
   verifyChain,
 } from "./chain-log.js";
+export { type CheckpointUse, checkpointState } from "./chain-sync.js";
+export { type StateProblem, type StateProblemReason, stateRoot } from "./chain-state.js";
 export {
   assertInitialUserNamespace,
   currentPrincipal,

@@ -1,4 +1,5 @@
 import { ERROR_KINDS, OatsError } from "../core/index.js";
+import type { LogAnchors } from "../ledger/index.js";
 import { fsck as fsckRevisions, listStore, type FsckOutcome, resolveScope } from "../retention/index.js";
 import {
   FINDING_CLASSES,
@@ -56,6 +57,8 @@ export interface ScopeFsckReport {
   readonly classes: Record<FindingClass, Finding[]>;
   /** One outcome per revision, ok or damaged, as retention's fsck reports it. */
   readonly outcomes: FsckOutcome[];
+  /** Whether a checkpoint of this account anchored the check of the approvals ledger and of the audit log. */
+  readonly checkpoint: LogAnchors;
 }
 
 export interface ScopeFsckOptions {
@@ -75,7 +78,7 @@ export async function fsckScope(scope: string, options: ScopeFsckOptions = {}): 
   // between records), each into its own list so the report's order is fixed.
   const revisionFindings: Finding[] = [];
   const storeFindings: Finding[] = [];
-  const [retention, counts] = await Promise.all([
+  const [retention, { checkpoint, ...counts }] = await Promise.all([
     guardedAsync(revisionFindings, () => fsckRevisions(realScope, { onArtifact: options.onArtifact })),
     checkStores(realScope, revisions, storeFindings),
   ]);
@@ -126,6 +129,7 @@ export async function fsckScope(scope: string, options: ScopeFsckOptions = {}): 
     counts: { revisions: outcomes.length, ...counts },
     classes,
     outcomes,
+    checkpoint,
   };
 }
 
@@ -135,7 +139,7 @@ async function checkStores(
   realScope: string,
   revisions: ReadonlySet<string>,
   findings: Finding[],
-): Promise<Omit<ScopeFsckCounts, "revisions">> {
+): Promise<Omit<ScopeFsckCounts, "revisions"> & { checkpoint: LogAnchors }> {
   await yieldToIo();
   const blobs = checkBlobs(realScope, findings);
   const records = await checkRecords(realScope, revisions, blobs.present, findings, yieldToIo);
@@ -145,9 +149,20 @@ async function checkStores(
   checkLeases(realScope, findings);
   const quarantine = checkQuarantine(realScope, findings);
   await yieldToIo();
-  const { approvals, audit } = checkChains(realScope, findings);
+  const { approvals, audit, checkpoint } = checkChains(realScope, findings);
   const runs = checkRuns(realScope, findings);
-  return { records: records.checked, blobs: blobs.checked, instances, jobs, pins, quarantine, runs, approvals, audit };
+  return {
+    records: records.checked,
+    blobs: blobs.checked,
+    instances,
+    jobs,
+    pins,
+    quarantine,
+    runs,
+    approvals,
+    audit,
+    checkpoint,
+  };
 }
 
 /** Let pending I/O callbacks (the revision verification's reads) run. */

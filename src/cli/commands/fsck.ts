@@ -1,6 +1,7 @@
 import { OatsError, type ErrorCode } from "../../core/index.js";
 import type { CommandSpec } from "../context.js";
 import { integrityText } from "../render.js";
+import { checkpointLine } from "./captures-shared.js";
 
 const NOUNS: Record<string, [string, string]> = {
   revisions: ["revision", "revisions"],
@@ -55,6 +56,11 @@ export const fsck: CommandSpec = {
             `${finding.message}`,
         );
     }
+    lines.push(
+      `checkpoint ${checkpointLine("approvals ledger", report.checkpoint.approvals)}`,
+      `checkpoint ${checkpointLine("audit log", report.checkpoint.audit)}`,
+    );
+
     const total = Object.values(report.classes).reduce((sum, findings) => sum + findings.length, 0);
     const counted = Object.entries(report.counts).map(([cls, n]) => count(n, cls));
     lines.push(
