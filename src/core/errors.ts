@@ -74,6 +74,20 @@ export function isOatsError(error: unknown): error is OatsError {
   return error instanceof OatsError;
 }
 
+/**
+ * The error an aborted signal turns into. The contract has no code for it;
+ * it is `internal-error` (the input was not at fault) with
+ * `details.reason: "interrupted"`, and the CLI exits 130 for it. The code
+ * that cleans up after it lists what it removed in `details.removed`.
+ */
+export function interruptedError(): OatsError {
+  return new OatsError("internal-error", "interrupted", { reason: "interrupted", removed: [] });
+}
+
+export function isInterrupted(error: unknown): boolean {
+  return error instanceof OatsError && error.details["reason"] === "interrupted";
+}
+
 /** Node's errno code of a system error, or undefined. */
 export function errnoCode(error: unknown): string | undefined {
   const code = (error as { code?: unknown } | null)?.code;
