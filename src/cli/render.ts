@@ -77,6 +77,11 @@ const REMEDIES: Record<string, string> = {
   "registry-refused":
     "nothing was published: the registry was refused or could not be used (details.reason: insecure-remote, tls, unreachable, connection-lost, redirect-other-host, auth-realm, unauthorized, protocol). Use https:// registries with a certificate the system trusts (plain HTTP only on loopback), check credentials (OATS_REGISTRY_USER/OATS_REGISTRY_PASSWORD or the Docker/Podman auth file), then retry; see docs/design/fleet.md (Transport, auth and trust boundary).",
   busy: "another oats process holds the store lock; wait for it to finish and retry.",
+  "evidence-incomplete":
+    "the run is intact (nothing was edited), but it lacks evidence its " +
+    "profile requires (details.gaps): treat its result as unproven. A run " +
+    "sealed by `oats run seal` has no exit status; run the capture again to " +
+    "get complete evidence.",
   "internal-error": "an unexpected failure; nothing was published. Retry, and report the message above if it persists.",
 };
 

@@ -10,6 +10,7 @@ export const ERROR_KINDS = {
   mismatch: 5,
   refused: 6,
   busy: 7,
+  incomplete: 8,
   usage: 2,
   internal: 1,
 } as const;
@@ -40,6 +41,9 @@ export const ERROR_CODES = {
   // redirect-other-host, unauthorized, auth-realm, protocol).
   "registry-refused": "refused",
   busy: "busy",
+  // A sealed run that verifies (nothing was edited) but lacks evidence its profile requires: not tampering, so not
+  // a mismatch; not a refusal either. details.gaps names what is missing.
+  "evidence-incomplete": "incomplete",
   usage: "usage",
   "internal-error": "internal",
 } as const satisfies Record<string, ErrorKind>;
