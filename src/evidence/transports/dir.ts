@@ -9,9 +9,11 @@ import {
   readdirSync,
   renameSync,
   rmdirSync,
+  type Stats,
   statSync,
   unlinkSync,
 } from "node:fs";
+import { dirname } from "node:path";
 import { OatsError, errnoCode, bytesDigest } from "../../core/index.js";
 import {
   inDirectory,
@@ -60,6 +62,20 @@ export interface DirTransportOptions {
 }
 
 const RUNS_DIR = "runs";
+
+/**
+ * The stat of `path`, or of its nearest existing ancestor: the filesystem it is, or will be, on. A scope's first
+ * dispatch probes the far side before its outbox exists; its filesystem is then the scope's.
+ */
+function nearestExisting(path: string): Stats | null {
+  for (let current = path; ; current = dirname(current)) {
+    try {
+      return statSync(current);
+    } catch {
+      if (dirname(current) === current) return null;
+    }
+  }
+}
 const DIRECTORY_FLAGS = constants.O_RDONLY | constants.O_DIRECTORY | constants.O_NOFOLLOW;
 /** A read-back file larger than this is refused rather than buffered. */
 const READ_LIMIT = 2 * 1024 * 1024 * 1024 - 1;
@@ -159,12 +175,7 @@ export function dirTransport(share: string, options: DirTransportOptions = {}): 
     }
     if (!stats.isDirectory()) return { state: "unreachable", reason: "not-a-directory" };
     if (options.localPath !== undefined && options.allowSameFilesystem !== true) {
-      let local;
-      try {
-        local = statSync(options.localPath);
-      } catch {
-        local = null;
-      }
+      const local = nearestExisting(options.localPath);
       if (local !== null && local.dev === stats.dev) return { state: "unreachable", reason: "same-filesystem" };
     }
     try {
