@@ -437,7 +437,10 @@ describe("oats dispatch refusals: nothing runs", () => {
       assert.equal(existsSync(fixture.marker), false);
       assert.match(
         runOats([...fixture.at, "approvals"]).stdout,
-        /^revoked {2}composition nightly .* seq 2 by \S+ at \S+: pulled\ncheckpoint approvals ledger: anchored .*\ncheckpoint audit log: anchored .*\n$/,
+        new RegExp(
+          "^revoked {2}composition nightly .* seq 2 by \\S+ at \\S+: pulled\n" +
+            "checkpoint approvals ledger: anchored .*\ncheckpoint audit log: anchored .*\n$",
+        ),
       );
     },
   );
@@ -642,7 +645,11 @@ describe("oats audit verify", () => {
       const human = runOats([...fixture.at, "audit", "verify"]);
       assert.match(
         human.stdout,
-        /^audit log verified: \d+ entries, head sha256-[0-9a-f]{64}\ncheckpoint audit log: anchored by this account's checkpoint \(it still extends seq \d+, sha256-[0-9a-f]{64}\)\n$/,
+        new RegExp(
+          "^audit log verified: \\d+ entries, head sha256-[0-9a-f]{64}\n" +
+            "checkpoint audit log: anchored by this account's checkpoint " +
+            "\\(it still extends seq \\d+, sha256-[0-9a-f]{64}\\)\n$",
+        ),
       );
 
       const log = join(fixture.scope, ".agents/audit/audit.jsonl");
