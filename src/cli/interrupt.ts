@@ -1,8 +1,9 @@
 /**
- * Ctrl-C for commands that stage work (retain, import, export): the first
- * SIGINT aborts the signal the command passed to the library, which stops at
- * its next file or entry and removes its own staging, extraction directory or
- * temporary bundle exactly as on any other failure; the CLI then says what
+ * Ctrl-C for commands that stage work or talk to a registry (retain, import,
+ * export, push, pull): the first SIGINT aborts the signal the command passed
+ * to the library, which stops at its next file, entry or registry exchange and
+ * removes its own staging, extraction directory or temporary bundle exactly as
+ * on any other failure; the CLI then says what
  * was removed and exits 130. Further SIGINTs while that cleanup runs are
  * ignored (with one note), so a second Ctrl-C cannot leave a half-removed
  * staging directory behind. Commands that never ask for a signal keep the
