@@ -129,9 +129,8 @@ export async function interleave(sides, runs) {
       // not before a child process, which a concurrent sweep here would compete with. Not a full one: a forced full
       // collection (gc()) drops the optimized code of the walk and the hash (about 22 functions recompiled on the
       // next run, against 0-5 after a minor or a natural major collection), so every timed run re-ran the JIT on a
-      // background thread, which on two cores competes with a side that keeps both busy (performance-log.md, "The
-      // bench's
-      // forced collections re-ran the JIT").
+      // background thread, which on two cores competes with a side that keeps both busy (docs/design/performance.md,
+      // "How the bench measures").
       if (side.inProcess) gc({ type: "minor" });
       const started = performance.now();
       await side.run(round);

@@ -73,8 +73,8 @@ export function coldPossible(section) {
  * or undefined. Node 20 reads and parses it, with its own root certificates,
  * at every start, before any script runs and whether or not the process ever
  * makes a TLS connection: 40-70 ms of a bare start, and about 50 ms of a cold
- * verify, on the AMD EPYC machine of the twenty-second session
- * (performance-log.md, "Issue 13: the twenty-second session"). The bench's own
+ * verify, on the AMD EPYC machine measured (docs/design/performance.md, "The
+ * CLI's start: bundles and code caches"). The bench's own
  * caller may set it (a sandbox's proxy does); rows 5b and 20ax-20cx show what
  * it costs the CLI, beside rows that keep the caller's environment.
  */

@@ -1,7 +1,8 @@
 /*
  * dist/native/oats.node: the few system calls a digest makes per file, made
  * from C where their cost from JavaScript showed in the profiles
- * (docs/design/performance.md). src/retention/digest/native-reads.ts loads
+ * (docs/design/performance.md, "The native addon and its fallback").
+ * src/engine/native-reads.ts loads
  * it; without it every caller falls back to the JavaScript it replaces.
  */
 #include "addon.h"

@@ -1,6 +1,6 @@
 /*
  * A walk's directory calls (src/retention/digest/walk.ts and
- * directory-cursor.ts say when they are used):
+ * src/engine/directory-cursor.ts say when they are used):
  *
  *   openDirectoryAt(parentFd, name, stat) -> fd, or -errno
  *     openat(parentFd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)

@@ -1,6 +1,6 @@
 /*
  * Read-ahead threads for a digest over a cold page cache
- * (src/retention/digest/prefetch.ts is the only caller and says why).
+ * (src/engine/prefetch.ts is the only caller and says why).
  *
  *   startPrefetch(paths, ends, from, threads, window, limit) -> handle
  *   advancePrefetch(handle, index)    the reader has reached leaf `index`

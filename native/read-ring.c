@@ -1,8 +1,8 @@
 /*
  * A reader thread that copies a large file out of the page cache while the
- * calling thread hashes what it copied before (src/retention/digest/read-ring.ts
- * is the only caller and says why; docs/design/performance-log.md, "Large files
- * read by a second core").
+ * calling thread hashes what it copied before (src/engine/read-ring.ts
+ * is the only caller and says why; docs/design/performance.md, "The read
+ * ring").
  *
  *   createRing(slots, slotSize) -> ring       slots * slotSize bytes, owned here
  *   ringMemory(ring) -> Buffer                those bytes (an external Buffer)

@@ -1,8 +1,8 @@
 /*
  * readSmallFiles: the small-file reads of a digest pass, up to 128 files of
- * any directories per call (src/retention/digest/native-reads.ts is its only
- * caller and says why; docs/design/performance-log.md, "Small files read
- * natively" and "Long runs, split late").
+ * any directories per call (src/engine/native-reads.ts is its only
+ * caller and says why; docs/design/performance.md, "The native addon and its
+ * fallback").
  *
  *   readSmallFiles(dirFds, names, buffer, limit, meta, split, afterRead?) -> count
  *
@@ -76,8 +76,8 @@
 /*
  * A second thread costs its start, and on this kind of machine it may be
  * scheduled only some hundreds of microseconds later: on a short run that is
- * more than the calls it could take over (docs/design/performance-log.md, "Long
- * runs, split late").
+ * more than the calls it could take over (docs/design/performance.md, "The
+ * native addon and its fallback").
  */
 #define PARALLEL_MIN 64
 #define NAME_BYTES (NAME_MAX + 2)

@@ -1,6 +1,6 @@
 /*
  * Threads that list a tree's directories ahead of the walk over a cold page
- * cache (src/retention/digest/prefetch.ts, warmDirectories, says when).
+ * cache (src/engine/prefetch.ts, warmDirectories, says when).
  *
  *   warmDirectories(rootFd, threads, maxDepth) -> handle
  *   stopThreads(handle, wait), threadsRunning(handle)   (threads.c)

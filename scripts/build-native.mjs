@@ -2,7 +2,7 @@
  * Compiles native/*.c into dist/native/oats.node: the small-file reads of a
  * digest pass, the read-ahead threads for a cold page cache and the ring
  * that copies a warm large file on a second core
- * (src/retention/digest/native-reads.ts loads it; native/addon.c lists what
+ * (src/engine/native-reads.ts loads it; native/addon.c lists what
  * it holds).
  * `npm run build` runs it after tsc. It needs a C compiler ($CC, else cc)
  * and the Node-API headers of the node-api-headers package; nothing else

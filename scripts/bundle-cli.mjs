@@ -9,7 +9,7 @@
  * build` runs it after tsc; dist/cli/bin.js runs a bundle through
  * dist/cli/load-bundle.js for everything but a lone --version.
  *
- * Why (docs/design/performance.md, "Cold start"): unbundled, `oats verify`
+ * Why (docs/design/performance.md, "The CLI's start: bundles and code caches"): unbundled, `oats verify`
  * opened about 220 module files (zod alone 99) and spent 70-150 ms
  * resolving, reading and compiling them before any work. One script with a
  * code cache is read in two files and mostly not compiled at all. Modules a
@@ -54,12 +54,17 @@ const sourceUrls = {
     b.onLoad({ filter: /\.(ts|mjs)$/ }, async (args) => {
       if (!args.path.startsWith(src + sep)) return undefined;
       let text = await readFile(args.path, "utf8");
-      // `createRequire(import.meta.url)("x")`, x a package or a builtin, is how the library loads a module only where
-      // it
-      // is used (proper-lockfile, child_process, worker_threads). As the bundle's own `require("x")` a package stays
-      // bundled, evaluated at that call and not when the bundle starts; a builtin stays node's, loaded there too. A
-      // relative path (the addon, native-reads.ts) is a file beside tsc's output and stays as it is.
-      text = text.replace(/createRequire\(import\.meta\.url\)\(("[^"./][^"]*")\)/g, "require($1)");
+      // `createRequire(import.meta.url)("x")`, x a package or a builtin, is how the library loads a module only
+      // where it is used (proper-lockfile, child_process, worker_threads). As the bundle's own `require("x")` a
+      // package stays bundled, evaluated at that call and not when the bundle starts; a builtin stays node's, loaded
+      // there too. A relative path (the addon, native-reads.ts) is a file beside tsc's output and stays as it is.
+      // The formatter may break the call across lines, so white space inside it is allowed; a call left unrewritten
+      // fails the build rather than loading its module some other way.
+      const lazyRequire = /createRequire\(import\.meta\.url\)\(\s*("[^"./][^"]*")\s*,?\s*\)/g;
+      text = text.replace(lazyRequire, "require($1)");
+      if (/createRequire\(import\.meta\.url\)\(\s*"[^"./]/.test(text)) {
+        throw new Error(`bundle-cli: a createRequire(import.meta.url) call in ${args.path} was not rewritten`);
+      }
       if (text.includes("import.meta.url")) {
         const compiled = join(root, "dist", relative(src, args.path)).replace(/\.ts$/, ".js");
         const spelled = relative(outdir, compiled).split(sep).join("/");
@@ -180,7 +185,7 @@ await rm(outdir, { recursive: true, force: true });
 const { metafile } = await build({
   absWorkingDir: root,
   // The digest worker too (parallel/pool.ts starts it): one file where tsc's module tree is some twenty, resolved and
-  // compiled by every worker before its first job (docs/design/performance-log.md, "A worker from one file").
+  // compiled by every worker before its first job (docs/design/performance.md, "Worker lanes").
   entryPoints: {
     ...Object.fromEntries(
       bundles.map(({ command, name }) => [

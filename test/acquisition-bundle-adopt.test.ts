@@ -22,11 +22,11 @@ import {
 import { join } from "node:path";
 import { afterEach, describe, test } from "node:test";
 import { exportBundle, importBundle } from "../src/acquisition/bundle.js";
-import { OatsError } from "../src/core/errors.js";
 import { retainTree, verifyTree, type ArtifactReceipt } from "../src/retention/index.js";
 import { setFaultHook, type PublishStep } from "../src/retention/store/faults.js";
 import { manifestPath } from "../src/retention/store/manifest.js";
 import { snapshotTree, tempDir } from "./helpers.js";
+import { refusal } from "./support/refusals.js";
 
 const NOBODY = 65534;
 
@@ -150,12 +150,7 @@ describe("import adopts the tree it verified without reading it back", () => {
         renameSync(tree, `${tree}.verified`);
         cpSync(`${tree}.verified`, tree, { recursive: true, verbatimSymlinks: true });
       });
-      await assert.rejects(importBundle(target, bundle), (error) => {
-        assert.ok(error instanceof OatsError, String(error));
-        assert.equal(error.code, "integrity-mismatch", `${error.message} ${JSON.stringify(error.details)}`);
-        assert.equal(error.details["reason"], "adopted-tree-replaced");
-        return true;
-      });
+      await assert.rejects(importBundle(target, bundle), refusal("integrity-mismatch", "adopted-tree-replaced"));
       setFaultHook(null);
       assert.deepEqual(snapshotTree(target), before, "nothing published, no staging left");
     },

@@ -25,7 +25,7 @@ import { Header, Pax, type HeaderData } from "tar";
 import { exportBundle, importBundle, type ImportReport } from "../src/acquisition/bundle.js";
 import { prepareCapture } from "../src/captures/prepare-capture.js";
 import { readBlob } from "../src/retention/store/blobs.js";
-import { OatsError } from "../src/core/errors.js";
+import type { OatsError } from "../src/core/errors.js";
 import { readRecordBytes, readResolution, writeResolution } from "../src/resolution/index.js";
 import {
   canonicalJsonBytes,
@@ -36,6 +36,7 @@ import {
   type ArtifactReceipt,
 } from "../src/retention/index.js";
 import { FIXTURE_LOCK, FIXTURE_PAYLOAD, fixtureCopy, fixtureLock, runOats, snapshotTree, tempDir } from "./helpers.js";
+import { refusal } from "./support/refusals.js";
 
 type Json = any;
 
@@ -241,19 +242,6 @@ async function preparedCapture(scope: string) {
   };
   writeFileSync(join(work, "capture.yaml"), `${JSON.stringify(spec, null, 2)}\n`);
   return prepareCapture(scope, join(work, "capture.yaml"));
-}
-
-function refusal(code: string, details: Record<string, unknown> = {}) {
-  return (error: unknown) => {
-    assert.ok(
-      error instanceof OatsError,
-      `expected an OatsError ${code}, got ${error instanceof Error ? error.stack : String(error)}`,
-    );
-    assert.equal(error.code, code, error.message);
-    for (const [key, value] of Object.entries(details))
-      assert.deepEqual(error.details[key], value, `details.${key} (${error.message})`);
-    return true;
-  };
 }
 
 /** A scope that already holds something, so "nothing published" is checked against a store that exists. */

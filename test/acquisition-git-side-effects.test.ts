@@ -152,8 +152,8 @@ describe("retainSource of a commit runs nothing of the repository's", () => {
     await assert.rejects(
       retainSource(scope, { identity: IDENTITY, revision: commit, dir: clone }),
       (error: { code?: string; details?: Record<string, unknown> }) => {
-        // git 2.39.5+ stops at GIT_NO_LAZY_FETCH (git-failed); an older one, at the forbidden transport
-        // (object-missing).
+        // git 2.39.5+ stops at GIT_NO_LAZY_FETCH (git-failed); an older one, at the forbidden
+        // transport (object-missing).
         assert.ok(
           ["invalid-input/git-failed", "invalid-artifact/object-missing"].includes(
             `${error.code}/${String(error.details?.["reason"])}`,

@@ -12,10 +12,11 @@ import { existsSync, lstatSync, mkdirSync, readdirSync, renameSync, rmSync, writ
 import { join } from "node:path";
 import { describe, test } from "node:test";
 import { importBundle, retainTarball } from "../src/acquisition/index.js";
-import { OatsError } from "../src/core/errors.js";
-import { TREE_EXEC, digestTree, retainCapabilityArtifact, retainTree, verifyTree } from "../src/retention/index.js";
-import { FIXTURE_PAYLOAD, REPO, fixtureLock, snapshotTree, tempDir } from "./helpers.js";
+import { TREE_EXEC, digestTree, retainTree, verifyTree } from "../src/retention/index.js";
+import { FIXTURE_PAYLOAD, REPO, snapshotTree, tempDir } from "./helpers.js";
 import { deepEntries, gzipTar, tarBytes, ustarHeader } from "./support/raw-tar.js";
+import { refusal } from "./support/refusals.js";
+import { populatedScope } from "./support/scopes.js";
 
 const SMALL_HEAP = "--max-old-space-size=128";
 /** An 800 KB pax path ("a/a/a/..."), the attack of issue 14: about 1 KB gzipped. */
@@ -25,12 +26,6 @@ function writeFile(bytes: Buffer, name: string): string {
   const file = join(tempDir("oats-limits-"), name);
   writeFileSync(file, bytes);
   return file;
-}
-
-async function populatedScope(): Promise<string> {
-  const scope = tempDir("oats-scope-");
-  await retainCapabilityArtifact(scope, FIXTURE_PAYLOAD, "demo.hello", fixtureLock());
-  return scope;
 }
 
 /** Run the built CLI in a child node with a 128 MB heap; its JSON envelope. */
@@ -71,18 +66,6 @@ async function cliRefuses(args: string[], details: Record<string, unknown>): Pro
   assert.deepEqual(snapshotTree(scope), before, "the store changed although the request was refused");
   assertNoStaging(scope);
   return run.envelope.error!.details;
-}
-
-function refusal(code: string, details: Record<string, unknown>) {
-  return (error: unknown) => {
-    assert.ok(
-      error instanceof OatsError,
-      `expected an OatsError, got ${error instanceof Error ? error.stack : String(error)}`,
-    );
-    assert.equal(error.code, code, error.message);
-    for (const [key, value] of Object.entries(details)) assert.deepEqual(error.details[key], value, `details.${key}`);
-    return true;
-  };
 }
 
 /** `levels` nested directories named d, with a file at the bottom, made by a child that descends with chdir (the path

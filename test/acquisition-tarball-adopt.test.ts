@@ -15,10 +15,10 @@ import { join } from "node:path";
 import { afterEach, describe, test } from "node:test";
 import { c as tarCreate } from "tar";
 import { retainTarball, type RetainTarballRequest } from "../src/acquisition/index.js";
-import { OatsError } from "../src/core/errors.js";
 import { TREE_EXEC, TREE_LEGACY, digestTree, verifyTree } from "../src/retention/index.js";
 import { setFaultHook, type PublishStep } from "../src/retention/store/faults.js";
 import { REPO, snapshotTree, tempDir } from "./helpers.js";
+import { refusal } from "./support/refusals.js";
 
 const PACKAGES = join(REPO, "fixtures/packages");
 const payloadOf = (name: string) => join(PACKAGES, name, "payload");
@@ -141,13 +141,10 @@ describe("retainTarball adopts the extracted tree", () => {
           await retainTarball(scope, await tarPack(payloadOf("clock")), { id: "demo.clock", lock: lockOf("clock") });
         const before = snapshotTree(scope);
         const steps = hookSteps();
-        await assert.rejects(retainTarball(scope, tarball, { id: "demo.echo", lock }), (error: unknown) => {
-          assert.ok(error instanceof OatsError, String(error));
-          assert.equal(error.code, "integrity-mismatch");
-          assert.equal(error.details.reason, "source-differs");
-          assert.equal(error.details.expected, `sha256-${"ab".repeat(32)}`);
-          return true;
-        });
+        await assert.rejects(
+          retainTarball(scope, tarball, { id: "demo.echo", lock }),
+          refusal("integrity-mismatch", { reason: "source-differs", expected: `sha256-${"ab".repeat(32)}` }),
+        );
         setFaultHook(null);
         assert.ok(steps.includes("verify-staged"), "the mismatch was found by the verify pass of the adopted tree");
         assert.deepEqual(snapshotTree(scope), before, "the store changed");
@@ -181,12 +178,7 @@ describe("retainTarball adopts the extracted tree", () => {
       const scope = tempDir("oats-adopt-scope-");
       await assert.rejects(
         retainTarball(scope, tarball, { ...CAPTURE, expect: `${TREE_EXEC}:sha256-${"0".repeat(64)}` }),
-        (error: unknown) => {
-          assert.ok(error instanceof OatsError);
-          assert.equal(error.code, "integrity-mismatch");
-          assert.equal(error.details.reason, "source-differs");
-          return true;
-        },
+        refusal("integrity-mismatch", "source-differs"),
       );
       assert.deepEqual(readdirSync(scope), []);
     },
@@ -236,12 +228,7 @@ describe("retainTarball adopts the extracted tree", () => {
       const before = snapshotTree(scope);
       await assert.rejects(
         retainTarball(scope, await tarPack(drifted), { id: "demo.echo", lock }),
-        (error: unknown) => {
-          assert.ok(error instanceof OatsError);
-          assert.equal(error.code, "integrity-mismatch");
-          assert.equal(error.details.reason, "source-differs");
-          return true;
-        },
+        refusal("integrity-mismatch", "source-differs"),
       );
       assert.deepEqual(snapshotTree(scope), before);
       assert.deepEqual(leftovers(scope), []);
@@ -296,12 +283,7 @@ describe("retainTarball adopts the extracted tree", () => {
                 throw Object.assign(new Error(`injected ${step} failure`), { code: "EIO" });
               },
             });
-            await assert.rejects(retainTarball(scope, tarball, request), (error: unknown) => {
-              assert.ok(error instanceof OatsError, String(error));
-              assert.equal(error.code, "internal-error");
-              assert.equal(error.details.step, step);
-              return true;
-            });
+            await assert.rejects(retainTarball(scope, tarball, request), refusal("internal-error", { step }));
             setFaultHook(null);
             assert.deepEqual(snapshotTree(scope), before, "the store changed");
             if (!populated) assert.deepEqual(readdirSync(scope), [], "the failed first request left something");

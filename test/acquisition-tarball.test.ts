@@ -31,7 +31,7 @@ import { createGzip, gzipSync } from "node:zlib";
 import ssri from "ssri";
 import { c as tarCreate } from "tar";
 import { retainTarball, type RetainTarballRequest } from "../src/acquisition/index.js";
-import { OatsError } from "../src/core/errors.js";
+import type { OatsError } from "../src/core/errors.js";
 import {
   TREE_EXEC,
   TREE_LEGACY,
@@ -44,6 +44,8 @@ import {
 import { hostTag, stagingName } from "../src/retention/store/layout.js";
 import { FIXTURE_LOCK, FIXTURE_PAYLOAD, REPO, fixtureLock, runOats, snapshotTree, tempDir } from "./helpers.js";
 import { tarBytes, ustarHeader, type RawEntry } from "./support/raw-tar.js";
+import { contractKind, refusal, type Details } from "./support/refusals.js";
+import { populatedScope } from "./support/scopes.js";
 
 const PACKAGES = join(REPO, "fixtures/packages");
 const payloadOf = (name: string) => join(PACKAGES, name, "payload");
@@ -53,31 +55,6 @@ interface LockObject {
   lockfileVersion: number;
   packages: Record<string, Record<string, unknown>>;
   capabilities: Record<string, Record<string, unknown>>;
-}
-
-type Details = Record<string, unknown>;
-
-const CONTRACT_KIND: Record<string, string> = {
-  "invalid-artifact-reference": "invalid",
-  "invalid-artifact-store": "invalid",
-  "invalid-artifact": "invalid",
-  "artifact-not-contained": "invalid",
-  "invalid-lock": "invalid",
-  "invalid-input": "invalid",
-  "integrity-mismatch": "mismatch",
-  "provenance-mismatch": "mismatch",
-};
-
-function checkRefusal(error: unknown, code: string, details: Details = {}): true {
-  assert.ok(
-    error instanceof OatsError,
-    `expected an OatsError, got ${error instanceof Error ? error.stack : String(error)}`,
-  );
-  assert.equal(error.code, code, `code (message: ${error.message})`);
-  assert.equal(error.kind, CONTRACT_KIND[code], "kind");
-  for (const [key, value] of Object.entries(details))
-    assert.deepEqual(error.details[key], value, `details.${key} (message: ${error.message})`);
-  return true;
 }
 
 const sha512Of = (bytes: Buffer) => ssri.fromData(bytes, { algorithms: ["sha512"] }).toString();
@@ -129,13 +106,6 @@ async function writeBomb(size: number): Promise<string> {
 // ---------------------------------------------------------------------------
 // Scopes
 
-/** A scope whose store already holds the hello fixture, so "unchanged" means something. */
-async function populatedScope(): Promise<string> {
-  const scope = tempDir("oats-scope-");
-  await retainCapabilityArtifact(scope, FIXTURE_PAYLOAD, "demo.hello", fixtureLock());
-  return scope;
-}
-
 function assertNoExtractionLeft(scope: string): void {
   assert.equal(existsSync(join(scope, ".agents/extract")), false, "the extraction store was left behind");
   assert.deepEqual(
@@ -163,13 +133,13 @@ async function refusesUnchanged(
   const before = snapshotTree(scope);
   await assert.rejects(retainTarball(scope, tarball, request), (error) => {
     caught = error;
-    return checkRefusal(error, code, details);
+    return refusal(code, details, contractKind)(error);
   });
   assert.deepEqual(snapshotTree(scope), before, "the store changed although the request was refused");
   assertNoExtractionLeft(scope);
 
   const fresh = tempDir("oats-fresh-");
-  await assert.rejects(retainTarball(fresh, tarball, request), (error) => checkRefusal(error, code, details));
+  await assert.rejects(retainTarball(fresh, tarball, request), refusal(code, details, contractKind));
   assert.deepEqual(readdirSync(fresh), [], "a refused first request created something");
   assert.deepEqual(snapshotTree(tarballDir), tarballsBefore, "something was written beside the tarball");
   return caught as OatsError;
@@ -399,12 +369,8 @@ describe("retainTarball: bad requests are refused before anything is read or cre
       for (const [request, code, details] of cases) await refusesUnchanged(tarball, request, code, details);
       const missing = join(tempDir(), "missing.tgz");
       const scope = tempDir("oats-fresh-");
-      await assert.rejects(retainTarball(scope, missing, TREE_REQUEST), (error) =>
-        checkRefusal(error, "invalid-input"),
-      );
-      await assert.rejects(retainTarball(scope, tempDir(), TREE_REQUEST), (error) =>
-        checkRefusal(error, "invalid-input"),
-      );
+      await assert.rejects(retainTarball(scope, missing, TREE_REQUEST), refusal("invalid-input", contractKind));
+      await assert.rejects(retainTarball(scope, tempDir(), TREE_REQUEST), refusal("invalid-input", contractKind));
       assert.deepEqual(readdirSync(scope), []);
     },
   );
@@ -423,8 +389,9 @@ describe("retainTarball: bad requests are refused before anything is read or cre
           execFileSync("ln", ["-s", elsewhere, extract]);
         }
         const before = snapshotTree(scope);
-        await assert.rejects(retainTarball(scope, tarball, { kind: "capability", key: "demo.hello" }), (error) =>
-          checkRefusal(error, "invalid-artifact-store", { path: extract }),
+        await assert.rejects(
+          retainTarball(scope, tarball, { kind: "capability", key: "demo.hello" }),
+          refusal("invalid-artifact-store", { path: extract }, contractKind),
         );
         assert.deepEqual(snapshotTree(scope), before);
       }

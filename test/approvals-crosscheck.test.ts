@@ -13,7 +13,6 @@ import { afterEach, beforeEach, describe, test } from "node:test";
 import { stringify } from "yaml";
 import {
   CHAIN_LOGS,
-  OatsError,
   addJob,
   appendEntry,
   approve,
@@ -28,6 +27,7 @@ import {
 import { entryHash } from "../src/ledger/chain-line.js";
 import { canonicalJson } from "../src/core/canonical-json.js";
 import { REPO, tempDir } from "./helpers.js";
+import { refusal } from "./support/refusals.js";
 
 const saved = process.env["OATS_STATE_DIR"];
 const exec = (c: string) => `oats.tree-exec.v1:sha256-${c.repeat(64)}`;
@@ -69,15 +69,6 @@ function forgeNext(path: string, body: Record<string, unknown>): string {
   return canonicalJson(entry);
 }
 
-function refusedWith(code: string, check: (error: OatsError) => void = () => {}) {
-  return (error: unknown) => {
-    assert.ok(error instanceof OatsError, String(error));
-    assert.equal(error.code, code, error.message);
-    check(error);
-    return true;
-  };
-}
-
 function oats(args: string[]): { status: number | null; stdout: string; stderr: string } {
   const run = spawnSync(process.execPath, [join(REPO, "dist/cli/bin.js"), ...args], {
     encoding: "utf8",
@@ -98,12 +89,12 @@ describe("cross-check: ledger against audit", () => {
       writeLines(LEDGER(scope), readLines(LEDGER(scope)).slice(0, -1));
       assert.throws(
         () => requireApproval(scope, subject("a")),
-        refusedWith("integrity-mismatch", (error) => assert.equal(error.details["reason"], "truncated")),
+        refusal("integrity-mismatch", (error) => assert.equal(error.details["reason"], "truncated")),
       );
       freshState();
       assert.throws(
         () => requireApproval(scope, subject("a")),
-        refusedWith("integrity-mismatch", (error) => {
+        refusal("integrity-mismatch", (error) => {
           assert.equal(error.details["crossCheck"], "ledger-reference-differs");
           assert.deepEqual((error.details["audit"] as { ledger: unknown }).ledger, {
             seq: revocation.seq,
@@ -144,7 +135,7 @@ describe("cross-check: ledger against audit", () => {
       }
       assert.throws(
         () => requireApproval(scope, subject("f")),
-        refusedWith("integrity-mismatch", (error) => assert.equal(error.details["crossCheck"], "no-audit-entry")),
+        refusal("integrity-mismatch", (error) => assert.equal(error.details["crossCheck"], "no-audit-entry")),
       );
       assert.equal(requireApproval(scope, subject("a")).action, "approve", "the genuine approval still stands");
       const forged = listApprovals(scope).find((item) => item.subject.integrity === exec("f"))!;
@@ -182,7 +173,7 @@ describe("cross-check: ledger against audit", () => {
       freshState();
       assert.throws(
         () => requireApproval(scope, subject("a")),
-        refusedWith("integrity-mismatch", (error) => assert.equal(error.details["crossCheck"], "no-audit-entry")),
+        refusal("integrity-mismatch", (error) => assert.equal(error.details["crossCheck"], "no-audit-entry")),
       );
       assert.equal(requireApproval(scope, subject("b")).action, "approve");
     },
@@ -206,13 +197,11 @@ describe("cross-check: ledger against audit", () => {
       freshState();
       assert.throws(
         () => requireApproval(scope, subject("a")),
-        refusedWith("integrity-mismatch", (error) => assert.equal(error.details["crossCheck"], "no-ledger-entry")),
+        refusal("integrity-mismatch", (error) => assert.equal(error.details["crossCheck"], "no-ledger-entry")),
       );
       assert.throws(
         () => requireApproval(scope, subject("b")),
-        refusedWith("integrity-mismatch", (error) =>
-          assert.equal(error.details["crossCheck"], "ledger-reference-differs"),
-        ),
+        refusal("integrity-mismatch", (error) => assert.equal(error.details["crossCheck"], "ledger-reference-differs")),
         "b's ledger entry moved to seq 1: the audit names seq 2",
       );
     },
@@ -247,7 +236,7 @@ describe("cross-check: ledger against audit", () => {
       mkdirSync(AUDIT(scope));
       assert.throws(
         () => requireApproval(scope, subject("a")),
-        refusedWith("audit-unavailable", (error) => assert.equal(error.details["step"], "read")),
+        refusal("audit-unavailable", (error) => assert.equal(error.details["step"], "read")),
       );
     },
   );
@@ -265,7 +254,7 @@ describe("cross-check: ledger against audit", () => {
       });
       assert.throws(
         () => requireApproval(scope, subject("a")),
-        refusedWith("integrity-mismatch", (error) => assert.equal(error.details["crossCheck"], "no-audit-entry")),
+        refusal("integrity-mismatch", (error) => assert.equal(error.details["crossCheck"], "no-audit-entry")),
       );
       const again = await approve(scope, subject("a"), { reason: "decided again" });
       assert.equal(requireApproval(scope, subject("a")).hash, again.hash);
@@ -285,7 +274,7 @@ describe("cross-check: ledger against audit", () => {
       freshState();
       assert.throws(
         () => requireApproval(scope, subject("a")),
-        refusedWith("integrity-mismatch", (error) => assert.equal(error.details["crossCheck"], "action-differs")),
+        refusal("integrity-mismatch", (error) => assert.equal(error.details["crossCheck"], "action-differs")),
       );
     },
   );
@@ -374,10 +363,10 @@ describe("cross-check: dispatch", () => {
         entries[i]!["hash"] = entryHash(entries[i]!);
       }
       writeLines(AUDIT(f.scope), entries);
-      await assert.rejects(approve(f.scope, subject("e"), { reason: "another" }), refusedWith("audit-unavailable"));
+      await assert.rejects(approve(f.scope, subject("e"), { reason: "another" }), refusal("audit-unavailable"));
       await assert.rejects(
         resolveQueuedCapture(f.scope, "nightly", { env: {} }),
-        refusedWith("integrity-mismatch", (error) => assert.equal(error.details["reason"], "history-rewritten")),
+        refusal("integrity-mismatch", (error) => assert.equal(error.details["reason"], "history-rewritten")),
       );
       assert.equal(existsSync(f.marker), false);
     },
@@ -394,9 +383,7 @@ describe("cross-check: dispatch", () => {
       freshState();
       await assert.rejects(
         resolveQueuedCapture(f.scope, "nightly", { env: {} }),
-        refusedWith("integrity-mismatch", (error) =>
-          assert.equal(error.details["crossCheck"], "ledger-reference-differs"),
-        ),
+        refusal("integrity-mismatch", (error) => assert.equal(error.details["crossCheck"], "ledger-reference-differs")),
       );
       assert.equal(existsSync(f.marker), false);
     },

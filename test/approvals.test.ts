@@ -6,8 +6,9 @@ import { describe, test } from "node:test";
 import { approvalState, approve, listApprovals, requireApproval, revoke } from "../src/captures/approvals.js";
 import { verifyChain, CHAIN_LOGS } from "../src/ledger/chain-log.js";
 import { currentPrincipal } from "../src/captures/classification.js";
-import { OatsError } from "../src/core/errors.js";
+import type { OatsError } from "../src/core/errors.js";
 import { tempDir } from "./helpers.js";
+import { refusal } from "./support/refusals.js";
 
 const A = `sha256-${"a".repeat(64)}`;
 const B = `sha256-${"b".repeat(64)}`;
@@ -21,14 +22,6 @@ function ledgerPath(scope: string): string {
 
 function ledgerLines(scope: string): string[] {
   return existsSync(ledgerPath(scope)) ? readFileSync(ledgerPath(scope), "utf8").split("\n").slice(0, -1) : [];
-}
-
-function isCode(code: string) {
-  return (error: unknown) => {
-    assert.ok(error instanceof OatsError, `expected an OatsError, got ${String(error)}`);
-    assert.equal(error.code, code, error.message);
-    return true;
-  };
 }
 
 describe("approvals ledger", () => {
@@ -102,7 +95,7 @@ describe("approvals ledger", () => {
       assert.throws(
         () => requireApproval(scope, subjectA),
         (error: unknown) => {
-          isCode("approval-required")(error);
+          refusal("approval-required")(error);
           const details = (error as OatsError).details as Record<string, unknown>;
           assert.deepEqual(details.subject, subjectA);
           assert.deepEqual(details.lastDecision, revocation);
@@ -129,12 +122,7 @@ describe("approvals ledger", () => {
     () => {
       const scope = tempDir("oats-approvals-");
       assert.deepEqual(approvalState(scope, subjectA), { approved: false, entry: null });
-      assert.throws(
-        () => requireApproval(scope, subjectA),
-        (error: unknown) =>
-          isCode("approval-required")(error) &&
-          ((error as OatsError).details as Record<string, unknown>).lastDecision === null,
-      );
+      assert.throws(() => requireApproval(scope, subjectA), refusal("approval-required", { lastDecision: null }));
     },
   );
 
@@ -150,7 +138,7 @@ describe("approvals ledger", () => {
         { kind: "capability", key: "nightly-report", integrity: execA },
       ]) {
         assert.deepEqual(approvalState(scope, other), { approved: false, entry: null }, JSON.stringify(other));
-        assert.throws(() => requireApproval(scope, other), isCode("approval-required"));
+        assert.throws(() => requireApproval(scope, other), refusal("approval-required"));
       }
       assert.equal(requireApproval(scope, subjectA).subject.integrity, execA);
     },
@@ -171,16 +159,16 @@ describe("approvals ledger", () => {
       for (const [integrity, message] of cases) {
         await assert.rejects(
           approve(scope, { kind: "capture", key: "nightly-report", integrity }, { reason: "ok" }),
-          (error: unknown) => isCode("invalid-artifact-reference")(error) && message.test((error as Error).message),
+          (error: unknown) => refusal("invalid-artifact-reference")(error) && message.test((error as Error).message),
           JSON.stringify(integrity),
         );
         await assert.rejects(
           revoke(scope, { kind: "capture", key: "nightly-report", integrity }, { reason: "ok" }),
-          isCode("invalid-artifact-reference"),
+          refusal("invalid-artifact-reference"),
         );
         assert.throws(
           () => approvalState(scope, { kind: "capture", key: "nightly-report", integrity }),
-          isCode("invalid-artifact-reference"),
+          refusal("invalid-artifact-reference"),
         );
       }
       assert.deepEqual(ledgerLines(scope), []);
@@ -201,11 +189,11 @@ describe("approvals ledger", () => {
       ]) {
         await assert.rejects(
           approve(scope, subject, { reason: "ok" }),
-          isCode("invalid-artifact-reference"),
+          refusal("invalid-artifact-reference"),
           JSON.stringify(subject),
         );
       }
-      await assert.rejects(approve(scope, null as never, { reason: "ok" }), isCode("invalid-artifact-reference"));
+      await assert.rejects(approve(scope, null as never, { reason: "ok" }), refusal("invalid-artifact-reference"));
       assert.deepEqual(ledgerLines(scope), []);
     },
   );
@@ -218,12 +206,12 @@ describe("approvals ledger", () => {
       for (const options of [{ reason: "" }, { reason: "   " }, {}, { reason: 42 }, undefined]) {
         await assert.rejects(
           approve(scope, subjectA, options as never),
-          isCode("invalid-input"),
+          refusal("invalid-input"),
           JSON.stringify(options),
         );
         await assert.rejects(
           revoke(scope, subjectA, options as never),
-          isCode("invalid-input"),
+          refusal("invalid-input"),
           JSON.stringify(options),
         );
       }
@@ -244,9 +232,9 @@ describe("approvals ledger", () => {
       assert.ok(lines[1]?.includes('"action":"revoke"'));
       lines[1] = lines[1]!.replace('"action":"revoke"', '"action":"approve"');
       writeFileSync(ledgerPath(scope), lines.join("\n"));
-      assert.throws(() => approvalState(scope, subjectA), isCode("integrity-mismatch"));
-      assert.throws(() => requireApproval(scope, subjectA), isCode("integrity-mismatch"));
-      assert.throws(() => listApprovals(scope), isCode("integrity-mismatch"));
+      assert.throws(() => approvalState(scope, subjectA), refusal("integrity-mismatch"));
+      assert.throws(() => requireApproval(scope, subjectA), refusal("integrity-mismatch"));
+      assert.throws(() => listApprovals(scope), refusal("integrity-mismatch"));
     },
   );
 
@@ -259,7 +247,7 @@ describe("approvals ledger", () => {
       const at = bytes.indexOf("reviewed");
       bytes[at] = "R".charCodeAt(0);
       writeFileSync(ledgerPath(scope), bytes);
-      assert.throws(() => approvalState(scope, subjectA), isCode("integrity-mismatch"));
+      assert.throws(() => approvalState(scope, subjectA), refusal("integrity-mismatch"));
     },
   );
 

@@ -22,7 +22,7 @@ import {
 import { dirname, join } from "node:path";
 import { describe, test } from "node:test";
 import assert from "node:assert/strict";
-import { OatsError } from "../src/core/errors.js";
+import type { OatsError } from "../src/core/errors.js";
 import {
   TREE_EXEC,
   TREE_LEGACY,
@@ -37,38 +37,11 @@ import {
   type ArtifactReceipt,
 } from "../src/retention/index.js";
 import { fixtureCopy, fixtureLock, snapshotTree, tempDir } from "./helpers.js";
+import { contractKind, hasMessage, refusal, type Details } from "./support/refusals.js";
 
 const ID = "demo.hello";
 const PKG = "demo.hello-pkg";
 const FIXTURE_LEGACY = "sha256-a79ca625eee1167f6d71dc500d966693a57225fa92e0bb5187973f3ca7695814";
-
-// Kinds as contract section 6 spells them, independent of src/core/errors.ts.
-const CONTRACT_KIND: Record<string, string> = {
-  "artifact-not-found": "missing",
-  "invalid-artifact-reference": "invalid",
-  "invalid-artifact-store": "invalid",
-  "invalid-artifact": "invalid",
-  "artifact-not-contained": "invalid",
-  "invalid-lock": "invalid",
-  "invalid-input": "invalid",
-  "integrity-mismatch": "mismatch",
-  "provenance-mismatch": "mismatch",
-};
-
-type Details = Record<string, unknown>;
-
-function checkRefusal(error: unknown, code: string, details: Details = {}): true {
-  assert.ok(
-    error instanceof OatsError,
-    `expected an OatsError, got ${error instanceof Error ? error.stack : String(error)}`,
-  );
-  assert.equal(error.code, code, `code (message: ${error.message})`);
-  assert.equal(error.kind, CONTRACT_KIND[code], "kind");
-  assert.ok(error.message.length > 0);
-  for (const [key, value] of Object.entries(details))
-    assert.deepEqual(error.details[key], value, `details.${key} (message: ${error.message})`);
-  return true;
-}
 
 function stagingRows(scope: string): string[] {
   return snapshotTree(scope).filter((row) => /(^|\/)\.(staging|lock)-/.test(row.split(" ")[1] ?? ""));
@@ -85,7 +58,7 @@ async function refusedUnchanged(
   let caught: unknown;
   await assert.rejects(action(), (error) => {
     caught = error;
-    return checkRefusal(error, code, details);
+    return refusal(code, details, contractKind, hasMessage)(error);
   });
   assert.deepEqual(snapshotTree(scope), before, "the store changed although the request was refused");
   assert.deepEqual(stagingRows(scope), []);
@@ -105,7 +78,7 @@ async function refusedOnFreshScope(
 }
 
 function refusedSync(action: () => unknown, code: string, details: Details = {}): void {
-  assert.throws(action, (error) => checkRefusal(error, code, details));
+  assert.throws(action, refusal(code, details, contractKind, hasMessage));
 }
 
 // ---------------------------------------------------------------------------
@@ -584,15 +557,17 @@ describe("the scope and the store's own components", () => {
       async () => listRetained(scope),
     ];
     for (const attempt of attempts) {
-      await assert.rejects(attempt(), (error) =>
-        checkRefusal(error, "artifact-not-found", { scope, reason: "scope-missing" }),
+      await assert.rejects(
+        attempt(),
+        refusal("artifact-not-found", { scope, reason: "scope-missing" }, contractKind, hasMessage),
       );
       assert.equal(existsSync(scope), false);
     }
     const file = join(tempDir(), "scope-file");
     writeFileSync(file, "x");
-    await assert.rejects(retainTree(file, { kind: "capture", key: "cap", source: fixtureCopy() }), (error) =>
-      checkRefusal(error, "invalid-artifact-store"),
+    await assert.rejects(
+      retainTree(file, { kind: "capture", key: "cap", source: fixtureCopy() }),
+      refusal("invalid-artifact-store", contractKind, hasMessage),
     );
   });
 

@@ -4,20 +4,11 @@ import { chmodSync, existsSync, mkdirSync, readFileSync, rmSync, symlinkSync, wr
 import { join } from "node:path";
 import { describe, test } from "node:test";
 import { BLOBS_DIR, blobPath, putBlob, readBlob } from "../src/retention/store/blobs.js";
-import { OatsError } from "../src/core/errors.js";
 import { snapshotTree, tempDir } from "./helpers.js";
+import { refusal } from "./support/refusals.js";
 
 const CONFIG = Buffer.from("schemaVersion: 1\nfallback: confidential\n");
 const sha = (bytes: Uint8Array) => `sha256-${createHash("sha256").update(bytes).digest("hex")}`;
-
-function refusal(code: string, check?: (error: OatsError) => void) {
-  return (error: unknown) => {
-    assert.ok(error instanceof OatsError, `expected an OatsError, got ${String(error)}`);
-    assert.equal(error.code, code, error.message);
-    check?.(error);
-    return true;
-  };
-}
 
 describe("blobs: pinned configuration bytes (oats.bytes.v1)", () => {
   test("Given config bytes, When put and read back, Then the digest is their sha256 and the bytes round-trip", () => {

@@ -12,7 +12,6 @@ import { join } from "node:path";
 import { describe, test } from "node:test";
 import { stringify } from "yaml";
 import {
-  OatsError,
   addJob,
   approve,
   compositionChanges,
@@ -29,6 +28,7 @@ import {
   type RecurrencePolicy,
 } from "../src/index.js";
 import { snapshotTree, tempDir } from "./helpers.js";
+import { refusal } from "./support/refusals.js";
 
 interface Spec {
   name: string;
@@ -62,6 +62,9 @@ async function approvedCapture(policy: RecurrencePolicy = "capture") {
   mkdirSync(join(tool, "bin"), { recursive: true });
   writeFileSync(join(tool, "bin", "run"), '#!/bin/sh\n{ echo "args: $*"; env; } > "$1"\n');
   chmodSync(join(tool, "bin", "run"), 0o755);
+  // A preload inside the tree: a loader variable may name only files the tree digest pins (loader-paths.ts).
+  mkdirSync(join(tool, "lib"));
+  writeFileSync(join(tool, "lib", "hook.js"), "// preloaded\n");
   const marker = join(scope, "marker.txt");
   writeFileSync(join(home, "class.yaml"), config({ [currentPrincipal()]: "sovereign" }));
   writeFileSync(join(home, "other.yaml"), config({ [currentPrincipal()]: "sovereign" }, "public"));
@@ -87,15 +90,6 @@ async function approvedCapture(policy: RecurrencePolicy = "capture") {
   return { scope, home, tool, marker, spec, specPath, write, prepared };
 }
 
-function refusedWith(code: string, check: (error: OatsError) => void = () => {}) {
-  return (error: unknown) => {
-    assert.ok(error instanceof OatsError, String(error));
-    assert.equal(error.code, code, error.message);
-    check(error);
-    return true;
-  };
-}
-
 /** Re-prepare with `change` applied to the spec, queue it, and dispatch under the old approval. */
 async function dispatchChanged(change: (spec: Spec) => void, expected: string[]) {
   const f = await approvedCapture();
@@ -108,7 +102,7 @@ async function dispatchChanged(change: (spec: Spec) => void, expected: string[])
   await addJob(f.scope, { job: "changed", resolution: again.id });
   await assert.rejects(
     resolveQueuedCapture(f.scope, "changed", { env: { API_TOKEN: "tok-1" } }),
-    refusedWith("approval-required", (error) => {
+    refusal("approval-required", (error) => {
       assert.deepEqual(error.details["changes"], expected);
       for (const field of expected) assert.ok(error.message.includes(field), error.message);
     }),
@@ -140,7 +134,7 @@ describe("an approval covers the whole composition", () => {
       const again = await prepareCapture(scope2, f.specPath);
       await approve(scope2, again.subject, { reason: "the tree only" });
       await addJob(scope2, { job: "nightly", resolution: again.id });
-      await assert.rejects(resolveQueuedCapture(scope2, "nightly"), refusedWith("approval-required"));
+      await assert.rejects(resolveQueuedCapture(scope2, "nightly"), refusal("approval-required"));
       assert.equal(bare.id, f.prepared.id, "the same spec prepares the same record");
       assert.equal(existsSync(f.marker), false);
     },
@@ -158,7 +152,7 @@ describe("an approval covers the whole composition", () => {
     [
       "NODE_OPTIONS, explicitly marked",
       (spec: Spec) => {
-        spec.env["NODE_OPTIONS"] = "--require /tmp/evil.js";
+        spec.env["NODE_OPTIONS"] = "--require ./lib/hook.js";
         spec.loaderEnv = ["NODE_OPTIONS"];
       },
       ["env.NODE_OPTIONS"],
@@ -203,9 +197,7 @@ describe("an approval covers the whole composition", () => {
       await addJob(f.scope, { job: "changed", resolution: again.id });
       await assert.rejects(
         resolveQueuedCapture(f.scope, "changed"),
-        refusedWith("approval-required", (error) =>
-          assert.deepEqual(error.details["changes"], ["classification.config"]),
-        ),
+        refusal("approval-required", (error) => assert.deepEqual(error.details["changes"], ["classification.config"])),
       );
     },
   );
@@ -217,12 +209,12 @@ describe("an approval covers the whole composition", () => {
     async () => {
       const f = await approvedCapture("prepare-on-tick");
       const spec = structuredClone(f.spec);
-      spec.env["NODE_OPTIONS"] = "--require /tmp/evil.js";
+      spec.env["NODE_OPTIONS"] = "--require ./lib/hook.js";
       spec.loaderEnv = ["NODE_OPTIONS"];
       f.write(spec);
       await assert.rejects(
         resolveQueuedCapture(f.scope, "nightly"),
-        refusedWith("approval-required", (error) => assert.deepEqual(error.details["changes"], ["env.NODE_OPTIONS"])),
+        refusal("approval-required", (error) => assert.deepEqual(error.details["changes"], ["env.NODE_OPTIONS"])),
       );
       assert.equal(existsSync(f.marker), false);
     },
@@ -246,12 +238,21 @@ describe("loader environment variables", () => {
       "nothing is written",
     async () => {
       const f = await approvedCapture();
-      for (const name of ["NODE_OPTIONS", "LD_PRELOAD", "PYTHONPATH", "DYLD_INSERT_LIBRARIES", "NODE_PATH"]) {
+      for (const name of [
+        "NODE_OPTIONS",
+        "LD_PRELOAD",
+        "PYTHONPATH",
+        "DYLD_INSERT_LIBRARIES",
+        "NODE_PATH",
+        "OPENSSL_CONF",
+        "OPENSSL_MODULES",
+        "OPENSSL_ENGINES",
+      ]) {
         f.write({ ...f.spec, env: { ...f.spec.env, [name]: "x" } });
         const before = snapshotTree(f.scope);
         await assert.rejects(
           prepareCapture(f.scope, f.specPath),
-          refusedWith("invalid-input", (error) => assert.ok(error.message.includes(name), error.message)),
+          refusal("invalid-input", (error) => assert.ok(error.message.includes(name), error.message)),
         );
         const after = snapshotTree(f.scope).filter((row) => !row.includes(".agents/audit"));
         assert.deepEqual(
@@ -267,18 +268,20 @@ describe("loader environment variables", () => {
       "invalid-input: its value would come unapproved from the dispatcher's environment",
     async () => {
       const f = await approvedCapture();
-      f.write({ ...f.spec, credentials: ["NODE_OPTIONS"] });
-      await assert.rejects(
-        prepareCapture(f.scope, f.specPath),
-        refusedWith("invalid-input", (error) => assert.ok(error.message.includes("NODE_OPTIONS"))),
-      );
+      for (const name of ["NODE_OPTIONS", "OPENSSL_CONF"]) {
+        f.write({ ...f.spec, credentials: [name] });
+        await assert.rejects(
+          prepareCapture(f.scope, f.specPath),
+          refusal("invalid-input", (error) => assert.ok(error.message.includes(name))),
+        );
+      }
     },
   );
 
   test("Given loaderEnv listing a name that is not pinned, When prepared, Then invalid-input", async () => {
     const f = await approvedCapture();
     f.write({ ...f.spec, loaderEnv: ["LD_PRELOAD"] });
-    await assert.rejects(prepareCapture(f.scope, f.specPath), refusedWith("invalid-input"));
+    await assert.rejects(prepareCapture(f.scope, f.specPath), refusal("invalid-input"));
   });
 
   test(
@@ -346,7 +349,7 @@ describe("approving a composition", () => {
           { kind: "composition", key: "nightly", integrity: `oats.json.v1:sha256-${"a".repeat(64)}` },
           { reason: "blind" },
         ),
-        refusedWith("blob-not-found"),
+        refusal("blob-not-found"),
       );
       assert.deepEqual(readFileSync(join(f.scope, ".agents", "approvals", "ledger.jsonl")), before);
     },
@@ -358,7 +361,7 @@ describe("approving a composition", () => {
       const f = await approvedCapture();
       await assert.rejects(
         approve(f.scope, { ...f.prepared.composition.subject, key: "other" }, { reason: "wrong name" }),
-        refusedWith("invalid-artifact-reference"),
+        refusal("invalid-artifact-reference"),
       );
     },
   );
@@ -373,7 +376,7 @@ describe("approving a composition", () => {
           { kind: "composition", key: "nightly", integrity: f.prepared.subject.integrity },
           { reason: "wrong format" },
         ),
-        refusedWith("invalid-artifact-reference"),
+        refusal("invalid-artifact-reference"),
       );
     },
   );
@@ -413,7 +416,7 @@ describe("composition (pure)", () => {
   test("compositionOf refuses a record that is not a capture", () => {
     assert.throws(
       () => compositionOf({ kind: "instance", capture: null, entrypoints: {} } as never),
-      refusedWith("invalid-resolution"),
+      refusal("invalid-resolution"),
     );
   });
 });

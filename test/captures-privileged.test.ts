@@ -28,10 +28,10 @@ import { planQueuedRun } from "../src/evidence/posture-check.js";
 import { runDispatchPlanWithEvidence } from "../src/evidence/run-exec.js";
 import { prepareCapture } from "../src/captures/prepare-capture.js";
 import { addJob } from "../src/captures/queue.js";
-import { OatsError } from "../src/core/errors.js";
 import { resolutionRecordSchema } from "../src/resolution/record.js";
 import { jsonDigest } from "../src/core/canonical-json.js";
 import { REPO, runJson, runOats, tempDir } from "./helpers.js";
+import { refusal } from "./support/refusals.js";
 
 const IS_ROOT = process.geteuid?.() === 0;
 const NOBODY = 65534;
@@ -80,13 +80,8 @@ async function capture(options: { privileged?: boolean; job?: string } = {}): Pr
   return { scope, home, marker, specPath, spec, integrity: prepared.composition.subject.integrity };
 }
 
-function refusedPrivileged(error: unknown): true {
-  assert.ok(error instanceof OatsError, String(error));
-  assert.equal(error.code, "classification-refused", error.message);
-  assert.equal(error.details["reason"], "privileged-account");
-  assert.equal(error.details["euid"], 0);
-  return true;
-}
+/** Refused because the dispatcher runs as root. */
+const refusedPrivileged = refusal("classification-refused", { reason: "privileged-account", euid: 0 });
 
 function runCopies(scope: string): string[] {
   const area = join(scope, ".agents", "run-copies");
@@ -292,12 +287,10 @@ describe("privileged: dispatch as root", {
       writeFileSync(f.specPath, stringify({ ...f.spec, privileged: true }));
       const prepared = await prepareCapture(f.scope, f.specPath);
       await addJob(f.scope, { job: "escalated", resolution: prepared.id });
-      await assert.rejects(planQueuedRun(f.scope, "escalated"), (error: unknown) => {
-        assert.ok(error instanceof OatsError);
-        assert.equal(error.code, "approval-required");
-        assert.deepEqual(error.details["changes"], ["privileged"]);
-        return true;
-      });
+      await assert.rejects(
+        planQueuedRun(f.scope, "escalated"),
+        refusal("approval-required", { changes: ["privileged"] }),
+      );
       assert.equal(existsSync(f.marker), false);
     },
   );

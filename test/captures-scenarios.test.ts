@@ -12,7 +12,7 @@ import { join, relative } from "node:path";
 import { describe, test } from "node:test";
 import { stringify } from "yaml";
 import {
-  OatsError,
+  type OatsError,
   addJob,
   approve,
   currentPrincipal,
@@ -34,6 +34,7 @@ import {
 } from "../src/index.js";
 import { nodeOptionsWithGuard } from "../src/captures/node-guard.js";
 import { REPO, tempDir } from "./helpers.js";
+import { refusal } from "./support/refusals.js";
 
 const PINNED_PATH = "/usr/bin:/bin";
 
@@ -142,17 +143,6 @@ async function dispatchAndRun(
   return { plan, run };
 }
 
-function isCode(code: string) {
-  return (error: unknown) => {
-    assert.ok(
-      error instanceof OatsError,
-      `expected an OatsError ${code}, got ${String((error as Error)?.stack ?? error)}`,
-    );
-    assert.equal(error.code, code, error.message);
-    return true;
-  };
-}
-
 function auditEntries(scope: string): AuditEntry[] {
   return readAudit(scope).entries;
 }
@@ -186,7 +176,7 @@ async function assertRefused(
 ): Promise<OatsError> {
   let caught: OatsError | null = null;
   await assert.rejects(dispatchAndRun(f.scope, job, options.options), (error: unknown) => {
-    isCode(code)(error);
+    refusal(code)(error);
     caught = error as OatsError;
     return true;
   });
@@ -596,7 +586,7 @@ describe("captures scenarios (issue 4)", () => {
       assert.throws(
         () => readAudit(f.scope),
         (error: unknown) =>
-          isCode("integrity-mismatch")(error) &&
+          refusal("integrity-mismatch")(error) &&
           (error as OatsError).details["brokenAt"] !== undefined &&
           ((error as OatsError).details["brokenAt"] as { line: number }).line === N,
       );

@@ -32,6 +32,7 @@ import { canonicalJsonBytes } from "../src/core/canonical-json.js";
 import { prepare } from "../src/resolution/prepare.js";
 import { listResolutionIds, readRecordBytes, resolutionPath } from "../src/resolution/store.js";
 import { FIXTURE_LOCK, FIXTURE_PAYLOAD, fixtureCopy, snapshotTree, tempDir } from "./helpers.js";
+import { refusal } from "./support/refusals.js";
 
 // ---------------------------------------------------------------------------
 // Fixtures
@@ -48,15 +49,6 @@ const CONFIG = {
 };
 
 const SCRIPT = "#!/bin/sh\necho hello from the capture\n";
-
-function refusal(code: string, check?: (error: OatsError) => void) {
-  return (error: unknown) => {
-    assert.ok(error instanceof OatsError, `expected an OatsError, got ${String(error)}`);
-    assert.equal(error.code, code, error.message);
-    check?.(error);
-    return true;
-  };
-}
 
 function baseSpec(overrides: Json = {}): Json {
   return {

@@ -21,11 +21,11 @@ import { appendEntry, readEntries, verifyChain, type ChainEntry, type ChainLog }
 import { entryHash } from "../src/ledger/chain-line.js";
 import { loadCheckpoint, scopeState, scopeStateDir, stateRoot } from "../src/ledger/chain-state.js";
 import { syncLog } from "../src/ledger/chain-sync.js";
-import { OatsError } from "../src/core/errors.js";
 import { canonicalJson } from "../src/core/canonical-json.js";
 import { REPO, tempDir } from "./helpers.js";
 import { runTogether } from "./support/go.js";
 import { realpathSync } from "node:fs";
+import { refusal } from "./support/refusals.js";
 
 const AUDIT: ChainLog = { dir: [".agents", "audit"], file: "audit.jsonl" };
 const KEY = ".agents~audit~audit.jsonl";
@@ -62,15 +62,6 @@ function rechain(scope: string, index: number, change: (entry: Record<string, un
     parsed[i]!["hash"] = entryHash(parsed[i]!);
   }
   writeFileSync(logPath(scope), parsed.map((entry) => canonicalJson(entry)).join(""));
-}
-
-function isMismatch(reason: string) {
-  return (error: unknown) => {
-    assert.ok(error instanceof OatsError, String(error));
-    assert.equal(error.code, "integrity-mismatch", error.message);
-    assert.equal(error.details["reason"], reason, error.message);
-    return true;
-  };
 }
 
 beforeEach(() => {
@@ -286,14 +277,11 @@ describe("chain checkpoint: fast, incremental and full", () => {
       rechain(scope, 2, (entry) => (entry["n"] = 99));
       assert.equal(verifyChain(scope, AUDIT).ok, true, "the rewrite is a valid chain on its own");
       const before = readFileSync(logPath(scope));
-      await assert.rejects(appendEntry(scope, AUDIT, { action: "dispatch" }), (error: unknown) => {
-        assert.ok(error instanceof OatsError);
-        assert.equal(error.code, "audit-unavailable");
-        assert.equal(error.details["step"], "verify");
-        assert.equal(error.details["reason"], "history-rewritten");
-        return true;
-      });
-      assert.throws(() => syncLog(scope, AUDIT), isMismatch("history-rewritten"));
+      await assert.rejects(
+        appendEntry(scope, AUDIT, { action: "dispatch" }),
+        refusal("audit-unavailable", { step: "verify", reason: "history-rewritten" }),
+      );
+      assert.throws(() => syncLog(scope, AUDIT), refusal("integrity-mismatch", "history-rewritten"));
       assert.deepEqual(readFileSync(logPath(scope)), before);
     },
   );
@@ -309,7 +297,7 @@ describe("chain checkpoint: fast, incremental and full", () => {
       const size = readFileSync(logPath(scope)).length;
       rechain(scope, 2, (entry) => (entry["n"] = 7));
       assert.equal(readFileSync(logPath(scope)).length, size);
-      assert.throws(() => syncLog(scope, AUDIT), isMismatch("history-rewritten"));
+      assert.throws(() => syncLog(scope, AUDIT), refusal("integrity-mismatch", "history-rewritten"));
     },
   );
 
@@ -324,7 +312,7 @@ describe("chain checkpoint: fast, incremental and full", () => {
       // fast path: checkpoint seq 5, anchor seq 2
       for (let n = 0; n < 3; n++) await appendEntry(scope, AUDIT, { action: "dispatch", n: 10 + n });
       rechain(scope, 3, (entry) => (entry["n"] = 99));
-      assert.throws(() => syncLog(scope, AUDIT), isMismatch("history-rewritten"));
+      assert.throws(() => syncLog(scope, AUDIT), refusal("integrity-mismatch", "history-rewritten"));
     },
   );
 
@@ -337,12 +325,10 @@ describe("chain checkpoint: fast, incremental and full", () => {
       all[1] = all[1]!.replace('"n":1', '"n":7');
       writeFileSync(logPath(scope), `${all.join("\n")}\n`);
       freshState();
-      await assert.rejects(appendEntry(scope, AUDIT, { action: "dispatch" }), (error: unknown) => {
-        assert.ok(error instanceof OatsError);
-        assert.equal(error.code, "audit-unavailable");
-        assert.deepEqual(error.details["brokenAt"], { line: 2, seq: 2, reason: "wrong-hash" });
-        return true;
-      });
+      await assert.rejects(
+        appendEntry(scope, AUDIT, { action: "dispatch" }),
+        refusal("audit-unavailable", { brokenAt: { line: 2, seq: 2, reason: "wrong-hash" } }),
+      );
     },
   );
 
@@ -351,9 +337,9 @@ describe("chain checkpoint: fast, incremental and full", () => {
     async () => {
       const { scope } = await logWith(3);
       writeFileSync(logPath(scope), `${lines(scope).slice(0, -1).join("\n")}\n`);
-      assert.throws(() => syncLog(scope, AUDIT), isMismatch("truncated"));
+      assert.throws(() => syncLog(scope, AUDIT), refusal("integrity-mismatch", "truncated"));
       rmSync(logPath(scope));
-      assert.throws(() => syncLog(scope, AUDIT), isMismatch("log-missing"));
+      assert.throws(() => syncLog(scope, AUDIT), refusal("integrity-mismatch", "log-missing"));
     },
   );
 
@@ -408,11 +394,11 @@ describe("chain checkpoint: fast, incremental and full", () => {
       rechain(scope, 0, (entry) => (entry["outcome"] = "ok!"));
       assert.throws(
         () => syncLog(scope, AUDIT).lookup(subjectKey({ kind: "capture", key: "x", integrity: "i-2" })),
-        isMismatch("history-rewritten"),
+        refusal("integrity-mismatch", "history-rewritten"),
       );
       assert.throws(
         () => sync.lookup(subjectKey({ kind: "capture", key: "x", integrity: "i-2" })),
-        isMismatch("history-rewritten"),
+        refusal("integrity-mismatch", "history-rewritten"),
       );
     },
   );

@@ -12,9 +12,10 @@ import {
   type ChainEntry,
   type ChainLog,
 } from "../src/ledger/chain-log.js";
-import { OatsError } from "../src/core/errors.js";
+import type { OatsError } from "../src/core/errors.js";
 import { canonicalJson } from "../src/core/canonical-json.js";
 import { REPO, tempDir } from "./helpers.js";
+import { refusal } from "./support/refusals.js";
 
 const AUDIT: ChainLog = { dir: [".agents", "audit"], file: "audit.jsonl" };
 
@@ -40,14 +41,6 @@ async function logWith(count: number): Promise<{ scope: string; entries: ChainEn
 
 function rewrite(scope: string, lines: string[], trailingNewline = true): void {
   writeFileSync(logPath(scope), lines.join("\n") + (trailingNewline ? "\n" : ""));
-}
-
-function isCode(code: string) {
-  return (error: unknown) => {
-    assert.ok(error instanceof OatsError, `expected an OatsError, got ${String(error)}`);
-    assert.equal(error.code, code, error.message);
-    return true;
-  };
 }
 
 describe("chain log: appending", () => {
@@ -99,16 +92,16 @@ describe("chain log: appending", () => {
       "appended, Then invalid-input and nothing is written",
     async () => {
       const scope = tempDir("oats-chain-");
-      await assert.rejects(appendEntry(scope, AUDIT, { seq: 7 }), isCode("invalid-input"));
-      await assert.rejects(appendEntry(scope, AUDIT, { hash: "x" }), isCode("invalid-input"));
+      await assert.rejects(appendEntry(scope, AUDIT, { seq: 7 }), refusal("invalid-input"));
+      await assert.rejects(appendEntry(scope, AUDIT, { hash: "x" }), refusal("invalid-input"));
       await assert.rejects(
         appendEntry(scope, AUDIT, JSON.parse('{"a":{"__proto__":{"polluted":true}}}') as Record<string, unknown>),
-        isCode("invalid-input"),
+        refusal("invalid-input"),
       );
-      await assert.rejects(appendEntry(scope, AUDIT, { n: Number.NaN }), isCode("invalid-input"));
+      await assert.rejects(appendEntry(scope, AUDIT, { n: Number.NaN }), refusal("invalid-input"));
       await assert.rejects(
         appendEntry(scope, { dir: [".agents", ".."], file: "x.jsonl" }, {}),
-        isCode("invalid-input"),
+        refusal("invalid-input"),
       );
       assert.equal(existsSync(logPath(scope)), false);
     },
@@ -133,7 +126,7 @@ describe("chain log: verifyChain names the first broken link", () => {
     lines[2] = lines[2]!.replace('"n":2', '"n":7');
     rewrite(scope, lines);
     assert.deepEqual(verifyChain(scope, AUDIT), { ok: false, brokenAt: { line: 3, seq: 3, reason: "wrong-hash" } });
-    assert.throws(() => readEntries(scope, AUDIT), isCode("integrity-mismatch"));
+    assert.throws(() => readEntries(scope, AUDIT), refusal("integrity-mismatch"));
   });
 
   test("Given entry 3 deleted, Then line 3 is a seq gap", async () => {
@@ -214,7 +207,7 @@ describe("chain log: refusals", () => {
         rewrite(scope, damaged.lines, damaged.newline);
         const before = readFileSync(logPath(scope));
         await assert.rejects(appendEntry(scope, AUDIT, { action: "dispatch" }), (error: unknown) => {
-          isCode("audit-unavailable")(error);
+          refusal("audit-unavailable")(error);
           assert.equal((error as OatsError).details.step, "verify");
           return true;
         });
@@ -231,8 +224,8 @@ describe("chain log: refusals", () => {
       const elsewhere = tempDir("oats-chain-elsewhere-");
       mkdirSync(join(scope, ".agents"));
       symlinkSync(elsewhere, join(scope, ".agents", "audit"));
-      await assert.rejects(appendEntry(scope, AUDIT, { action: "dispatch" }), isCode("invalid-artifact-store"));
-      assert.throws(() => verifyChain(scope, AUDIT), isCode("invalid-artifact-store"));
+      await assert.rejects(appendEntry(scope, AUDIT, { action: "dispatch" }), refusal("invalid-artifact-store"));
+      assert.throws(() => verifyChain(scope, AUDIT), refusal("invalid-artifact-store"));
       assert.deepEqual(readdirSync(elsewhere), []);
     },
   );
@@ -246,7 +239,7 @@ describe("chain log: refusals", () => {
       const target = join(scope, ".agents", "audit", "other.jsonl");
       const before = readFileSync(target);
       symlinkSync(target, logPath(scope));
-      await assert.rejects(appendEntry(scope, AUDIT, { action: "dispatch" }), isCode("audit-unavailable"));
+      await assert.rejects(appendEntry(scope, AUDIT, { action: "dispatch" }), refusal("audit-unavailable"));
       assert.deepEqual(readFileSync(target), before);
     },
   );
@@ -254,7 +247,7 @@ describe("chain log: refusals", () => {
   test("Given the log path is a directory, When an entry is appended, Then audit-unavailable", async () => {
     const scope = tempDir("oats-chain-");
     mkdirSync(logPath(scope), { recursive: true });
-    await assert.rejects(appendEntry(scope, AUDIT, { action: "dispatch" }), isCode("audit-unavailable"));
+    await assert.rejects(appendEntry(scope, AUDIT, { action: "dispatch" }), refusal("audit-unavailable"));
   });
 });
 

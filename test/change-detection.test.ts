@@ -4,11 +4,12 @@ import { join } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
 import { afterEach, test } from "node:test";
 import { digestTree, listRetained, retainTree } from "../src/index.js";
-import { readLeavesInOrder } from "../src/retention/digest/file-reader.js";
-import { setNativeReads } from "../src/retention/digest/native-reads.js";
-import { setReadHook } from "../src/retention/digest/read-hook.js";
+import { readLeavesInOrder } from "../src/engine/file-reader.js";
+import { setNativeReads } from "../src/engine/native-reads.js";
+import { setReadHook } from "../src/engine/read-hook.js";
 import { walkTree } from "../src/retention/digest/walk.js";
-import { refusedAsChanged, tempDir } from "./helpers.js";
+import { tempDir } from "./helpers.js";
+import { refusedAsChanged } from "./support/refusals.js";
 
 /**
  * A file that changes between being read and being checked is refused,

@@ -4,13 +4,9 @@ import { mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { test } from "node:test";
 import { digestTree } from "../src/index.js";
-import {
-  CHUNK_SIZE,
-  chunkBuffersAllocated,
-  readLeavesInOrder,
-  type FileConsumer,
-} from "../src/retention/digest/file-reader.js";
-import { walkTree, type FileEntry } from "../src/retention/digest/walk.js";
+import { CHUNK_SIZE, chunkBuffersAllocated, readLeavesInOrder, type FileConsumer } from "../src/engine/file-reader.js";
+import type { FileEntry } from "../src/engine/index.js";
+import { walkTree } from "../src/retention/digest/walk.js";
 import { patterned, tempDir } from "./helpers.js";
 
 /**
@@ -30,8 +26,8 @@ function mixedTree(seed: number): string {
       join(root, `d/large-${i}`),
       patterned(CHUNK_SIZE + 1000 * (i + 1) + (i % 2) * 2 * CHUNK_SIZE, seed + i),
     );
-    // The first small file after a large one is prefetched into a pooled buffer, the second read into the small-file
-    // buffer.
+    // The first small file after a large one is prefetched into a pooled buffer, the second read into the
+    // small-file buffer.
     writeFileSync(join(root, `d/large-${i}-small-a`), patterned(3000 + i, seed + 100 + i));
     writeFileSync(join(root, `d/large-${i}-small-b`), patterned(5000 + i, seed + 200 + i));
   }

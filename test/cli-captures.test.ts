@@ -11,23 +11,11 @@ import { hostname, userInfo } from "node:os";
 import { join } from "node:path";
 import { describe, test } from "node:test";
 import { COMMANDS, commandNamed } from "../src/cli/main.js";
-import { runJson, runOats, tempDir } from "./helpers.js";
-
-type RunOptions = Parameters<typeof runOats>[1];
+import { runJson, runOats, tempDir, commandRefusal } from "./helpers.js";
 
 const SECRET = "s3cret-value";
 const PRINCIPAL = `${userInfo().username}@${hostname()}`;
 const EXEC_INTEGRITY = /^oats\.tree-exec\.v1:sha256-[0-9a-f]{64}$/;
-
-/** --json mode: exactly one compact envelope line on stdout. */
-function expectRefusal(args: string[], code: string, exit: number, command: string | null, options: RunOptions = {}) {
-  const run = runJson(args, options);
-  assert.equal(run.status, exit, run.stdout + run.stderr);
-  assert.equal(run.envelope.ok, false);
-  assert.equal(run.envelope.error!.code, code, run.stdout);
-  assert.equal(run.envelope.command, command);
-  return run;
-}
 
 interface CaptureFixture {
   dir: string;
@@ -41,6 +29,8 @@ interface CaptureFixture {
 
 interface FixtureOptions {
   exitCode?: number;
+  /** Script lines run after the marker is touched, instead of the usual output. */
+  body?: string[];
   declared?: "public" | "internal" | "confidential";
   wing?: string;
   wings?: Record<string, string>;
@@ -62,8 +52,10 @@ function captureFixture(options: FixtureOptions = {}): CaptureFixture {
     [
       "#!/bin/sh",
       `touch '${marker}'`,
-      'echo "capture output $1"',
-      '[ "$API_TOKEN" = "s3cret-value" ] && echo "token reached the child"',
+      ...(options.body ?? [
+        'echo "capture output $1"',
+        '[ "$API_TOKEN" = "s3cret-value" ] && echo "token reached the child"',
+      ]),
       `exit ${options.exitCode ?? 3}`,
       "",
     ].join("\n"),
@@ -303,7 +295,55 @@ describe("oats capture prepare -> approve -> queue add -> dispatch [--exec]", ()
       const auditJson = runJson([...fixture.at, "audit", "show"]);
       assert.equal(auditJson.envelope.result!["total"], lines.length);
       assert.equal(auditJson.envelope.result!["entries"].length, lines.length);
-      expectRefusal([...fixture.at, "audit", "show", "--limit", "0"], "usage", 2, "audit show");
+      commandRefusal([...fixture.at, "audit", "show", "--limit", "0"], "usage", 2, "audit show");
+    },
+  );
+
+  test(
+    "Given a child that prints its credential (a line on stdout, one on stderr, a line written in two parts, " +
+      "a line across the 64 Ki cut), When dispatched with --exec, human and --json, Then the dispatcher's stdout " +
+      "and stderr hold the masked marker, never the value nor its halves",
+    () => {
+      const fixture = captureFixture({
+        exitCode: 0,
+        body: [
+          'echo "token $API_TOKEN on stdout"',
+          'echo "token $API_TOKEN on stderr" >&2',
+          "printf 'partial %s' \"$API_TOKEN\"",
+          "sleep 0.3",
+          "printf ' done\\n'",
+          // 65530 characters, then the value across the cut at 65536.
+          "head -c 65530 /dev/zero | tr '\\000' a",
+          'echo "$API_TOKEN tail"',
+        ],
+      });
+      queuedAndApproved(fixture);
+      const mask = "[REDACTED:credential:API_TOKEN]";
+      const human = runOats([...fixture.at, "dispatch", "nightly", "--exec"], { env: { API_TOKEN: SECRET } });
+      assert.equal(human.status, 0, human.stderr);
+      const json = runJson([...fixture.at, "dispatch", "nightly", "--exec"], { env: { API_TOKEN: SECRET } });
+      assert.equal(json.status, 0, json.stderr);
+      assert.equal(json.envelope.ok, true);
+      for (const [mode, out, err] of [
+        ["human", human.stdout, human.stderr],
+        ["--json", json.stdout, json.stderr],
+      ] as const) {
+        for (const [name, text] of [
+          ["stdout", out],
+          ["stderr", err],
+        ] as const) {
+          assert.ok(!text.includes(SECRET), `${mode}: the dispatcher's ${name} holds the credential`);
+          // The halves the 64 Ki cut would leave: "s3cret" and "-value".
+          assert.ok(!text.includes("s3cret") && !text.includes("-value"), `${mode}: ${name} holds half of it`);
+        }
+      }
+      assert.match(human.stdout, /^token \[REDACTED:credential:API_TOKEN\] on stdout\n/);
+      assert.ok(human.stdout.includes(`partial ${mask} done\n`), human.stdout.slice(0, 500));
+      assert.ok(human.stdout.includes(`${"a".repeat(65530)}${mask} tail\n`), "the long line, masked, on stdout");
+      assert.equal(human.stderr, `token ${mask} on stderr\n`);
+      assert.ok(json.stderr.includes(`token ${mask} on stdout\n`), "--json: the child's stdout on stderr");
+      assert.ok(json.stderr.includes(`token ${mask} on stderr\n`));
+      assert.ok(json.stderr.includes(`${"a".repeat(65530)}${mask} tail\n`));
     },
   );
 
@@ -340,7 +380,7 @@ describe("oats capture prepare -> approve -> queue add -> dispatch [--exec]", ()
         runOats([...fixture.at, "dispatch", "nightly", "--exec", "--keep-run-copy"]).stdout,
         /\n {2}kept run copy {2}\S+\/run-copies\/\.staging-\S+\n/,
       );
-      expectRefusal([...fixture.at, "dispatch", "nightly", "--keep-run-copy"], "usage", 2, "dispatch");
+      commandRefusal([...fixture.at, "dispatch", "nightly", "--keep-run-copy"], "usage", 2, "dispatch");
     },
   );
 
@@ -376,7 +416,7 @@ describe("oats dispatch refusals: nothing runs", () => {
       const capture = prepared(fixture);
       assert.equal(runOats([...fixture.at, "queue", "add", capture.id, "--job", "nightly"]).status, 0);
 
-      const refused = expectRefusal(
+      const refused = commandRefusal(
         [...fixture.at, "dispatch", "nightly", "--exec"],
         "approval-required",
         6,
@@ -408,7 +448,7 @@ describe("oats dispatch refusals: nothing runs", () => {
       chmodSync(script, 0o755);
       writeFileSync(script, `${readFileSync(script, "utf8")}# tampered\n`);
 
-      expectRefusal([...fixture.at, "dispatch", "nightly", "--exec"], "integrity-mismatch", 5, "dispatch");
+      commandRefusal([...fixture.at, "dispatch", "nightly", "--exec"], "integrity-mismatch", 5, "dispatch");
       const human = runOats([...fixture.at, "dispatch", "nightly", "--exec"]);
       assert.equal(human.status, 5);
       assert.equal(human.stdout, "");
@@ -427,7 +467,7 @@ describe("oats dispatch refusals: nothing runs", () => {
       assert.equal(revoked.status, 0, revoked.stderr);
       assert.match(revoked.stdout, /^revoked composition nightly /);
 
-      const refused = expectRefusal(
+      const refused = commandRefusal(
         [...fixture.at, "dispatch", "nightly", "--exec"],
         "approval-required",
         6,
@@ -452,7 +492,7 @@ describe("oats dispatch refusals: nothing runs", () => {
     () => {
       const refusedFixture = captureFixture({ wing: "secret", wings: { secret: "confidential" } });
       queuedAndApproved(refusedFixture);
-      const refused = expectRefusal(
+      const refused = commandRefusal(
         [...refusedFixture.at, "dispatch", "nightly", "--exec"],
         "classification-refused",
         6,
@@ -478,7 +518,7 @@ describe("oats dispatch refusals: nothing runs", () => {
 
   test("Given no such job, When dispatched, Then job-not-found (exit 3) with a remedy naming `oats queue ls`", () => {
     const fixture = captureFixture();
-    expectRefusal([...fixture.at, "dispatch", "nope", "--exec"], "job-not-found", 3, "dispatch");
+    commandRefusal([...fixture.at, "dispatch", "nope", "--exec"], "job-not-found", 3, "dispatch");
     const human = runOats([...fixture.at, "dispatch", "nope"]);
     assert.equal(human.status, 3);
     assert.match(human.stderr, /^oats: job-not-found: .*\n.*`oats queue ls`/);
@@ -526,7 +566,7 @@ describe("oats approve / revoke input", () => {
       const fixture = captureFixture();
       const capture = prepared(fixture);
       const bare = capture.subject.integrity.replace(/^oats\.tree-exec\.v1:/, "");
-      const refused = expectRefusal(
+      const refused = commandRefusal(
         [...fixture.at, "approve", "capture", "nightly", bare, "--reason", "legacy"],
         "invalid-artifact-reference",
         4,
@@ -545,14 +585,14 @@ describe("oats approve / revoke input", () => {
     () => {
       const fixture = captureFixture();
       const capture = prepared(fixture);
-      expectRefusal([...fixture.at, "approve", ...subjectArgs(capture.subject)], "usage", 2, "approve");
-      expectRefusal(
+      commandRefusal([...fixture.at, "approve", ...subjectArgs(capture.subject)], "usage", 2, "approve");
+      commandRefusal(
         [...fixture.at, "approve", ...subjectArgs(capture.subject), "--reason", "  "],
         "usage",
         2,
         "approve",
       );
-      expectRefusal([...fixture.at, "revoke", ...subjectArgs(capture.subject)], "usage", 2, "revoke");
+      commandRefusal([...fixture.at, "revoke", ...subjectArgs(capture.subject)], "usage", 2, "revoke");
       assert.deepEqual(runJson([...fixture.at, "approvals"]).envelope.result!["approvals"], []);
     },
   );
@@ -562,7 +602,7 @@ describe("oats approve / revoke input", () => {
     () => {
       const fixture = captureFixture();
       const capture = prepared(fixture);
-      expectRefusal(
+      commandRefusal(
         [...fixture.at, "approve", ...subjectArgs(capture.subject), "--reason", "x", "--operator", "mallory@evil"],
         "usage",
         2,
@@ -584,7 +624,7 @@ describe("oats queue", () => {
       assert.match(human.stdout, /^broken DAMAGED invalid-artifact-store: /m);
       assert.match(human.stdout, new RegExp(`^nightly ${capture.id} capture created`, "m"));
       assert.match(human.stderr, /^oats: invalid-artifact-store: 1 of 2 queued jobs do not read back/);
-      const json = expectRefusal([...fixture.at, "queue", "ls"], "invalid-artifact-store", 4, "queue ls");
+      const json = commandRefusal([...fixture.at, "queue", "ls"], "invalid-artifact-store", 4, "queue ls");
       assert.equal(json.envelope.error!.details["jobs"].length, 2);
     },
   );
@@ -607,7 +647,7 @@ describe("oats queue", () => {
       writeFileSync(join(other.dir, "tool/bin/extra"), "x\n");
       const otherId = runOats([...fixture.at, "--quiet", "capture", "prepare", other.spec]).stdout.trim();
       assert.notEqual(otherId, capture.id);
-      expectRefusal([...fixture.at, "queue", "add", otherId, "--job", "nightly"], "invalid-input", 4, "queue add");
+      commandRefusal([...fixture.at, "queue", "add", otherId, "--job", "nightly"], "invalid-input", 4, "queue add");
       assert.match(runOats([...fixture.at, "queue", "add", otherId, "--job", "nightly"]).stderr, /--replace/);
       const replaced = runJson([
         ...fixture.at,
@@ -622,7 +662,7 @@ describe("oats queue", () => {
       ]);
       assert.equal(replaced.status, 0, replaced.stdout);
       assert.equal(replaced.envelope.result!["status"], "replaced");
-      expectRefusal(
+      commandRefusal(
         [...fixture.at, "queue", "add", otherId, "--job", "nightly", "--recurrence", "hourly"],
         "usage",
         2,
@@ -661,7 +701,7 @@ describe("oats audit verify", () => {
       lines[2] = `${target.slice(0, at)}${target[at] === "z" ? "y" : "z"}${target.slice(at + 1)}`;
       writeFileSync(log, lines.join("\n"));
 
-      const broken = expectRefusal([...fixture.at, "audit", "verify"], "integrity-mismatch", 5, "audit verify");
+      const broken = commandRefusal([...fixture.at, "audit", "verify"], "integrity-mismatch", 5, "audit verify");
       assert.deepEqual(broken.envelope.error!.details["brokenAt"], { line: 3, seq: 3, reason: "wrong-hash" });
       assert.match(broken.envelope.error!.message, /line 3 \(seq 3\): wrong-hash/);
       const brokenHuman = runOats([...fixture.at, "audit", "verify"]);
@@ -675,7 +715,7 @@ describe("oats audit verify", () => {
         ),
       );
       // audit show reads through the same check.
-      expectRefusal([...fixture.at, "audit", "show"], "integrity-mismatch", 5, "audit show");
+      commandRefusal([...fixture.at, "audit", "show"], "integrity-mismatch", 5, "audit show");
     },
   );
 
@@ -701,7 +741,7 @@ describe("capture spec refusals", () => {
           classification: "internal",
         }) + "\n",
       );
-      const refused = expectRefusal(
+      const refused = commandRefusal(
         [...fixture.at, "capture", "prepare", fixture.spec],
         "invalid-input",
         4,

@@ -19,17 +19,16 @@ import {
 import { join } from "node:path";
 import { describe, test } from "node:test";
 import { putBlob, sourceIdentityKey } from "../src/retention/index.js";
-import { FIXTURE_PAYLOAD, REPO, runJson, runOats, snapshotTree, tempDir, type Envelope } from "./helpers.js";
-
-type RunOptions = Parameters<typeof runOats>[1];
-
-function refusal(args: string[], code: string, exit: number, options: RunOptions = {}) {
-  const run = runJson(args, options);
-  assert.equal(run.status, exit, run.stdout + run.stderr);
-  assert.equal(run.envelope.ok, false);
-  assert.equal(run.envelope.error!.code, code, run.stdout);
-  return run.envelope.error!;
-}
+import {
+  FIXTURE_PAYLOAD,
+  REPO,
+  runJson,
+  runOats,
+  snapshotTree,
+  tempDir,
+  type Envelope,
+  cliRefusal,
+} from "./helpers.js";
 
 function sourceWith(make: (dir: string) => void): string {
   const dir = join(tempDir("oats-src-"), "tree");
@@ -47,11 +46,11 @@ describe("symlinks in a source: absolute ones are artifact-not-contained, as ups
       const source = sourceWith((dir) => symlinkSync(target(dir), join(dir, "abs-link")));
       const scope = tempDir("oats-scope-");
       const before = snapshotTree(scope);
-      const error = refusal(
+      const error = cliRefusal(
         ["--scope", scope, "retain", source, "--id", "demo.abs", "--kind", "capture"],
         "artifact-not-contained",
         4,
-      );
+      ).envelope.error!;
       assert.equal(error.details["reason"], "absolute-symlink");
       assert.equal(error.details["path"], "abs-link");
       assert.deepEqual(snapshotTree(scope), before);
@@ -315,7 +314,8 @@ describe("`-` is stdout for `export -o` and stdin for `import`", () => {
 
   test("--json with -o - is a usage error: stdout is the envelope's", () => {
     const scope = tempDir("oats-from-");
-    const error = refusal(["--scope", scope, "export", `capture:demo.y@${EXEC_ID}`, "-o", "-"], "usage", 2);
+    const error = cliRefusal(["--scope", scope, "export", `capture:demo.y@${EXEC_ID}`, "-o", "-"], "usage", 2).envelope
+      .error!;
     assert.equal(error.details["reason"], "stdout-taken");
   });
 });
@@ -328,7 +328,7 @@ describe("help, version and completion", () => {
     assert.match(help.stdout, /^Usage: oats resolution verify /);
     assert.equal(runOats(["help"]).stdout, runOats(["--help"]).stdout);
     assert.match(runOats(["--scope", "/tmp", "help", "queue", "add"]).stdout, /^Usage: oats queue add /);
-    const unknown = refusal(["help", "bogus"], "usage", 2);
+    const unknown = cliRefusal(["help", "bogus"], "usage", 2).envelope.error!;
     assert.match(unknown.message, /unknown command 'bogus'/);
     const json = runJson(["help", "queue", "add"]);
     assert.equal(json.envelope.command, "queue add");
@@ -341,11 +341,11 @@ describe("help, version and completion", () => {
     assert.deepEqual(runJson(["version"]).envelope.result, { version: version.stdout.trim() });
     // `oats verify version ...` keeps "version" as the id it is.
     assert.equal(
-      refusal(
+      cliRefusal(
         ["--scope", tempDir(), "verify", "version", "--integrity", `sha256-${"0".repeat(64)}`],
         "artifact-not-found",
         3,
-      ).code,
+      ).envelope.error!.code,
       "artifact-not-found",
     );
   });
@@ -383,7 +383,7 @@ describe("help, version and completion", () => {
     const zsh = runOats(["completion", "zsh"]);
     assert.match(zsh.stdout, /bashcompinit/);
     assert.match(zsh.stdout, /complete -o filenames -F _oats oats/);
-    assert.equal(refusal(["completion", "tcsh"], "usage", 2).code, "usage");
+    assert.equal(cliRefusal(["completion", "tcsh"], "usage", 2).envelope.error!.code, "usage");
   });
   for (const shell of ["fish", "zsh"]) {
     test(`the ${shell} script parses in a real ${shell}`, (t) => {
@@ -487,22 +487,22 @@ describe("oats ls: sizes and qualified identities; a bare sha256 that is retaine
   test("verify with a bare sha256 that misses as legacy but exists as oats.tree-exec.v1 says so (exit 3)", () => {
     const scope = tempDir("oats-ls-");
     runOats(["--scope", scope, "retain", FIXTURE_PAYLOAD, "--id", "demo.hello"]);
-    const error = refusal(
+    const error = cliRefusal(
       ["--scope", scope, "verify", "demo.hello", "--integrity", EXEC_VALUE],
       "artifact-not-found",
       3,
-    );
+    ).envelope.error!;
     assert.equal(error.details["reason"], "exec-named-only");
     assert.equal(error.details["execIntegrity"], `oats.tree-exec.v1:${EXEC_VALUE}`);
     assert.match(error.message, /retained as oats\.tree-exec\.v1:sha256-/);
     const human = runOats(["--scope", scope, "verify", "demo.hello", "--integrity", EXEC_VALUE]);
     assert.match(human.stderr.split("\n")[1]!, /bare sha256-<hex> means oats\.tree-legacy\.v0/);
     // A digest retained under neither name stays the plain miss.
-    const other = refusal(
+    const other = cliRefusal(
       ["--scope", scope, "verify", "demo.hello", "--integrity", `sha256-${"1".repeat(64)}`],
       "artifact-not-found",
       3,
-    );
+    ).envelope.error!;
     assert.notEqual(other.details["reason"], "exec-named-only");
   });
 });

@@ -9,7 +9,7 @@ import assert from "node:assert/strict";
 import { chmodSync, cpSync, existsSync, mkdirSync, readFileSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { describe, test } from "node:test";
-import { COMMAND_NAMES } from "../src/cli/constants.js";
+import { COMMAND_NAMES } from "../src/cli/support/constants.js";
 import { COMMANDS, commandNamed } from "../src/cli/main.js";
 import { retainTree } from "../src/retention/index.js";
 import {
@@ -20,36 +20,16 @@ import {
   writeResolution,
   type ResolutionRecord,
 } from "../src/resolution/index.js";
-import { FIXTURE_LOCK, FIXTURE_PAYLOAD, fixtureCopy, runOats, snapshotTree, tempDir } from "./helpers.js";
-
-type Envelope = {
-  schemaVersion: number;
-  ok: boolean;
-  command: string | null;
-  result?: Record<string, any>;
-  error?: { code: string; kind: string; message: string; details: Record<string, any> };
-};
-
-function runJson(args: string[]) {
-  const run = runOats(["--json", ...args]);
-  assert.match(run.stdout, /^[^\n]+\n$/, `exactly one line on stdout, got ${JSON.stringify(run.stdout)}`);
-  const envelope = JSON.parse(run.stdout) as Envelope;
-  assert.equal(envelope.schemaVersion, 1);
-  assert.deepEqual(
-    Object.keys(envelope),
-    envelope.ok ? ["schemaVersion", "ok", "command", "result"] : ["schemaVersion", "ok", "command", "error"],
-  );
-  return { ...run, envelope };
-}
-
-function expectRefusal(args: string[], code: string, exit: number, command: string | null) {
-  const run = runJson(args);
-  assert.equal(run.status, exit, run.stdout + run.stderr);
-  assert.equal(run.envelope.ok, false);
-  assert.equal(run.envelope.error!.code, code, run.stdout);
-  assert.equal(run.envelope.command, command);
-  return run;
-}
+import {
+  FIXTURE_LOCK,
+  FIXTURE_PAYLOAD,
+  fixtureCopy,
+  runOats,
+  snapshotTree,
+  tempDir,
+  runJson,
+  commandRefusal,
+} from "./helpers.js";
 
 interface Fixture {
   scope: string;
@@ -214,7 +194,7 @@ describe("oats resolution show / verify / ls, oats instance show", () => {
       assert.equal(show.status, 0);
       assert.equal(show.envelope.result!["record"].status, "partial");
 
-      const verify = expectRefusal(
+      const verify = commandRefusal(
         [...scope, "resolution", "verify", written.id],
         "resolution-incomplete",
         6,
@@ -248,8 +228,8 @@ describe("oats resolution show / verify / ls, oats instance show", () => {
     const scope = ["--scope", fixture.scope];
     const absent = `sha256-${"0".repeat(64)}`;
     for (const sub of ["show", "verify"])
-      expectRefusal([...scope, "resolution", sub, absent], "resolution-not-found", 3, `resolution ${sub}`);
-    expectRefusal([...scope, "instance", "show", "nobody"], "resolution-not-found", 3, "instance show");
+      commandRefusal([...scope, "resolution", sub, absent], "resolution-not-found", 3, `resolution ${sub}`);
+    commandRefusal([...scope, "instance", "show", "nobody"], "resolution-not-found", 3, "instance show");
     const human = runOats([...scope, "resolution", "show", absent]);
     assert.equal(human.status, 3);
     assert.match(human.stderr, /^oats: resolution-not-found: .*\n.*oats resolution ls/);
@@ -261,18 +241,18 @@ describe("oats resolution show / verify / ls, oats instance show", () => {
       const fixture = await retainedFixture();
       const scope = ["--scope", fixture.scope];
       for (const id of ["nope", `sha256-${"A".repeat(64)}`, `sha256-${"0".repeat(63)}`, "../../etc/passwd"]) {
-        expectRefusal([...scope, "resolution", "verify", id], "invalid-input", 4, "resolution verify");
+        commandRefusal([...scope, "resolution", "verify", id], "invalid-input", 4, "resolution verify");
       }
-      expectRefusal([...scope, "instance", "show", "../evil"], "invalid-input", 4, "instance show");
+      commandRefusal([...scope, "instance", "show", "../evil"], "invalid-input", 4, "instance show");
       assert.match(
         runOats([...scope, "resolution", "show", "nope"]).stderr,
         /\na resolution id is sha256-<64 lowercase hex>/,
       );
-      const usage = expectRefusal([...scope, "resolution", "show"], "usage", 2, "resolution show");
+      const usage = commandRefusal([...scope, "resolution", "show"], "usage", 2, "resolution show");
       assert.match(usage.envelope.error!.message, /missing required argument 'id'/);
       assert.match(runOats([...scope, "resolution", "show"]).stderr, /oats resolution show --help/);
-      expectRefusal([...scope, "resolution"], "usage", 2, "resolution");
-      expectRefusal([...scope, "resolution", "frob"], "usage", 2, "resolution");
+      commandRefusal([...scope, "resolution"], "usage", 2, "resolution");
+      commandRefusal([...scope, "resolution", "frob"], "usage", 2, "resolution");
     },
   );
 
@@ -292,7 +272,7 @@ describe("oats resolution show / verify / ls, oats instance show", () => {
       const scope = ["--scope", fixture.scope];
 
       for (const sub of ["show", "verify"]) {
-        const run = expectRefusal(
+        const run = commandRefusal(
           [...scope, "resolution", sub, written.id],
           "integrity-mismatch",
           5,
@@ -300,8 +280,8 @@ describe("oats resolution show / verify / ls, oats instance show", () => {
         );
         assert.equal(run.envelope.error!.details["expected"], written.id);
       }
-      expectRefusal([...scope, "instance", "show", "alpha"], "integrity-mismatch", 5, "instance show");
-      const ls = expectRefusal([...scope, "resolution", "ls"], "integrity-mismatch", 5, "resolution ls");
+      commandRefusal([...scope, "instance", "show", "alpha"], "integrity-mismatch", 5, "instance show");
+      const ls = commandRefusal([...scope, "resolution", "ls"], "integrity-mismatch", 5, "resolution ls");
       assert.equal(ls.envelope.error!.details["records"][0].ok, false);
       const lsHuman = runOats([...scope, "resolution", "ls"]);
       assert.equal(lsHuman.status, 5);
@@ -326,16 +306,16 @@ describe("oats resolution show / verify / ls, oats instance show", () => {
       const pretty = Buffer.from(JSON.stringify(JSON.parse(canonical.toString("utf8")), null, 1));
       const prettyId = bytesDigest(pretty);
       writeFileSync(resolutionPath(fixture.scope, prettyId), pretty);
-      expectRefusal([...scope, "resolution", "show", prettyId], "invalid-resolution", 4, "resolution show");
+      commandRefusal([...scope, "resolution", "show", prettyId], "invalid-resolution", 4, "resolution show");
 
       rmSync(path);
       const elsewhere = join(tempDir(), "record.json");
       writeFileSync(elsewhere, canonical);
       symlinkSync(elsewhere, path);
-      expectRefusal([...scope, "resolution", "verify", written.id], "invalid-resolution", 4, "resolution verify");
+      commandRefusal([...scope, "resolution", "verify", written.id], "invalid-resolution", 4, "resolution verify");
       rmSync(path);
       mkdirSync(path);
-      expectRefusal([...scope, "resolution", "show", written.id], "invalid-resolution", 4, "resolution show");
+      commandRefusal([...scope, "resolution", "show", written.id], "invalid-resolution", 4, "resolution show");
     },
   );
 
@@ -350,7 +330,7 @@ describe("oats resolution show / verify / ls, oats instance show", () => {
       writeFileSync(file, "changed\n");
       const scope = ["--scope", fixture.scope];
       assert.equal(runJson([...scope, "resolution", "show", written.id]).status, 0);
-      const verify = expectRefusal(
+      const verify = commandRefusal(
         [...scope, "resolution", "verify", written.id],
         "integrity-mismatch",
         5,
@@ -440,7 +420,7 @@ describe("oats prepare <plan>", () => {
           "  - pointer: /settings/demo.hello/api_token\n    value: " +
           "hunter2hunter2\n    origin: {kind: operator, ref: plan.yaml}",
       });
-      const run = expectRefusal(["--scope", scope, "prepare", plan], "secret-in-record", 6, "prepare");
+      const run = commandRefusal(["--scope", scope, "prepare", plan], "secret-in-record", 6, "prepare");
       assert.equal(run.envelope.error!.details["pointer"], "/config/~1settings~1demo.hello~1api_token/value");
       assert.doesNotMatch(run.stdout, /hunter2hunter2/, "the secret itself is not echoed");
       const human = runOats(["--scope", scope, "prepare", plan]);
@@ -457,7 +437,7 @@ describe("oats prepare <plan>", () => {
       "twice); usage for no operand",
     () => {
       const scope = tempDir("oats-cli-prep-");
-      const extra = expectRefusal(
+      const extra = commandRefusal(
         ["--scope", scope, "prepare", writePlan({ extra: "frobnicate: true" })],
         "invalid-input",
         4,
@@ -468,8 +448,13 @@ describe("oats prepare <plan>", () => {
         runOats(["--scope", scope, "prepare", writePlan({ extra: "frobnicate: true" })]).stderr,
         /\nthe plan file is not a valid plan/,
       );
-      expectRefusal(["--scope", scope, "prepare", writePlan({ entry: "../../bin/sh" })], "invalid-input", 4, "prepare");
-      expectRefusal(["--scope", scope, "prepare", join(tempDir(), "absent.yaml")], "invalid-input", 4, "prepare");
+      commandRefusal(
+        ["--scope", scope, "prepare", writePlan({ entry: "../../bin/sh" })],
+        "invalid-input",
+        4,
+        "prepare",
+      );
+      commandRefusal(["--scope", scope, "prepare", join(tempDir(), "absent.yaml")], "invalid-input", 4, "prepare");
       const twice = writePlan();
       writeFileSync(
         twice,
@@ -478,9 +463,9 @@ describe("oats prepare <plan>", () => {
           "  - id: demo.hello\n    dir: hello\n    lock: oats-lock.json\nconfig:",
         ),
       );
-      const run = expectRefusal(["--scope", scope, "prepare", twice], "invalid-input", 4, "prepare");
+      const run = commandRefusal(["--scope", scope, "prepare", twice], "invalid-input", 4, "prepare");
       assert.match(run.envelope.error!.message, /more than once/);
-      expectRefusal(["--scope", scope, "prepare"], "usage", 2, "prepare");
+      commandRefusal(["--scope", scope, "prepare"], "usage", 2, "prepare");
       assert.deepEqual(listResolutionIds(scope), []);
     },
   );
@@ -531,7 +516,7 @@ describe("oats reconstruct <instance-home>", () => {
         hello: `node ${INSTALLED}/bin/hello.mjs`,
         piped: `node ${INSTALLED}/bin/hello.mjs | tee log`,
       });
-      const run = expectRefusal(["--scope", scope, "reconstruct", home], "resolution-incomplete", 6, "reconstruct");
+      const run = commandRefusal(["--scope", scope, "reconstruct", home], "resolution-incomplete", 6, "reconstruct");
       const details = run.envelope.error!.details;
       assert.equal(details["status"], "partial");
       assert.ok(
@@ -539,7 +524,7 @@ describe("oats reconstruct <instance-home>", () => {
         JSON.stringify(details["unresolved"]),
       );
       assert.ok(existsSync(resolutionPath(scope, details["id"])), "the partial record is kept for inspection");
-      expectRefusal(
+      commandRefusal(
         ["--scope", scope, "resolution", "verify", details["id"]],
         "resolution-incomplete",
         6,

@@ -1,5 +1,5 @@
 /**
- * The CLI's fixed start cost (docs/design/performance.md, "Cold start"):
+ * The CLI's fixed start cost (docs/design/performance.md, "The CLI's start: bundles and code caches"):
  * dist/cli/bin.js runs a one-script bundle `npm run build` makes (the whole
  * program's, dist/cli/bundle/oats.cjs, or verify's or digest's own) with its
  * V8 code cache, a command opens no
@@ -26,10 +26,10 @@ const startedWith = (bundle: string) =>
     `dist/cli/bundle/${bundle}`,
     `dist/cli/bundle/${bundle}.cache`,
     "dist/cli/load-bundle.js",
-    "dist/cli/version.js",
+    "dist/cli/support/version.js",
     "package.json",
   ].sort();
-/** A command that reads a tree also loads the small-file reads in C (src/retention/digest/native-reads.ts). */
+/** A command that reads a tree also loads the small-file reads in C (src/engine/native-reads.ts). */
 const readingWith = (bundle: string) => [...startedWith(bundle), "dist/native/oats.node"].sort();
 const STARTED = startedWith("oats.cjs");
 
@@ -48,10 +48,10 @@ function traced(
     return undefined;
   }
   const traces = tempDir("oats-strace-");
-  // -ff: one file per thread. In one file, a call another thread interrupts is split over two lines ("<unfinished
-  // ...>",
-  // then "<... openat resumed>") and its path and result are never on one line: a worker's open went unseen now and
-  // then.
+  // -ff: one file per thread. In one file, a call another thread interrupts is split over two lines
+  // ("<unfinished ...>",
+  // then "<... openat resumed>") and its path and result are never on one line: a worker's open went unseen now
+  // and then.
   const run = spawnSync(
     "strace",
     [
@@ -140,15 +140,8 @@ describe("the built CLI runs from its bundle", () => {
     "a command's own bundle holds that command's module and no other " +
       "command's, and is well under half the whole one, its cache too",
     () => {
-      assert.deepEqual(commandModules("oats-verify.cjs"), [
-        "src/cli/commands/captures-shared.ts",
-        "src/cli/commands/shared.ts",
-        "src/cli/commands/verify.ts",
-      ]);
-      assert.deepEqual(commandModules("oats-digest.cjs"), [
-        "src/cli/commands/captures-shared.ts",
-        "src/cli/commands/digest.ts",
-      ]);
+      assert.deepEqual(commandModules("oats-verify.cjs"), ["src/cli/commands/shared.ts", "src/cli/commands/verify.ts"]);
+      assert.deepEqual(commandModules("oats-digest.cjs"), ["src/cli/commands/digest.ts"]);
       assert.ok(commandModules("oats.cjs").length > 30);
       const size = (name: string) => statSync(join(BUNDLE, name)).size;
       for (const bundle of ["oats-digest.cjs", "oats-verify.cjs"]) {
@@ -305,8 +298,8 @@ describe("the built CLI runs from its bundle", () => {
       assert.equal(envelope.result.ok, true);
       assert.equal(envelope.result.counts.revisions, 3);
       assert.ok(run.opened.includes("dist/cli/bundle/digest-worker.cjs"), run.opened.join("\n"));
-      // Nothing of tsc's output but the loader pieces every command opens: the workers loaded no module tree of their
-      // own.
+      // Nothing of tsc's output but the loader pieces every command opens: the workers loaded no module tree of
+      // their own.
       assert.deepEqual(
         run.opened.filter((path) => path.startsWith("dist/") && !path.startsWith("dist/cli/")),
         ["dist/native/oats.node"],
@@ -342,9 +335,7 @@ describe("the built CLI runs from its bundle", () => {
       // import.meta.url spelled from the bundle's own location (scripts/bundle-cli.mjs, sourceUrls): the addon resolves
       // as from tsc's file.
       assert.ok(
-        worker.includes(
-          'new URL("../../retention/digest/native-reads.js",require("node:url").pathToFileURL(__filename)).href',
-        ),
+        worker.includes('new URL("../../engine/native-reads.js",require("node:url").pathToFileURL(__filename)).href'),
       );
       assert.doesNotMatch(worker, /\brequire\("\.\.?\//, "a relative require would load tsc's modules");
     },
@@ -452,6 +443,6 @@ describe("the built CLI runs from its bundle", () => {
     if (!run) return;
     assert.equal(run.status, 0, run.stderr);
     assert.equal(run.stdout, `${PACKAGE_VERSION}\n`);
-    assert.deepEqual(run.opened, ["dist/cli/bin.js", "dist/cli/version.js", "package.json"]);
+    assert.deepEqual(run.opened, ["dist/cli/bin.js", "dist/cli/support/version.js", "package.json"]);
   });
 });

@@ -16,6 +16,7 @@ import {
   REPO,
   fixtureCopy,
   makeVectorTree,
+  runJson,
   runOats,
   snapshotTree,
   tempDir,
@@ -25,26 +26,11 @@ const LEGACY = "sha256-a79ca625eee1167f6d71dc500d966693a57225fa92e0bb5187973f3ca
 const EXEC = "sha256-82f8a3ffa30e6a05a161d469ff412e364cf55bfd02e74bc6114810f9c95c2a45";
 const VERSION = (JSON.parse(readFileSync(join(REPO, "package.json"), "utf8")) as { version: string }).version;
 
-type Envelope = {
-  schemaVersion: number;
-  ok: boolean;
-  command: string | null;
-  result?: Record<string, any>;
-  error?: { code: string; kind: string; message: string; details: Record<string, any> };
-};
-
-/** Run in --json mode and insist on exactly one compact JSON line on stdout and nothing else there. */
-function runJson(args: string[], options: Parameters<typeof runOats>[1] = {}) {
-  const run = runOats(["--json", ...args], options);
-  assert.match(run.stdout, /^[^\n]+\n$/, `exactly one line on stdout, got ${JSON.stringify(run.stdout)}`);
+/** runJson (helpers.ts: exactly one envelope line on stdout), and that line is compact JSON. */
+function runCompactJson(args: string[], options: Parameters<typeof runOats>[1] = {}) {
+  const run = runJson(args, options);
   assert.doesNotMatch(run.stdout, /^\s|\s\n$/, "compact JSON");
-  const envelope = JSON.parse(run.stdout) as Envelope;
-  assert.equal(envelope.schemaVersion, 1);
-  assert.deepEqual(
-    Object.keys(envelope),
-    envelope.ok ? ["schemaVersion", "ok", "command", "result"] : ["schemaVersion", "ok", "command", "error"],
-  );
-  return { ...run, envelope };
+  return run;
 }
 
 function expectRefusal(
@@ -54,7 +40,7 @@ function expectRefusal(
   exit: number,
   options: Parameters<typeof runOats>[1] = {},
 ) {
-  const run = runJson(args, options);
+  const run = runCompactJson(args, options);
   assert.equal(run.status, exit, run.stdout + run.stderr);
   assert.equal(run.envelope.ok, false);
   assert.deepEqual(Object.keys(run.envelope.error!), ["code", "kind", "message", "details"]);
@@ -83,7 +69,7 @@ describe("oats --version", () => {
   });
 
   test("in --json mode is one envelope", () => {
-    const run = runJson(["--version"]);
+    const run = runCompactJson(["--version"]);
     assert.equal(run.status, 0);
     assert.deepEqual(run.envelope, { schemaVersion: 1, ok: true, command: "version", result: { version: VERSION } });
   });
@@ -98,7 +84,16 @@ describe("oats --version", () => {
 describe("JSON envelope on success", () => {
   test("retain, verify, path, ls, fsck, cleanup on one scope", () => {
     const scope = tempDir("oats-cli-");
-    const retain = runJson(["--scope", scope, "retain", FIXTURE_PAYLOAD, "--id", "demo.hello", "--lock", FIXTURE_LOCK]);
+    const retain = runCompactJson([
+      "--scope",
+      scope,
+      "retain",
+      FIXTURE_PAYLOAD,
+      "--id",
+      "demo.hello",
+      "--lock",
+      FIXTURE_LOCK,
+    ]);
     assert.equal(retain.status, 0, retain.stdout);
     assert.equal(retain.stderr, "");
     assert.equal(retain.envelope.ok, true);
@@ -113,16 +108,25 @@ describe("JSON envelope on success", () => {
       status: "retained",
     });
 
-    const again = runJson(["--scope", scope, "retain", FIXTURE_PAYLOAD, "--id", "demo.hello", "--lock", FIXTURE_LOCK]);
+    const again = runCompactJson([
+      "--scope",
+      scope,
+      "retain",
+      FIXTURE_PAYLOAD,
+      "--id",
+      "demo.hello",
+      "--lock",
+      FIXTURE_LOCK,
+    ]);
     assert.equal(again.envelope.result!["status"], "kept");
 
-    const byLock = runJson(["--scope", scope, "verify", "demo.hello", "--lock", FIXTURE_LOCK]);
+    const byLock = runCompactJson(["--scope", scope, "verify", "demo.hello", "--lock", FIXTURE_LOCK]);
     assert.equal(byLock.status, 0);
     assert.equal(byLock.envelope.command, "verify");
     assert.equal(byLock.envelope.result!["status"], "verified");
     assert.equal(byLock.envelope.result!["dir"], dir);
 
-    const byIntegrity = runJson([
+    const byIntegrity = runCompactJson([
       "verify",
       "demo.hello",
       "--integrity",
@@ -133,13 +137,13 @@ describe("JSON envelope on success", () => {
     assert.equal(byIntegrity.status, 0);
     assert.deepEqual(byIntegrity.envelope.result!["execIntegrity"], { format: "oats.tree-exec.v1", value: EXEC });
 
-    const path = runJson(["--scope", scope, "path", "demo.hello", LEGACY]);
+    const path = runCompactJson(["--scope", scope, "path", "demo.hello", LEGACY]);
     assert.equal(path.status, 0);
     assert.equal(path.envelope.command, "path");
     assert.equal(path.envelope.result!["dir"], dir);
     assert.deepEqual(path.envelope.result!["integrity"], { format: "oats.tree-legacy.v0", value: LEGACY });
 
-    const ls = runJson(["--scope", scope, "ls"]);
+    const ls = runCompactJson(["--scope", scope, "ls"]);
     assert.equal(ls.status, 0);
     assert.equal(ls.envelope.command, "ls");
     assert.deepEqual(ls.envelope.result!["revisions"], [
@@ -152,14 +156,14 @@ describe("JSON envelope on success", () => {
       },
     ]);
 
-    const fsck = runJson(["--scope", scope, "fsck"]);
+    const fsck = runCompactJson(["--scope", scope, "fsck"]);
     assert.equal(fsck.status, 0);
     assert.equal(fsck.envelope.command, "fsck");
     assert.equal(fsck.envelope.result!["counts"]["revisions"], 1);
     assert.equal(fsck.envelope.result!["ok"], true);
     assert.equal(fsck.envelope.result!["outcomes"][0]["ok"], true);
 
-    const cleanup = runJson(["--scope", scope, "cleanup"]);
+    const cleanup = runCompactJson(["--scope", scope, "cleanup"]);
     assert.equal(cleanup.status, 0);
     assert.equal(cleanup.envelope.command, "cleanup");
     assert.deepEqual(cleanup.envelope.result, { removed: [], active: [] });
@@ -175,7 +179,7 @@ describe("JSON envelope on success", () => {
     );
     mkdirSync(staging);
     writeFileSync(join(staging, "partial"), "x");
-    const run = runJson(["--scope", scope, "cleanup"]);
+    const run = runCompactJson(["--scope", scope, "cleanup"]);
     assert.equal(run.status, 0);
     assert.deepEqual(run.envelope.result, { removed: [staging], active: [] });
     assert.equal(existsSync(staging), false);
@@ -185,7 +189,7 @@ describe("JSON envelope on success", () => {
     const scope = tempDir("oats-cli-");
     const identity = "git:https://host/org/repo#souls/a";
     const key = sourceIdentityKey(identity);
-    const run = runJson(["--scope", scope, "retain", FIXTURE_PAYLOAD, "--kind", "source", "--id", identity]);
+    const run = runCompactJson(["--scope", scope, "retain", FIXTURE_PAYLOAD, "--kind", "source", "--id", identity]);
     assert.equal(run.status, 0, run.stdout);
     assert.equal(run.envelope.result!["key"], key);
     assert.equal(run.envelope.result!["identity"], identity);
@@ -193,7 +197,7 @@ describe("JSON envelope on success", () => {
     assert.ok(existsSync(join(scope, ".agents/sources/artifacts", key, "tree-exec-v1", EXEC)));
 
     for (const id of [identity, key]) {
-      const verify = runJson([
+      const verify = runCompactJson([
         "--scope",
         scope,
         "verify",
@@ -210,7 +214,7 @@ describe("JSON envelope on success", () => {
 
   test("retain --expect checks the tree-exec integrity of a capture", () => {
     const scope = tempDir("oats-cli-");
-    const ok = runJson([
+    const ok = runCompactJson([
       "--scope",
       scope,
       "retain",
@@ -235,7 +239,7 @@ describe("JSON envelope on success", () => {
   });
 
   test("--help in --json mode is one envelope carrying the help text", () => {
-    const run = runJson(["verify", "--help"]);
+    const run = runCompactJson(["verify", "--help"]);
     assert.equal(run.status, 0);
     assert.equal(run.envelope.ok, true);
     assert.match(String(run.envelope.result!["help"]), /Usage: oats verify/);
@@ -417,14 +421,14 @@ describe("--scope", () => {
     });
     assert.equal(run.status, 0, run.stdout);
     assert.ok(existsSync(join(scope, ".agents/capabilities/artifacts/demo.hello", LEGACY)));
-    const ls = runJson(["ls"], { env: { OATS_SCOPE: scope } });
+    const ls = runCompactJson(["ls"], { env: { OATS_SCOPE: scope } });
     assert.equal(ls.envelope.result!["revisions"].length, 1);
   });
 
   test("an explicit --scope wins over $OATS_SCOPE", () => {
     const env = tempDir("oats-env-");
     const explicit = tempDir("oats-explicit-");
-    const run = runJson(
+    const run = runCompactJson(
       ["--scope", explicit, "retain", FIXTURE_PAYLOAD, "--id", "demo.hello", "--lock", FIXTURE_LOCK],
       { env: { OATS_SCOPE: env } },
     );
@@ -435,7 +439,7 @@ describe("--scope", () => {
 
   test("without either, the working directory", () => {
     const cwd = tempDir("oats-cwd-");
-    const run = runJson(["retain", FIXTURE_PAYLOAD, "--id", "demo.hello", "--lock", FIXTURE_LOCK], {
+    const run = runCompactJson(["retain", FIXTURE_PAYLOAD, "--id", "demo.hello", "--lock", FIXTURE_LOCK], {
       cwd,
       env: { OATS_SCOPE: "" },
     });
@@ -489,7 +493,7 @@ describe("oats digest", () => {
       legacy.stdout,
       "oats.tree-legacy.v0:sha256-11069eff8ab56c6e67ad72ac7d88a77764601caedb91c39739cf6ac05afedb50\n",
     );
-    const json = runJson(["digest", tree, "--format", "oats.tree-legacy.v0"]);
+    const json = runCompactJson(["digest", tree, "--format", "oats.tree-legacy.v0"]);
     assert.deepEqual(json.envelope.result!["integrity"], {
       format: "oats.tree-legacy.v0",
       value: "sha256-11069eff8ab56c6e67ad72ac7d88a77764601caedb91c39739cf6ac05afedb50",
@@ -520,7 +524,7 @@ describe("progress", () => {
       assert.equal(run.status, 0, run.stderr);
       assert.equal(run.stderr, "", `no progress for ${args[0]}`);
     }
-    const integrity = runJson(["digest", source]).envelope.result!["text"];
+    const integrity = runCompactJson(["digest", source]).envelope.result!["text"];
     const verify = runOats(["--scope", scope, "verify", "big", "--kind", "capture", "--integrity", integrity]);
     assert.equal(verify.stderr, "");
   });

@@ -2,13 +2,13 @@ import assert from "node:assert/strict";
 import { chmodSync, rmSync, symlinkSync, unlinkSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { test } from "node:test";
-import { OatsError } from "../src/core/errors.js";
 import { retainTree, verifyTree } from "../src/index.js";
 import { ManifestBuilder, manifestPath } from "../src/retention/store/manifest.js";
 import { digestListing } from "../src/retention/digest/tree.js";
 import { walkTree } from "../src/retention/digest/walk.js";
 import { canonicalJsonBytes } from "../src/core/canonical-json.js";
 import { fixtureCopy, tempDir } from "./helpers.js";
+import { expectRefusal } from "./support/refusals.js";
 
 /**
  * A damaged revision is refused on its digest alone; the manifest written
@@ -22,16 +22,9 @@ async function retained() {
   return { scope, receipt };
 }
 
-async function refusal(scope: string, receipt: { kind: string; key: string; integrity: unknown }): Promise<OatsError> {
-  try {
-    await verifyTree(scope, receipt);
-  } catch (error) {
-    assert.ok(error instanceof OatsError);
-    assert.equal(error.code, "integrity-mismatch");
-    return error;
-  }
-  assert.fail("verification passed on a damaged revision");
-}
+/** The integrity-mismatch with which verification refuses a damaged revision. */
+const mismatchOf = (scope: string, receipt: { kind: string; key: string; integrity: unknown }) =>
+  expectRefusal(verifyTree(scope, receipt), "integrity-mismatch");
 
 const damages: [string, (dir: string) => void, { path: string; change: string }][] = [
   [
@@ -70,7 +63,7 @@ for (const [what, damage, expected] of damages) {
     async () => {
       const { scope, receipt } = await retained();
       damage(receipt.dir);
-      const error = await refusal(scope, receipt);
+      const error = await mismatchOf(scope, receipt);
       assert.deepEqual(error.details.firstDifference, expected);
       assert.match(
         error.message,
@@ -88,7 +81,7 @@ test(
     const { scope, receipt } = await retained();
     writeFileSync(join(receipt.dir, "skills/greeting.md"), "tampered");
     rmSync(manifestPath(receipt.dir));
-    const error = await refusal(scope, receipt);
+    const error = await mismatchOf(scope, receipt);
     assert.equal(error.details.firstDifference, undefined);
   },
 );
@@ -97,7 +90,7 @@ test("Given a malformed manifest, When a damaged revision is verified, Then it i
   const { scope, receipt } = await retained();
   writeFileSync(join(receipt.dir, "skills/greeting.md"), "tampered");
   writeFileSync(manifestPath(receipt.dir), "{not json");
-  const error = await refusal(scope, receipt);
+  const error = await mismatchOf(scope, receipt);
   assert.equal(error.details.firstDifference, undefined);
 });
 
@@ -110,7 +103,7 @@ test(
     const rows = new ManifestBuilder();
     await digestListing(await walkTree(receipt.dir), [], { sink: rows, sinkOrder: "bytes" });
     writeFileSync(manifestPath(receipt.dir), canonicalJsonBytes({ schemaVersion: 1, rows: rows.rows }));
-    const error = await refusal(scope, receipt);
+    const error = await mismatchOf(scope, receipt);
     assert.equal(error.details.firstDifference, undefined);
   },
 );

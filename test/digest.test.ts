@@ -39,37 +39,21 @@ import {
   type TreeFormat,
 } from "../src/retention/index.js";
 import { makeVectorTree, snapshotTree, tempDir } from "./helpers.js";
+import { assertRefusal, contractKind, refusal } from "./support/refusals.js";
 
 // ---------------------------------------------------------------------------
-// Refusal assertions. Kinds are spelled out from contract section 6, not
-// taken from the library's own table.
-
-const CONTRACT_KIND: Record<string, string> = {
-  "invalid-artifact": "invalid",
-  "invalid-artifact-reference": "invalid",
-  "invalid-input": "invalid",
-  "artifact-not-found": "missing",
-};
-
-function checkRefusal(error: unknown, code: string, details: Record<string, unknown> = {}): true {
-  assert.ok(error instanceof OatsError, `expected an OatsError, got ${String(error)}`);
-  assert.equal(error.code, code, `code (message: ${error.message})`);
-  assert.equal(error.kind, CONTRACT_KIND[code], "kind");
-  for (const [key, value] of Object.entries(details))
-    assert.deepEqual(error.details[key], value, `details.${key} (message: ${error.message})`);
-  return true;
-}
+// Refusal assertions (test/support/refusals.ts): kinds as contract section 6 spells them.
 
 async function rejectsWith(
   promise: Promise<unknown>,
   code: string,
   details: Record<string, unknown> = {},
 ): Promise<void> {
-  await assert.rejects(promise, (error) => checkRefusal(error, code, details));
+  await assert.rejects(promise, refusal(code, details, contractKind));
 }
 
 function throwsWith(fn: () => unknown, code: string, details: Record<string, unknown> = {}): void {
-  assert.throws(fn, (error) => checkRefusal(error, code, details));
+  assert.throws(fn, refusal(code, details, contractKind));
 }
 
 // ---------------------------------------------------------------------------
@@ -629,7 +613,7 @@ describe("a file that changes while it is read", () => {
       const error = await refusedUnderConcurrentWrite(join(dir, "big.bin"), mode, () =>
         digestTree(dir, [...TREE_FORMATS]),
       );
-      checkRefusal(error, "invalid-artifact", { path: "big.bin", reason: "changed-while-reading" });
+      assertRefusal(error, "invalid-artifact", { path: "big.bin", reason: "changed-while-reading" }, contractKind);
       assert.ok(
         ["size", "mtime", "ctime", "short read"].includes(String(error.details.changed)),
         `changed: ${String(error.details.changed)}`,
@@ -645,7 +629,7 @@ describe("a file that changes while it is read", () => {
     const error = await refusedUnderConcurrentWrite(join(dir, "big.bin"), "overwrite", () =>
       retainTree(scope, { kind: "capture", key: "racy", source: dir }),
     );
-    checkRefusal(error, "invalid-artifact", { path: "big.bin", reason: "changed-while-reading" });
+    assertRefusal(error, "invalid-artifact", { path: "big.bin", reason: "changed-while-reading" }, contractKind);
     assert.deepEqual(listRetained(scope), []);
     assert.deepEqual(
       snapshotTree(scope).filter((row) => row.includes(".staging-") || row.includes("sha256-")),

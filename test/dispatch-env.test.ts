@@ -11,6 +11,7 @@ import { dispatchEnvironment } from "../src/captures/dispatch-env.js";
 import { nodeOptionsWithGuard } from "../src/captures/node-guard.js";
 
 const GUARD = "file:///run/copy/guard.mjs";
+const ROOT = "/run/copy/tree";
 
 test(
   "Given pinned env and named credentials, When the environment is built, " +
@@ -27,6 +28,7 @@ test(
       },
       { API_TOKEN: "token-1234", HOME: "/root", SECRET_NOT_NAMED: "leak-me" },
       GUARD,
+      ROOT,
     );
     assert.deepEqual(built, {
       env: {
@@ -47,7 +49,7 @@ test(
   () => {
     const env = JSON.parse('{"__proto__":"pinned-value"}') as Record<string, string>;
     const source = JSON.parse('{"__proto__":"credential-1234"}') as Record<string, string>;
-    const pinned = dispatchEnvironment({ env, credentials: [] }, {}, GUARD);
+    const pinned = dispatchEnvironment({ env, credentials: [] }, {}, GUARD, ROOT);
     assert.equal(Object.getPrototypeOf(pinned.env), Object.prototype);
     assert.deepEqual(Object.keys(pinned.env), ["__proto__", "NODE_OPTIONS"]);
     assert.deepEqual(Object.getOwnPropertyDescriptor(pinned.env, "__proto__"), {
@@ -56,7 +58,12 @@ test(
       enumerable: true,
       configurable: true,
     });
-    const named = dispatchEnvironment({ env: {}, credentials: [{ kind: "env", name: "__proto__" }] }, source, GUARD);
+    const named = dispatchEnvironment(
+      { env: {}, credentials: [{ kind: "env", name: "__proto__" }] },
+      source,
+      GUARD,
+      ROOT,
+    );
     assert.deepEqual(
       [named.provided, Object.getOwnPropertyDescriptor(named.env, "__proto__")?.value],
       [["__proto__"], "credential-1234"],
@@ -69,7 +76,12 @@ test(
     "is built, Then it is missing, not provided",
   () => {
     const source = Object.create({ API_TOKEN: "inherited-1234" }) as Record<string, string>;
-    const built = dispatchEnvironment({ env: {}, credentials: [{ kind: "env", name: "API_TOKEN" }] }, source, GUARD);
+    const built = dispatchEnvironment(
+      { env: {}, credentials: [{ kind: "env", name: "API_TOKEN" }] },
+      source,
+      GUARD,
+      ROOT,
+    );
     assert.deepEqual([built.provided, built.missing, "API_TOKEN" in built.env], [[], ["API_TOKEN"], false]);
   },
 );
@@ -85,6 +97,7 @@ test(
             { env: {}, credentials: [{ kind: "env", name: "API_TOKEN" }] },
             { API_TOKEN: value },
             GUARD,
+            ROOT,
           ),
         (error: unknown) => {
           assert.ok(error instanceof OatsError);

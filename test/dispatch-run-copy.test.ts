@@ -23,7 +23,6 @@ import { dirname, join } from "node:path";
 import { describe, test } from "node:test";
 import { stringify } from "yaml";
 import {
-  OatsError,
   addJob,
   approve,
   cleanupStaging,
@@ -39,11 +38,12 @@ import {
   type DispatchOptions,
   type PrepareCaptureResult,
 } from "../src/index.js";
-import { setReadHook } from "../src/retention/digest/read-hook.js";
+import { setReadHook } from "../src/engine/read-hook.js";
 import { digestTree } from "../src/retention/digest/tree.js";
 import { hostTag } from "../src/retention/store/layout.js";
 import { REPO, tempDir } from "./helpers.js";
 import { makeUnwritable } from "./support/unwritable.js";
+import { refusal } from "./support/refusals.js";
 
 const NODE_DIR = dirname(process.execPath);
 const TREE_EXEC = "oats.tree-exec.v1";
@@ -121,18 +121,6 @@ function runCopies(scope: string): string[] {
 
 function auditEntries(scope: string): AuditEntry[] {
   return readAudit(scope).entries;
-}
-
-function isCode(code: string, check?: (error: OatsError) => void) {
-  return (error: unknown) => {
-    assert.ok(
-      error instanceof OatsError,
-      `expected an OatsError ${code}, got ${String((error as Error)?.stack ?? error)}`,
-    );
-    assert.equal(error.code, code, error.message);
-    check?.(error);
-    return true;
-  };
 }
 
 async function dispatchAndRun(scope: string, job: string, options: DispatchOptions = {}) {
@@ -259,7 +247,7 @@ describe("dispatch runs the bytes it verified (time of check to time of use)", (
       renameSync(`${target}.x`, target);
       await assert.rejects(
         dispatchAndRun(f.scope, f.job),
-        isCode("integrity-mismatch", (error) => assert.equal(error.details["reason"], "damaged-revision")),
+        refusal("integrity-mismatch", (error) => assert.equal(error.details["reason"], "damaged-revision")),
       );
       assert.equal(existsSync(marker), false, "nothing ran");
       assert.deepEqual(runCopies(f.scope), []);
@@ -478,7 +466,7 @@ describe("the private run directory", () => {
       ]) {
         await assert.rejects(
           discardDispatchPlan({ run: { dir, root: dir, cwd: dir, guard: "" } }),
-          isCode("invalid-input", (error) => assert.equal(error.details["reason"], "not-a-run-copy")),
+          refusal("invalid-input", (error) => assert.equal(error.details["reason"], "not-a-run-copy")),
         );
       }
       assert.equal(readFileSync(join(victim, "keep.txt"), "utf8"), "keep\n");
@@ -492,7 +480,7 @@ describe("the private run directory", () => {
     async () => {
       const f = await fixture({ files: { "bin/run": { body: script, mode: 0o755 } }, entry: "bin/run" });
       await revoke(f.scope, f.prepared.composition.subject, { reason: "withdrawn" });
-      await assert.rejects(resolveQueuedCapture(f.scope, f.job, { env: {} }), isCode("approval-required"));
+      await assert.rejects(resolveQueuedCapture(f.scope, f.job, { env: {} }), refusal("approval-required"));
       assert.deepEqual(runCopies(f.scope), []);
     },
   );
@@ -512,7 +500,7 @@ describe("the private run directory", () => {
         const code = unwritable.setup.includes("replaced by a directory")
           ? "invalid-artifact-store"
           : "audit-unavailable";
-        await assert.rejects(resolveQueuedCapture(f.scope, f.job, { env: {}, lockWaitMs: 600_000 }), isCode(code));
+        await assert.rejects(resolveQueuedCapture(f.scope, f.job, { env: {}, lockWaitMs: 600_000 }), refusal(code));
         if (code === "audit-unavailable")
           assert.ok(existsSync(join(f.scope, ".agents", "run-copies")), "the copy was made before the audit");
         assert.deepEqual(runCopies(f.scope), []);
@@ -566,7 +554,7 @@ describe("the private run directory", () => {
         unsafe.make(open);
         await assert.rejects(
           resolveQueuedCapture(f.scope, f.job, { env: {} }),
-          isCode("invalid-artifact-store", (error) => {
+          refusal("invalid-artifact-store", (error) => {
             assert.equal(error.details["reason"], "run-root-unsafe");
             assert.equal(error.details["path"], open);
           }),
@@ -601,14 +589,14 @@ describe("the harness label is audited on every dispatch", () => {
       });
       await assert.rejects(
         resolveQueuedCapture(f.scope, f.job, { env: {}, harness: "sovereign-operator@vault" }),
-        isCode("classification-refused"),
+        refusal("classification-refused"),
       );
       const entries = auditEntries(f.scope);
-      const refusal = entries.at(-1)!;
-      assert.deepEqual([refusal.action, refusal.outcome], ["dispatch", "refused"]);
-      assert.equal(refusal.principal, currentPrincipal());
-      assert.equal(refusal.details["harness"], "sovereign-operator@vault");
-      assert.equal(refusal.details["harnessMismatch"], true);
+      const refused = entries.at(-1)!;
+      assert.deepEqual([refused.action, refused.outcome], ["dispatch", "refused"]);
+      assert.equal(refused.principal, currentPrincipal());
+      assert.equal(refused.details["harness"], "sovereign-operator@vault");
+      assert.equal(refused.details["harnessMismatch"], true);
       const events = entries.filter((entry) => entry.action === "security-event");
       assert.equal(events.length, 1);
       assert.deepEqual(events[0]!.details, {

@@ -12,7 +12,6 @@ import { appendFileSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { describe, test } from "node:test";
 import {
-  OatsError,
   cancelRun,
   fsckScope,
   groupMembers,
@@ -28,17 +27,9 @@ import {
 import { REPO, runJson, tempDir } from "./helpers.js";
 import { evidenceFixture } from "./support/evidence-fixture.js";
 import { alive, logSize, logText, runDir, runningRun, waitFor } from "./support/evidence-run.js";
+import { refusal } from "./support/refusals.js";
 
 const TICKER = 'i=0\nwhile true; do echo "tick $i"; i=$((i+1)); sleep 0.05; done';
-
-function isCode(code: string, reason?: string) {
-  return (error: unknown) => {
-    assert.ok(error instanceof OatsError, String(error));
-    assert.equal(error.code, code, error.message);
-    if (reason) assert.equal(error.details["reason"], reason);
-    return true;
-  };
-}
 
 function childOf(scope: string, handle: string): number {
   const control = JSON.parse(readFileSync(join(runDir(scope, handle), "control.json"), "utf8"));
@@ -80,8 +71,8 @@ describe("run evidence: cancel", () => {
       const handle = await runningRun(f.scope, 3);
       const pgid = childOf(f.scope, handle);
       // Refusals while it runs: it cannot be sealed as interrupted or verified.
-      await assert.rejects(sealInterruptedRun(f.scope, handle), isCode("busy", "run-running"));
-      assert.throws(() => verifyRun(f.scope, handle), isCode("invalid-input", "run-running"));
+      await assert.rejects(sealInterruptedRun(f.scope, handle), refusal("busy", "run-running"));
+      assert.throws(() => verifyRun(f.scope, handle), refusal("invalid-input", "run-running"));
 
       const cancelled = await cancelRun(f.scope, handle);
       const outcome = await running;
@@ -106,7 +97,7 @@ describe("run evidence: cancel", () => {
       assert.equal(parsed.footer.at(-1), "# RESULT: CANCELLED");
       await assertStopped(f.scope, handle);
       assert.equal(verifyRun(f.scope, handle).result, "CANCELLED");
-      await assert.rejects(cancelRun(f.scope, handle), isCode("invalid-input", "run-sealed"));
+      await assert.rejects(cancelRun(f.scope, handle), refusal("invalid-input", "run-sealed"));
     },
   );
 
@@ -181,8 +172,8 @@ describe("run evidence: a dispatcher killed mid-run", () => {
       const report = await fsckScope(f.scope);
       const finding = report.classes.runs.find((row) => row.subject === handle);
       assert.equal(finding?.details["reason"], "run-unsealed", JSON.stringify(report.classes.runs));
-      await assert.rejects(cancelRun(f.scope, handle), isCode("invalid-input", "run-unsealed"));
-      assert.throws(() => verifyRun(f.scope, handle), isCode("invalid-input", "run-unsealed"));
+      await assert.rejects(cancelRun(f.scope, handle), refusal("invalid-input", "run-unsealed"));
+      assert.throws(() => verifyRun(f.scope, handle), refusal("invalid-input", "run-unsealed"));
 
       const before = readRun(f.scope, handle).lines;
       assert.ok(before.length >= 4);
@@ -212,7 +203,7 @@ describe("run evidence: a dispatcher killed mid-run", () => {
         ),
       );
       assert.equal((await fsckScope(f.scope)).classes.runs.length, 0, "a sealed, verifying run is no finding");
-      await assert.rejects(sealInterruptedRun(f.scope, handle), isCode("invalid-input", "run-sealed"));
+      await assert.rejects(sealInterruptedRun(f.scope, handle), refusal("invalid-input", "run-sealed"));
     },
   );
 
@@ -235,10 +226,10 @@ describe("run evidence: a dispatcher killed mid-run", () => {
         JSON.stringify({ ...control, dispatcher: { pid: process.pid, start: processStart(process.pid) } }),
       );
       assert.equal(listRuns(f.scope).find((row) => row.handle === handle)?.state, "running");
-      await assert.rejects(sealInterruptedRun(f.scope, handle), isCode("busy", "run-running"));
+      await assert.rejects(sealInterruptedRun(f.scope, handle), refusal("busy", "run-running"));
       writeFileSync(path, JSON.stringify({ ...control, dispatcher: { pid: process.pid, start: "1" } }));
       assert.equal(listRuns(f.scope).find((row) => row.handle === handle)?.state, "unsealed");
-      await assert.rejects(cancelRun(f.scope, handle), isCode("invalid-input", "run-unsealed"));
+      await assert.rejects(cancelRun(f.scope, handle), refusal("invalid-input", "run-unsealed"));
       assert.equal((await sealInterruptedRun(f.scope, handle)).record?.result, "INTERRUPTED");
     },
   );

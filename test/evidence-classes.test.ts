@@ -28,6 +28,7 @@ import {
 } from "../src/captures/evidence-classes.js";
 import { blobPath } from "../src/retention/store/blobs.js";
 import { snapshotTree, tempDir } from "./helpers.js";
+import { refusal } from "./support/refusals.js";
 
 const FULL: RunEvidenceFacts = {
   log: { digest: `oats.bytes.v1:sha256-${"a".repeat(64)}`, lines: 3 },
@@ -245,12 +246,7 @@ describe("the pinned profile at dispatch: nothing at run time downgrades it", ()
       const fx = setup(PINNED);
       await approvedJob(fx, "prepare-on-tick");
       writeFileSync(fx.profilePath, DOWNGRADED);
-      await assert.rejects(planQueuedRun(fx.scope, "nightly"), (error: unknown) => {
-        assert.ok(error instanceof OatsError);
-        assert.equal(error.code, "approval-required");
-        assert.deepEqual(error.details["changes"], ["profile"]);
-        return true;
-      });
+      await assert.rejects(planQueuedRun(fx.scope, "nightly"), refusal("approval-required", { changes: ["profile"] }));
       assert.equal(existsSync(fx.marker), false);
     },
   );
@@ -264,10 +260,7 @@ describe("the pinned profile at dispatch: nothing at run time downgrades it", ()
       const path = blobPath(fx.scope, prepared.blobs.profile!);
       chmodSync(path, 0o644);
       writeFileSync(path, DOWNGRADED);
-      await assert.rejects(
-        planQueuedRun(fx.scope, "nightly"),
-        (error: unknown) => error instanceof OatsError && error.code === "integrity-mismatch",
-      );
+      await assert.rejects(planQueuedRun(fx.scope, "nightly"), refusal("integrity-mismatch"));
       assert.equal(existsSync(fx.marker), false);
     },
   );
@@ -290,10 +283,7 @@ describe("the pinned profile at dispatch: nothing at run time downgrades it", ()
       ]) {
         const fx = setup(profile);
         const before = snapshotTree(join(fx.scope, ".agents"));
-        await assert.rejects(
-          prepareCapture(fx.scope, fx.specPath),
-          (error: unknown) => error instanceof OatsError && error.code === "invalid-input",
-        );
+        await assert.rejects(prepareCapture(fx.scope, fx.specPath), refusal("invalid-input"));
         const after = snapshotTree(join(fx.scope, ".agents")).filter((row) => !row.includes("audit"));
         assert.deepEqual(
           after,

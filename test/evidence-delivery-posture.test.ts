@@ -3,10 +3,10 @@ import { mkdirSync, symlinkSync } from "node:fs";
 import { join } from "node:path";
 import { describe, test } from "node:test";
 import { runJson, runOats, snapshotTree, tempDir } from "./helpers.js";
-import { OatsError } from "../src/core/errors.js";
 import { checkEvidencePosture, enqueueSealedRun, evidencePosture, transportFor } from "../src/index.js";
 import { makeShare } from "./support/shares.js";
 import { makeSealedRun } from "./support/sealed-runs.js";
+import { refusal } from "./support/refusals.js";
 
 /**
  * The posture at dispatch when the far side cannot be reached (pure table
@@ -15,15 +15,6 @@ import { makeSealedRun } from "./support/sealed-runs.js";
  */
 
 const LEVELS = ["public", "internal", "confidential"] as const;
-
-function refused(code: string, reason?: string) {
-  return (error: unknown) => {
-    assert.ok(error instanceof OatsError, String(error));
-    assert.equal(error.code, code, error.message);
-    if (reason !== undefined) assert.equal(error.details["reason"], reason, error.message);
-    return true;
-  };
-}
 
 describe("the posture table (pure)", () => {
   test(
@@ -79,7 +70,7 @@ describe("checkEvidencePosture at dispatch (real probes)", () => {
       const to = `dir:${join(tempDir("oats-far-"), "gone")}`;
       await assert.rejects(
         checkEvidencePosture(scope, "confidential", { to }),
-        refused("classification-refused", "evidence-far-side-unreachable"),
+        refusal("classification-refused", "evidence-far-side-unreachable"),
       );
       for (const level of ["internal", "public"] as const) {
         const posture = await checkEvidencePosture(scope, level, { to });
@@ -107,7 +98,7 @@ describe("checkEvidencePosture at dispatch (real probes)", () => {
       }
       await assert.rejects(
         checkEvidencePosture(scope, "confidential", { env, to: `dir:${join(share, "absent")}` }),
-        refused("classification-refused"),
+        refusal("classification-refused"),
       );
       const none = await checkEvidencePosture(scope, "confidential", { env: {} });
       assert.deepEqual([none.posture, none.to], ["none", null]);
@@ -126,30 +117,30 @@ describe("checkEvidencePosture at dispatch (real probes)", () => {
       for (const level of LEVELS) {
         await assert.rejects(
           checkEvidencePosture(scope, level, { to: `dir:${share}`, allowSameFilesystem: !mounted }),
-          refused("audit-unavailable", "outbox-unwritable"),
+          refusal("audit-unavailable", "outbox-unwritable"),
         );
         await assert.rejects(
           checkEvidencePosture(scope, level, { env: {} }),
-          refused("audit-unavailable", "outbox-unwritable"),
+          refusal("audit-unavailable", "outbox-unwritable"),
         );
       }
     },
   );
 
   test("Given a malformed destination, Then it is refused before anything is probed: unknown scheme and no scheme are usage, a relative or unnormalised path is invalid-input, oci:// must name a repository (plain http:// only on loopback)", () => {
-    assert.throws(() => transportFor("ftp://host/x"), refused("usage", "unknown-scheme"));
-    assert.throws(() => transportFor("__proto__:x"), refused("usage", "unknown-scheme"));
-    assert.throws(() => transportFor("/mnt/evidence"), refused("usage", "no-scheme"));
-    assert.throws(() => transportFor("dir:relative/path"), refused("invalid-input"));
-    assert.throws(() => transportFor("dir:/mnt/../etc"), refused("invalid-input"));
-    assert.throws(() => transportFor("dir:/mnt//x"), refused("invalid-input"));
-    assert.throws(() => transportFor(""), refused("invalid-input"));
+    assert.throws(() => transportFor("ftp://host/x"), refusal("usage", "unknown-scheme"));
+    assert.throws(() => transportFor("__proto__:x"), refusal("usage", "unknown-scheme"));
+    assert.throws(() => transportFor("/mnt/evidence"), refusal("usage", "no-scheme"));
+    assert.throws(() => transportFor("dir:relative/path"), refusal("invalid-input"));
+    assert.throws(() => transportFor("dir:/mnt/../etc"), refusal("invalid-input"));
+    assert.throws(() => transportFor("dir:/mnt//x"), refusal("invalid-input"));
+    assert.throws(() => transportFor(""), refusal("invalid-input"));
     assert.equal(transportFor("oci://registry.example/evidence").describe(), "oci://registry.example/evidence");
     assert.throws(
       () => transportFor("http://registry.example/evidence"),
-      refused("registry-refused", "insecure-remote"),
+      refusal("registry-refused", "insecure-remote"),
     );
-    assert.throws(() => transportFor("oci://registry.example/evidence:latest"), refused("invalid-input"));
+    assert.throws(() => transportFor("oci://registry.example/evidence:latest"), refusal("invalid-input"));
     assert.equal(transportFor("dir:/mnt/evidence/").describe(), "dir:/mnt/evidence");
   });
 });

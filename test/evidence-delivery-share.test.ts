@@ -5,8 +5,9 @@ import { describe, test } from "node:test";
 import { snapshotTree } from "./helpers.js";
 import { OatsError } from "../src/core/errors.js";
 import { EVIDENCE_FILES, type EvidenceBundle, type EvidenceFileName } from "../src/evidence/transport.js";
-import { dirTransport } from "../src/evidence/transports/dir.js";
+import { dirTransport } from "../src/evidence/transport-dir.js";
 import { asNobody, makeShare } from "./support/shares.js";
+import { refusal } from "./support/refusals.js";
 
 /**
  * The dir: transport on its own: layout, idempotence, a typed refusal for
@@ -24,15 +25,6 @@ function bundle(seed: string, seq = 1): EvidenceBundle {
 
 function hexOf(b: EvidenceBundle): string {
   return b.runId.slice("sha256-".length);
-}
-
-function refused(code: string, reason?: string) {
-  return (error: unknown) => {
-    assert.ok(error instanceof OatsError, String(error));
-    assert.equal(error.code, code, error.message);
-    if (reason !== undefined) assert.equal(error.details["reason"], reason, error.message);
-    return true;
-  };
 }
 
 describe("the dir: transport", () => {
@@ -66,7 +58,7 @@ describe("the dir: transport", () => {
       await transport.put(b);
       assert.deepEqual(snapshotTree(share), before);
       const other = { ...b, files: new Map(b.files).set("log", Buffer.from("another log\n")) };
-      await assert.rejects(transport.put(other), refused("integrity-mismatch", "existing-content-differs"));
+      await assert.rejects(transport.put(other), refusal("integrity-mismatch", "existing-content-differs"));
       assert.deepEqual(snapshotTree(share), before);
       // Same files plus one the run never had: not the same content either.
       writeFileSync(join(share, "runs", hexOf(b), "extra"), "x");
@@ -122,13 +114,13 @@ describe("another user who can write the share (nobody)", () => {
       const planted = asNobody(["ln", "-s", loot, join(share, "runs")]);
       assert.equal(planted.status, 0, planted.stderr);
       const transport = dirTransport(share, { allowSameFilesystem: !mounted });
-      await assert.rejects(transport.put(bundle("redirect")), refused("invalid-artifact-store", "symlink"));
+      await assert.rejects(transport.put(bundle("redirect")), refusal("invalid-artifact-store", "symlink"));
       assert.deepEqual(readdirSync(loot), []);
       assert.ok(
         lstatSync(join(share, "runs")).isSymbolicLink(),
         "the planted link is left alone, not followed or replaced",
       );
-      await assert.rejects(transport.readBack(bundle("redirect").runId), refused("invalid-artifact-store", "symlink"));
+      await assert.rejects(transport.readBack(bundle("redirect").runId), refusal("invalid-artifact-store", "symlink"));
     },
   );
 
@@ -148,7 +140,7 @@ describe("another user who can write the share (nobody)", () => {
       const planted = asNobody(["ln", "-s", loot, join(share, "runs", hexOf(b))]);
       assert.equal(planted.status, 0, planted.stderr);
       const transport = dirTransport(share, { allowSameFilesystem: !mounted });
-      await assert.rejects(transport.put(b), refused("integrity-mismatch", "symlink"));
+      await assert.rejects(transport.put(b), refusal("integrity-mismatch", "symlink"));
       assert.deepEqual(readdirSync(loot), [], "nothing written into nobody's directory");
       assert.deepEqual(
         readdirSync(join(share, "runs")).filter((name) => name.startsWith(".")),
@@ -175,7 +167,7 @@ describe("another user who can write the share (nobody)", () => {
       assert.equal(asNobody(["sh", "-c", `printf forged > '${fake}'`]).status, 0);
       unlinkSync(join(share, "runs", hexOf(b), "log"));
       assert.equal(asNobody(["ln", "-s", fake, join(share, "runs", hexOf(b), "log")]).status, 0);
-      await assert.rejects(transport.readBack(b.runId), refused("integrity-mismatch", "symlink"));
+      await assert.rejects(transport.readBack(b.runId), refusal("integrity-mismatch", "symlink"));
       assert.ok(existsSync(fake));
     },
   );

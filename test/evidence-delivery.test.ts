@@ -15,9 +15,10 @@ import {
   readDelivered,
   type EvidenceTransport,
 } from "../src/index.js";
-import { dirTransport } from "../src/evidence/transports/dir.js";
+import { dirTransport } from "../src/evidence/transport-dir.js";
 import { MOUNT_SKIP, makeShare, mountAt, shareTempDir } from "./support/shares.js";
 import { makeSealedRun } from "./support/sealed-runs.js";
+import { refusal } from "./support/refusals.js";
 
 /**
  * Delivery of run evidence: the outbox holds exact bytes in order, push
@@ -46,15 +47,6 @@ async function scopeWithRuns(count: number) {
 function recording(share: string, order: number[]): EvidenceTransport {
   const real = dirTransport(share, { allowSameFilesystem: true });
   return { ...real, describe: real.describe, put: async (bundle) => (order.push(bundle.seq), real.put(bundle)) };
-}
-
-function refusal(code: string, reason?: string) {
-  return (error: unknown) => {
-    assert.ok(error instanceof OatsError, `expected an OatsError, got ${String(error)}`);
-    assert.equal(error.code, code, error.message);
-    if (reason !== undefined) assert.equal(error.details["reason"], reason, error.message);
-    return true;
-  };
 }
 
 describe("the outbox", () => {

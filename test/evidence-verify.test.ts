@@ -22,20 +22,12 @@ import {
 import { REPO, runJson, runOats, snapshotTree } from "./helpers.js";
 import { evidenceFixture } from "./support/evidence-fixture.js";
 import { runDir } from "./support/evidence-run.js";
+import { refusal } from "./support/refusals.js";
 
 async function sealedRun(script = "#!/bin/sh\necho one\necho two >&2\nexit 7\n") {
   const f = await evidenceFixture({ script });
   const outcome = await runDispatchPlanWithEvidence(f.scope, await f.plan(), { output: "quiet" });
   return { f, outcome, dir: runDir(f.scope, outcome.handle) };
-}
-
-function isCode(code: string, reason?: string) {
-  return (error: unknown) => {
-    assert.ok(error instanceof OatsError, String(error));
-    assert.equal(error.code, code, error.message);
-    if (reason !== undefined) assert.equal(error.details["reason"], reason, error.message);
-    return true;
-  };
 }
 
 /** Flip one byte of a file (the same length, another value). */
@@ -59,7 +51,7 @@ describe("run verify: tampering", () => {
         writeFileSync(join(dir, "log"), original);
         assert.equal(verifyRun(f.scope, outcome.handle).runId, outcome.runId);
         flipByte(join(dir, "log"), () => place);
-        assert.throws(() => verifyRun(f.scope, outcome.runId), isCode("integrity-mismatch", "run-log-mismatch"));
+        assert.throws(() => verifyRun(f.scope, outcome.runId), refusal("integrity-mismatch", "run-log-mismatch"));
       }
       const report = await fsckScope(f.scope);
       assert.equal(report.classes.runs[0]?.code, "integrity-mismatch");
@@ -75,8 +67,8 @@ describe("run verify: tampering", () => {
       const { f, outcome, dir } = await sealedRun();
       const path = join(dir, "record.json");
       flipByte(path, (bytes) => bytes.indexOf('"startedAt":"') + '"startedAt":"'.length + 22);
-      assert.throws(() => verifyRun(f.scope, outcome.handle), isCode("integrity-mismatch", "run-audit-mismatch"));
-      assert.throws(() => verifyRun(f.scope, outcome.runId), isCode("run-not-found"));
+      assert.throws(() => verifyRun(f.scope, outcome.handle), refusal("integrity-mismatch", "run-audit-mismatch"));
+      assert.throws(() => verifyRun(f.scope, outcome.runId), refusal("run-not-found"));
       assert.equal((await fsckScope(f.scope)).classes.runs[0]?.code, "integrity-mismatch");
     },
   );
@@ -89,9 +81,9 @@ describe("run verify: tampering", () => {
       const path = join(dir, "record.json");
       const record = JSON.parse(readFileSync(path, "utf8"));
       writeFileSync(path, `${JSON.stringify(record, null, 2)}\n`);
-      assert.throws(() => verifyRun(f.scope, outcome.handle), isCode("invalid-artifact", "run-record-not-canonical"));
+      assert.throws(() => verifyRun(f.scope, outcome.handle), refusal("invalid-artifact", "run-record-not-canonical"));
       writeFileSync(path, `${JSON.stringify({ ...record, secret: "x" })}\n`);
-      assert.throws(() => verifyRun(f.scope, outcome.handle), isCode("invalid-artifact", "run-record-malformed"));
+      assert.throws(() => verifyRun(f.scope, outcome.handle), refusal("invalid-artifact", "run-record-malformed"));
     },
   );
 
@@ -104,7 +96,7 @@ describe("run verify: tampering", () => {
       const lines = readFileSync(auditPath, "utf8").trimEnd().split("\n");
       assert.match(lines.at(-1)!, /"run-end"/);
       writeFileSync(auditPath, `${lines.slice(0, -1).join("\n")}\n`);
-      assert.throws(() => verifyRun(f.scope, outcome.handle), isCode("integrity-mismatch", "run-audit-mismatch"));
+      assert.throws(() => verifyRun(f.scope, outcome.handle), refusal("integrity-mismatch", "run-audit-mismatch"));
     },
   );
 });
@@ -118,11 +110,11 @@ describe("run lookup and the run directory", () => {
       const { f, outcome } = await sealedRun();
       await runDispatchPlanWithEvidence(f.scope, await f.plan(), { output: "quiet" });
       const before = snapshotTree(f.scope);
-      assert.throws(() => readRun(f.scope, "20991231T000000Z-00000000"), isCode("run-not-found"));
-      assert.throws(() => readRun(f.scope, `sha256-${"0".repeat(64)}`), isCode("run-not-found"));
-      assert.throws(() => readRun(f.scope, outcome.handle.slice(0, 4)), isCode("invalid-input", "ambiguous-run"));
-      assert.throws(() => readRun(f.scope, "../../etc"), isCode("invalid-input", "invalid-run-ref"));
-      assert.throws(() => readRun(f.scope, ""), isCode("invalid-input", "invalid-run-ref"));
+      assert.throws(() => readRun(f.scope, "20991231T000000Z-00000000"), refusal("run-not-found"));
+      assert.throws(() => readRun(f.scope, `sha256-${"0".repeat(64)}`), refusal("run-not-found"));
+      assert.throws(() => readRun(f.scope, outcome.handle.slice(0, 4)), refusal("invalid-input", "ambiguous-run"));
+      assert.throws(() => readRun(f.scope, "../../etc"), refusal("invalid-input", "invalid-run-ref"));
+      assert.throws(() => readRun(f.scope, ""), refusal("invalid-input", "invalid-run-ref"));
       assert.equal(readRun(f.scope, `oats.json.v1:${outcome.runId}`).handle, outcome.handle);
       assert.deepEqual(snapshotTree(f.scope), before);
     },
@@ -136,7 +128,7 @@ describe("run lookup and the run directory", () => {
       const other = `${dir}-moved`;
       renameSync(dir, other);
       symlinkSync(other, dir);
-      assert.throws(() => readRun(f.scope, outcome.handle), isCode("invalid-artifact-store", "run-damaged"));
+      assert.throws(() => readRun(f.scope, outcome.handle), refusal("invalid-artifact-store", "run-damaged"));
       assert.ok(listRuns(f.scope)[0]!.error?.includes("symlink"));
       const report = await fsckScope(f.scope);
       assert.ok(
@@ -151,8 +143,8 @@ describe("run lookup and the run directory", () => {
     const elsewhere = join(f.home, "elsewhere.log");
     renameSync(join(dir, "log"), elsewhere);
     symlinkSync(elsewhere, join(dir, "log"));
-    assert.throws(() => readRun(f.scope, outcome.handle), isCode("invalid-artifact-store", "run-damaged"));
-    assert.throws(() => verifyRun(f.scope, outcome.handle), isCode("invalid-artifact-store", "run-damaged"));
+    assert.throws(() => readRun(f.scope, outcome.handle), refusal("invalid-artifact-store", "run-damaged"));
+    assert.throws(() => verifyRun(f.scope, outcome.handle), refusal("invalid-artifact-store", "run-damaged"));
   });
 });
 

@@ -22,7 +22,7 @@ import {
 import { join } from "node:path";
 import { after, before, describe, test } from "node:test";
 import type { EvidenceFileName } from "../src/evidence/transport.js";
-import { ociTransport } from "../src/evidence/transports/oci.js";
+import { ociTransport } from "../src/evidence/transport-oci.js";
 import { runJson, runOats, snapshotTree, tempDir } from "./helpers.js";
 import { NO_REGISTRY, registryBinary, startRegistry, type Registry } from "./support/registry.js";
 

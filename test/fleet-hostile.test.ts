@@ -31,6 +31,7 @@ import { digestTree, retainTree } from "../src/retention/index.js";
 import { snapshotTree, tempDir } from "./helpers.js";
 import { tarBytes, type RawEntry } from "./support/raw-tar.js";
 import { NO_REGISTRY, registryBinary, startRegistry, type Registry } from "./support/registry.js";
+import { refusal, expectRefusal } from "./support/refusals.js";
 
 const HEX = (c: string) => c.repeat(64);
 
@@ -96,15 +97,14 @@ describe("the mapping (pure)", () => {
   test("Given record bytes that are not the id's When mapped Then it is an internal error, never a manifest", () => {
     assert.throws(
       () => resolutionManifest({ id: `sha256-${HEX("0")}`, recordBytes: record, capture: null, trees: [], blobs: [] }),
-      (error: unknown) => error instanceof OatsError && error.code === "internal-error",
+      refusal("internal-error"),
     );
   });
 
   const refusedParse = (manifest: unknown, reason: string) =>
     assert.throws(
       () => parsePulledManifest(Buffer.from(JSON.stringify(manifest)), "test"),
-      (error: unknown) =>
-        error instanceof OatsError && error.code === "invalid-input" && error.details["reason"] === reason,
+      refusal("invalid-input", reason),
       reason,
     );
   const good = () => JSON.parse(encodeManifest(treesManifest([treeA])).bytes.toString());
@@ -250,13 +250,9 @@ async function refusedPull(
 ): Promise<{ scope: string; error: OatsError }> {
   const scope = await occupiedScope();
   const before = snapshotTree(scope);
-  let caught: unknown;
-  await pullFromRegistry(scope, reference).catch((error: unknown) => (caught = error));
-  assert.ok(caught instanceof OatsError, `expected an OatsError, got ${String(caught)}`);
-  assert.equal(caught.code, code, caught.message);
-  assert.equal(caught.details["reason"], reason, caught.message);
+  const error = await expectRefusal(pullFromRegistry(scope, reference), code, reason);
   assert.deepEqual(snapshotTree(scope), before, "the scope is byte-for-byte as it was");
-  return { scope, error: caught };
+  return { scope, error };
 }
 
 describe("pulls of hostile layers from a real registry", { skip }, () => {
@@ -318,11 +314,7 @@ describe("pulls of hostile layers from a real registry", { skip }, () => {
       ]);
       const scope = await occupiedScope();
       const before = snapshotTree(scope);
-      await assert.rejects(
-        pullFromRegistry(scope, reference),
-        (error: unknown) =>
-          error instanceof OatsError && error.code === "integrity-mismatch" && error.details["key"] === "evil",
-      );
+      await assert.rejects(pullFromRegistry(scope, reference), refusal("integrity-mismatch", { key: "evil" }));
       assert.deepEqual(snapshotTree(scope), before);
     },
   );

@@ -23,6 +23,7 @@ import { retainTree } from "../src/retention/index.js";
 import { resolveScope } from "../src/retention/store/components.js";
 import { tempDir } from "./helpers.js";
 import { NO_REGISTRY, registryBinary, startRegistry, type Registry } from "./support/registry.js";
+import { refusal } from "./support/refusals.js";
 
 let registry: Registry | null = null;
 const skip = registryBinary() === null ? NO_REGISTRY : false;
@@ -92,11 +93,7 @@ describe("push: the hashing pass and the upload pass of a layer", { skip }, () =
         );
         const { session } = openRegistry(to);
         assert.equal(await headBlob(session, layer.digest), null, "no blob under the hashed digest");
-        await assert.rejects(
-          getManifest(session, "v1"),
-          (error: unknown) => error instanceof OatsError && error.code === "artifact-not-found",
-          "nothing tagged",
-        );
+        await assert.rejects(getManifest(session, "v1"), refusal("artifact-not-found"), "nothing tagged");
       },
     );
   }

@@ -13,7 +13,6 @@ import assert from "node:assert/strict";
 import { mkdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { after, before, describe, test } from "node:test";
-import { OatsError } from "../src/core/errors.js";
 import { hashTreeLayer } from "../src/fleet/layer.js";
 import { pullFromRegistry } from "../src/fleet/pull.js";
 import { pushToRegistry } from "../src/fleet/push.js";
@@ -27,6 +26,7 @@ import {
   type InterceptingProxy,
 } from "./support/http-proxy.js";
 import { NO_REGISTRY, registryBinary, startRegistry, type Registry } from "./support/registry.js";
+import { refusal } from "./support/refusals.js";
 
 let registry: Registry | null = null;
 const skip = registryBinary() === null ? NO_REGISTRY : false;
@@ -90,15 +90,9 @@ async function pullsCleanly(reference: string): Promise<void> {
   assert.equal(pulled.artifacts[0]?.status, "retained");
 }
 
-function refusedWith(status: number, codes?: string[]) {
-  return (error: unknown): boolean => {
-    assert.ok(error instanceof OatsError, String(error));
-    assert.equal(error.code, "registry-refused", error.message);
-    assert.equal(error.details["status"], status, error.message);
-    if (codes) assert.deepEqual(error.details["registryErrors"], codes);
-    return true;
-  };
-}
+/** registry-refused with this HTTP status and, given `codes`, these registry error codes. */
+const refusedWith = (status: number, codes?: string[]) =>
+  refusal("registry-refused", { status }, codes && { registryErrors: codes });
 
 describe("push: a registry that is briefly wrong", { skip }, () => {
   test(

@@ -23,6 +23,7 @@ import {
 } from "../src/index.js";
 import { REPO, runOats, tempDir } from "./helpers.js";
 import { violation, type Schema } from "./schema-validator.js";
+import { refusal } from "./support/refusals.js";
 
 const DESIGN = join(REPO, "docs/design");
 const schemaOf = (name: SchemaName): Schema => JSON.parse(readFileSync(join(DESIGN, schemaFileName(name)), "utf8"));
@@ -126,7 +127,7 @@ describe("documented formats: the examples in formats.md", () => {
       for (const principal of ["alice@laptop-7", "mallory@build-01"]) {
         assert.throws(
           () => classificationGate({ effective: "confidential", principal, config }),
-          (error: unknown) => error instanceof OatsError && error.code === "classification-refused",
+          refusal("classification-refused"),
         );
       }
       assert.deepEqual(classificationGate({ effective: "internal", principal: "mallory@build-01", config }), {

@@ -12,18 +12,10 @@ import { createHash, randomBytes } from "node:crypto";
 import { hostname } from "node:os";
 import { join } from "node:path";
 import { describe, test } from "node:test";
-import {
-  FINDING_CLASSES,
-  canonicalJsonBytes,
-  fsckScope,
-  jsonDigest,
-  pin,
-  prepare,
-  type ScopeFsckReport,
-} from "../src/index.js";
+import { FINDING_CLASSES, canonicalJsonBytes, jsonDigest, pin, prepare, type ScopeFsckReport } from "../src/index.js";
 import { FIXTURE_LOCK, FIXTURE_PAYLOAD, runOats, snapshotTree, tempDir } from "./helpers.js";
+import { agents, fsckUnchanged } from "./support/scopes.js";
 
-const agents = (scope: string, ...parts: string[]) => join(scope, ".agents", ...parts);
 const host = () => createHash("sha256").update(hostname()).digest("hex").slice(0, 8);
 
 async function preparedScope(): Promise<{ scope: string; id: string; revision: string }> {
@@ -42,13 +34,6 @@ async function preparedScope(): Promise<{ scope: string; id: string; revision: s
     id: prepared.id,
     revision: `${artifact.kind}:${artifact.key}@${artifact.integrity.format}:${artifact.integrity.value}`,
   };
-}
-
-async function fsckUnchanged(scope: string): Promise<ScopeFsckReport> {
-  const before = snapshotTree(scope);
-  const report = await fsckScope(scope);
-  assert.deepEqual(snapshotTree(scope), before, "fsck changes nothing");
-  return report;
 }
 
 function others(report: ScopeFsckReport, ...allowed: string[]): Array<[string, unknown[]]> {

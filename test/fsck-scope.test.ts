@@ -33,6 +33,7 @@ import {
   type ScopeFsckReport,
 } from "../src/index.js";
 import { FIXTURE_LOCK, FIXTURE_PAYLOAD, runOats, snapshotTree, tempDir } from "./helpers.js";
+import { agents, fsckUnchanged } from "./support/scopes.js";
 
 interface Scope {
   scope: string;
@@ -78,16 +79,7 @@ async function populatedScope(): Promise<Scope> {
   };
 }
 
-const agents = (scope: string, ...parts: string[]) => join(scope, ".agents", ...parts);
-
 /** fsck, asserting it changed nothing at all. */
-async function fsckUnchanged(scope: string): Promise<ScopeFsckReport> {
-  const before = snapshotTree(scope);
-  const report = await fsckScope(scope);
-  assert.deepEqual(snapshotTree(scope), before, "fsck changes nothing");
-  return report;
-}
-
 function flipByte(path: string, at = 20): void {
   const bytes = readFileSync(path);
   bytes[at] = bytes[at] === 0x61 ? 0x62 : 0x61;

@@ -2,6 +2,8 @@ import assert from "node:assert/strict";
 import { execFileSync, spawn, spawnSync, type ChildProcess } from "node:child_process";
 import { createHash } from "node:crypto";
 import {
+  appendFileSync,
+  chmodSync,
   closeSync,
   cpSync,
   fsyncSync,
@@ -19,7 +21,6 @@ import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { after, before } from "node:test";
 import { setTimeout as sleep } from "node:timers/promises";
-import { OatsError } from "../src/core/errors.js";
 
 export const REPO = resolve(import.meta.dirname, "..");
 export const FIXTURE = join(REPO, "fixtures/packages/hello");
@@ -132,6 +133,22 @@ export async function treeOfFiles(prefix: string, files: Record<string, Buffer>)
   return root;
 }
 
+/** A fresh directory `tree` (inside a temporary one named by `prefix`) holding these text files, parents made. */
+export function makeTree(files: Record<string, string>, prefix = "oats-src-"): string {
+  const dir = join(tempDir(prefix), "tree");
+  for (const [path, text] of Object.entries(files)) {
+    mkdirSync(join(dir, path, ".."), { recursive: true });
+    writeFileSync(join(dir, path), text);
+  }
+  return dir;
+}
+
+/** Damage a retained (read-only) file: make it writable and append a line. */
+export function tamper(file: string): void {
+  chmodSync(file, 0o644);
+  appendFileSync(file, "tampered\n");
+}
+
 /** A copy of the fixture capability's payload that a test may change. */
 export function fixtureCopy(): string {
   const dir = join(tempDir("oats-src-"), "payload");
@@ -216,16 +233,26 @@ export function runJson(args: string[], options: Parameters<typeof runOats>[1] =
   return { ...run, envelope };
 }
 
-/** The refusal of a file that changed while it was read (invalid-artifact, changed-while-reading), naming `path`. */
-export async function refusedAsChanged(action: Promise<unknown>, path: string): Promise<OatsError> {
-  let caught: unknown;
-  await assert.rejects(action, (error: unknown) => {
-    caught = error;
-    return true;
-  });
-  assert.ok(caught instanceof OatsError, String(caught));
-  assert.equal(caught.code, "invalid-artifact");
-  assert.equal(caught.details.reason, "changed-while-reading");
-  assert.equal(caught.details.path, path);
-  return caught;
+type RunOptions = Parameters<typeof runOats>[1];
+
+/** `oats --json ...args` refused: exit status `exit`, `ok: false` and error.code `code`; the run, for more checks. */
+export function cliRefusal(args: string[], code: string, exit: number, options: RunOptions = {}) {
+  const run = runJson(args, options);
+  assert.equal(run.status, exit, run.stdout + run.stderr);
+  assert.equal(run.envelope.ok, false);
+  assert.equal(run.envelope.error!.code, code, run.stdout);
+  return run;
+}
+
+/** cliRefusal, and the envelope names `command` (null where no command was parsed). */
+export function commandRefusal(
+  args: string[],
+  code: string,
+  exit: number,
+  command: string | null,
+  options: RunOptions = {},
+) {
+  const run = cliRefusal(args, code, exit, options);
+  assert.equal(run.envelope.command, command);
+  return run;
 }

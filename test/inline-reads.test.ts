@@ -11,12 +11,14 @@ import {
   largeFilesReadInline,
   readLeavesInOrder,
   type FileConsumer,
-} from "../src/retention/digest/file-reader.js";
-import { nativeReadsAvailable } from "../src/retention/digest/native-reads.js";
-import { setReadHook } from "../src/retention/digest/read-hook.js";
-import { walkTree, type FileEntry } from "../src/retention/digest/walk.js";
+} from "../src/engine/file-reader.js";
+import { nativeReadsAvailable } from "../src/engine/native-reads.js";
+import { setReadHook } from "../src/engine/read-hook.js";
+import type { FileEntry } from "../src/engine/index.js";
+import { walkTree } from "../src/retention/digest/walk.js";
 import { acquireWorker, releaseWorker, workersHeld } from "../src/retention/parallel/pool.js";
-import { dropFromCache, holdPageCacheLock, patterned, refusedAsChanged, treeOfFiles } from "./helpers.js";
+import { dropFromCache, holdPageCacheLock, patterned, treeOfFiles } from "./helpers.js";
+import { refusedAsChanged } from "./support/refusals.js";
 
 holdPageCacheLock();
 

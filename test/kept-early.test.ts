@@ -7,7 +7,6 @@
 import assert from "node:assert/strict";
 import { execFileSync, spawnSync } from "node:child_process";
 import {
-  appendFileSync,
   chmodSync,
   cpSync,
   lstatSync,
@@ -21,47 +20,30 @@ import {
 } from "node:fs";
 import { dirname, join } from "node:path";
 import { after, test } from "node:test";
-import { OatsError } from "../src/core/errors.js";
+import type { OatsError } from "../src/core/errors.js";
 import { retainTree } from "../src/index.js";
 import { setParallelism, workersHeld } from "../src/retention/parallel/pool.js";
 import { listingShape } from "../src/retention/digest/listing-shape.js";
-import { setReadHook } from "../src/retention/digest/read-hook.js";
+import { setReadHook } from "../src/engine/read-hook.js";
 import { walkTree } from "../src/retention/digest/walk.js";
 import { mayMatch } from "../src/retention/store/kept-candidate.js";
 import { startEarlyCheck } from "../src/retention/store/kept-early.js";
 import { firstDifference, manifestPath } from "../src/retention/store/manifest.js";
 import { resolveScope } from "../src/retention/store/components.js";
-import { snapshotTree, tempDir } from "./helpers.js";
+import { snapshotTree, tempDir, makeTree, tamper } from "./helpers.js";
+import { rejection, refusal } from "./support/refusals.js";
 
 after(() => setParallelism(null));
 
 const EXEC = "oats.tree-exec.v1" as const;
 const OLD = new Date(1_000_000_000);
 
-function makeTree(files: Record<string, string>): string {
-  const dir = join(tempDir("oats-early-src-"), "tree");
-  for (const [path, text] of Object.entries(files)) {
-    mkdirSync(join(dir, path, ".."), { recursive: true });
-    writeFileSync(join(dir, path), text);
-  }
-  return dir;
-}
-
-function tamper(file: string): void {
-  chmodSync(file, 0o644);
-  appendFileSync(file, "tampered\n");
-}
-
+/** The refusal `promise` rejects with, once it has handed back the worker of its early check (held, it would keep the
+ * process alive). */
 const errorOf = async (promise: Promise<unknown>): Promise<OatsError> => {
-  try {
-    await promise;
-  } catch (error) {
-    assert.ok(error instanceof OatsError, `expected an OatsError, got ${String(error)}`);
-    // A refusal hands back the worker of its early check (held, it would keep the process alive).
-    assert.equal(workersHeld(), 0);
-    return error;
-  }
-  assert.fail("expected a refusal");
+  const error = await rejection(promise);
+  assert.equal(workersHeld(), 0);
+  return error;
 };
 
 /** `promise`, or a failure after `ms` (the timer does not keep the process alive). */
@@ -149,10 +131,7 @@ test(
       cpSync(keyDir, elsewhere, { recursive: true, verbatimSymlinks: true });
       rmSync(keyDir, { recursive: true, force: true });
       symlinkSync(elsewhere, keyDir);
-      assert.throws(
-        () => startEarlyCheck(request(scope, first.integrity.value)),
-        (error: unknown) => error instanceof OatsError && error.code === "invalid-artifact-store",
-      );
+      assert.throws(() => startEarlyCheck(request(scope, first.integrity.value)), refusal("invalid-artifact-store"));
       const refused = await errorOf(
         retainTree(scope, { kind: "capture", key: "nightly", source, expect: first.integrity }),
       );

@@ -126,6 +126,19 @@ describe("the layering check has teeth", () => {
     );
   });
 
+  test("a cycle between two subfolders of one layer is refused", () => {
+    const root = writeTree({
+      ...base,
+      "low/a/one.ts": 'import { two } from "../b/two.js";\nexport const one = two;\n',
+      "low/b/two.ts": 'import { three } from "../a/three.js";\nexport const two = three;\n',
+      "low/a/three.ts": "export const three = 3;\n",
+    });
+    assert.deepEqual(
+      checkLayering(root, ["low", "high"]).map((violation) => [violation.rule, violation.detail]),
+      [["cycle", "low/a -> low/b -> low/a"]],
+    );
+  });
+
   test("a lazy import() is held to the same rule as a static one", () => {
     const root = writeTree({
       ...base,

@@ -5,13 +5,13 @@ import { join } from "node:path";
 import { afterEach, test } from "node:test";
 import { OatsError } from "../src/core/errors.js";
 import { digestTree } from "../src/index.js";
-import { nativeReads, setNativeReads } from "../src/retention/digest/native-reads.js";
+import { nativeReads, setNativeReads } from "../src/engine/native-reads.js";
 import { walkTree } from "../src/retention/digest/walk.js";
 import { REPO, tempDir } from "./helpers.js";
 
 /**
  * The walk's directory calls in C (native/directories.c,
- * src/retention/digest/native-directories.ts): the same listing, digests
+ * src/engine/native-directories.ts): the same listing, digests
  * and refusals as the calls from JavaScript, names that could leave the
  * directory refused before any call, every errno carried out, and no
  * descriptor closed by anyone but its opener (Node warns in a worker

@@ -4,14 +4,14 @@ import { join } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
 import { afterEach, test, type TestContext } from "node:test";
 import { digestListing } from "../src/retention/digest/tree.js";
-import { nativeReads, setNativeReads } from "../src/retention/digest/native-reads.js";
+import { nativeReads, setNativeReads } from "../src/engine/native-reads.js";
 import {
   directoryWarmingsStarted,
   prefetchesStarted,
   setPrefetchMode,
   warmDirectories,
   type Prefetcher,
-} from "../src/retention/digest/prefetch.js";
+} from "../src/engine/prefetch.js";
 import { walkTree } from "../src/retention/digest/walk.js";
 import { dropPageCache, holdPageCacheLock, tempDir } from "./helpers.js";
 
@@ -160,8 +160,8 @@ test(
   async (t) => {
     const root = tempDir("oats-warm-depth-");
     const [first, second, third] = deepTree(root, 6, 3) as [string[], string[], string[]];
-    // Listing the depth-2 directories reads their blocks, which name the depth-3 ones: those must not be listed
-    // themselves.
+    // Listing the depth-2 directories reads their blocks, which name the depth-3 ones: those must not be
+    // listed themselves.
     const warmed = await afterWarming(t, root, 2, [...first, ...second]);
     if (warmed === null) return;
     assert.ok(warmed < 64, `depths 1 and 2 were listed (${warmed} block reads)`);

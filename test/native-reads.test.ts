@@ -15,7 +15,7 @@ import {
 import { join } from "node:path";
 import { afterEach, test } from "node:test";
 import { digestTree, retainTree } from "../src/index.js";
-import { SMALL_FILE_SIZE, readLeavesInOrder } from "../src/retention/digest/file-reader.js";
+import { SMALL_FILE_SIZE, readLeavesInOrder } from "../src/engine/file-reader.js";
 import {
   CHANGED,
   META_FIELDS,
@@ -24,11 +24,12 @@ import {
   nativeReads,
   nativeReadsAvailable,
   setNativeReads,
-} from "../src/retention/digest/native-reads.js";
-import { setReadHook } from "../src/retention/digest/read-hook.js";
+} from "../src/engine/native-reads.js";
+import { setReadHook } from "../src/engine/read-hook.js";
 import { PER_FILE_FSYNC_LIMIT } from "../src/retention/store/staging-writer.js";
 import { walkTree } from "../src/retention/digest/walk.js";
-import { REPO, refusedAsChanged, tempDir } from "./helpers.js";
+import { REPO, tempDir } from "./helpers.js";
+import { refusedAsChanged } from "./support/refusals.js";
 
 /**
  * The small-file reads in C (native/read-small.c) against real files: the

@@ -19,6 +19,7 @@ import {
   startRegistry,
   type Registry,
 } from "./support/registry.js";
+import { refusal } from "./support/refusals.js";
 
 /** Auth against real registries (htpasswd Basic, the token flow, TLS) and the credential sources. */
 
@@ -58,15 +59,9 @@ function assertNoSecret(error: unknown, ...secrets: string[]): void {
     assert.ok(!seen.includes(secret), `the error shows a secret: ${seen.slice(0, 400)}`);
 }
 
-function refusal(code: string, reason?: string, ...secrets: string[]) {
-  return (error: unknown): boolean => {
-    assert.ok(error instanceof OatsError, String(error));
-    assert.equal(error.code, code, error.message);
-    if (reason) assert.equal(error.details["reason"], reason, error.message);
-    assertNoSecret(error, ...secrets);
-    return true;
-  };
-}
+/** A refusal (with `reason`, when given) that shows no secret: neither the registry's nor any of `secrets`. */
+const secretFreeRefusal = (code: string, reason?: string, ...secrets: string[]) =>
+  refusal(code, reason, (error) => assertNoSecret(error, ...secrets));
 
 async function roundTrip(client: OciClient): Promise<void> {
   const bytes = randomBytes(2000);
@@ -83,17 +78,17 @@ test(
     const digest = sha256(Buffer.from("x"));
     await assert.rejects(
       new OciClient(basic.ref("oats/auth"), { env: cleanEnv() }).headBlob(digest),
-      refusal("registry-refused", "unauthorized"),
+      secretFreeRefusal("registry-refused", "unauthorized"),
     );
     await assert.rejects(
       new OciClient(basic.ref("oats/auth"), {
         env: cleanEnv({ OATS_REGISTRY_USER: REGISTRY_USER, OATS_REGISTRY_PASSWORD: "wrong-password-here" }),
       }).headBlob(digest),
-      refusal("registry-refused", "unauthorized", "wrong-password-here"),
+      secretFreeRefusal("registry-refused", "unauthorized", "wrong-password-here"),
     );
     await assert.rejects(
       new OciClient(basic.ref("oats/auth"), { env: cleanEnv({ OATS_REGISTRY_USER: REGISTRY_USER }) }).headBlob(digest),
-      refusal("invalid-input"),
+      secretFreeRefusal("invalid-input"),
     );
     await roundTrip(
       new OciClient(basic.ref("oats/auth"), {
@@ -110,7 +105,7 @@ test(
     if (!HAVE) return t.skip(NO_REGISTRY);
     await assert.rejects(
       new OciClient(token.ref("oats/token"), { env: cleanEnv() }).headBlob(sha256(Buffer.from("x"))),
-      refusal("registry-refused", "unauthorized"),
+      secretFreeRefusal("registry-refused", "unauthorized"),
     );
     assert.equal(token.tokenRequests.at(-1)?.authorized, false);
     await roundTrip(
@@ -172,19 +167,20 @@ test(
     writeFileSync(join(dockerDir, "config.json"), JSON.stringify({ credsStore: `x; touch ${marker}` }));
     await assert.rejects(
       resolveCredentials(basic.host, { env: helperEnv }),
-      (error: unknown) => refusal("invalid-input")(error) && /not a plain name/.test((error as Error).message),
+      (error: unknown) =>
+        secretFreeRefusal("invalid-input")(error) && /not a plain name/.test((error as Error).message),
     );
     assert.throws(() => readFileSync(marker));
     // A helper that fails, or answers nonsense, is refused without echoing what it printed.
     writeFileSync(join(bin, "docker-credential-oatsbad"), `#!/bin/sh\necho '${REGISTRY_PASSWORD}'\n`);
     chmodSync(join(bin, "docker-credential-oatsbad"), 0o755);
     writeFileSync(join(dockerDir, "config.json"), JSON.stringify({ credsStore: "oatsbad" }));
-    await assert.rejects(resolveCredentials(basic.host, { env: helperEnv }), refusal("invalid-input"));
+    await assert.rejects(resolveCredentials(basic.host, { env: helperEnv }), secretFreeRefusal("invalid-input"));
     writeFileSync(join(dockerDir, "config.json"), JSON.stringify({ credsStore: "absent-helper" }));
-    await assert.rejects(resolveCredentials(basic.host, { env: helperEnv }), refusal("invalid-input"));
+    await assert.rejects(resolveCredentials(basic.host, { env: helperEnv }), secretFreeRefusal("invalid-input"));
     // A config file that is not JSON is refused without quoting it.
     writeFileSync(join(dockerDir, "config.json"), `{"auths": {"${basic.host}": {"auth": "${BASE64}"`);
-    await assert.rejects(resolveCredentials(basic.host, { env: helperEnv }), refusal("invalid-input"));
+    await assert.rejects(resolveCredentials(basic.host, { env: helperEnv }), secretFreeRefusal("invalid-input"));
     // Podman's auth file comes first.
     writeFileSync(join(bin, "auth.json"), JSON.stringify({ auths: { [basic.host]: { auth: BASE64 } } }));
     assert.equal(
@@ -203,10 +199,10 @@ test(
       env: cleanEnv({ OATS_REGISTRY_USER: REGISTRY_USER, OATS_REGISTRY_PASSWORD: REGISTRY_PASSWORD }),
     });
     assert.equal(client.session.origin, `https://${tls.host}`);
-    await assert.rejects(client.headBlob(sha256(Buffer.from("x"))), refusal("registry-refused", "tls"));
+    await assert.rejects(client.headBlob(sha256(Buffer.from("x"))), secretFreeRefusal("registry-refused", "tls"));
     await assert.rejects(
       client.putBlob(bufferSource(Buffer.from("x"), sha256(Buffer.from("x")))),
-      refusal("registry-refused", "tls"),
+      secretFreeRefusal("registry-refused", "tls"),
     );
   },
 );
@@ -245,7 +241,7 @@ test(
       t.after(() => registry.close());
       await assert.rejects(
         new OciClient(`http://${registry.host}/oats/fleet`, { env }).headBlob(sha256(Buffer.from("x"))),
-        refusal("registry-refused", challenge.startsWith("Bearer") ? "auth-realm" : "unauthorized"),
+        secretFreeRefusal("registry-refused", challenge.startsWith("Bearer") ? "auth-realm" : "unauthorized"),
       );
       assert.equal(registry.requests.length, 1);
       assert.equal(registry.requests[0]!.headers.authorization, undefined);
@@ -274,7 +270,7 @@ test(
         Buffer.from('{"schemaVersion":2}'),
         "application/vnd.oci.image.manifest.v1+json",
       ),
-      refusal("registry-refused", "protocol"),
+      secretFreeRefusal("registry-refused", "protocol"),
     );
     const split = await startFakeRegistry((request, response) => {
       if (request.url?.startsWith("/token")) response.writeHead(200).end(JSON.stringify({ token: "abc\r\nX-Evil: 1" }));
@@ -286,7 +282,7 @@ test(
     t.after(() => split.close());
     await assert.rejects(
       new OciClient(`http://${split.host}/oats/fleet`, { env }).headBlob(sha256(Buffer.from("x"))),
-      refusal("registry-refused", "protocol"),
+      secretFreeRefusal("registry-refused", "protocol"),
     );
   },
 );

@@ -2,23 +2,14 @@ import assert from "node:assert/strict";
 import { createHash, randomBytes } from "node:crypto";
 import net from "node:net";
 import { test } from "node:test";
-import { OatsError } from "../src/core/errors.js";
 import { bufferSource, OCI_MANIFEST, OciClient } from "../src/oci/index.js";
 import { startFakeRegistry, type Handler } from "./support/fake-registry.js";
+import { refusal } from "./support/refusals.js";
 
 /** Registries that lie, misbehave or are not there: every answer is a typed refusal. */
 
 function sha256(bytes: Buffer): string {
   return `sha256:${createHash("sha256").update(bytes).digest("hex")}`;
-}
-
-function refused(code: string, reason?: string) {
-  return (error: unknown): boolean => {
-    assert.ok(error instanceof OatsError, String(error));
-    assert.equal(error.code, code, `${error.code}: ${error.message}`);
-    if (reason !== undefined) assert.equal(error.details["reason"], reason, error.message);
-    return true;
-  };
 }
 
 async function drain(stream: NodeJS.ReadableStream): Promise<Buffer> {
@@ -58,16 +49,16 @@ test("an upload the registry reports under a different digest is integrity-misma
       response.writeHead(201, { "docker-content-digest": other, location: `/v2/oats/fleet/blobs/${digest}` }).end(),
     ),
   );
-  await assert.rejects(header.client.putBlob(bufferSource(bytes, sha256(bytes))), refused("integrity-mismatch"));
+  await assert.rejects(header.client.putBlob(bufferSource(bytes, sha256(bytes))), refusal("integrity-mismatch"));
   await assert.rejects(
     header.client.putBlob(bufferSource(bytes, sha256(bytes)), { chunked: true, chunkSize: 30 }),
-    refused("integrity-mismatch"),
+    refusal("integrity-mismatch"),
   );
   const location = await fake(
     t,
     uploads((response) => response.writeHead(201, { location: `/v2/oats/fleet/blobs/${other}` }).end()),
   );
-  await assert.rejects(location.client.putBlob(bufferSource(bytes, sha256(bytes))), refused("integrity-mismatch"));
+  await assert.rejects(location.client.putBlob(bufferSource(bytes, sha256(bytes))), refusal("integrity-mismatch"));
   const honest = await fake(
     t,
     uploads((response, digest) =>
@@ -85,8 +76,8 @@ test("a blob served with other bytes, or a HEAD naming another digest, is integr
       response.writeHead(200, { "content-length": "64", "docker-content-digest": sha256(served) }).end();
     else response.writeHead(200, { "content-length": "64" }).end(served);
   });
-  await assert.rejects(async () => drain(await client.getBlob(sha256(asked))), refused("integrity-mismatch"));
-  await assert.rejects(client.headBlob(sha256(asked)), refused("integrity-mismatch"));
+  await assert.rejects(async () => drain(await client.getBlob(sha256(asked))), refusal("integrity-mismatch"));
+  await assert.rejects(client.headBlob(sha256(asked)), refusal("integrity-mismatch"));
 });
 
 test(
@@ -112,10 +103,7 @@ test(
           .end('{"errors":[{"code":"BLOB_UNKNOWN","message":"blob unknown"}]}');
     });
     assert.ok((await client.getManifest("v1")).bytes.equals(manifest));
-    await assert.rejects(
-      client.getBlob(missing),
-      (error: unknown) => refused("blob-not-found")(error) && (error as OatsError).details["digest"] === missing,
-    );
+    await assert.rejects(client.getBlob(missing), refusal("blob-not-found", { digest: missing }));
   },
 );
 
@@ -157,19 +145,19 @@ test(
       if (answer) answer(response);
       else response.writeHead(404).end();
     });
-    await assert.rejects(client.getManifest("big"), refused("invalid-artifact", "too-large"));
-    await assert.rejects(client.getManifest("bigchunked"), refused("invalid-artifact", "too-large"));
-    await assert.rejects(client.getManifest("mediatype"), refused("invalid-artifact", "media-type"));
-    await assert.rejects(client.getManifest("liar"), refused("invalid-artifact", "media-type"));
-    await assert.rejects(client.getManifest("notjson"), refused("invalid-artifact", "not-json"));
-    await assert.rejects(client.getManifest("schema1"), refused("invalid-artifact", "schema-version"));
-    await assert.rejects(client.getManifest("header"), refused("integrity-mismatch"));
-    await assert.rejects(client.getManifest(sha256(Buffer.from("something else"))), refused("integrity-mismatch"));
+    await assert.rejects(client.getManifest("big"), refusal("invalid-artifact", "too-large"));
+    await assert.rejects(client.getManifest("bigchunked"), refusal("invalid-artifact", "too-large"));
+    await assert.rejects(client.getManifest("mediatype"), refusal("invalid-artifact", "media-type"));
+    await assert.rejects(client.getManifest("liar"), refusal("invalid-artifact", "media-type"));
+    await assert.rejects(client.getManifest("notjson"), refusal("invalid-artifact", "not-json"));
+    await assert.rejects(client.getManifest("schema1"), refusal("invalid-artifact", "schema-version"));
+    await assert.rejects(client.getManifest("header"), refusal("integrity-mismatch"));
+    await assert.rejects(client.getManifest(sha256(Buffer.from("something else"))), refusal("integrity-mismatch"));
     assert.equal((await client.getManifest(sha256(good))).digest, sha256(good));
     // The caller may narrow what it accepts.
     await assert.rejects(
       client.getManifest(sha256(good), { accept: ["application/vnd.oci.image.index.v1+json"] }),
-      refused("invalid-artifact", "media-type"),
+      refusal("invalid-artifact", "media-type"),
     );
   },
 );
@@ -193,11 +181,11 @@ test(
     assert.ok((await drain(await client.getBlob(sha256(bytes)))).equals(bytes));
     assert.equal(server.requests.filter((r) => r.url.startsWith("/storage/")).length, 1);
     const other = sha256(Buffer.from("other"));
-    await assert.rejects(client.getBlob(other), refused("registry-refused", "redirect-other-host"));
-    await assert.rejects(client.getManifest("v1"), refused("registry-refused", "redirect-other-host"));
+    await assert.rejects(client.getBlob(other), refusal("registry-refused", "redirect-other-host"));
+    await assert.rejects(client.getManifest("v1"), refusal("registry-refused", "redirect-other-host"));
     await assert.rejects(
       client.putBlob(bufferSource(bytes, sha256(bytes))),
-      refused("registry-refused", "redirect-other-host"),
+      refusal("registry-refused", "redirect-other-host"),
     );
     assert.deepEqual(elsewhere.requests, [], "the other host saw no request");
   },
@@ -211,11 +199,11 @@ test("a registry that is down is registry-refused (unreachable), before and duri
     });
   });
   const client = new OciClient(`http://127.0.0.1:${port}/oats/fleet`);
-  await assert.rejects(client.headBlob(sha256(Buffer.from("x"))), refused("registry-refused", "unreachable"));
-  await assert.rejects(client.getManifest("v1"), refused("registry-refused", "unreachable"));
+  await assert.rejects(client.headBlob(sha256(Buffer.from("x"))), refusal("registry-refused", "unreachable"));
+  await assert.rejects(client.getManifest("v1"), refusal("registry-refused", "unreachable"));
   await assert.rejects(
     client.putBlob(bufferSource(Buffer.from("x"), sha256(Buffer.from("x")))),
-    refused("registry-refused", "unreachable"),
+    refusal("registry-refused", "unreachable"),
   );
   // A registry that hangs up in the middle of a blob.
   const bytes = randomBytes(100_000);
@@ -225,7 +213,7 @@ test("a registry that is down is registry-refused (unreachable), before and duri
   });
   await assert.rejects(
     async () => drain(await cut.getBlob(sha256(bytes))),
-    refused("registry-refused", "connection-lost"),
+    refusal("registry-refused", "connection-lost"),
   );
 });
 
@@ -245,13 +233,13 @@ test("a registry that says it holds other than what a PATCH sent, or that stops 
   const bytes = randomBytes(300);
   await assert.rejects(
     client.putBlob(bufferSource(bytes, sha256(bytes)), { chunked: true, chunkSize: 100 }),
-    refused("registry-refused", "protocol"),
+    refusal("registry-refused", "protocol"),
   );
   const silent = await startFakeRegistry(() => undefined);
   t.after(() => silent.close());
   await assert.rejects(
     new OciClient(`http://${silent.host}/oats/fleet`, { idleTimeoutMs: 200 }).headBlob(sha256(bytes)),
-    refused("registry-refused", "unreachable"),
+    refusal("registry-refused", "unreachable"),
   );
 });
 

@@ -4,9 +4,8 @@ import { readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import net from "node:net";
 import { after, before, test } from "node:test";
-import { OatsError } from "../src/core/errors.js";
 import type { EvidenceFileName } from "../src/evidence/transport.js";
-import { ociTransport, runManifest, runTag } from "../src/evidence/transports/oci.js";
+import { ociTransport, runManifest, runTag } from "../src/evidence/transport-oci.js";
 import { OciClient } from "../src/oci/index.js";
 import { enqueueSealedRun, listOutbox, outboxEntries, pushEvidence, readDelivered } from "../src/index.js";
 import { runJson, snapshotTree, tempDir } from "./helpers.js";
@@ -14,6 +13,7 @@ import { startFakeRegistry } from "./support/fake-registry.js";
 import { startInterceptingProxy } from "./support/http-proxy.js";
 import { makeSealedRun } from "./support/sealed-runs.js";
 import { NO_REGISTRY, registryBinary, sha256, startRegistry, type Registry } from "./support/registry.js";
+import { refusal } from "./support/refusals.js";
 
 /** Sealed runs as OCI artifacts: put, read back from the registry, idempotence, refusals. */
 
@@ -59,11 +59,7 @@ test("a sealed run goes up as one artifact and reads back, byte for byte, from t
   assert.equal((await client.getManifest(runTag(run.runId))).digest, manifest.digest);
   // The same run id with other content is refused, and the registry keeps the first.
   const other = { ...run, files: new Map(run.files).set("log", Buffer.from("forged\n")) };
-  await assert.rejects(
-    transport.put(other),
-    (error: unknown) =>
-      error instanceof OatsError && error.code === "integrity-mismatch" && error.details["reason"] === "other-content",
-  );
+  await assert.rejects(transport.put(other), refusal("integrity-mismatch", "other-content"));
   assert.ok((await transport.readBack(run.runId))!.get("log")!.equals(run.files.get("log")!));
 });
 
@@ -78,10 +74,7 @@ test(
     const tampered = Buffer.from(log);
     tampered[0] = 0x21;
     writeFileSync(registry.blobPath(sha256(log)), tampered);
-    await assert.rejects(
-      transport.readBack(run.runId),
-      (error: unknown) => error instanceof OatsError && error.code === "integrity-mismatch",
-    );
+    await assert.rejects(transport.readBack(run.runId), refusal("integrity-mismatch"));
   },
 );
 
@@ -101,17 +94,11 @@ test(
       reason: "unreachable",
     });
     assert.deepEqual(await ociTransport(tls.ref("oats/evidence")).probe(), { state: "unreachable", reason: "tls" });
-    assert.throws(
-      () => ociTransport(registry.ref("oats/evidence", ":latest")),
-      (error: unknown) => error instanceof OatsError && error.code === "invalid-input",
-    );
-    assert.throws(
-      () => ociTransport("http://10.1.2.3/oats/evidence"),
-      (error: unknown) => error instanceof OatsError && error.code === "registry-refused",
-    );
+    assert.throws(() => ociTransport(registry.ref("oats/evidence", ":latest")), refusal("invalid-input"));
+    assert.throws(() => ociTransport("http://10.1.2.3/oats/evidence"), refusal("registry-refused"));
     await assert.rejects(
       ociTransport(registry.ref("oats/evidence")).readBack("not-a-run-id"),
-      (error: unknown) => error instanceof OatsError && error.code === "invalid-input",
+      refusal("invalid-input"),
     );
   },
 );
@@ -140,10 +127,7 @@ test("read back refuses a tag that names another run or an artifact of another t
       else response.writeHead(404).end();
     });
     t.after(() => fake.close());
-    await assert.rejects(
-      ociTransport(`http://${fake.host}/oats/evidence`).readBack(run.runId),
-      (error: unknown) => error instanceof OatsError && error.code === code,
-    );
+    await assert.rejects(ociTransport(`http://${fake.host}/oats/evidence`).readBack(run.runId), refusal(code));
   }
 });
 

@@ -2,6 +2,7 @@ import assert from "node:assert/strict";
 import { test } from "node:test";
 import { OatsError } from "../src/core/errors.js";
 import { formatOciReference, isLoopbackHost, OciClient, parseOciReference } from "../src/oci/index.js";
+import { refusal } from "./support/refusals.js";
 
 const DIGEST = `sha256:${"ab".repeat(32)}`;
 
@@ -48,11 +49,7 @@ test("OCI references: bad input is invalid-artifact-reference and a reference wi
     "oci://registry.example.com/repo#frag",
   ];
   for (const text of bad) {
-    assert.throws(
-      () => parseOciReference(text),
-      (error: unknown) => error instanceof OatsError && error.code === "invalid-artifact-reference",
-      text,
-    );
+    assert.throws(() => parseOciReference(text), refusal("invalid-artifact-reference"), text);
   }
   assert.throws(
     () => parseOciReference("oci://alice:hunter2-secret@registry.example.com/repo"),

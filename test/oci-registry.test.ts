@@ -8,6 +8,7 @@ import { OatsError } from "../src/core/errors.js";
 import { bufferSource, fileSource, OCI_MANIFEST, OciClient } from "../src/oci/index.js";
 import { tempDir } from "./helpers.js";
 import { NO_REGISTRY, registryBinary, sha256, startRegistry, type Registry } from "./support/registry.js";
+import { refusal } from "./support/refusals.js";
 
 /** The client against a real CNCF distribution registry on loopback. */
 
@@ -68,13 +69,10 @@ test("a blob sent with the wrong digest is refused by the registry as integrity-
   const client = new OciClient(registry.ref("oats/wrong"));
   const bytes = randomBytes(500);
   const claimed = sha256(Buffer.from("something else"));
-  await assert.rejects(
-    client.putBlob(bufferSource(bytes, claimed)),
-    (error: unknown) => error instanceof OatsError && error.code === "integrity-mismatch",
-  );
+  await assert.rejects(client.putBlob(bufferSource(bytes, claimed)), refusal("integrity-mismatch"));
   await assert.rejects(
     client.putBlob(bufferSource(bytes, claimed), { chunked: true, chunkSize: 100 }),
-    (error: unknown) => error instanceof OatsError && error.code === "integrity-mismatch",
+    refusal("integrity-mismatch"),
   );
   assert.equal(await client.headBlob(claimed), null);
 });
@@ -94,15 +92,11 @@ test("a blob corrupted inside the registry's storage fails the verifying stream"
       error instanceof OatsError && error.code === "integrity-mismatch" && error.details["actual"] === sha256(tampered),
   );
   writeFileSync(registry.blobPath(digest), bytes.subarray(0, 4000));
-  await assert.rejects(
-    drainToBuffer(await client.getBlob(digest, { size: 4096 })),
-    (error: unknown) => error instanceof OatsError && error.code === "integrity-mismatch",
-  );
+  await assert.rejects(drainToBuffer(await client.getBlob(digest, { size: 4096 })), refusal("integrity-mismatch"));
   writeFileSync(registry.blobPath(digest), bytes);
   await assert.rejects(
     async () => drainToBuffer(await client.getBlob(digest, { maxBytes: 4095 })),
-    (error: unknown) =>
-      error instanceof OatsError && error.code === "invalid-artifact" && error.details["reason"] === "too-large",
+    refusal("invalid-artifact", "too-large"),
   );
 });
 
@@ -110,18 +104,9 @@ test("missing blobs and manifests are typed: blob-not-found, artifact-not-found"
   if (!HAVE) return t.skip(NO_REGISTRY);
   const client = new OciClient(registry.ref("oats/missing"));
   const digest = sha256(Buffer.from("never pushed"));
-  await assert.rejects(
-    client.getBlob(digest),
-    (error: unknown) => error instanceof OatsError && error.code === "blob-not-found",
-  );
-  await assert.rejects(
-    client.getManifest("nope"),
-    (error: unknown) => error instanceof OatsError && error.code === "artifact-not-found",
-  );
-  await assert.rejects(
-    client.getManifest(digest),
-    (error: unknown) => error instanceof OatsError && error.code === "artifact-not-found",
-  );
+  await assert.rejects(client.getBlob(digest), refusal("blob-not-found"));
+  await assert.rejects(client.getManifest("nope"), refusal("artifact-not-found"));
+  await assert.rejects(client.getManifest(digest), refusal("artifact-not-found"));
   assert.deepEqual(await client.listTags(), []);
 });
 
@@ -159,18 +144,11 @@ test(
     ]);
     await assert.rejects(
       client.putManifest("dangling", dangling, OCI_MANIFEST),
-      (error: unknown) =>
-        error instanceof OatsError && error.code === "registry-refused" && error.details["reason"] === "protocol",
+      refusal("registry-refused", "protocol"),
     );
-    await assert.rejects(
-      client.getManifest("dangling"),
-      (error: unknown) => error instanceof OatsError && error.code === "artifact-not-found",
-    );
+    await assert.rejects(client.getManifest("dangling"), refusal("artifact-not-found"));
     // Putting under a digest that is not the bytes' digest is refused before sending.
-    await assert.rejects(
-      client.putManifest(sha256(config), bytes, OCI_MANIFEST),
-      (error: unknown) => error instanceof OatsError && error.code === "invalid-input",
-    );
+    await assert.rejects(client.putManifest(sha256(config), bytes, OCI_MANIFEST), refusal("invalid-input"));
     assert.equal(await text(await client.getBlob(sha256(config))), '{"oats":"record"}');
   },
 );

@@ -7,10 +7,10 @@
  */
 import assert from "node:assert/strict";
 import { execFileSync } from "node:child_process";
-import { appendFileSync, chmodSync, mkdirSync, readdirSync, rmSync, utimesSync, writeFileSync } from "node:fs";
+import { readdirSync, rmSync, utimesSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { after, test } from "node:test";
-import { OatsError } from "../src/core/errors.js";
+import type { OatsError } from "../src/core/errors.js";
 import { fsck, retainTree, verifyTree } from "../src/index.js";
 import {
   DigestWorker,
@@ -22,33 +22,10 @@ import {
 import { verifyTreeWith } from "../src/retention/verify.js";
 import { setFaultHook } from "../src/retention/store/faults.js";
 import { verifyAllTrees, verifyTrees } from "../src/retention/verify-many.js";
-import { REPO, snapshotTree, tempDir } from "./helpers.js";
+import { REPO, snapshotTree, tempDir, makeTree, tamper } from "./helpers.js";
+import { rejection } from "./support/refusals.js";
 
 after(() => setParallelism(null));
-
-function makeTree(files: Record<string, string>): string {
-  const dir = join(tempDir("oats-par-src-"), "tree");
-  for (const [path, text] of Object.entries(files)) {
-    mkdirSync(join(dir, path, ".."), { recursive: true });
-    writeFileSync(join(dir, path), text);
-  }
-  return dir;
-}
-
-function tamper(file: string): void {
-  chmodSync(file, 0o644);
-  appendFileSync(file, "tampered\n");
-}
-
-const errorOf = async (promise: Promise<unknown>): Promise<OatsError> => {
-  try {
-    await promise;
-  } catch (error) {
-    assert.ok(error instanceof OatsError, `expected an OatsError, got ${String(error)}`);
-    return error;
-  }
-  assert.fail("expected a refusal");
-};
 
 const noStaging = (step: string) => {
   throw new Error(`no staging expected, reached ${step}`);
@@ -64,8 +41,8 @@ test(
       const job = { dir: tree, formats: ["oats.tree-exec.v1", "oats.tree-legacy.v0"] as const };
       assert.deepEqual(await worker.measure(job), await measureHere(job));
       execFileSync("mkfifo", [join(tree, "sub", "pipe")]);
-      const here = await errorOf(measureHere(job));
-      const there = await errorOf(worker.measure(job));
+      const here = await rejection(measureHere(job));
+      const there = await rejection(worker.measure(job));
       assert.equal(here.code, "invalid-artifact");
       assert.deepEqual(there.toJSON(), here.toJSON());
     } finally {
@@ -163,7 +140,7 @@ test(
         settled.map((outcome) => (outcome.ok ? outcome : { ok: false, error: (outcome.error as OatsError).toJSON() })),
         sequential,
       );
-      const refusal = await errorOf(verifyAllTrees(scope, refs));
+      const refusal = await rejection(verifyAllTrees(scope, refs));
       assert.equal(refusal.code, "integrity-mismatch");
       assert.equal(refusal.details["reason"], "damaged-revision");
       assert.equal((await verifyAllTrees(scope, refs.slice(0, 2))).length, 2);
@@ -196,12 +173,12 @@ for (const lanes of [1, 2]) {
         tamper(join(first.dir, "a.txt"));
         writeFileSync(join(source, "a.txt"), "ONE");
         const before = snapshotTree(scope);
-        const differs = await errorOf(
+        const differs = await rejection(
           retainTree(scope, { kind: "capture", key: "nightly", source, expect: first.integrity }),
         );
         assert.equal(differs.details["reason"], "source-differs");
         writeFileSync(join(source, "a.txt"), "one");
-        const damaged = await errorOf(
+        const damaged = await rejection(
           retainTree(scope, { kind: "capture", key: "nightly", source, expect: first.integrity }),
         );
         assert.equal(damaged.code, "integrity-mismatch");
@@ -253,7 +230,7 @@ for (const lanes of [1, 2]) {
         tamper(join(first.dir, "b", "c.txt"));
         const before = snapshotTree(scope);
         setFaultHook(noStaging);
-        const damaged = await errorOf(retainTree(scope, { kind: "capture", key: "nightly", source }));
+        const damaged = await rejection(retainTree(scope, { kind: "capture", key: "nightly", source }));
         assert.equal(damaged.code, "integrity-mismatch");
         assert.equal(damaged.details["reason"], "damaged-revision");
         assert.deepEqual(snapshotTree(scope), before);

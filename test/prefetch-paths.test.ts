@@ -9,9 +9,9 @@ import assert from "node:assert/strict";
 import { mkdirSync, symlinkSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { afterEach, test } from "node:test";
-import { setNativeReads } from "../src/retention/digest/native-reads.js";
+import { setNativeReads } from "../src/engine/native-reads.js";
 import { digestListing } from "../src/retention/digest/tree.js";
-import { prefetchMode, setPrefetchMode, startPrefetch } from "../src/retention/digest/prefetch.js";
+import { prefetchMode, setPrefetchMode, startPrefetch } from "../src/engine/prefetch.js";
 import { walkTree } from "../src/retention/digest/walk.js";
 import { dropPageCache, holdPageCacheLock, tempDir } from "./helpers.js";
 

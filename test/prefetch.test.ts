@@ -4,18 +4,18 @@ import { chmodSync, mkdirSync, renameSync, symlinkSync, unlinkSync, writeFileSyn
 import { join } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
 import { afterEach, test } from "node:test";
-import { OatsError } from "../src/core/errors.js";
 import { digestTree } from "../src/index.js";
-import { setNativeReads } from "../src/retention/digest/native-reads.js";
-import { prefetchesStarted, setPrefetchMode, startPrefetch } from "../src/retention/digest/prefetch.js";
-import { setReadHook } from "../src/retention/digest/read-hook.js";
+import { setNativeReads } from "../src/engine/native-reads.js";
+import { prefetchesStarted, setPrefetchMode, startPrefetch } from "../src/engine/prefetch.js";
+import { setReadHook } from "../src/engine/read-hook.js";
 import { walkTree } from "../src/retention/digest/walk.js";
 import { dropPageCache, holdPageCacheLock, tempDir } from "./helpers.js";
+import { refusal } from "./support/refusals.js";
 
 holdPageCacheLock();
 
 /**
- * The read-ahead (src/retention/digest/prefetch.ts) only warms the page
+ * The read-ahead (src/engine/prefetch.ts) only warms the page
  * cache: a digest read with it is the digest read without it, the reader's
  * checks still refuse what changed, and a leaf swapped for something
  * hostile after the walk (a FIFO no one writes, a symlink to one) neither
@@ -73,13 +73,10 @@ for (const { way, native } of WAYS) {
       setReadHook((path) => {
         if (path === target) writeFileSync(join(root, target), "rewritten while read\n");
       });
-      await assert.rejects(digestTree(root), (error: unknown) => {
-        assert.ok(error instanceof OatsError, String(error));
-        assert.equal(error.code, "invalid-artifact");
-        assert.equal(error.details.reason, "changed-while-reading");
-        assert.equal(error.details.path, target);
-        return true;
-      });
+      await assert.rejects(
+        digestTree(root),
+        refusal("invalid-artifact", { reason: "changed-while-reading", path: target }),
+      );
     },
   );
 
@@ -114,10 +111,7 @@ for (const { way, native } of WAYS) {
     assert.equal(outcome, "finished");
     // The reader, not the workers, is what refuses the swap.
     setPrefetchMode("always");
-    await assert.rejects(
-      digestTree(root),
-      (error: unknown) => error instanceof OatsError && error.code === "invalid-artifact",
-    );
+    await assert.rejects(digestTree(root), refusal("invalid-artifact"));
   });
 
   test(`${way}: the read-ahead stops when the reader stops early, however far behind they are`, async () => {

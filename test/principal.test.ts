@@ -310,8 +310,8 @@ describe("oats as nobody inside `unshare --user --map-root-user --uts` (the forg
       assert.equal(run.envelope.error!.code, "classification-refused", JSON.stringify(run.envelope));
       assert.equal(run.envelope.error!.details["reason"], "user-namespace", JSON.stringify(run.envelope));
       assert.notEqual(run.status, 0);
-      // approve and revoke try to audit their refusal; the principal refuses that too, so the error says it was not
-      // audited.
+      // approve and revoke try to audit their refusal; the principal refuses that too, so the error says it was
+      // not audited.
       if (args[0] !== "dispatch")
         assert.equal(
           typeof (run.envelope.error!.details["audit"] as { unavailable?: unknown } | undefined)?.unavailable,
@@ -327,8 +327,8 @@ describe("oats as nobody inside `unshare --user --map-root-user --uts` (the forg
     // each bind-mounted over ours). Following its namespace link then needs ptrace access to it, which a process
     // in a child user namespace lacks: still refused, still nothing written.
     // Last, no directory lent and the maps replaced by a file of the attacker's own that reads as the initial map:
-    // only the namespace inode tells. (Lent maps would not do: the kernel prints a map relative to the reader's
-    // namespace.)
+    // only the namespace inode tells. (Lent maps would not do: the kernel prints a map relative to the
+    // reader's namespace.)
     for (const lend of ["ns", "", null]) {
       const lendDir = lend === null ? "" : `mount --bind /proc/'"$lender"'/${lend} /proc/$$/${lend} && `;
       const maps = lend === null ? `"$HOME/map"` : `/proc/'"$lender"'/uid_map`;

@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { CLEAR, createProgress, formatDuration, formatProgressLine } from "../src/cli/progress.js";
+import { CLEAR, createProgress, formatDuration, formatProgressLine } from "../src/cli/support/progress.js";
 
 const MiB = 1024 * 1024;
 

@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
 import { join } from "node:path";
 import { test } from "node:test";
-import { CLEAR } from "../src/cli/progress.js";
+import { CLEAR } from "../src/cli/support/progress.js";
 import { runOats, tempDir } from "./helpers.js";
 import { makeBigTree, runOatsPty } from "./support/big-tree.js";
 

@@ -13,9 +13,9 @@ import { describe, test, type TestContext } from "node:test";
 import { readAudit } from "../src/ledger/audit.js";
 import { prepareCapture, type PrepareCaptureResult } from "../src/captures/prepare-capture.js";
 import { QUEUE_DIR, addJob, listJobs, readJob } from "../src/captures/queue.js";
-import { OatsError } from "../src/core/errors.js";
 import { snapshotTree, tempDir } from "./helpers.js";
 import { makeUnwritable } from "./support/unwritable.js";
+import { refusal } from "./support/refusals.js";
 
 const CONFIG = {
   schemaVersion: 1,
@@ -65,12 +65,6 @@ async function withUnwritableAudit<T>(t: TestContext, scope: string, fn: () => P
   }
 }
 
-function auditUnavailable(error: unknown): boolean {
-  assert.ok(error instanceof OatsError, String(error));
-  assert.equal(error.code, "audit-unavailable", error.message);
-  return true;
-}
-
 function queueEntries(scope: string) {
   return readAudit(scope).entries.filter((entry) => entry.action === "queue");
 }
@@ -84,14 +78,11 @@ describe("queue add: audit before effect", () => {
     const { scope, a } = await twoCaptures();
     const before = snapshotTree(scope);
     await withUnwritableAudit(t, scope, () =>
-      assert.rejects(addJob(scope, { job: "nightly", resolution: a.id }), auditUnavailable),
+      assert.rejects(addJob(scope, { job: "nightly", resolution: a.id }), refusal("audit-unavailable")),
     );
     assert.deepEqual(snapshotTree(scope), before, "no job, no staged file, no queue directory");
     assert.deepEqual(listJobs(scope), []);
-    assert.throws(
-      () => readJob(scope, "nightly"),
-      (error: unknown) => error instanceof OatsError && error.code === "job-not-found",
-    );
+    assert.throws(() => readJob(scope, "nightly"), refusal("job-not-found"));
   });
 
   test("Given a queued job and an audit log that refuses writes, When it is " +
@@ -103,7 +94,10 @@ describe("queue add: audit before effect", () => {
     await addJob(scope, { job: "nightly", resolution: a.id });
     const before = snapshotTree(scope);
     await withUnwritableAudit(t, scope, () =>
-      assert.rejects(addJob(scope, { job: "nightly", resolution: b.id }, { replace: true }), auditUnavailable),
+      assert.rejects(
+        addJob(scope, { job: "nightly", resolution: b.id }, { replace: true }),
+        refusal("audit-unavailable"),
+      ),
     );
     assert.deepEqual(snapshotTree(scope), before);
     assert.equal(readJob(scope, "nightly").resolution, a.id);
@@ -137,7 +131,7 @@ describe("queue add: audit before effect", () => {
     await addJob(scope, { job: "nightly", resolution: a.id });
     const before = snapshotTree(scope);
     await withUnwritableAudit(t, scope, () =>
-      assert.rejects(addJob(scope, { job: "nightly", resolution: a.id }), auditUnavailable),
+      assert.rejects(addJob(scope, { job: "nightly", resolution: a.id }), refusal("audit-unavailable")),
     );
     assert.deepEqual(snapshotTree(scope), before);
   });

@@ -12,12 +12,14 @@ import {
   largeFilesReadInline,
   readLeavesInOrder,
   type FileConsumer,
-} from "../src/retention/digest/file-reader.js";
-import { nativeReads, nativeReadsAvailable, setNativeReads } from "../src/retention/digest/native-reads.js";
-import { setReadHook } from "../src/retention/digest/read-hook.js";
-import { RING_MIN_REST, RING_SLOTS, RING_SLOT_SIZE } from "../src/retention/digest/read-ring.js";
-import { walkTree, type FileEntry } from "../src/retention/digest/walk.js";
-import { dropFromCache, holdPageCacheLock, patterned, refusedAsChanged, treeOfFiles } from "./helpers.js";
+} from "../src/engine/file-reader.js";
+import { nativeReads, nativeReadsAvailable, setNativeReads } from "../src/engine/native-reads.js";
+import { setReadHook } from "../src/engine/read-hook.js";
+import { RING_MIN_REST, RING_SLOTS, RING_SLOT_SIZE } from "../src/engine/read-ring.js";
+import type { FileEntry } from "../src/engine/index.js";
+import { walkTree } from "../src/retention/digest/walk.js";
+import { dropFromCache, holdPageCacheLock, patterned, treeOfFiles } from "./helpers.js";
+import { refusedAsChanged } from "./support/refusals.js";
 
 holdPageCacheLock();
 
@@ -309,7 +311,7 @@ test("Given worker threads terminated while a ring's thread reads for them, " +
   skip,
 }, async () => {
   const root = await treeOf({ "big.bin": patterned(HEAD + 24 * CHUNK_SIZE, 8) });
-  const reader = fileURLToPath(new URL("../dist/retention/digest/file-reader.js", import.meta.url));
+  const reader = fileURLToPath(new URL("../dist/engine/file-reader.js", import.meta.url));
   const library = fileURLToPath(new URL("../dist/index.js", import.meta.url));
   // In a child, so that a crash is an exit status here rather than the end of the test runner.
   const child = `

@@ -13,7 +13,7 @@ import { basename, join } from "node:path";
 import { test } from "node:test";
 import lockfile from "proper-lockfile";
 import {
-  OatsError,
+  type OatsError,
   TREE_EXEC,
   TREE_LEGACY,
   cleanupStaging,
@@ -31,6 +31,7 @@ import {
 import { setFaultHook, type PublishStep } from "../src/retention/store/faults.js";
 import { hostTag, stagingName } from "../src/retention/store/layout.js";
 import { REPO, fixtureCopy, fixtureLock, snapshotTree, tempDir } from "./helpers.js";
+import { ofKind, refusal } from "./support/refusals.js";
 
 const CHILD = join(REPO, "test/support/retain-child.ts");
 const CAPABILITY = "demo.hello";
@@ -148,15 +149,8 @@ function injectedFault(step: PublishStep): Error {
   return Object.assign(new Error(`injected ${step} fault`), { code: "EIO" });
 }
 
-function isStepError(step: string) {
-  return (error: unknown) => {
-    assert.ok(error instanceof OatsError, `expected an OatsError, got ${String((error as Error)?.stack ?? error)}`);
-    assert.equal(error.code, "internal-error");
-    assert.equal(error.kind, "internal");
-    assert.equal(error.details.step, step);
-    return true;
-  };
-}
+/** The internal error of a publish step that failed. */
+const isStepError = (step: string) => refusal("internal-error", ofKind("internal"), { step });
 
 async function withFaults<T>(steps: PublishStep[], body: () => Promise<T>): Promise<T> {
   const failing = new Set(steps);
@@ -537,13 +531,7 @@ test(
     try {
       await assert.rejects(
         retainTree(scope, { kind: "capture", key: "held", source }, { lockWaitMs: 300 }),
-        (error: unknown) => {
-          assert.ok(error instanceof OatsError);
-          assert.equal(error.code, "busy");
-          assert.equal(error.kind, "busy");
-          assert.equal(error.details.lock, lockfilePath);
-          return true;
-        },
+        refusal("busy", { lock: lockfilePath }, ofKind("busy")),
       );
       assert.deepEqual(findByPrefix(scope, [".staging-"]), [], "staging removed after busy");
       assert.equal(existsSync(join(parent, value)), false);

@@ -36,8 +36,8 @@ describe("a self-contained repository", () => {
   });
 
   test("every repository path that code and documents cite exists", () => {
-    const cited =
-      /\b((?:src|test|docs|bench|scripts|fixtures|native)\/[A-Za-z0-9_./-]*[A-Za-z0-9_-]\.(?:ts|mjs|md|json|c|sh))\b/g;
+    const top = "(?:src|test|docs|bench|scripts|fixtures|native)";
+    const cited = new RegExp(String.raw`\b(${top}\/[A-Za-z0-9_./-]*[A-Za-z0-9_-]\.(?:ts|mjs|md|json|c|sh))\b`, "g");
     // Written by a run, never tracked.
     const generated = new Set(["bench/results.json"]);
     const missing: string[] = [];
@@ -48,6 +48,22 @@ describe("a self-contained repository", () => {
         if (!generated.has(target) && !existsSync(join(REPO, target))) missing.push(`${path}: ${target}`);
       }
     }
+    assert.deepEqual([...new Set(missing)], []);
+  });
+
+  test("every built module the bench and the scripts load by path exists after the build", () => {
+    const byPath = /join\(DIST((?:,\s*"[^"]+")+)\)/g;
+    const missing: string[] = [];
+    let seen = 0;
+    for (const path of trackedFiles()) {
+      if (!/^(bench|scripts)\/.*\.mjs$/.test(path)) continue;
+      for (const match of readFileSync(join(REPO, path), "utf8").matchAll(byPath)) {
+        const parts = [...match[1]!.matchAll(/"([^"]+)"/g)].map((part) => part[1]!);
+        seen += 1;
+        if (!existsSync(join(REPO, "dist", ...parts))) missing.push(`${path}: dist/${parts.join("/")}`);
+      }
+    }
+    assert.ok(seen > 0, "the bench loads built modules by path");
     assert.deepEqual([...new Set(missing)], []);
   });
 

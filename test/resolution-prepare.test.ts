@@ -38,6 +38,7 @@ import {
 } from "../src/index.js";
 import { setPrepareHook } from "../src/resolution/prepare.js";
 import { FIXTURE_LOCK, FIXTURE_PAYLOAD, REPO, fixtureCopy, fixtureLock, snapshotTree, tempDir } from "./helpers.js";
+import { expectRefusal, refusal } from "./support/refusals.js";
 
 const CHILD = join(REPO, "test/support/prepare-child.ts");
 const HELLO = "demo.hello";
@@ -98,22 +99,6 @@ function agentsSnapshot(scope: string): string[] {
 
 function recordAndRefSnapshot(scope: string): string[] {
   return [...snapshotTree(join(scope, ".agents/resolutions")), "--", ...snapshotTree(join(scope, ".agents/refs"))];
-}
-
-async function expectRefusal(
-  promise: Promise<unknown>,
-  code: string,
-  check?: (error: OatsError) => void,
-): Promise<OatsError> {
-  let caught: unknown;
-  await assert.rejects(promise, (error) => {
-    caught = error;
-    return true;
-  });
-  assert.ok(caught instanceof OatsError, `expected an OatsError, got ${String((caught as Error)?.stack ?? caught)}`);
-  assert.equal(caught.code, code, caught.message);
-  check?.(caught);
-  return caught;
 }
 
 // ------------------------------------------------------------------ the happy path
@@ -837,11 +822,7 @@ describe("plans: parsed strictly, paths against the plan file", () => {
       ],
     ];
     for (const [name, value] of bad) {
-      assert.throws(
-        () => parsePlan(value, "/tmp"),
-        (error) => error instanceof OatsError && error.code === "invalid-input",
-        name,
-      );
+      assert.throws(() => parsePlan(value, "/tmp"), refusal("invalid-input"), name);
     }
     assert.throws(
       () =>
@@ -860,16 +841,9 @@ describe("plans: parsed strictly, paths against the plan file", () => {
     ];
     for (const [name, text] of cases) {
       writeFileSync(join(dir, name), text);
-      assert.throws(
-        () => readPlanFile(join(dir, name)),
-        (error) => error instanceof OatsError && error.code === "invalid-input",
-        name,
-      );
+      assert.throws(() => readPlanFile(join(dir, name)), refusal("invalid-input"), name);
     }
-    assert.throws(
-      () => readPlanFile(join(dir, "missing.yaml")),
-      (error) => error instanceof OatsError && error.code === "invalid-input",
-    );
+    assert.throws(() => readPlanFile(join(dir, "missing.yaml")), refusal("invalid-input"));
   });
 
   test(

@@ -6,6 +6,7 @@ import { OatsError } from "../src/core/errors.js";
 import { checkReadiness, readInstanceRef, readResolution, reconstruct, splitCommand } from "../src/resolution/index.js";
 import { canonicalJson, listRetained, verifyTree } from "../src/retention/index.js";
 import { FIXTURE_LOCK, FIXTURE_PAYLOAD, fixtureLock, snapshotTree, tempDir } from "./helpers.js";
+import { rejection } from "./support/refusals.js";
 
 const ID = "demo.hello";
 const INSTALLED = `.agents/capabilities/installed/${ID}`;
@@ -37,16 +38,6 @@ function legacyScope(instance?: unknown, options: { lock?: boolean; installed?: 
   };
   writeFileSync(join(home, "instance.json"), typeof body === "string" ? body : JSON.stringify(body, null, 2));
   return { scope, home, installed };
-}
-
-async function refusal(promise: Promise<unknown>): Promise<OatsError> {
-  try {
-    await promise;
-  } catch (error) {
-    assert.ok(error instanceof OatsError, `expected an OatsError, got ${String(error)}`);
-    return error;
-  }
-  assert.fail("expected a refusal");
 }
 
 function readinessRefusal(record: Parameters<typeof checkReadiness>[0]): OatsError {
@@ -417,7 +408,7 @@ describe("reconstruct: bad input", () => {
       async () => {
         const { scope, home } = legacyScope(body);
         const before = snapshotTree(scope);
-        const error = await refusal(reconstruct(scope, home));
+        const error = await rejection(reconstruct(scope, home));
         assert.equal(error.code, "invalid-input");
         assert.deepEqual(snapshotTree(scope), before);
       },
@@ -430,7 +421,7 @@ describe("reconstruct: bad input", () => {
       const { scope, home } = legacyScope();
       rmSync(join(home, "instance.json"));
       const before = snapshotTree(scope);
-      assert.equal((await refusal(reconstruct(scope, home))).code, "invalid-input");
+      assert.equal((await rejection(reconstruct(scope, home))).code, "invalid-input");
       assert.deepEqual(snapshotTree(scope), before);
     },
   );

@@ -49,21 +49,10 @@ import {
 } from "../src/resolution/index.js";
 import { MAX_RECORD_BYTES } from "../src/resolution/store.js";
 import { fixtureCopy, snapshotTree, tempDir } from "./helpers.js";
+import { assertRefusal, contractKind, hasMessage, refusal } from "./support/refusals.js";
 
 const KEY = "demo.hello";
 const HEX = /^sha256-[0-9a-f]{64}$/;
-
-// Kinds as contract section 6 spells them, independent of src/core/errors.ts.
-const CONTRACT_KIND: Record<string, string> = {
-  "artifact-not-found": "missing",
-  "resolution-not-found": "missing",
-  "artifact-not-contained": "invalid",
-  "invalid-artifact-store": "invalid",
-  "invalid-resolution": "invalid",
-  "invalid-input": "invalid",
-  "integrity-mismatch": "mismatch",
-  "resolution-incomplete": "refused",
-};
 
 type Json = any; // records are built and damaged freely here; the library is what checks them
 
@@ -167,18 +156,6 @@ function validCapture(): Json {
   };
 }
 
-function checkRefusal(error: unknown, code: string, details: Record<string, unknown> = {}): void {
-  assert.ok(
-    error instanceof OatsError,
-    `expected an OatsError ${code}, got ${error instanceof Error ? error.stack : String(error)}`,
-  );
-  assert.equal(error.code, code, `code (message: ${error.message})`);
-  assert.equal(error.kind, CONTRACT_KIND[code], "kind");
-  assert.ok(error.message.length > 0);
-  for (const [key, value] of Object.entries(details))
-    assert.deepEqual(error.details[key], value, `details.${key} (message: ${error.message})`);
-}
-
 /** Run `action`, expect the refusal `code`, and the scope exactly as it was. */
 async function refusedUnchanged(
   scope: string,
@@ -194,7 +171,7 @@ async function refusedUnchanged(
     caught = error;
   }
   assert.ok(caught !== undefined, `expected ${code}, but the call succeeded`);
-  checkRefusal(caught, code, details);
+  assertRefusal(caught, code, details, contractKind, hasMessage);
   assert.deepEqual(snapshotTree(scope), before, "the scope is unchanged");
   return caught as OatsError;
 }
@@ -1029,7 +1006,7 @@ describe("Given records of each status", () => {
         } catch (error) {
           caught = error;
         }
-        checkRefusal(caught, "resolution-incomplete", { status });
+        assertRefusal(caught, "resolution-incomplete", { status }, contractKind, hasMessage);
         assert.equal(JSON.stringify((caught as OatsError).details["unresolved"]), JSON.stringify(unresolved));
       }
     },
@@ -1060,7 +1037,7 @@ describe("Given records of each status", () => {
         } catch (error) {
           caught = error;
         }
-        checkRefusal(caught, "resolution-incomplete");
+        assertRefusal(caught, "resolution-incomplete", contractKind, hasMessage);
       }
     },
   );
@@ -1204,7 +1181,7 @@ describe("Given the strict canonical reader", () => {
       ]) {
         assert.throws(
           () => readCanonicalJson(Buffer.from(bad), "test"),
-          (error: unknown) => error instanceof OatsError && error.code === "invalid-resolution",
+          refusal("invalid-resolution"),
           JSON.stringify(bad),
         );
       }
@@ -1230,13 +1207,13 @@ describe("Given the strict canonical reader", () => {
       ]) {
         assert.throws(
           () => readCanonicalJson(Buffer.from(bad), "test"),
-          (error: unknown) => error instanceof OatsError && error.code === "invalid-resolution",
+          refusal("invalid-resolution"),
           JSON.stringify(bad),
         );
       }
       assert.throws(
         () => readCanonicalJson(Buffer.concat([Buffer.from([0xef, 0xbb, 0xbf]), Buffer.from("{}\n")]), "test"),
-        (error: unknown) => error instanceof OatsError && error.code === "invalid-resolution",
+        refusal("invalid-resolution"),
       );
       // Canonical bytes V8 writes otherwise (integer-like keys first, in numeric order; control characters as escapes)
       // are accepted.

@@ -11,9 +11,9 @@ import { closeSync, constants, mkdirSync, openSync, readFileSync, writeFileSync 
 import { join } from "node:path";
 import { test } from "node:test";
 import { digestTree, retainTree } from "../src/index.js";
-import { SMALL_FILE_SIZE, readLeavesInOrder, type FileConsumer } from "../src/retention/digest/file-reader.js";
-import { META_FIELDS, nativeReads } from "../src/retention/digest/native-reads.js";
-import { prefetchesStarted } from "../src/retention/digest/prefetch.js";
+import { SMALL_FILE_SIZE, readLeavesInOrder, type FileConsumer } from "../src/engine/file-reader.js";
+import { META_FIELDS, nativeReads } from "../src/engine/native-reads.js";
+import { prefetchesStarted } from "../src/engine/prefetch.js";
 import { walkTree } from "../src/retention/digest/walk.js";
 import { dropFromCache, dropPageCache, holdPageCacheLock, tempDir } from "./helpers.js";
 

@@ -6,6 +6,7 @@ import { OatsError } from "../src/core/errors.js";
 import { retainCapabilityArtifact, retainTree } from "../src/index.js";
 import { setFaultHook } from "../src/retention/store/faults.js";
 import { fixtureCopy, fixtureLock, snapshotTree, tempDir } from "./helpers.js";
+import { refusal } from "./support/refusals.js";
 
 /**
  * A refusal found only after staging began (the tree is not what the lock
@@ -25,12 +26,7 @@ test(
     const scope = tempDir();
     await assert.rejects(
       retainCapabilityArtifact(scope, fixtureCopy(), "demo.hello", lockWithIntegrity(`sha256-${"0".repeat(64)}`)),
-      (error: unknown) => {
-        assert.ok(error instanceof OatsError);
-        assert.equal(error.code, "integrity-mismatch");
-        assert.equal(error.details.reason, "source-differs");
-        return true;
-      },
+      refusal("integrity-mismatch", "source-differs"),
     );
     assert.deepEqual(readdirSync(scope), []);
   },

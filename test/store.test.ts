@@ -24,7 +24,6 @@ import {
 import { join } from "node:path";
 import { test } from "node:test";
 import {
-  OatsError,
   TREE_EXEC,
   TREE_LEGACY,
   digestTree,
@@ -45,6 +44,7 @@ import {
 import { setFaultHook } from "../src/retention/store/faults.js";
 import { hostTag } from "../src/retention/store/layout.js";
 import { FIXTURE_LOCK, fixtureCopy, fixtureLock, snapshotTree, tempDir } from "./helpers.js";
+import { ofKind, refusal } from "./support/refusals.js";
 
 const CAPABILITY = "demo.hello";
 const LOCK_INTEGRITY = (fixtureLock() as any).capabilities[CAPABILITY].integrity as string;
@@ -53,16 +53,6 @@ const HEX = "0123456789abcdef".repeat(4);
 const capabilitiesRoot = (scope: string) => join(realpathSync(scope), ".agents/capabilities/artifacts");
 const sourcesRoot = (scope: string) => join(realpathSync(scope), ".agents/sources/artifacts");
 const capturesRoot = (scope: string) => join(realpathSync(scope), ".agents/captures/artifacts");
-
-function refusal(code: string, kind: string, check?: (error: OatsError) => void) {
-  return (error: unknown) => {
-    assert.ok(error instanceof OatsError, `expected an OatsError, got ${String((error as Error)?.stack ?? error)}`);
-    assert.equal(error.code, code, error.message);
-    assert.equal(error.kind, kind);
-    check?.(error);
-    return true;
-  };
-}
 
 async function execDigest(dir: string): Promise<string> {
   return (await digestTree(dir, [TREE_EXEC]))[TREE_EXEC]!;
@@ -198,12 +188,12 @@ test(
     for (const id of ["../x", "X", "a/b", "", "a".repeat(215), ".hidden", "__proto__", "a b", 42, null]) {
       assert.throws(
         () => retainedCapabilityDir(scope, id, value),
-        refusal("invalid-artifact-reference", "invalid"),
+        refusal("invalid-artifact-reference", ofKind("invalid")),
         `id ${JSON.stringify(id)}`,
       );
       assert.throws(
         () => retainedTreeDir(scope, { kind: "capture", key: id, integrity: `${TREE_EXEC}:${value}` }),
-        refusal("invalid-artifact-reference", "invalid"),
+        refusal("invalid-artifact-reference", ofKind("invalid")),
       );
     }
     assert.equal(retainedCapabilityDir(scope, "a".repeat(214), value).endsWith(`${"a".repeat(214)}/${value}`), true);
@@ -222,22 +212,22 @@ test(
     ]) {
       assert.throws(
         () => retainedCapabilityDir(scope, CAPABILITY, integrity),
-        refusal("invalid-artifact-reference", "invalid"),
+        refusal("invalid-artifact-reference", ofKind("invalid")),
         `integrity ${JSON.stringify(integrity)}`,
       );
     }
     // Capture and source revisions are named by oats.tree-exec.v1 only.
     assert.throws(
       () => retainedTreeDir(scope, { kind: "capture", key: "nightly", integrity: value }),
-      refusal("invalid-artifact-reference", "invalid"),
+      refusal("invalid-artifact-reference", ofKind("invalid")),
     );
     assert.throws(
       () => retainedTreeDir(scope, { kind: "source", key: "souls-a", integrity: `${TREE_EXEC}:${value}` }),
-      refusal("invalid-artifact-reference", "invalid"),
+      refusal("invalid-artifact-reference", ofKind("invalid")),
     );
     assert.throws(
       () => retainedTreeDir(scope, { kind: "blob", key: "x", integrity: `${TREE_EXEC}:${value}` }),
-      refusal("invalid-artifact-reference", "invalid"),
+      refusal("invalid-artifact-reference", ofKind("invalid")),
     );
     assert.equal(existsSync(scope), false);
   },
@@ -362,7 +352,7 @@ test(
     const wrong = `sha256-${HEX}`;
     await assert.rejects(
       retainTree(scope, { kind: "capture", key: "nightly", source, expect: `${TREE_EXEC}:${wrong}` }),
-      refusal("integrity-mismatch", "mismatch", (error) => {
+      refusal("integrity-mismatch", ofKind("mismatch"), (error) => {
         assert.equal(error.details.expected, wrong);
         assert.equal(error.details.actual, actual);
         assert.match(error.message, /nightly/);
@@ -378,7 +368,7 @@ test(
     lock.capabilities[CAPABILITY].integrity = wrong;
     await assert.rejects(
       retainCapabilityArtifact(scope, fixtureCopy(), CAPABILITY, lock),
-      refusal("integrity-mismatch", "mismatch", (error) => {
+      refusal("integrity-mismatch", ofKind("mismatch"), (error) => {
         assert.equal(error.details.expected, wrong);
         assert.equal(error.details.actual, LOCK_INTEGRITY);
       }),
@@ -435,11 +425,11 @@ test(
     const empty = tempDir();
     await assert.rejects(
       verifyRetainedCapability(empty, CAPABILITY, fixtureLock()),
-      refusal("artifact-not-found", "missing"),
+      refusal("artifact-not-found", ofKind("missing")),
     );
     await assert.rejects(
       verifyTree(empty, { kind: "capture", key: "nightly", integrity: `${TREE_EXEC}:sha256-${HEX}` }),
-      refusal("artifact-not-found", "missing"),
+      refusal("artifact-not-found", ofKind("missing")),
     );
     assert.deepEqual(readdirSync(empty), [], "verification creates nothing");
 
@@ -449,40 +439,46 @@ test(
 
     await assert.rejects(
       verifyTree(scope, { kind: "capability", key: "demo.other", integrity: LOCK_INTEGRITY }),
-      refusal("artifact-not-found", "missing"),
+      refusal("artifact-not-found", ofKind("missing")),
     );
     await assert.rejects(
       verifyTree(scope, { kind: "capture", key: "other", integrity: capture.integrity }),
-      refusal("artifact-not-found", "missing"),
+      refusal("artifact-not-found", ofKind("missing")),
     );
     await assert.rejects(
       verifyTree(scope, { kind: "capability", key: CAPABILITY, integrity: other }),
-      refusal("artifact-not-found", "missing", (error) => assert.equal(error.details.expected, other)),
+      refusal("artifact-not-found", ofKind("missing"), (error) => assert.equal(error.details.expected, other)),
     );
     await assert.rejects(
       verifyTree(scope, { kind: "capture", key: "nightly", integrity: `${TREE_EXEC}:${other}` }),
-      refusal("artifact-not-found", "missing"),
+      refusal("artifact-not-found", ofKind("missing")),
     );
     // The tree-exec revision of a legacy-retained capability was never published.
     await assert.rejects(
       verifyTree(scope, { kind: "capability", key: CAPABILITY, integrity: capability.execIntegrity }),
-      refusal("artifact-not-found", "missing"),
+      refusal("artifact-not-found", ofKind("missing")),
     );
     const lock = fixtureLock() as any;
     lock.capabilities[CAPABILITY].integrity = other;
-    await assert.rejects(verifyRetainedCapability(scope, CAPABILITY, lock), refusal("artifact-not-found", "missing"));
+    await assert.rejects(
+      verifyRetainedCapability(scope, CAPABILITY, lock),
+      refusal("artifact-not-found", ofKind("missing")),
+    );
 
     // A symlink where a revision should be is never followed, even to a good revision.
     symlinkSync(capability.dir, join(capabilitiesRoot(scope), CAPABILITY, other));
     symlinkSync(capture.dir, join(capturesRoot(scope), "nightly/tree-exec-v1", other));
-    await assert.rejects(verifyRetainedCapability(scope, CAPABILITY, lock), refusal("invalid-artifact", "invalid"));
+    await assert.rejects(
+      verifyRetainedCapability(scope, CAPABILITY, lock),
+      refusal("invalid-artifact", ofKind("invalid")),
+    );
     await assert.rejects(
       verifyTree(scope, { kind: "capability", key: CAPABILITY, integrity: other }),
-      refusal("invalid-artifact", "invalid"),
+      refusal("invalid-artifact", ofKind("invalid")),
     );
     await assert.rejects(
       verifyTree(scope, { kind: "capture", key: "nightly", integrity: `${TREE_EXEC}:${other}` }),
-      refusal("invalid-artifact", "invalid"),
+      refusal("invalid-artifact", ofKind("invalid")),
     );
     assert.deepEqual(
       listRetained(scope)
@@ -584,7 +580,7 @@ test(
     assert.deepEqual([...report.unexpected].sort(), [junkFile, badKey, symlinked].sort());
 
     // Still damaged afterwards: verify refuses; nothing was repaired.
-    await assert.rejects(verifyTree(scope, receipts.capture), refusal("integrity-mismatch", "mismatch"));
+    await assert.rejects(verifyTree(scope, receipts.capture), refusal("integrity-mismatch", ofKind("mismatch")));
     assert.match(readFileSync(damagedFile, "utf8"), /tampered/);
     assert.equal(existsSync(removedFrom), false);
   },
@@ -620,7 +616,7 @@ test("a source is keyed by the 64 hex of the oats.json.v1 digest of its qualifie
     const fresh = tempDir();
     await assert.rejects(
       retainTree(fresh, { kind: "source", key: bad, source: fixtureCopy() }),
-      refusal("invalid-artifact-reference", "invalid"),
+      refusal("invalid-artifact-reference", ofKind("invalid")),
     );
     assert.deepEqual(readdirSync(fresh), [], "nothing is created for a refused key");
   }

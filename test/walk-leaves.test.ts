@@ -2,7 +2,7 @@
  * A walked leaf holds its name and parent (and a symlink its target), not
  * its paths: a listing of 20,000 files is held twice during a retain, and
  * stored path strings were what grew the heap (docs/design/performance.md,
- * row 25b). The paths it spells are the ones a stored field would have held.
+ * "Peak memory of a retain"). The paths it spells are the ones a stored field would have held.
  */
 import assert from "node:assert/strict";
 import { mkdirSync, symlinkSync, writeFileSync } from "node:fs";

@@ -32,8 +32,8 @@ import {
 import { join } from "node:path";
 import { afterEach, beforeEach, describe, test } from "node:test";
 import { OatsError } from "../src/core/errors.js";
-import { setNativeReads } from "../src/retention/digest/native-reads.js";
-import { setReadHook } from "../src/retention/digest/read-hook.js";
+import { setNativeReads } from "../src/engine/native-reads.js";
+import { setReadHook } from "../src/engine/read-hook.js";
 import { walkTree } from "../src/retention/digest/walk.js";
 import { digestTree, retainTree } from "../src/retention/index.js";
 import { tempDir } from "./helpers.js";
@@ -169,8 +169,8 @@ async function raceRounds(owner: number | null): Promise<{ retained: number; ref
   return { retained, refused };
 }
 
-// Both ways: the walk's directory calls made by the addon (native/directories.c) and, as without it, through /proc
-// paths.
+// Both ways: the walk's directory calls made by the addon (native/directories.c) and, as without it, through
+// /proc paths.
 for (const { way, native } of [
   { way: "native directory calls", native: true },
   { way: "directory calls from JavaScript", native: false },
@@ -255,8 +255,8 @@ for (const { way, native } of [
       },
     );
 
-    // The native run that holds a/x128 and a/x129 stops before b/; the refusal is the one a file-by-file read meets
-    // first.
+    // The native run that holds a/x128 and a/x129 stops before b/; the refusal is the one a file-by-file read
+    // meets first.
     test(
       "Given a/x129 replaced by a FIFO and b/ replaced, both before either is " +
         "opened, When the tree is digested, Then the refusal names a/x129, the " +

@@ -1,6 +1,6 @@
 /*
- * What a fresh page and a system call cost on this machine (performance-log.md,
- * "Issue 13: the twentieth session"):
+ * What a fresh page and a system call cost on this machine (docs/design/performance.md,
+ * "The costs the design answers to"):
  *
  *   cc -O2 bench/probes/fault-cost.c -o /tmp/fault-cost
  *   /tmp/fault-cost [<directory of small files> [<file listing directories, one per line>]]

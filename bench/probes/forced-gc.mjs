@@ -1,5 +1,5 @@
-// What a collection before each timed run does to a kept retain and a digest of the 20k-file tree (bench/lib.mjs,
-// interleave):
+// What a collection before each timed run does to a kept retain and a digest of the 20k-file tree
+// (bench/lib.mjs, interleave):
 //   node --expose-gc bench/probes/forced-gc.mjs [tree]
 // Add --trace-opt and count "completed compiling" lines between the "==" markers to see the recompiles a forced full
 // one causes.

@@ -1,8 +1,7 @@
 /*
  * Hash the bench's 8 x 128 MiB data set (npm run bench makes it) in C, one
- * way per run (performance-log.md, "Large files hashed from a mapping" in the
- * eighteenth session, and "Issue 13: the nineteenth session", which removed
- * the mapping):
+ * way per run (hashing from a mapping was measured and not kept:
+ * docs/design/performance.md, "Large files"):
  *
  *   cc -O2 bench/probes/mapped-hash.c -o /tmp/mapped-hash -lcrypto
  *   /tmp/mapped-hash read <KiB>                 pread pieces into one buffer, each hashed before the next

@@ -1,6 +1,6 @@
 /*
  * Read and hash the bench's 8 x 128 MiB data set (npm run bench makes it) in C,
- * one run (performance-log.md, "Large files read by a second core"):
+ * one run (docs/design/performance.md, "The read ring"):
  *
  *   cc -O2 -pthread bench/probes/ring-reads.c -o /tmp/ring-reads -lcrypto
  *   /tmp/ring-reads inline <KiB>                256 KiB reads, each hashed before the next

@@ -1,7 +1,7 @@
 /*
  * SHA-256 with the x86 SHA extensions: two messages hashed one after the
  * other against the same two with their rounds interleaved in one loop
- * (docs/design/performance-log.md, "Issue 13: the twenty-first session", row 27).
+ * (docs/design/performance.md, "Whole-scope fsck and gc", row 27).
  * A round instruction waits for the one before it; two independent messages
  * give the core a second chain to run in those waits. Checks itself: the
  * digest of "abc", and each interleaved digest equal to its one-stream one.

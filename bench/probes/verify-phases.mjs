@@ -1,8 +1,8 @@
 // node bench/probes/verify-phases.mjs <oats arguments...>   (as root, `sync; echo 3 > /proc/sys/vm/drop_caches` first
 // for a cold run)
 /**
- * One CLI command, timed by phase as dist/cli/bin.js runs it (performance-log.md,
- * "Issue 13: the twentieth session"): node's own start (process start to this
+ * One CLI command, timed by phase as dist/cli/bin.js runs it (docs/design/performance.md,
+ * "The CLI's start: bundles and code caches"): node's own start (process start to this
  * script's first line), the loader imported, the bundle and its code cache
  * loaded, and main (parse, the library loaded, the command), each with the
  * minor page faults the process took in it; then the same command again in

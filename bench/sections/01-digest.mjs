@@ -99,7 +99,7 @@ async function benchSmall() {
     if (cliNote) notes.push(`[2] ${cliNote}`);
     else {
       sides.push({ name: "cli", run: () => run(process.execPath, [CLI, "digest", dir], { capture: false }) });
-      // The same build with the small files read from JavaScript (src/retention/digest/native-reads.ts).
+      // The same build with the small files read from JavaScript (src/engine/native-reads.ts).
       sides.push({
         name: "cli-js",
         run: () => runEnv(process.execPath, [CLI, "digest", dir], { env: { OATS_NATIVE_READS: "0" } }),

@@ -4,8 +4,8 @@ import { DIST, WORK, fmtMs, median, notes, oats, removeTree, timeRow } from "../
 
 // ---------------------------------------------------------------- 11. approval cross-check vs ledger size
 
-const { canonicalJson } = await import(join(DIST, "retention", "digest", "json.js"));
-const { entryHash } = await import(join(DIST, "captures", "chain-line.js"));
+const { canonicalJson } = await import(join(DIST, "core", "canonical-json.js"));
+const { entryHash } = await import(join(DIST, "ledger", "chain-line.js"));
 
 const SIZES = [1, 1_000, 100_000];
 const GENESIS = `sha256-${"0".repeat(64)}`;

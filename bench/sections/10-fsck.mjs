@@ -79,8 +79,8 @@ async function benchFsck() {
   const scope = join(WORK, "fsck-scope");
   removeTree(scope);
   mkdirSync(scope, { recursive: true });
-  // The operator's chain state of an earlier run's scope at this path would refuse the new audit log
-  // (src/ledger/chain-state.ts).
+  // The operator's chain state of an earlier run's scope at this path would refuse the new audit
+  // log (src/ledger/chain-state.ts).
   removeTree(
     join(process.env.OATS_STATE_DIR, "scopes", createHash("sha256").update(realpathSync(scope), "utf8").digest("hex")),
   );

@@ -23,8 +23,8 @@ import {
 
 // ---------------------------------------------------------------- 12. gc --dry-run of a large scope
 
-const { canonicalJson } = await import(join(DIST, "retention", "digest", "json.js"));
-const { entryHash } = await import(join(DIST, "captures", "chain-line.js"));
+const { canonicalJson } = await import(join(DIST, "core", "canonical-json.js"));
+const { entryHash } = await import(join(DIST, "ledger", "chain-line.js"));
 
 const GC_SCOPE = {
   revisions: 50,

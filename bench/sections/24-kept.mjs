@@ -127,8 +127,7 @@ async function benchKept(name, ids, runs) {
  * unchanged tree against `oats digest` of it, each a fresh process. Both
  * pay node's start and a cold JIT; the kept retain also starts its worker
  * and compiles the walk and the hash a second time, in that worker's
- * isolate, on the same two cores (performance-log.md, "A kept retain from the
- * CLI").
+ * isolate, on the same two cores (docs/design/performance.md, "Kept retains").
  */
 async function benchKeptCli(name, id) {
   const label = name === "small" ? "20k small files" : "8 x 128 MiB";
@@ -197,8 +196,8 @@ async function benchKeptCli(name, id) {
 
 export const parts = {
   kept: async () => {
-    // Nine rounds for the small tree: its sides take about 100 ms, where three rounds moved the median by tens of
-    // percent.
+    // Nine rounds for the small tree: its sides take about 100 ms, where three rounds moved the median by tens
+    // of percent.
     await benchKept("small", ["24a", "24b", "24e", "24g"], 9);
     await benchKeptCli("small", "24i");
     await benchKept("big", ["24c", "24d", "24f", "24h"], 3);

@@ -173,8 +173,8 @@ export async function exportBundle(
     if (records.has(item.id)) continue;
     const { id, record } = readRecordBytes(realScope, item.id);
     const { id: reencoded, bytes } = encodeRecord(record);
-    // readRecordBytes checked the stored bytes are canonical and hash to the id, so its canonical encoding is those
-    // bytes.
+    // readRecordBytes checked the stored bytes are canonical and hash to the id, so its canonical encoding is
+    // those bytes.
     if (reencoded !== id)
       throw new OatsError("integrity-mismatch", `resolution ${id}: the record re-encodes to ${reencoded}`, {
         id,
@@ -230,8 +230,8 @@ export async function exportBundle(
       });
       const actual = digests[TREE_EXEC]!;
       if (actual !== tree.ref.integrity.value) {
-        // The full verification names the first path that differs; if the tree changed back meanwhile, say what was
-        // read.
+        // The full verification names the first path that differs; if the tree changed back meanwhile, say what
+        // was read.
         await verifyTree(realScope, tree.translatedFrom ? { ...tree.ref, integrity: tree.translatedFrom } : tree.ref);
         throw new OatsError(
           "integrity-mismatch",

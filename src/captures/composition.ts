@@ -3,6 +3,7 @@ import { OatsError, jsonDigest } from "../core/index.js";
 import { JSON_V1, integrityText } from "../retention/index.js";
 import type { ResolutionRecord } from "../resolution/index.js";
 import { LEVELS } from "./classification.js";
+import { isLoaderEnvName } from "./loader-env.js";
 
 /**
  * A capture's composition (format `oats.capture-composition.v1`): every field
@@ -19,7 +20,8 @@ import { LEVELS } from "./classification.js";
  *   the pinned bytes; `configPath` is where dispatch looks for a later
  *   tightening, so pointing a capture at another config is a change too.
  * - `loaderEnv` names the pinned variables that change how an interpreter or
- *   the loader behaves: a spec may pin them only by listing them, and the
+ *   the loader behaves (every variable of the loader table, loader-env.ts,
+ *   but an inert one): a spec may pin them only by listing them, and the
  *   approver sees them apart.
  * - `privileged: true` is present only when the capture may run as root;
  *   absent, dispatch as uid 0 is refused (privilege.ts). Absent is not
@@ -36,58 +38,6 @@ import { LEVELS } from "./classification.js";
 
 export const COMPOSITION_FORMAT = "oats.capture-composition.v1";
 export const COMPOSITION_KIND = "composition";
-
-/**
- * Variables that change what an interpreter or the dynamic loader executes
- * (code preloaded, module search paths, option injection). A spec pins one
- * only when it lists the name under `loaderEnv`.
- */
-const LOADER_ENV_NAMES = new Set([
-  "NODE_OPTIONS",
-  "NODE_PATH",
-  "NODE_REPL_EXTERNAL_MODULE",
-  "NODE_EXTRA_CA_CERTS",
-  "NODE_TLS_REJECT_UNAUTHORIZED",
-  "NODE_ICU_DATA",
-  "LD_PRELOAD",
-  "LD_LIBRARY_PATH",
-  "LD_AUDIT",
-  "LD_BIND_NOW",
-  "LD_DEBUG",
-  "LD_DEBUG_OUTPUT",
-  "LD_PROFILE",
-  "GCONV_PATH",
-  "HOSTALIASES",
-  "LOCPATH",
-  "MALLOC_TRACE",
-  "PYTHONPATH",
-  "PYTHONHOME",
-  "PYTHONSTARTUP",
-  "PYTHONINSPECT",
-  "PYTHONUSERBASE",
-  "PERL5LIB",
-  "PERL5OPT",
-  "PERLLIB",
-  "RUBYLIB",
-  "RUBYOPT",
-  "BASH_ENV",
-  "ENV",
-  "SHELLOPTS",
-  "PS4",
-  "JAVA_TOOL_OPTIONS",
-  "_JAVA_OPTIONS",
-  "JDK_JAVA_OPTIONS",
-  "CLASSPATH",
-  "GIT_EXEC_PATH",
-  "GIT_CONFIG_GLOBAL",
-  "GIT_CONFIG_SYSTEM",
-]);
-const LOADER_ENV_PREFIXES = ["DYLD_", "LD_", "PYTHON", "GIT_CONFIG_"];
-
-/** Whether pinning `name` changes how an interpreter or the loader behaves. */
-export function isLoaderEnvName(name: string): boolean {
-  return LOADER_ENV_NAMES.has(name) || LOADER_ENV_PREFIXES.some((prefix) => name.startsWith(prefix));
-}
 
 const digest = z.string().regex(/^sha256-[0-9a-f]{64}$/);
 const compositionSchema = z

@@ -1,12 +1,16 @@
 import { OatsError } from "../core/index.js";
 import { MIN_CREDENTIAL_LENGTH, credentialValueProblem } from "./redact.js";
 import type { ResolutionRecord } from "../resolution/index.js";
+import { placeLoaderEnvironment } from "./loader-paths.js";
 import { nodeOptionsWithGuard } from "./node-guard.js";
 
 /**
  * The environment a dispatched capture runs with: the record's pinned
- * non-secret values, the credential variables the record names (and only
- * those) taken from `source`, and the Node guard appended to NODE_OPTIONS.
+ * non-secret values, every file a loader variable names checked inside the
+ * run copy at `root` and rewritten to its place there (loader-paths.ts;
+ * refused, `invalid-input`, when it lies outside), the credential variables
+ * the record names (and only those) taken from `source`, and the Node guard
+ * appended to NODE_OPTIONS after the pinned options were placed.
  * Nothing else of the caller's environment leaks in. A credential whose
  * value a run log could not mask (redact.ts) is refused, naming the
  * variable, never the value. Every name is an own key, `__proto__` included:
@@ -19,9 +23,11 @@ export function dispatchEnvironment(
   capture: Pick<NonNullable<ResolutionRecord["capture"]>, "env" | "credentials">,
   source: Readonly<Record<string, string | undefined>>,
   guard: string,
+  root: string,
 ): { env: Record<string, string>; provided: string[]; missing: string[] } {
   const env = Object.create(null) as Record<string, string>;
-  for (const [name, value] of Object.entries(capture.env)) env[name] = value;
+  const placed = placeLoaderEnvironment(capture.env, root);
+  for (const [name, value] of Object.entries(capture.env)) env[name] = placed.get(name) ?? value;
   const provided: string[] = [];
   const missing: string[] = [];
   for (const ref of capture.credentials) {

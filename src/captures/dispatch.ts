@@ -67,7 +67,11 @@ export { discardDispatchPlan, runDispatchPlan } from "./dispatch-run.js";
  * The environment of the plan holds the pinned non-secret env and only the
  * credential variables the record names, taken from `options.env` (default:
  * this process's environment) now, plus the Node guard appended to
- * NODE_OPTIONS (dispatch-env.ts). Nothing else from the caller leaks in. A
+ * NODE_OPTIONS (dispatch-env.ts). Every file a pinned loader variable names
+ * is checked inside the run copy and rewritten to its place there
+ * (loader-paths.ts), so the runtime reads verified bytes; a record whose
+ * loader paths lie outside (prepared before the rule) is refused,
+ * `invalid-input`. Nothing else from the caller leaks in. A
  * credential value that a run log could not mask (shorter than 4
  * characters, or with a line break or control character: redact.ts) is
  * refused (`invalid-input`, naming the variable, never the value).
@@ -396,8 +400,8 @@ export async function resolveQueuedCapture(
           }
         : null;
 
-    // The environment: pinned values and the named credentials, nothing else.
-    const { env, provided, missing } = dispatchEnvironment(capture, options.env ?? process.env, guard);
+    // The environment: pinned values (loader paths placed in the run copy) and the named credentials, nothing else.
+    const { env, provided, missing } = dispatchEnvironment(capture, options.env ?? process.env, guard, runCopy.root);
 
     // 6. The audit record, before anything runs.
     const entry = await audit(

@@ -2,6 +2,8 @@ export * from "./classification.js";
 export * from "./approvals.js";
 export * from "./spec.js";
 export * from "./composition.js";
+export * from "./loader-env.js";
+export { checkLoaderEnvironment, type LoaderRefusalReason } from "./loader-paths.js";
 export * from "./queue.js";
 export * from "./prepare-capture.js";
 export * from "./dispatch.js";
@@ -17,4 +19,5 @@ export {
 } from "./posture.js";
 export { privilegeGate } from "./privilege.js";
 export { createRedactor, redactionRules, type Redactor } from "./redact.js";
+export type { MaskingStream } from "./redact-stream.js";
 export { checkRunRootAncestors } from "./run-copy.js";

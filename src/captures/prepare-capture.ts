@@ -39,6 +39,7 @@ import {
 } from "./classification.js";
 import { readCaptureProfileFile, readCaptureSpecFile, type LoadedCaptureSpec } from "./spec.js";
 import { compositionOf, compositionSubject, type CaptureComposition, type CompositionSubject } from "./composition.js";
+import { checkLoaderEnvironment } from "./loader-paths.js";
 
 /**
  * prepareCapture(scope, spec): pin everything a queued capture will run with,
@@ -47,7 +48,8 @@ import { compositionOf, compositionSubject, type CaptureComposition, type Compos
  * 1. validate without side effects: the spec, the classification config
  *    (`invalid-input`, nothing pinned), the profile, secrets in the pinned env
  *    (`secret-in-record`), the executable's directory (and, for a capability,
- *    its lock rows), and the store components;
+ *    its lock rows), every file a loader variable names (inside that
+ *    directory: loader-paths.ts, `invalid-input`), and the store components;
  * 2. retain the executable tree under its oats.tree-exec.v1 identity (a
  *    capability is first checked against its lock row and provenance);
  * 3. pin the exact bytes of the classification config, the profile and the
@@ -145,6 +147,10 @@ function validate(realScope: string, loaded: LoadedCaptureSpec) {
   } else {
     isDirectory(spec.executable.tree!, `capture ${spec.name} executable tree`);
   }
+  // Every file a loader variable makes a runtime read lies inside the tree the approval pins. A source changed
+  // after this check cannot slip a link out past it: retaining refuses any symlink that leads out of the tree
+  // (retention.md), and dispatch checks the run copy again.
+  checkLoaderEnvironment(spec.env, capability?.dir ?? spec.executable.tree!);
   return { config, profile, capability };
 }
 

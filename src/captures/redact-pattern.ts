@@ -20,7 +20,9 @@ import { identifierSchema } from "../retention/index.js";
  *
  * What is left still backtracks polynomially; the redactor bounds the work
  * per line (redact.ts). `analysePattern` also returns the pattern's
- * quantifier ranges, from which the redactor estimates that work.
+ * quantifier ranges, from which the redactor estimates that work, and the
+ * longest text a match can cover, which a line masked in parts must see
+ * past a cut (redact-stream.ts).
  */
 
 export const MAX_PATTERN_LENGTH = 256;
@@ -31,18 +33,32 @@ export type QuantifierRange = number;
 
 export interface PatternAnalysis {
   readonly ranges: readonly QuantifierRange[];
+  /**
+   * The longest text (UTF-16 code units) a match can cover, lookaheads counted as covered, Infinity when a
+   * quantifier is unbounded: how far past its start a match may read (one more character to end it).
+   */
+  readonly maxLength: number;
 }
 
 interface Node {
   nullable: boolean;
   /** Contains a quantifier with max > 1, or an alternation. */
   repeats: boolean;
+  /** The longest match, in UTF-16 code units. */
+  max: number;
 }
 
 class Parser {
   index = 0;
   readonly ranges: number[] = [];
-  constructor(private readonly source: string) {}
+  /** The code units one character can take: two with the u flag (a surrogate pair), one without. */
+  private readonly unit: number;
+  constructor(
+    private readonly source: string,
+    flags = "",
+  ) {
+    this.unit = flags.includes("u") ? 2 : 1;
+  }
 
   fail(message: string): never {
     throw new PatternRefusal(message);
@@ -68,15 +84,17 @@ class Parser {
     return {
       nullable: branches.some((branch) => branch.nullable),
       repeats: branches.length > 1 || branches.some((branch) => branch.repeats),
+      max: Math.max(...branches.map((branch) => branch.max)),
     };
   }
 
   sequence(): Node {
-    const node: Node = { nullable: true, repeats: false };
+    const node: Node = { nullable: true, repeats: false, max: 0 };
     while (this.index < this.source.length && this.peek() !== "|" && this.peek() !== ")") {
       const item = this.quantified();
       node.nullable &&= item.nullable;
       node.repeats ||= item.repeats;
+      node.max += item.max;
     }
     return node;
   }
@@ -90,7 +108,11 @@ class Parser {
     if (max > 1 && atom.repeats)
       this.fail("it repeats a group that itself repeats or alternates (exponential backtracking)");
     this.ranges.push(max - min);
-    return { nullable: atom.nullable || min === 0, repeats: atom.repeats || max > 1 };
+    return {
+      nullable: atom.nullable || min === 0,
+      repeats: atom.repeats || max > 1,
+      max: atom.max === 0 || max === 0 ? 0 : atom.max * max,
+    };
   }
 
   quantifier(): { min: number; max: number } | null {
@@ -115,16 +137,16 @@ class Parser {
     switch (char) {
       case "^":
       case "$":
-        return { nullable: true, repeats: false };
+        return { nullable: true, repeats: false, max: 0 };
       case "[":
         this.skipClass();
-        return { nullable: false, repeats: false };
+        return { nullable: false, repeats: false, max: this.unit };
       case "\\":
         return this.escape();
       case "(":
         return this.group();
       default:
-        return { nullable: false, repeats: false };
+        return { nullable: false, repeats: false, max: this.unit };
     }
   }
 
@@ -133,9 +155,9 @@ class Parser {
     if (char === undefined) this.fail("it ends in a lone backslash");
     if (/[1-9]/.test(char) || (char === "k" && this.peek(1) === "<")) this.fail("it uses a backreference");
     this.index += 1;
-    if (char === "b" || char === "B") return { nullable: true, repeats: false };
+    if (char === "b" || char === "B") return { nullable: true, repeats: false, max: 0 };
     if ((char === "p" || char === "P") && this.peek() === "{") this.index = this.source.indexOf("}", this.index) + 1;
-    return { nullable: false, repeats: false };
+    return { nullable: false, repeats: false, max: this.unit };
   }
 
   skipClass(): void {
@@ -148,12 +170,14 @@ class Parser {
 
   group(): Node {
     let assertion = false;
+    let ahead = false;
     if (this.peek() === "?") {
       const rest = this.source.slice(this.index + 1);
       if (rest.startsWith(":")) this.index += 2;
       else if (rest.startsWith("=") || rest.startsWith("!")) {
         this.index += 2;
         assertion = true;
+        ahead = true;
       } else if (rest.startsWith("<=") || rest.startsWith("<!")) {
         this.index += 3;
         assertion = true;
@@ -163,7 +187,8 @@ class Parser {
     const inner = this.alternation();
     if (this.peek() !== ")") this.fail("it has an unbalanced group");
     this.index += 1;
-    return assertion ? { nullable: true, repeats: inner.repeats } : inner;
+    // A lookahead reads the text it looks at: counted as if consumed (more, never less); a lookbehind reads before.
+    return assertion ? { nullable: true, repeats: inner.repeats, max: ahead ? inner.max : 0 } : inner;
   }
 }
 
@@ -184,11 +209,11 @@ export function analysePattern(source: string, flags = ""): PatternAnalysis {
   } catch (error) {
     throw new PatternRefusal(`it does not compile: ${(error as Error).message}`);
   }
-  const parser = new Parser(source);
+  const parser = new Parser(source, flags);
   const node = parser.alternation();
   if (parser.index !== source.length) throw new PatternRefusal("it has an unbalanced group");
   if (node.nullable) throw new PatternRefusal("it can match the empty string");
-  return { ranges: parser.ranges };
+  return { ranges: parser.ranges, maxLength: node.max };
 }
 
 /** A profile's `redact` entry. */

@@ -1,6 +1,7 @@
 import { createContext, Script } from "node:vm";
 import { OatsError } from "../core/index.js";
 import { PatternRefusal, analysePattern, type RedactPattern } from "./redact-pattern.js";
+import { createMaskingStream, type MaskingStream } from "./redact-stream.js";
 
 /**
  * Redaction of captured log lines (issue 11, property 7). The specification
@@ -56,6 +57,21 @@ export interface Redactor {
   mayMatch(text: string): boolean;
   /** Every rule, in the order given, with the number of masks it wrote so far (0 included). */
   statement(): RedactionStatementEntry[];
+  /**
+   * Whether the rules hold profile patterns. A pattern is matched against a
+   * whole line (or, on a line cut into pieces, against a window around each
+   * cut), so the beginning of a line is decided only when its end, or the
+   * window after it, has been read.
+   */
+  readonly hasPatterns: boolean;
+  /**
+   * A stream that masks one logical line fed to it in parts, with the rules
+   * of this redactor (redact-stream.ts): a line cut at the line bound, or a
+   * line shown before it ends. `counting`: its masks count in statement();
+   * `window` and `context`: how far a pattern's scan looks past a piece and
+   * before it.
+   */
+  stream(options: { counting: boolean; window: number; context: number }): MaskingStream;
 }
 
 /** Why a credential value cannot be masked, or null when it can. */
@@ -90,12 +106,54 @@ interface CompiledPattern {
   readonly index: number;
   readonly regexp: RegExp;
   readonly ranges: readonly number[];
+  readonly maxLength: number;
 }
 
 export interface Match {
   start: number;
   end: number;
   rule: number;
+  /** The length the span is named by, when it is not end - start (a match clipped or carried by a stream). */
+  longest?: number;
+}
+
+/** A credential value with its KMP failure table (the longest proper prefix of value[0..i] that is also a suffix). */
+export interface LiteralRule {
+  readonly index: number;
+  readonly value: string;
+  readonly fail: Uint32Array;
+}
+
+/**
+ * What a redactor's line streams need of it (redact-stream.ts): its masks,
+ * its credential values, the matches its rules find in a text, and its
+ * counts.
+ */
+export interface RedactionEngine {
+  readonly masks: readonly string[];
+  readonly literals: readonly LiteralRule[];
+  readonly hasPatterns: boolean;
+  /** The longest text a match of a bounded pattern can read (its longest match and one character), 0 when none. */
+  readonly boundedReach: number;
+  /** Every occurrence of every credential value in `text` at `from` or later, overlapping ones included. */
+  literalMatches(text: string, into: Match[], from?: number): void;
+  /**
+   * Every match of every pattern in `text` that begins at `from` or later (what is before it is seen by lookbehinds
+   * and \b, never by `^`); the rule whose budget ran out (nothing added), or null.
+   */
+  patternMatches(text: string, into: Match[], from?: number): number | null;
+  count(rule: number): void;
+}
+
+function failTable(value: string): Uint32Array {
+  const fail = new Uint32Array(value.length);
+  let k = 0;
+  for (let i = 1; i < value.length; i += 1) {
+    while (k > 0 && value[i] !== value[k]) k = fail[k - 1]!;
+    if (value[i] === value[k]) k += 1;
+    fail[i] = k;
+  }
+  return fail;
 }
 
 function refuse(rule: string, reason: string, details: Record<string, unknown> = {}): OatsError {
@@ -104,10 +162,10 @@ function refuse(rule: string, reason: string, details: Record<string, unknown> =
 }
 
 function validateRules(rules: readonly RedactionRule[]): {
-  literals: Array<{ index: number; value: string }>;
+  literals: LiteralRule[];
   patterns: CompiledPattern[];
 } {
-  const literals: Array<{ index: number; value: string }> = [];
+  const literals: LiteralRule[] = [];
   const patterns: CompiledPattern[] = [];
   const names = new Set<string>();
   rules.forEach((rule, index) => {
@@ -117,12 +175,12 @@ function validateRules(rules: readonly RedactionRule[]): {
       if (!rule.name.startsWith("credential:")) throw refuse(rule.name, "a literal rule is named credential:<NAME>");
       const problem = credentialValueProblem(rule.value);
       if (problem !== null) throw refuse(rule.name, `its value is ${problem}`, { minLength: MIN_CREDENTIAL_LENGTH });
-      literals.push({ index, value: rule.value });
+      literals.push({ index, value: rule.value, fail: failTable(rule.value) });
     } else {
       if (!rule.name.startsWith("profile:")) throw refuse(rule.name, "a pattern rule is named profile:<name>");
       try {
-        const { ranges } = analysePattern(rule.source, rule.flags ?? "");
-        patterns.push({ index, regexp: new RegExp(rule.source, `${rule.flags ?? ""}g`), ranges });
+        const { ranges, maxLength } = analysePattern(rule.source, rule.flags ?? "");
+        patterns.push({ index, regexp: new RegExp(rule.source, `${rule.flags ?? ""}g`), ranges, maxLength });
       } catch (error) {
         if (error instanceof PatternRefusal) throw refuse(rule.name, error.message);
         throw error;
@@ -151,8 +209,8 @@ function directLimit(patterns: readonly CompiledPattern[]): number {
   return low;
 }
 
-function patternMatches(regexp: RegExp, text: string, rule: number, into: Match[]): void {
-  regexp.lastIndex = 0;
+function patternMatches(regexp: RegExp, text: string, rule: number, into: Match[], from = 0): void {
+  regexp.lastIndex = from;
   for (let match = regexp.exec(text); match !== null; match = regexp.exec(text)) {
     if (match[0].length === 0) {
       regexp.lastIndex += 1;
@@ -170,6 +228,7 @@ function budgetedRunner(patterns: readonly CompiledPattern[]) {
   const context = createContext({
     patterns: patterns.map((pattern) => ({ source: pattern.regexp.source, flags: pattern.regexp.flags })),
     text: "",
+    from: 0,
     found: [] as number[][],
     done: 0,
   });
@@ -178,7 +237,7 @@ function budgetedRunner(patterns: readonly CompiledPattern[]) {
     found = []; done = 0;
     for (const regexp of patterns) {
       const spans = [];
-      regexp.lastIndex = 0;
+      regexp.lastIndex = from;
       for (let m = regexp.exec(text); m !== null; m = regexp.exec(text)) {
         if (m[0].length === 0) { regexp.lastIndex += 1; continue; }
         spans.push(m.index, m.index + m[0].length);
@@ -186,8 +245,9 @@ function budgetedRunner(patterns: readonly CompiledPattern[]) {
       found.push(spans);
       done += 1;
     }`);
-  return (text: string, into: Match[]): { exhausted: number | null } => {
+  return (text: string, into: Match[], from = 0): { exhausted: number | null } => {
     context["text"] = text;
+    context["from"] = from;
     let timedOut = false;
     try {
       script.runInContext(context, { timeout: LINE_BUDGET_MS });
@@ -220,12 +280,12 @@ export function budgetedOutcome(
 }
 
 /** Merge overlapping matches; each merged span is named after its longest match (the earlier rule on a tie). */
-function mergeSpans(matches: Match[]): Match[] {
+export function mergeSpans(matches: Match[]): Match[] {
   matches.sort((a, b) => a.start - b.start || b.end - a.end || a.rule - b.rule);
   const merged: Array<Match & { longest: number }> = [];
   for (const match of matches) {
     const last = merged[merged.length - 1];
-    const length = match.end - match.start;
+    const length = match.longest ?? match.end - match.start;
     if (last !== undefined && match.start < last.end) {
       if (length > last.longest || (length === last.longest && match.rule < last.rule)) {
         last.rule = match.rule;
@@ -245,7 +305,32 @@ export function createRedactor(rules: readonly RedactionRule[]): Redactor {
   const masks = rules.map((rule) => `[REDACTED:${rule.name}]`);
   let budgeted: ReturnType<typeof budgetedRunner> | null = null;
   const direct = directLimit(patterns);
+  const engine: RedactionEngine = {
+    masks,
+    literals,
+    hasPatterns: patterns.length > 0,
+    boundedReach: Math.max(0, ...patterns.filter((p) => Number.isFinite(p.maxLength)).map((p) => p.maxLength + 1)),
+    literalMatches(text, into, from = 0) {
+      for (const { index, value } of literals) {
+        for (let at = text.indexOf(value, from); at !== -1; at = text.indexOf(value, at + 1))
+          into.push({ start: at, end: at + value.length, rule: index });
+      }
+    },
+    patternMatches(text, into, from = 0) {
+      if (patterns.length === 0) return null;
+      if (text.length <= direct) {
+        for (const pattern of patterns) patternMatches(pattern.regexp, text, pattern.index, into, from);
+        return null;
+      }
+      budgeted ??= budgetedRunner(patterns);
+      return budgeted(text, into, from).exhausted;
+    },
+    count(rule) {
+      counts[rule]! += 1;
+    },
+  };
   return {
+    hasPatterns: engine.hasPatterns,
     mayMatch(text: string): boolean {
       if (patterns.length > 0) return true;
       for (const { value } of literals) if (text.includes(value)) return true;
@@ -254,21 +339,11 @@ export function createRedactor(rules: readonly RedactionRule[]): Redactor {
     apply(text: string): string {
       if (rules.length === 0) return text;
       const matches: Match[] = [];
-      for (const { index, value } of literals) {
-        for (let at = text.indexOf(value); at !== -1; at = text.indexOf(value, at + 1))
-          matches.push({ start: at, end: at + value.length, rule: index });
-      }
-      if (patterns.length > 0) {
-        if (text.length <= direct) {
-          for (const pattern of patterns) patternMatches(pattern.regexp, text, pattern.index, matches);
-        } else {
-          budgeted ??= budgetedRunner(patterns);
-          const { exhausted } = budgeted(text, matches);
-          if (exhausted !== null) {
-            counts[exhausted]! += 1;
-            return masks[exhausted]!;
-          }
-        }
+      engine.literalMatches(text, matches);
+      const exhausted = engine.patternMatches(text, matches);
+      if (exhausted !== null) {
+        counts[exhausted]! += 1;
+        return masks[exhausted]!;
       }
       if (matches.length === 0) return text;
       let out = "";
@@ -283,5 +358,6 @@ export function createRedactor(rules: readonly RedactionRule[]): Redactor {
     statement(): RedactionStatementEntry[] {
       return rules.map((rule, index) => ({ rule: rule.name, count: counts[index]! }));
     },
+    stream: (options) => createMaskingStream(engine, options),
   };
 }

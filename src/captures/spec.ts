@@ -11,7 +11,7 @@ import {
 } from "../resolution/index.js";
 import { identifierSchema } from "../retention/index.js";
 import { LEVELS } from "./classification.js";
-import { isLoaderEnvName } from "./composition.js";
+import { isLoaderEnvName } from "./loader-env.js";
 import { DEFAULT_REQUIRED_EVIDENCE, EVIDENCE_CLASSES, type EvidenceClass } from "./evidence-classes.js";
 import { redactPatternsSchema, type RedactPattern } from "./redact-pattern.js";
 
@@ -35,7 +35,11 @@ import { redactPatternsSchema, type RedactPattern } from "./redact-pattern.js";
  *   env: {LOG_LEVEL: info}                optional non-secret environment
  *   loaderEnv: [NODE_OPTIONS]             names in env that change how an interpreter
  *                                         or the loader behaves (NODE_OPTIONS, LD_PRELOAD,
- *                                         PYTHONPATH, ...): pinned only when listed here
+ *                                         OPENSSL_CONF, PYTHONPATH, ...: the loader table,
+ *                                         loader-env.ts): pinned only when listed here; a
+ *                                         file one names is relative to the executable
+ *                                         tree's root and must lie inside the tree
+ *                                         (loader-paths.ts, checked by capture prepare)
  *   credentials: [API_TOKEN]              optional names of credential variables
  *
  *   privileged: true                      optional: the capture may run as root (uid 0);

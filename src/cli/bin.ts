@@ -15,7 +15,7 @@
  * everyone but the envelope writer, so nothing a module prints while loading
  * or running (a stray console.log, a warning) can corrupt it.
  */
-import { packageVersion } from "./version.js";
+import { packageVersion } from "./support/version.js";
 
 const argv = process.argv.slice(2);
 const terminator = argv.indexOf("--");

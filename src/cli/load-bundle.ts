@@ -22,7 +22,7 @@ import { Script, constants } from "node:vm";
  * (scripts/bundle-cli.mjs) and not added here: concatenated at run time,
  * the wrapper and the 850 KB of source made a string V8 flattened into a
  * fresh copy before it could look up the code cache, some 200 page faults
- * on every start (docs/design/performance-log.md, "Issue 13: the twentieth session").
+ * on every start (docs/design/performance.md, "The CLI's start: bundles and code caches").
  */
 export const BUNDLE_HEAD = "(function (exports, require, module, __filename, __dirname) {";
 export const BUNDLE_TAIL = "\n})";
@@ -33,8 +33,8 @@ export const BUNDLE_TAIL = "\n})";
  * running it. What a scheduler runs most starts without compiling,
  * deserializing or running the top level of the other forty commands and
  * their schemas: the verify bundle is about a third of the whole one, and a
- * verify of a one-file tree started 20 ms sooner (docs/design/performance-log.md,
- * "Issue 13: the twenty-first session").
+ * verify of a one-file tree started 20 ms sooner (docs/design/performance.md,
+ * "The CLI's start: bundles and code caches").
  */
 export const FAST_COMMANDS = ["digest", "verify"] as const;
 export type FastCommand = (typeof FAST_COMMANDS)[number];

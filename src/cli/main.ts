@@ -32,7 +32,7 @@ import { runVerify } from "./commands/run-verify.js";
 import { schema } from "./commands/schema.js";
 import { sourceRetain } from "./commands/source-retain.js";
 import { verify } from "./commands/verify.js";
-import type { CommandSpec } from "./context.js";
+import type { CommandSpec } from "./support/context.js";
 import { commandNamed as commandNamedIn, createMain } from "./program.js";
 
 export { GROUPS, VIRTUAL_COMMANDS, type Main, type MainIo } from "./program.js";

@@ -1,13 +1,16 @@
 import { Command, CommanderError } from "commander";
 import { resolve } from "node:path";
 import type { OatsError } from "../core/index.js";
-import type { CliContext, CommandOutcome, CommandSpec } from "./context.js";
-import { asOatsError, failureEnvelope, successEnvelope, usageError } from "./envelope.js";
-import { createProgress, progressEnabled } from "./progress.js";
-import { INTERRUPTED_EXIT, createInterrupt, interruptedLines } from "./interrupt.js";
+import type { CliContext, CommandOutcome, CommandSpec } from "./support/context.js";
+import { asOatsError, failureEnvelope, successEnvelope, usageError } from "./support/envelope.js";
+import { createProgress, progressEnabled } from "./support/progress.js";
+import { INTERRUPTED_EXIT, createInterrupt, interruptedLines } from "./support/interrupt.js";
 import { isInterrupted } from "../retention/index.js";
-import { humanError } from "./render.js";
-import { packageVersion } from "./version.js";
+import { humanError } from "./support/render.js";
+import { packageVersion } from "./support/version.js";
+import { GROUPS, VIRTUAL_COMMANDS } from "./support/groups.js";
+
+export { GROUPS, VIRTUAL_COMMANDS } from "./support/groups.js";
 
 /**
  * The CLI program: parse with commander, call the library, render. Commander
@@ -20,24 +23,6 @@ import { packageVersion } from "./version.js";
  * that command alone, so its bundle holds and starts nothing else
  * (load-bundle.ts says when a run takes it).
  */
-
-/** Descriptions of the command groups (`oats resolution --help`). */
-export const GROUPS: Record<string, string> = {
-  resolution: "resolution records: what an instance or a queued capture will run (show, verify, ls)",
-  instance: "instances and the resolution each one runs (show)",
-  capture: "captures: pin what a queued capture will run (prepare); approve it with `oats approve`",
-  queue: "queued capture jobs, each naming a capture resolution (add, ls)",
-  run: "runs of dispatched captures: the sealed record and stamped log of each (ls, show, verify, cancel, seal)",
-  audit: "the hash-chained audit log of the capture flow (show, verify, head)",
-  outbox: "the run-evidence outbox: sealed runs queued for delivery by `oats push` (ls)",
-  source: "source trees (souls and others) keyed by their qualified identity (retain)",
-};
-
-/** Words the program answers without a command spec: `oats help [<group>] [<sub>]`, `oats version`. */
-export const VIRTUAL_COMMANDS: readonly { name: string; description: string }[] = [
-  { name: "help", description: "help for the program, a command or a subcommand (oats help resolution verify)" },
-  { name: "version", description: "print the version" },
-];
 
 /**
  * `oats help resolution verify` is `oats resolution verify --help`, and
@@ -180,6 +165,7 @@ async function runProgram(commands: readonly CommandSpec[], givenArgv: readonly 
         quiet,
         progress: (label) => createProgress(label, progressEnabled({ json, quiet })),
         interruptSignal: () => interrupt.signal(),
+        commands,
       };
       outcome = await spec.run(context, self.processedArgs as string[], self.opts());
     });

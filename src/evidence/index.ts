@@ -24,16 +24,18 @@ export {
   type EvidenceSection,
   type DeliverySection,
 } from "./run-record.js";
-export { RUNS_STORE, findRun, listHandles, processStart, groupMembers, isSameProcess } from "./run-store.js";
-export { defaultEvidence, type EvidenceFacts, type EvidenceJudge } from "./run-seal.js";
 export {
-  runDispatchPlanWithEvidence,
-  identityRedactor,
+  RUNS_STORE,
   CANCEL_FILE,
-  type Redactor,
-  type RunWithEvidenceOptions,
-  type RunOutcome,
-} from "./run-exec.js";
+  findRun,
+  listHandles,
+  processStart,
+  groupMembers,
+  isSameProcess,
+} from "./run-store.js";
+export { defaultEvidence, type EvidenceFacts, type EvidenceJudge } from "./run-seal.js";
+export { runDispatchPlanWithEvidence, type RunWithEvidenceOptions, type RunOutcome } from "./run-exec.js";
+export { identityRedactor, type Redactor } from "./run-log.js";
 export {
   listRuns,
   readRun,
@@ -88,4 +90,4 @@ export {
   type TransportContext,
   transportFor,
 } from "./transport.js";
-export { dirTransport, type DirTransportOptions } from "./transports/dir.js";
+export { dirTransport, type DirTransportOptions } from "./transport-dir.js";

@@ -258,8 +258,8 @@ function writeEntry(scope: string, entries: string, sealed: SealedRun): EnqueueR
       try {
         checkSealedLog(sealed, write);
       } catch (error) {
-        // Not the sealed log, gone, not a file: the run's refusal, not the outbox's (a failed write is not an
-        // OatsError).
+        // Not the sealed log, gone, not a file: the run's refusal, not the outbox's (a failed write is not
+        // an OatsError).
         if (error instanceof OatsError) logRefusal = error;
         throw error;
       }

@@ -5,9 +5,9 @@ import { readAudit, type AuditEntry } from "../ledger/index.js";
 import { resolveScope } from "../retention/index.js";
 import { footerOffset, formatStamp, parseLog, type LogLine, type RunExit, type RunResult } from "./log-format.js";
 import type { RunRecord } from "./run-record.js";
-import { CANCEL_FILE } from "./run-exec.js";
 import { openLogForSeal, sealRun } from "./run-seal.js";
 import {
+  CANCEL_FILE,
   checkRunDir,
   findRun,
   groupMembers,

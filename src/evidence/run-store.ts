@@ -46,6 +46,8 @@ export const RUNS_STORE: readonly string[] = [AGENTS_DIR, "runs"];
 export const LOG_FILE = "log";
 export const CONTROL_FILE = "control.json";
 export const RECORD_FILE = "record.json";
+/** Put there by `oats run cancel`; the dispatcher watches for it (run-child.ts). */
+export const CANCEL_FILE = "cancel";
 const CONTROL_FORMAT = "oats.run-control.v1";
 const MAX_SMALL_FILE = 1 << 20;
 /** A log is read whole for show and verify; larger logs are refused rather than exhausting memory. */

@@ -1,8 +1,8 @@
 import { isAbsolute, normalize } from "node:path";
 import { z } from "zod";
 import { OatsError } from "../core/index.js";
-import { dirTransport, type DirTransportOptions } from "./transports/dir.js";
-import { ociTransport } from "./transports/oci.js";
+import { dirTransport, type DirTransportOptions } from "./transport-dir.js";
+import { ociTransport } from "./transport-oci.js";
 
 /**
  * The seam between the outbox and a far side. The outbox owns order,
@@ -87,7 +87,7 @@ function dirFactory(rest: string, text: string, context: TransportContext): Evid
   return dirTransport(rest.length > 1 ? rest.replace(/\/$/, "") : rest, options);
 }
 
-/** `oci://host[:port]/repository` (HTTPS; `--insecure` for plain HTTP), or `http://` to a loopback registry only: src/evidence/transports/oci.ts. */
+/** `oci://host[:port]/repository` (HTTPS; `--insecure` for plain HTTP), or `http://` to a loopback registry only: src/evidence/transport-oci.ts. */
 function ociFactory(_rest: string, text: string, context: TransportContext): EvidenceTransport {
   return ociTransport(text, context.insecure === true ? { insecure: true } : {});
 }

@@ -149,8 +149,8 @@ async function withSourceTree<T>(
       if (actual !== ref.integrity.value) throw sourceDiffers(ref, from, actual);
       return body(staging);
     }
-    // A bundle holds trees under their exec digest (a legacy revision is exported translated): try each tree of this
-    // key.
+    // A bundle holds trees under their exec digest (a legacy revision is exported translated): try each tree of
+    // this key.
     const keyDir = join(staging, "artifacts", ref.kind, ref.key);
     let names: string[] = [];
     try {

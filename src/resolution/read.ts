@@ -72,7 +72,7 @@ function resolveEntrypointAt(
     );
   }
   // Synchronous calls: three thread-pool round trips per entry point cost ten
-  // times more than the calls themselves (docs/design/performance.md, 7b).
+  // times more than the calls themselves (docs/design/performance.md, row 7b).
   // Every store component down to the revision is a real directory, never a symlink (contract section 3).
   if (root !== dir) {
     throw new OatsError(
@@ -101,8 +101,8 @@ function resolvedInOneStep(dir: string, path: string): string | null {
     return null;
   }
   if (!target.startsWith(dir + sep)) return null;
-  // lstat: the target is a real path, so this is the file itself; a symlink put there since is left to the full
-  // resolution.
+  // lstat: the target is a real path, so this is the file itself; a symlink put there since is left to the
+  // full resolution.
   try {
     return lstatSync(target).isFile() ? target : null;
   } catch {

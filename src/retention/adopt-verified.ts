@@ -1,7 +1,7 @@
 import { join } from "node:path";
 import type { TreeListing } from "./digest/walk.js";
-import { assertArtifactKey, assertArtifactKind, type ArtifactKind } from "./ids.js";
-import { TREE_EXEC, parseTreeIntegrity } from "./integrity.js";
+import { assertArtifactKey, assertArtifactKind, type ArtifactKind } from "./store/ids.js";
+import { TREE_EXEC, parseTreeIntegrity } from "./digest/integrity.js";
 import { receipt, type ArtifactReceipt } from "./receipt.js";
 import { checkSourceOutsideStore } from "./source-check.js";
 import type { AdoptVerified } from "./store/adopted-read.js";

@@ -45,16 +45,18 @@ export {
   type DigestFormat,
   type Integrity,
   type TreeFormat,
-} from "./integrity.js";
-export { ARTIFACT_KINDS, IDENTIFIER_PATTERN, type ArtifactKind } from "./ids.js";
+} from "./digest/integrity.js";
+export { ARTIFACT_KINDS, IDENTIFIER_PATTERN, type ArtifactKind } from "./store/ids.js";
 export { parseLock, readLockFile, type OatsLock, type CapabilityRow, type PackageRow } from "./oats-lock.js";
 export { PROVENANCE_FILE } from "./provenance.js";
 export { sourceIdentityKey, pinSourceIdentity, readSourceIdentity } from "./source-identity.js";
 export { revisionSize, formatBytes, type RevisionSize } from "./revision-size.js";
 export { adoptVerifiedTree, type VerifiedTree } from "./adopt-verified.js";
-export type { FileConsumer, FileInfo } from "./digest/file-reader.js";
+// The engine's names the layers above use with a digest: a sink's interface, and the path of a name in an
+// open directory.
+export { type FileConsumer, type FileEntry, type FileInfo, inDirectory, type SymlinkEntry } from "../engine/index.js";
 export { digestListing, type DigestOptions, FRAMINGS } from "./digest/tree.js";
-export { type FileEntry, inDirectory, type SymlinkEntry, type TreeListing, walkTree } from "./digest/walk.js";
+export { type TreeListing, walkTree } from "./digest/walk.js";
 export {
   assertArtifactKey,
   assertArtifactKind,
@@ -62,8 +64,8 @@ export {
   IDENTIFIER_MAX_LENGTH,
   identifierSchema,
   SOURCE_KEY_PATTERN,
-} from "./ids.js";
-export { DIGEST_VALUE_PATTERN, digestHex, parseDigestName, parseTreeIntegrity } from "./integrity.js";
+} from "./store/ids.js";
+export { DIGEST_VALUE_PATTERN, digestHex, parseDigestName, parseTreeIntegrity } from "./digest/integrity.js";
 export { namesIn, stagingAbandoned } from "./inventory.js";
 export { capabilityRows, lockDocumentSchema, parseLockText } from "./oats-lock.js";
 export { settleInLanes } from "./parallel/pool.js";
@@ -75,7 +77,7 @@ export {
   type ProgressListener,
   type RemovedPath,
   throwIfAborted,
-} from "./progress.js";
+} from "./digest/progress.js";
 export { checkProvenance, expectedProvenance } from "./provenance.js";
 export { adoptCapabilityArtifact, adoptTree } from "./retain.js";
 export { checkSymlinks } from "./source-check.js";

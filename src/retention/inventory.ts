@@ -1,8 +1,8 @@
 import { lstatSync, readdirSync, statSync } from "node:fs";
 import { join } from "node:path";
 import { OatsError, errnoCode } from "../core/index.js";
-import { ARTIFACT_KINDS, IDENTIFIER_PATTERN, SOURCE_KEY_PATTERN, type ArtifactKind } from "./ids.js";
-import { TREE_EXEC, TREE_LEGACY, type Integrity } from "./integrity.js";
+import { ARTIFACT_KINDS, IDENTIFIER_PATTERN, SOURCE_KEY_PATTERN, type ArtifactKind } from "./store/ids.js";
+import { TREE_EXEC, TREE_LEGACY, type Integrity } from "./digest/integrity.js";
 import { inspectStore, inspectStoreAt, resolveScope } from "./store/components.js";
 import {
   EXEC_REVISIONS_DIR,

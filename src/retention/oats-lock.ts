@@ -1,7 +1,7 @@
 import { readFileSync } from "node:fs";
 import { z } from "zod";
 import { OatsError, errnoCode, OPERATOR_MAX_DEPTH, parseJsonText } from "../core/index.js";
-import { IDENTIFIER_MAX_LENGTH, IDENTIFIER_PATTERN } from "./ids.js";
+import { IDENTIFIER_MAX_LENGTH, IDENTIFIER_PATTERN } from "./store/ids.js";
 
 /**
  * oats lock v2, read strictly: unknown keys, a bad source grammar, a

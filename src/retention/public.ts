@@ -7,7 +7,7 @@
 export { bytesDigest, canonicalJson, canonicalJsonBytes, jsonDigest } from "../core/index.js";
 export { type TreeDigests, digestTree } from "./digest/tree.js";
 export { DEFAULT_MAX_DEPTH } from "./digest/walk.js";
-export { ARTIFACT_KINDS, type ArtifactKind, IDENTIFIER_PATTERN } from "./ids.js";
+export { ARTIFACT_KINDS, type ArtifactKind, IDENTIFIER_PATTERN } from "./store/ids.js";
 export {
   BYTES_V1,
   DIGEST_FORMATS,
@@ -21,7 +21,7 @@ export {
   type TreeFormat,
   integrityText,
   parseIntegrity,
-} from "./integrity.js";
+} from "./digest/integrity.js";
 export {
   type CleanupReport,
   type FsckOutcome,

@@ -1,6 +1,6 @@
 import type { TreeDigests } from "./digest/tree.js";
-import type { ArtifactKind } from "./ids.js";
-import { TREE_EXEC, type Integrity, type TreeFormat } from "./integrity.js";
+import type { ArtifactKind } from "./store/ids.js";
+import { TREE_EXEC, type Integrity, type TreeFormat } from "./digest/integrity.js";
 
 /** What every retention and verification call returns. */
 export interface ArtifactReceipt {

@@ -1,7 +1,7 @@
 import { OatsError } from "../core/index.js";
 import type { ProgressListener } from "./digest/tree.js";
-import { assertIdentifier } from "./ids.js";
-import { TREE_EXEC, TREE_LEGACY, parseTreeIntegrity } from "./integrity.js";
+import { assertIdentifier } from "./store/ids.js";
+import { TREE_EXEC, TREE_LEGACY, parseTreeIntegrity } from "./digest/integrity.js";
 import { capabilityRows, parseLock } from "./oats-lock.js";
 import { checkProvenance, expectedProvenance } from "./provenance.js";
 import { receipt, type ArtifactReceipt } from "./receipt.js";

@@ -64,8 +64,9 @@ const SOURCES: Record<SchemaName, SchemaSource> = {
     rules:
       "executable: exactly one of tree and capability, dir and lock only with " +
       "capability; an interpreter or loader variable (NODE_OPTIONS, " +
-      "LD_PRELOAD, PYTHONPATH, ...) pinned in env must be listed in loaderEnv, " +
-      "and loaderEnv lists only names pinned in env; credentials are unique, " +
+      "LD_PRELOAD, OPENSSL_CONF, PYTHONPATH, ...) pinned in env must be listed in loaderEnv, " +
+      "and loaderEnv lists only names pinned in env; a file a loader variable names is relative to " +
+      "the executable tree's root and must lie inside it (checked by capture prepare); credentials are unique, " +
       "never loader variables and never pinned in env; relative paths resolve " +
       "against the spec's directory; no secret literals (checked by capture prepare)",
   },

@@ -9,8 +9,8 @@
  * outcome is one JSON line on stdout: {"ok":true,"seqs":[...]} (exit 0) or
  * {"ok":false,"error":{...}} (exit 1).
  */
-import { OatsError } from "../../src/core/errors.js";
 import { appendEntry } from "../../src/ledger/chain-log.js";
+import { reportFailure } from "./child-outcome.js";
 
 interface Request {
   scope: string;
@@ -43,10 +43,5 @@ try {
   }
   process.stdout.write(`${JSON.stringify({ ok: true, seqs })}\n`);
 } catch (error) {
-  const payload =
-    error instanceof OatsError
-      ? error.toJSON()
-      : { code: "not-an-oats-error", message: String((error as Error)?.stack ?? error) };
-  process.stdout.write(`${JSON.stringify({ ok: false, error: payload, seqs })}\n`);
-  process.exitCode = 1;
+  reportFailure(error, { seqs });
 }

@@ -11,8 +11,9 @@
  * process's own environment. The outcome is one JSON line on stdout:
  * {"ok":true,"plan":{...}} (exit 0) or {"ok":false,"error":{...}} (exit 1).
  */
-import { OatsError, discardDispatchPlan, resolveQueuedCapture } from "../../src/index.js";
+import { discardDispatchPlan, resolveQueuedCapture } from "../../src/index.js";
 import { waitForGo } from "./go.js";
+import { reportFailure } from "./child-outcome.js";
 
 interface Request {
   scope: string;
@@ -34,12 +35,7 @@ async function main(): Promise<void> {
     await discardDispatchPlan(plan);
     process.stdout.write(`${JSON.stringify({ ok: true, plan })}\n`);
   } catch (error) {
-    const payload =
-      error instanceof OatsError
-        ? error.toJSON()
-        : { code: "not-an-oats-error", message: String((error as Error)?.stack ?? error) };
-    process.stdout.write(`${JSON.stringify({ ok: false, error: payload })}\n`);
-    process.exitCode = 1;
+    reportFailure(error);
   }
 }
 

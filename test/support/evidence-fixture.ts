@@ -36,6 +36,8 @@ export interface ScriptOptions {
   readonly approve?: boolean;
   /** The scope directory (created), instead of a fresh temporary one: a small filesystem, say. */
   readonly scope?: string;
+  /** Redaction patterns of a capture profile pinned with the spec (`redact:` entries). */
+  readonly redact?: ReadonlyArray<{ name: string; pattern: string; flags?: string }>;
 }
 
 export async function evidenceFixture(options: ScriptOptions): Promise<EvidenceFixture> {
@@ -59,6 +61,8 @@ export async function evidenceFixture(options: ScriptOptions): Promise<EvidenceF
       principals: { [currentPrincipal()]: "sovereign" },
     }),
   );
+  if (options.redact !== undefined)
+    writeFileSync(join(home, "profile.yaml"), stringify({ schemaVersion: 1, redact: [...options.redact] }));
   const specPath = join(home, "spec.yaml");
   writeFileSync(
     specPath,
@@ -68,6 +72,7 @@ export async function evidenceFixture(options: ScriptOptions): Promise<EvidenceF
       target: { wing: "lobby" },
       classification: "public",
       classificationConfig: "./conf/class.yaml",
+      ...(options.redact === undefined ? {} : { profile: "./profile.yaml" }),
       env: { PATH: "/usr/local/bin:/usr/bin:/bin" },
       credentials: [...(options.credentials ?? [])],
       // Tests run as root: only a privileged composition may run there (src/captures/privilege.ts).

@@ -14,7 +14,9 @@ import ts from "typescript";
  *   what that index.ts exports (a lazy `import()` of one module keeps the CLI's
  *   start small, but may not reach a name the layer keeps to itself);
  * - a module never imports its own layer's index.ts (the index is a facade for
- *   the layers above, and importing it from inside invites load-order cycles).
+ *   the layers above, and importing it from inside invites load-order cycles);
+ * - no cycle among folders at any depth: a layer's own subfolders import each
+ *   other one way only, as the layers do.
  *
  * Files directly under the root (the package entries) stand above every layer.
  */
@@ -136,7 +138,14 @@ export function checkLayering(root: string, layers: readonly string[]): Violatio
     );
   };
   const layerEdges = new Map<string, Set<string>>();
+  const folderEdges = new Map<string, Set<string>>();
   for (const edge of edges) {
+    const fromFolder = relative(root, dirname(edge.from)) || ENTRY;
+    const toFolder = relative(root, dirname(edge.to)) || ENTRY;
+    if (fromFolder !== toFolder && fromFolder !== ENTRY && toFolder !== ENTRY) {
+      if (!folderEdges.has(fromFolder)) folderEdges.set(fromFolder, new Set());
+      folderEdges.get(fromFolder)!.add(toFolder);
+    }
     const from = layerOf(root, edge.from);
     const to = layerOf(root, edge.to);
     const file = relative(root, edge.from);
@@ -174,9 +183,14 @@ export function checkLayering(root: string, layers: readonly string[]): Violatio
       }
     }
   }
-  violations.push(
-    ...cycles(layerEdges).map((cycle) => ({ rule: "cycle" as const, file: cycle[0]!, detail: cycle.join(" -> ") })),
-  );
+  // A cycle between layers is also one between their folders: each is said once.
+  const said = new Set<string>();
+  for (const cycle of [...cycles(layerEdges), ...cycles(folderEdges)]) {
+    const detail = cycle.join(" -> ");
+    if (said.has(detail)) continue;
+    said.add(detail);
+    violations.push({ rule: "cycle", file: cycle[0]!, detail });
+  }
   return violations;
 }
 

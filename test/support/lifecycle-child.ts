@@ -9,8 +9,9 @@
  * and waits for the start line (go.ts), so both start at the same moment.
  * Outcome: one JSON line on stdout, {"ok":true,...} or {"ok":false,"error":{...}}.
  */
-import { OatsError, gc, prepare } from "../../src/index.js";
+import { gc, prepare } from "../../src/index.js";
 import { waitForGo } from "./go.js";
+import { reportFailure } from "./child-outcome.js";
 
 const request = JSON.parse(process.argv[2] ?? "{}") as {
   op: "gc" | "prepare";
@@ -31,10 +32,5 @@ try {
     process.stdout.write(`${JSON.stringify({ ok: true, id: result.id, status: result.status })}\n`);
   }
 } catch (error) {
-  const payload =
-    error instanceof OatsError
-      ? error.toJSON()
-      : { code: "not-an-oats-error", message: String((error as Error)?.stack ?? error) };
-  process.stdout.write(`${JSON.stringify({ ok: false, error: payload })}\n`);
-  process.exitCode = 1;
+  reportFailure(error);
 }

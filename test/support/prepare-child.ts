@@ -13,9 +13,10 @@
  * line on stdout: {"ok":true,"id":...,"status":...} (exit 0) or
  * {"ok":false,"error":{...}} (exit 1).
  */
-import { OatsError, prepare } from "../../src/index.js";
+import { prepare } from "../../src/index.js";
 import { waitForGo } from "./go.js";
 import { setPrepareHook, type PrepareStep } from "../../src/resolution/prepare.js";
+import { reportFailure } from "./child-outcome.js";
 
 interface Request {
   scope: string;
@@ -41,12 +42,7 @@ async function main(): Promise<void> {
     const result = await prepare(request.scope, request.plan, request.baseDir ? { baseDir: request.baseDir } : {});
     process.stdout.write(`${JSON.stringify({ ok: true, id: result.id, status: result.status })}\n`);
   } catch (error) {
-    const payload =
-      error instanceof OatsError
-        ? error.toJSON()
-        : { code: "not-an-oats-error", message: String((error as Error)?.stack ?? error) };
-    process.stdout.write(`${JSON.stringify({ ok: false, error: payload })}\n`);
-    process.exitCode = 1;
+    reportFailure(error);
   }
 }
 

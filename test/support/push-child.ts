@@ -1,5 +1,5 @@
 import { existsSync } from "node:fs";
-import { dirTransport } from "../../src/evidence/transports/dir.js";
+import { dirTransport } from "../../src/evidence/transport-dir.js";
 import { pushEvidence } from "../../src/evidence/push.js";
 import type { EvidenceTransport } from "../../src/evidence/transport.js";
 

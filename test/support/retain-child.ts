@@ -14,8 +14,9 @@
  */
 import { readFileSync } from "node:fs";
 import { waitForGo } from "./go.js";
-import { OatsError, retainCapabilityArtifact, retainTree, type ArtifactKind } from "../../src/index.js";
+import { retainCapabilityArtifact, retainTree, type ArtifactKind } from "../../src/index.js";
 import { setFaultHook, type PublishStep } from "../../src/retention/store/faults.js";
+import { reportFailure } from "./child-outcome.js";
 
 interface Request {
   scope: string;
@@ -52,12 +53,7 @@ async function main(): Promise<void> {
           );
     process.stdout.write(`${JSON.stringify({ ok: true, receipt })}\n`);
   } catch (error) {
-    const payload =
-      error instanceof OatsError
-        ? error.toJSON()
-        : { code: "not-an-oats-error", message: String((error as Error)?.stack ?? error) };
-    process.stdout.write(`${JSON.stringify({ ok: false, error: payload })}\n`);
-    process.exitCode = 1;
+    reportFailure(error);
   }
 }
 

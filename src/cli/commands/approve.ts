@@ -1,5 +1,5 @@
 import type { ApprovalEntry } from "../../captures/index.js";
-import type { CommandSpec } from "../context.js";
+import type { CommandSpec } from "../support/context.js";
 import { loadCapturesLibrary, requiredText, subjectText } from "./captures-shared.js";
 
 /**

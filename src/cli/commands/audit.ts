@@ -1,5 +1,5 @@
 import { OatsError } from "../../core/index.js";
-import type { CommandSpec } from "../context.js";
+import type { CommandSpec } from "../support/context.js";
 import { auditSubjectText, checkpointLine, loadLedgerLibrary, positiveInteger } from "./captures-shared.js";
 
 const AUDIT_LOG = ".agents/audit/audit.jsonl";

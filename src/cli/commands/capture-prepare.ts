@@ -1,4 +1,4 @@
-import type { CommandSpec } from "../context.js";
+import type { CommandSpec } from "../support/context.js";
 import { approveCommand, derivedText, loadCapturesLibrary } from "./captures-shared.js";
 
 export const capturePrepare: CommandSpec = {

@@ -1,6 +1,8 @@
-import type { ApprovalSubject, DerivedLevel } from "../../captures/index.js";
+import type { DerivedLevel } from "../../captures/index.js";
 import type { AuditSubject, CheckpointUse } from "../../ledger/index.js";
-import { usageError } from "../envelope.js";
+import { usageError } from "../support/envelope.js";
+
+export { approveCommand, subjectText } from "../support/render.js";
 
 /** The captures library, loaded only when a command runs (`oats digest` and `--version` never need it). */
 export function loadCapturesLibrary() {
@@ -12,16 +14,6 @@ export type CapturesLibrary = Awaited<ReturnType<typeof loadCapturesLibrary>>;
 /** The ledger (the approvals ledger and the audit log), loaded only when a command reads it. */
 export function loadLedgerLibrary() {
   return import("../../ledger/index.js");
-}
-
-/** `capture nightly oats.tree-exec.v1:sha256-…`: the three operands `oats approve` takes, in order. */
-export function subjectText(subject: Pick<ApprovalSubject, "kind" | "key" | "integrity">): string {
-  return `${subject.kind} ${subject.key} ${subject.integrity}`;
-}
-
-/** The command line that approves exactly this subject (kind, key and integrity are shell-safe by their grammar). */
-export function approveCommand(subject: Pick<ApprovalSubject, "kind" | "key" | "integrity">): string {
-  return `oats approve ${subjectText(subject)} --reason "<why>"`;
 }
 
 /** `derived confidential (wing x)` / `(fallback)`: where a derived level came from. */

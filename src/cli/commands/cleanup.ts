@@ -1,4 +1,4 @@
-import type { CommandSpec } from "../context.js";
+import type { CommandSpec } from "../support/context.js";
 import { loadLibrary } from "./shared.js";
 
 export const cleanup: CommandSpec = {

@@ -1,6 +1,6 @@
 import { Argument } from "commander";
-import { SHELLS, type Shell } from "../completion.js";
-import type { CommandSpec } from "../context.js";
+import { SHELLS, type Shell } from "../support/completion.js";
+import type { CommandSpec } from "../support/context.js";
 
 export const completion: CommandSpec = {
   name: "completion",
@@ -12,13 +12,12 @@ export const completion: CommandSpec = {
       )
       .addArgument(new Argument("<shell>", "the shell").choices(SHELLS));
   },
-  async run(_context, [shell]) {
-    // main.js is loaded already (it ran this command); importing it here rather than at the top avoids a cycle.
-    const [{ COMMANDS, GROUPS, VIRTUAL_COMMANDS }, { completionModel, completionScript }] = await Promise.all([
-      import("../main.js"),
-      import("../completion.js"),
+  async run(context, [shell]) {
+    const [{ GROUPS, VIRTUAL_COMMANDS }, { completionModel, completionScript }] = await Promise.all([
+      import("../support/groups.js"),
+      import("../support/completion.js"),
     ]);
-    const script = completionScript(shell as Shell, completionModel(COMMANDS, GROUPS, VIRTUAL_COMMANDS));
+    const script = completionScript(shell as Shell, completionModel(context.commands, GROUPS, VIRTUAL_COMMANDS));
     return { result: { shell, script }, lines: [script.trimEnd()], quietLines: [script.trimEnd()] };
   },
 };

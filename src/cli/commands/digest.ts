@@ -1,8 +1,8 @@
 import { Option } from "commander";
 import { resolve } from "node:path";
-import { DEFAULT_TREE_FORMAT, TREE_FORMAT_CHOICES } from "../constants.js";
-import type { CommandSpec } from "../context.js";
-import { integrityText } from "../render.js";
+import { DEFAULT_TREE_FORMAT, TREE_FORMAT_CHOICES } from "../support/constants.js";
+import type { CommandSpec } from "../support/context.js";
+import { integrityText } from "../support/render.js";
 import type { TreeFormat } from "../../retention/index.js";
 
 export const digest: CommandSpec = {

@@ -1,6 +1,6 @@
 import type { DispatchPlan } from "../../captures/index.js";
-import { usageError } from "../envelope.js";
-import type { CommandSpec } from "../context.js";
+import { usageError } from "../support/envelope.js";
+import type { CommandSpec } from "../support/context.js";
 import { loadCapturesLibrary, subjectText } from "./captures-shared.js";
 
 /**
@@ -69,7 +69,7 @@ export const dispatch: CommandSpec = {
         "--exec",
         "run the plan as a recorded run (`oats run show`) and exit with the " +
           "child's exit code (128 + signal number for a signal); its output is " +
-          "shown live unless --quiet (in --json mode on stderr)",
+          "shown live, masked as the log keeps it, unless --quiet (in --json mode on stderr)",
       )
       .option("--harness <label>", "a label the harness gives itself, recorded in the audit log (never the principal)")
       .option(

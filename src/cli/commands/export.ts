@@ -1,5 +1,5 @@
-import type { CommandSpec } from "../context.js";
-import { STDIO, toStdout } from "../stdio-files.js";
+import type { CommandSpec } from "../support/context.js";
+import { STDIO, toStdout } from "../support/stdio-files.js";
 
 /** The acquisition library (bundles), loaded only when a command runs. */
 export function loadBundleLibrary() {

@@ -1,6 +1,6 @@
 import { OatsError, type ErrorCode } from "../../core/index.js";
-import type { CommandSpec } from "../context.js";
-import { integrityText } from "../render.js";
+import type { CommandSpec } from "../support/context.js";
+import { integrityText } from "../support/render.js";
 import { checkpointLine } from "./captures-shared.js";
 
 const NOUNS: Record<string, [string, string]> = {

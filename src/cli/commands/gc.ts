@@ -1,4 +1,4 @@
-import type { CommandSpec } from "../context.js";
+import type { CommandSpec } from "../support/context.js";
 import { bytesText, loadLifecycleLibrary, parseDuration } from "./lifecycle-shared.js";
 
 export const gcCommand: CommandSpec = {
@@ -17,7 +17,7 @@ export const gcCommand: CommandSpec = {
   async run(context, _operands, options) {
     const graceMs = parseDuration(options["grace"], "--grace");
     if (options["delete"] === true && options["dryRun"] === true) {
-      const { usageError } = await import("../envelope.js");
+      const { usageError } = await import("../support/envelope.js");
       throw usageError("--delete and --dry-run contradict each other", { reason: "conflicting-flags" });
     }
     const library = await loadLifecycleLibrary();

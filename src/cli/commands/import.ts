@@ -1,6 +1,6 @@
-import type { CommandSpec } from "../context.js";
-import { STDIO, withStdinFile } from "../stdio-files.js";
-import { defineLimitFlags, takeLimitFlags } from "../limit-flags.js";
+import type { CommandSpec } from "../support/context.js";
+import { STDIO, withStdinFile } from "../support/stdio-files.js";
+import { defineLimitFlags, takeLimitFlags } from "../support/limit-flags.js";
 import { loadBundleLibrary } from "./export.js";
 
 export const importCommand: CommandSpec = {

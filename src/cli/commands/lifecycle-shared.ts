@@ -1,4 +1,4 @@
-import { usageError } from "../envelope.js";
+import { usageError } from "../support/envelope.js";
 
 /** The lifecycle library (gc, pins, repair), loaded only when a command runs. */
 export function loadLifecycleLibrary() {

@@ -1,6 +1,6 @@
 import { isOatsError } from "../../core/index.js";
-import type { CommandSpec } from "../context.js";
-import { integrityText } from "../render.js";
+import type { CommandSpec } from "../support/context.js";
+import { integrityText } from "../support/render.js";
 import { loadLibrary } from "./shared.js";
 
 export const ls: CommandSpec = {

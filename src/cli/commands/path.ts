@@ -1,4 +1,4 @@
-import type { CommandSpec } from "../context.js";
+import type { CommandSpec } from "../support/context.js";
 import { artifactKey, kindOption, loadLibrary } from "./shared.js";
 
 export const path: CommandSpec = {
@@ -11,7 +11,7 @@ export const path: CommandSpec = {
       .addOption(kindOption("artifact kind"));
   },
   async run(context, [id, integrity], options) {
-    const { parseFlags, pathFlags } = await import("../flags.js");
+    const { parseFlags, pathFlags } = await import("../support/flags.js");
     const flags = parseFlags(pathFlags, options);
     const library = await loadLibrary();
     const { key, identity } = artifactKey(library, flags.kind, id!);

@@ -1,4 +1,4 @@
-import type { CommandSpec } from "../context.js";
+import type { CommandSpec } from "../support/context.js";
 import { loadResolutionLibrary } from "./resolution-shared.js";
 
 export const prepare: CommandSpec = {

@@ -1,6 +1,6 @@
 import { OatsError } from "../../core/index.js";
-import type { CommandSpec } from "../context.js";
-import { defineLimitFlags, takeLimitFlags } from "../limit-flags.js";
+import type { CommandSpec } from "../support/context.js";
+import { defineLimitFlags, takeLimitFlags } from "../support/limit-flags.js";
 import { loadFleetLibrary } from "./push-artifacts.js";
 
 export const pullCommand: CommandSpec = {

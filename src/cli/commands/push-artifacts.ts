@@ -1,4 +1,4 @@
-import type { CliContext, CommandOutcome } from "../context.js";
+import type { CliContext, CommandOutcome } from "../support/context.js";
 
 /** The fleet library, loaded only when a command runs. */
 export function loadFleetLibrary() {

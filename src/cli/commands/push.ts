@@ -1,5 +1,5 @@
-import type { CommandOutcome, CommandSpec, CliContext } from "../context.js";
-import { usageError } from "../envelope.js";
+import type { CommandOutcome, CommandSpec, CliContext } from "../support/context.js";
+import { usageError } from "../support/envelope.js";
 import { pushArtifacts } from "./push-artifacts.js";
 
 /**

@@ -1,7 +1,7 @@
 import { Option } from "commander";
 import { OatsError } from "../../core/index.js";
-import { RECURRENCE_CHOICES } from "../constants.js";
-import type { CommandSpec } from "../context.js";
+import { RECURRENCE_CHOICES } from "../support/constants.js";
+import type { CommandSpec } from "../support/context.js";
 import { loadCapturesLibrary } from "./captures-shared.js";
 
 function recurrenceText(recurrence: { policy: string; every?: string | undefined }): string {

@@ -1,5 +1,5 @@
 import { OatsError } from "../../core/index.js";
-import type { CommandSpec } from "../context.js";
+import type { CommandSpec } from "../support/context.js";
 import { loadResolutionLibrary } from "./resolution-shared.js";
 
 export const reconstruct: CommandSpec = {

@@ -1,4 +1,4 @@
-import type { CommandSpec } from "../context.js";
+import type { CommandSpec } from "../support/context.js";
 import { loadLifecycleLibrary } from "./lifecycle-shared.js";
 
 export const repairCommand: CommandSpec = {

@@ -1,5 +1,5 @@
 import { OatsError, isOatsError, type ErrorCode } from "../../core/index.js";
-import type { CommandSpec } from "../context.js";
+import type { CommandSpec } from "../support/context.js";
 import { loadResolutionLibrary, subjectText } from "./resolution-shared.js";
 
 export const resolutionLs: CommandSpec = {

@@ -1,5 +1,5 @@
 import type { ReadResolution, ResolutionRecord } from "../../resolution/index.js";
-import { integrityText } from "../render.js";
+import { integrityText } from "../support/render.js";
 
 /** The resolution library, loaded only when a command runs. */
 export function loadResolutionLibrary() {

@@ -1,6 +1,6 @@
 import { statSync } from "node:fs";
-import type { CommandSpec } from "../context.js";
-import { archiveOnlyLimits, defineLimitFlags, takeLimitFlags } from "../limit-flags.js";
+import type { CommandSpec } from "../support/context.js";
+import { archiveOnlyLimits, defineLimitFlags, takeLimitFlags } from "../support/limit-flags.js";
 import { artifactKey, kindOption, loadLibrary, receiptOutcome } from "./shared.js";
 
 /** A regular file operand is a package tarball; anything else goes to the directory retain (which reports what it
@@ -43,8 +43,8 @@ export const retain: CommandSpec = {
     defineLimitFlags(command);
   },
   async run(context, [operand], options) {
-    const { parseFlags, retainFlags } = await import("../flags.js");
-    const { usageError } = await import("../envelope.js");
+    const { parseFlags, retainFlags } = await import("../support/flags.js");
+    const { usageError } = await import("../support/envelope.js");
     const { limits, rest: withoutLimits } = takeLimitFlags(options);
     const { tarballIntegrity, ...rest } = withoutLimits;
     const flags = parseFlags(retainFlags, rest);

@@ -1,4 +1,4 @@
-import type { CommandSpec } from "../context.js";
+import type { CommandSpec } from "../support/context.js";
 import { loadEvidenceLibrary, resultText, summaryLine } from "./run-shared.js";
 
 export const runLs: CommandSpec = {

@@ -1,5 +1,5 @@
 import { OatsError } from "../../core/index.js";
-import type { CommandSpec } from "../context.js";
+import type { CommandSpec } from "../support/context.js";
 import type { ReceivedVerdict } from "../../evidence/index.js";
 import { loadEvidenceLibrary, receivedFor } from "./run-shared.js";
 

@@ -1,6 +1,6 @@
 import { Argument } from "commander";
-import { SCHEMA_CHOICES } from "../constants.js";
-import type { CommandSpec } from "../context.js";
+import { SCHEMA_CHOICES } from "../support/constants.js";
+import type { CommandSpec } from "../support/context.js";
 
 export const schema: CommandSpec = {
   name: "schema",

@@ -1,8 +1,8 @@
 import { Option } from "commander";
 import type { ArtifactReceipt } from "../../retention/index.js";
-import { KIND_CHOICES } from "../constants.js";
-import type { CommandOutcome } from "../context.js";
-import { integrityText } from "../render.js";
+import { KIND_CHOICES } from "../support/constants.js";
+import type { CommandOutcome } from "../support/context.js";
+import { integrityText } from "../support/render.js";
 
 export function kindOption(what: string): Option {
   return new Option("--kind <kind>", what).choices(KIND_CHOICES).default("capability");

@@ -1,4 +1,4 @@
-import type { CommandSpec } from "../context.js";
+import type { CommandSpec } from "../support/context.js";
 import { receiptOutcome } from "./shared.js";
 
 /**

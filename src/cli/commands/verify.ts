@@ -1,6 +1,6 @@
 import { lstatSync } from "node:fs";
 import { OatsError, isOatsError } from "../../core/index.js";
-import type { CommandSpec } from "../context.js";
+import type { CommandSpec } from "../support/context.js";
 import { artifactKey, kindOption, loadLibrary, receiptOutcome, type Library } from "./shared.js";
 
 const BARE = /^sha256-[0-9a-f]{64}$/;
@@ -59,7 +59,7 @@ export const verify: CommandSpec = {
       .addOption(kindOption("artifact kind"));
   },
   async run(context, [id], options) {
-    const { parseFlags, verifyFlags } = await import("../flags.js");
+    const { parseFlags, verifyFlags } = await import("../support/flags.js");
     const flags = parseFlags(verifyFlags, options);
     const library = await loadLibrary();
     const progress = context.progress(`verify ${id}`);

@@ -1,4 +1,4 @@
-import type { TreeFormat } from "../integrity.js";
+import type { TreeFormat } from "./integrity.js";
 
 /**
  * What distinguishes one tree digest format from another: its record framing

@@ -1,4 +1,5 @@
-import type { DirectoryEntry, TreeListing } from "./walk.js";
+import type { DirectoryEntry } from "../../engine/index.js";
+import type { TreeListing } from "./walk.js";
 
 /**
  * The shape of a listing: its leaves' types and paths, in tree-exec order,

@@ -1,5 +1,4 @@
-import type { Listed } from "./native-directories.js";
-import type { DirectoryEntry, LeafEntry, TreeEntry } from "./walk.js";
+import type { DirectoryEntry, LeafEntry, Listed, TreeEntry } from "../../engine/index.js";
 
 /**
  * The two orders a tree's leaves are hashed in: tree-exec's, by the UTF-8

@@ -2,9 +2,16 @@ import { createHash, type Hash } from "node:crypto";
 import { lstat, realpath } from "node:fs/promises";
 import { OatsError, errnoCode } from "../../core/index.js";
 // Types only: integrity.ts loads zod, which a bare digest (`oats digest`) has no use for.
-import type { TreeFormat } from "../integrity.js";
+import type { TreeFormat } from "./integrity.js";
 import { packagePayloadExecFraming, treeExecFraming } from "./exec.js";
-import { readLeavesInOrder, type FileConsumer, type FileInfo } from "./file-reader.js";
+import {
+  readLeavesInOrder,
+  type FileConsumer,
+  type FileEntry,
+  type FileInfo,
+  type LeafEntry,
+  type SymlinkEntry,
+} from "../../engine/index.js";
 import type { TreeFraming } from "./framing.js";
 import {
   EMIT_EVERY_BYTES,
@@ -12,11 +19,11 @@ import {
   throwIfAborted,
   type ProgressListener,
   type ProgressPhase,
-} from "../progress.js";
+} from "./progress.js";
 import { treeLegacyFraming } from "./legacy.js";
-import { coresBusy } from "../parallel/busy.js";
+import { coresBusy } from "./busy.js";
 import { legacyOrder } from "./order.js";
-import { walkTree, type FileEntry, type LeafEntry, type SymlinkEntry, type TreeListing } from "./walk.js";
+import { walkTree, type TreeListing } from "./walk.js";
 
 export const FRAMINGS: Record<TreeFormat, TreeFraming> = {
   "oats.tree-legacy.v0": treeLegacyFraming,
@@ -29,7 +36,7 @@ export type TreeDigests = Partial<Record<TreeFormat, string>>;
 /** Optional extra consumer of every leaf (a copy into staging), fed in the first pass. */
 export type LeafSink = FileConsumer;
 
-export type { ProgressListener } from "../progress.js";
+export type { ProgressListener } from "./progress.js";
 
 /** How a digest reports and stops: progress events under `phase`, and an abort checked before each file. */
 export interface DigestOptions {

@@ -1,14 +1,25 @@
-import { closeSync, constants, existsSync, fstatSync, openSync, readdirSync, readlinkSync, type Dirent } from "node:fs";
-import { OatsError, errnoCode } from "../../core/index.js";
+import { readdirSync, readlinkSync, type Dirent } from "node:fs";
+import { OatsError } from "../../core/index.js";
 import {
+  DIRECTORY_FDS,
+  changedOrUnreadable,
   closeOpened,
+  inDirectory,
   listNatively,
-  openChildNatively,
+  listingPath,
+  openChildDirectory,
+  openRoot,
+  prefetchMode,
+  warmDirectories,
+  type DirectoryEntry,
+  type FileEntry,
+  type LeafEntry,
   type Listed,
   type OpenedDirectory,
-} from "./native-directories.js";
+  type Prefetcher,
+  type SymlinkEntry,
+} from "../../engine/index.js";
 import { BEYOND_UTF16_ORDER, compareSiblingBytes, compareSiblings } from "./order.js";
-import { prefetchMode, warmDirectories, type Prefetcher } from "./prefetch.js";
 
 /**
  * One walk of a directory tree, never following a symlink. It lists what a
@@ -22,50 +33,14 @@ import { prefetchMode, warmDirectories, type Prefetcher } from "./prefetch.js";
  * therefore opened relative to its already-open parent, through
  * /proc/self/fd/<parent>/<name> with O_DIRECTORY|O_NOFOLLOW: that is
  * openat() semantics, so each directory reached is really the child of the
- * one above it, back to the root. Directories are listed, symlinks read and
- * (file-reader.ts) files opened through such a descriptor, and a directory
- * opened again for the reads must have the device and inode the walk saw.
- * A swap is then a refusal (`invalid-artifact`, `changed-while-reading`),
- * never a read from outside. Elsewhere the walk falls back to paths.
+ * one above it, back to the root (the engine opens them:
+ * src/engine/directories.ts). Directories are listed, symlinks read and
+ * (the engine's reads) files opened through such a descriptor, and a
+ * directory opened again for the reads must have the device and inode the
+ * walk saw. A swap is then a refusal (`invalid-artifact`,
+ * `changed-while-reading`), never a read from outside. Elsewhere the walk
+ * falls back to paths.
  */
-
-export interface FileEntry {
-  readonly type: "file";
-  readonly name: string;
-  /** Relative POSIX path inside the tree. */
-  readonly path: string;
-  /** For messages and for trees that are ours (staging); reads go through `parent`. */
-  readonly absolute: string;
-  readonly parent: DirectoryEntry;
-}
-
-export interface SymlinkEntry {
-  readonly type: "symlink";
-  readonly name: string;
-  readonly path: string;
-  readonly absolute: string;
-  /** The link text, verbatim. */
-  readonly target: string;
-  readonly parent: DirectoryEntry;
-}
-
-export interface DirectoryEntry {
-  readonly type: "directory";
-  readonly name: string;
-  readonly path: string;
-  readonly absolute: string;
-  /** Children in the order the directory listed them; legacyOrder() collates. */
-  readonly children: TreeEntry[];
-  /** Null for the root. */
-  readonly parent: DirectoryEntry | null;
-  /** As the walk's own descriptor saw it: the reads check dev and ino again; mode is what a copy gets (masked). */
-  readonly dev: number;
-  readonly ino: number;
-  readonly mode: number;
-}
-
-export type LeafEntry = FileEntry | SymlinkEntry;
-export type TreeEntry = LeafEntry | DirectoryEntry;
 
 export interface TreeListing {
   readonly root: DirectoryEntry;
@@ -75,7 +50,7 @@ export interface TreeListing {
   /** Every directory below the root, children before their parents. */
   readonly directories: DirectoryEntry[];
   /** The walk read from the disk (the page cache was cold): the reads may start their read-ahead at once
-   * (file-reader.ts). */
+   * (ReadOptions.cold, src/engine/file-reader.ts). */
   readonly cold?: boolean;
 }
 
@@ -85,7 +60,7 @@ export interface TreeListing {
  * twice during a retain (the source and the staged copy), and each of its
  * strings outlives the young generation: with both paths stored, the leaves
  * took about 5 MiB per listing and their survival grew V8's young
- * generation to its 32 MiB maximum (docs/design/performance.md, row 25b).
+ * generation to its 32 MiB maximum (docs/design/performance.md, "Peak memory of a retain").
  * A path is one concatenation with the parent directory's stored path.
  */
 class Leaf {
@@ -200,99 +175,6 @@ interface Frame {
   next: number;
 }
 
-/** Whether /proc/self/fd gives openat() semantics here; without it the walk uses paths. */
-export const DIRECTORY_FDS = process.platform === "linux" && existsSync("/proc/self/fd");
-const DIRECTORY_FLAGS = constants.O_RDONLY | constants.O_DIRECTORY | constants.O_NOFOLLOW;
-
-/**
- * /proc/<pid>/fd rather than /proc/self/fd: the kernel then need not resolve
- * the `self` link on every open, which measurably costs over twenty
- * thousand files. The descriptor table is the process's, shared by its
- * threads, so the pid is right for any of them.
- */
-const FD_DIR = `/proc/${process.pid}/fd`;
-
-/** The path of `name` inside the open directory `fd` (or under `absolute` without /proc). */
-export function inDirectory(fd: number, absolute: string, name: string): string {
-  return DIRECTORY_FDS ? `${FD_DIR}/${fd}/${name}` : `${absolute}/${name}`;
-}
-
-/** A directory's own path for listing it: its descriptor, never the path it was found by. */
-function listingPath(fd: number, absolute: string): string {
-  return DIRECTORY_FDS ? `${FD_DIR}/${fd}` : absolute;
-}
-
-/**
- * The root is opened by its path, which the caller resolved (realpath) or
- * built from resolved parts. O_NOFOLLOW guards its last component only: a
- * directory above it swapped for a symlink in the meantime would open
- * something elsewhere. The kernel's name for what was opened must therefore
- * be the path asked for.
- */
-export function openRoot(absolute: string): { fd: number; dev: number; ino: number; mode: number } {
-  const opened = openDirectory(absolute, "");
-  if (!DIRECTORY_FDS) return opened;
-  let actual: string;
-  try {
-    actual = readlinkSync(`${FD_DIR}/${opened.fd}`);
-  } catch (error) {
-    closeSync(opened.fd);
-    throw changedOrUnreadable(error, ".");
-  }
-  if (actual !== absolute) {
-    closeSync(opened.fd);
-    throw new OatsError("invalid-artifact", `tree root changed while it was read: ${absolute} opened as ${actual}`, {
-      path: ".",
-      root: absolute,
-      opened: actual,
-      reason: "changed-while-reading",
-      changed: "root",
-    });
-  }
-  return opened;
-}
-
-/**
- * Open a directory without following a symlink at its own name: the root by
- * its path (see openRoot), every other one inside its parent's descriptor.
- * Returns the descriptor and what fstat says of it.
- */
-export function openDirectory(at: string, path: string): { fd: number; dev: number; ino: number; mode: number } {
-  let fd: number;
-  try {
-    fd = openSync(at, DIRECTORY_FLAGS);
-  } catch (error) {
-    throw changedOrUnreadable(error, path || ".");
-  }
-  try {
-    const stats = fstatSync(fd);
-    return { fd, dev: stats.dev, ino: stats.ino, mode: stats.mode };
-  } catch (error) {
-    closeSync(fd);
-    throw changedOrUnreadable(error, path || ".");
-  }
-}
-
-/**
- * A child directory opened inside its parent's descriptor without following
- * a symlink at its name, and its fstat: natively where the addon loaded
- * (native-directories.ts), else through the /proc path.
- */
-export function openChildDirectory(
-  parentFd: number,
-  parentAbsolute: string,
-  name: string,
-  path: string,
-): OpenedDirectory {
-  let opened;
-  try {
-    opened = openChildNatively(parentFd, name);
-  } catch (error) {
-    throw changedOrUnreadable(error, path);
-  }
-  return opened ?? openDirectory(inDirectory(parentFd, parentAbsolute, name), path);
-}
-
 function listDirectory(fd: number, absolute: string, path: string): Listed[] {
   try {
     // Synchronous, like the small-file reads: one readdir is cheaper than
@@ -396,7 +278,8 @@ export async function walkTree(rootAbsolute: string, options: WalkOptions = {}):
         stack.push(below);
         below.listed = listDirectory(child.fd, childAbsolute, childPath);
         parent.children.push(directory);
-        // Every eighth listing, until the disk shows: then threads list the rest ahead of this walk (prefetch.ts).
+        // Every eighth listing, until the disk shows: then threads list the rest ahead of this
+        // walk (engine/prefetch.ts).
         if (
           watchCold &&
           (++listings & 7) === 0 &&
@@ -428,47 +311,4 @@ export async function walkTree(rootAbsolute: string, options: WalkOptions = {}):
     warming?.stop();
     for (const frame of stack) closeOpened(frame);
   }
-}
-
-/** A file that was not the same after its read as before it (`what`: inode, size, mtime, ctime, short read, ...). */
-export function changed(path: string, what: string): OatsError {
-  return new OatsError("invalid-artifact", `file changed while it was read (${what}): ${path}`, {
-    path,
-    reason: "changed-while-reading",
-    changed: what,
-  });
-}
-
-export function changedOrUnreadable(error: unknown, path: string): OatsError {
-  const code = errnoCode(error);
-  if (code === "ENOENT" || code === "ENOTDIR" || code === "ELOOP" || code === "EINVAL") {
-    return new OatsError(
-      "invalid-artifact",
-      `tree changed while it was read: ${path}`,
-      { path, reason: "changed-while-reading", errno: code },
-      { cause: error },
-    );
-  }
-  if (code === "ENAMETOOLONG") {
-    return new OatsError(
-      "invalid-artifact",
-      `path too long to open: ${path.length <= 256 ? path : `${path.slice(0, 256)}...`}`,
-      { path: path.slice(0, 256), reason: "path-too-long", errno: code },
-      { cause: error },
-    );
-  }
-  if (code === "EACCES" || code === "EPERM") {
-    return new OatsError(
-      "invalid-artifact",
-      `cannot read ${path}: permission denied`,
-      { path, reason: "unreadable", errno: code },
-      { cause: error },
-    );
-  }
-  return new OatsError(
-    "internal-error",
-    `reading ${path} failed: ${error instanceof Error ? error.message : String(error)}`,
-    { step: "read", path, errno: code },
-    { cause: error },
-  );
 }

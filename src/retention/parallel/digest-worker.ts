@@ -1,7 +1,7 @@
 import { parentPort } from "node:worker_threads";
 import { OatsError } from "../../core/index.js";
-import type { TreeFormat } from "../integrity.js";
-import { markLaneWorker } from "./busy.js";
+import type { TreeFormat } from "../digest/integrity.js";
+import { markLaneWorker } from "../digest/busy.js";
 import { measureHere } from "./pool.js";
 
 /**

@@ -7,8 +7,8 @@ import { OatsError } from "../../core/index.js";
 import { digestListing, type TreeDigests } from "../digest/tree.js";
 import { listingShape } from "../digest/listing-shape.js";
 import { walkTree } from "../digest/walk.js";
-import type { TreeFormat } from "../integrity.js";
-import { countHeld } from "./busy.js";
+import type { TreeFormat } from "../digest/integrity.js";
+import { countHeld } from "../digest/busy.js";
 import type { DigestAnswer, DigestRequest, SerializedError } from "./digest-worker.js";
 
 /**
@@ -75,7 +75,7 @@ const WORKER_EXEC_ARGV: string[] = [];
  * twenty files to resolve, read and compile) is on the path of every
  * worker's first job: an empty job was answered after 39-59 ms from tsc's
  * files, 27-31 ms from the bundle, and 22 ms by a worker that loads nothing
- * (performance-log.md, "A worker from one file"). The same sources either way:
+ * (docs/design/performance.md, "Worker lanes"). The same sources either way:
  * `npm run build` writes the bundle after tsc's files, so a bundle older
  * than tsc's worker (tsc run alone since) is passed over for tsc's.
  */
@@ -208,7 +208,7 @@ export class DigestWorker {
  */
 const idle: DigestWorker[] = [];
 
-export { workersHeld } from "./busy.js";
+export { workersHeld } from "../digest/busy.js";
 
 /** An idle worker, or a new one. Hand it back with releaseWorker. */
 export function acquireWorker(): DigestWorker {

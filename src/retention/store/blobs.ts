@@ -1,5 +1,5 @@
 import { linkSync, unlinkSync } from "node:fs";
-import { BYTES_V1, parseDigestName } from "../integrity.js";
+import { BYTES_V1, parseDigestName } from "../digest/integrity.js";
 import { join, resolve } from "node:path";
 import { OatsError, asStepError, errnoCode, bytesDigest } from "../../core/index.js";
 import { ensureStoreAt, fsyncDirectory, inspectStoreAt, removeCreatedStore, resolveScope } from "./components.js";

@@ -15,7 +15,7 @@ import {
 } from "node:fs";
 import { join, resolve } from "node:path";
 import { OatsError, errnoCode } from "../../core/index.js";
-import type { ArtifactKind } from "../ids.js";
+import type { ArtifactKind } from "./ids.js";
 import { writeStagedFile } from "./files.js";
 import { MANAGED_GITIGNORE, storeComponents } from "./layout.js";
 

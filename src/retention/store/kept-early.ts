@@ -1,7 +1,7 @@
 import { join } from "node:path";
 import type { TreeDigests } from "../digest/tree.js";
-import type { ArtifactKind } from "../ids.js";
-import type { TreeFormat } from "../integrity.js";
+import type { ArtifactKind } from "./ids.js";
+import type { TreeFormat } from "../digest/integrity.js";
 import { acquireWorker, parallelism, releaseWorker } from "../parallel/pool.js";
 import { inspectStore } from "./components.js";
 import { newestRevision } from "./kept-candidate.js";

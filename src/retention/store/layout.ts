@@ -2,8 +2,15 @@ import { createHash, randomBytes } from "node:crypto";
 import { hostname } from "node:os";
 import { resolve, sep } from "node:path";
 import { OatsError } from "../../core/index.js";
-import { assertArtifactKey, assertArtifactKind, type ArtifactKind } from "../ids.js";
-import { TREE_EXEC, TREE_LEGACY, digestHex, integrityText, parseTreeIntegrity, type Integrity } from "../integrity.js";
+import { assertArtifactKey, assertArtifactKind, type ArtifactKind } from "./ids.js";
+import {
+  TREE_EXEC,
+  TREE_LEGACY,
+  digestHex,
+  integrityText,
+  parseTreeIntegrity,
+  type Integrity,
+} from "../digest/integrity.js";
 
 /**
  * Where things live (contract section 3). Every function here is lexical:

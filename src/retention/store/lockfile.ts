@@ -19,10 +19,10 @@ type ProperLockfile = typeof import("proper-lockfile");
  * action. Node ignores SIGXFSZ: past a file size limit (RLIMIT_FSIZE) the
  * write that crosses it fails with EFBIG, and oats refuses. With
  * signal-exit listening alone, the process was killed by the signal
- * instead, between the failed write and its cleanup: the CLI since its
- * bin.ts listener (the thirteenth session), and any program that imports the
- * library until now. One listener of our own, which does nothing, makes
- * signal-exit see another listener, so the signal is ignored as before.
+ * instead, between the failed write and its cleanup: the CLI before its
+ * bin.ts listener, and any program that imports the library without this
+ * one. One listener of our own, which does nothing, makes signal-exit see
+ * another listener, so the signal is ignored as before.
  * Added before proper-lockfile loads, so before any lock is taken.
  */
 function ignoreFileSizeSignal(): void {}

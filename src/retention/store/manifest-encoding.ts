@@ -24,8 +24,8 @@ const CHUNK_BYTES = 64 << 10;
  * ManifestBuilder does) and keeps only its encoded bytes. A row held as an
  * object with its strings costs several times its ~130 encoded bytes, and
  * every one of 20,000 of them lived until the revision was published: they
- * were the largest part of a retain's heap (docs/design/performance.md, row
- * 25b). The bytes live in fixed chunks outside the JavaScript heap.
+ * were the largest part of a retain's heap (docs/design/performance.md, "Peak
+ * memory of a retain"). The bytes live in fixed chunks outside the JavaScript heap.
  */
 export class ManifestRecorder extends ManifestRowSink {
   private readonly full: Buffer[] = [];

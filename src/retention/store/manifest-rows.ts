@@ -1,6 +1,5 @@
 import { createHash, type Hash } from "node:crypto";
-import type { FileConsumer, FileInfo } from "../digest/file-reader.js";
-import type { FileEntry, SymlinkEntry } from "../digest/walk.js";
+import type { FileConsumer, FileEntry, FileInfo, SymlinkEntry } from "../../engine/index.js";
 import type { ManifestRow } from "./manifest.js";
 
 /**

@@ -9,10 +9,10 @@ import {
   type ProgressListener,
   type TreeDigests,
 } from "../digest/tree.js";
-import { noteRemoved, throwIfAborted, type ProgressPhase } from "../progress.js";
+import { noteRemoved, throwIfAborted, type ProgressPhase } from "../digest/progress.js";
 import { walkTree, type TreeListing, type WalkOptions } from "../digest/walk.js";
-import type { ArtifactKind } from "../ids.js";
-import { TREE_LEGACY, type TreeFormat } from "../integrity.js";
+import type { ArtifactKind } from "./ids.js";
+import { TREE_LEGACY, type TreeFormat } from "../digest/integrity.js";
 import { ensureStore, fsyncDirectory, removeCreatedStore } from "./components.js";
 import { faultPoint } from "./faults.js";
 import { firstDifference, writeManifest } from "./manifest.js";

@@ -15,8 +15,8 @@ import { chmod, open, readdir, rm } from "node:fs/promises";
 import { createRequire } from "node:module";
 import { join } from "node:path";
 import { asStepError, errnoCode } from "../../core/index.js";
-import type { FileConsumer, FileInfo } from "../digest/file-reader.js";
-import type { FileEntry, SymlinkEntry, TreeListing } from "../digest/walk.js";
+import type { FileConsumer, FileEntry, FileInfo, SymlinkEntry } from "../../engine/index.js";
+import type { TreeListing } from "../digest/walk.js";
 import { faultPoint } from "./faults.js";
 import { fsyncDirectory } from "./components.js";
 import { retainedMode } from "./modes.js";
@@ -33,7 +33,8 @@ import { retainedMode } from "./modes.js";
  * fsync'd (in parallel, as they are written). Beyond that, one syncfs of the
  * staging filesystem (`sync -f`, run without a shell) makes every file and
  * directory durable at once; per-file fsync of 20,000 small files costs
- * seconds of journal commits (docs/design/performance.md). If `sync -f` is
+ * seconds of journal commits (docs/design/performance.md, "First retains:
+ * publication and fsync"). If `sync -f` is
  * unavailable, it falls back to fsync of every file and directory.
  */
 

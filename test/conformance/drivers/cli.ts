@@ -306,8 +306,8 @@ export function cliDriver(transport: Transport): Driver {
       "entered for real: the scope is handed to root (chown -R) and the " +
       "dispatch, and every later command in that scope, runs as root",
     dispatcher: "the `oats dispatch --exec` child process (a real kill)",
-    // Each step starts a Node process: two properties at a time keep a small machine responsive enough for the timing
-    // checks.
+    // Each step starts a Node process: two properties at a time keep a small machine responsive enough for the
+    // timing checks.
     parallel: 2,
     async scope(dir: string) {
       return new CliScope(dir);

@@ -46,21 +46,13 @@ import {
 import { writeCaptureFiles } from "./capture-files.js";
 import { runViewOf, tamperRetained, withAuditUnavailable } from "./scope-ops.js";
 
-/** What the child printed, as the operator's terminal got it (before anything was stripped or masked). */
-export interface RawOutput {
-  stdout: string;
-  stderr: string;
-}
-
-function collector(): { stream: Writable; text: () => string } {
-  const chunks: Buffer[] = [];
-  const stream = new Writable({
-    write(chunk: Buffer, _encoding, done) {
-      chunks.push(Buffer.from(chunk));
+/** Where the run's echo goes: nowhere (the suite reads the log, not the terminal). */
+function sink(): Writable {
+  return new Writable({
+    write(_chunk: Buffer, _encoding, done) {
       done();
     },
   });
-  return { stream, text: () => Buffer.concat(chunks).toString("utf8") };
 }
 
 /** An OatsError on the way to a queued capture is the driver's typed refusal. */
@@ -83,9 +75,6 @@ export class LibraryScope implements DriverScope {
     string,
     { prepared: PrepareCaptureResult; files: ReturnType<typeof writeCaptureFiles> }
   >();
-  /** Raw output by run id (for the mutant driver: what the terminal got). */
-  readonly raw = new Map<string, RawOutput>();
-
   constructor(readonly dir: string) {}
 
   async queue(request: CaptureRequest): Promise<QueuedCapture> {
@@ -129,8 +118,6 @@ export class LibraryScope implements DriverScope {
     const abort = new AbortController();
     const euid = options.uid0 === true ? 0 : ORDINARY_EUID;
     const before = new Set(listRuns(this.dir).map((run) => run.handle));
-    const stdout = collector();
-    const stderr = collector();
     let ended = false;
     const done = (async (): Promise<DispatchOutcome> => {
       try {
@@ -143,11 +130,10 @@ export class LibraryScope implements DriverScope {
         }
         try {
           const run = await runDispatchPlanWithEvidence(this.dir, plan, {
-            output: { stdout: stdout.stream, stderr: stderr.stream },
+            output: { stdout: sink(), stderr: sink() },
             signal: abort.signal,
             euid,
           });
-          this.raw.set(run.runId, { stdout: stdout.text(), stderr: stderr.text() });
           return {
             kind: "ran",
             runId: run.runId,

@@ -10,13 +10,15 @@
  * - drop-final-line: the last captured line is lost;
  * - noop-delivery: push says it delivered every run and sends nothing;
  * - keep-ansi: the log keeps the terminal's escape sequences (the raw
- *   output the operator saw, carriage returns still resolved);
+ *   output of a Node child, which a prelude copies to a file beside the
+ *   scope as it writes it, carriage returns still resolved; an sh child's
+ *   lines are left as they are);
  * - unmasked-credentials: credential values are written where the mask is;
  * - no-group-kill: cancel kills the child it started, not its process
  *   group, so a grandchild lives on (the driver records the child's pid
  *   from inside the script to find it).
  */
-import { mkdirSync, readFileSync } from "node:fs";
+import { existsSync, mkdirSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import type {
   CaptureRequest,
@@ -75,6 +77,18 @@ class MutantScope implements DriverScope {
 
   async queue(request: CaptureRequest): Promise<QueuedCapture> {
     let changed = request;
+    if (this.defect === "keep-ansi" && request.script.lang === "node") {
+      // The child's raw writes, copied to files beside the scope (the echo is masked text, never the raw bytes).
+      const base = JSON.stringify(join(this.pidDir, request.name));
+      const prelude =
+        `import { appendFileSync as __conformanceAppend } from "node:fs";\n` +
+        `for (const [__name, __stream] of [["stdout", process.stdout], ["stderr", process.stderr]]) {\n` +
+        `  const __write = __stream.write.bind(__stream);\n` +
+        `  __stream.write = (chunk, ...rest) => {\n` +
+        `    __conformanceAppend(${base} + "." + __name, chunk);\n` +
+        `    return __write(chunk, ...rest);\n  };\n}\n`;
+      changed = { ...request, script: { ...request.script, body: `${prelude}${request.script.body}` } };
+    }
     if (this.defect === "no-group-kill") {
       // The child says who it is, so the defective cancel can kill just it.
       const pidFile = join(this.pidDir, `${request.name}.pid`);
@@ -148,9 +162,12 @@ class MutantScope implements DriverScope {
       case "drop-final-line":
         return { ...run, lines: run.lines.slice(0, -1) };
       case "keep-ansi": {
-        const raw = run.runId === null ? undefined : this.base.raw.get(run.runId);
-        if (raw === undefined) return run;
-        const streams = { out: rawLines(raw.stdout), err: rawLines(raw.stderr) };
+        if (request === undefined || request.script.lang !== "node") return run;
+        const written = (name: string) => {
+          const path = join(this.pidDir, `${request.name}.${name}`);
+          return existsSync(path) ? readFileSync(path, "utf8") : "";
+        };
+        const streams = { out: rawLines(written("stdout")), err: rawLines(written("stderr")) };
         const seen = { out: 0, err: 0 };
         const lines: LogLine[] = run.lines.map((line) => ({
           ...line,

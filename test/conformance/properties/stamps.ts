@@ -70,8 +70,8 @@ export const stampPerLine: Property = {
       assert.deepEqual(texts(run.lines), ["one", "two", "three"], `${what}: exactly the three lines`);
       const stamps = stampsOf(run.lines, ["one", "two", "three"]);
       assertSpacedBySeconds(stamps, what);
-      // UTC and in the run's time: within the dispatch's own window (a second of slack each side for clock
-      // granularity).
+      // UTC and in the run's time: within the dispatch's own window (a second of slack each side for
+      // clock granularity).
       for (const stamp of stamps) {
         assert.ok(
           stamp >= (before - 1000) * 1000 && stamp <= (after + 1000) * 1000,

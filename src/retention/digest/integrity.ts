@@ -1,0 +1,100 @@
+import { z } from "zod";
+import { OatsError } from "../../core/index.js";
+
+/** Digest formats of contract section 2. */
+export const TREE_LEGACY = "oats.tree-legacy.v0";
+export const TREE_EXEC = "oats.tree-exec.v1";
+export const PACKAGE_PAYLOAD_EXEC = "oats.package-payload-exec.v1";
+export const JSON_V1 = "oats.json.v1";
+export const BYTES_V1 = "oats.bytes.v1";
+
+export const DIGEST_FORMATS = [TREE_LEGACY, TREE_EXEC, PACKAGE_PAYLOAD_EXEC, JSON_V1, BYTES_V1] as const;
+export type DigestFormat = (typeof DIGEST_FORMATS)[number];
+export const TREE_FORMATS = [TREE_LEGACY, TREE_EXEC, PACKAGE_PAYLOAD_EXEC] as const;
+export type TreeFormat = (typeof TREE_FORMATS)[number];
+
+export const DIGEST_VALUE_PATTERN = /^sha256-[0-9a-f]{64}$/;
+
+export const integritySchema = z
+  .object({
+    format: z.enum(DIGEST_FORMATS),
+    value: z.string().regex(DIGEST_VALUE_PATTERN, "must be sha256- followed by 64 lowercase hex digits"),
+  })
+  .strict();
+
+export type Integrity = z.infer<typeof integritySchema>;
+
+/**
+ * A content-addressed name (a record id, a blob digest): exactly
+ * `sha256-<64 lowercase hex>`, optionally written with its format prefix
+ * (`F:sha256-...`), which is dropped. Anything else is `invalid-input`.
+ */
+export function parseDigestName(input: unknown, format: DigestFormat, what: string, detailKey: string): string {
+  const text = typeof input === "string" && input.startsWith(`${format}:`) ? input.slice(format.length + 1) : input;
+  if (typeof text !== "string" || !DIGEST_VALUE_PATTERN.test(text)) {
+    throw new OatsError(
+      "invalid-input",
+      `invalid ${what} ${JSON.stringify(input)}: expected sha256-<64 lowercase hex>`,
+      { [detailKey]: input },
+    );
+  }
+  return text;
+}
+
+export function integrityText(integrity: Integrity): string {
+  return `${integrity.format}:${integrity.value}`;
+}
+
+/** The 64 hex digits of an integrity value. */
+export function digestHex(integrity: Integrity): string {
+  return integrity.value.slice("sha256-".length);
+}
+
+export function sameIntegrity(a: Integrity, b: Integrity): boolean {
+  return a.format === b.format && a.value === b.value;
+}
+
+/**
+ * Parse an integrity in any accepted form: `{format, value}`, the text form
+ * `F:sha256-<hex>`, or a bare `sha256-<hex>` (which means oats.tree-legacy.v0,
+ * as in oats lock v2 rows). Abbreviated, uppercase and unknown-format digests
+ * are refused: a digest that names less than a full SHA-256 names nothing.
+ */
+export function parseIntegrity(input: unknown): Integrity {
+  let candidate: unknown = input;
+  if (typeof input === "string") {
+    const separator = input.lastIndexOf(":");
+    candidate =
+      separator === -1
+        ? { format: TREE_LEGACY, value: input }
+        : { format: input.slice(0, separator), value: input.slice(separator + 1) };
+  }
+  const parsed = integritySchema.safeParse(candidate);
+  if (!parsed.success) {
+    const issue = parsed.error.issues[0];
+    const where = issue?.path.length ? `${issue.path.join(".")} ` : "";
+    throw new OatsError(
+      "invalid-artifact-reference",
+      `invalid integrity ${JSON.stringify(input)}: ${where}${issue?.message ?? "malformed"}`,
+      { integrity: input },
+    );
+  }
+  return parsed.data;
+}
+
+export function parseTreeIntegrity(
+  input: unknown,
+  allowed: readonly TreeFormat[] = TREE_FORMATS,
+): Integrity & { format: TreeFormat } {
+  const integrity = parseIntegrity(input);
+  if (!(allowed as readonly string[]).includes(integrity.format)) {
+    throw new OatsError(
+      "invalid-artifact-reference",
+      `integrity format ${integrity.format} cannot name this tree (expected ${allowed.join(" or ")})`,
+      {
+        integrity: integrityText(integrity),
+      },
+    );
+  }
+  return integrity as Integrity & { format: TreeFormat };
+}
