@@ -381,6 +381,7 @@ export {
   type ArtifactKind,
   type ArtifactReceipt,
   type ArtifactRef,
+  type LeftOut,
   blobPath,
   BLOBS_DIR,
   BYTES_V1,

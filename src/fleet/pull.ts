@@ -27,7 +27,14 @@ import {
   throwIfAborted,
   type ProgressListener,
 } from "../retention/index.js";
-import { MAX_MANIFEST_BYTES, OCI_MANIFEST_MEDIA_TYPE, oatsToOci, parsePulledManifest } from "./mapping.js";
+import {
+  MAX_MANIFEST_BYTES,
+  OCI_MANIFEST_MEDIA_TYPE,
+  checkDeclaredSizes,
+  oatsToOci,
+  parsePulledManifest,
+  pullByteBudget,
+} from "./mapping.js";
 import { openRegistry } from "./target.js";
 import { getBlob, getBlobBytes, getManifest } from "../oci/index.js";
 
@@ -96,6 +103,8 @@ export async function pullFromRegistry(
   const served = await getManifest(session, name, { accept: [OCI_MANIFEST_MEDIA_TYPE], maxBytes: MAX_MANIFEST_BYTES });
   const origin = `oci://${target.registry}/${target.repository}@${served.digest}`;
   const manifest = parsePulledManifest(served.bytes, origin);
+  const budget = pullByteBudget(limits.maxBytes);
+  checkDeclaredSizes(manifest, budget, origin);
   const watch = {
     ...(options.onProgress ? { onProgress: options.onProgress } : {}),
     ...(options.signal ? { signal: options.signal } : {}),
@@ -131,7 +140,7 @@ export async function pullFromRegistry(
         const stop = new AbortController();
         const stream = await getBlob(session, layer.digest, {
           size: layer.size,
-          maxBytes: Math.min(layer.size, limits.maxBytes * 2 + (64 << 20)),
+          maxBytes: Math.min(layer.size, budget),
           signal: stop.signal,
         });
         await extractLayer(stream, stop, dest, {
