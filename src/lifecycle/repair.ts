@@ -29,7 +29,11 @@ import {
   DEFAULT_LOCK_WAIT_MS,
   withRevisionLock,
   verifyTree,
+  removeTree,
+  writeManifest,
+  removeCreatedStore,
 } from "../retention/index.js";
+import { otherExecBit, recordedExecBits } from "./repair-modes.js";
 import type { ArtifactReceipt } from "../retention/index.js";
 
 /**
@@ -129,6 +133,17 @@ function sourceDiffers(ref: ArtifactRef, from: string, actual: string | null): O
   );
 }
 
+function otherModes(ref: ArtifactRef, from: string, other: { path: string; recorded: boolean; found: boolean }) {
+  const bit = (exec: boolean) => (exec ? "executable" : "not executable");
+  return new OatsError(
+    "integrity-mismatch",
+    `repair source ${from} verifies for ${ref.kind} ${ref.key} ${integrityText(ref.integrity)}, a name that does ` +
+      `not cover modes, but is another tree: ${other.path} is ${bit(other.found)}, and the revision had it ` +
+      `${bit(other.recorded)}; nothing was changed`,
+    { kind: ref.kind, key: ref.key, from, path: other.path, reason: "repair-source-other-tree" },
+  );
+}
+
 /** Run `body` on a directory holding the replacement tree (extracted into staging for archives). */
 async function withSourceTree<T>(
   realScope: string,
@@ -224,8 +239,9 @@ export async function repair(scope: string, refInput: unknown, options: RepairOp
       return withSourceTree(realScope, ref, from, type, async (sourceDir) => {
         if (lock) checkProvenance(sourceDir, expectedProvenance(ref.key, capabilityRows(lock, ref.key)));
         const root = join(realScope, ...QUARANTINE_DIR);
-        ensureStoreAt(realScope, QUARANTINE_DIR);
+        const createdQuarantine = ensureStoreAt(realScope, QUARANTINE_DIR);
         const quarantine = assertContained(root, join(root, quarantineName(ref)), `quarantine of ${text}`);
+        const recorded = legacy ? recordedExecBits(dir) : null;
         await withRevisionLock(dirname(dir), basename(dir), waitMs, async () => {
           try {
             await rename(dir, quarantine);
@@ -247,7 +263,16 @@ export async function repair(scope: string, refInput: unknown, options: RepairOp
         } catch (error) {
           // Put the damaged tree back where it was, so a failed repair changes nothing.
           await rename(quarantine, dir).catch(() => undefined);
+          removeCreatedStore(createdQuarantine, root);
           throw error;
+        }
+        const other = recorded ? otherExecBit(receipt.dir, recorded) : null;
+        if (other) {
+          await removeTree(receipt.dir);
+          await rename(quarantine, dir).catch(() => undefined);
+          writeManifest(dir, { bytes: () => recorded!.bytes });
+          removeCreatedStore(createdQuarantine, root);
+          throw otherModes(ref, from, other);
         }
         const entry = await audit(realScope, {
           action: "repair",

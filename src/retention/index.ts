@@ -117,7 +117,7 @@ export {
 } from "./store/layout.js";
 export { listLeases, withGcLock, withPublishLease, withPublishLeaseSync } from "./store/lease.js";
 export { ManifestRecorder } from "./store/manifest-encoding.js";
-export { firstDifference, manifestPath, readManifestBytes } from "./store/manifest.js";
+export { firstDifference, manifestPath, readManifestBytes, writeManifest } from "./store/manifest.js";
 export { DEFAULT_LOCK_WAIT_MS, withFileLock, withRevisionLock } from "./store/publish-lock.js";
 export { revisionParentSegments } from "./store/publish.js";
 export { removeTree, StagingWriter } from "./store/staging-writer.js";
