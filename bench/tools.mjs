@@ -1,5 +1,5 @@
 /**
- * The tools people would use instead of oats (issue 13), for the comparison
+ * The tools people would use instead of oats, for the comparison
  * sections 13-15: finding or installing them, a cold page cache, a real
  * node_modules tree, and running a command with its own environment.
  */

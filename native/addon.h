@@ -1,6 +1,12 @@
 /* The functions of dist/native/oats.node, one source file each (addon.c registers them). */
 #ifndef OATS_ADDON_H
 #define OATS_ADDON_H
+/*
+ * The Node-API version the addon is built against: every Node from 12.22 and 14.17 on has it, so one build serves
+ * any Node the package supports. src/engine/native-reads.ts (NODE_API_VERSION) refuses the file on a Node with an
+ * older one, and a test checks the two say the same. The headers are native/include/, a copy of node-api-headers.
+ */
+#define NAPI_VERSION 8
 #include <node_api.h>
 #include <stddef.h>
 #include <stdint.h>

@@ -6,7 +6,7 @@
  */
 #ifndef OATS_THREADS_H
 #define OATS_THREADS_H
-#include <node_api.h>
+#include "addon.h"
 #include <stdatomic.h>
 
 enum job_kind { JOB_PREFETCH = 1, JOB_WARM_DIRECTORIES = 2 };

@@ -3,11 +3,12 @@
  * the library it loads) into one minified, ASCII-only CommonJS script,
  * dist/cli/bundle/oats.cjs, and each command of FAST_COMMANDS
  * (src/cli/main-<command>.ts, the program with that command alone) into one
- * of its own, dist/cli/bundle/oats-<command>.cjs; lists the modules each
- * holds in dist/cli/bundle-inputs.json; and makes the V8 code cache of each
- * by running it (oats.cjs.cache, oats-verify.cjs.cache, ...). `npm run
- * build` runs it after tsc; dist/cli/bin.js runs a bundle through
- * dist/cli/load-bundle.js for everything but a lone --version.
+ * of its own, dist/cli/bundle/oats-<command>.cjs; and lists the modules each
+ * holds in dist/cli/bundle-inputs.json. `npm run build` runs it after tsc;
+ * dist/cli/bin.js runs a bundle through dist/cli/load-bundle.js for
+ * everything but a lone --version. The bundles are portable JavaScript and
+ * ship in the package; their V8 code caches are not (what one V8 made on one
+ * machine): the first run of each writes its own (load-bundle.ts says where).
  *
  * Why (docs/design/performance.md, "The CLI's start: bundles and code caches"): unbundled, `oats verify`
  * opened about 220 module files (zod alone 99) and spent 70-150 ms
@@ -22,16 +23,11 @@
  * sooner), which parallel/pool.ts starts when it is there; the run guard
  * and the JavaScript read-ahead workers still start from tsc's files, found
  * through import.meta.url (see sourceUrls below).
- *
- * `node scripts/bundle-cli.mjs --warm-cache [command]` is the child that
- * makes a cache: it runs commands on a scratch scope, so the functions they
- * compile are in it, then writes it.
  */
 import { build } from "esbuild";
-import { spawnSync } from "node:child_process";
-import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { createHash } from "node:crypto";
+import { writeFileSync } from "node:fs";
 import { readFile, rm } from "node:fs/promises";
-import { tmpdir } from "node:os";
 import { basename, dirname, join, relative, resolve, sep } from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
 
@@ -117,64 +113,8 @@ const lazyChildProcess = {
   },
 };
 
-/**
- * Run commands on a scratch scope so that the functions they compile are in
- * the cache, then write it: without `command`, help, digest, retain, verify,
- * ls and fsck, in the bundle of every command; with one (FAST_COMMANDS in
- * load-bundle.ts), that command, in its own bundle.
- */
-async function warmCache(command) {
-  const { loadBundle, codeCacheUrl } = await import(pathToFileURL(join(root, "dist", "cli", "load-bundle.js")).href);
-  const { main, script } = loadBundle({ cache: false, command });
-  const scratch = mkdtempSync(join(tmpdir(), "oats-code-cache-"));
-  try {
-    const tree = join(scratch, "tree");
-    mkdirSync(join(tree, "bin"), { recursive: true });
-    writeFileSync(join(tree, "bin", "run.mjs"), "console.log('hello');\n", { mode: 0o755 });
-    writeFileSync(join(tree, "README"), "a tree to warm the code cache with\n");
-    const scope = join(scratch, "scope");
-    mkdirSync(scope);
-    const env = { ...process.env, OATS_STATE_DIR: join(scratch, "state") };
-    let out = "";
-    const run = async (argv) => {
-      out = "";
-      await main(argv, { json: false, writeOut: () => {}, writeErr: () => {}, env });
-      await main(["--json", ...argv], { json: true, writeOut: (text) => void (out += text), writeErr: () => {}, env });
-    };
-    const verify = async (integrity) => {
-      await run(["--scope", scope, "verify", "warm", "--integrity", `${integrity.format}:${integrity.value}`]);
-      await run(["--scope", scope, "verify", "warm", "--integrity", `sha256-${"0".repeat(64)}`]);
-    };
-    if (command === "digest") await run(["digest", tree]);
-    else if (command === "verify") {
-      // Retained by tsc's library, not the bundle: the retain's own functions stay out of this cache.
-      const { retainTree } = await import(pathToFileURL(join(root, "dist", "index.js")).href);
-      await verify((await retainTree(scope, { kind: "capability", key: "warm", source: tree })).integrity);
-    } else if (command === undefined) {
-      await run(["--help"]);
-      await run(["digest", tree]);
-      await run(["--scope", scope, "retain", tree, "--id", "warm"]);
-      const retained = JSON.parse(out);
-      if (!retained.ok) throw new Error(`warming the code cache: retain failed: ${out}`);
-      await verify(retained.result.integrity);
-      await run(["--scope", scope, "ls"]);
-      await run(["--scope", scope, "fsck"]);
-    } else throw new Error(`no code cache is made for ${command}`);
-    writeFileSync(codeCacheUrl(command), script.createCachedData());
-  } finally {
-    rmSync(scratch, { recursive: true, force: true });
-  }
-}
-
-const warmIndex = process.argv.indexOf("--warm-cache");
-if (warmIndex !== -1) {
-  await warmCache(process.argv[warmIndex + 1]);
-  // A retain's digest workers may still be closing; the cache is written.
-  process.exit(0);
-}
-
 // The bundles' names, their wrapper and the commands that have one of their own are the loader's (load-bundle.ts).
-const { BUNDLE_HEAD, BUNDLE_TAIL, FAST_COMMANDS, bundleUrl } = await import(
+const { BUNDLE_HEAD, BUNDLE_TAIL, FAST_COMMANDS, STAMP_PREFIX, bundleUrl } = await import(
   pathToFileURL(join(root, "dist", "cli", "load-bundle.js")).href
 );
 const bundles = [undefined, ...FAST_COMMANDS].map((command) => ({
@@ -210,15 +150,23 @@ const { metafile } = await build({
   logLevel: "warning",
 });
 // load-bundle.ts reads a bundle as latin1, which is its text only while every byte is ASCII; the CommonJS wrapper goes
-// into the file, so that each start compiles the file's text as it is read (load-bundle.ts, BUNDLE_HEAD).
+// into the file, so that each start compiles the file's text as it is read (load-bundle.ts, BUNDLE_HEAD). Right after
+// the wrapper's head, a comment line stamps the package version and a digest of the text: they name the bundle's code
+// cache (load-bundle.ts, codeCacheName), so a cache of another build is never handed to V8.
+const { version } = JSON.parse(await readFile(join(root, "package.json"), "utf8"));
 const held = {};
 for (const { name } of bundles) {
   const emitted = await readFile(join(outdir, name));
   const wide = emitted.findIndex((byte) => byte > 0x7f);
   if (wide !== -1) throw new Error(`dist/cli/bundle/${name} has a byte that is not ASCII at offset ${wide}`);
+  const digest = createHash("sha256").update(emitted).digest("hex").slice(0, 16);
   writeFileSync(
     join(outdir, name),
-    Buffer.concat([Buffer.from(BUNDLE_HEAD, "latin1"), emitted, Buffer.from(BUNDLE_TAIL, "latin1")]),
+    Buffer.concat([
+      Buffer.from(`${BUNDLE_HEAD}${STAMP_PREFIX}${version} ${digest}\n`, "latin1"),
+      emitted,
+      Buffer.from(BUNDLE_TAIL, "latin1"),
+    ]),
   );
   // What the bundle holds, module by module (minified, it names none): the files with bytes in the output, not every
   // file esbuild read.
@@ -231,14 +179,3 @@ for (const { name } of bundles) {
 if (!(await readFile(join(outdir, "digest-worker.cjs"), "utf8")).includes("markLaneWorker"))
   throw new Error("dist/cli/bundle/digest-worker.cjs is not the digest worker");
 writeFileSync(join(root, "dist", "cli", "bundle-inputs.json"), `${JSON.stringify(held, null, 1)}\n`);
-// Each cache in a fresh process with no flags (V8 rejects a cache made under other flags), and alone (a cache holds
-// what its process compiled).
-for (const { command } of bundles) {
-  const warm = spawnSync(
-    process.execPath,
-    [fileURLToPath(import.meta.url), "--warm-cache", ...(command ? [command] : [])],
-    { stdio: "inherit", env: { ...process.env, NODE_OPTIONS: "" } },
-  );
-  if (warm.status !== 0)
-    throw new Error(`making the CLI's code cache${command ? ` for ${command}` : ""} failed (exit ${warm.status})`);
-}

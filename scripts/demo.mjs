@@ -5,6 +5,10 @@
 // every step behaved as expected. It then prepares, queues, approves and
 // dispatches a capture of the same capability, and ends by showing the sealed
 // run of that capture (`oats run show`).
+//
+// Every command line it prints pastes into a POSIX shell as it is (arguments quoted where a shell needs it, the
+// scopes as $A and $B, which the demo's first lines set). OATS_DEMO_KEEP=1 keeps the scopes after the demo, so a
+// printed line can be run again.
 import { spawnSync } from "node:child_process";
 import {
   chmodSync,
@@ -36,6 +40,14 @@ const scopeB = mkdtempSync(join(tmpdir(), "oats-demo-b-"));
 const inputs = `${scopeB}-inputs`;
 const stateDir = join(inputs, "state");
 const shown = (arg) => arg.replaceAll(scopeA, "$A").replaceAll(scopeB, "$B");
+const keep = process.env.OATS_DEMO_KEEP === "1";
+/** One argument as a POSIX shell word that means the argument, with the scopes as "$A" and "$B". */
+function shellWord(arg) {
+  const text = shown(arg);
+  if (/^[\w@%+=:,./-]+$/.test(text)) return text;
+  if (text !== arg) return `"${text.replace(/["\\`]/g, "\\$&")}"`;
+  return `'${arg.replaceAll("'", "'\\''")}'`;
+}
 const indent = (text) =>
   text
     .trimEnd()
@@ -49,7 +61,7 @@ function say(text) {
 }
 
 function oats(args, expectStatus, check = () => true) {
-  console.log(`\n  $ oats ${args.map(shown).join(" ")}`);
+  console.log(`\n  $ oats ${args.map(shellWord).join(" ")}`);
   // The operator's private log checkpoint goes with the demo's temporary files, not into ~/.local/state.
   const run = spawnSync(process.execPath, [bin, ...args], {
     cwd: repo,
@@ -68,8 +80,8 @@ function oats(args, expectStatus, check = () => true) {
 
 try {
   console.log("oats demo: retain a capability, verify it, and watch a tampered copy be refused.");
-  console.log(`  scope A = ${scopeA}`);
-  console.log(`  scope B = ${scopeB}`);
+  console.log(`  A=${scopeA}   # scope A`);
+  console.log(`  B=${scopeB}   # scope B`);
 
   say(
     "1. Retain the fixture capability 'demo.hello' into scope A. The lock " +
@@ -280,9 +292,13 @@ try {
   failures += 1;
   console.error(`demo failed: ${error instanceof Error ? error.message : String(error)}`);
 } finally {
-  rmSync(scopeA, { recursive: true, force: true });
-  rmSync(scopeB, { recursive: true, force: true });
-  rmSync(inputs, { recursive: true, force: true });
+  if (keep) {
+    console.log(`\nkept (OATS_DEMO_KEEP=1): A=${scopeA} B=${scopeB}, the inputs and OATS_STATE_DIR=${stateDir}`);
+  } else {
+    rmSync(scopeA, { recursive: true, force: true });
+    rmSync(scopeB, { recursive: true, force: true });
+    rmSync(inputs, { recursive: true, force: true });
+  }
 }
 
 if (failures) {

@@ -1,5 +1,5 @@
 /**
- * Export and import of retained artifacts (issue 5, "Export and import"):
+ * Export and import of retained artifacts:
  * real retained trees, real records and blobs, real tar files. Bundles that
  * a test damages are rewritten at the tar level (entries read with tar's own
  * Header, written back with it), so each case changes exactly one thing. A

@@ -1,5 +1,5 @@
 /**
- * Issue 9, item 8: retaining a git commit runs nothing of the repository's.
+ * Retaining a git commit runs nothing of the repository's.
  * The repository's author is untrusted: its `.gitattributes` and its
  * `.git/config` may name filters, textconv drivers, an fsmonitor hook, hooks
  * and transports that run a command. Each test here arms every one of them

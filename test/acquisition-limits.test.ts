@@ -1,5 +1,5 @@
 /**
- * Bounded extraction and walks (issue 14): archives and trees whose cost
+ * Bounded extraction and walks: archives and trees whose cost
  * would grow much faster than their size are refused, with typed refusals,
  * before the work that would blow up. Hostile archives are written here as
  * raw ustar/pax headers (test/support/raw-tar.ts). The CLI runs in a child
@@ -19,7 +19,7 @@ import { refusal } from "./support/refusals.js";
 import { populatedScope } from "./support/scopes.js";
 
 const SMALL_HEAP = "--max-old-space-size=128";
-/** An 800 KB pax path ("a/a/a/..."), the attack of issue 14: about 1 KB gzipped. */
+/** An 800 KB pax path ("a/a/a/..."), the attack this guards against: about 1 KB gzipped. */
 const LONG_PATH = `package/${"a/".repeat(400_000)}f`;
 
 function writeFile(bytes: Buffer, name: string): string {

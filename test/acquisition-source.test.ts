@@ -1,5 +1,5 @@
 /**
- * Source retention (issue 5, "Source trees and git commits"): retainSource
+ * Source retention (source trees and git commits): retainSource
  * from a directory as it is (`local`) and from a real git repository at a
  * full commit (the tree of that commit, never the working tree), with every
  * refusal leaving the store byte-for-byte as it was and no extraction

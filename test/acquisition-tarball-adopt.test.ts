@@ -17,10 +17,10 @@ import { c as tarCreate } from "tar";
 import { retainTarball, type RetainTarballRequest } from "../src/acquisition/index.js";
 import { TREE_EXEC, TREE_LEGACY, digestTree, verifyTree } from "../src/retention/index.js";
 import { setFaultHook, type PublishStep } from "../src/retention/store/faults.js";
-import { REPO, snapshotTree, tempDir } from "./helpers.js";
+import { FIXTURES, snapshotTree, tempDir } from "./helpers.js";
 import { refusal } from "./support/refusals.js";
 
-const PACKAGES = join(REPO, "fixtures/packages");
+const PACKAGES = join(FIXTURES, "packages");
 const payloadOf = (name: string) => join(PACKAGES, name, "payload");
 
 interface LockObject {

@@ -42,12 +42,12 @@ import {
   verifyTree,
 } from "../src/retention/index.js";
 import { hostTag, stagingName } from "../src/retention/store/layout.js";
-import { FIXTURE_LOCK, FIXTURE_PAYLOAD, REPO, fixtureLock, runOats, snapshotTree, tempDir } from "./helpers.js";
+import { FIXTURE_LOCK, FIXTURE_PAYLOAD, FIXTURES, fixtureLock, runOats, snapshotTree, tempDir } from "./helpers.js";
 import { tarBytes, ustarHeader, type RawEntry } from "./support/raw-tar.js";
 import { contractKind, refusal, type Details } from "./support/refusals.js";
 import { populatedScope } from "./support/scopes.js";
 
-const PACKAGES = join(REPO, "fixtures/packages");
+const PACKAGES = join(FIXTURES, "packages");
 const payloadOf = (name: string) => join(PACKAGES, name, "payload");
 const lockOf = (name: string) => JSON.parse(readFileSync(join(PACKAGES, name, "oats-lock.json"), "utf8")) as LockObject;
 

@@ -1,5 +1,5 @@
 /**
- * Issue 9, item 4: the approvals ledger and the audit log are checked against
+ * The approvals ledger and the audit log are checked against
  * each other, and against the operator's private checkpoint. Attacks are real
  * edits of the real files (one of them by `nobody` in its own process); the
  * dispatch cases run the real dispatch of a real prepared capture, and

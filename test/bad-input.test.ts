@@ -1,5 +1,5 @@
 /**
- * The issue's "Bad input" list, lock refusals, provenance and prototype
+ * Bad input (missing, unreadable, malformed and hostile inputs), lock refusals, provenance and prototype
  * safety. Every refusal is checked for its typed code, kind and details, and
  * for leaving the store byte-for-byte as it was: a snapshot of every entry's
  * type, mode, content hash and link text before and after, no staging
@@ -132,7 +132,7 @@ const artifacts = (scope: string, kind = "capabilities") => join(scope, ".agents
 // ---------------------------------------------------------------------------
 
 describe("baseline: the fixture retains and verifies", () => {
-  test("retain, keep, verify, with the receipts the issue specifies", async () => {
+  test("retain, keep, verify, with their receipts", async () => {
     const { scope, legacy, exec, capture } = await populatedScope();
     assert.equal(legacy.status, "retained");
     assert.deepEqual(legacy.integrity, { format: TREE_LEGACY, value: FIXTURE_LEGACY });

@@ -1,5 +1,5 @@
 /**
- * An approval covers a capture's whole composition (issue 9, item 1): every
+ * An approval covers a capture's whole composition: every
  * field that decides what runs, or under which gate, changes the approved
  * digest. Each attack re-prepares the SAME executable tree with one field
  * changed and dispatches under the old approval: it must be refused with

@@ -1,5 +1,5 @@
 /**
- * Privileged account (issue 11, property 6): a capture runs as root only if
+ * Privileged account (the conformance property `privileged-account`): a capture runs as root only if
  * its approved composition says so (`privileged: true`); otherwise dispatch
  * as uid 0 is refused before the child starts, and the marker the child
  * would write is absent.

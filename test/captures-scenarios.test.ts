@@ -1,5 +1,5 @@
 /**
- * The captures scenarios of issue 4, end to end through the library: real
+ * The captures scenarios, end to end through the library: real
  * files, real retained trees, a real executable (a `#!/bin/sh` script that
  * creates a marker file when it runs) and, for concurrent dispatch, real child
  * processes. "Nothing run" means: the marker is absent after the refusal.
@@ -211,7 +211,7 @@ function writeRetained(path: string, change: (path: string) => void): void {
 
 // ---------------------------------------------------------------- scenarios
 
-describe("captures scenarios (issue 4)", () => {
+describe("captures scenarios", () => {
   test(
     "Given a prepared, approved and queued capture, When it is dispatched, " +
       "Then the plan pins the retained executable, the pinned env plus the " +

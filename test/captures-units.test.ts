@@ -1,7 +1,7 @@
 /**
  * Unit behaviours and refusals of the capture modules (spec, prepareCapture,
- * queue, dispatch details, audit) on real files. The end-to-end scenarios of
- * issue 4 (tamper, revoke, loosen/tighten, non-sovereign, audit unwritable,
+ * queue, dispatch details, audit) on real files. The end-to-end scenarios
+ * (tamper, revoke, loosen/tighten, non-sovereign, audit unwritable,
  * partial, concurrency, audit edit) live in test/captures-scenarios.test.ts.
  */
 import assert from "node:assert/strict";

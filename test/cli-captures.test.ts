@@ -274,7 +274,7 @@ describe("oats capture prepare -> approve -> queue add -> dispatch [--exec]", ()
       assert.equal(execJson.envelope.result!["exec"], true);
       assert.match(execJson.stderr, /capture output --fast\n/);
 
-      // --quiet --exec: the child's output only in the run's log (issue 11); stdout is the run id.
+      // --quiet --exec: the child's output only in the run's log; stdout is the run id.
       const quiet = runOats([...fixture.at, "--quiet", "dispatch", "nightly", "--exec"]);
       assert.equal(quiet.status, 3);
       assert.match(quiet.stdout, /^sha256-[0-9a-f]{64}\n$/);

@@ -1,5 +1,5 @@
 /**
- * Issue 9 (trust chain), items 2, 6 and 9: dispatch runs only the bytes it
+ * The trust chain at dispatch: dispatch runs only the bytes it
  * verified. The executable tree is hashed while it is copied into a private
  * run directory, the child runs from that copy, Node module resolution is
  * kept inside it, and the harness label is audited on every dispatch.

@@ -1,5 +1,5 @@
 /**
- * Capture profile, enforced (issue 11): the profile names the required
+ * Capture profile, enforced: the profile names the required
  * evidence classes and the redaction patterns; dispatch takes them from the
  * pinned profile blob, never from disk or from the caller; a sealed record's
  * evidence section lists what was captured and a gap for each required class

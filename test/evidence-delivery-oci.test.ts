@@ -11,7 +11,7 @@ import { NO_REGISTRY, registryBinary, startRegistry, type Registry } from "./sup
 import { makeSealedRun } from "./support/sealed-runs.js";
 
 /**
- * The outbox through the OCI transport (issue 12's src/evidence/transport-oci.ts,
+ * The outbox through the OCI transport (src/evidence/transport-oci.ts,
  * registered as `oci://` and loopback `http://`): the same push, in order, read
  * back from the registry itself, idempotent, and a registry that drops what it
  * was given is caught by the read-back.

@@ -199,7 +199,7 @@ describe("oats push and oats outbox ls", () => {
       assert.deepEqual([noTo.status, noTo.envelope.error!.code], [2, "usage"]);
       const unknown = runJson(["--scope", scope, "push", "--to", "ftp://x/y"]);
       assert.deepEqual([unknown.status, unknown.envelope.error!.code], [2, "usage"]);
-      // Refs are artifacts for a registry (issue 12's branch of the same command), never the outbox.
+      // Refs are artifacts for a registry (the other branch of the same command), never the outbox.
       const refs = runJson([
         "--scope",
         scope,

@@ -1,5 +1,5 @@
 /**
- * Redaction (issue 11, property 7): the corpus test/conformance/redaction-corpus.json
+ * Redaction (the conformance property `redaction`): the corpus test/conformance/redaction-corpus.json
  * is the specification; this file runs it through createRedactor, and checks
  * what the corpus cannot say (the work bound, the refusal details, the rule
  * builder a run uses).

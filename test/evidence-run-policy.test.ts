@@ -1,6 +1,6 @@
 /**
- * Redaction and evidence classes wired into the run path (issue 11,
- * properties 7 and "capture profile, enforced"): a real child prints
+ * Redaction and evidence classes wired into the run path (the
+ * conformance property `redaction`, and the capture profile, enforced): a real child prints
  * credential values and profile-pattern matches; the log on disk holds the
  * masks and never the values, the sealed record states the redactions and
  * judges the evidence against the pinned profile's required classes.

@@ -21,14 +21,39 @@ import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { after, before } from "node:test";
 import { setTimeout as sleep } from "node:timers/promises";
+import { nativeReadsAvailable, nativeReadsStatus } from "../src/engine/native-reads.js";
 
 export const REPO = resolve(import.meta.dirname, "..");
-export const FIXTURE = join(REPO, "fixtures/packages/hello");
-export const FIXTURE_PAYLOAD = join(FIXTURE, "payload");
-export const FIXTURE_LOCK = join(FIXTURE, "oats-lock.json");
-export const VECTORS = join(REPO, "fixtures/vectors");
 
 const made: string[] = [];
+
+/**
+ * The repository's `fixtures/` as the tests read it: a copy per test process whose files and directories have no
+ * group or other write bit. A checkout made under umask 002 has group-writable fixtures, and the store, which
+ * never keeps a group or other write bit, would then hold other modes than the fixture a test compares it with.
+ * Exec bits and link text are kept as checked out. Readable by every user: attack tests spawn `nobody`.
+ */
+export const FIXTURES = modeNormalizedFixtures();
+export const FIXTURE = join(FIXTURES, "packages/hello");
+export const FIXTURE_PAYLOAD = join(FIXTURE, "payload");
+export const FIXTURE_LOCK = join(FIXTURE, "oats-lock.json");
+export const VECTORS = join(FIXTURES, "vectors");
+
+function modeNormalizedFixtures(): string {
+  const root = mkdtempSync(join(tmpdir(), "oats-fixtures-"));
+  made.push(root);
+  chmodSync(root, 0o755);
+  const copy = join(root, "fixtures");
+  cpSync(join(REPO, "fixtures"), copy, { recursive: true, verbatimSymlinks: true });
+  const clear = (path: string): void => {
+    const stat = lstatSync(path);
+    if (stat.isSymbolicLink()) return;
+    chmodSync(path, stat.mode & 0o7755);
+    if (stat.isDirectory()) for (const name of readdirSync(path)) clear(join(path, name));
+  };
+  clear(copy);
+  return copy;
+}
 
 /**
  * The operator's private chain-log state (checkpoints, indexes) goes to a
@@ -41,9 +66,33 @@ if (!process.env["OATS_STATE_DIR"]) {
   process.env["OATS_STATE_DIR"] = state;
 }
 
+/**
+ * The code caches the CLI writes on first use (src/cli/load-bundle.ts) go to
+ * the package's own directory when it is writable and else to the user's
+ * cache directory: for a run of the tests, a temporary one, never the real
+ * ~/.cache.
+ */
+if (!process.env["XDG_CACHE_HOME"]?.includes("oats-cache-home-")) {
+  const cache = mkdtempSync(join(tmpdir(), "oats-cache-home-"));
+  made.push(cache);
+  process.env["XDG_CACHE_HOME"] = cache;
+}
+
 after(() => {
   for (const dir of made) rmSync(dir, { recursive: true, force: true });
 });
+
+/**
+ * For a test of the native addon itself: false when it loaded here, else
+ * why not, as the loader says (src/engine/native-reads.ts), for the test's
+ * `skip`. The rest of the suite runs with or without it: the library then
+ * reads every file from JavaScript.
+ */
+export function addonSkip(): string | false {
+  if (nativeReadsAvailable()) return false;
+  const { state, reason } = nativeReadsStatus();
+  return `the native addon is not loaded here (${state}: ${reason}); only the JavaScript reads run`;
+}
 
 /**
  * For a test file that drops the page cache or asserts what a warm or a

@@ -16,9 +16,9 @@ import { cpSync, lstatSync, readFileSync, readdirSync } from "node:fs";
 import { join } from "node:path";
 import { describe, test } from "node:test";
 import { OatsError, parseLock } from "../src/index.js";
-import { REPO, runOats, tempDir } from "./helpers.js";
+import { FIXTURES, runOats, tempDir } from "./helpers.js";
 
-const FIXTURE_CORPUS = join(REPO, "fixtures/interop/upstream-oats-0.21");
+const FIXTURE_CORPUS = join(FIXTURES, "interop/upstream-oats-0.21");
 const CASES = readdirSync(FIXTURE_CORPUS, { withFileTypes: true })
   .filter((entry) => entry.isDirectory())
   .map((entry) => entry.name);

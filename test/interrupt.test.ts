@@ -65,42 +65,82 @@ test("Ctrl-C pressed twice during retain still removes the whole staging and exi
   assert.deepEqual(snapshotTree(scope), before);
 });
 
-test(
-  "SIGINT under --json: one envelope, error internal-error with reason " + "interrupted and what was removed, exit 130",
-  async () => {
+/** The built CLI retaining the big tree into `scope`, stopped by `signal` once its staging directory exists. */
+async function retainStoppedBy(
+  scope: string,
+  signal: "SIGINT" | "SIGTERM" | "SIGHUP",
+  json: boolean,
+): Promise<{ status: number | null; stdout: string; stderr: string; parent: string }> {
+  const child = spawn(
+    process.execPath,
+    [
+      join(REPO, "dist/cli/bin.js"),
+      ...(json ? ["--json"] : []),
+      "--scope",
+      scope,
+      "retain",
+      source,
+      "--kind",
+      "capture",
+      "--id",
+      "big",
+    ],
+    { stdio: ["ignore", "pipe", "pipe"] },
+  );
+  let stdout = "";
+  let stderr = "";
+  child.stdout.on("data", (chunk) => (stdout += chunk));
+  child.stderr.on("data", (chunk) => (stderr += chunk));
+  const parent = join(scope, ".agents/captures/artifacts/big/tree-exec-v1");
+  // Wait for the staging directory to appear, then stop the command.
+  while (!(existsSync(parent) && readdirSync(parent).some((name) => name.startsWith(".staging-")))) {
+    assert.equal(child.exitCode, null, `finished before staging appeared: ${stdout}${stderr}`);
+    await new Promise((resolve) => setTimeout(resolve, 5));
+  }
+  child.kill(signal);
+  const status = await new Promise<number | null>((resolve) => child.on("close", resolve));
+  return { status, stdout, stderr, parent };
+}
+
+for (const [signal, exit] of [
+  ["SIGINT", 130],
+  ["SIGTERM", 143],
+  ["SIGHUP", 129],
+] as const) {
+  const title = `${signal} under --json: one envelope, error interrupted naming the signal and what it removed`;
+  test(`${title}, exit ${exit}`, async () => {
     const scope = populatedScope();
     const before = snapshotTree(scope);
-    const child = spawn(
-      process.execPath,
-      [join(REPO, "dist/cli/bin.js"), "--json", "--scope", scope, "retain", source, "--kind", "capture", "--id", "big"],
-      { stdio: ["ignore", "pipe", "pipe"] },
-    );
-    let stdout = "";
-    let stderr = "";
-    child.stdout.on("data", (chunk) => (stdout += chunk));
-    child.stderr.on("data", (chunk) => (stderr += chunk));
-    const parent = join(scope, ".agents/captures/artifacts/big/tree-exec-v1");
-    // Wait for the staging directory to appear, then interrupt.
-    while (!(existsSync(parent) && readdirSync(parent).some((name) => name.startsWith(".staging-")))) {
-      assert.equal(child.exitCode, null, `finished before staging appeared: ${stdout}${stderr}`);
-      await new Promise((resolve) => setTimeout(resolve, 5));
-    }
-    child.kill("SIGINT");
-    const status = await new Promise((resolve) => child.on("close", resolve));
-    assert.equal(status, 130, stderr);
+    const { status, stdout, stderr, parent } = await retainStoppedBy(scope, signal, true);
+    assert.equal(status, exit, stderr);
     const lines = stdout.trim().split("\n");
     assert.equal(lines.length, 1, stdout);
     const envelope = JSON.parse(lines[0]!);
     assert.equal(envelope.ok, false);
     assert.equal(envelope.command, "retain");
-    assert.equal(envelope.error.code, "internal-error");
-    assert.equal(envelope.error.details.reason, "interrupted");
+    assert.equal(envelope.error.code, "interrupted");
+    assert.equal(envelope.error.kind, "interrupted");
+    assert.equal(envelope.error.details.signal, signal);
     assert.equal(envelope.error.details.removed.length, 1);
     assert.equal(envelope.error.details.removed[0].what, "staging");
     assert.ok(envelope.error.details.removed[0].path.startsWith(parent));
     assert.deepEqual(snapshotTree(scope), before);
-  },
-);
+  });
+}
+
+test("SIGTERM and SIGHUP without --json say what they removed, as Ctrl-C does, store as it was", async () => {
+  for (const [signal, exit] of [
+    ["SIGTERM", 143],
+    ["SIGHUP", 129],
+  ] as const) {
+    const scope = populatedScope();
+    const before = snapshotTree(scope);
+    const { status, stdout, stderr } = await retainStoppedBy(scope, signal, false);
+    assert.equal(status, exit, `${signal}: ${stdout}${stderr}`);
+    assert.equal(removedPaths(stderr, "staging").length, 1, stderr);
+    assert.deepEqual(snapshotTree(scope), before, signal);
+  }
+});
 
 test("Ctrl-C during retain of a package tarball removes the extraction directory", async () => {
   const scope = populatedScope();

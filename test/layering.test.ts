@@ -11,6 +11,7 @@ const LAYERS = [
   "engine",
   "retention",
   "ledger",
+  "attestation",
   "resolution",
   "acquisition",
   "captures",

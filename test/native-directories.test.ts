@@ -7,7 +7,7 @@ import { OatsError } from "../src/core/errors.js";
 import { digestTree } from "../src/index.js";
 import { nativeReads, setNativeReads } from "../src/engine/native-reads.js";
 import { walkTree } from "../src/retention/digest/walk.js";
-import { REPO, tempDir } from "./helpers.js";
+import { REPO, tempDir, addonSkip } from "./helpers.js";
 
 /**
  * The walk's directory calls in C (native/directories.c,
@@ -123,80 +123,74 @@ test(
   },
 );
 
-test(
-  "Given names that could leave the directory, a symlink, a file and a " +
-    "missing name, When opened as a child directory, Then each is refused " +
-    "with its errno and nothing is opened",
-  () => {
-    const root = tempDir("oats-native-open-");
-    mkdirSync(join(root, "child"));
-    writeFileSync(join(root, "file"), "x");
-    symlinkSync("child", join(root, "link"));
-    const fd = openSync(root, constants.O_RDONLY | constants.O_DIRECTORY);
-    const descriptors = readdirSync("/proc/self/fd").length;
-    const stat = new Float64Array(4);
-    try {
-      const native = addon();
-      const cases: [string, number, number][] = [
-        ["", ERRNO.EINVAL, 1],
-        [".", ERRNO.EINVAL, 1],
-        ["..", ERRNO.EINVAL, 1],
-        ["child/..", ERRNO.EINVAL, 1],
-        ["x".repeat(256), ERRNO.ENAMETOOLONG, 1],
-        ["link", ERRNO.ENOTDIR, 1], // O_DIRECTORY | O_NOFOLLOW on a symlink
-        ["file", ERRNO.ENOTDIR, 1],
-        ["missing", ERRNO.ENOENT, 1],
-      ];
-      for (const [name, errno, step] of cases) {
-        stat.fill(0);
-        assert.equal(native.openDirectoryAt(fd, name, stat), -errno, JSON.stringify(name).slice(0, 40));
-        assert.equal(stat[3], step);
-      }
-      assert.equal(readdirSync("/proc/self/fd").length, descriptors, "nothing was left open");
-      const child = native.openDirectoryAt(fd, "child", stat);
-      assert.ok(child >= 0);
-      const expected = statSync(join(root, "child"));
-      assert.deepEqual([...stat.subarray(0, 3)], [expected.dev, expected.ino, expected.mode]);
-      assert.equal(native.closeDirectory(child), 0);
-      assert.equal(readdirSync("/proc/self/fd").length, descriptors, "closeDirectory closed it");
-      assert.equal(native.closeDirectory(child), -ERRNO.EBADF);
-      assert.equal(native.listDirectory(child), -ERRNO.EBADF);
-      assert.throws(() => native.openDirectoryAt(-1, "child", stat), TypeError);
-      assert.throws(() => native.openDirectoryAt(fd, "child", new Float64Array(3)), TypeError);
-      assert.throws(() => native.listDirectory("3" as never), TypeError);
-    } finally {
-      closeSync(fd);
+test("Given names that could leave the directory, a symlink, a file and a " +
+  "missing name, When opened as a child directory, Then each is refused " +
+  "with its errno and nothing is opened", { skip: addonSkip() }, () => {
+  const root = tempDir("oats-native-open-");
+  mkdirSync(join(root, "child"));
+  writeFileSync(join(root, "file"), "x");
+  symlinkSync("child", join(root, "link"));
+  const fd = openSync(root, constants.O_RDONLY | constants.O_DIRECTORY);
+  const descriptors = readdirSync("/proc/self/fd").length;
+  const stat = new Float64Array(4);
+  try {
+    const native = addon();
+    const cases: [string, number, number][] = [
+      ["", ERRNO.EINVAL, 1],
+      [".", ERRNO.EINVAL, 1],
+      ["..", ERRNO.EINVAL, 1],
+      ["child/..", ERRNO.EINVAL, 1],
+      ["x".repeat(256), ERRNO.ENAMETOOLONG, 1],
+      ["link", ERRNO.ENOTDIR, 1], // O_DIRECTORY | O_NOFOLLOW on a symlink
+      ["file", ERRNO.ENOTDIR, 1],
+      ["missing", ERRNO.ENOENT, 1],
+    ];
+    for (const [name, errno, step] of cases) {
+      stat.fill(0);
+      assert.equal(native.openDirectoryAt(fd, name, stat), -errno, JSON.stringify(name).slice(0, 40));
+      assert.equal(stat[3], step);
     }
-  },
-);
+    assert.equal(readdirSync("/proc/self/fd").length, descriptors, "nothing was left open");
+    const child = native.openDirectoryAt(fd, "child", stat);
+    assert.ok(child >= 0);
+    const expected = statSync(join(root, "child"));
+    assert.deepEqual([...stat.subarray(0, 3)], [expected.dev, expected.ino, expected.mode]);
+    assert.equal(native.closeDirectory(child), 0);
+    assert.equal(readdirSync("/proc/self/fd").length, descriptors, "closeDirectory closed it");
+    assert.equal(native.closeDirectory(child), -ERRNO.EBADF);
+    assert.equal(native.listDirectory(child), -ERRNO.EBADF);
+    assert.throws(() => native.openDirectoryAt(-1, "child", stat), TypeError);
+    assert.throws(() => native.openDirectoryAt(fd, "child", new Float64Array(3)), TypeError);
+    assert.throws(() => native.listDirectory("3" as never), TypeError);
+  } finally {
+    closeSync(fd);
+  }
+});
 
-test(
-  "Given a directory listed natively, When listed, Then every entry but . " +
-    "and .. comes with its type, from the start of the directory",
-  () => {
-    const root = mixedTree();
-    const fd = openSync(root, constants.O_RDONLY | constants.O_DIRECTORY);
-    try {
-      const native = addon();
-      for (let round = 0; round < 2; round++) {
-        const listed = native.listDirectory(fd);
-        assert.ok(typeof listed === "object");
-        const names = listed.names.toString("utf8").split("\0").slice(0, -1);
-        const byName = Object.fromEntries(names.map((name, at) => [name, listed.types[at]]));
-        const expected = readdirSync(root, { withFileTypes: true });
-        assert.equal(
-          names.length,
-          expected.length,
-          `round ${round}: the same entries as readdir, listed again from the start`,
-        );
-        for (const entry of expected)
-          assert.equal(byName[entry.name], entry.isDirectory() ? 4 : entry.isSymbolicLink() ? 10 : 8, entry.name);
-      }
-    } finally {
-      closeSync(fd);
+test("Given a directory listed natively, When listed, Then every entry but . " +
+  "and .. comes with its type, from the start of the directory", { skip: addonSkip() }, () => {
+  const root = mixedTree();
+  const fd = openSync(root, constants.O_RDONLY | constants.O_DIRECTORY);
+  try {
+    const native = addon();
+    for (let round = 0; round < 2; round++) {
+      const listed = native.listDirectory(fd);
+      assert.ok(typeof listed === "object");
+      const names = listed.names.toString("utf8").split("\0").slice(0, -1);
+      const byName = Object.fromEntries(names.map((name, at) => [name, listed.types[at]]));
+      const expected = readdirSync(root, { withFileTypes: true });
+      assert.equal(
+        names.length,
+        expected.length,
+        `round ${round}: the same entries as readdir, listed again from the start`,
+      );
+      for (const entry of expected)
+        assert.equal(byName[entry.name], entry.isDirectory() ? 4 : entry.isSymbolicLink() ? 10 : 8, entry.name);
     }
-  },
-);
+  } finally {
+    closeSync(fd);
+  }
+});
 
 test(
   "Given a digest in a worker thread, When its directories are opened " +

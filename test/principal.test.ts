@@ -1,5 +1,5 @@
 /**
- * Issue 9, item 5: a principal that cannot be forged from inside. An
+ * A principal that cannot be forged from inside. An
  * unprivileged user (nobody) who runs oats inside `unshare --user
  * --map-root-user --uts` after `hostname forged` is uid 0 on host "forged"
  * by every OS call oats used to ask; the classification config reserves a

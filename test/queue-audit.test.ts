@@ -1,5 +1,5 @@
 /**
- * Issue 9, item 9 (queue): audit before effect. `queue add` (and
+ * The queue: audit before effect. `queue add` (and
  * `--replace`) makes a job dispatchable only after its audit entry is
  * durable; when the audit log refuses writes (a real read-only bind mount
  * as root), the add is refused with audit-unavailable and the scope is

@@ -1,5 +1,5 @@
 /**
- * Reliability of publication (issue 2, "Reliability"): real OS processes
+ * Reliability of publication: real OS processes
  * racing on one store, a publisher killed with SIGKILL mid-copy, staging
  * cleanup that respects live publishers, injected faults at each step, the
  * bounded lock wait. Fault injection is used only for failures that cannot

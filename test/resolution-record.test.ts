@@ -1,5 +1,5 @@
 /**
- * The resolution record core (issue 3): the record schema, the strict
+ * The resolution record core: the record schema, the strict
  * canonical reader, the record store (publish that never replaces, bounded
  * reads that check the digest before parsing), reading a record back with
  * entry points resolved inside their retained artifacts, readiness, ids and

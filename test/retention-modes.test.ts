@@ -1,6 +1,6 @@
 /**
- * Retained trees are read-only to everyone but their owner (issue 9 item 3,
- * contract section 3). A source with 0666/0777 modes is retained by a
+ * Retained trees are read-only to everyone but their owner (contract
+ * section 3). A source with 0666/0777 modes is retained by a
  * child running with umask 000 (copied, adopted from a tarball, and imported
  * from a bundle); then a real other local user, `nobody` (uid/gid 65534),
  * tries to rewrite a retained file, create a file in a revision directory,

@@ -30,9 +30,15 @@ export function violation(schema: Schema, value: unknown, root: Schema, at = "")
     if (schema["minimum"] !== undefined && value < schema["minimum"]) return `${at}: minimum`;
     if (schema["maximum"] !== undefined && value > schema["maximum"]) return `${at}: maximum`;
   }
-  if (Array.isArray(value) && schema["items"]) {
+  if (Array.isArray(value)) {
+    if (schema["minItems"] !== undefined && value.length < schema["minItems"]) return `${at}: minItems`;
+    if (schema["maxItems"] !== undefined && value.length > schema["maxItems"]) return `${at}: maxItems`;
+    const prefix = (schema["prefixItems"] ?? []) as Schema[];
     for (const [index, item] of value.entries()) {
-      const found = violation(schema["items"], item, root, `${at}/${index}`);
+      const itemSchema = index < prefix.length ? prefix[index] : schema["items"];
+      if (itemSchema === false) return `${at}/${index}: no item allowed here`;
+      if (!itemSchema) continue;
+      const found = violation(itemSchema, item, root, `${at}/${index}`);
       if (found) return found;
     }
   }

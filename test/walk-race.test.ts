@@ -1,5 +1,5 @@
 /**
- * A walk that cannot be redirected (issue 9 item 7). While `retainTree`
+ * A walk that cannot be redirected. While `retainTree`
  * runs round after round, another process keeps swapping a directory inside
  * the source for a symlink to a directory outside it: a 0700 directory the
  * retaining user (root) can read and the swapper cannot, holding a file of
@@ -36,7 +36,7 @@ import { setNativeReads } from "../src/engine/native-reads.js";
 import { setReadHook } from "../src/engine/read-hook.js";
 import { walkTree } from "../src/retention/digest/walk.js";
 import { digestTree, retainTree } from "../src/retention/index.js";
-import { tempDir } from "./helpers.js";
+import { addonSkip, tempDir } from "./helpers.js";
 
 const NOBODY = 65534;
 const ROUNDS = 40;
@@ -287,22 +287,19 @@ for (const { way, native } of [
 
     // Only the native reads take a run of files across directories; from JavaScript each file is opened on its own.
     if (native)
-      test(
-        "Given b/ replaced after its descriptor is held for a run of files that " +
-          "spans a/ and b/, When the tree is digested, Then the digest is the " +
-          "listed tree's: b/x is read inside the directory that was listed",
-        async () => {
-          const { root, arm } = treeWithReplacement(["x"], "x");
-          const listed = await digestTree(root);
-          arm();
-          try {
-            assert.deepEqual(await digestTree(root), listed);
-            assert.equal(readFileSync(join(root, "b/x"), "utf8"), "not what was listed\n", "the replacement happened");
-          } finally {
-            setReadHook(null);
-          }
-        },
-      );
+      test("Given b/ replaced after its descriptor is held for a run of files that " +
+        "spans a/ and b/, When the tree is digested, Then the digest is the " +
+        "listed tree's: b/x is read inside the directory that was listed", { skip: addonSkip() }, async () => {
+        const { root, arm } = treeWithReplacement(["x"], "x");
+        const listed = await digestTree(root);
+        arm();
+        try {
+          assert.deepEqual(await digestTree(root), listed);
+          assert.equal(readFileSync(join(root, "b/x"), "utf8"), "not what was listed\n", "the replacement happened");
+        } finally {
+          setReadHook(null);
+        }
+      });
   });
 
   describe(`${way}: walk race: a directory above the root swapped for a symlink`, () => {

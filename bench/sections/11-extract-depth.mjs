@@ -46,7 +46,7 @@ function archive(depth, count) {
 }
 
 /**
- * Issue 14: an archive's cost must follow its size, not its depth. 1,000
+ * The goal: an archive's cost must follow its size, not its depth. 1,000
  * entries at depth 200 against 1,000 at depth 2, both extracted by
  * extractTar into fresh directories. The ancestor check used to be
  * quadratic in depth for every entry (2.8x here); goal <= 1.5x.

@@ -64,7 +64,7 @@ function instanceRecord(ref, n) {
 }
 
 /**
- * The scope of the issue's gc goal: GC_SCOPE.revisions revisions of
+ * The scope of the gc goal: GC_SCOPE.revisions revisions of
  * CAPTURE.files files (each the capture data set with one file changed),
  * GC_SCOPE.records records, GC_SCOPE.auditEntries audit entries. All but
  * GC_SCOPE.unreferencedRecords records are named by an instance reference;

@@ -39,7 +39,7 @@ async function captureScope(name, script) {
  *   a recorded run (runDispatchPlanWithEvidence, quiet: every line decoded,
  *   cleaned, stamped, redacted and appended to the log, then sealed) vs the
  *   same dispatch with the child's output sent to /dev/null (runDispatchPlan).
- *   Goal (issue 11): at most 1.5x.
+ *   Goal: at most 1.5x.
  * - 14b: stamp latency: a child writes one line every 10 ms carrying its own
  *   write time (microseconds, wall clock); the 99th percentile of (stamp -
  *   write time) over 300 lines. Goal: under 20 ms.

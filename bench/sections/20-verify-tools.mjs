@@ -13,7 +13,7 @@ import {
   runEnv,
 } from "../tools.mjs";
 
-// ---------------------------------------------------------------- 20. verify vs nix-store --verify-path (issue 13)
+// ---------------------------------------------------------------- 20. verify vs nix-store --verify-path
 
 const RUNS = 3;
 /**

@@ -2,7 +2,7 @@ import { readdirSync } from "node:fs";
 import { CLI, dataset, digestInOutput, digestOf, interleave, median, notes, run, timeRow, warm } from "../lib.mjs";
 import { describeNodeModules, nodeModulesTree } from "../tools.mjs";
 
-// ---------------------------------------------------------------- 21. digest vs shell pipelines (issue 13)
+// ---------------------------------------------------------------- 21. digest vs shell pipelines
 
 const RUNS = 3;
 const FIND_PIPELINE = "find . -type f | sort | xargs sha256sum";

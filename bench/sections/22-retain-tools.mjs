@@ -3,7 +3,7 @@ import { join } from "node:path";
 import { CLI, WORK, dataset, fmtMs, interleave, median, notes, settle, timeRow, warm } from "../lib.mjs";
 import { describeNodeModules, haveTool, nixEnv, nodeModulesTree, removeReadOnly, runEnv } from "../tools.mjs";
 
-// ---------------------------------------------------------------- 22. retain vs git, restic, nix (issue 13; info)
+// ---------------------------------------------------------------- 22. retain vs git, restic, nix (info)
 
 const RUNS = 3;
 const PIPELINE = 'cp -a "$1" "$2" && sync -f "$2" && cd "$2" && find . -type f | sort | xargs sha256sum > /dev/null';
@@ -19,7 +19,7 @@ const RESTIC_ENV = { RESTIC_PASSWORD: "oats-bench-only" };
  * and reads nothing), `nix-store --add-fixed --recursive sha256` into a
  * chroot store, and `cp -a` + `sync -f` + `find | sort | xargs sha256sum`.
  * Warm page cache; every side writes into a fresh place for a first retain.
- * Info rows: the goals of issue 13 for retain are judged elsewhere (rows 3a, 3b).
+ * Info rows: the goals for retain are judged elsewhere (rows 3a, 3b).
  */
 async function benchRetainTools() {
   console.error("\n[22] retain vs git (core.fsync), restic, nix-store --add-fixed, cp + sync + sha256sum");

@@ -27,7 +27,7 @@ const { acquireWorker, releaseWorker } = await import(join(DIST, "retention", "p
  * retainTree of a tree that is already retained (status `kept`), with and
  * without `expect`, against digestTree of the same tree, both in process.
  * The kept retain still reads the whole source and verifies the whole stored
- * revision; the goal (issue 13) is that the two reads share the two cores.
+ * revision; the goal is that the two reads share the two cores.
  */
 async function benchKept(name, ids, runs) {
   const label = name === "small" ? "20k small files" : "8 x 128 MiB";

@@ -22,7 +22,7 @@ const PIPELINE = "find . -type f | sort | xargs sha256sum > /dev/null";
 
 /**
  * retainTree of the `small` data set into a fresh scope against `cp -a` +
- * `sync -f` + the shell's pipeline digest of the copy (issue 13: at most
+ * `sync -f` + the shell's pipeline digest of the copy (goal: at most
  * 1.5x), then the peak RSS of the same retain in a child process (at most
  * 100 MiB).
  */

@@ -18,7 +18,7 @@ import {
 // ---------------------------------------------------------------- 22. export and import against tar + sha256sum
 
 /**
- * exportBundle against `tar cf` + `sha256sum` of the tar (issue 13: at most
+ * exportBundle against `tar cf` + `sha256sum` of the tar (goal: at most
  * 1.5x); importBundle (extract, verify everything, publish durably) against
  * `tar xf` + `sync -f` + `sha256sum` of every extracted file (at most 2.0x).
  * Both on the 20k small files and on the 8 x 128 MiB data set.

@@ -23,7 +23,7 @@ const { setParallelism, parallelism } = await import(join(DIST, "retention", "pa
 /**
  * fsckScope of a scope holding 8 revisions (each one 128 MiB file of the
  * `big` data set) against verifyTree of the 8 one after the other, in
- * process. The goal (issue 13): at most 0.6x on 2 cores. An info row gives
+ * process. The goal: at most 0.6x on 2 cores. An info row gives
  * the CPU time of both sides (process.cpuUsage counts every thread), which
  * says whether the cores were there to be used.
  */

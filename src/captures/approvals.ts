@@ -29,6 +29,7 @@ import {
 } from "../retention/index.js";
 import { COMPOSITION_KIND, compositionSubject, parseComposition, type CaptureComposition } from "./composition.js";
 import { currentPrincipal } from "./classification.js";
+import { type ApprovalAttestation, attestApproval } from "./approval-attest.js";
 
 /**
  * The approvals ledger (`.agents/approvals/ledger.jsonl`, CHAIN_LOGS.approvals):
@@ -93,6 +94,11 @@ export interface ApprovalListing extends ApprovalState {
 
 export interface DecisionOptions extends AppendOptions {
   reason: string;
+  /**
+   * Told what became of the signed statement of an approved composition
+   * (approval-attest.ts): written, none (no signing key), or why not.
+   */
+  onAttestation?: (outcome: ApprovalAttestation) => void;
 }
 
 function isRecord(value: unknown): value is Record<string, unknown> {
@@ -254,6 +260,11 @@ async function decide(
   } catch (error) {
     if (isOatsError(error)) error.details["ledger"] = { seq: entry.seq, hash: entry.hash, recorded: true };
     throw error;
+  }
+  // With a signing key, an approved composition is also a signed statement (never instead of the ledger entry).
+  if (action === "approve") {
+    const outcome = attestApproval(scope, entry);
+    options.onAttestation?.(outcome);
   }
   return entry;
 }

@@ -30,6 +30,7 @@ import { copyVerifiedTree, removeRunCopy, type RunCopy } from "./run-copy.js";
 import type { EvidencePostureCheck, EvidencePostureResult } from "./posture.js";
 import { currentEuid, privilegeGate } from "./privilege.js";
 import { evidencePolicy, parseCaptureProfileBytes, type ProfileEvidencePolicy } from "./spec.js";
+import { requireSignedApproval, type SignedApproval } from "./signed-approval.js";
 
 export { discardDispatchPlan, runDispatchPlan } from "./dispatch-run.js";
 
@@ -114,6 +115,12 @@ export interface DispatchOptions {
   readonly postureCheck?: EvidencePostureCheck;
   /** The effective uid the child would run as (default: this process's); uid 0 needs a privileged composition. */
   readonly euid?: number;
+  /**
+   * Fleet approval, opt-in: accept, instead of a local approval, an approval
+   * of this exact composition signed by the key this scope trusts for
+   * approvals under this name (signed-approval.ts).
+   */
+  readonly approvedBy?: string;
 }
 
 export interface DispatchPlan {
@@ -146,6 +153,8 @@ export interface DispatchPlan {
     readonly at: string;
     readonly reason: string;
   };
+  /** Set when the composition ran under a signed approval (`--approved-by`): whose, and which attestation. */
+  readonly approvedBy?: SignedApproval["approvedBy"] | null;
   readonly verified: readonly ApprovalSubject[];
   readonly principal: string;
   readonly harness: string | null;
@@ -370,7 +379,12 @@ export async function resolveQueuedCapture(
     const subject = captureSubject(record);
     const composition = compositionOf(record);
     const approvalSubject = compositionSubject(composition);
-    const approval = requireCompositionApproval(realScope, approvalSubject, composition);
+    const signed =
+      options.approvedBy === undefined
+        ? null
+        : requireSignedApproval(realScope, options.approvedBy, approvalSubject, composition);
+    const approval =
+      signed === null ? requireCompositionApproval(realScope, approvalSubject, composition) : signed.approval;
 
     // 5. Classification.
     const current = currentConfig(capture.classification.configPath);
@@ -414,6 +428,7 @@ export async function resolveQueuedCapture(
           executable: { ...subject },
           composition: { ...approvalSubject },
           approval: { seq: approval.seq, hash: approval.hash },
+          ...(signed === null ? {} : { approvedBy: { ...signed.approvedBy } }),
           classification: {
             declared: classification.declared,
             pinned: classification.pinned,
@@ -452,6 +467,7 @@ export async function resolveQueuedCapture(
         at: approval.at,
         reason: approval.reason,
       },
+      approvedBy: signed === null ? null : signed.approvedBy,
       verified,
       principal,
       harness,
@@ -467,7 +483,9 @@ export async function resolveQueuedCapture(
     if (copy !== null) await removeRunCopy(copy).catch(() => undefined);
     // Best effort, like the refusal entry itself: the refusal stands either way.
     await harnessEvent().catch(() => undefined);
-    throw await auditRefusal(realScope, "dispatch", { job: String(jobId) }, error, harnessDetails, appendOptions);
+    const refusalDetails =
+      options.approvedBy === undefined ? harnessDetails : { ...harnessDetails, approvedBy: options.approvedBy };
+    throw await auditRefusal(realScope, "dispatch", { job: String(jobId) }, error, refusalDetails, appendOptions);
   }
 }
 

@@ -1,5 +1,5 @@
 /**
- * Evidence classes (issue 11, "Capture profile, enforced"): what a sealed run
+ * Evidence classes (the capture profile, enforced): what a sealed run
  * record must carry for the run to count as evidence at all. The capture
  * profile names the required classes; the profile's bytes are pinned and its
  * digest is part of the approved composition, so the required set a run is

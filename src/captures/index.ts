@@ -21,3 +21,5 @@ export { privilegeGate } from "./privilege.js";
 export { createRedactor, redactionRules, type Redactor } from "./redact.js";
 export type { MaskingStream } from "./redact-stream.js";
 export { checkRunRootAncestors } from "./run-copy.js";
+export { requireSignedApproval, type SignedApproval } from "./signed-approval.js";
+export { type ApprovalAttestation, attestApproval } from "./approval-attest.js";

@@ -1,7 +1,7 @@
 import { OatsError } from "../core/index.js";
 
 /**
- * The privileged-account gate (issue 11, property 6): a capture runs as root
+ * The privileged-account gate (the conformance property `privileged-account`): a capture runs as root
  * only if its approved composition says so (`privileged: true`, set in the
  * capture spec and therefore seen and approved with the composition).
  *

@@ -4,7 +4,7 @@ import { PatternRefusal, analysePattern, type RedactPattern } from "./redact-pat
 import { createMaskingStream, type MaskingStream } from "./redact-stream.js";
 
 /**
- * Redaction of captured log lines (issue 11, property 7). The specification
+ * Redaction of captured log lines (the conformance property `redaction`). The specification
  * is the corpus test/conformance/redaction-corpus.json; this module is one
  * implementation of it.
  *

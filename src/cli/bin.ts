@@ -4,11 +4,12 @@
  * about as much as starting node: a lone `--version`/`-V` (with or without
  * `--json`) is answered from package.json without loading commander, zod or
  * the library. Everything else runs main.ts as bundled by `npm run build`
- * (scripts/bundle-cli.mjs: dist/cli/bundle/oats.cjs and its V8 code cache,
- * run by load-bundle.ts), or for `verify` and `digest` the bundle of that
- * command alone (oats-verify.cjs, oats-digest.cjs), so a command opens a
- * handful of files instead of a few hundred modules and compiles little;
- * run from source (tsx), it loads main.ts.
+ * (scripts/bundle-cli.mjs: dist/cli/bundle/oats.cjs, run by load-bundle.ts
+ * with the V8 code cache an earlier run wrote), or for `verify` and `digest`
+ * the bundle of that command alone (oats-verify.cjs, oats-digest.cjs), so a
+ * command opens a handful of files instead of a few hundred modules and
+ * compiles little; run from source (tsx), it loads main.ts. A run that found
+ * no code cache writes one once its command is done (saveCodeCache).
  *
  * In JSON mode stdout carries exactly one envelope line. `--json` is detected
  * here, before any module is loaded, and stdout is pointed at stderr for
@@ -44,11 +45,13 @@ function internalFailure(error: unknown): number {
   return 1;
 }
 
-/** The bundle beside the built bin.js (load-bundle.ts); main.ts itself when run from source. */
-async function loadMain(): Promise<typeof import("./main.js").main> {
-  if (import.meta.url.endsWith(".ts")) return (await import("./main.js")).main;
-  const { loadBundle, fastCommandOf } = await import("./load-bundle.js");
-  return loadBundle({ command: fastCommandOf(argv) }).main;
+/** The bundle beside the built bin.js (load-bundle.ts), and what to do once the command is done; main.ts itself when
+ * run from source. */
+async function loadMain(): Promise<{ main: typeof import("./main.js").main; done: () => void }> {
+  if (import.meta.url.endsWith(".ts")) return { main: (await import("./main.js")).main, done: () => undefined };
+  const { loadBundle, fastCommandOf, saveCodeCache } = await import("./load-bundle.js");
+  const loaded = loadBundle({ command: fastCommandOf(argv) });
+  return { main: loaded.main, done: () => saveCodeCache(loaded, argv) };
 }
 
 if (rest.length === 1 && (rest[0] === "--version" || rest[0] === "-V")) {
@@ -71,8 +74,9 @@ if (rest.length === 1 && (rest[0] === "--version" || rest[0] === "-V")) {
   process.on("SIGXFSZ", () => undefined);
   if (json) process.stdout.write = process.stderr.write.bind(process.stderr) as typeof process.stdout.write;
   try {
-    const main = await loadMain();
+    const { main, done } = await loadMain();
     process.exitCode = await main(argv, { json, writeOut });
+    done();
   } catch (error) {
     process.exitCode = internalFailure(error);
   }

@@ -1,10 +1,14 @@
 import { approvals } from "./commands/approvals.js";
 import { approve, revoke } from "./commands/approve.js";
+import { attestationLs, attestationVerify } from "./commands/attestation.js";
+import { keyGenerate, keyShow } from "./commands/key.js";
+import { trustAdd, trustLs, trustRm } from "./commands/trust.js";
 import { auditHead, auditShow, auditVerify } from "./commands/audit.js";
 import { capturePrepare } from "./commands/capture-prepare.js";
 import { cleanup } from "./commands/cleanup.js";
 import { completion } from "./commands/completion.js";
 import { digest } from "./commands/digest.js";
+import { doctor } from "./doctor.js";
 import { dispatch } from "./commands/dispatch.js";
 import { exportCommand } from "./commands/export.js";
 import { fsck } from "./commands/fsck.js";
@@ -83,6 +87,14 @@ export const COMMANDS: readonly CommandSpec[] = [
   pinsCommand,
   repairCommand,
   outboxLs,
+  keyGenerate,
+  keyShow,
+  trustAdd,
+  trustLs,
+  trustRm,
+  attestationLs,
+  attestationVerify,
+  doctor,
 ];
 
 /** The command the arguments name, if any, among all commands (program.ts). */

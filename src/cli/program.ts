@@ -4,7 +4,7 @@ import type { OatsError } from "../core/index.js";
 import type { CliContext, CommandOutcome, CommandSpec } from "./support/context.js";
 import { asOatsError, failureEnvelope, successEnvelope, usageError } from "./support/envelope.js";
 import { createProgress, progressEnabled } from "./support/progress.js";
-import { INTERRUPTED_EXIT, createInterrupt, interruptedLines } from "./support/interrupt.js";
+import { createInterrupt, interruptedExit, interruptedLines } from "./support/interrupt.js";
 import { isInterrupted } from "../retention/index.js";
 import { humanError } from "./support/render.js";
 import { packageVersion } from "./support/version.js";
@@ -173,9 +173,10 @@ async function runProgram(commands: readonly CommandSpec[], givenArgv: readonly 
 
   const fail = (error: OatsError, name: string | null): number => {
     if (isInterrupted(error)) {
-      if (json) writeOut(`${failureEnvelope(name, error.toJSON())}\n`);
+      const signal = interrupt.received();
+      if (json) writeOut(`${failureEnvelope(name, { ...error.toJSON(), details: { ...error.details, signal } })}\n`);
       else for (const line of interruptedLines(error)) writeErr(line);
-      return INTERRUPTED_EXIT;
+      return interruptedExit(signal);
     }
     if (json) writeOut(`${failureEnvelope(name, error.toJSON())}\n`);
     else writeErr(humanError(error, name));

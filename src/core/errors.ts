@@ -13,6 +13,9 @@ export const ERROR_KINDS = {
   incomplete: 8,
   usage: 2,
   internal: 1,
+  // 128 + SIGINT's number, as a shell reports a command a signal ended; the CLI exits 128 + the number of the signal
+  // it received (143 for SIGTERM, 129 for SIGHUP).
+  interrupted: 130,
 } as const;
 
 export type ErrorKind = keyof typeof ERROR_KINDS;
@@ -40,12 +43,17 @@ export const ERROR_CODES = {
   // An OCI registry that cannot be used safely or at all: details.reason says why (unreachable, tls, insecure-remote,
   // redirect-other-host, unauthorized, auth-realm, protocol).
   "registry-refused": "refused",
+  // A signed attestation that cannot be believed: details.reason says why (signature-invalid, key-not-trusted,
+  // trust-removed, trust-unknown, subject-mismatch, subject-not-held, predicate-type, statement-invalid, too-large).
+  "attestation-refused": "refused",
   busy: "busy",
   // A sealed run that verifies (nothing was edited) but lacks evidence its profile requires: not tampering, so not
   // a mismatch; not a refusal either. details.gaps names what is missing.
   "evidence-incomplete": "incomplete",
   usage: "usage",
   "internal-error": "internal",
+  // A signal (SIGINT, SIGTERM, SIGHUP) stopped the command; its cleanup ran and details.removed says what it removed.
+  interrupted: "interrupted",
 } as const satisfies Record<string, ErrorKind>;
 
 export type ErrorCode = keyof typeof ERROR_CODES;
@@ -79,17 +87,17 @@ export function isOatsError(error: unknown): error is OatsError {
 }
 
 /**
- * The error an aborted signal turns into. The contract has no code for it;
- * it is `internal-error` (the input was not at fault) with
- * `details.reason: "interrupted"`, and the CLI exits 130 for it. The code
- * that cleans up after it lists what it removed in `details.removed`.
+ * The error an aborted signal turns into: code `interrupted` (the input was not at fault), with
+ * `details.reason: "interrupted"` and what the cleanup removed in `details.removed`. The CLI exits 128 + the
+ * number of the signal it received. It lives here so that the OCI client (which imports only core) raises the
+ * very same one.
  */
 export function interruptedError(): OatsError {
-  return new OatsError("internal-error", "interrupted", { reason: "interrupted", removed: [] });
+  return new OatsError("interrupted", "interrupted", { reason: "interrupted", removed: [] });
 }
 
 export function isInterrupted(error: unknown): boolean {
-  return error instanceof OatsError && error.details["reason"] === "interrupted";
+  return error instanceof OatsError && error.code === "interrupted";
 }
 
 /** Node's errno code of a system error, or undefined. */

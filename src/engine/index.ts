@@ -23,3 +23,4 @@ export { changedOrUnreadable } from "./refusals.js";
 export { DIRECTORY_FDS, inDirectory, listingPath, openChildDirectory, openRoot } from "./directories.js";
 export { closeOpened, listNatively, type Listed, type OpenedDirectory } from "./native-directories.js";
 export { prefetchMode, warmDirectories, type Prefetcher } from "./prefetch.js";
+export { nativeReadsStatus, type NativeReadsStatus } from "./native-reads.js";

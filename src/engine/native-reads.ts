@@ -1,4 +1,5 @@
-import { createRequire } from "node:module";
+import { closeSync, fstatSync, openSync, readSync } from "node:fs";
+import { fileURLToPath } from "node:url";
 import { getSystemErrorName } from "node:util";
 
 /**
@@ -18,10 +19,15 @@ import { getSystemErrorName } from "node:util";
  * /proc path stands for) and hands back only offsets, sizes and modes
  * (docs/design/performance.md, "The native addon and its fallback").
  *
- * Nothing depends on it: without a C compiler at build time, on a platform
- * other than Linux, with OATS_NATIVE_READS=0 in the environment, or after
- * setNativeReads(false), file-reader.ts reads every file itself, the same
- * way. Tests run the reads both ways.
+ * Nothing depends on it: it is compiled on the machine that runs it (by
+ * `npm run build`, or the package's install script; the package ships the
+ * sources, never the file), and without it (no C compiler at install,
+ * install scripts off, a platform other than Linux, a file made for another
+ * machine, OATS_NATIVE_READS=0 in the environment, or after
+ * setNativeReads(false)) file-reader.ts reads every file itself, the same
+ * way. The loader checks the file before the dynamic loader sees it and
+ * keeps why it did not load (nativeReadsStatus). Tests run the reads both
+ * ways.
  */
 
 /** Running read-ahead threads (native/prefetch.c, native/warm-directories.c). */
@@ -115,29 +121,173 @@ export const CHANGED = -4;
 const STEPS = ["", "open", "fstat", "read", "close"] as const;
 const CHANGES = ["", "inode", "size", "mtime", "ctime"] as const;
 
-function load(): NativeAddon | null {
-  if (process.platform !== "linux" || process.env.OATS_NATIVE_READS === "0") return null;
-  try {
-    // Spelled from the repository's root so it resolves from src/ (tests) and dist/ (the package) alike.
-    const addon = createRequire(import.meta.url)("../../dist/native/oats.node") as Partial<NativeAddon>;
-    return FUNCTIONS.every((name) => typeof addon[name] === "function") ? (addon as NativeAddon) : null;
-  } catch {
-    return null;
-  }
+/**
+ * The Node-API version native/addon.h builds against (its NAPI_VERSION; a test
+ * checks they agree). A Node with an older one would refuse the file at load;
+ * the loader says so first, in words.
+ */
+export const NODE_API_VERSION = 8;
+
+/** Where the build (scripts/build-native.mjs) puts the addon, from src/ (tests) and dist/ (the package) alike. */
+export const ADDON_FILE = fileURLToPath(new URL("../../dist/native/oats.node", import.meta.url));
+
+/**
+ * Whether the native reads are in use, and if not why: `loaded`; `disabled`
+ * (OATS_NATIVE_READS=0); `unsupported` (not Linux, whose system calls the C
+ * makes); `missing` (never built here: no C compiler at install, or install
+ * scripts were off); `refused` (a file that is not an addon for this
+ * machine: not an ELF shared object, another architecture, a Node-API this
+ * Node lacks, or without every function); `failed` (the dynamic loader or
+ * the addon's own start refused it). In every case but `loaded` the library
+ * reads every file from JavaScript, the same way, only slower. The library
+ * never prints it; `oats doctor` does.
+ */
+export interface NativeReadsStatus {
+  readonly state: "loaded" | "disabled" | "unsupported" | "missing" | "refused" | "failed";
+  readonly file: string;
+  /** Why the native reads are not in use (absent when they are). */
+  readonly reason?: string;
 }
 
-/** Loaded on the first read, so a command that reads no tree never opens it. */
-let addon: NativeAddon | null | undefined;
+/** ELF class (1: 32-bit, 2: 64-bit), byte order (1: little, 2: big) and e_machine of each architecture Node runs
+ * on under Linux, by process.arch. */
+const ELF_MACHINES: Record<string, readonly [number, number, number]> = {
+  x64: [2, 1, 62],
+  arm64: [2, 1, 183],
+  ia32: [1, 1, 3],
+  arm: [1, 1, 40],
+  ppc64: [2, 1, 21],
+  s390x: [2, 2, 22],
+  riscv64: [2, 1, 243],
+  loong64: [2, 1, 258],
+  mips64el: [2, 1, 8],
+};
+const ELF_TYPE_SHARED = 3;
+
+function machineName(elfClass: number, data: number, machine: number): string {
+  const arch = Object.entries(ELF_MACHINES).find(([, [c, d, m]]) => c === elfClass && d === data && m === machine);
+  return arch ? arch[0] : `ELF machine ${machine} (${elfClass === 1 ? "32" : "64"}-bit)`;
+}
+
+/** How much of the file the check reads: the ELF header and the program headers, which follow it. */
+const HEAD_BYTES = 4096;
+
+/**
+ * Why a file that starts with `head` (its first bytes, up to HEAD_BYTES) and
+ * is `size` bytes long is not a shared object this process can load, or
+ * undefined when it may be: not ELF, not a shared object, made for another
+ * architecture, or shorter than its own headers say. The dynamic loader
+ * refuses the first three with a message that names no cause, and maps a
+ * file cut short as it is, which kills the process with SIGBUS at the first
+ * touch past its end: a file that is not whole must never reach it.
+ */
+export function addonHeaderProblem(
+  head: Buffer,
+  size: number = head.length,
+  arch: string = process.arch,
+): string | undefined {
+  const cut = "not an ELF file (corrupt or truncated)";
+  if (head.length < 52 || head.readUInt32BE(0) !== 0x7f454c46) return cut;
+  const elfClass = head[4]!;
+  const data = head[5]!;
+  if ((elfClass !== 1 && elfClass !== 2) || (data !== 1 && data !== 2)) return cut;
+  const wide = elfClass === 2;
+  const read16 = (at: number) => (data === 2 ? head.readUInt16BE(at) : head.readUInt16LE(at));
+  const read32 = (at: number) => (data === 2 ? head.readUInt32BE(at) : head.readUInt32LE(at));
+  const readWord = (at: number) =>
+    wide ? Number(data === 2 ? head.readBigUInt64BE(at) : head.readBigUInt64LE(at)) : read32(at);
+  if (read16(16) !== ELF_TYPE_SHARED) return "not an ELF shared object";
+  const expected = ELF_MACHINES[arch];
+  const machine = read16(18);
+  // An architecture this table lacks is left to the dynamic loader.
+  if (expected !== undefined && (elfClass !== expected[0] || data !== expected[1] || machine !== expected[2]))
+    return `built for ${machineName(elfClass, data, machine)}, and this is ${arch}`;
+  if (wide && head.length < 64) return cut;
+  const [programs, sections] = wide ? [readWord(32), readWord(40)] : [readWord(28), readWord(32)];
+  const [programSize, programCount, sectionSize, sectionCount] = wide
+    ? [read16(54), read16(56), read16(58), read16(60)]
+    : [read16(42), read16(44), read16(46), read16(48)];
+  const short = `truncated: ${size} bytes, and its headers describe more`;
+  if (sections + sectionSize * sectionCount > size || programs + programSize * programCount > size) return short;
+  if (programs + programSize * programCount > head.length) return undefined; // headers past the part read
+  for (let index = 0; index < programCount; index++) {
+    const at = programs + index * programSize;
+    const [offset, length] = wide ? [readWord(at + 8), readWord(at + 32)] : [readWord(at + 4), readWord(at + 16)];
+    if (offset + length > size) return short;
+  }
+  return undefined;
+}
+
+/** Reads and checks the file at `file`, then loads it: the addon, and the status either way. */
+export function loadAddonFile(file: string): { addon: NativeAddon | null; status: NativeReadsStatus } {
+  const refuse = (state: NativeReadsStatus["state"], reason: string) => ({
+    addon: null,
+    status: { state, file, reason },
+  });
+  let head: Buffer;
+  let size: number;
+  try {
+    const fd = openSync(file, "r");
+    try {
+      size = fstatSync(fd).size;
+      head = Buffer.alloc(Math.min(size, HEAD_BYTES));
+      head = head.subarray(0, readSync(fd, head, 0, head.length, 0));
+    } finally {
+      closeSync(fd);
+    }
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code === "ENOENT")
+      return refuse("missing", "not built here (no C compiler at install, or install scripts were off)");
+    return refuse("failed", `cannot read it: ${(error as Error).message}`);
+  }
+  const problem = addonHeaderProblem(head, size);
+  if (problem !== undefined) return refuse("refused", problem);
+  const nodeApi = Number(process.versions.napi);
+  if (!(nodeApi >= NODE_API_VERSION))
+    return refuse("refused", `it needs Node-API ${NODE_API_VERSION}, and this Node has ${process.versions.napi}`);
+  let addon: Partial<NativeAddon>;
+  try {
+    // process.dlopen, not require: the file is an addon whatever its name ends with.
+    const module = { exports: {} as Partial<NativeAddon> };
+    process.dlopen(module, file);
+    addon = module.exports;
+  } catch (error) {
+    return refuse("failed", (error as Error).message.split("\n")[0]!);
+  }
+  const lacking = FUNCTIONS.filter((name) => typeof addon[name] !== "function");
+  if (lacking.length > 0) return refuse("refused", `a build without ${lacking.join(", ")}: run the build again`);
+  return { addon: addon as NativeAddon, status: { state: "loaded", file } };
+}
+
+function load(): { addon: NativeAddon | null; status: NativeReadsStatus } {
+  if (process.platform !== "linux")
+    return {
+      addon: null,
+      status: { state: "unsupported", file: ADDON_FILE, reason: `${process.platform} is not Linux` },
+    };
+  if (process.env.OATS_NATIVE_READS === "0")
+    return { addon: null, status: { state: "disabled", file: ADDON_FILE, reason: "OATS_NATIVE_READS=0" } };
+  return loadAddonFile(ADDON_FILE);
+}
+
+/** Loaded on the first read, so a command that reads no tree never opens it; the outcome is decided once. */
+let outcome: { addon: NativeAddon | null; status: NativeReadsStatus } | undefined;
 let enabled = true;
 
 function loaded(): NativeAddon | null {
-  if (addon === undefined) addon = load();
-  return addon;
+  outcome ??= load();
+  return outcome.addon;
 }
 
 /** Whether this build has the native reads (tests: that CI really exercises them). */
 export function nativeReadsAvailable(): boolean {
   return loaded() !== null;
+}
+
+/** Whether the native reads are in use in this process, and if not why (loading them first if no read has). */
+export function nativeReadsStatus(): NativeReadsStatus {
+  loaded();
+  return outcome!.status;
 }
 
 /** Tests and the bench compare the two ways; without the addon the JavaScript reads run either way. */

@@ -60,6 +60,8 @@ export interface RunOutcome {
   readonly record: RunRecord;
   readonly kept: string | null;
   readonly warnings: string[];
+  /** The run's signed statement in the scope's attestation store, or null (no signing key). */
+  readonly attestation?: string | null;
 }
 
 export async function runDispatchPlanWithEvidence(
@@ -174,6 +176,8 @@ async function afterSeal(
     throw logUnwritable(handle, captured.logFailure, { sealed: true, runId: sealed.id });
   const warnings: string[] = [];
   if (sealed.auditError !== null) warnings.push(`the run-end audit entry could not be written: ${sealed.auditError}`);
+  if (sealed.attestationError !== null)
+    warnings.push(`the run's signed statement could not be written: ${sealed.attestationError}`);
   // By default a sealed run is queued for delivery (and pushed when dispatch found the far side reachable).
   const onSealed =
     options.onSealed ??
@@ -204,5 +208,6 @@ async function afterSeal(
     record: sealed.record,
     kept: options.keep === true ? plan.run.dir : null,
     warnings,
+    attestation: sealed.attestation,
   };
 }

@@ -8,6 +8,7 @@ import { formatFooter, type RunExit, type RunResult } from "./log-format.js";
 import { sealRecord, type EvidenceSection, type RunRecord } from "./run-record.js";
 import { LOG_FILE, writeRecord, type RunBase } from "./run-store.js";
 import { judgeRunEvidence } from "./run-policy.js";
+import { attestSealedRun } from "./run-attest.js";
 
 /**
  * Sealing, shared by the dispatcher (run-exec.ts) and `oats run seal`
@@ -59,6 +60,10 @@ export interface Sealed {
   readonly record: RunRecord;
   /** Set when the run-end entry could not be appended (the run is sealed all the same). */
   readonly auditError: string | null;
+  /** The run's signed statement (run-attest.ts): its id, or null without a signing key. */
+  readonly attestation: string | null;
+  /** Why the statement could not be written although a key is present (the run is sealed all the same). */
+  readonly attestationError: string | null;
 }
 
 /** Open the log for the footer (append, never through a symlink); a torn last line (a crash mid-write) is cut off,
@@ -144,5 +149,6 @@ export async function sealRun(input: SealInput, logFd: number): Promise<Sealed> 
   } catch (error) {
     auditError = error instanceof Error ? error.message : String(error);
   }
-  return { id, record, auditError };
+  const attested = attestSealedRun(input.realScope, record, id);
+  return { id, record, auditError, attestation: attested.attestation?.id ?? null, attestationError: attested.error };
 }

@@ -13,7 +13,7 @@ import { ociTransport } from "./transport-oci.js";
  * queued, and only then marks the entry delivered.
  *
  * A new transport implements this interface and registers its scheme in
- * SCHEMES (as the OCI registry transport of issue 12 does: `oci://`, and
+ * SCHEMES (as the OCI registry transport does: `oci://`, and
  * `http://` for a loopback registry); the outbox, the posture and the
  * properties do not change.
  */

@@ -36,6 +36,7 @@ import {
   pullByteBudget,
 } from "./mapping.js";
 import { openRegistry } from "./target.js";
+import { fetchAttestations, type PulledAttestation } from "./attestations.js";
 import { getBlob, getBlobBytes, getManifest } from "../oci/index.js";
 
 /**
@@ -78,6 +79,8 @@ export interface PullReport extends Omit<ImportReport, "bundle"> {
   readonly artifactType: string;
   /** For each capture record pulled: what a local operator must approve before it dispatches here. */
   readonly approve: { readonly resolution: string; readonly subject: CompositionSubject; readonly command: string }[];
+  /** The signed statements attached to the resolution's manifest (referrers), each checked and stored, or refused. */
+  readonly attestations: PulledAttestation[];
 }
 
 function approveLine(subject: CompositionSubject): string {
@@ -160,7 +163,19 @@ export async function pullFromRegistry(
         const subject = compositionSubject(compositionOf(record));
         approve.push({ resolution: row.id, subject, command: approveLine(subject) });
       }
-      return { reference: origin, digest: served.digest, artifactType: manifest.artifactType, ...imported, approve };
+      // Statements about the resolution travel as its manifest's referrers; a bad one is reported, not stored.
+      const attestations =
+        manifest.resolution === null
+          ? []
+          : await fetchAttestations(realScope, session, manifest.resolution.id, served.digest);
+      return {
+        reference: origin,
+        digest: served.digest,
+        artifactType: manifest.artifactType,
+        ...imported,
+        approve,
+        attestations,
+      };
     }),
   );
 }

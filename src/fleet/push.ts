@@ -13,6 +13,7 @@ import {
 import type { ArtifactKind } from "../retention/index.js";
 import { compositionOf } from "../captures/index.js";
 import { hashTreeLayer, treeLayerSource } from "./layer.js";
+import { type AttachedAttestation, attachAttestations } from "./attestations.js";
 import {
   EMPTY_CONFIG,
   OCI_MANIFEST_MEDIA_TYPE,
@@ -84,6 +85,8 @@ export interface PushReport {
   }[];
   /** Bytes uploaded (0 when the registry had everything). */
   readonly uploadedBytes: number;
+  /** The scope's signed statements about each pushed resolution, attached to its manifest as referrers. */
+  readonly attestations: AttachedAttestation[];
 }
 
 interface Plan {
@@ -233,6 +236,7 @@ export async function pushToRegistry(
     manifests: [],
     blobs: [],
     uploadedBytes: 0,
+    attestations: [],
   };
   // Every blob this push has checked or sent, and how to send it again.
   const blobsDone = new Map<string, { size: number; source: () => BlobSource; options: UploadOptions }>();
@@ -328,6 +332,12 @@ export async function pushToRegistry(
       tags,
       status: "kept",
     });
+    report.attestations.push(
+      ...(await attachAttestations(realScope, session, resolution.id, {
+        digest: existing.digest,
+        size: encodeManifest(existing.manifest).bytes.length,
+      })),
+    );
   }
   if (pending.length === 0 && work.trees.length === 0) return report;
 
@@ -387,6 +397,9 @@ export async function pushToRegistry(
       tags,
       status: "pushed",
     });
+    report.attestations.push(
+      ...(await attachAttestations(realScope, session, resolution.id, { digest, size: bytes.length })),
+    );
   }
 
   if (work.trees.length > 0) {

@@ -41,6 +41,8 @@ export const AUDIT_ACTIONS = [
   "repair",
   "run-start",
   "run-end",
+  "trust-add",
+  "trust-remove",
 ] as const;
 export type AuditAction = (typeof AUDIT_ACTIONS)[number];
 export type AuditOutcome = "ok" | "kept" | "refused" | "event";

@@ -334,6 +334,30 @@ export function scopeStateDir(realScope: string): string | null {
   return state.usable ? state.dir : null;
 }
 
+/**
+ * A directory of the operator's state that belongs to no scope (the signing
+ * key): `<state root>/<names...>`, each level created 0700 and used only when
+ * private, as the per-scope directory is; null when it is not safe to use.
+ */
+export function operatorStateDir(...names: string[]): string | null {
+  const root = stateRoot();
+  const me = euid();
+  if (root === "/" || basename(root) === "") return null;
+  // Every ancestor checked as the scope's state is (resolveTrusted), then each level created and judged private.
+  const parent = resolveTrusted(dirname(root), me);
+  if ("problem" in parent) return null;
+  let path = parent.real;
+  for (const name of [basename(root), ...names]) {
+    path = join(path, name);
+    try {
+      if (judgePrivate(path, lstatCreating(path), me) !== null) return null;
+    } catch {
+      return null;
+    }
+  }
+  return path;
+}
+
 function readPrivate(path: string): Buffer | null {
   try {
     const fd = openSync(path, constants.O_RDONLY | constants.O_NOFOLLOW);

@@ -44,7 +44,14 @@ export {
   verifyChain,
 } from "./chain-log.js";
 export { type CheckpointUse, checkpointState } from "./chain-sync.js";
-export { type StateProblem, type StateProblemReason, stateRoot } from "./chain-state.js";
+export {
+  isPrivateDirectory,
+  operatorStateDir,
+  scopeStateDir,
+  type StateProblem,
+  type StateProblemReason,
+  stateRoot,
+} from "./chain-state.js";
 export {
   assertInitialUserNamespace,
   currentPrincipal,

@@ -107,3 +107,4 @@ export { getBlob, getBlobBytes, headBlob } from "./blobs.js";
 export { getManifest, putManifestEnsuring } from "./manifests.js";
 export { RegistrySession } from "./session.js";
 export { putBlob } from "./upload.js";
+export { attachReferrer, listReferrers, MAX_REFERRERS, type ReferrerDescriptor, referrersTag } from "./referrers.js";

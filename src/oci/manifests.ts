@@ -129,14 +129,17 @@ export async function getManifest(
   return { bytes, mediaType, digest };
 }
 
-/** Store `bytes` as a manifest under a tag or its own digest; the registry's digest must be the digest of exactly
- * these bytes. */
+/**
+ * Store `bytes` as a manifest under a tag or its own digest; the registry's digest must be the digest of exactly
+ * these bytes. `subject` is the registry's `OCI-Subject` answer: a registry with the referrers API names the
+ * manifest's subject there once it has indexed it (distribution spec 1.1); null from one without.
+ */
 export async function putManifest(
   session: RegistrySession,
   reference: string,
   bytes: Buffer,
   mediaType: string,
-): Promise<{ digest: string }> {
+): Promise<{ digest: string; subject?: string | null }> {
   checkReference(reference);
   if (bytes.length > MAX_MANIFEST_BYTES)
     throw new OatsError("invalid-input", `a manifest is limited to ${MAX_MANIFEST_BYTES} bytes`, {
@@ -169,7 +172,8 @@ export async function putManifest(
       { host: session.host, expected: digest, actual: answered },
     );
   }
-  return { digest };
+  const subject = response.headers["oci-subject"];
+  return { digest, subject: typeof subject === "string" && DIGEST_PATTERN.test(subject) ? subject : null };
 }
 
 /** The registry's refusal of a manifest that names a blob it says it lacks. */

@@ -1,4 +1,5 @@
 import { z } from "zod";
+import { approvalStatementSchema, runStatementSchema } from "../attestation/index.js";
 import { configSchema, profileSchema, specSchema } from "../captures/index.js";
 import { planSchema, resolutionRecordSchema } from "../resolution/index.js";
 import { lockDocumentSchema } from "../retention/index.js";
@@ -23,6 +24,8 @@ export const SCHEMA_NAMES = [
   "classification-config",
   "lock",
   "resolution",
+  "approval-statement",
+  "run-statement",
 ] as const;
 export type SchemaName = (typeof SCHEMA_NAMES)[number];
 
@@ -119,6 +122,36 @@ const SOURCES: Record<SchemaName, SchemaSource> = {
       "their own capability id, entry points and bindings pointing into " +
       "selected artifacts, key grammar per artifact kind, normalised relative " +
       "entry point paths",
+  },
+  "approval-statement": {
+    schema: approvalStatementSchema,
+    title: "oats approval statement, predicate type https://oats.dev/attestation/approval/v1",
+    description:
+      "The in-toto Statement v1 an approval made with a signing key writes: the approved composition " +
+      "and the executable tree it runs as subjects, the approver, reason, time, level and ledger line " +
+      "as predicate. The payload of a DSSE envelope (payloadType application/vnd.in-toto+json). See " +
+      "docs/design/attestations.md.",
+    from: "approvalStatementSchema in src/attestation/statement.ts",
+    rules:
+      "the payload is the statement's canonical JSON (oats.json.v1) and nothing else; the signature " +
+      "verifies with a key trusted for approvals; the composition subject is pinned in the scope, " +
+      "belongs to the capture the predicate names, is declared at the predicate's level and runs the " +
+      "tree subject (checked by attestation verify and dispatch --approved-by)",
+  },
+  "run-statement": {
+    schema: runStatementSchema,
+    title: "oats run statement, predicate type https://oats.dev/attestation/run/v1",
+    description:
+      "The in-toto Statement v1 every sealed run writes when the operator has a signing key: the run " +
+      "record and the resolution it ran as subjects; result, exit, log digest, evidence status and " +
+      "redaction statement as predicate. The payload of a DSSE envelope (payloadType " +
+      "application/vnd.in-toto+json). See docs/design/attestations.md.",
+    from: "runStatementSchema in src/attestation/statement.ts",
+    rules:
+      "the payload is the statement's canonical JSON (oats.json.v1) and nothing else; the signature " +
+      "verifies with a key trusted for runs; the run subject is a run record held here (own or received) " +
+      "whose bytes hash to it, which ran the resolution subject and says what the predicate says " +
+      "(checked by attestation verify)",
   },
 };
 

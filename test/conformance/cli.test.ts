@@ -1,5 +1,5 @@
 /**
- * The conformance suite (issue 11) through the CLI driver (dist/cli/bin.js
+ * The conformance suite through the CLI driver (dist/cli/bin.js
  * as real child processes; `npm run build` first), over the dir transport.
  * Every transport runs the whole suite through the library driver
  * (library.test.ts); `oats push --to` is one command whatever the scheme, and

@@ -1,6 +1,6 @@
 /**
- * The conformance suite's driver interface (issue 11, "The conformance
- * suite"). Properties (properties/*.ts) are written once against this file
+ * The conformance suite's driver interface (docs/design/evidence.md,
+ * "Conformance suite"). Properties (properties/*.ts) are written once against this file
  * and never name an implementation module; a driver (drivers/*.ts) is the
  * only place that knows how the implementation is reached (the library, the
  * CLI, or a deliberately broken wrapper).

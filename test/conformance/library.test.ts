@@ -1,5 +1,5 @@
 /**
- * The conformance suite (issue 11) through the library driver, once per
+ * The conformance suite through the library driver, once per
  * transport. See docs/design/evidence.md, "Conformance suite".
  */
 import { libraryDriver } from "./drivers/library.js";

@@ -1,5 +1,5 @@
 /**
- * The suite's teeth (issue 11): every property runs against each
+ * The suite's teeth: every property runs against each
  * single-defect mutant of the library driver, and each defect must fail at
  * least one property. A defect that fails nothing is a suite failure: the
  * properties would pass an implementation with that bug. Every defect runs

@@ -1,4 +1,4 @@
-import type { ApprovalEntry } from "../../captures/index.js";
+import type { ApprovalAttestation, ApprovalEntry } from "../../captures/index.js";
 import type { CommandSpec } from "../support/context.js";
 import { loadCapturesLibrary, requiredText, subjectText } from "./captures-shared.js";
 
@@ -47,7 +47,15 @@ function decision(action: "approve" | "revoke"): CommandSpec {
       // A typo guard, before anything is written: the decision itself is the library's.
       const target = action === "approve" ? await library.checkApprovalTarget(context.scope, subject, force) : null;
       const previous = action === "revoke" ? library.checkRevokeTarget(context.scope, subject, force) : null;
-      const entry: ApprovalEntry = await library[action](context.scope, subject, { reason });
+      let signed: ApprovalAttestation | null = null;
+      const entry: ApprovalEntry = await library[action](context.scope, subject, {
+        reason,
+        onAttestation: (outcome) => {
+          signed = outcome;
+        },
+      });
+      const attestation = (signed as ApprovalAttestation | null)?.attestation ?? null;
+      const attestationError = (signed as ApprovalAttestation | null)?.error ?? null;
       const tree = entry.subject.kind !== "composition";
       const what =
         action === "approve"
@@ -71,6 +79,14 @@ function decision(action: "approve" | "revoke"): CommandSpec {
           entry,
           forced: force,
           ...(action === "approve"
+            ? {
+                attestation:
+                  attestation === null
+                    ? null
+                    : { id: attestation.id, keyid: attestation.keyid, path: attestation.envelope },
+              }
+            : {}),
+          ...(action === "approve"
             ? tree
               ? { retained: target?.retained ?? null }
               : {}
@@ -90,7 +106,11 @@ function decision(action: "approve" | "revoke"): CommandSpec {
                 .map((line) => `  ${line}`)),
           ...what,
           `  seq ${entry.seq} by ${entry.operator} at ${entry.at}: ${entry.reason}`,
+          ...(attestation === null ? [] : [`  signed    attestation ${attestation.id} by ${attestation.keyid}`]),
         ],
+        ...(attestationError === null
+          ? {}
+          : { warnings: [`approved, but no signed statement was written: ${attestationError.message}`] }),
         quietLines: [String(entry.seq)],
       };
     },

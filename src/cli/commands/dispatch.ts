@@ -20,7 +20,10 @@ function planLines(plan: DispatchPlan): string[] {
   return [
     `  run            ${executable.command}${argv ? ` ${argv}` : ""}`,
     `  executable     ${subjectText(executable.subject)}`,
-    `  approved       seq ${approval.seq} by ${approval.operator} at ${approval.at}: ${approval.reason}`,
+    plan.approvedBy
+      ? `  approved       signed by ${plan.approvedBy.trust} (${plan.approvedBy.keyid}): ${approval.operator} at ` +
+        `${approval.at}: ${approval.reason}; attestation ${plan.approvedBy.attestation}`
+      : `  approved       seq ${approval.seq} by ${approval.operator} at ${approval.at}: ${approval.reason}`,
     `  env            ${names.length ? names.join(", ") : "(none)"} (names only; values are never printed)`,
     `  credentials    provided ` +
       `${credentials.provided.length ? credentials.provided.join(", ") : "none"}; ` +
@@ -77,6 +80,11 @@ export const dispatch: CommandSpec = {
         "with --exec: keep the private copy the child ran from (reported) instead of removing it",
       )
       .option(
+        "--approved-by <trust>",
+        "accept, instead of a local approval, an approval of this exact composition signed by the key this " +
+          "scope trusts for approvals under this name (`oats trust add … --for approvals`; `oats pull` brings it)",
+      )
+      .option(
         "--evidence-to <destination>",
         "with --exec: the far side for the run's evidence (dir:/path; default " +
           "$OATS_EVIDENCE_TO); unreachable refuses confidential work, buffers the rest",
@@ -107,8 +115,10 @@ export const dispatch: CommandSpec = {
       ...(evidenceTo === undefined ? {} : { to: evidenceTo }),
       ...(sameFilesystem ? { allowSameFilesystem: true } : {}),
     };
+    const approvedBy = options["approvedBy"] as string | undefined;
     const planOptions = {
       ...(harness === undefined ? {} : { harness }),
+      ...(approvedBy === undefined ? {} : { approvedBy }),
       ...(Object.keys(delivery).length === 0 ? {} : { delivery }),
     };
     // An exec'd dispatch is planned by the evidence layer, which checks the outbox and the far side first.
@@ -142,6 +152,7 @@ export const dispatch: CommandSpec = {
       exit: run.exit,
       result: run.result,
       status: run.record.evidence.status,
+      attestation: run.attestation ?? null,
     };
     return {
       result: {
@@ -158,6 +169,7 @@ export const dispatch: CommandSpec = {
         // Said only when a far side is configured: "none" is the default and says nothing new.
         ...(plan.delivery === null || plan.delivery.posture === "none" ? [] : [`  ${plan.delivery.receipt}`]),
         ...(run.kept === null ? [] : [`  kept run copy  ${run.kept}`]),
+        ...(run.attestation ? [`  signed         attestation ${run.attestation}`] : []),
       ],
       quietLines: [run.runId],
       exitCode: run.exitCode,

@@ -64,6 +64,13 @@ export const pullCommand: CommandSpec = {
       ...report.artifacts.map((row) => `${row.status} ${row.kind} ${row.key} ${row.integrity}`),
       ...report.blobs.map((row) => `${row.status} blob ${row.digest}`),
       ...report.resolutions.map((row) => `${row.status} resolution ${row.id}`),
+      ...report.attestations.map((row) =>
+        row.status === "refused"
+          ? `refused attestation ${row.digest}: ${row.refusal?.reason ?? row.refusal?.code}: ${row.refusal?.message}`
+          : `${row.status} attestation ${row.id} ` +
+            `(${row.predicateType?.endsWith("/approval/v1") ? "approval" : "run"}, ` +
+            `${row.verifiedBy === null ? `key ${row.keyid} not trusted here` : `verified: ${row.verifiedBy}`})`,
+      ),
       ...report.approve.flatMap((row) => [
         `not approved here: capture ${row.subject.key} (resolution ` +
           `${row.resolution}); to dispatch it on this host, review it and run:`,

@@ -33,6 +33,12 @@ export async function pushArtifacts(
         ...manifest.tags.map((tag) => `  tag ${tag}`),
       ].join("\n"),
     ),
+    ...report.attestations.map(
+      (row) =>
+        `${row.status === "attached" ? "attached" : "present "} attestation ${row.id} ` +
+        `(${row.predicateType.endsWith("/approval/v1") ? "approval" : "run"}) as ${row.digest} ` +
+        `via the referrers ${row.via}`,
+    ),
     `${uploaded.length} of ${report.blobs.length} blobs uploaded (${report.uploadedBytes} bytes)`,
   ];
   return { result: report, lines, quietLines: report.manifests.map((manifest) => manifest.reference) };

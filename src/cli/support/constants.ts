@@ -21,6 +21,8 @@ export const SCHEMA_CHOICES = [
   "classification-config",
   "lock",
   "resolution",
+  "approval-statement",
+  "run-statement",
 ] as const satisfies readonly SchemaName[];
 export const COMMAND_NAMES = [
   "retain",
@@ -64,4 +66,5 @@ export const COMMAND_NAMES = [
   "push",
   "pull",
   "outbox ls",
+  "doctor",
 ] as const;

@@ -7,6 +7,9 @@ export const GROUPS: Record<string, string> = {
   run: "runs of dispatched captures: the sealed record and stamped log of each (ls, show, verify, cancel, seal)",
   audit: "the hash-chained audit log of the capture flow (show, verify, head)",
   outbox: "the run-evidence outbox: sealed runs queued for delivery by `oats push` (ls)",
+  key: "this account's Ed25519 signing key, kept in the operator's private state (generate, show)",
+  trust: "the keys this operator trusts in this scope, for approvals or runs (add, ls, rm)",
+  attestation: "signed statements of approvals and runs, own and pulled (ls, verify)",
   source: "source trees (souls and others) keyed by their qualified identity (retain)",
 };
 

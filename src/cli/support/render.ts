@@ -85,6 +85,12 @@ const REMEDIES: Record<string, string> = {
     "installed from.",
   "registry-refused":
     "nothing was published: the registry was refused or could not be used (details.reason: insecure-remote, tls, unreachable, connection-lost, redirect-other-host, auth-realm, unauthorized, protocol). Use https:// registries with a certificate the system trusts (plain HTTP only on loopback), check credentials (OATS_REGISTRY_USER/OATS_REGISTRY_PASSWORD or the Docker/Podman auth file), then retry; see docs/design/fleet.md (Transport, auth and trust boundary).",
+  "attestation-refused":
+    "the signed attestation was not believed and nothing was accepted under it " +
+    "(details.reason: signature-invalid, key-not-trusted, trust-removed, trust-unknown, " +
+    "subject-mismatch, subject-not-held, predicate-type, statement-invalid, too-large). " +
+    "Check which key signed it (`oats attestation ls`) and what this host trusts " +
+    "(`oats trust ls`); see docs/design/attestations.md.",
   busy: "another oats process holds the store lock; wait for it to finish and retry.",
   "evidence-incomplete":
     "the run is intact (nothing was edited), but it lacks evidence its " +

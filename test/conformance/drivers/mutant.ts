@@ -1,6 +1,6 @@
 /**
  * The mutant driver: the library driver with exactly one defect, the kind
- * that makes captured output fail invisibly (issue 11). The suite runs every
+ * that makes captured output fail invisibly. The suite runs every
  * property against each single-defect mutant and requires at least one to
  * fail: a defect no property catches is a hole in the suite.
  *

@@ -1,4 +1,4 @@
-/** Every property of the suite, in the order, then the run-time trust chain. */
+/** Every property of the suite, in the order of their numbers, then the run-time trust chain. */
 import { cancelTakesTree } from "./cancel.js";
 import { farSideDelivery } from "./delivery.js";
 import { exitStatus, failedRunComplete } from "./exit.js";

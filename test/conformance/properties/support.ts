@@ -24,7 +24,7 @@ export interface PropertyContext {
 
 export interface Property {
   readonly name: PropertyName;
-  /** The property as the issue states it, for the test's name. */
+  /** The property as the suite states it (numbered), for the test's name. */
   readonly title: string;
   /**
    * Timing-sensitive: it measures time between stamps, so it runs before the
