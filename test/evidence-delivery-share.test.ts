@@ -188,7 +188,8 @@ describe("another user who can write the share (nobody)", () => {
     // nobody polls runs/ and, for every staging directory it sees, moves it aside and makes its own in its place.
     const script =
       `const fs=require("fs"),p=require("path");const runs=${JSON.stringify(runs)};let n=0;` +
-      `const end=Date.now()+100000;fs.writeFileSync(${JSON.stringify(swaps)},"0");while(Date.now()<end){for(const name of fs.readdirSync(runs)){` +
+      `const end=Date.now()+100000;fs.writeFileSync(${JSON.stringify(swaps)},"0");` +
+      `while(Date.now()<end){for(const name of fs.readdirSync(runs)){` +
       `if(!name.startsWith(".staging"))continue;try{fs.renameSync(p.join(runs,name),p.join(runs,".moved-"+n));` +
       `fs.mkdirSync(p.join(runs,name));fs.writeFileSync(p.join(runs,name,"log"),"forged\\n");n++;` +
       `fs.writeFileSync(${JSON.stringify(swaps)},String(n));}catch{}}}`;

@@ -121,7 +121,7 @@ describe("a manifest that declares too much is refused before any blob is fetche
     assert.equal(error.details["limit"], MAX_LAYERS);
   });
 
-  test("a size of 2^53 is not a size (invalid-manifest); a tree, a blob or a record of 2^53 - 1 is too-large", async (t) => {
+  test("2^53 is not a size (invalid-manifest); a tree, blob or record of 2^53 - 1 is too-large", async (t) => {
     await refusedUpFront(t, manifestOf([treeLayer(0, 2 ** 53)]), "invalid-manifest");
     await refusedUpFront(t, manifestOf([treeLayer(0, 2 ** 53 - 1)]), "too-large");
     const blob = {

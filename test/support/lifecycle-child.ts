@@ -4,7 +4,8 @@
  *   node --import tsx test/support/lifecycle-child.ts '<json request>'
  *
  * Request: {op: "gc", scope} (gc --delete with no grace) or
- * {op: "prepare", scope, plan} or {op: "retain", scope, source, key} (a capture tree); `delayMs` starts it that much after the others. The child loads everything, says
+ * {op: "prepare", scope, plan} or {op: "retain", scope, source, key} (a capture tree);
+ * `delayMs` starts it that much after the others. The child loads everything, says
  * "ready"
  * and waits for the start line (go.ts), so both start at the same moment.
  * Outcome: one JSON line on stdout, {"ok":true,...} or {"ok":false,"error":{...}}.
