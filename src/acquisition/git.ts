@@ -1,4 +1,3 @@
-import { spawn } from "node:child_process";
 import { lstat, realpath } from "node:fs/promises";
 import { OatsError, errnoCode } from "../core/index.js";
 
@@ -114,7 +113,8 @@ export function gitUnavailable(error: unknown): OatsError {
 }
 
 export function spawnGit(repo: string, args: readonly string[]) {
-  return spawn("git", ["-C", repo, ...GIT_GLOBAL_ARGS, ...args], {
+  // Loaded when git runs, not with the module: most commands that load this layer never spawn.
+  return process.getBuiltinModule("node:child_process").spawn("git", ["-C", repo, ...GIT_GLOBAL_ARGS, ...args], {
     shell: false,
     env: gitEnvironment(),
     stdio: ["pipe", "pipe", "pipe"],

@@ -167,6 +167,7 @@ export function checkReplacementModes(
     const difference = rowsDifference(evidence.manifest, measured.rows);
     if (difference !== null)
       throw differ(ref, text, from, "the revision's manifest", `${difference.path}: ${difference.change}`, {
+        path: difference.path,
         firstDifference: difference,
       });
   }
@@ -184,7 +185,7 @@ export function checkReplacementModes(
           "the damaged tree",
           `${row.path} is ${row.exec ? "" : "not "}owner-executable in the source ` +
             `and ${stored.exec ? "is" : "is not"} in the undamaged stored copy`,
-          { firstDifference: { path: row.path, change: "exec-bit" } },
+          { path: row.path, firstDifference: { path: row.path, change: "exec-bit" } },
         );
     } else undecided.push(row.path);
   }

@@ -1,4 +1,3 @@
-import { spawn } from "node:child_process";
 import { closeSync, constants, fstatSync, openSync, readFileSync } from "node:fs";
 import { homedir } from "node:os";
 import { join } from "node:path";
@@ -139,7 +138,8 @@ export function runCredentialHelper(
     );
   const program = `docker-credential-${name}`;
   return new Promise((resolve, reject) => {
-    const child = spawn(program, ["get"], {
+    // Loaded when a helper runs, not with the module: most commands that load this layer never spawn.
+    const child = process.getBuiltinModule("node:child_process").spawn(program, ["get"], {
       shell: false,
       stdio: ["pipe", "pipe", "ignore"],
       env: options.env ?? process.env,
