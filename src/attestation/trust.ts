@@ -1,20 +1,9 @@
-import { randomBytes } from "node:crypto";
-import {
-  closeSync,
-  constants,
-  fstatSync,
-  fsyncSync,
-  openSync,
-  readFileSync,
-  renameSync,
-  unlinkSync,
-  writeSync,
-} from "node:fs";
+import { closeSync, constants, fstatSync, openSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { z } from "zod";
 import { OatsError, canonicalJsonBytes, errnoCode } from "../core/index.js";
-import { audit, auditRefusal, currentPrincipal, scopeStateDir, stateRoot } from "../ledger/index.js";
-import { assertIdentifier, fsyncDirectory, resolveScope, withFileLock } from "../retention/index.js";
+import { audit, auditRefusal, currentPrincipal, scopeStateDir, stateRoot, writePrivateFile } from "../ledger/index.js";
+import { assertIdentifier, resolveScope, withFileLock } from "../retention/index.js";
 import { parsePublicKey, type PublicKeyInfo } from "./keys.js";
 
 /**
@@ -109,25 +98,11 @@ export function readTrust(scope: string): TrustStore {
 }
 
 function writeTrust(dir: string, store: TrustStore): void {
-  const bytes = canonicalJsonBytes({ format: TRUST_FORMAT, entries: store.entries, removed: store.removed });
-  const temporary = join(dir, `.${TRUST_FILE}.${process.pid}.${randomBytes(6).toString("hex")}.tmp`);
-  const fd = openSync(
-    temporary,
-    constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL | constants.O_NOFOLLOW,
-    0o600,
+  writePrivateFile(
+    dir,
+    TRUST_FILE,
+    canonicalJsonBytes({ format: TRUST_FORMAT, entries: store.entries, removed: store.removed }),
   );
-  try {
-    let written = 0;
-    while (written < bytes.length) written += writeSync(fd, bytes, written, bytes.length - written);
-    fsyncSync(fd);
-  } catch (error) {
-    closeSync(fd);
-    unlinkSync(temporary);
-    throw error;
-  }
-  closeSync(fd);
-  renameSync(temporary, join(dir, TRUST_FILE));
-  fsyncDirectory(dir);
 }
 
 function withTrustLock<T>(dir: string, body: () => Promise<T>): Promise<T> {
