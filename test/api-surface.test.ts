@@ -4,7 +4,7 @@
  * OatsError and code table, and the root entry publishes nothing internal.
  */
 import assert from "node:assert/strict";
-import { readFileSync } from "node:fs";
+import { existsSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { describe, test } from "node:test";
 import { pathToFileURL } from "node:url";
@@ -48,8 +48,14 @@ describe("the curated surface", () => {
       ENTRIES.map(([key]) => key),
       [".", ...LAYERS.map((layer) => `./${layer}`)],
     );
-    for (const [key, conditions] of ENTRIES)
-      assert.deepEqual(Object.keys(conditions), ["types", "import", "require"], `${key}: types, import, require`);
+    for (const [key, conditions] of ENTRIES) {
+      // import first, then require (whose .cjs TypeScript types by the .d.cts beside it), then types for the rest.
+      assert.deepEqual(Object.keys(conditions), ["import", "require", "types"], `${key}: import, require, types`);
+      assert.ok(
+        existsSync(join(REPO, conditions.require.replace(/\.cjs$/, ".d.cts"))),
+        `${key}: CommonJS declarations`,
+      );
+    }
   });
 
   test("no entry re-exports a module whole: every name is listed", () => {
