@@ -404,6 +404,7 @@ export {
   type FsckReport,
   IDENTIFIER_PATTERN,
   type Integrity,
+  type IntegrityInput,
   integrityText,
   JSON_V1,
   listRetained,

@@ -25,6 +25,7 @@ export {
   DIGEST_FORMATS,
   type DigestFormat,
   type Integrity,
+  type IntegrityInput,
   JSON_V1,
   PACKAGE_PAYLOAD_EXEC,
   TREE_EXEC,
