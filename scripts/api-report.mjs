@@ -50,12 +50,15 @@ function parameters(node) {
     : ts.isFunctionDeclaration(node)
       ? [node]
       : [];
-  return signatures.flatMap((signature) =>
-    signature.parameters.map((parameter) => ({
-      name: parameter.name.getText(),
-      type: parameter.type?.getText() ?? "",
-    })),
-  );
+  // A type guard (`value is T`) takes anything by design: telling what it is is its job.
+  return signatures
+    .filter((signature) => !(signature.type && ts.isTypePredicateNode(signature.type)))
+    .flatMap((signature) =>
+      signature.parameters.map((parameter) => ({
+        name: parameter.name.getText(),
+        type: parameter.type?.getText() ?? "",
+      })),
+    );
 }
 
 /** Every export of every entry, with its declaration, whether it is documented and any `unknown` parameter. */
@@ -94,7 +97,8 @@ export function surface(root = ROOT) {
           documented: doc.length > 0,
           unknownParameters: nodes
             .flatMap(parameters)
-            .filter((parameter) => /\bunknown\b/.test(parameter.type))
+            // An error's cause is anything thrown, as Error's own is.
+            .filter((parameter) => /\bunknown\b/.test(parameter.type.replace(/cause\?: unknown;?/, "")))
             .filter((parameter) => !unknownAllowed(doc, parameter.name))
             .map((parameter) => `${parameter.name}: ${parameter.type}`),
         });
