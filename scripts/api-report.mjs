@@ -12,7 +12,7 @@ import ts from "typescript";
 
 const ROOT = join(dirname(fileURLToPath(import.meta.url)), "..");
 
-/** A parameter may be typed `unknown` only where its TSDoc says it takes any JSON value: `@param name any JSON value`. */
+/** A parameter may be typed `unknown` only where its TSDoc says so: `@param name any JSON value`. */
 function unknownAllowed(doc, parameter) {
   return new RegExp(`@param ${parameter} any JSON value`).test(doc);
 }

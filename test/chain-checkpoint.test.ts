@@ -19,7 +19,7 @@ import { join } from "node:path";
 import { afterEach, beforeEach, describe, test } from "node:test";
 import { appendEntry, readEntries, verifyChain, type ChainEntry, type ChainLog } from "../src/ledger/chain-log.js";
 import { entryHash } from "../src/ledger/chain-line.js";
-import { loadCheckpoint, scopeStateDir, stateRoot } from "../src/ledger/chain-state.js";
+import { loadCheckpoint, scopeState, scopeStateDir, stateRoot } from "../src/ledger/chain-state.js";
 import { syncLog } from "../src/ledger/chain-sync.js";
 import { canonicalJson } from "../src/core/canonical-json.js";
 import { REPO, tempDir } from "./helpers.js";
@@ -136,6 +136,8 @@ describe("chain checkpoint: where it lives", () => {
         const sync = syncLog(scope, AUDIT);
         assert.equal(sync.persistent, false);
         assert.equal(sync.how, "full");
+        assert.equal(sync.checkpointUse.anchored, false);
+        assert.equal(sync.checkpointUse.reason, "state-unusable");
         assert.equal(syncLog(scope, AUDIT).how, "full");
         assert.equal(sync.seq, 3);
         assert.deepEqual(readdirSync(state), []);
@@ -151,6 +153,91 @@ describe("chain checkpoint: where it lives", () => {
     const { scope } = await logWith(1);
     assert.equal(syncLog(scope, AUDIT).persistent, false);
     assert.deepEqual(readdirSync(state), []);
+  });
+});
+
+describe("chain checkpoint: every ancestor of the state (StrictModes)", () => {
+  const NOBODY = 65534;
+  const asRoot = process.getuid?.() === 0;
+  /** A directory other users may enter, whose parent chain is root's and safe. */
+  function open(): string {
+    const dir = tempDir("oats-state-path-");
+    chmodSync(dir, 0o755);
+    return dir;
+  }
+  function refusedAt(path: string, reason: string) {
+    const state = scopeState(realpathSync(tempDir("oats-anchor-")));
+    assert.equal(state.usable, false, `expected ${path} to be refused`);
+    if (state.usable) return;
+    assert.equal(state.problem.path, path);
+    assert.equal(state.problem.reason, reason);
+    assert.ok(state.problem.fix.length > 0);
+  }
+
+  test("Given an ancestor writable by its group and not sticky, Then the state is refused there", () => {
+    const base = open();
+    mkdirSync(join(base, "shared"));
+    chmodSync(join(base, "shared"), 0o775);
+    process.env["OATS_STATE_DIR"] = join(base, "shared", "me", "state");
+    refusedAt(join(base, "shared"), "writable");
+    assert.equal(existsSync(join(base, "shared", "me")), false, "nothing is created below it");
+  });
+
+  test("Given an ancestor owned by another user, Then the state is refused there", { skip: !asRoot }, async () => {
+    const base = open();
+    mkdirSync(join(base, "theirs"), { mode: 0o755 });
+    (await import("node:fs")).chownSync(join(base, "theirs"), NOBODY, NOBODY);
+    process.env["OATS_STATE_DIR"] = join(base, "theirs", "state");
+    refusedAt(join(base, "theirs"), "owner");
+  });
+
+  test("Given a sticky world-writable ancestor and a state root of the operator's, Then the state is used; " +
+    "a state root another user made there first is refused", { skip: !asRoot }, async () => {
+    const base = open();
+    const shared = join(base, "shared");
+    mkdirSync(shared);
+    chmodSync(shared, 0o1777);
+    process.env["OATS_STATE_DIR"] = join(shared, "mine");
+    assert.equal(scopeState(realpathSync(tempDir("oats-anchor-"))).usable, true);
+    mkdirSync(join(shared, "theirs"), { mode: 0o700 });
+    (await import("node:fs")).chownSync(join(shared, "theirs"), NOBODY, NOBODY);
+    process.env["OATS_STATE_DIR"] = join(shared, "theirs");
+    refusedAt(join(shared, "theirs"), "owner");
+    process.env["OATS_STATE_DIR"] = join(shared, "theirs", "below");
+    refusedAt(join(shared, "theirs"), "owner");
+  });
+
+  test("Given a symlink among the ancestors, Then it is followed like the kernel does and the directories it " +
+    "leads through are checked; a symlink another user owns, or one that leads through their directory, is refused", {
+    skip: !asRoot,
+  }, async () => {
+    const { chownSync, lchownSync } = await import("node:fs");
+    const base = open();
+    mkdirSync(join(base, "real", "deep"), { recursive: true });
+    mkdirSync(join(base, "links"));
+    // A relative target that climbs: `..` is taken from the directory the link is in, as the kernel does.
+    symlinkSync(join("..", "real", "deep"), join(base, "links", "link"));
+    process.env["OATS_STATE_DIR"] = join(base, "links", "link", "state");
+    const state = scopeState(realpathSync(tempDir("oats-anchor-")));
+    assert.equal(state.usable, true);
+    if (state.usable) assert.ok(state.dir.startsWith(join(base, "real", "deep", "state", "scopes")), state.dir);
+
+    mkdirSync(join(base, "theirs"), { mode: 0o755 });
+    mkdirSync(join(base, "theirs", "dir"), { mode: 0o755 });
+    chownSync(join(base, "theirs"), NOBODY, NOBODY);
+    symlinkSync(join(base, "theirs", "dir"), join(base, "through"));
+    process.env["OATS_STATE_DIR"] = join(base, "through", "state");
+    refusedAt(join(base, "theirs"), "owner");
+
+    symlinkSync(join(base, "real"), join(base, "planted"));
+    lchownSync(join(base, "planted"), NOBODY, NOBODY);
+    process.env["OATS_STATE_DIR"] = join(base, "planted", "state");
+    refusedAt(join(base, "planted"), "owner");
+  });
+
+  test("Given a state root at /, Then it is refused", () => {
+    process.env["OATS_STATE_DIR"] = "/";
+    refusedAt("/", "root-directory");
   });
 });
 

@@ -161,16 +161,18 @@ describe("parseClassificationConfig", () => {
 
   test(
     "Given a config file, When read, Then the exact bytes are returned with " +
-      "the config; a missing file is invalid-input",
+      "the config; a missing file, a directory or a symlink at the name is invalid-input",
     () => {
       const dir = tempDir("oats-classification-");
       const file = join(dir, "classification.yaml");
       writeFileSync(file, FULL);
-      const link = join(dir, "link.yaml");
-      symlinkSync(file, link);
-      const { bytes, config } = readClassificationConfigFile(link);
+      const { bytes, config } = readClassificationConfigFile(file);
       assert.equal(bytes.toString("utf8"), FULL);
       assert.equal(config.fallback, "internal");
+      // Opened without following a link at its name: another user who owns the directory could swap it.
+      const link = join(dir, "link.yaml");
+      symlinkSync(file, link);
+      assert.throws(() => readClassificationConfigFile(link), { code: "invalid-input" });
       assert.throws(() => readClassificationConfigFile(join(dir, "missing.yaml")), { code: "invalid-input" });
       assert.throws(() => readClassificationConfigFile(dir), { code: "invalid-input" });
     },

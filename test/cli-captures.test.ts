@@ -477,7 +477,10 @@ describe("oats dispatch refusals: nothing runs", () => {
       assert.equal(existsSync(fixture.marker), false);
       assert.match(
         runOats([...fixture.at, "approvals"]).stdout,
-        /^revoked {2}composition nightly .* seq 2 by \S+ at \S+: pulled\n$/,
+        new RegExp(
+          "^revoked {2}composition nightly .* seq 2 by \\S+ at \\S+: pulled\n" +
+            "checkpoint approvals ledger: anchored .*\ncheckpoint audit log: anchored .*\n$",
+        ),
       );
     },
   );
@@ -573,7 +576,7 @@ describe("oats approve / revoke input", () => {
       const human = runOats([...fixture.at, "approve", "capture", "nightly", bare, "--reason", "legacy"]);
       assert.equal(human.status, 4);
       assert.match(human.stderr, /^oats: invalid-artifact-reference: .*\n.*one exact oats\.tree-exec\.v1 digest/);
-      assert.equal(runOats([...fixture.at, "approvals"]).stdout, `no approvals in ${fixture.scope}\n`);
+      assert.match(runOats([...fixture.at, "approvals"]).stdout, /^no approvals in \S+\ncheckpoint approvals ledger: /);
     },
   );
 
@@ -680,7 +683,14 @@ describe("oats audit verify", () => {
       assert.equal(ok.status, 0, ok.stdout);
       assert.equal(ok.envelope.result!["ok"], true);
       const human = runOats([...fixture.at, "audit", "verify"]);
-      assert.match(human.stdout, /^audit log verified: \d+ entries, head sha256-[0-9a-f]{64}\n$/);
+      assert.match(
+        human.stdout,
+        new RegExp(
+          "^audit log verified: \\d+ entries, head sha256-[0-9a-f]{64}\n" +
+            "checkpoint audit log: anchored by this account's checkpoint " +
+            "\\(it still extends seq \\d+, sha256-[0-9a-f]{64}\\)\n$",
+        ),
+      );
 
       const log = join(fixture.scope, ".agents/audit/audit.jsonl");
       const lines = readFileSync(log, "utf8").split("\n");

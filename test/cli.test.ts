@@ -106,6 +106,7 @@ describe("JSON envelope on success", () => {
       execIntegrity: { format: "oats.tree-exec.v1", value: EXEC },
       dir,
       status: "retained",
+      pinned: true,
     });
 
     const again = runCompactJson([

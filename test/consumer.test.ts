@@ -25,7 +25,8 @@ const SUBPATHS = ["retention", "resolution", "captures", "evidence", "fleet"];
 const EXPECTED = { integrity: EXEC, sameError: true, code: "artifact-not-found", exitCode: 3 };
 
 /** The sample in TypeScript: typed imports from every entry, a typed call, a typed refusal. */
-const SAMPLE_TS = `import { digestTree, isOatsError, OatsError, ERROR_CODES, type Integrity, type TreeDigests } from "${PACKAGE.name}";
+const SAMPLE_TS = `import { digestTree, isOatsError, OatsError, ERROR_CODES } from "${PACKAGE.name}";
+import type { Integrity, TreeDigests } from "${PACKAGE.name}";
 import { integrityText, OatsError as E1, parseIntegrity } from "${PACKAGE.name}/retention";
 import { OatsError as E2, type ResolutionRecord } from "${PACKAGE.name}/resolution";
 import { OatsError as E3, type CaptureSpec } from "${PACKAGE.name}/captures";

@@ -1,6 +1,9 @@
 import assert from "node:assert/strict";
+import { mkdirSync, writeFileSync } from "node:fs";
+import net from "node:net";
+import { join } from "node:path";
 import { after, before, describe, test } from "node:test";
-import { runJson, tempDir } from "./helpers.js";
+import { runJson, snapshotTree, tempDir } from "./helpers.js";
 import { OatsError } from "../src/core/errors.js";
 import { enqueueSealedRun, listOutbox, pushEvidence, readDelivered, type EvidenceTransport } from "../src/index.js";
 import { transportFor } from "../src/evidence/transport.js";
@@ -93,8 +96,53 @@ describe("evidence delivery to an OCI registry", () => {
       // A port nobody listens on: unreachable, nothing marked.
       await assert.rejects(
         pushEvidence(scope, { to: "http://127.0.0.1:9/oats/evidence" }),
-        (error: unknown) => error instanceof OatsError && error.details["reason"] === "far-side-unreachable",
+        (error: unknown) =>
+          error instanceof OatsError && error.code === "registry-refused" && error.details["reason"] === "unreachable",
       );
+      assert.deepEqual(listOutbox(scope)[0]!.delivered, []);
+    },
+  );
+});
+
+describe("a registry that is down", () => {
+  test(
+    "Given nothing listening where the registry was, When evidence is pushed there, and artifacts pushed to and " +
+      "pulled from it, Then all three are registry-refused, reason unreachable, exit 6 (one outage, one code); " +
+      "the evidence stays queued",
+    async () => {
+      const port = await new Promise<number>((resolve) => {
+        const server = net.createServer();
+        server.listen(0, "127.0.0.1", () => {
+          const { port } = server.address() as net.AddressInfo;
+          server.close(() => resolve(port));
+        });
+      });
+      const down = `http://127.0.0.1:${port}/oats/down`;
+      const scope = tempDir("oats-scope-");
+      const run = await makeSealedRun(scope, { index: 1 });
+      await enqueueSealedRun(scope, run.handle);
+      const outbox = snapshotTree(join(scope, ".agents/outbox"));
+      const tool = join(tempDir("oats-tool-"), "tool");
+      mkdirSync(tool);
+      writeFileSync(join(tool, "run"), "#!/bin/sh\n", { mode: 0o755 });
+      const retained = runJson(["--scope", scope, "retain", tool, "--kind", "capture", "--id", "tool"]);
+      assert.equal(retained.status, 0, retained.stdout);
+      const { format, value } = retained.envelope.result!["execIntegrity"];
+      const integrity = `${format}:${value}`;
+      const outcomes = [
+        runJson(["--scope", scope, "push", "--to", down]),
+        runJson(["--scope", scope, "push", `capture:tool@${integrity}`, "--to", `${down}:v1`]),
+        runJson(["--scope", scope, "pull", `${down}:v1`]),
+      ];
+      for (const ran of outcomes) {
+        assert.deepEqual(
+          [ran.status, ran.envelope.error?.code, ran.envelope.error?.details["reason"]],
+          [6, "registry-refused", "unreachable"],
+          ran.stdout,
+        );
+      }
+      assert.equal(outcomes[0]!.envelope.error!.details["to"], down);
+      assert.deepEqual(snapshotTree(join(scope, ".agents/outbox")), outbox, "the evidence stays queued, unmarked");
       assert.deepEqual(listOutbox(scope)[0]!.delivered, []);
     },
   );

@@ -184,6 +184,32 @@ describe("the posture at dispatch, with real captures", () => {
   );
 
   test(
+    "Given a confidential capture and a share on the scope's own filesystem (a one-disk host), When dispatched " +
+      "with --exec --evidence-to dir:, Then it is refused as unreachable (same-filesystem); with " +
+      "--allow-same-filesystem it runs and its evidence is delivered there; without --exec the flag is a usage error",
+    async () => {
+      const capture = await deliveryCapture("confidential");
+      const share = tempDir("oats-same-fs-share-");
+      const base = ["--scope", capture.scope, "dispatch", capture.job];
+      const refused = runJson([...base, "--exec", "--evidence-to", `dir:${share}`]);
+      assert.equal(refused.status, 6, refused.stdout);
+      assert.deepEqual(
+        [refused.envelope.error!.code, refused.envelope.error!.details["probe"]],
+        ["classification-refused", "same-filesystem"],
+      );
+      assert.equal(existsSync(capture.marker), false);
+      const usage = runJson([...base, "--allow-same-filesystem"]);
+      assert.deepEqual([usage.status, usage.envelope.error!.code], [2, "usage"]);
+
+      const run = runJson([...base, "--exec", "--evidence-to", `dir:${share}`, "--allow-same-filesystem"]);
+      assert.equal(run.status, 0, run.stdout + run.stderr);
+      assert.ok(existsSync(capture.marker));
+      assert.deepEqual(readdirSync(join(share, "runs")), [hexOf(run.envelope.result!["runId"])]);
+      assert.deepEqual(run.envelope.result!["warnings"], []);
+    },
+  );
+
+  test(
     "Given the outbox cannot be written (a symlink), When a public capture " +
       "is dispatched with --exec, Then audit-unavailable (outbox-unwritable) " +
       "and nothing runs",

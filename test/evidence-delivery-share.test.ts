@@ -1,5 +1,5 @@
 import assert from "node:assert/strict";
-import { existsSync, lstatSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
+import { existsSync, lstatSync, mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { describe, test } from "node:test";
 import { snapshotTree } from "./helpers.js";
@@ -171,4 +171,60 @@ describe("another user who can write the share (nobody)", () => {
       assert.ok(existsSync(fake));
     },
   );
+
+  test("Given nobody racing every push, moving our staging directory away and putting its own, forged one at that " +
+    "name before the rename, When put, Then each put either lands what it wrote (read back equal) or is " +
+    "refused (staging-replaced), never delivered with nobody's bytes", { timeout: 120_000 }, async (t) => {
+    if (process.getuid?.() !== 0) {
+      t.skip("needs root to run the attacker as nobody (uid 65534)");
+      return;
+    }
+    const { share, mounted } = makeShare({ open: true });
+    const runs = join(share, "runs");
+    mkdirSync(runs);
+    const { chmodSync } = await import("node:fs");
+    chmodSync(runs, 0o777);
+    const swaps = join(share, "swaps");
+    // nobody polls runs/ and, for every staging directory it sees, moves it aside and makes its own in its place.
+    const script =
+      `const fs=require("fs"),p=require("path");const runs=${JSON.stringify(runs)};let n=0;` +
+      `const end=Date.now()+100000;fs.writeFileSync(${JSON.stringify(swaps)},"0");` +
+      `while(Date.now()<end){for(const name of fs.readdirSync(runs)){` +
+      `if(!name.startsWith(".staging"))continue;try{fs.renameSync(p.join(runs,name),p.join(runs,".moved-"+n));` +
+      `fs.mkdirSync(p.join(runs,name));fs.writeFileSync(p.join(runs,name,"log"),"forged\\n");n++;` +
+      `fs.writeFileSync(${JSON.stringify(swaps)},String(n));}catch{}}}`;
+    const { spawn } = await import("node:child_process");
+    const attacker = spawn(process.execPath, ["-e", script], { uid: 65534, gid: 65534, stdio: "ignore" });
+    const outcomes = { landed: 0, refused: 0 };
+    try {
+      const transport = dirTransport(share, { allowSameFilesystem: !mounted });
+      while (!existsSync(swaps)) await new Promise((resolve) => setTimeout(resolve, 20));
+      const deadline = Date.now() + 60_000;
+      for (let round = 0; Date.now() < deadline && outcomes.refused < 3; round++) {
+        const b = bundle(`race-${round}`);
+        try {
+          await transport.put(b);
+        } catch (error) {
+          assert.ok(
+            error instanceof OatsError && error.details["reason"] === "staging-replaced",
+            `round ${round}: ${String(error)}`,
+          );
+          outcomes.refused += 1;
+          continue;
+        }
+        const there = await transport.readBack(b.runId);
+        for (const [name, bytes] of b.files)
+          assert.ok(there?.get(name)?.equals(bytes), `round ${round}: a put that returned landed ${name} as written`);
+        outcomes.landed += 1;
+        // Keep runs/ small, so the attacker's listing stays as quick as the pushes.
+        rmSync(join(runs, hexOf(b)), { recursive: true });
+      }
+    } finally {
+      attacker.kill();
+    }
+    console.log(
+      `staging race: ${JSON.stringify(outcomes)}, swaps ${existsSync(swaps) ? readFileSync(swaps, "utf8") : 0}`,
+    );
+    assert.ok(outcomes.refused > 0, "the attacker won the race at least once, and each time was refused");
+  });
 });

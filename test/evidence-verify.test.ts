@@ -5,6 +5,7 @@
  * read through a symlink, and gc keeps the resolution a run names.
  */
 import assert from "node:assert/strict";
+import { spawnSync } from "node:child_process";
 import { existsSync, readFileSync, readdirSync, renameSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { describe, test } from "node:test";
@@ -18,7 +19,7 @@ import {
   runDispatchPlanWithEvidence,
   verifyRun,
 } from "../src/index.js";
-import { runJson, runOats, snapshotTree } from "./helpers.js";
+import { REPO, runJson, runOats, snapshotTree } from "./helpers.js";
 import { evidenceFixture } from "./support/evidence-fixture.js";
 import { runDir } from "./support/evidence-run.js";
 import { refusal } from "./support/refusals.js";
@@ -234,6 +235,50 @@ describe("the CLI", () => {
       assert.equal(tampered.status, 5);
       assert.match(tampered.stderr, /^oats: integrity-mismatch: .*\n.*record's digest is the evidence/);
       assert.equal(runOats(["--scope", f.scope, "fsck"]).status, 5);
+    },
+  );
+
+  test(
+    "Given a run sealed failed-evidence (its dispatcher died before the seal; `oats run seal` closed it without " +
+      "an exit status), Then run verify exits 8 evidence-incomplete (kind incomplete) naming the gaps, not 5; " +
+      "an edited log of the same run is still integrity-mismatch, exit 5",
+    async () => {
+      const f = await evidenceFixture({ script: "#!/bin/sh\necho one\nexit 0\n" });
+      const crashed = spawnSync(
+        process.execPath,
+        [
+          "--import",
+          "tsx",
+          join(REPO, "test/support/seal-crash-child.ts"),
+          JSON.stringify({ scope: f.scope, job: f.job }),
+        ],
+        { cwd: REPO, encoding: "utf8" },
+      );
+      assert.equal(crashed.signal, "SIGKILL", crashed.stdout + crashed.stderr);
+      const [run] = listRuns(f.scope);
+      assert.equal(runJson(["--scope", f.scope, "run", "seal", run!.handle]).status, 0);
+      assert.equal(verifyRun(f.scope, run!.handle).status, "failed-evidence");
+
+      const verified = runJson(["--scope", f.scope, "run", "verify", run!.handle]);
+      assert.equal(verified.status, 8, verified.stdout);
+      const error = verified.envelope.error!;
+      assert.equal(error.code, "evidence-incomplete");
+      assert.equal(error.kind, "incomplete");
+      assert.equal(error.details["reason"], "run-failed-evidence");
+      assert.ok(
+        (error.details["gaps"] as { class: string }[]).some((gap) => gap.class === "exit-status"),
+        JSON.stringify(error.details["gaps"]),
+      );
+      const human = runOats(["--scope", f.scope, "run", "verify", run!.handle]);
+      assert.equal(human.status, 8);
+      assert.match(human.stderr, /^oats: evidence-incomplete: .*\n.*nothing was edited/);
+      assert.equal(runOats(["--scope", f.scope, "fsck"]).status, 0, "an intact run is no fsck finding");
+
+      const log = join(runDir(f.scope, run!.handle), "log");
+      writeFileSync(log, readFileSync(log, "utf8").replace("one", "onE"));
+      const tampered = runJson(["--scope", f.scope, "run", "verify", run!.handle]);
+      assert.equal(tampered.status, 5);
+      assert.equal(tampered.envelope.error!.code, "integrity-mismatch");
     },
   );
 

@@ -267,8 +267,7 @@ describe("whole-scope fsck", () => {
     },
   );
 
-  /** Run `body` with the operator's private chain state in `dir` (a fresh private one, or a world-writable one that
-   * oats will not use). */
+  /** Run `body` with the operator's private chain state in a fresh private directory. */
   async function withStateDir<T>(usable: boolean, body: () => Promise<T>): Promise<T> {
     const saved = process.env["OATS_STATE_DIR"];
     const dir = join(tempDir("oats-fsck-state-"), "state");
@@ -288,11 +287,14 @@ describe("whole-scope fsck", () => {
       "Then the ledger vs audit cross-check reports the approval only the " +
       "audit log holds, exit 5",
     async () => {
-      // Populated with a usable state (queue add keeps its job there), checked without one.
+      // Populated with this account's state (queue add keeps its job there), checked as another operator account
+      // (a fresh state): no checkpoint of these logs.
       const { scope } = await populatedScope();
-      await withStateDir(false, async () => {
+      await withStateDir(true, async () => {
         writeFileSync(agents(scope, "approvals", "ledger.jsonl"), "");
         const report = await fsckUnchanged(scope);
+        assert.equal(report.checkpoint.approvals.reason, "no-checkpoint");
+        assert.equal(report.checkpoint.audit.anchored, false);
         const findings = only(report, "approvals");
         assert.deepEqual(
           findings.map((each) => [each.code, each.details["crossCheck"]]),
@@ -314,6 +316,7 @@ describe("whole-scope fsck", () => {
         assert.equal((await fsckScope(scope)).ok, true, "a clean fsck first (and the checkpoint is current)");
         writeFileSync(agents(scope, "approvals", "ledger.jsonl"), "");
         const report = await fsckUnchanged(scope);
+        assert.equal(report.checkpoint.approvals.anchored, true, "the checkpoint anchored the check that refused");
         const findings = only(report, "approvals");
         assert.deepEqual(
           findings.map((each) => [each.code, each.details["reason"]]),

@@ -61,7 +61,7 @@ describe("parseIntegrity takes each form a user holds", () => {
 });
 
 describe("a retained tree is named by every form", () => {
-  test("retainTree expects and verifyTree finds the revision by the digestTree object, the text and the segment", async () => {
+  test("retainTree expects and verifyTree finds a revision by digestTree's object, text or segment", async () => {
     const scope = tempDir();
     const source = fixtureCopy();
     const digests = await digestTree(source, [TREE_EXEC]);

@@ -35,6 +35,7 @@ import {
   retainedTreeDir,
   sourceIdentityKey,
   unpin,
+  verifyTree,
   writeResolution,
   type GcReport,
 } from "../src/index.js";
@@ -566,6 +567,55 @@ describe("gc and publishers race (real processes)", () => {
     }
     assert.equal(outcomes.committed, 12);
     console.log(`race outcomes: ${JSON.stringify(outcomes)}`);
+  });
+});
+
+describe("gc --delete and retain race (real processes)", () => {
+  test("Given gc --delete and a retain of the revision it is deleting, many rounds, Then the revision is either " +
+    "whole or gone, never half-deleted, and a retain that says kept or retained leaves it whole", {
+    timeout: 300_000,
+  }, async () => {
+    const scope = tempDir("oats-gc-retain-race-");
+    const source = tree("contested", 1500);
+    const outcomes = { retained: 0, kept: 0, gcBusy: 0, retainBusy: 0, gone: 0 };
+    for (let round = 0; round < 10; round++) {
+      // Every round starts with the revision retained and unrooted: garbage with no grace, unless the retain wins.
+      const first = await retainTree(scope, { kind: "capture", key: "contested", source });
+      const [gcRun, retainRun] = await runTogether(
+        CHILD,
+        [
+          { op: "gc", scope, delayMs: (round % 3) * 40 },
+          { op: "retain", scope, source, key: "contested", delayMs: ((round + 1) % 3) * 40 },
+        ],
+        { cwd: REPO },
+      );
+      const gcOut = JSON.parse(gcRun!.stdout);
+      const retained = JSON.parse(retainRun!.stdout);
+      if (!gcOut.ok) {
+        assert.equal(gcOut.error.code, "busy", gcRun!.stdout + gcRun!.stderr);
+        outcomes.gcBusy += 1;
+      }
+      if (!retained.ok) {
+        assert.equal(retained.error.code, "busy", retainRun!.stdout + retainRun!.stderr);
+        outcomes.retainBusy += 1;
+      } else outcomes[retained.status as "retained" | "kept"] += 1;
+      if (existsSync(first.dir)) {
+        const verified = await verifyTree(scope, { kind: "capture", key: "contested", integrity: first.integrity });
+        assert.equal(verified.status, "verified", `round ${round}: a revision left in place is whole`);
+      } else {
+        outcomes.gone += 1;
+        assert.ok(gcOut.ok, `round ${round}: only a gc that succeeded removes it`);
+      }
+      const parent = join(first.dir, "..");
+      const left = existsSync(parent) ? readdirSync(parent).filter((name) => name.startsWith(".staging")) : [];
+      assert.deepEqual(left, [], `round ${round}: no staging left`);
+      assert.deepEqual(
+        readdirSync(join(scope, ".agents")).filter((name) => name === "leases" || name === "gc.lock"),
+        [],
+        "no lease or lock left behind",
+      );
+    }
+    console.log(`gc/retain race outcomes: ${JSON.stringify(outcomes)}`);
   });
 });
 

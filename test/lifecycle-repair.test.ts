@@ -200,14 +200,14 @@ describe("repair of an exec-named revision", () => {
   );
 });
 
-describe("repair of a legacy-named capability", () => {
-  async function damagedLegacy() {
-    const scope = tempDir("oats-repair-legacy-");
-    const receipt = await retainCapabilityArtifact(scope, FIXTURE_PAYLOAD, "demo.hello", fixtureLock());
-    damage(join(receipt.dir, "oats.json"), "{}\n");
-    return { scope, receipt, ref: `capability:demo.hello@${receipt.integrity.value}` };
-  }
+async function damagedLegacy() {
+  const scope = tempDir("oats-repair-legacy-");
+  const receipt = await retainCapabilityArtifact(scope, FIXTURE_PAYLOAD, "demo.hello", fixtureLock());
+  damage(join(receipt.dir, "oats.json"), "{}\n");
+  return { scope, receipt, ref: `capability:demo.hello@${receipt.integrity.value}` };
+}
 
+describe("repair of a legacy-named capability", () => {
   test(
     "Given a damaged legacy revision, When repairing with its lock, Then it " +
       "is repaired; without the lock it is a usage error",
@@ -259,6 +259,50 @@ describe("repair of a legacy-named capability", () => {
 });
 
 describe("repair against a local attacker", () => {
+  test(
+    "Given a damaged legacy revision and a source from another user whose bytes verify for its name with another " +
+      "exec bit, When repairing, Then integrity-mismatch (repair-modes-differ) and the store is as it was",
+    async () => {
+      const { scope, receipt, ref } = await damagedLegacy();
+      const before = storeSnapshot(scope);
+      const source = join(tempDir("oats-repair-other-"), "payload");
+      cpSync(FIXTURE_PAYLOAD, source, { recursive: true, verbatimSymlinks: true });
+      chmodSync(join(source, "bin/hello.mjs"), 0o644);
+      if (process.getuid?.() === 0) execFileSync("chown", ["-R", "65534:65534", source]);
+      const { run, envelope } = repairJson(scope, ref, "--from", source, "--lock", FIXTURE_LOCK);
+      assert.equal(run.status, 5, run.stdout);
+      assert.equal(envelope.error.details.reason, "repair-modes-differ");
+      assert.equal(envelope.error.details.path, "bin/hello.mjs");
+      assert.deepEqual(storeSnapshot(scope), before, "the damaged revision, its manifest and quarantine as they were");
+      assert.equal(readFileSync(join(receipt.dir, "oats.json"), "utf8"), "{}\n");
+    },
+  );
+
+  test(
+    "Given a damaged revision and a bundle that holds another tree of the same key, When repairing from it, " +
+      "Then integrity-mismatch (repair-source-differs) and the store is as it was",
+    async () => {
+      const { scope, ref } = await damagedCapture();
+      const elsewhere = tempDir("oats-repair-elsewhere-");
+      const other = await retainTree(elsewhere, { kind: "capture", key: "nightly", source: tool("other") });
+      const bundle = join(tempDir("oats-repair-bundle-"), "other.tar");
+      const exported = runOats([
+        "--scope",
+        elsewhere,
+        "export",
+        `capture:nightly@oats.tree-exec.v1:${other.execIntegrity.value}`,
+        "--output",
+        bundle,
+      ]);
+      assert.equal(exported.status, 0, exported.stdout + exported.stderr);
+      const before = storeSnapshot(scope);
+      const { run, envelope } = repairJson(scope, ref, "--from", bundle);
+      assert.equal(run.status, 5, run.stdout);
+      assert.equal(envelope.error.details.reason, "repair-source-differs");
+      assert.deepEqual(storeSnapshot(scope), before);
+    },
+  );
+
   test("Given a repair source owned by another user who keeps swapping a file " +
     "in it, When repairing repeatedly, Then each repair either publishes " +
     "verified bytes or is refused with the damaged tree back in place", {

@@ -7,6 +7,9 @@ import {
   type AppendOptions,
   type ChainEntry,
   allDecisions,
+  anchoredDecisions,
+  type LogAnchors,
+  requireUsableState,
   crossCheckReasonText,
   latestDecision,
   mismatchError,
@@ -231,10 +234,13 @@ async function decide(
     const reason = checkReason(options);
     const composition =
       action === "approve" && subject.kind === COMPOSITION_KIND ? pinnedComposition(scope, subject) : null;
+    const operator = currentPrincipal();
+    // Granting needs a checkpoint that can anchor the logs; revoking is the safe direction and never waits for one.
+    if (action === "approve") requireUsableState(scope, `approving ${subject.kind} ${subject.key}`);
     const body = {
       action,
       subject: { ...subject },
-      operator: currentPrincipal(),
+      operator,
       reason,
       ...(composition === null ? {} : { composition }),
     };
@@ -322,13 +328,17 @@ export function approvalState(
   return { approved: entry.action === "approve", entry };
 }
 
-/** The approving entry, or `approval-required` with the subject and its last decision (or null); `integrity-mismatch`
- * as approvalState. */
+/**
+ * The approving entry, or `approval-required` with the subject and its last decision (or null); `integrity-mismatch`
+ * as approvalState. An approval is relied on only when the operator's private state can anchor both logs:
+ * otherwise `audit-unavailable`, reason `state-unsafe` (approval-check.ts, requireUsableState).
+ */
 export function requireApproval(
   scope: string,
   subjectInput: ApprovalSubject | { kind: unknown; key: unknown; integrity: unknown },
 ): ApprovalEntry {
   const subject = parseApprovalSubject(subjectInput);
+  requireUsableState(scope, `relying on the approval of ${subject.kind} ${subject.key}`);
   const state = approvalState(scope, subject);
   if (!state.approved || state.entry === null) {
     const why =
@@ -353,7 +363,13 @@ export function requireApproval(
  * ledger's latest decision (null when only the audit log has one).
  */
 export function listApprovals(scope: string): ApprovalListing[] {
-  return allDecisions(scope).map(({ subject, check }) => {
+  return approvalsReport(scope).approvals;
+}
+
+/** listApprovals, and whether a checkpoint of this account anchored the check of each log. */
+export function approvalsReport(scope: string): { approvals: ApprovalListing[]; checkpoint: LogAnchors } {
+  const { decisions, checkpoint } = anchoredDecisions(scope);
+  const approvals = decisions.map(({ subject, check }): ApprovalListing => {
     const ledger = check.state === "none" ? null : check.ledger === null ? null : checkEntry(check.ledger);
     const listed = { kind: subject.kind as ApprovalSubject["kind"], key: subject.key, integrity: subject.integrity };
     if (check.state === "agreed")
@@ -371,6 +387,7 @@ export function listApprovals(scope: string): ApprovalListing[] {
       entry: ledger,
     };
   });
+  return { approvals, checkpoint };
 }
 
 /**

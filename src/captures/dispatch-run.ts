@@ -1,4 +1,4 @@
-import { spawn, type StdioOptions } from "node:child_process";
+import type { StdioOptions } from "node:child_process";
 import { constants } from "node:os";
 import { OatsError } from "../core/index.js";
 import type { DispatchPlan } from "./dispatch.js";
@@ -26,12 +26,15 @@ export async function runDispatchPlan(
     // Again here: a plan resolved without `exec` may still be handed to this function.
     privilegeGate({ capture: plan.composition.key, privileged: plan.privileged, euid: options.euid ?? plan.euid });
     outcome = await new Promise((resolvePromise, reject) => {
-      const child = spawn(plan.executable.command, [...plan.executable.argv], {
-        cwd: plan.run.cwd,
-        env: { ...plan.env },
-        stdio: options.stdio ?? "inherit",
-        shell: false,
-      });
+      // Loaded here, not at the top: commands that only load this layer start without it.
+      const child = process
+        .getBuiltinModule("node:child_process")
+        .spawn(plan.executable.command, [...plan.executable.argv], {
+          cwd: plan.run.cwd,
+          env: { ...plan.env },
+          stdio: options.stdio ?? "inherit",
+          shell: false,
+        });
       let stdout = "";
       let stderr = "";
       child.stdout?.setEncoding("utf8").on("data", (chunk: string) => (stdout += chunk));

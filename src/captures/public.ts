@@ -14,6 +14,7 @@ export {
 } from "../core/index.js";
 export type { ApprovalAttestation } from "./approval-attest.js";
 export {
+  approvalsReport,
   type ApprovalAction,
   type ApprovalEntry,
   type ApprovalListing,

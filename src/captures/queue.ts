@@ -16,7 +16,7 @@ import {
   assertContained,
   withPublishLease,
 } from "../retention/index.js";
-import { audit, audited, privateDir, readPrivateFile, writePrivateFile } from "../ledger/index.js";
+import { audit, audited, privateDir, readPrivateFile, requireUsableState, writePrivateFile } from "../ledger/index.js";
 
 /**
  * Queued work: `.agents/queue/<job>.json`, canonical JSON
@@ -262,6 +262,7 @@ function privateQueueDir(realScope: string): string | null {
 
 /** Keep `job`'s exact bytes in this account's private state: what makes it dispatchable here. */
 function recordQueuedHere(realScope: string, job: QueuedJob): void {
+  requireUsableState(realScope, `queue add of job ${job.job}`);
   const dir = privateQueueDir(realScope);
   const refuse = (why: string) =>
     new OatsError(
@@ -287,6 +288,8 @@ function recordQueuedHere(realScope: string, job: QueuedJob): void {
  */
 export function requireQueuedHere(scope: string, job: QueuedJob): void {
   const realScope = resolveScope(scope);
+  // A state another user can reach cannot say what this account queued: refused as approve and dispatch are.
+  requireUsableState(realScope, `dispatch of job ${job.job}`);
   const dir = privateQueueDir(realScope);
   const bytes = dir === null ? null : readPrivateFile(join(dir, `${job.job}.json`), MAX_JOB_BYTES);
   if (bytes?.equals(canonicalJsonBytes(job))) return;

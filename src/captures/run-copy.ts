@@ -20,6 +20,8 @@ import {
   revisionParentSegments,
   StagingWriter,
   removeTree,
+  emptyDirectories,
+  withoutDirectories,
 } from "../retention/index.js";
 
 /**
@@ -153,7 +155,8 @@ export async function copyVerifiedTree(
     const tree = join(dir, "tree");
     mkdirSync(tree, { mode: 0o700 });
     const listing = await walkTree(source);
-    writer = new StagingWriter(tree, listing, {
+    // The copy holds what the digest covers and nothing else, even from a revision stored with empty directories.
+    writer = new StagingWriter(tree, withoutDirectories(listing, emptyDirectories(listing)), {
       durability: "none",
       clearModeBits: OTHERS_WRITE,
       concurrentSmallFiles: true,

@@ -10,6 +10,7 @@ export const ERROR_KINDS = {
   mismatch: 5,
   refused: 6,
   busy: 7,
+  incomplete: 8,
   usage: 2,
   internal: 1,
   // 128 + SIGINT's number, as a shell reports a command a signal ended; the CLI exits 128 + the number of the signal
@@ -46,6 +47,9 @@ export const ERROR_CODES = {
   // trust-removed, trust-unknown, subject-mismatch, subject-not-held, predicate-type, statement-invalid, too-large).
   "attestation-refused": "refused",
   busy: "busy",
+  // A sealed run that verifies (nothing was edited) but lacks evidence its profile requires: not tampering, so not
+  // a mismatch; not a refusal either. details.gaps names what is missing.
+  "evidence-incomplete": "incomplete",
   usage: "usage",
   "internal-error": "internal",
   // A signal (SIGINT, SIGTERM, SIGHUP) stopped the command; its cleanup ran and details.removed says what it removed.
@@ -80,6 +84,20 @@ export class OatsError extends Error {
 
 export function isOatsError(error: unknown): error is OatsError {
   return error instanceof OatsError;
+}
+
+/**
+ * The error an aborted signal turns into: code `interrupted` (the input was not at fault), with
+ * `details.reason: "interrupted"` and what the cleanup removed in `details.removed`. The CLI exits 128 + the
+ * number of the signal it received. It lives here so that the OCI client (which imports only core) raises the
+ * very same one.
+ */
+export function interruptedError(): OatsError {
+  return new OatsError("interrupted", "interrupted", { reason: "interrupted", removed: [] });
+}
+
+export function isInterrupted(error: unknown): boolean {
+  return error instanceof OatsError && error.code === "interrupted";
 }
 
 /** Node's errno code of a system error, or undefined. */

@@ -14,6 +14,8 @@ export {
   type ErrorCode,
   type ErrorDetails,
   type ErrorKind,
+  interruptedError,
+  isInterrupted,
   isOatsError,
   OatsError,
 } from "./errors.js";

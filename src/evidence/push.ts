@@ -12,7 +12,13 @@ import {
   type DeliveryMark,
   type OutboxEntry,
 } from "./outbox.js";
-import { EVIDENCE_FILES, transportFor, type EvidenceFileName, type EvidenceTransport } from "./transport.js";
+import {
+  EVIDENCE_FILES,
+  transportFor,
+  type EvidenceFileName,
+  type EvidenceTransport,
+  type ProbeResult,
+} from "./transport.js";
 import { enqueueSealedRuns } from "./after-seal.js";
 import { readAnchoredAudit, type AnchoredAudit } from "./anchored-audit.js";
 import { checkDeliverable } from "./deliverable.js";
@@ -86,7 +92,22 @@ export function resolveTransport(
     : to;
 }
 
-function unreachable(transport: EvidenceTransport, reason: string | null): OatsError {
+/**
+ * The far side cannot be reached. A registry's outage is `registry-refused` with the registry client's reason
+ * (`unreachable`, `tls`, `unauthorized`, ...), the code `oats push` and `oats pull` of artifacts give the same outage;
+ * a share that is not there is `artifact-not-found`, reason `far-side-unreachable`.
+ */
+function unreachable(transport: EvidenceTransport, probe: ProbeResult): OatsError {
+  const reason = probe.reason;
+  if (probe.refusal?.code === "registry-refused") {
+    return new OatsError(
+      "registry-refused",
+      `the evidence far side ${transport.describe()} cannot be reached (${reason ?? "unknown"}): ` +
+        `${probe.refusal.message}; everything stays queued`,
+      { ...probe.refusal.details, to: transport.describe(), farSide: "unreachable", probe: reason },
+      { cause: probe.refusal },
+    );
+  }
   return new OatsError(
     "artifact-not-found",
     `the evidence far side ${transport.describe()} cannot be reached (${reason ?? "unknown"}); everything stays queued`,
@@ -154,7 +175,7 @@ export async function pushEvidence(scope: string, options: PushOptions): Promise
     };
   }
   const probe = await transport.probe();
-  if (probe.state !== "reachable") throw unreachable(transport, probe.reason);
+  if (probe.state !== "reachable") throw unreachable(transport, probe);
   ensureOutbox(realScope);
   return withFileLock(
     {

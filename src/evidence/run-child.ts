@@ -1,4 +1,4 @@
-import { type ChildProcess, spawn } from "node:child_process";
+import type { ChildProcess } from "node:child_process";
 import { type FSWatcher, lstatSync, watch } from "node:fs";
 import { join } from "node:path";
 import type { Writable } from "node:stream";
@@ -167,13 +167,16 @@ class RunChild {
   /** Spawn the child in a group of its own and feed its output to the sinks; its exit once its pipes are closed. */
   run(plan: DispatchPlan, sinks: Sinks): Promise<RunExit> {
     return new Promise<RunExit>((resolveExit) => {
-      const child = spawn(plan.executable.command, [...plan.executable.argv], {
-        cwd: plan.run.cwd,
-        env: { ...plan.env },
-        stdio: ["ignore", "pipe", "pipe"],
-        detached: true,
-        shell: false,
-      });
+      // Loaded here, not at the top: a command that only loads this layer (retain pins through lifecycle) need not.
+      const child = process
+        .getBuiltinModule("node:child_process")
+        .spawn(plan.executable.command, [...plan.executable.argv], {
+          cwd: plan.run.cwd,
+          env: { ...plan.env },
+          stdio: ["ignore", "pipe", "pipe"],
+          detached: true,
+          shell: false,
+        });
       const pgid = child.pid;
       this.pgid = pgid;
       sinks.log.onFailure = this.cancel;

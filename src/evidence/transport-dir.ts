@@ -9,9 +9,11 @@ import {
   readdirSync,
   renameSync,
   rmdirSync,
+  type Stats,
   statSync,
   unlinkSync,
 } from "node:fs";
+import { dirname } from "node:path";
 import { OatsError, errnoCode, bytesDigest } from "../core/index.js";
 import { inDirectory, readRegularFile, writeNewFileDurably, assertContained, stagingName } from "../retention/index.js";
 import { runHex } from "./run-id.js";
@@ -54,6 +56,20 @@ export interface DirTransportOptions {
 }
 
 const RUNS_DIR = "runs";
+
+/**
+ * The stat of `path`, or of its nearest existing ancestor: the filesystem it is, or will be, on. A scope's first
+ * dispatch probes the far side before its outbox exists; its filesystem is then the scope's.
+ */
+function nearestExisting(path: string): Stats | null {
+  for (let current = path; ; current = dirname(current)) {
+    try {
+      return statSync(current);
+    } catch {
+      if (dirname(current) === current) return null;
+    }
+  }
+}
 const DIRECTORY_FLAGS = constants.O_RDONLY | constants.O_DIRECTORY | constants.O_NOFOLLOW;
 /** A read-back file larger than this is refused rather than buffered. */
 const READ_LIMIT = 2 * 1024 * 1024 * 1024 - 1;
@@ -117,6 +133,18 @@ function closeQuietly(fd: number | null): void {
   }
 }
 
+/** Refuse (staging-replaced) when the run directory at `at` is not the staging directory this push wrote. */
+function assertRenamedOurs(ours: Stats, at: string, to: string, runId: string): void {
+  const landed = lstatSync(at);
+  if (landed.dev === ours.dev && landed.ino === ours.ino) return;
+  throw new OatsError(
+    "invalid-artifact-store",
+    `the staging directory on ${to} was replaced by another user before it was renamed into place: ` +
+      `run ${runId} there is not what this push wrote, and is not delivered`,
+    { to, runId, reason: "staging-replaced" },
+  );
+}
+
 export function dirTransport(share: string, options: DirTransportOptions = {}): EvidenceTransport {
   const to = `dir:${share}`;
 
@@ -153,12 +181,7 @@ export function dirTransport(share: string, options: DirTransportOptions = {}): 
     }
     if (!stats.isDirectory()) return { state: "unreachable", reason: "not-a-directory" };
     if (options.localPath !== undefined && options.allowSameFilesystem !== true) {
-      let local;
-      try {
-        local = statSync(options.localPath);
-      } catch {
-        local = null;
-      }
+      const local = nearestExisting(options.localPath);
       if (local !== null && local.dev === stats.dev) return { state: "unreachable", reason: "same-filesystem" };
     }
     try {
@@ -285,12 +308,20 @@ export function dirTransport(share: string, options: DirTransportOptions = {}): 
 
       const stagingAt = inDirectory(runsFd, runsPath, staging);
       mkdirSync(stagingAt, { mode: 0o755 });
-      stagingFd = openSync(stagingAt, DIRECTORY_FLAGS);
-      if (fstatSync(stagingFd).uid !== process.getuid?.())
-        throw new OatsError("invalid-artifact-store", `the staging directory on ${to} was replaced by another user`, {
+      const replaced = () =>
+        new OatsError("invalid-artifact-store", `the staging directory on ${to} was replaced by another user`, {
           to,
+          runId: bundle.runId,
           reason: "staging-replaced",
         });
+      try {
+        stagingFd = openSync(stagingAt, DIRECTORY_FLAGS);
+      } catch (error) {
+        // Made a moment ago and gone, or a link now: someone else moved it.
+        if (["ENOENT", "ELOOP", "ENOTDIR"].includes(errnoCode(error) ?? "")) throw replaced();
+        throw error;
+      }
+      if (fstatSync(stagingFd).uid !== process.getuid?.()) throw replaced();
       for (const [name, bytes] of bundle.files) {
         written.push(name);
         writeNewFileDurably(inDirectory(stagingFd, `${runsPath}/${staging}`, name), bytes, 0o644);
@@ -299,7 +330,12 @@ export function dirTransport(share: string, options: DirTransportOptions = {}): 
       try {
         renameSync(stagingAt, inDirectory(runsFd, runsPath, hex));
         renamed = true;
+        // The rename names the staging by its path: in a runs/ others can write, another user may have moved ours
+        // away and put a directory of theirs at that name. What landed must be the directory written through stagingFd.
+        assertRenamedOurs(fstatSync(stagingFd), inDirectory(runsFd, runsPath, hex), to, bundle.runId);
       } catch (error) {
+        if (error instanceof OatsError) throw error;
+        if (errnoCode(error) === "ENOENT") throw replaced();
         // Another pusher (or a push that crashed after its rename) got there first.
         if (!["EEXIST", "ENOTEMPTY", "ENOTDIR", "EISDIR"].includes(errnoCode(error) ?? "")) throw error;
       }

@@ -153,8 +153,10 @@ export class OciEvidenceTransport implements EvidenceTransport {
       await this.client.ping();
       return { state: "reachable", reason: null };
     } catch (error) {
-      if (isCode(error, "registry-refused"))
-        return { state: "unreachable", reason: String((error as OatsError).details["reason"]) };
+      if (isCode(error, "registry-refused")) {
+        const refusal = error as OatsError;
+        return { state: "unreachable", reason: String(refusal.details["reason"]), refusal };
+      }
       throw error;
     }
   }

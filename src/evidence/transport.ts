@@ -34,6 +34,11 @@ export interface ProbeResult {
   readonly state: "reachable" | "unreachable";
   /** Why it is unreachable (missing, not-a-directory, same-filesystem, ...); null when reachable. */
   readonly reason: string | null;
+  /**
+   * The typed refusal behind an unreachable far side that speaks a protocol of its own (a registry:
+   * `registry-refused`), so a push reports the outage with the code every other command gives it.
+   */
+  readonly refusal?: OatsError;
 }
 
 export interface EvidenceTransport {

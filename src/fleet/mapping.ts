@@ -58,7 +58,14 @@ export const ANNOTATION_CAPTURE = "vnd.oats.capture";
 export const MAX_MANIFEST_BYTES = 4 << 20;
 /** A tree layer is bounded by the extractor's byte limit; this only refuses an absurd declared size early. */
 export const MAX_TREE_LAYER_BYTES = 64 * 1024 ** 3;
-export const MAX_LAYERS = 10_000;
+/**
+ * The most layers a manifest may name, pushed or pulled: far above a real
+ * resolution (its trees and pinned blobs), and low enough that a manifest
+ * naming thousands of layers is refused before any of them is fetched.
+ */
+export const MAX_LAYERS = 1_000;
+/** Tar headers and padding a pull allows on top of twice the extractor's byte limit (pullByteBudget). */
+const PULL_TAR_OVERHEAD = 64 << 20;
 
 const TREE_EXEC_PREFIX = "oats.tree-exec.v1:";
 const OCI_DIGEST = /^sha256:[0-9a-f]{64}$/;
@@ -144,6 +151,13 @@ function layers(trees: readonly TreeLayer[], blobs: readonly BlobLayer[]): Descr
     compare(`${a.kind}\0${a.key}\0${a.integrity}`, `${b.kind}\0${b.key}\0${b.integrity}`),
   );
   const blobRows = [...blobs].sort((a, b) => compare(a.blob, b.blob));
+  if (treeRows.length + blobRows.length > MAX_LAYERS)
+    throw new OatsError(
+      "invalid-input",
+      `${treeRows.length} trees and ${blobRows.length} blobs make more than ${MAX_LAYERS} layers, ` +
+        "which no pull accepts; push fewer trees at a time",
+      { reason: "too-many-layers", layers: treeRows.length + blobRows.length, limit: MAX_LAYERS },
+    );
   return [...treeRows.map(treeDescriptor), ...blobRows.map(blobDescriptor)];
 }
 
@@ -270,6 +284,14 @@ export function parsePulledManifest(bytes: Buffer, origin: string): PulledManife
       `the manifest's media type ${JSON.stringify(mediaType)} is not ${OCI_MANIFEST_MEDIA_TYPE}`,
       { mediaType: mediaType ?? null },
     );
+  const listed = (json as { layers?: unknown }).layers;
+  if (Array.isArray(listed) && listed.length > MAX_LAYERS)
+    throw refused(
+      origin,
+      "too-many-layers",
+      `the manifest names ${listed.length} layers, over the limit of ${MAX_LAYERS}`,
+      { layers: listed.length, limit: MAX_LAYERS },
+    );
   const parsed = manifestSchema.safeParse(json);
   if (!parsed.success) {
     const issue = parsed.error.issues[0];
@@ -390,4 +412,35 @@ export function parsePulledManifest(bytes: Buffer, origin: string): PulledManife
     );
   });
   return { artifactType: manifest.artifactType, resolution, layers: pulled };
+}
+
+/**
+ * The most bytes a pull may fetch, given the extractor's byte limit: a
+ * bundle is extracted under `maxBytes` as a whole, and a pull is held to the
+ * same as a whole, with room for tar headers (twice the limit, plus 64 MiB).
+ */
+export function pullByteBudget(maxBytes: number): number {
+  return maxBytes * 2 + PULL_TAR_OVERHEAD;
+}
+
+/**
+ * Refuse, before any blob is fetched, a manifest whose declared sizes (the
+ * record's and every layer's, together) pass the pull's byte budget: a
+ * registry that declares a layer of 2^53 bytes, or thousands of large ones,
+ * is told no at once instead of being read until the limit trips, layer
+ * after layer.
+ */
+export function checkDeclaredSizes(manifest: PulledManifest, budget: number, origin: string): void {
+  let total = manifest.resolution?.size ?? 0;
+  for (const [index, layer] of manifest.layers.entries()) {
+    total += layer.size;
+    if (total > budget)
+      throw refused(
+        origin,
+        "too-large",
+        `the record and layers 0-${index} declare ${total} bytes together, over the pull's limit of ${budget} ` +
+          "(twice --max-bytes, plus 64 MiB)",
+        { layer: index, declared: total, limit: budget },
+      );
+  }
 }

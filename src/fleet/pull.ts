@@ -1,6 +1,7 @@
 import { mkdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { OatsError, canonicalJsonBytes } from "../core/index.js";
+import { PassThrough, type Readable } from "node:stream";
+import { OatsError, canonicalJsonBytes, isOatsError } from "../core/index.js";
 import {
   BUNDLE_MANIFEST,
   BUNDLE_SCHEMA_VERSION,
@@ -13,6 +14,7 @@ import {
   extractLimits,
   extractTar,
   type ExtractLimits,
+  type ExtractOptions,
   withExtractionDir,
 } from "../acquisition/index.js";
 import { compositionOf, compositionSubject, type CompositionSubject } from "../captures/index.js";
@@ -25,7 +27,14 @@ import {
   throwIfAborted,
   type ProgressListener,
 } from "../retention/index.js";
-import { MAX_MANIFEST_BYTES, OCI_MANIFEST_MEDIA_TYPE, oatsToOci, parsePulledManifest } from "./mapping.js";
+import {
+  MAX_MANIFEST_BYTES,
+  OCI_MANIFEST_MEDIA_TYPE,
+  checkDeclaredSizes,
+  oatsToOci,
+  parsePulledManifest,
+  pullByteBudget,
+} from "./mapping.js";
 import { openRegistry } from "./target.js";
 import { fetchAttestations, type PulledAttestation } from "./attestations.js";
 import { getBlob, getBlobBytes, getManifest } from "../oci/index.js";
@@ -40,6 +49,17 @@ import { getBlob, getBlobBytes, getManifest } from "../oci/index.js";
  * against its oats digest, records complete, the target checked, and only
  * then publication. Any refusal publishes nothing; staging is always
  * removed.
+ *
+ * A layer the extractor refuses ends its HTTP request at once (extractLayer):
+ * nothing more of it is read, and no half-read response is left to the idle
+ * timeout. Ctrl-C (`signal`) abandons every request of the pull the same way.
+ * One exception, so the refusal names the right culprit: when the tar parser
+ * cannot read the bytes at all, the rest of the blob is read into its hash
+ * (never into staging, and no further than the manifest's size for it).
+ * Bytes that are not the manifest's digest are then `integrity-mismatch`:
+ * the registry served other bytes than the ones pushed; the parser's refusal
+ * is kept in `details.extractor`. Bytes that are the digest are the pushed
+ * layer, and the parser's refusal stands.
  *
  * Pull never approves. For each capture record it brought it reports the
  * composition subject and the `oats approve` line; the record id is the one
@@ -86,6 +106,8 @@ export async function pullFromRegistry(
   const served = await getManifest(session, name, { accept: [OCI_MANIFEST_MEDIA_TYPE], maxBytes: MAX_MANIFEST_BYTES });
   const origin = `oci://${target.registry}/${target.repository}@${served.digest}`;
   const manifest = parsePulledManifest(served.bytes, origin);
+  const budget = pullByteBudget(limits.maxBytes);
+  checkDeclaredSizes(manifest, budget, origin);
   const watch = {
     ...(options.onProgress ? { onProgress: options.onProgress } : {}),
     ...(options.signal ? { signal: options.signal } : {}),
@@ -118,11 +140,18 @@ export async function pullFromRegistry(
         const dest = place(path);
         mkdirSync(dest, { mode: 0o700 });
         // Digest and size are checked as the bytes stream; a mismatch fails the extraction before its end is seen.
+        const stop = new AbortController();
         const stream = await getBlob(session, layer.digest, {
           size: layer.size,
-          maxBytes: Math.min(layer.size, limits.maxBytes * 2 + (64 << 20)),
+          maxBytes: Math.min(layer.size, budget),
+          signal: stop.signal,
         });
-        await extractTar(stream, dest, { origin: `${origin} layer ${layer.digest}`, prefix: null, limits, ...watch });
+        await extractLayer(stream, stop, dest, {
+          origin: `${origin} layer ${layer.digest}`,
+          prefix: null,
+          limits,
+          ...watch,
+        });
         rows.artifacts.push({ kind: layer.kind, key: layer.key, integrity: layer.integrity, path });
       }
       writeFileSync(join(staging, BUNDLE_MANIFEST), canonicalJsonBytes(rows), { flag: "wx", mode: 0o644 });
@@ -149,4 +178,59 @@ export async function pullFromRegistry(
       };
     }),
   );
+}
+
+/**
+ * Extract one tree layer from its verifying stream (getBlob). On the
+ * extractor's refusal the request is aborted at once (`stop`), except when
+ * the parser could not read the bytes as a tar: then the rest of the blob is
+ * hashed to tell a registry that served other bytes (`integrity-mismatch`,
+ * the parser's refusal in `details.extractor`) from a pushed layer that is
+ * not a tar (the parser's refusal).
+ */
+async function extractLayer(
+  stream: Readable,
+  stop: AbortController,
+  dest: string,
+  options: ExtractOptions,
+): Promise<void> {
+  const feed = new PassThrough();
+  let served: unknown = null;
+  stream.on("error", (error) => {
+    served ??= error;
+    feed.destroy(error);
+  });
+  stream.pipe(feed);
+  try {
+    await extractTar(feed, dest, options);
+  } catch (refusal) {
+    let drained = false;
+    if (served === null && isOatsError(refusal) && refusal.details["reason"] === "corrupt-archive") {
+      stream.unpipe(feed);
+      served = await restOf(stream);
+      drained = true;
+    }
+    // What the blob turned out to be wins over the parser: other bytes, or whatever stopped the read (Ctrl-C, a lost
+    // connection) before that could be told.
+    if (isOatsError(served) && served !== refusal && (drained || served.code === "integrity-mismatch")) {
+      served.details["extractor"] = isOatsError(refusal)
+        ? { code: refusal.code, reason: refusal.details["reason"] ?? null, message: refusal.message }
+        : { message: String(refusal) };
+      stop.abort(served);
+      throw served;
+    }
+    stop.abort(refusal);
+    throw refusal;
+  }
+}
+
+/** Read the rest of a verifying stream into its hash only; its error (a digest or size mismatch), or null. */
+function restOf(stream: Readable): Promise<unknown> {
+  if (stream.readableEnded) return Promise.resolve(null);
+  return new Promise((resolve) => {
+    stream.once("end", () => resolve(null));
+    stream.once("error", (error) => resolve(error));
+    stream.once("close", () => resolve(null));
+    stream.resume();
+  });
 }

@@ -10,9 +10,16 @@ export interface FleetTarget {
   readonly session: RegistrySession;
 }
 
-export function openRegistry(reference: string, options: { insecure?: boolean } = {}): FleetTarget {
+/** `signal` abandons every exchange of the session at once (Ctrl-C). */
+export function openRegistry(
+  reference: string,
+  options: { insecure?: boolean; signal?: AbortSignal | undefined } = {},
+): FleetTarget {
   const parsed = parseOciReference(reference);
-  const session = new RegistrySession(parsed, { insecure: options.insecure === true });
+  const session = new RegistrySession(parsed, {
+    insecure: options.insecure === true,
+    ...(options.signal ? { signal: options.signal } : {}),
+  });
   return {
     registry: parsed.registry.host,
     repository: parsed.repository,

@@ -1,7 +1,9 @@
 import { OatsError, isOatsError } from "../core/index.js";
 import { CHAIN_LOGS, GENESIS_PREV, logName, type ChainEntry, type ChainLog } from "./chain-line.js";
 import { readEntries } from "./chain-log.js";
-import { syncLog } from "./chain-sync.js";
+import { type CheckpointUse, syncLog } from "./chain-sync.js";
+import { scopeState } from "./chain-state.js";
+import { resolveScope } from "../retention/index.js";
 import { decisionKeyOf, ledgerReference, subjectKey, subjectTriple, type SubjectTriple } from "./decision-key.js";
 
 /**
@@ -131,6 +133,34 @@ export function latestDecision(scope: string, subject: SubjectTriple): CrossChec
   return crossCheck(ledger, audit);
 }
 
+/**
+ * Refuse to grant anything unless the operator's private state can be trusted (chain-state.ts). Without it a
+ * checkpoint cannot anchor the logs: another local user who can rename the state away, or who made the state root
+ * first, turns every check into a full verification, and a scope writer who cuts both logs back before a revoke would
+ * go unseen. So approve and dispatch (requireApproval) fail closed: `audit-unavailable`, reason `state-unsafe`,
+ * naming the directory at fault and the fix. Reading, revoking and auditing go on, unanchored.
+ */
+export function requireUsableState(scope: string, what: string): void {
+  const state = scopeState(resolveScope(scope));
+  if (state.usable) return;
+  const { problem } = state;
+  throw new OatsError(
+    "audit-unavailable",
+    `${what} is refused: the operator's private state ${state.stateDir} cannot anchor the approvals ledger and the ` +
+      `audit log: ${problem.why}. Fix: ${problem.fix}`,
+    {
+      reason: "state-unsafe",
+      stateDir: state.stateDir,
+      path: problem.path,
+      problem: problem.reason,
+      ...(problem.uid === undefined ? {} : { uid: problem.uid }),
+      ...(problem.mode === undefined ? {} : { mode: problem.mode }),
+      ...(problem.errno === undefined ? {} : { errno: problem.errno }),
+      fix: problem.fix,
+    },
+  );
+}
+
 export interface SubjectDecisions {
   subject: SubjectTriple;
   check: CrossCheck;
@@ -144,8 +174,21 @@ export interface SubjectDecisions {
  * first, so a log that no longer extends the operator's checkpoint is refused.
  */
 export function allDecisions(scope: string): SubjectDecisions[] {
-  syncLog(scope, CHAIN_LOGS.approvals);
-  syncLog(scope, CHAIN_LOGS.audit);
+  return anchoredDecisions(scope).decisions;
+}
+
+/** What anchored the check of each log (CheckpointUse). */
+export interface LogAnchors {
+  readonly approvals: CheckpointUse;
+  readonly audit: CheckpointUse;
+}
+
+/** allDecisions, and whether a checkpoint of this account anchored each log's check. */
+export function anchoredDecisions(scope: string): { decisions: SubjectDecisions[]; checkpoint: LogAnchors } {
+  const checkpoint = {
+    approvals: syncLog(scope, CHAIN_LOGS.approvals).checkpointUse,
+    audit: syncLog(scope, CHAIN_LOGS.audit).checkpointUse,
+  };
   const found = new Map<
     string,
     { subject: SubjectTriple; ledger: ChainEntry | null; audit: ChainEntry | null; first: number }
@@ -168,9 +211,10 @@ export function allDecisions(scope: string): SubjectDecisions[] {
   };
   collect(CHAIN_LOGS.approvals, "ledger");
   collect(CHAIN_LOGS.audit, "audit");
-  return [...found.values()]
+  const decisions = [...found.values()]
     .map(({ subject, ledger, audit, first }) => ({ subject, check: crossCheck(ledger, audit), first }))
     .sort((a, b) => a.first - b.first);
+  return { decisions, checkpoint };
 }
 
 export interface LogHead {
@@ -181,11 +225,14 @@ export interface LogHead {
 /**
  * The log still extends what this operator's oats verified before (its
  * private checkpoint); `integrity-mismatch` with `details.reason` otherwise.
- * Brings the checkpoint up to date as a side effect.
+ * Brings the checkpoint up to date as a side effect. `checkpoint` says whether one anchored the check.
  */
-export function checkAgainstCheckpoint(scope: string, log: ChainLog): { entries: number; head: string } {
+export function checkAgainstCheckpoint(
+  scope: string,
+  log: ChainLog,
+): { entries: number; head: string; checkpoint: CheckpointUse } {
   const sync = syncLog(scope, log);
-  return { entries: sync.seq, head: sync.head };
+  return { entries: sync.seq, head: sync.head, checkpoint: sync.checkpointUse };
 }
 
 /** Both logs' heads, from a full verification of each (and a check against the operator's checkpoint). */

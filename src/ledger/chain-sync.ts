@@ -25,13 +25,14 @@ import {
   saveBucket,
   saveCheckpoint,
   saveTable,
-  scopeStateDir,
+  scopeState,
   slotOf,
   writeSlotIn,
   type Anchor,
   type Bucket,
   type Checkpoint,
   type Location,
+  type StateProblem,
 } from "./chain-state.js";
 import { decisionKeyOf } from "./decision-key.js";
 
@@ -56,6 +57,22 @@ import { decisionKeyOf } from "./decision-key.js";
  */
 
 export type SyncPath = "empty" | "fast" | "incremental" | "full";
+
+/**
+ * Whether a checkpoint of this account anchored a check of a log: `checkpoint` when the log was checked against one
+ * (entry `seq`, hash `head`); `no-checkpoint` when the state is usable but holds none for this log yet (the log was
+ * verified in full and is checkpointed from now on); `state-unusable` when the state cannot be trusted
+ * (chain-state.ts), so nothing anchored the check and nothing will.
+ */
+export type CheckpointUse =
+  | { readonly anchored: true; readonly reason: "checkpoint"; readonly stateDir: string; seq: number; head: string }
+  | { readonly anchored: false; readonly reason: "no-checkpoint"; readonly stateDir: string }
+  | {
+      readonly anchored: false;
+      readonly reason: "state-unusable";
+      readonly stateDir: string;
+      readonly problem: StateProblem;
+    };
 
 const HASH_CHUNK = 1 << 20;
 
@@ -129,6 +146,8 @@ export class LogSync {
     readonly how: SyncPath,
     private readonly state: State,
     private readonly stateDir: string | null,
+    /** What anchored this sync (see CheckpointUse). */
+    readonly checkpointUse: CheckpointUse,
   ) {}
 
   get seq(): number {
@@ -289,14 +308,29 @@ export interface SyncOptions {
   rebuildIndex?: boolean;
 }
 
+function checkpointUseOf(state: ReturnType<typeof scopeState>, checkpoint: Checkpoint | null): CheckpointUse {
+  if (!state.usable)
+    return { anchored: false, reason: "state-unusable", stateDir: state.stateDir, problem: state.problem };
+  if (checkpoint === null) return { anchored: false, reason: "no-checkpoint", stateDir: state.stateDir };
+  return { anchored: true, reason: "checkpoint", stateDir: state.stateDir, seq: checkpoint.seq, head: checkpoint.head };
+}
+
+/** What would anchor a check of `log` now, read without verifying anything (the checkpoint is not changed). */
+export function checkpointState(scope: string, log: ChainLog): CheckpointUse {
+  const state = scopeState(resolveScope(scope));
+  return checkpointUseOf(state, state.usable ? loadCheckpoint(state.dir, logKey(log)) : null);
+}
+
 /** Verify the log as far as needed and return its state; see the module comment. */
 export function syncLog(scope: string, log: ChainLog, options: SyncOptions = {}): LogSync {
   const root = resolveScope(scope);
   const store = inspectStoreAt(root, log.dir);
   const path = join(store.root, log.file);
-  const stateDir = scopeStateDir(root);
+  const state = scopeState(root);
+  const stateDir = state.usable ? state.dir : null;
   const key = logKey(log);
   const checkpoint = stateDir !== null ? loadCheckpoint(stateDir, key) : null;
+  const use = checkpointUseOf(state, checkpoint);
   const rebuild = options.rebuildIndex === true;
   let fd: number | null = null;
   try {
@@ -314,6 +348,7 @@ export function syncLog(scope: string, log: ChainLog, options: SyncOptions = {})
       "empty",
       { seq: 0, head: GENESIS_PREV, offset: 0, anchor: genesis, table: null, updates: new Map() },
       stateDir,
+      use,
     );
   }
   try {
@@ -325,7 +360,8 @@ export function syncLog(scope: string, log: ChainLog, options: SyncOptions = {})
     }
     if (checkpoint !== null && !rebuild && sameStat(checkpoint, stat)) {
       const { seq, head, offset, anchor, table } = checkpoint;
-      return new LogSync(scope, log, path, "fast", { seq, head, offset, anchor, table, updates: new Map() }, stateDir);
+      const fast = { seq, head, offset, anchor, table, updates: new Map() };
+      return new LogSync(scope, log, path, "fast", fast, stateDir, use);
     }
     const size = Number(stat.size);
     const hasher = createHash("sha256");
@@ -384,6 +420,7 @@ export function syncLog(scope: string, log: ChainLog, options: SyncOptions = {})
         updates,
       },
       stateDir,
+      use,
     );
     let after: BigIntStats | null = null;
     try {

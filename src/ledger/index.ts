@@ -1,5 +1,6 @@
 export {
   allDecisions,
+  anchoredDecisions,
   checkAgainstCheckpoint,
   crossCheck,
   type CrossCheck,
@@ -7,9 +8,11 @@ export {
   crossCheckReasonText,
   expectHead,
   latestDecision,
+  type LogAnchors,
   type LogHead,
   logHeads,
   mismatchError,
+  requireUsableState,
   type SubjectDecisions,
 } from "./approval-check.js";
 export {
@@ -40,7 +43,15 @@ export {
   readEntries,
   verifyChain,
 } from "./chain-log.js";
-export { isPrivateDirectory, operatorStateDir, scopeStateDir, stateRoot } from "./chain-state.js";
+export { type CheckpointUse, checkpointState } from "./chain-sync.js";
+export {
+  isPrivateDirectory,
+  operatorStateDir,
+  scopeStateDir,
+  type StateProblem,
+  type StateProblemReason,
+  stateRoot,
+} from "./chain-state.js";
 export { privateDir, readPrivateFile, writePrivateFile } from "./private-state.js";
 export {
   assertInitialUserNamespace,

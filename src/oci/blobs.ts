@@ -1,7 +1,7 @@
 import { createHash } from "node:crypto";
 import { Transform, type Readable, type TransformCallback } from "node:stream";
 import { OatsError } from "../core/index.js";
-import { classifyNetworkError, drain, readBody, registryErrorCodes } from "./http.js";
+import { abortedError, classifyNetworkError, drain, eitherSignal, readBody, registryErrorCodes } from "./http.js";
 import { digestSchema } from "./reference.js";
 import type { RegistrySession } from "./session.js";
 
@@ -29,13 +29,27 @@ export interface BlobReadOptions {
   readonly size?: number;
   /** Refuse a blob larger than this many bytes (default 64 GiB). */
   readonly maxBytes?: number;
+  /**
+   * Abandons the request at once, while it waits for its answer or while the blob streams: the stream then fails
+   * with the signal's error (http.ts, TransportOptions.signal). A consumer that refuses what it read aborts it, so
+   * the connection is closed then and there.
+   */
+  readonly signal?: AbortSignal;
 }
 
 const DEFAULT_MAX_BLOB = 64 * 1024 ** 3;
 
-export async function headBlob(session: RegistrySession, digest: string): Promise<{ size: number } | null> {
+export async function headBlob(
+  session: RegistrySession,
+  digest: string,
+  options: { readonly signal?: AbortSignal } = {},
+): Promise<{ size: number } | null> {
   checkDigest(digest);
-  const response = await session.request({ method: "HEAD", url: session.url(`blobs/${digest}`) });
+  const response = await session.request({
+    method: "HEAD",
+    url: session.url(`blobs/${digest}`),
+    ...(options.signal ? { signal: options.signal } : {}),
+  });
   await drain(response);
   if (response.statusCode === 404) return null;
   if (response.statusCode !== 200) throw session.unexpected(response, `HEAD of blob ${digest}`);
@@ -116,7 +130,7 @@ export async function getBlob(
   checkDigest(digest);
   const limit = options.maxBytes ?? DEFAULT_MAX_BLOB;
   const url = session.url(`blobs/${digest}`);
-  const response = await session.request({ method: "GET", url });
+  const response = await session.request({ method: "GET", url, ...(options.signal ? { signal: options.signal } : {}) });
   if (response.statusCode === 404) {
     const codes = registryErrorCodes(
       await readBody(
@@ -145,11 +159,18 @@ export async function getBlob(
     );
   }
   const verifier = new VerifyingStream(digest, session.host, limit, options.size);
-  response.on("error", (error) => verifier.destroy(classifyNetworkError(error, url)));
+  // An aborted signal is why the body stopped: its error, not a lost connection.
+  const signal = eitherSignal(session.signal, options.signal);
+  const cut = (error: unknown) =>
+    verifier.destroy(signal?.aborted ? abortedError(signal) : classifyNetworkError(error, url));
+  response.on("error", cut);
   // A body cut short ends without 'end' on some paths; make it a typed failure, never a short success.
-  response.on("aborted", () =>
-    verifier.destroy(classifyNetworkError(Object.assign(new Error("aborted"), { code: "ECONNRESET" }), url)),
-  );
+  response.on("aborted", () => cut(Object.assign(new Error("aborted"), { code: "ECONNRESET" })));
+  // A consumer that stops early (destroys the stream) ends the exchange too: the socket is closed now, not left
+  // half-read until the idle timeout.
+  verifier.on("close", () => {
+    if (!response.complete) response.destroy();
+  });
   response.pipe(verifier);
   return verifier;
 }

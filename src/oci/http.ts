@@ -1,7 +1,7 @@
 import http from "node:http";
 import https from "node:https";
 import { Readable } from "node:stream";
-import { OatsError, errnoCode } from "../core/index.js";
+import { OatsError, errnoCode, interruptedError } from "../core/index.js";
 import { isLoopbackHost } from "./reference.js";
 
 /**
@@ -23,11 +23,31 @@ export interface Exchange {
   /** Sending it again changes nothing (GET and HEAD always are; a manifest PUT says so): a transient answer is then
    * asked again. */
   readonly repeatable?: boolean;
+  /** Abandons this exchange (with the session's signal, if any): see TransportOptions.signal. */
+  readonly signal?: AbortSignal;
 }
 
 export interface TransportOptions {
   /** Milliseconds without any socket activity before the exchange is abandoned. */
   readonly idleTimeoutMs?: number;
+  /**
+   * Abandons every exchange at once when aborted: before its answer, the exchange fails; after it, the response is
+   * destroyed, so a body being read fails and the socket is closed rather than left to the idle timeout. The error
+   * is the signal's reason when that is an OatsError (a caller that stops reading says why), else the interruption
+   * (Ctrl-C: `internal-error`, reason `interrupted`).
+   */
+  readonly signal?: AbortSignal;
+}
+
+/** The error an aborted exchange fails with (see TransportOptions.signal). */
+export function abortedError(signal: AbortSignal): OatsError {
+  return signal.reason instanceof OatsError ? signal.reason : interruptedError();
+}
+
+/** The session's signal and the exchange's own, as one (either aborts). */
+export function eitherSignal(...signals: (AbortSignal | undefined)[]): AbortSignal | undefined {
+  const present = signals.filter((signal): signal is AbortSignal => signal !== undefined);
+  return present.length <= 1 ? present[0] : AbortSignal.any(present);
 }
 
 const TLS_PREFIXES = ["ERR_TLS_", "ERR_SSL_", "CERT_", "UNABLE_TO_", "ERR_OSSL_"];
@@ -115,6 +135,8 @@ const agents = {
 export function send(exchange: Exchange, options: TransportOptions = {}): Promise<http.IncomingMessage> {
   const { url } = exchange;
   checkOrigin(url);
+  const signal = eitherSignal(options.signal, exchange.signal);
+  if (signal?.aborted) return Promise.reject(abortedError(signal));
   const secure = url.protocol === "https:";
   const body = exchange.body?.();
   const headers: Record<string, string> = { "user-agent": "oats-retention", ...exchange.headers };
@@ -126,6 +148,7 @@ export function send(exchange: Exchange, options: TransportOptions = {}): Promis
     headers["content-length"] = "0";
   return new Promise((resolve, reject) => {
     let settled = false;
+    let answer: http.IncomingMessage | null = null;
     const fail = (error: unknown): void => {
       if (settled) return;
       settled = true;
@@ -147,9 +170,21 @@ export function send(exchange: Exchange, options: TransportOptions = {}): Promis
           return;
         }
         settled = true;
+        answer = response;
         resolve(response);
       },
     );
+    if (signal) {
+      const onAbort = (): void => {
+        const error = abortedError(signal);
+        // A body being read fails with the abort's error; the socket is closed, never returned to the pool.
+        answer?.destroy(error);
+        request.destroy(error);
+        fail(error);
+      };
+      signal.addEventListener("abort", onAbort, { once: true });
+      request.once("close", () => signal.removeEventListener("abort", onAbort));
+    }
     request.setTimeout(options.idleTimeoutMs ?? 60_000, () =>
       request.destroy(Object.assign(new Error("idle timeout"), { code: "ETIMEDOUT" })),
     );

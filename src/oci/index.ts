@@ -19,6 +19,8 @@ import { mountBlob, putBlob, type BlobSource, type UploadOptions, type UploadRes
  * is checked against what was asked: blob bytes against their digest while
  * they stream, manifests against the digest of their exact bytes, uploads
  * against the digest the registry reports. Every failure is an OatsError.
+ * `SessionOptions.signal` abandons every exchange at once (Ctrl-C, or a
+ * caller that refused what it read); a blob read takes its own as well.
  */
 export class OciClient {
   readonly session: RegistrySession;
@@ -41,8 +43,8 @@ export class OciClient {
   }
 
   /** The blob's size if the repository holds it, null if not. */
-  headBlob(digest: string): Promise<{ size: number } | null> {
-    return headBlob(this.session, digest);
+  headBlob(digest: string, options: { readonly signal?: AbortSignal } = {}): Promise<{ size: number } | null> {
+    return headBlob(this.session, digest, options);
   }
 
   /** A stream of the blob that fails at its end unless the bytes are exactly `digest` (and `size`, if given). */

@@ -204,7 +204,7 @@ export async function putManifestEnsuring(
     } catch (error) {
       if (!isBlobUnknown(error) || attempt >= policy.retries) throw error;
     }
-    await pause(retryDelay(policy, attempt));
+    await pause(retryDelay(policy, attempt), session.signal);
     await ensureBlobs();
   }
 }

@@ -1,4 +1,5 @@
 import type { IncomingMessage } from "node:http";
+import { abortedError } from "./http.js";
 
 /**
  * When a registry's answer is worth asking again. A registry under load, or
@@ -36,4 +37,18 @@ export function retryDelay(policy: RetryPolicy, attempt: number, response?: Inco
   return Math.min(policy.maxDelayMs, Math.max(backoff, asked));
 }
 
-export const pause = (ms: number): Promise<void> => new Promise((resolve) => setTimeout(resolve, ms));
+/** Wait `ms`; an aborted `signal` ends the wait at once with its error (http.ts, abortedError). */
+export function pause(ms: number, signal?: AbortSignal): Promise<void> {
+  if (signal?.aborted) return Promise.reject(abortedError(signal));
+  return new Promise((resolve, reject) => {
+    const onAbort = (): void => {
+      clearTimeout(timer);
+      reject(abortedError(signal!));
+    };
+    const timer = setTimeout(() => {
+      signal?.removeEventListener("abort", onAbort);
+      resolve();
+    }, ms);
+    signal?.addEventListener("abort", onAbort, { once: true });
+  });
+}

@@ -1,8 +1,17 @@
+import { setMaxListeners } from "node:events";
 import type { IncomingMessage } from "node:http";
 import type { OatsError } from "../core/index.js";
 import { answerChallenge, parseChallenge, unauthorized } from "./auth.js";
 import { resolveCredentials, type CredentialOptions, type Credentials } from "./credentials.js";
-import { checkOrigin, drain, registryRefusal, send, type Exchange, type TransportOptions } from "./http.js";
+import {
+  checkOrigin,
+  drain,
+  eitherSignal,
+  registryRefusal,
+  send,
+  type Exchange,
+  type TransportOptions,
+} from "./http.js";
 import type { OciReference } from "./reference.js";
 import { DEFAULT_RETRY, isTransientStatus, pause, retryDelay } from "./retry.js";
 
@@ -12,6 +21,9 @@ import { DEFAULT_RETRY, isTransientStatus, pause, retryDelay } from "./retry.js"
  * once per exchange, and follows a redirect of a GET or HEAD only within
  * the same origin. A redirect elsewhere (blob storage on another host) is a
  * typed refusal: credentials and trust stay with the host the operator named.
+ * The options' `signal` abandons every exchange of the session (a token
+ * request and a retry's wait included); an exchange's own `signal` only
+ * that one.
  */
 
 export interface SessionOptions extends TransportOptions, CredentialOptions {
@@ -36,6 +48,8 @@ export class RegistrySession {
   constructor(reference: OciReference, options: SessionOptions = {}) {
     this.reference = reference;
     this.#options = options;
+    // Every exchange in flight listens to it (and lets go when it ends): many at once is not a leak.
+    if (options.signal) setMaxListeners(0, options.signal);
     const scheme = reference.registry.scheme === "http" || options.insecure ? "http" : "https";
     this.base = new URL(`${scheme}://${reference.registry.host}/`);
     // The origin rule is checked now, before any byte leaves, and again on every send.
@@ -46,6 +60,11 @@ export class RegistrySession {
 
   get host(): string {
     return this.reference.registry.host;
+  }
+
+  /** The signal that abandons every exchange of this session, if one was given. */
+  get signal(): AbortSignal | undefined {
+    return this.#options.signal;
   }
 
   /** `/v2/<repository>/<rest>` on the registry. */
@@ -91,6 +110,7 @@ export class RegistrySession {
       const headers = { ...current.headers };
       if (this.#authorization && current.url.origin === this.origin) headers["authorization"] = this.#authorization;
       const response = await send({ ...current, headers }, this.#options);
+      const signal = eitherSignal(this.#options.signal, exchange.signal);
       const status = response.statusCode ?? 0;
       if (status === 401) {
         await drain(response);
@@ -101,7 +121,10 @@ export class RegistrySession {
         challenged = true;
         const challenge = parseChallenge(response.headers["www-authenticate"]);
         if (!challenge) throw unauthorized(this.host, "the registry answered 401 without a Basic or Bearer challenge");
-        this.#authorization = await answerChallenge(challenge, await this.credentials(), this.host, this.#options);
+        this.#authorization = await answerChallenge(challenge, await this.credentials(), this.host, {
+          ...this.#options,
+          ...(exchange.signal ? { signal: eitherSignal(this.#options.signal, exchange.signal) } : {}),
+        });
         continue;
       }
       if (REDIRECTS.has(status) && (current.method === "GET" || current.method === "HEAD")) {
@@ -114,7 +137,7 @@ export class RegistrySession {
       }
       if (repeatable && isTransientStatus(status) && retried < DEFAULT_RETRY.retries) {
         await drain(response);
-        await pause(retryDelay(DEFAULT_RETRY, retried++, response));
+        await pause(retryDelay(DEFAULT_RETRY, retried++, response), signal);
         continue;
       }
       return response;

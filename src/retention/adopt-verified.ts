@@ -55,6 +55,6 @@ export function adoptVerifiedTree(
       ...(options.signal ? { signal: options.signal } : {}),
       ...(options.maxDepth === undefined ? {} : { maxDepth: options.maxDepth }),
     });
-    return receipt(kind, key, TREE_EXEC, published.digests, published.dir, published.status);
+    return receipt(kind, key, TREE_EXEC, published.digests, published.dir, published.status, published.leftOut);
   });
 }

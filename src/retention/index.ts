@@ -19,6 +19,12 @@ export {
   type ArtifactRef,
 } from "./store/layout.js";
 export type { ArtifactReceipt } from "./receipt.js";
+export {
+  emptyDirectories,
+  LEFT_OUT_PATHS,
+  type LeftOut,
+  withoutDirectories,
+} from "./store/empty-directories.js";
 export { digestTree, type TreeDigests } from "./digest/tree.js";
 export { DEFAULT_MAX_DEPTH } from "./digest/walk.js";
 export {
@@ -123,6 +129,7 @@ export {
   readManifestBytes,
   readManifestRows,
   rowsDifference,
+  writeManifest,
   type Difference,
   type ManifestRow,
 } from "./store/manifest.js";

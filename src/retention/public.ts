@@ -49,6 +49,7 @@ export {
 export { type CapabilityRow, type OatsLock, type PackageRow, parseLock, readLockFile } from "./oats-lock.js";
 export { PROVENANCE_FILE } from "./provenance.js";
 export type { ArtifactReceipt } from "./receipt.js";
+export type { LeftOut } from "./store/empty-directories.js";
 export { type RetainOptions, type RetainTreeRequest, retainCapabilityArtifact, retainTree } from "./retain.js";
 export { type RevisionSize, formatBytes, revisionSize } from "./revision-size.js";
 export { pinSourceIdentity, readSourceIdentity, sourceIdentityKey } from "./source-identity.js";

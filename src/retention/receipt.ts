@@ -1,6 +1,7 @@
 import type { TreeDigests } from "./digest/tree.js";
 import type { ArtifactKind } from "./store/ids.js";
 import { TREE_EXEC, type Integrity, type TreeFormat } from "./digest/integrity.js";
+import type { LeftOut } from "./store/empty-directories.js";
 
 /** What every retention and verification call returns. */
 export interface ArtifactReceipt {
@@ -12,6 +13,12 @@ export interface ArtifactReceipt {
   readonly execIntegrity: Integrity;
   readonly dir: string;
   readonly status: "retained" | "kept" | "verified";
+  /**
+   * A retain only, when the source held directories with no file or symlink
+   * at any depth: identity does not cover them, so the store does not hold
+   * them (store/empty-directories.ts).
+   */
+  readonly leftOut?: LeftOut;
 }
 
 export function receipt(
@@ -21,6 +28,7 @@ export function receipt(
   digests: TreeDigests,
   dir: string,
   status: ArtifactReceipt["status"],
+  left?: LeftOut,
 ): ArtifactReceipt {
   return {
     kind,
@@ -29,5 +37,6 @@ export function receipt(
     execIntegrity: { format: TREE_EXEC, value: digests[TREE_EXEC]! },
     dir,
     status,
+    ...(left ? { leftOut: left } : {}),
   };
 }

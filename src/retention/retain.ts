@@ -197,7 +197,7 @@ async function capabilityPublished(
     ...(options.signal ? { signal: options.signal } : {}),
     ...(options.maxDepth === undefined ? {} : { maxDepth: options.maxDepth }),
   });
-  return receipt("capability", id, TREE_LEGACY, published.digests, published.dir, published.status);
+  return receipt("capability", id, TREE_LEGACY, published.digests, published.dir, published.status, published.leftOut);
 }
 
 export interface RetainTreeRequest {
@@ -290,5 +290,5 @@ async function treePublished(
     ...(options.signal ? { signal: options.signal } : {}),
     ...(options.maxDepth === undefined ? {} : { maxDepth: options.maxDepth }),
   });
-  return receipt(kind, key, TREE_EXEC, published.digests, published.dir, published.status);
+  return receipt(kind, key, TREE_EXEC, published.digests, published.dir, published.status, published.leftOut);
 }

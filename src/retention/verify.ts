@@ -98,5 +98,8 @@ function execMeant(scope: string, ref: ArtifactRef): string {
   if (ref.integrity.format !== TREE_LEGACY) return "";
   const exec: ArtifactRef = { ...ref, integrity: { format: TREE_EXEC, value: ref.integrity.value } };
   if (!existsSync(retainedTreeDir(scope, exec))) return "";
-  return `; a bare sha256-... is ${TREE_LEGACY}, and this is the ${TREE_EXEC} digest of a retained revision: write ${integrityText(exec.integrity)}`;
+  return (
+    `; a bare sha256-... is ${TREE_LEGACY}, and this is the ${TREE_EXEC} digest of a retained revision: ` +
+    `write ${integrityText(exec.integrity)}`
+  );
 }

@@ -40,6 +40,7 @@ export const SEVERITY_ORDER: readonly FindingKind[] = [
   "mismatch",
   "invalid",
   "missing",
+  "incomplete",
   "refused",
   "busy",
   "usage",

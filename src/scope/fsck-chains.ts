@@ -2,7 +2,9 @@ import { closeSync, constants, fstatSync, openSync, readSync } from "node:fs";
 import { join } from "node:path";
 import { OatsError, errnoCode } from "../core/index.js";
 import {
-  allDecisions,
+  anchoredDecisions,
+  checkpointState,
+  type LogAnchors,
   mismatchError,
   type SubjectDecisions,
   verifyAudit,
@@ -20,7 +22,8 @@ import { findingOf, guarded, type Finding } from "./findings.js";
  * every subject's latest decision in both logs. A disagreement is reported
  * under `approvals`, where decisions live. Only when it refuses are the
  * chains verified one by one (verifyChain / verifyAudit), to name the log and
- * the first broken line; the clean path reads each log once.
+ * the first broken line; the clean path reads each log once. The report
+ * also says whether a checkpoint of this account anchored each log's check.
  */
 
 const logName = (log: ChainLog) => [...log.dir, log.file].join("/");
@@ -68,11 +71,15 @@ function countEntries(scope: string, log: ChainLog): number {
   }
 }
 
-export function checkChains(realScope: string, findings: Finding[]): { approvals: number; audit: number } {
+export function checkChains(
+  realScope: string,
+  findings: Finding[],
+): { approvals: number; audit: number; checkpoint: LogAnchors } {
   let decisions: SubjectDecisions[] | null = null;
+  let checkpoint: LogAnchors | null = null;
   let refusal: OatsError | null = null;
   try {
-    decisions = allDecisions(realScope);
+    ({ decisions, checkpoint } = anchoredDecisions(realScope));
   } catch (error) {
     if (!(error instanceof OatsError) || error.kind === "internal") throw error;
     refusal = error;
@@ -92,8 +99,14 @@ export function checkChains(realScope: string, findings: Finding[]): { approvals
     return {
       approvals: countEntries(realScope, CHAIN_LOGS.approvals),
       audit: countEntries(realScope, CHAIN_LOGS.audit),
+      checkpoint: checkpoint!,
     };
   }
+  // The cross-check refused: what would have anchored it, read without changing anything.
+  checkpoint = {
+    approvals: checkpointState(realScope, CHAIN_LOGS.approvals),
+    audit: checkpointState(realScope, CHAIN_LOGS.audit),
+  };
   const approvals = checkChain(
     realScope,
     "approvals",
@@ -116,5 +129,5 @@ export function checkChains(realScope: string, findings: Finding[]): { approvals
       ),
     );
   }
-  return { approvals: approvals.entries, audit: audit.entries };
+  return { approvals: approvals.entries, audit: audit.entries, checkpoint };
 }

@@ -1,4 +1,5 @@
 import { ERROR_KINDS, OatsError } from "../core/index.js";
+import type { LogAnchors } from "../ledger/index.js";
 import type { ResolutionRecord } from "../resolution/index.js";
 import { fsck as fsckRevisions, listStore, type FsckOutcome, resolveScope } from "../retention/index.js";
 import {
@@ -58,6 +59,8 @@ export interface ScopeFsckReport {
   readonly classes: Record<FindingClass, Finding[]>;
   /** One outcome per revision, ok or damaged, as retention's fsck reports it. */
   readonly outcomes: FsckOutcome[];
+  /** Whether a checkpoint of this account anchored the check of the approvals ledger and of the audit log. */
+  readonly checkpoint: LogAnchors;
 }
 
 export interface ScopeFsckOptions {
@@ -77,7 +80,7 @@ export async function fsckScope(scope: string, options: ScopeFsckOptions = {}): 
   // between records), each into its own list so the report's order is fixed.
   const revisionFindings: Finding[] = [];
   const storeFindings: Finding[] = [];
-  const [retention, { counts, records }] = await Promise.all([
+  const [retention, { counts, records, checkpoint }] = await Promise.all([
     guardedAsync(revisionFindings, () => fsckRevisions(realScope, { onArtifact: options.onArtifact })),
     checkStores(realScope, revisions, storeFindings),
   ]);
@@ -129,6 +132,7 @@ export async function fsckScope(scope: string, options: ScopeFsckOptions = {}): 
     counts: { revisions: outcomes.length, ...counts },
     classes,
     outcomes,
+    checkpoint,
   };
 }
 
@@ -141,6 +145,7 @@ async function checkStores(
 ): Promise<{
   counts: Omit<ScopeFsckCounts, "revisions">;
   records: ReadonlyMap<string, ResolutionRecord | null>;
+  checkpoint: LogAnchors;
 }> {
   await yieldToIo();
   const blobs = checkBlobs(realScope, findings);
@@ -151,7 +156,7 @@ async function checkStores(
   checkLeases(realScope, findings);
   const quarantine = checkQuarantine(realScope, findings);
   await yieldToIo();
-  const { approvals, audit } = checkChains(realScope, findings);
+  const { approvals, audit, checkpoint } = checkChains(realScope, findings);
   const runs = checkRuns(realScope, records.present, findings);
   return {
     counts: {
@@ -166,6 +171,7 @@ async function checkStores(
       audit,
     },
     records: records.present,
+    checkpoint,
   };
 }
 

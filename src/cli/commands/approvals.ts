@@ -1,5 +1,5 @@
 import type { CommandSpec } from "../support/context.js";
-import { loadCapturesLibrary, loadLedgerLibrary, subjectText } from "./captures-shared.js";
+import { checkpointLine, loadCapturesLibrary, loadLedgerLibrary, subjectText } from "./captures-shared.js";
 
 export const approvals: CommandSpec = {
   name: "approvals",
@@ -23,7 +23,7 @@ export const approvals: CommandSpec = {
     const ledger = await loadLedgerLibrary();
     const anchor =
       typeof expected === "string" ? ledger.expectHead(context.scope, ledger.CHAIN_LOGS.approvals, expected) : null;
-    const listing = library.listApprovals(context.scope);
+    const { approvals: listing, checkpoint } = library.approvalsReport(context.scope);
     const decision = ({ subject, approved, confirmed, mismatch, entry }: (typeof listing)[number]) => {
       const state = !confirmed ? "UNCONFIRMED" : approved ? "approved" : "revoked ";
       const said =
@@ -47,11 +47,16 @@ export const approvals: CommandSpec = {
       result: {
         scope: context.scope,
         approvals: listing,
+        checkpoint,
         ...(anchor === null
           ? {}
           : { expectHead: { hash: expected, seq: anchor.at, entries: anchor.entries, head: anchor.head } }),
       },
-      lines: lines.length ? lines : [`no approvals in ${context.scope}`],
+      lines: [
+        ...(lines.length ? lines : [`no approvals in ${context.scope}`]),
+        `checkpoint ${checkpointLine("approvals ledger", checkpoint.approvals)}`,
+        `checkpoint ${checkpointLine("audit log", checkpoint.audit)}`,
+      ],
       quietLines: listing.map(decision),
     };
   },

@@ -1,6 +1,6 @@
 import { OatsError } from "../../core/index.js";
 import type { CommandSpec } from "../support/context.js";
-import { auditSubjectText, loadLedgerLibrary, positiveInteger } from "./captures-shared.js";
+import { auditSubjectText, checkpointLine, loadLedgerLibrary, positiveInteger } from "./captures-shared.js";
 
 const AUDIT_LOG = ".agents/audit/audit.jsonl";
 
@@ -58,7 +58,7 @@ export const auditVerify: CommandSpec = {
         },
       );
     }
-    library.checkAgainstCheckpoint(context.scope, library.CHAIN_LOGS.audit);
+    const { checkpoint } = library.checkAgainstCheckpoint(context.scope, library.CHAIN_LOGS.audit);
     const expected = options["expectHead"];
     const anchor =
       typeof expected === "string" ? library.expectHead(context.scope, library.CHAIN_LOGS.audit, expected) : null;
@@ -68,10 +68,12 @@ export const auditVerify: CommandSpec = {
         ok: true,
         entries: verdict.entries,
         head: verdict.head,
+        checkpoint,
         ...(anchor === null ? {} : { expectHead: { hash: expected, seq: anchor.at } }),
       },
       lines: [
         `audit log verified: ${verdict.entries} entr${verdict.entries === 1 ? "y" : "ies"}, head ${verdict.head}`,
+        `checkpoint ${checkpointLine("audit log", checkpoint)}`,
         ...(anchor === null ? [] : [`  extends the expected head ${String(expected)} (seq ${anchor.at})`]),
       ],
       quietLines: [verdict.head],

@@ -1,5 +1,5 @@
 import type { DerivedLevel } from "../../captures/index.js";
-import type { AuditSubject } from "../../ledger/index.js";
+import type { AuditSubject, CheckpointUse } from "../../ledger/index.js";
 import { usageError } from "../support/envelope.js";
 
 export { approveCommand, subjectText } from "../support/render.js";
@@ -45,4 +45,19 @@ export function positiveInteger(flag: string, value: unknown): number | undefine
   if (typeof value !== "string" || !/^[1-9][0-9]{0,8}$/.test(value))
     throw usageError(`${flag} must be a positive integer, got ${JSON.stringify(value)}`, { flag });
   return Number(value);
+}
+
+/** One human line: whether a checkpoint of this account anchored the check of a log (`log` names it). */
+export function checkpointLine(log: string, use: CheckpointUse): string {
+  if (use.anchored)
+    return `${log}: anchored by this account's checkpoint (it still extends seq ${use.seq}, ${use.head})`;
+  if (use.reason === "no-checkpoint")
+    return (
+      `${log}: NOT anchored: this account had no checkpoint of it (${use.stateDir}); verified in full, ` +
+      `which shows the chain is whole, not that it was not cut back; checkpointed from now on`
+    );
+  return (
+    `${log}: NOT anchored: the state ${use.stateDir} cannot be trusted: ${use.problem.why}; ` +
+    `approve and dispatch refuse until it is fixed`
+  );
 }

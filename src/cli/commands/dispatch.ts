@@ -88,6 +88,11 @@ export const dispatch: CommandSpec = {
         "--evidence-to <destination>",
         "with --exec: the far side for the run's evidence (dir:/path; default " +
           "$OATS_EVIDENCE_TO); unreachable refuses confidential work, buffers the rest",
+      )
+      .option(
+        "--allow-same-filesystem",
+        "with --exec: accept a dir: far side on the scope's own filesystem (by default that is an unmounted " +
+          "share, so unreachable), as `oats push --allow-same-filesystem` does",
       );
   },
   async run(context, [job], options) {
@@ -101,11 +106,20 @@ export const dispatch: CommandSpec = {
     const evidenceTo = options["evidenceTo"] as string | undefined;
     if (evidenceTo !== undefined && !exec)
       throw usageError("--evidence-to names where a run's evidence goes: it needs --exec", { flag: "--evidence-to" });
+    const sameFilesystem = options["allowSameFilesystem"] === true;
+    if (sameFilesystem && !exec)
+      throw usageError("--allow-same-filesystem is about where a run's evidence goes: it needs --exec", {
+        flag: "--allow-same-filesystem",
+      });
+    const delivery = {
+      ...(evidenceTo === undefined ? {} : { to: evidenceTo }),
+      ...(sameFilesystem ? { allowSameFilesystem: true } : {}),
+    };
     const approvedBy = options["approvedBy"] as string | undefined;
     const planOptions = {
       ...(harness === undefined ? {} : { harness }),
       ...(approvedBy === undefined ? {} : { approvedBy }),
-      ...(evidenceTo === undefined ? {} : { delivery: { to: evidenceTo } }),
+      ...(Object.keys(delivery).length === 0 ? {} : { delivery }),
     };
     // An exec'd dispatch is planned by the evidence layer, which checks the outbox and the far side first.
     const plan = exec

@@ -1,6 +1,7 @@
 import { OatsError, type ErrorCode } from "../../core/index.js";
 import type { CommandSpec } from "../support/context.js";
 import { differenceLines, integrityText } from "../support/render.js";
+import { checkpointLine } from "./captures-shared.js";
 
 const NOUNS: Record<string, [string, string]> = {
   revisions: ["revision", "revisions"],
@@ -57,6 +58,11 @@ export const fsck: CommandSpec = {
             `${finding.message}`,
         );
     }
+    lines.push(
+      `checkpoint ${checkpointLine("approvals ledger", report.checkpoint.approvals)}`,
+      `checkpoint ${checkpointLine("audit log", report.checkpoint.audit)}`,
+    );
+
     const total = Object.values(report.classes).reduce((sum, findings) => sum + findings.length, 0);
     const counted = Object.entries(report.counts).map(([cls, n]) => count(n, cls));
     lines.push(

@@ -3,9 +3,14 @@ import type { CommandSpec } from "../support/context.js";
 import type { ReceivedVerdict } from "../../evidence/index.js";
 import { loadEvidenceLibrary, receivedFor } from "./run-shared.js";
 
+/**
+ * A run that verifies (record, log and audit entries are what was sealed) but was sealed failed-evidence: its
+ * profile required evidence the run does not carry. Not tampering, so not integrity-mismatch: `evidence-incomplete`,
+ * its own kind and exit code (8).
+ */
 function evidenceFailure(runId: string, handle: string, gaps: { class: string; reason: string }[]): OatsError {
   return new OatsError(
-    "integrity-mismatch",
+    "evidence-incomplete",
     `run ${handle} verifies but is sealed failed-evidence: required evidence ` +
       `missing: ${gaps.map((gap) => `${gap.class} (${gap.reason})`).join(", ")}`,
     { handle, runId, gaps, reason: "run-failed-evidence" },
@@ -46,7 +51,7 @@ export const runVerify: CommandSpec = {
         "check a sealed run: the record hashes to its id, the log to the " +
           "record's digest, and the audit log holds its run-start and run-end " +
           "entries (a received run: against its delivered audit lines only); " +
-          "failed-evidence exits non-zero",
+          "an intact run sealed failed-evidence exits 8 (evidence-incomplete)",
       )
       .argument("<run>", "the run's handle or id (sha256-<64 hex>), or a unique prefix of either");
   },
@@ -62,15 +67,9 @@ export const runVerify: CommandSpec = {
       return verifiedReceived(library.verifyReceivedRun(found, library.readAnchoredAudit(resolveScope(context.scope))));
     }
     const { record, ...rest } = verdict;
-    const gaps = record.evidence.gaps.map((gap) => `${gap.class} (${gap.reason})`);
     const failure =
       verdict.status === "failed-evidence"
-        ? new OatsError(
-            "integrity-mismatch",
-            `run ${verdict.handle} verifies but is sealed failed-evidence: required ` +
-              `evidence missing: ${gaps.join(", ")}`,
-            { handle: verdict.handle, runId: verdict.runId, gaps: record.evidence.gaps, reason: "run-failed-evidence" },
-          )
+        ? evidenceFailure(verdict.runId, verdict.handle, record.evidence.gaps)
         : undefined;
     return {
       result: { ...rest, evidence: record.evidence },

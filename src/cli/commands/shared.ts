@@ -43,6 +43,20 @@ export function receiptOutcome(receipt: ArtifactReceipt, identity?: string): Com
       ? []
       : [`  exec      ${integrityText(receipt.execIntegrity)}`]),
     `  dir       ${receipt.dir}`,
+    ...leftOutLines(receipt),
   ];
   return { result, lines, quietLines: [integrityText(receipt.integrity)] };
+}
+
+/** What the store does not hold of the source: its empty directories, which identity does not cover. */
+export function leftOutLines(receipt: Pick<ArtifactReceipt, "leftOut">): string[] {
+  const left = receipt.leftOut;
+  if (!left) return [];
+  const count = left.emptyDirectories;
+  const more = count > left.paths.length ? [`  ... and ${count - left.paths.length} more`] : [];
+  return [
+    `  left out  ${count} empty director${count === 1 ? "y" : "ies"} (outside tree identity, not stored):`,
+    ...left.paths.map((path) => `    ${path}/`),
+    ...more,
+  ];
 }

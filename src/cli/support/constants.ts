@@ -67,4 +67,11 @@ export const COMMAND_NAMES = [
   "pull",
   "outbox ls",
   "doctor",
+  "key generate",
+  "key show",
+  "trust add",
+  "trust ls",
+  "trust rm",
+  "attestation ls",
+  "attestation verify",
 ] as const;

@@ -1,14 +1,14 @@
 /**
- * Ctrl-C, SIGTERM and SIGHUP for commands that stage work (retain, import,
- * export, pull): the first of them aborts the signal the command passed to the
- * library, which stops at its next file or entry and removes its own staging,
- * extraction directory or temporary bundle exactly as on any other failure;
- * the CLI then says what was removed and exits 128 + the signal's number (130,
- * 143, 129), as a shell reports a command that signal ended. Further signals
- * while that cleanup runs are ignored (with one note), so a second Ctrl-C or a
- * service manager's repeated SIGTERM cannot leave a half-removed staging
- * directory behind. Commands that never ask for a signal keep the default
- * behaviour of each.
+ * Ctrl-C, SIGTERM and SIGHUP for commands that stage work or talk to a
+ * registry (retain, import, export, push, pull): the first of them aborts the
+ * signal the command passed to the library, which stops at its next file,
+ * entry or registry exchange and removes its own staging, extraction directory
+ * or temporary bundle exactly as on any other failure; the CLI then says what
+ * was removed and exits 128 + the signal's number (130, 143, 129), as a shell
+ * reports a command that signal ended. Further signals while that cleanup runs
+ * are ignored (with one note), so a second Ctrl-C or a service manager's
+ * repeated SIGTERM cannot leave a half-removed staging directory behind.
+ * Commands that never ask for a signal keep the default behaviour of each.
  */
 import { constants } from "node:os";
 import type { OatsError } from "../../core/index.js";

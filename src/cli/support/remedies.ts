@@ -132,6 +132,11 @@ const BY_REASON: Record<string, string> = {
     "nothing was approved: that exact tree is not retained in this scope " +
     "(check the kind, key and digest against `oats ls`). To approve it ahead " +
     "of retention, repeat with --force.",
+  "state-unsafe":
+    "nothing was approved or run: another local user could change the " +
+    "operator's private state (details.path, details.problem), so no " +
+    "checkpoint can anchor the approvals ledger and the audit log. Do what " +
+    "details.fix says, or point OATS_STATE_DIR at a private directory, then retry.",
   "never-approved":
     "nothing was revoked: that exact subject has no decision in this scope " +
     "(check it against `oats approvals`). To record the revocation anyway, " +

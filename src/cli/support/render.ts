@@ -93,6 +93,11 @@ const REMEDIES: Record<string, string> = {
     "Check which key signed it (`oats attestation ls`) and what this host trusts " +
     "(`oats trust ls`); see docs/design/attestations.md.",
   busy: "another oats process holds the store lock; wait for it to finish and retry.",
+  "evidence-incomplete":
+    "the run is intact (nothing was edited), but it lacks evidence its " +
+    "profile requires (details.gaps): treat its result as unproven. A run " +
+    "sealed by `oats run seal` has no exit status; run the capture again to " +
+    "get complete evidence.",
   "internal-error": "an unexpected failure; nothing was published. Retry, and report the message above if it persists.",
 };
 

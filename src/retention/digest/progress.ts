@@ -1,4 +1,4 @@
-import { OatsError } from "../../core/index.js";
+import { interruptedError, isInterrupted, type OatsError } from "../../core/index.js";
 
 /**
  * Structured progress and cancellation for long library work. The library
@@ -42,18 +42,9 @@ export interface RemovedPath {
   readonly path: string;
 }
 
-/**
- * The error an aborted signal turns into: code `interrupted` (the input was not at fault), with
- * `details.reason: "interrupted"` and what the cleanup removed in `details.removed`. The CLI exits 128 + the
- * number of the signal it received.
- */
-export function interruptedError(): OatsError {
-  return new OatsError("interrupted", "interrupted", { reason: "interrupted", removed: [] });
-}
-
-export function isInterrupted(error: unknown): boolean {
-  return error instanceof OatsError && error.code === "interrupted";
-}
+// The error an aborted signal turns into lives in core, so that the OCI client (which imports only core) raises the
+// very same one.
+export { interruptedError, isInterrupted } from "../../core/index.js";
 
 export function throwIfAborted(signal: AbortSignal | undefined): void {
   if (signal?.aborted) throw interruptedError();

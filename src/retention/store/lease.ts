@@ -1,5 +1,5 @@
 import { properLockfile } from "./lockfile.js";
-import { closeSync, constants, lstatSync, openSync, readdirSync, unlinkSync, writeSync } from "node:fs";
+import { closeSync, constants, existsSync, lstatSync, openSync, readdirSync, unlinkSync, writeSync } from "node:fs";
 import { join } from "node:path";
 import { OatsError, errnoCode } from "../../core/index.js";
 import { ensureStoreAt, inspectStoreAt, removeCreatedStore, resolveScope } from "./components.js";
@@ -41,6 +41,8 @@ export const GC_LOCK = "gc.lock";
 const LEASE_NAME = /^([0-9a-f]{8})-([0-9]+)-[0-9a-f]{12}\.lease$/;
 const STALE_MS = 10_000;
 const POLL_MS = 25;
+/** Tries to create a lease while other processes take the empty leases directory back. */
+const LEASE_ATTEMPTS = 100;
 /** A lease of another host (a shared filesystem) cannot be checked for liveness; it counts as live for this long. */
 export const FOREIGN_LEASE_MS = 24 * 60 * 60 * 1000;
 
@@ -73,26 +75,50 @@ function gcLockHeld(realScope: string): boolean {
  * write access, a read-only store, a damaged `.agents`) gets no lease: the
  * publication then meets the same problem and refuses in its own terms, and
  * gc refuses a leases directory it cannot trust, so nothing is unprotected.
+ * The leases directory may vanish under us: the last lease holder of another
+ * process takes it back when it holds no lease (dropLease). Then it is made
+ * again and the lease created in it; a publisher never goes on without its
+ * lease because of that race.
  */
 function createLease(realScope: string, entry: Held): void {
-  try {
-    for (const path of ensureStoreAt(realScope, LEASES_DIR))
-      if (!entry.created.includes(path)) entry.created.push(path);
-    const path = join(realScope, ...LEASES_DIR, `${hostTag()}-${process.pid}-${randomBytes(6).toString("hex")}.lease`);
-    const fd = openSync(path, constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL | constants.O_NOFOLLOW, 0o644);
-    // Not fsync'd: gc tells a lease by its name, which every process sees once open() returns; only a crash
-    // could lose it, and a crash leaves no process for the lease to protect (about 1 ms of each retain).
+  const dir = join(realScope, ...LEASES_DIR);
+  for (let attempt = 0; attempt < LEASE_ATTEMPTS; attempt++) {
     try {
-      writeSync(fd, `${JSON.stringify({ pid: process.pid, host: hostTag(), at: new Date().toISOString() })}\n`);
-    } finally {
-      closeSync(fd);
+      for (const path of ensureStoreAt(realScope, LEASES_DIR))
+        if (!entry.created.includes(path)) entry.created.push(path);
+      const path = join(dir, `${hostTag()}-${process.pid}-${randomBytes(6).toString("hex")}.lease`);
+      const fd = openSync(
+        path,
+        constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL | constants.O_NOFOLLOW,
+        0o644,
+      );
+      // Not fsync'd: gc tells a lease by its name, which every process sees once open() returns; only a crash
+      // could lose it, and a crash leaves no process for the lease to protect (about 1 ms of each retain).
+      try {
+        writeSync(fd, `${JSON.stringify({ pid: process.pid, host: hostTag(), at: new Date().toISOString() })}\n`);
+      } finally {
+        closeSync(fd);
+      }
+      entry.path = path;
+      return;
+    } catch (error) {
+      // Taken back by another process between our mkdir and our open: make it again.
+      if (errnoCode(error) === "ENOENT" || !existsSync(dir)) continue;
+      break;
     }
-    entry.path = path;
-  } catch {
-    entry.path = null;
   }
+  entry.path = null;
 }
 
+/**
+ * Drop this process's lease. The last use (`final`) also takes back the
+ * leases directory when no lease is left in it, whoever created it: the
+ * directory exists only while someone holds a lease, so a publication that
+ * was refused leaves the store as it found it even when it raced another
+ * publisher (only the creator used to remove it, and only when it was empty
+ * at that moment, so the last one out left it behind). `.agents` itself is
+ * taken back, when empty, only by the process that created it.
+ */
 function dropLease(realScope: string, entry: Held, final: boolean): void {
   if (entry.path) {
     try {
@@ -103,8 +129,9 @@ function dropLease(realScope: string, entry: Held, final: boolean): void {
     entry.path = null;
   }
   if (final) {
+    const dir = join(realScope, ...LEASES_DIR);
     try {
-      removeCreatedStore(entry.created, join(realScope, ...LEASES_DIR));
+      removeCreatedStore([...entry.created.filter((path) => path !== dir), dir], dir);
     } catch {
       // another publisher's lease keeps it
     }

@@ -18,6 +18,13 @@ import { faultPoint } from "./faults.js";
 import { treeDifferences, writeManifest } from "./manifest.js";
 import { ManifestRecorder } from "./manifest-encoding.js";
 import { adoptedAsVerified, type AdoptVerified } from "./adopted-read.js";
+import {
+  emptyDirectories,
+  leftOut,
+  removeEmptyDirectories,
+  withoutDirectories,
+  type LeftOut,
+} from "./empty-directories.js";
 import { EXEC_REVISIONS_DIR, assertContained, stagingName, storeRoot } from "./layout.js";
 import { maskAdoptedModes } from "./modes.js";
 import type { EarlyCheck } from "./kept-early.js";
@@ -111,6 +118,14 @@ export interface PublishResult {
   readonly dir: string;
   readonly digests: TreeDigests;
   readonly status: "retained" | "kept";
+  /** The source's empty directories, which the stored tree does not hold (empty-directories.ts). */
+  readonly leftOut?: LeftOut;
+}
+
+/** A result with what its source's listing left out, when it left anything out. */
+function withLeftOut(result: PublishResult, empty: Parameters<typeof leftOut>[0]): PublishResult {
+  const dropped = leftOut(empty);
+  return dropped ? { ...result, leftOut: dropped } : result;
 }
 
 export function revisionParentSegments(key: string, format: TreeFormat): string[] {
@@ -233,6 +248,12 @@ export function checkExpectedAlso(
 }
 
 export async function publishTree(plan: PublishPlan): Promise<PublishResult> {
+  const empty = emptyDirectories(plan.listing);
+  return withLeftOut(await publishCopy(plan, withoutDirectories(plan.listing, empty)), empty);
+}
+
+/** publishTree, writing the directories of `stored` (the listing without its empty directories). */
+async function publishCopy(plan: PublishPlan, stored: TreeListing): Promise<PublishResult> {
   const { segments, root, parent, destination } = place(plan);
   const present = plan.expected
     ? await keptIfPresent(plan, destination)
@@ -240,7 +261,7 @@ export async function publishTree(plan: PublishPlan): Promise<PublishResult> {
   if (present) return present;
 
   const { created, staging } = await createStaging(plan, parent, segments);
-  const writer = new StagingWriter(staging, plan.listing);
+  const writer = new StagingWriter(staging, stored);
   try {
     writer.prepareDirectories();
     let copied: TreeDigests;
@@ -303,8 +324,9 @@ export async function publishTree(plan: PublishPlan): Promise<PublishResult> {
  * 2. the tree is renamed into a fresh staging directory beside the
  *    destination (step `adopt`); on another filesystem (EXDEV) it is left
  *    where it is and publishTree copies it instead;
- * 3. its modes are masked as a copy's are (maskAdoptedModes), and the staged tree is made durable by the same rule as
- * a copy (fsync of
+ * 3. its empty directories are removed (outside identity, they are never
+ *    stored: empty-directories.ts), its modes are masked as a copy's are
+ *    (maskAdoptedModes), and the staged tree is made durable by the same rule as a copy (fsync of
  *    each file and directory up to PER_FILE_FSYNC_LIMIT files, else one
  *    syncfs);
  * 4. the durable staged tree is read back once, in every format and into
@@ -321,17 +343,20 @@ export async function publishTree(plan: PublishPlan): Promise<PublishResult> {
  * (before the move, or after the fallback) stays the caller's to remove.
  */
 export async function publishAdopted(plan: PublishPlan): Promise<PublishResult> {
+  const empty = emptyDirectories(plan.listing);
   const { segments, root, parent, destination } = place(plan);
   const present = await keptIfPresent(plan, destination);
-  if (present) return present;
+  if (present) return withLeftOut(present, empty);
 
   const moved = await adoptIntoStaging(plan, root, parent, segments);
   if (moved === "cross-device") return publishTree({ ...plan, early: null });
   const { created, staging } = moved;
   try {
-    maskAdoptedModes(staging, plan.listing);
+    removeEmptyDirectories(staging, empty);
+    const stored = withoutDirectories(plan.listing, empty);
+    maskAdoptedModes(staging, stored);
     announce(plan, "sync");
-    await makeDurable(staging, plan.listing, { perFile: perFileDurability(plan.listing), filesSynced: false });
+    await makeDurable(staging, stored, { perFile: perFileDurability(stored), filesSynced: false });
     const { staged, manifest } = plan.verified
       ? await adoptedAsVerified(plan, plan.verified, staging)
       : await verifyStaged(plan, staging);
@@ -340,7 +365,7 @@ export async function publishAdopted(plan: PublishPlan): Promise<PublishResult> 
       throw mismatch(plan, plan.expected, measured, { source: plan.listing.root.absolute, reason: "source-differs" });
     checkExpectedAlso(plan, staged);
     plan.checkStaged?.(staging);
-    return await commit(plan, parent, destination(measured), staging, staged, manifest);
+    return withLeftOut(await commit(plan, parent, destination(measured), staging, staged, manifest), empty);
   } catch (error) {
     await discardStaging(staging, error);
     removeCreatedStore(created, root);
