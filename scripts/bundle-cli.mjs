@@ -148,6 +148,9 @@ const { metafile } = await build({
   charset: "ascii",
   metafile: true,
   logLevel: "warning",
+  // package.json lists import and require before types on purpose: TypeScript types a require() by the .d.cts
+  // beside the .cjs it names (scripts/cjs-types.mjs), and the top "types" serves every other tool.
+  logOverride: { "package.json": "silent" },
 });
 // load-bundle.ts reads a bundle as latin1, which is its text only while every byte is ASCII; the CommonJS wrapper goes
 // into the file, so that each start compiles the file's text as it is read (load-bundle.ts, BUNDLE_HEAD). Right after

@@ -34,16 +34,16 @@ import {
   bundleOf,
   generateSigningKey,
   loadSigningKey,
-  pae,
   parseEnvelope,
   parsePublicKey,
   parseStatement,
-  readRecordBytes,
   RUN_PREDICATE,
   runDispatchPlanWithEvidence,
   STATEMENT_TYPE,
   verifyEnvelopeBytes,
 } from "../src/index.js";
+import { pae } from "../src/attestation/index.js";
+import { readRecordBytes } from "../src/resolution/index.js";
 import { REPO } from "./helpers.js";
 import { violation } from "./schema-validator.js";
 import { evidenceFixture } from "./support/evidence-fixture.js";

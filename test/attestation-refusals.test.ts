@@ -36,12 +36,12 @@ import {
   compositionOf,
   compositionSubject,
   discardDispatchPlan,
-  readRecordBytes,
   resolveQueuedCapture,
   readAudit,
   revoke,
   type ApprovalAttestation,
 } from "../src/index.js";
+import { readRecordBytes } from "../src/resolution/index.js";
 import { verifyAttestation, pullFromRegistry, pushToRegistry } from "../src/fleet/index.js";
 import { attachReferrer } from "../src/oci/referrers.js";
 import { openRegistry } from "../src/fleet/target.js";

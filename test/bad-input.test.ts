@@ -35,6 +35,7 @@ import {
   verifyRetainedCapability,
   verifyTree,
   type ArtifactReceipt,
+  type IntegrityInput,
 } from "../src/retention/index.js";
 import { fixtureCopy, fixtureLock, snapshotTree, tempDir } from "./helpers.js";
 import { contractKind, hasMessage, refusal, type Details } from "./support/refusals.js";
@@ -285,12 +286,24 @@ describe("integrities", () => {
           "invalid-artifact-reference",
         );
         await refusedOnFreshScope(
-          (fresh) => retainTree(fresh, { kind: "capture", key: "cap", source: fixtureCopy(), expect: integrity }),
+          (fresh) =>
+            retainTree(fresh, {
+              kind: "capture",
+              key: "cap",
+              source: fixtureCopy(),
+              expect: integrity as IntegrityInput,
+            }),
           "invalid-artifact-reference",
         );
         await refusedUnchanged(
           scope,
-          () => retainTree(scope, { kind: "capture", key: "cap", source: fixtureCopy(), expect: integrity }),
+          () =>
+            retainTree(scope, {
+              kind: "capture",
+              key: "cap",
+              source: fixtureCopy(),
+              expect: integrity as IntegrityInput,
+            }),
           "invalid-artifact-reference",
         );
       }

@@ -36,6 +36,7 @@ import {
   listRetained,
   parseIntegrity,
   retainTree,
+  type IntegrityInput,
   type TreeFormat,
 } from "../src/retention/index.js";
 import { makeVectorTree, snapshotTree, tempDir } from "./helpers.js";
@@ -763,6 +764,7 @@ describe("parseIntegrity", () => {
     ["object with bad value", { format: TREE_EXEC, value: `sha256-${hex.slice(2)}` }],
   ];
   for (const [name, input] of bad) {
-    test(`refuses ${name}`, () => throwsWith(() => parseIntegrity(input), "invalid-artifact-reference"));
+    test(`refuses ${name}`, () =>
+      throwsWith(() => parseIntegrity(input as IntegrityInput), "invalid-artifact-reference"));
   }
 });

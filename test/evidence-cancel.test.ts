@@ -14,16 +14,15 @@ import { describe, test } from "node:test";
 import {
   cancelRun,
   fsckScope,
-  groupMembers,
   listRuns,
   parseLog,
-  processStart,
   readAudit,
   readRun,
   runDispatchPlanWithEvidence,
   sealInterruptedRun,
   verifyRun,
 } from "../src/index.js";
+import { groupMembers, processStart } from "../src/evidence/index.js";
 import { startRecordPath } from "../src/evidence/index.js";
 import { REPO, runJson, tempDir } from "./helpers.js";
 import { evidenceFixture } from "./support/evidence-fixture.js";

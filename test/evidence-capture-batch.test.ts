@@ -7,16 +7,8 @@
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
 import { createRedactor } from "../src/captures/redact.js";
-import {
-  LineCapture,
-  createStampClock,
-  formatStamp,
-  parseLog,
-  parseStamp,
-  readRun,
-  runDispatchPlanWithEvidence,
-  type LogLine,
-} from "../src/index.js";
+import { parseLog, readRun, runDispatchPlanWithEvidence, type LogLine } from "../src/index.js";
+import { LineCapture, createStampClock, formatStamp, parseStamp } from "../src/evidence/index.js";
 import { evidenceFixture } from "./support/evidence-fixture.js";
 import { logText } from "./support/evidence-run.js";
 

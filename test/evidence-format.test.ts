@@ -5,6 +5,7 @@
  */
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
+import { parseLog, type LogLine } from "../src/index.js";
 import {
   LineCapture,
   cleanLine,
@@ -12,10 +13,8 @@ import {
   formatFooter,
   formatLogLine,
   formatStamp,
-  parseLog,
   parseStamp,
-  type LogLine,
-} from "../src/index.js";
+} from "../src/evidence/index.js";
 
 function capture(chunks: (string | Buffer)[], max?: number): { lines: LogLine[]; split: number } {
   const lines: LogLine[] = [];

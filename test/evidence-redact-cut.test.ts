@@ -10,7 +10,7 @@ import assert from "node:assert/strict";
 import { describe, test } from "node:test";
 import { createRedactor, type RedactionRule } from "../src/captures/redact.js";
 import { analysePattern } from "../src/captures/redact-pattern.js";
-import { LineCapture, createStampClock } from "../src/index.js";
+import { LineCapture, createStampClock } from "../src/evidence/index.js";
 
 const VALUE = "Tk9-CUT-s3cret-Value-77x";
 const MASK = "[REDACTED:credential:CUT_TOKEN]";

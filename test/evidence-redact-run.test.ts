@@ -11,7 +11,8 @@ import { readFileSync, readdirSync } from "node:fs";
 import { join } from "node:path";
 import { PassThrough } from "node:stream";
 import { describe, test } from "node:test";
-import { MAX_LINE_CHARS, parseLog, runDispatchPlanWithEvidence } from "../src/index.js";
+import { parseLog, runDispatchPlanWithEvidence } from "../src/index.js";
+import { MAX_LINE_CHARS } from "../src/evidence/index.js";
 import { evidenceFixture } from "./support/evidence-fixture.js";
 import { logText, runDir } from "./support/evidence-run.js";
 

@@ -13,13 +13,13 @@ import {
   bytesDigest,
   canonicalJsonBytes,
   parseLog,
-  parseStamp,
   readAudit,
   readRun,
   runDispatchPlanWithEvidence,
   verifyRun,
   type RunWithEvidenceOptions,
 } from "../src/index.js";
+import { parseStamp } from "../src/evidence/index.js";
 import { tempDir } from "./helpers.js";
 import { MOUNT_SKIP, mountAt, shareTempDir } from "./support/shares.js";
 import { makeUnwritable } from "./support/unwritable.js";

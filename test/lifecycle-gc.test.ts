@@ -21,7 +21,6 @@ import { join } from "node:path";
 import { describe, test } from "node:test";
 import {
   addJob,
-  compositionBlob,
   gc,
   listResolutionIds,
   pin,
@@ -29,7 +28,6 @@ import {
   prepareCapture,
   putBlob,
   readAudit,
-  readRecordBytes,
   readResolution,
   pinSourceIdentity,
   readSourceIdentity,
@@ -41,6 +39,8 @@ import {
   writeResolution,
   type GcReport,
 } from "../src/index.js";
+import { compositionBlob } from "../src/lifecycle/index.js";
+import { readRecordBytes } from "../src/resolution/index.js";
 import { FIXTURE_LOCK, FIXTURE_PAYLOAD, REPO, runOats, snapshotTree, tempDir } from "./helpers.js";
 import { runTogether } from "./support/go.js";
 import { hostTag } from "../src/retention/store/layout.js";

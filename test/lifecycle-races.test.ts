@@ -14,16 +14,13 @@ import { stringify } from "yaml";
 import {
   addJob,
   approve,
-  compositionBlob,
   currentPrincipal,
   exportBundle,
   fsckScope,
-  pinnedBlobs,
   prepare,
   prepareCapture,
   readJob,
   unpin,
-  readRecordBytes,
   readResolution,
   readRun,
   referencedArtifacts,
@@ -36,6 +33,9 @@ import {
   verifyTree,
   type ResolutionRecord,
 } from "../src/index.js";
+import { pinnedBlobs } from "../src/acquisition/index.js";
+import { compositionBlob } from "../src/lifecycle/index.js";
+import { readRecordBytes } from "../src/resolution/index.js";
 import { holdPublishLease } from "../src/retention/index.js";
 import { FIXTURE_LOCK, FIXTURE_PAYLOAD, REPO, tempDir } from "./helpers.js";
 import { startWorkers } from "./support/workers.js";

@@ -26,13 +26,13 @@ import {
   fsckScope,
   prepare,
   readAudit,
-  readRecordBytes,
   repair,
   retainCapabilityArtifact,
   retainTree,
   retainedTreeDir,
   verifyTree,
 } from "../src/index.js";
+import { readRecordBytes } from "../src/resolution/index.js";
 import { FIXTURE_LOCK, FIXTURE_PAYLOAD, fixtureLock, runOats, snapshotTree, tempDir } from "./helpers.js";
 
 function tool(label: string): string {

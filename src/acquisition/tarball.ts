@@ -22,7 +22,7 @@ import {
   revisionParentSegments,
   type HeldFile,
 } from "../retention/index.js";
-import type { ArtifactReceipt } from "../retention/index.js";
+import type { ArtifactReceipt, IntegrityInput } from "../retention/index.js";
 import { openArchive } from "./archive-file.js";
 import { extractLimits, extractTar, type ExtractLimits } from "./extract.js";
 import { withExtractionDir } from "./staging.js";
@@ -69,7 +69,7 @@ export interface TarballTreeRequest {
   /** A capability id or capture name, or for a source the 64-hex identity key. */
   readonly key: string;
   /** The oats.tree-exec.v1 integrity the extracted tree must have. */
-  readonly expect?: unknown;
+  readonly expect?: IntegrityInput;
 }
 
 export type RetainTarballRequest = (TarballCapabilityRequest | TarballTreeRequest) & {
@@ -125,7 +125,7 @@ type Plan =
       readonly mode: "tree";
       readonly kind: ArtifactKind;
       readonly key: string;
-      readonly expect?: unknown;
+      readonly expect?: IntegrityInput;
       readonly format: TreeFormat;
     };
 

@@ -26,6 +26,7 @@ import {
   integrityText,
   parseIntegrity,
   readBlob,
+  type IntegrityInput,
 } from "../retention/index.js";
 import { COMPOSITION_KIND, compositionSubject, parseComposition, type CaptureComposition } from "./composition.js";
 import { currentPrincipal } from "./classification.js";
@@ -119,7 +120,7 @@ export function parseApprovalSubject(input: unknown): ApprovalSubject {
   }
   if (input.kind === COMPOSITION_KIND) {
     const key = assertArtifactKey("capture", input.key);
-    const integrity = parseIntegrity(input.integrity);
+    const integrity = parseIntegrity(input.integrity as IntegrityInput);
     if (integrity.format !== JSON_V1) {
       throw new OatsError(
         "invalid-artifact-reference",
@@ -139,7 +140,7 @@ export function parseApprovalSubject(input: unknown): ApprovalSubject {
   }
   const kind = assertArtifactKind(input.kind);
   const key = assertArtifactKey(kind, input.key);
-  const integrity = parseIntegrity(input.integrity);
+  const integrity = parseIntegrity(input.integrity as IntegrityInput);
   if (integrity.format !== TREE_EXEC) {
     const text = integrityText(integrity);
     const why =

@@ -94,15 +94,26 @@ function encode(value: unknown, trail: Trail, ancestors: Set<object>): string {
   return out;
 }
 
-/** Canonical JSON text, with its one trailing LF. */
+/**
+ * Canonical JSON text, with its one trailing LF.
+ * @param value any JSON value (refused with `invalid-input` if it is not one)
+ */
 export function canonicalJson(value: unknown): string {
   return `${encode(value, [], new Set())}\n`;
 }
 
+/**
+ * {@link canonicalJson} as UTF-8 bytes.
+ * @param value any JSON value
+ */
 export function canonicalJsonBytes(value: unknown): Buffer {
   return Buffer.from(canonicalJson(value), "utf8");
 }
 
+/**
+ * The oats.json.v1 digest (`sha256-<hex>`) of a value's canonical JSON.
+ * @param value any JSON value
+ */
 export function jsonDigest(value: unknown): string {
   return bytesDigest(canonicalJsonBytes(value));
 }

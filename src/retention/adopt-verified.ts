@@ -1,7 +1,7 @@
 import { join } from "node:path";
 import type { TreeListing } from "./digest/walk.js";
 import { assertArtifactKey, assertArtifactKind, type ArtifactKind } from "./store/ids.js";
-import { TREE_EXEC, parseTreeIntegrity } from "./digest/integrity.js";
+import { type IntegrityInput, TREE_EXEC, parseTreeIntegrity } from "./digest/integrity.js";
 import { receipt, type ArtifactReceipt } from "./receipt.js";
 import { checkSourceOutsideStore } from "./source-check.js";
 import type { AdoptVerified } from "./store/adopted-read.js";
@@ -27,7 +27,7 @@ export interface VerifiedTree extends AdoptVerified {
  */
 export function adoptVerifiedTree(
   scope: string,
-  request: { readonly kind: ArtifactKind; readonly key: string; readonly expect: unknown },
+  request: { readonly kind: ArtifactKind; readonly key: string; readonly expect: IntegrityInput },
   verified: VerifiedTree,
   options: Pick<RetainOptions, "lockWaitMs" | "signal" | "maxDepth"> = {},
 ): Promise<ArtifactReceipt> {

@@ -50,6 +50,7 @@ export {
   parseIntegrity,
   type DigestFormat,
   type Integrity,
+  type IntegrityInput,
   type TreeFormat,
 } from "./digest/integrity.js";
 export { ARTIFACT_KINDS, IDENTIFIER_PATTERN, type ArtifactKind } from "./store/ids.js";

@@ -4,7 +4,19 @@
  * above it. src/retention/index.ts is the layer's interface to the layers
  * above, which may hold more than the package publishes.
  */
-export { bytesDigest, canonicalJson, canonicalJsonBytes, jsonDigest } from "../core/index.js";
+export {
+  bytesDigest,
+  canonicalJson,
+  canonicalJsonBytes,
+  ERROR_CODES,
+  ERROR_KINDS,
+  type ErrorCode,
+  type ErrorDetails,
+  type ErrorKind,
+  isOatsError,
+  jsonDigest,
+  OatsError,
+} from "../core/index.js";
 export { type TreeDigests, digestTree } from "./digest/tree.js";
 export { DEFAULT_MAX_DEPTH } from "./digest/walk.js";
 export { ARTIFACT_KINDS, type ArtifactKind, IDENTIFIER_PATTERN } from "./store/ids.js";
@@ -13,6 +25,7 @@ export {
   DIGEST_FORMATS,
   type DigestFormat,
   type Integrity,
+  type IntegrityInput,
   JSON_V1,
   PACKAGE_PAYLOAD_EXEC,
   TREE_EXEC,
@@ -41,11 +54,9 @@ export { type RetainOptions, type RetainTreeRequest, retainCapabilityArtifact, r
 export { type RevisionSize, formatBytes, revisionSize } from "./revision-size.js";
 export { pinSourceIdentity, readSourceIdentity, sourceIdentityKey } from "./source-identity.js";
 export {
-  BLOBS_DIR,
   MAX_BLOB_BYTES,
   type PutBlobResult,
   type ReadBlobOptions,
-  blobPath,
   parseBlobDigest,
   putBlob,
   readBlob,

@@ -5,7 +5,7 @@ import type { ProgressListener } from "./digest/tree.js";
 import { throwIfAborted } from "./digest/progress.js";
 import { walkTree } from "./digest/walk.js";
 import { assertArtifactKey, assertArtifactKind, assertIdentifier, type ArtifactKind } from "./store/ids.js";
-import { TREE_EXEC, TREE_LEGACY, parseTreeIntegrity } from "./digest/integrity.js";
+import { type IntegrityInput, TREE_EXEC, TREE_LEGACY, parseTreeIntegrity } from "./digest/integrity.js";
 import { capabilityRows, parseLock } from "./oats-lock.js";
 import { checkProvenance, expectedProvenance } from "./provenance.js";
 import { receipt, type ArtifactReceipt } from "./receipt.js";
@@ -206,7 +206,7 @@ export interface RetainTreeRequest {
   readonly key: string;
   readonly source: string;
   /** The oats.tree-exec.v1 integrity the tree must have; without it, what is measured is the identity. */
-  readonly expect?: unknown;
+  readonly expect?: IntegrityInput;
 }
 
 /** Retain any tree under `<key>/tree-exec-v1/sha256-<hex>/`. */

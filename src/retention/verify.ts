@@ -1,12 +1,13 @@
-import { OatsError } from "../core/index.js";
+import { existsSync } from "node:fs";
+import { OatsError, isOatsError } from "../core/index.js";
 import type { ProgressListener } from "./digest/tree.js";
 import { assertIdentifier } from "./store/ids.js";
-import { TREE_EXEC, TREE_LEGACY, parseTreeIntegrity } from "./digest/integrity.js";
+import { TREE_EXEC, TREE_LEGACY, integrityText, parseTreeIntegrity } from "./digest/integrity.js";
 import { capabilityRows, parseLock } from "./oats-lock.js";
 import { checkProvenance, expectedProvenance } from "./provenance.js";
 import { receipt, type ArtifactReceipt } from "./receipt.js";
 import { inspectStore, resolveScope } from "./store/components.js";
-import { parseArtifactRef, retainedTreeDir } from "./store/layout.js";
+import { type ArtifactRef, parseArtifactRef, retainedTreeDir } from "./store/layout.js";
 import { revisionParentSegments, verifyRevision } from "./store/publish.js";
 import type { Measure } from "./parallel/pool.js";
 
@@ -45,7 +46,8 @@ export async function verifyTreeWith(
   if (!inspectStore(realScope, parsed.kind, segments).complete) {
     throw new OatsError(
       "artifact-not-found",
-      `${parsed.kind} ${parsed.key} has no retained revision ${parsed.integrity.format}:${parsed.integrity.value}`,
+      `${parsed.kind} ${parsed.key} has no retained revision ${parsed.integrity.format}:${parsed.integrity.value}` +
+        execMeant(realScope, parsed),
       {
         kind: parsed.kind,
         key: parsed.key,
@@ -68,7 +70,11 @@ export async function verifyTreeWith(
     dir,
     parsed.integrity.value,
     measure,
-  );
+  ).catch((error: unknown) => {
+    if (!isOatsError(error) || error.code !== "artifact-not-found") throw error;
+    const meant = execMeant(realScope, parsed);
+    throw meant ? new OatsError("artifact-not-found", `${error.message}${meant}`, error.details) : error;
+  });
   return receipt(parsed.kind, parsed.key, nameFormat, digests, dir, "verified");
 }
 
@@ -85,4 +91,15 @@ export async function verifyRetainedCapability(
   const verified = await verifyTree(scope, { kind: "capability", key: id, integrity }, options);
   checkProvenance(verified.dir, expectedProvenance(id, rows));
   return verified;
+}
+
+/** When a bare (legacy) digest names a retained revision's exec digest: which prefix was meant. */
+function execMeant(scope: string, ref: ArtifactRef): string {
+  if (ref.integrity.format !== TREE_LEGACY) return "";
+  const exec: ArtifactRef = { ...ref, integrity: { format: TREE_EXEC, value: ref.integrity.value } };
+  if (!existsSync(retainedTreeDir(scope, exec))) return "";
+  return (
+    `; a bare sha256-... is ${TREE_LEGACY}, and this is the ${TREE_EXEC} digest of a retained revision: ` +
+    `write ${integrityText(exec.integrity)}`
+  );
 }

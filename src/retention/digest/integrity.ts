@@ -55,21 +55,48 @@ export function sameIntegrity(a: Integrity, b: Integrity): boolean {
 }
 
 /**
- * Parse an integrity in any accepted form: `{format, value}`, the text form
- * `F:sha256-<hex>`, or a bare `sha256-<hex>` (which means oats.tree-legacy.v0,
- * as in oats lock v2 rows). Abbreviated, uppercase and unknown-format digests
- * are refused: a digest that names less than a full SHA-256 names nothing.
+ * An integrity in any form a user holds one: the `{format, value}` object; the text form
+ * `oats.tree-exec.v1:sha256-<hex>`; the store's path segment `tree-exec-v1/sha256-<hex>`; the object
+ * digestTree returns (its oats.tree-exec.v1 digest, or its only one); or a bare `sha256-<hex>`, the
+ * legacy format oats.tree-legacy.v0 of oats lock v2 rows.
  */
-export function parseIntegrity(input: unknown): Integrity {
-  let candidate: unknown = input;
+export type IntegrityInput = Integrity | string | Partial<Record<TreeFormat, string>>;
+
+/** The store's path segment of a tree format: `oats.tree-exec.v1` is `tree-exec-v1`. */
+export function formatSegment(format: TreeFormat): string {
+  return format.replace(/^oats\./, "").replaceAll(".", "-");
+}
+
+/** The `{format, value}` candidate an input names, before validation. */
+function integrityCandidate(input: unknown): unknown {
   if (typeof input === "string") {
+    const slash = input.lastIndexOf("/");
+    if (slash !== -1) {
+      const format = TREE_FORMATS.find((candidate) => formatSegment(candidate) === input.slice(0, slash));
+      return { format: format ?? input.slice(0, slash), value: input.slice(slash + 1) };
+    }
     const separator = input.lastIndexOf(":");
-    candidate =
-      separator === -1
-        ? { format: TREE_LEGACY, value: input }
-        : { format: input.slice(0, separator), value: input.slice(separator + 1) };
+    return separator === -1
+      ? { format: TREE_LEGACY, value: input }
+      : { format: input.slice(0, separator), value: input.slice(separator + 1) };
   }
-  const parsed = integritySchema.safeParse(candidate);
+  if (input !== null && typeof input === "object" && !("format" in input) && !("value" in input)) {
+    // The object digestTree returns: its exec digest when it has one, else its only digest.
+    const entries = Object.entries(input);
+    const exec = entries.find(([format]) => format === TREE_EXEC);
+    const [format, value] = exec ?? (entries.length === 1 ? entries[0]! : [undefined, undefined]);
+    return { format, value };
+  }
+  return input;
+}
+
+/**
+ * Parse an integrity in any form {@link IntegrityInput} names. Abbreviated, uppercase and
+ * unknown-format digests are refused (`invalid-artifact-reference`): a digest that names less than
+ * a full SHA-256 names nothing.
+ */
+export function parseIntegrity(input: IntegrityInput): Integrity {
+  const parsed = integritySchema.safeParse(integrityCandidate(input));
   if (!parsed.success) {
     const issue = parsed.error.issues[0];
     const where = issue?.path.length ? `${issue.path.join(".")} ` : "";
@@ -82,15 +109,21 @@ export function parseIntegrity(input: unknown): Integrity {
   return parsed.data;
 }
 
+/** parseIntegrity of an integrity that must name a tree in one of the `allowed` formats. */
 export function parseTreeIntegrity(
-  input: unknown,
+  input: IntegrityInput,
   allowed: readonly TreeFormat[] = TREE_FORMATS,
 ): Integrity & { format: TreeFormat } {
   const integrity = parseIntegrity(input);
   if (!(allowed as readonly string[]).includes(integrity.format)) {
+    const bare = integrity.format === TREE_LEGACY && typeof input === "string" && !input.includes(":");
+    const meant =
+      bare && allowed.includes(TREE_EXEC)
+        ? `: a bare ${integrity.value} is ${TREE_LEGACY}; write ${TREE_EXEC}:${integrity.value} for the exec digest`
+        : "";
     throw new OatsError(
       "invalid-artifact-reference",
-      `integrity format ${integrity.format} cannot name this tree (expected ${allowed.join(" or ")})`,
+      `integrity format ${integrity.format} cannot name this tree (expected ${allowed.join(" or ")})${meant}`,
       {
         integrity: integrityText(integrity),
       },

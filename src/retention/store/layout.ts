@@ -10,6 +10,7 @@ import {
   integrityText,
   parseTreeIntegrity,
   type Integrity,
+  type IntegrityInput,
 } from "../digest/integrity.js";
 
 /**
@@ -75,7 +76,10 @@ export interface ArtifactRef {
 export function parseArtifactRef(input: { kind?: unknown; key: unknown; integrity: unknown }): ArtifactRef {
   const kind = assertArtifactKind(input.kind ?? "capability");
   const key = assertArtifactKey(kind, input.key);
-  const integrity = parseTreeIntegrity(input.integrity, kind === "capability" ? [TREE_LEGACY, TREE_EXEC] : [TREE_EXEC]);
+  const integrity = parseTreeIntegrity(
+    input.integrity as IntegrityInput,
+    kind === "capability" ? [TREE_LEGACY, TREE_EXEC] : [TREE_EXEC],
+  );
   return { kind, key, integrity };
 }
 
