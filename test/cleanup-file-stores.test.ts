@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
 import { spawnSync } from "node:child_process";
 import { randomBytes } from "node:crypto";
-import { existsSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { test } from "node:test";
 import { cleanupStaging, fsck } from "../src/index.js";
@@ -67,6 +67,28 @@ test(
     assert.deepEqual(report.removed.sort(), [...dead].sort());
     assert.deepEqual(report.active, [live]);
     for (const path of dead) assert.equal(existsSync(path), false, path);
+    assert.equal(existsSync(live), true);
+  },
+);
+
+test(
+  "Given a leases directory that a crashed publisher was building in .agents, When cleanup runs, " +
+    "Then it is removed and a live publisher's is kept",
+  async () => {
+    const scope = tempDir();
+    mkdirSync(join(scope, ".agents"));
+    const build = (pid: number): string => {
+      const staged = join(scope, ".agents", `.staging-${hostTag()}-${pid}-${randomBytes(6).toString("hex")}`);
+      mkdirSync(staged);
+      writeFileSync(join(staged, ".gitignore"), "*\n");
+      writeFileSync(join(staged, `${hostTag()}-${pid}-${randomBytes(6).toString("hex")}.lease`), "{}\n");
+      return staged;
+    };
+    const dead = build(deadPid());
+    const live = build(process.pid);
+    const report = await cleanupStaging(scope);
+    assert.deepEqual(report.removed, [dead]);
+    assert.equal(existsSync(dead), false);
     assert.equal(existsSync(live), true);
   },
 );

@@ -67,9 +67,7 @@ test(
 // leases directory back at the same moment (hundreds of 2,000 rounds on a quiet machine, one under load). Kept as a
 // todo so it runs and reports without failing the suite until the lease protocol closes it (CHANGELOG, Known issues).
 test("Given another process that takes the empty leases directory back as fast as it can, When this process " +
-  "publishes 2,000 times, Then each time its lease exists while its body runs", {
-  todo: "a lease can vanish under a concurrent take-back of the leases directory",
-}, async () => {
+  "publishes 2,000 times, Then each time its lease exists while its body runs", async () => {
   const scope = tempDir("oats-lease-vanish-");
   mkdirSync(join(scope, ".agents"));
   const leases = join(scope, ".agents", "leases");

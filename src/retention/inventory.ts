@@ -5,6 +5,7 @@ import { ARTIFACT_KINDS, IDENTIFIER_PATTERN, SOURCE_KEY_PATTERN, type ArtifactKi
 import { TREE_EXEC, TREE_LEGACY, type Integrity } from "./digest/integrity.js";
 import { inspectStore, inspectStoreAt, resolveScope } from "./store/components.js";
 import {
+  AGENTS_DIR,
   EXEC_REVISIONS_DIR,
   EXTRACT_STORE,
   FILE_STORES,
@@ -118,6 +119,10 @@ export function listStore(scope: string): StoreListing {
     const dir = join(realScope, ...components);
     for (const name of namesIn(dir)) if (name.startsWith(STAGING_PREFIX)) out.staging.push(join(dir, name));
   }
+  // A leases directory being built (store/lease.ts) is staged directly in `.agents`.
+  const agents = join(realScope, AGENTS_DIR);
+  if (existsAsDirectory(agents))
+    for (const name of namesIn(agents)) if (name.startsWith(STAGING_PREFIX)) out.staging.push(join(agents, name));
   // Tarball extraction staging (acquisition/tarball.ts) and dispatch run copies
   // (captures/run-copy.ts): staging directories and the managed .gitignore, nothing else.
   for (const store of [EXTRACT_STORE, RUN_COPIES_STORE]) {

@@ -165,7 +165,7 @@ export function inspectStoreAt(
  * mode is explicit, 0755: never group- or other-writable, whatever the umask
  * (a umask only takes bits away).
  */
-function ensureDirectory(path: string): boolean {
+export function ensureDirectory(path: string): boolean {
   if (componentState(path) === "directory") return false;
   let created = true;
   try {

@@ -1,9 +1,21 @@
 import { properLockfile } from "./lockfile.js";
-import { closeSync, constants, existsSync, lstatSync, openSync, readdirSync, unlinkSync, writeSync } from "node:fs";
+import {
+  closeSync,
+  constants,
+  lstatSync,
+  mkdirSync,
+  openSync,
+  readdirSync,
+  renameSync,
+  rmSync,
+  unlinkSync,
+  writeSync,
+} from "node:fs";
 import { join } from "node:path";
 import { OatsError, errnoCode } from "../../core/index.js";
-import { ensureStoreAt, inspectStoreAt, removeCreatedStore, resolveScope } from "./components.js";
-import { AGENTS_DIR, hostTag } from "./layout.js";
+import { ensureDirectory, ensureGitignore, inspectStoreAt, removeCreatedStore, resolveScope } from "./components.js";
+import { writeNewFileDurably } from "./files.js";
+import { AGENTS_DIR, MANAGED_GITIGNORE, hostTag, stagingName } from "./layout.js";
 import { DEFAULT_LOCK_WAIT_MS, withFileLock } from "./publish-lock.js";
 import { randomBytes } from "node:crypto";
 
@@ -75,39 +87,86 @@ function gcLockHeld(realScope: string): boolean {
  * write access, a read-only store, a damaged `.agents`) gets no lease: the
  * publication then meets the same problem and refuses in its own terms, and
  * gc refuses a leases directory it cannot trust, so nothing is unprotected.
- * The leases directory may vanish under us: the last lease holder of another
- * process takes it back when it holds no lease (dropLease). Then it is made
- * again and the lease created in it; a publisher never goes on without its
- * lease because of that race.
+ *
+ * The leases directory exists only while someone holds a lease: the last
+ * holder takes it back when only its `.gitignore` is left (dropLease). So it
+ * is never created empty and filled afterwards, which a take-back could win
+ * every time: a publisher that finds no leases directory builds one in a
+ * staging directory beside it, `.gitignore` and its own lease inside, and
+ * renames it into place. From the moment the directory has its name it holds
+ * a lease, so no take-back can remove it under the publisher.
  */
 function createLease(realScope: string, entry: Held): void {
+  const agents = join(realScope, AGENTS_DIR);
   const dir = join(realScope, ...LEASES_DIR);
   for (let attempt = 0; attempt < LEASE_ATTEMPTS; attempt++) {
+    const name = `${hostTag()}-${process.pid}-${randomBytes(6).toString("hex")}.lease`;
     try {
-      for (const path of ensureStoreAt(realScope, LEASES_DIR))
-        if (!entry.created.includes(path)) entry.created.push(path);
-      const path = join(dir, `${hostTag()}-${process.pid}-${randomBytes(6).toString("hex")}.lease`);
-      const fd = openSync(
-        path,
-        constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL | constants.O_NOFOLLOW,
-        0o644,
-      );
-      // Not fsync'd: gc tells a lease by its name, which every process sees once open() returns; only a crash
-      // could lose it, and a crash leaves no process for the lease to protect (about 1 ms of each retain).
-      try {
-        writeSync(fd, `${JSON.stringify({ pid: process.pid, host: hostTag(), at: new Date().toISOString() })}\n`);
-      } finally {
-        closeSync(fd);
+      if (ensureDirectory(agents) && !entry.created.includes(agents)) entry.created.push(agents);
+      if (inspectStoreAt(realScope, LEASES_DIR).complete && openLease(join(dir, name))) {
+        entry.path = join(dir, name);
+        // Our lease keeps the directory now; complete a .gitignore that a crashed take-back left out.
+        ensureGitignore(dir);
+        return;
       }
-      entry.path = path;
-      return;
+      if (publishLeasesDirectory(agents, dir, name)) {
+        if (!entry.created.includes(dir)) entry.created.push(dir);
+        entry.path = join(dir, name);
+        return;
+      }
     } catch (error) {
-      // Taken back by another process between our mkdir and our open: make it again.
-      if (errnoCode(error) === "ENOENT" || !existsSync(dir)) continue;
-      break;
+      // `.agents` taken back by the process that created it: start again.
+      if (errnoCode(error) === "ENOENT") continue;
+      entry.path = null;
+      return;
     }
   }
-  entry.path = null;
+  throw new OatsError(
+    "busy",
+    `could not create a lease in ${dir}: the directory kept changing under ${LEASE_ATTEMPTS} attempts`,
+    { path: dir },
+  );
+}
+
+/** Create the lease file `path`; false when its directory is gone (taken back meanwhile). */
+function openLease(path: string): boolean {
+  let fd: number;
+  try {
+    fd = openSync(path, constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL | constants.O_NOFOLLOW, 0o644);
+  } catch (error) {
+    if (errnoCode(error) === "ENOENT") return false;
+    throw error;
+  }
+  // Not fsync'd: gc tells a lease by its name, which every process sees once open() returns; only a crash
+  // could lose it, and a crash leaves no process for the lease to protect (about 1 ms of each retain).
+  try {
+    writeSync(fd, `${JSON.stringify({ pid: process.pid, host: hostTag(), at: new Date().toISOString() })}\n`);
+  } finally {
+    closeSync(fd);
+  }
+  return true;
+}
+
+/**
+ * Build a leases directory holding the managed `.gitignore` (fsync'd: a torn
+ * one would make the store refuse) and the lease `name`, and rename it to
+ * `dir`. False when another publisher's directory got there first (rename
+ * refuses a directory that is not empty); the staged one is removed.
+ */
+function publishLeasesDirectory(agents: string, dir: string, name: string): boolean {
+  const staged = join(agents, stagingName());
+  mkdirSync(staged, { mode: 0o755 });
+  try {
+    writeNewFileDurably(join(staged, ".gitignore"), MANAGED_GITIGNORE, 0o644);
+    openLease(join(staged, name));
+    renameSync(staged, dir);
+    return true;
+  } catch (error) {
+    rmSync(staged, { recursive: true, force: true });
+    const errno = errnoCode(error);
+    if (errno === "ENOTEMPTY" || errno === "EEXIST") return false;
+    throw error;
+  }
 }
 
 /**
