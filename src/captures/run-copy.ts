@@ -159,6 +159,9 @@ export async function copyVerifiedTree(
     writer = new StagingWriter(tree, withoutDirectories(listing, emptyDirectories(listing)), {
       durability: "none",
       clearModeBits: OTHERS_WRITE,
+      // The store's files and directories are read-only (the shared file layer); the run copy stays a private,
+      // writable copy as before: owner write back, group and other never.
+      addModeBits: 0o200,
       concurrentSmallFiles: true,
     });
     writer.prepareDirectories();

@@ -55,6 +55,15 @@ export function adoptVerifiedTree(
       ...(options.signal ? { signal: options.signal } : {}),
       ...(options.maxDepth === undefined ? {} : { maxDepth: options.maxDepth }),
     });
-    return receipt(kind, key, TREE_EXEC, published.digests, published.dir, published.status, published.leftOut);
+    return receipt(
+      kind,
+      key,
+      TREE_EXEC,
+      published.digests,
+      published.dir,
+      published.status,
+      published.leftOut,
+      published.files,
+    );
   });
 }

@@ -2,6 +2,7 @@ import type { TreeDigests } from "./digest/tree.js";
 import type { ArtifactKind } from "./store/ids.js";
 import { TREE_EXEC, type Integrity, type TreeFormat } from "./digest/integrity.js";
 import type { LeftOut } from "./store/empty-directories.js";
+import type { FilesOutcome } from "./store/shared-layer.js";
 
 /** What every retention and verification call returns. */
 export interface ArtifactReceipt {
@@ -19,6 +20,13 @@ export interface ArtifactReceipt {
    * them (store/empty-directories.ts).
    */
   readonly leftOut?: LeftOut;
+  /**
+   * A retain that published a new revision: how many of its regular files
+   * were linked to files the shared layer held, stored new into it, or
+   * copied (a link refused: `fallback` names why), and the held files that
+   * did not verify and were replaced (store/shared-layer.ts).
+   */
+  readonly files?: FilesOutcome;
 }
 
 export function receipt(
@@ -29,6 +37,7 @@ export function receipt(
   dir: string,
   status: ArtifactReceipt["status"],
   left?: LeftOut,
+  files?: FilesOutcome,
 ): ArtifactReceipt {
   return {
     kind,
@@ -38,5 +47,6 @@ export function receipt(
     dir,
     status,
     ...(left ? { leftOut: left } : {}),
+    ...(files ? { files } : {}),
   };
 }

@@ -197,7 +197,16 @@ async function capabilityPublished(
     ...(options.signal ? { signal: options.signal } : {}),
     ...(options.maxDepth === undefined ? {} : { maxDepth: options.maxDepth }),
   });
-  return receipt("capability", id, TREE_LEGACY, published.digests, published.dir, published.status, published.leftOut);
+  return receipt(
+    "capability",
+    id,
+    TREE_LEGACY,
+    published.digests,
+    published.dir,
+    published.status,
+    published.leftOut,
+    published.files,
+  );
 }
 
 export interface RetainTreeRequest {
@@ -290,5 +299,14 @@ async function treePublished(
     ...(options.signal ? { signal: options.signal } : {}),
     ...(options.maxDepth === undefined ? {} : { maxDepth: options.maxDepth }),
   });
-  return receipt(kind, key, TREE_EXEC, published.digests, published.dir, published.status, published.leftOut);
+  return receipt(
+    kind,
+    key,
+    TREE_EXEC,
+    published.digests,
+    published.dir,
+    published.status,
+    published.leftOut,
+    published.files,
+  );
 }

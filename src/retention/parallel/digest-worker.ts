@@ -3,6 +3,7 @@ import { OatsError } from "../../core/index.js";
 import type { TreeFormat } from "../digest/integrity.js";
 import { markLaneWorker } from "../digest/busy.js";
 import { measureHere } from "./pool.js";
+import { hashFilesHere, type FileHash } from "./file-hashes.js";
 
 /**
  * A worker thread of the digest pool (pool.ts): it walks and hashes one
@@ -20,6 +21,12 @@ export interface DigestRequest {
   readonly shape?: true;
 }
 
+/** Hash single files (file-hashes.ts) instead of walking a tree: the shared file layer's check of held files. */
+export interface FileHashRequest {
+  readonly id: number;
+  readonly files: readonly string[];
+}
+
 export type SerializedError =
   | {
       readonly oats: true;
@@ -32,7 +39,8 @@ export type SerializedError =
 export type DigestAnswer =
   | { readonly id: number; readonly digests: Record<string, string> }
   | { readonly id: number; readonly error: SerializedError }
-  | { readonly id: number; readonly shape: string };
+  | { readonly id: number; readonly shape: string }
+  | { readonly id: number; readonly hashes: (FileHash | null)[] };
 
 function serialize(error: unknown): SerializedError {
   if (error instanceof OatsError)
@@ -79,7 +87,13 @@ async function answer(request: DigestRequest): Promise<void> {
 // next before the last is answered, so this thread never waits for a busy
 // caller to read an answer before it starts the next tree.
 let previous: Promise<void> = Promise.resolve();
-parentPort!.on("message", (request: DigestRequest) => {
+parentPort!.on("message", (request: DigestRequest | FileHashRequest) => {
   // answer() posts its own failures; the catch only keeps one that could not be posted from stopping every later job.
-  previous = previous.then(() => answer(request)).catch(() => undefined);
+  previous = previous
+    .then(() =>
+      "files" in request
+        ? parentPort!.postMessage({ id: request.id, hashes: hashFilesHere(request.files) } satisfies DigestAnswer)
+        : answer(request),
+    )
+    .catch(() => undefined);
 });

@@ -9,7 +9,8 @@ import { listingShape } from "../digest/listing-shape.js";
 import { walkTree } from "../digest/walk.js";
 import type { TreeFormat } from "../digest/integrity.js";
 import { countHeld } from "../digest/busy.js";
-import type { DigestAnswer, DigestRequest, SerializedError } from "./digest-worker.js";
+import type { DigestAnswer, DigestRequest, FileHashRequest, SerializedError } from "./digest-worker.js";
+import { hashFilesHere, type FileHash } from "./file-hashes.js";
 
 /**
  * Walking and hashing independent trees on every core. A job is one
@@ -121,7 +122,11 @@ export class DigestWorker {
   private next = 0;
   private readonly pending = new Map<
     number,
-    { resolve: (digests: TreeDigests) => void; reject: (error: unknown) => void; onShape?: (shape: string) => void }
+    {
+      resolve: (answer: TreeDigests | (FileHash | null)[]) => void;
+      reject: (error: unknown) => void;
+      onShape?: (shape: string) => void;
+    }
   >();
   private failure: Error | null = null;
 
@@ -135,6 +140,7 @@ export class DigestWorker {
       this.pending.delete(answer.id);
       if (!this.held && this.pending.size === 0) this.worker.unref();
       if ("error" in answer) pending.reject(rebuild(answer.error));
+      else if ("hashes" in answer) pending.resolve(answer.hashes);
       else pending.resolve(answer.digests as TreeDigests);
     });
     const fail = (error: Error) => {
@@ -164,7 +170,11 @@ export class DigestWorker {
       );
     const id = ++this.next;
     return new Promise<TreeDigests>((resolve, reject) => {
-      this.pending.set(id, { resolve, reject, ...(job.onShape ? { onShape: job.onShape } : {}) });
+      this.pending.set(id, {
+        resolve: resolve as (answer: unknown) => void,
+        reject,
+        ...(job.onShape ? { onShape: job.onShape } : {}),
+      });
       this.worker.ref();
       const request: DigestRequest = {
         id,
@@ -176,6 +186,20 @@ export class DigestWorker {
       this.worker.postMessage(request);
     });
   };
+
+  /** The SHA-256 of each file (file-hashes.ts), read in the worker. */
+  hashFiles(files: readonly string[]): Promise<(FileHash | null)[]> {
+    if (this.failure)
+      return Promise.reject(
+        new OatsError("internal-error", `digest worker failed: ${this.failure.message}`, { reason: "worker-failed" }),
+      );
+    const id = ++this.next;
+    return new Promise<(FileHash | null)[]>((resolve, reject) => {
+      this.pending.set(id, { resolve: resolve as (answer: unknown) => void, reject });
+      this.worker.ref();
+      this.worker.postMessage({ id, files: [...files] } satisfies FileHashRequest);
+    });
+  }
 
   private held = false;
 
@@ -226,6 +250,46 @@ export async function releaseWorker(worker: DigestWorker): Promise<void> {
     worker.hold(false);
     idle.push(worker);
   } else await worker.close();
+}
+
+/** Files hashed in one worker message, so its answers come while this thread hashes its own share. */
+const FILE_BATCH = 256;
+
+/**
+ * The SHA-256 of each file, in order: with a second core, one worker hashes
+ * batches from the end of the list while this thread hashes from the start,
+ * until they meet, so the two halves run beside each other.
+ */
+export async function hashFilesInLanes(files: readonly string[]): Promise<(FileHash | null)[]> {
+  if (files.length < FILE_BATCH * 2 || parallelism() < 2) return hashFilesHere(files);
+  const out: (FileHash | null)[] = new Array(files.length);
+  let low = 0;
+  let high = files.length;
+  const worker = acquireWorker();
+  try {
+    const workerLane = async () => {
+      while (high - low > FILE_BATCH) {
+        const from = high - FILE_BATCH;
+        const to = high;
+        high = from;
+        const hashes = await worker.hashFiles(files.slice(from, to));
+        for (let i = 0; i < hashes.length; i++) out[from + i] = hashes[i]!;
+      }
+    };
+    const running = workerLane();
+    while (low < high) {
+      const to = Math.min(low + 32, high);
+      const from = low;
+      low = to;
+      for (let i = from; i < to; i++) out[i] = hashFilesHere([files[i]!])[0]!;
+      // A turn for the worker's answers, so it is sent its next batch.
+      await new Promise((resolve) => setImmediate(resolve));
+    }
+    await running;
+  } finally {
+    await releaseWorker(worker);
+  }
+  return out;
 }
 
 /** Trees a worker lane has under way at once while they are quick (settleInLanes). */

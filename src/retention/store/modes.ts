@@ -34,3 +34,18 @@ export function maskAdoptedModes(dir: string, listing: TreeListing): void {
   for (const directory of listing.directories) mask(join(dir, directory.path));
   mask(dir);
 }
+
+/**
+ * The shared file layer's modes (shared-layer.ts): a held file, and so every
+ * revision's regular file (a hard link to it), is 0444, or 0555 when its
+ * owner-exec bit is set; every directory of a published revision is 0555.
+ * Nobody, the owner included, writes a published revision without first
+ * changing a mode, which fsck reports.
+ */
+export const HELD_FILE_MODE = 0o444;
+export const HELD_EXEC_MODE = 0o555;
+export const REVISION_DIRECTORY_MODE = 0o555;
+
+export function heldMode(exec: boolean): number {
+  return exec ? HELD_EXEC_MODE : HELD_FILE_MODE;
+}

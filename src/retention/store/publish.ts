@@ -32,6 +32,7 @@ import { kept, keptIfPresent, keptIfUnchanged } from "./kept.js";
 import type { Measure } from "../parallel/pool.js";
 import { withRevisionLock } from "./publish-lock.js";
 import { StagingWriter, makeDurable, perFileDurability, removeTree } from "./staging-writer.js";
+import { shareAndSeal, type FilesOutcome } from "./shared-layer.js";
 
 /**
  * Stage, verify, rename (contract section 5). The tree is copied into a
@@ -120,6 +121,8 @@ export interface PublishResult {
   readonly status: "retained" | "kept";
   /** The source's empty directories, which the stored tree does not hold (empty-directories.ts). */
   readonly leftOut?: LeftOut;
+  /** A retained (not kept) revision: how its files reached the shared file layer (shared-layer.ts). */
+  readonly files?: FilesOutcome;
 }
 
 /** A result with what its source's listing left out, when it left anything out. */
@@ -261,7 +264,7 @@ async function publishCopy(plan: PublishPlan, stored: TreeListing): Promise<Publ
   if (present) return present;
 
   const { created, staging } = await createStaging(plan, parent, segments);
-  const writer = new StagingWriter(staging, stored);
+  const writer = new StagingWriter(staging, stored, { shared: true });
   try {
     writer.prepareDirectories();
     let copied: TreeDigests;
@@ -304,7 +307,8 @@ async function publishCopy(plan: PublishPlan, stored: TreeListing): Promise<Publ
       });
     }
     checkExpectedAlso(plan, staged);
-    return await commit(plan, parent, destination(measured), staging, staged, manifest);
+    const files = await shareAndSeal(plan.scope, staging, stored, manifest);
+    return await commit(plan, parent, destination(measured), staging, staged, manifest, files);
   } catch (error) {
     await discardStaging(staging, error);
     removeCreatedStore(created, root);
@@ -365,7 +369,8 @@ export async function publishAdopted(plan: PublishPlan): Promise<PublishResult> 
       throw mismatch(plan, plan.expected, measured, { source: plan.listing.root.absolute, reason: "source-differs" });
     checkExpectedAlso(plan, staged);
     plan.checkStaged?.(staging);
-    return withLeftOut(await commit(plan, parent, destination(measured), staging, staged, manifest), empty);
+    const files = await shareAndSeal(plan.scope, staging, stored, manifest);
+    return withLeftOut(await commit(plan, parent, destination(measured), staging, staged, manifest, files), empty);
   } catch (error) {
     await discardStaging(staging, error);
     removeCreatedStore(created, root);
@@ -434,6 +439,7 @@ async function commit(
   staging: string,
   staged: TreeDigests,
   manifest: { bytes(): Buffer },
+  files: FilesOutcome,
 ): Promise<PublishResult> {
   const measured = staged[plan.nameFormat]!;
   announce(plan, "publish");
@@ -449,7 +455,7 @@ async function commit(
     }
     return "renamed" as const;
   });
-  if (outcome === "renamed") return { dir, digests: staged, status: "retained" };
+  if (outcome === "renamed") return { dir, digests: staged, status: "retained", files };
   await discardStaging(staging);
   return (await kept(plan, dir, measured))!;
 }

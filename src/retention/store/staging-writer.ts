@@ -19,7 +19,7 @@ import type { FileConsumer, FileEntry, FileInfo, SymlinkEntry } from "../../engi
 import type { TreeListing } from "../digest/walk.js";
 import { faultPoint } from "./faults.js";
 import { fsyncDirectory } from "./components.js";
-import { retainedMode } from "./modes.js";
+import { REVISION_DIRECTORY_MODE, heldMode, retainedMode } from "./modes.js";
 
 /**
  * Writes the leaves of a tree into a staging directory as they are read and
@@ -87,6 +87,10 @@ export class StagingWriter implements FileConsumer {
   private readonly durable: boolean;
   /** Permission bits cleared on every file and directory written (0o022: no group/other write). */
   private readonly clearBits: number;
+  /** Permission bits added to every file and directory written (0o200: a private, writable copy). */
+  private readonly addBits: number;
+  /** A revision's staging: files get the layer's modes, directories stay writable until sealed (sealStagedTree). */
+  private readonly shared: boolean;
 
   /**
    * Set with `concurrentSmallFiles`: each small file is written through the
@@ -100,11 +104,19 @@ export class StagingWriter implements FileConsumer {
   constructor(
     private readonly staging: string,
     private readonly listing: TreeListing,
-    options: { durability?: Durability; clearModeBits?: number; concurrentSmallFiles?: boolean } = {},
+    options: {
+      durability?: Durability;
+      clearModeBits?: number;
+      addModeBits?: number;
+      concurrentSmallFiles?: boolean;
+      shared?: boolean;
+    } = {},
   ) {
     this.durable = options.durability !== "none";
     this.perFile = this.durable && perFileDurability(listing, options.durability);
     this.clearBits = options.clearModeBits ?? 0;
+    this.addBits = options.addModeBits ?? 0;
+    this.shared = options.shared === true;
     if (options.concurrentSmallFiles && !this.perFile)
       this.whole = (entry, info, data) => this.writeWhole(entry, info, data);
   }
@@ -115,7 +127,7 @@ export class StagingWriter implements FileConsumer {
     // The reader reuses its buffer for the next small file.
     const bytes = Buffer.from(data);
     const path = join(this.staging, entry.path);
-    const mode = retainedMode(info.mode) & ~this.clearBits;
+    const mode = this.fileMode(info.mode);
     const done = (async () => {
       const handle = await open(path, WRITE_FLAGS, 0o600);
       try {
@@ -137,6 +149,15 @@ export class StagingWriter implements FileConsumer {
     );
     this.pending.add(done);
     if (this.pending.size >= MAX_PENDING_FSYNCS) return Promise.race(this.pending);
+  }
+
+  private fileMode(mode: number): number {
+    if (this.shared) return heldMode((mode & 0o100) !== 0);
+    return (retainedMode(mode) & ~this.clearBits) | this.addBits;
+  }
+
+  private directoryMode(mode: number): number {
+    return (retainedMode(mode) & ~this.clearBits) | this.addBits;
   }
 
   /** Wait for every write in flight (after a failed pass, before the staging is removed). */
@@ -183,7 +204,7 @@ export class StagingWriter implements FileConsumer {
     const fd = this.fd!;
     this.fd = null;
     try {
-      fchmodSync(fd, retainedMode(info.mode) & ~this.clearBits);
+      fchmodSync(fd, this.fileMode(info.mode));
     } catch (error) {
       closeSync(fd);
       throw asStepError("copy", error, { path: this.current });
@@ -226,17 +247,46 @@ export class StagingWriter implements FileConsumer {
     await Promise.all(this.pending);
     if (this.pendingError) throw this.pendingError;
     try {
-      for (const directory of this.listing.directories) {
-        // The mode the walk's own descriptor saw: a path lookup now could be redirected.
-        chmodSync(join(this.staging, directory.path), retainedMode(directory.mode) & ~this.clearBits);
+      // A shared revision's directories stay writable until its files are linked (sealStagedTree).
+      if (!this.shared) {
+        for (const directory of this.listing.directories) {
+          // The mode the walk's own descriptor saw: a path lookup now could be redirected.
+          chmodSync(join(this.staging, directory.path), this.directoryMode(directory.mode));
+        }
+        chmodSync(this.staging, this.directoryMode(this.listing.root.mode));
       }
-      chmodSync(this.staging, retainedMode(this.listing.root.mode) & ~this.clearBits);
     } catch (error) {
       throw asStepError("copy", error, { path: "(directory modes)" });
     }
     if (!this.durable) return;
     // Small trees: files were fsync'd as they were written; the directories remain.
     await makeDurable(this.staging, this.listing, { perFile: this.perFile, filesSynced: this.perFile });
+  }
+}
+
+/**
+ * Make a staged revision's directories read-only (REVISION_DIRECTORY_MODE),
+ * once its files are linked, and make the tree durable again with the layer
+ * directories its files were linked into (`touched`): a per-file tree fsyncs
+ * each directory, a larger one takes one more syncfs.
+ */
+export async function sealStagedTree(
+  staging: string,
+  listing: TreeListing,
+  perFile: boolean,
+  touched: readonly string[],
+): Promise<void> {
+  try {
+    for (const directory of listing.directories) chmodSync(join(staging, directory.path), REVISION_DIRECTORY_MODE);
+    chmodSync(staging, REVISION_DIRECTORY_MODE);
+  } catch (error) {
+    throw asStepError("copy", error, { path: "(directory modes)" });
+  }
+  await makeDurable(staging, listing, { perFile, filesSynced: true });
+  try {
+    if (perFile) for (const dir of touched) fsyncDirectory(dir);
+  } catch (error) {
+    throw asStepError("fsync", error);
   }
 }
 
