@@ -14,8 +14,9 @@
  */
 import assert from "node:assert/strict";
 import { execFileSync, spawnSync } from "node:child_process";
-import { chmodSync, lstatSync, mkdirSync, readdirSync, writeFileSync } from "node:fs";
-import { join, relative } from "node:path";
+import { createHash } from "node:crypto";
+import { chmodSync, lstatSync, mkdirSync, readFileSync, readdirSync, writeFileSync } from "node:fs";
+import { dirname, join, relative } from "node:path";
 import { describe, test } from "node:test";
 import { REPO, tempDir } from "./helpers.js";
 
@@ -89,6 +90,13 @@ function looseModes(scope: string): string[] {
  * and rename or create inside each of `components`. Returns what each try
  * got: an errno code, or "ok" when it succeeded.
  */
+/** The layer's held file that a revision's file links (same inode), found by its content's SHA-256. */
+function heldFileOf(scope: string, file: string): string {
+  const hex = createHash("sha256").update(readFileSync(file)).digest("hex");
+  const exec = (lstatSync(file).mode & 0o100) !== 0;
+  return join(scope, ".agents/files/sha256", hex.slice(0, 2), `${hex.slice(2)}${exec ? ".x" : ""}`);
+}
+
 function attackAsNobody(file: string, revision: string, components: string[]): Record<string, string> {
   const script = `
     const fs = require("fs");
@@ -161,11 +169,12 @@ describe("retained modes: group and other never write, whatever the source's mod
 
     assert.deepEqual(looseModes(scope), [], "group/other-writable or special modes in the store");
     assert.deepEqual(looseModes(target), [], "group/other-writable or special modes in the imported store");
-    // The owner keeps what the source gave it; group and other keep read and exec.
-    assert.equal(lstatSync(join(copied.dir, "plain.txt")).mode & 0o7777, 0o644);
-    assert.equal(lstatSync(join(copied.dir, "sub/run.sh")).mode & 0o7777, 0o755);
-    assert.equal(lstatSync(join(copied.dir, "sub/deeper/setuid")).mode & 0o7777, 0o755);
-    assert.equal(lstatSync(join(copied.dir, "sub")).mode & 0o7777, 0o755);
+    // The shared file layer's modes: nobody writes, the owner included; the owner-exec bit is kept as r-x for all.
+    assert.equal(lstatSync(join(copied.dir, "plain.txt")).mode & 0o7777, 0o444);
+    assert.equal(lstatSync(join(copied.dir, "sub/run.sh")).mode & 0o7777, 0o555);
+    assert.equal(lstatSync(join(copied.dir, "sub/deeper/setuid")).mode & 0o7777, 0o555);
+    assert.equal(lstatSync(join(copied.dir, "sub")).mode & 0o7777, 0o555);
+    assert.equal(lstatSync(copied.dir).mode & 0o7777, 0o555);
 
     for (const [root, dir] of [
       [scope, copied.dir as string],
@@ -174,6 +183,11 @@ describe("retained modes: group and other never write, whatever the source's mod
     ] as const) {
       assertRefused(attackAsNobody(join(dir, "sub/run.sh"), dir, componentsUpTo(root, dir)));
     }
+    // The held file every revision links, and the layer above it.
+    const run = lstatSync(join(copied.dir, "sub/run.sh"));
+    const held = heldFileOf(scope, join(copied.dir, "sub/run.sh"));
+    assert.equal(lstatSync(held).ino, run.ino);
+    assertRefused(attackAsNobody(held, dirname(held), componentsUpTo(scope, dirname(held))));
     oatsUmask0(scope, ["verify", "demo.loose", "--integrity", `${copied.integrity.format}:${copied.integrity.value}`]);
     oatsUmask0(scope, [
       "verify",

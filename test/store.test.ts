@@ -73,6 +73,12 @@ function modedTree(): string {
   return source;
 }
 
+/** A kept receipt is a retained one without `files`: nothing was published. */
+function withoutFiles(receipt: ArtifactReceipt): ArtifactReceipt {
+  const { files: _files, ...rest } = receipt;
+  return rest;
+}
+
 function receiptKeys(receipt: ArtifactReceipt): string[] {
   return Object.keys(receipt).sort();
 }
@@ -93,7 +99,8 @@ test(
     assert.deepEqual(readdirSync(join(root, CAPABILITY)).sort(), [`.manifest-${LOCK_INTEGRITY}.json`, LOCK_INTEGRITY]);
     // Nothing else is created in the scope.
     assert.deepEqual(readdirSync(scope), [".agents"]);
-    assert.deepEqual(readdirSync(join(scope, ".agents")), ["capabilities"]);
+    // And the shared file layer its files are hard links into.
+    assert.deepEqual(readdirSync(join(scope, ".agents")).sort(), ["capabilities", "files"]);
     assert.equal(retainedCapabilityDir(scope, CAPABILITY, LOCK_INTEGRITY), receipt.dir);
   },
 );
@@ -121,7 +128,7 @@ test(
       assert.deepEqual(readdirSync(join(root, key)), ["tree-exec-v1"]);
       assert.deepEqual(readdirSync(join(root, key, "tree-exec-v1")).sort(), [`.manifest-${value}.json`, value]);
     }
-    assert.deepEqual(readdirSync(join(scope, ".agents")).sort(), ["capabilities", "captures", "sources"]);
+    assert.deepEqual(readdirSync(join(scope, ".agents")).sort(), ["capabilities", "captures", "files", "sources"]);
   },
 );
 
@@ -234,20 +241,29 @@ test(
 );
 
 test(
-  "a retained tree keeps file bytes, permission bits, directory modes and " + "verbatim relative link text, as a copy",
+  "a retained tree keeps file bytes, exec bits and verbatim relative link text; its files are read-only links " +
+    "into the shared layer, never to the source",
   async () => {
     const scope = tempDir();
     const source = modedTree();
+    // The layer's modes: files 0444, or 0555 with the owner-exec bit; directories 0555.
+    const expected = snapshotTree(source).map((row) => {
+      const [type, path, mode, rest] = row.split(" ");
+      if (type === "D") return `D ${path} 555`;
+      if (type === "F") return `F ${path} ${(Number.parseInt(mode!, 8) & 0o100) !== 0 ? "555" : "444"} ${rest}`;
+      return row;
+    });
+    const dirs: string[] = [];
     for (const kind of ["capture", "capability"] as const) {
       const receipt = await retainTree(scope, { kind, key: "moded", source });
-      const stored = snapshotTree(receipt.dir);
-      assert.deepEqual(stored, snapshotTree(source));
+      dirs.push(receipt.dir);
+      assert.deepEqual(snapshotTree(receipt.dir), expected);
       // Spot checks of what the snapshot covers, so a failure says which property broke.
-      assert.equal(lstatSync(join(receipt.dir, "skills/greeting.md")).mode & 0o7777, 0o640);
-      assert.equal(lstatSync(join(receipt.dir, "bin/hello.mjs")).mode & 0o7777, 0o755);
-      assert.equal(lstatSync(join(receipt.dir, "secret.txt")).mode & 0o7777, 0o600);
-      assert.equal(lstatSync(join(receipt.dir, "private")).mode & 0o7777, 0o750);
-      assert.equal(lstatSync(join(receipt.dir, "private/notes.txt")).mode & 0o7777, 0o640);
+      assert.equal(lstatSync(join(receipt.dir, "skills/greeting.md")).mode & 0o7777, 0o444);
+      assert.equal(lstatSync(join(receipt.dir, "bin/hello.mjs")).mode & 0o7777, 0o555);
+      assert.equal(lstatSync(join(receipt.dir, "secret.txt")).mode & 0o7777, 0o444);
+      assert.equal(lstatSync(join(receipt.dir, "private")).mode & 0o7777, 0o555);
+      assert.equal(lstatSync(receipt.dir).mode & 0o7777, 0o555);
       assert.equal(lstatSync(join(receipt.dir, "odd-link.mjs")).isSymbolicLink(), true);
       assert.equal(
         spawnSync("readlink", [join(receipt.dir, "odd-link.mjs")], { encoding: "utf8" }).stdout.trim(),
@@ -257,7 +273,7 @@ test(
         spawnSync("readlink", [join(receipt.dir, "current.mjs")], { encoding: "utf8" }).stdout.trim(),
         "bin/hello.mjs",
       );
-      // Copied, never hard-linked or moved.
+      // Never hard-linked to or moved from the source.
       for (const file of [
         "bin/hello.mjs",
         "skills/greeting.md",
@@ -265,15 +281,19 @@ test(
         "package.json",
         ".oats-installation.json",
       ]) {
-        const copy = lstatSync(join(receipt.dir, file));
+        const stored = lstatSync(join(receipt.dir, file));
         const original = lstatSync(join(source, file));
-        assert.notEqual(copy.ino, original.ino, `${file} must be a copy`);
-        assert.equal(copy.nlink, 1, `${file} must not be hard-linked`);
+        assert.notEqual(stored.ino, original.ino, `${file} must not be the source's file`);
         assert.equal(original.nlink, 1, `${file}'s source must not gain a link`);
         assert.deepEqual(readFileSync(join(receipt.dir, file)), readFileSync(join(source, file)));
       }
       assert.ok(existsSync(join(source, "bin/hello.mjs")), "the source is left in place");
     }
+    // The two revisions share each file: the held file and one link per revision.
+    const first = lstatSync(join(dirs[0]!, "bin/hello.mjs"));
+    const second = lstatSync(join(dirs[1]!, "bin/hello.mjs"));
+    assert.equal(first.ino, second.ino);
+    assert.equal(first.nlink, 3);
   },
 );
 
@@ -285,7 +305,7 @@ test(
     const scope = tempDir();
     const source = fixtureCopy();
     const first = await retainCapabilityArtifact(scope, source, CAPABILITY, fixtureLock());
-    assert.deepEqual(receiptKeys(first), ["dir", "execIntegrity", "integrity", "key", "kind", "status"]);
+    assert.deepEqual(receiptKeys(first), ["dir", "execIntegrity", "files", "integrity", "key", "kind", "status"]);
     assert.equal(first.kind, "capability");
     assert.equal(first.key, CAPABILITY);
     assert.equal(first.status, "retained");
@@ -296,7 +316,7 @@ test(
 
     const before = snapshotTree(scope);
     const second = await retainCapabilityArtifact(scope, fixtureCopy(), CAPABILITY, fixtureLock());
-    assert.deepEqual(second, { ...first, status: "kept" });
+    assert.deepEqual(second, { ...withoutFiles(first), status: "kept" });
     assert.deepEqual(snapshotTree(scope), before, "keeping changes nothing");
   },
 );
@@ -308,7 +328,7 @@ test(
     const source = modedTree();
     const measured = await execDigest(source);
     const first = await retainTree(scope, { kind: "capture", key: "nightly", source });
-    assert.deepEqual(receiptKeys(first), ["dir", "execIntegrity", "integrity", "key", "kind", "status"]);
+    assert.deepEqual(receiptKeys(first), ["dir", "execIntegrity", "files", "integrity", "key", "kind", "status"]);
     assert.deepEqual(first, {
       kind: "capture",
       key: "nightly",
@@ -316,14 +336,16 @@ test(
       execIntegrity: { format: TREE_EXEC, value: measured },
       dir: join(capturesRoot(scope), "nightly/tree-exec-v1", measured),
       status: "retained",
+      files: { linked: 0, stored: first.files!.stored, copied: 0 },
     });
+    assert.ok(first.files!.stored > 0);
     assert.deepEqual(await retainTree(scope, { kind: "capture", key: "nightly", source }), {
-      ...first,
+      ...withoutFiles(first),
       status: "kept",
     });
     assert.deepEqual(
       await retainTree(scope, { kind: "capture", key: "nightly", source, expect: `${TREE_EXEC}:${measured}` }),
-      { ...first, status: "kept" },
+      { ...withoutFiles(first), status: "kept" },
     );
     assert.deepEqual(
       await retainTree(scope, {
@@ -332,7 +354,7 @@ test(
         source,
         expect: { format: TREE_EXEC, value: measured },
       }),
-      { ...first, status: "kept" },
+      { ...withoutFiles(first), status: "kept" },
     );
 
     // An exec bit is identity in tree-exec: flipping it makes a new revision.
@@ -397,13 +419,13 @@ test(
     unlinkSync(lockFile);
 
     const verified = await verifyRetainedCapability(scope, CAPABILITY, lock);
-    assert.deepEqual(verified, { ...capability, status: "verified" });
+    assert.deepEqual(verified, { ...withoutFiles(capability), status: "verified" });
     assert.deepEqual(await verifyTree(scope, { kind: "capability", key: CAPABILITY, integrity: LOCK_INTEGRITY }), {
-      ...capability,
+      ...withoutFiles(capability),
       status: "verified",
     });
     assert.deepEqual(await verifyTree(scope, { kind: "capture", key: "nightly", integrity: capture.integrity }), {
-      ...capture,
+      ...withoutFiles(capture),
       status: "verified",
     });
     assert.deepEqual(
@@ -412,7 +434,7 @@ test(
         key: "nightly",
         integrity: `${TREE_EXEC}:${capture.integrity.value}`,
       }),
-      { ...capture, status: "verified" },
+      { ...withoutFiles(capture), status: "verified" },
     );
   },
 );
@@ -537,9 +559,13 @@ test(
     assert.deepEqual(clean.staging, []);
     assert.deepEqual(clean.unexpected, []);
 
-    // Damage one revision, leave debris of every sort.
+    // Damage one revision, leave debris of every sort. Its files are links to held files every revision shares:
+    // the damaged file is a copy put in place of the link, so only this revision holds it.
     const damagedFile = join(receipts.capture.dir, "skills/greeting.md");
-    chmodSync(damagedFile, 0o644);
+    chmodSync(join(receipts.capture.dir, "skills"), 0o755);
+    const original = readFileSync(damagedFile);
+    unlinkSync(damagedFile);
+    writeFileSync(damagedFile, original);
     appendFileSync(damagedFile, "tampered\n");
     const removedFrom = join(receipts.source.dir, "package.json");
     unlinkSync(removedFrom);
@@ -607,7 +633,7 @@ test("a source is keyed by the 64 hex of the oats.json.v1 digest of its qualifie
   assert.equal(receipt.key, key);
   assert.equal(receipt.dir, join(sourcesRoot(scope), key, "tree-exec-v1", receipt.integrity.value));
   assert.deepEqual(await verifyTree(scope, { kind: "source", key, integrity: receipt.integrity }), {
-    ...receipt,
+    ...withoutFiles(receipt),
     status: "verified",
   });
 
