@@ -8,7 +8,17 @@
  */
 import assert from "node:assert/strict";
 import { createHash } from "node:crypto";
-import { chmodSync, linkSync, lstatSync, mkdirSync, readFileSync, readdirSync, rmSync, writeFileSync } from "node:fs";
+import {
+  chmodSync,
+  linkSync,
+  lstatSync,
+  mkdirSync,
+  readFileSync,
+  readdirSync,
+  rmSync,
+  type Stats,
+  writeFileSync,
+} from "node:fs";
 import { join } from "node:path";
 import { afterEach, test } from "node:test";
 import { retainTree, verifyTree } from "../src/index.js";
@@ -34,8 +44,8 @@ function heldFiles(scope: string): string[] {
 }
 
 /** Every regular file under `dir`, relative path to stats. */
-function regularFiles(dir: string, rel = ""): Map<string, ReturnType<typeof lstatSync>> {
-  const out = new Map<string, ReturnType<typeof lstatSync>>();
+function regularFiles(dir: string, rel = ""): Map<string, Stats> {
+  const out = new Map<string, Stats>();
   for (const name of readdirSync(join(dir, rel))) {
     const path = rel ? `${rel}/${name}` : name;
     const stats = lstatSync(join(dir, path));

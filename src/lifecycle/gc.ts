@@ -25,6 +25,7 @@ import {
 } from "../retention/index.js";
 import type { ArtifactKind } from "../retention/index.js";
 import { collectRoots, reachableFrom } from "./roots.js";
+import { removeHeld, unreferencedHeld, type GcHeld } from "./gc-held.js";
 
 /**
  * gc: delete what no root reaches (docs/design/lifecycle.md). The default
@@ -83,6 +84,13 @@ export interface GcReport {
   /** Distinct trees among the collected revisions (identical legacy/exec copies count once). */
   readonly collectTrees: number;
   readonly bytes: number;
+  /**
+   * Files of the shared layer that no revision will link once `collect` is
+   * gone (gc-held.ts): what deleting those revisions frees, beside their
+   * manifests and unshared files. `bytes` counts revisions at their full
+   * size; a shared file's space is freed only with its last link, here.
+   */
+  readonly heldFiles: { readonly files: GcHeld[]; readonly bytes: number };
   readonly deleted: boolean;
   readonly audit: { seq: number; hash: string } | null;
 }
@@ -252,9 +260,19 @@ async function plan(realScope: string, options: GcOptions, dryRun: boolean): Pro
     collect,
     collectTrees: trees.size,
     bytes: collect.reduce((sum, item) => sum + item.bytes, 0),
+    heldFiles: heldReport(
+      unreferencedHeld(
+        realScope,
+        collect.filter((item) => item.type === "revision").map((item) => item.path),
+      ),
+    ),
     deleted: false,
     audit: null,
   };
+}
+
+function heldReport(files: GcHeld[]): GcReport["heldFiles"] {
+  return { files, bytes: files.reduce((sum, file) => sum + file.bytes, 0) };
 }
 
 function tidyParents(dir: string, stop: string): void {
@@ -309,7 +327,7 @@ export async function gc(scope: string, options: GcOptions = {}): Promise<GcRepo
   }
   return withGcLock(realScope, options.lockWaitMs ?? DEFAULT_LOCK_WAIT_MS, async (stillHeld) => {
     const report = await plan(realScope, options, false);
-    if (report.collect.length === 0) return { ...report, deleted: true };
+    if (report.collect.length === 0 && report.heldFiles.files.length === 0) return { ...report, deleted: true };
     const entry = await audit(realScope, {
       action: "gc",
       subject: null,
@@ -322,6 +340,7 @@ export async function gc(scope: string, options: GcOptions = {}): Promise<GcRepo
           ...(item.damaged ? { damaged: item.damaged.code } : {}),
         })),
         bytes: report.bytes,
+        heldFiles: { files: report.heldFiles.files.length, bytes: report.heldFiles.bytes },
         graceMs: report.graceMs,
       },
     });
@@ -329,6 +348,7 @@ export async function gc(scope: string, options: GcOptions = {}): Promise<GcRepo
       stillHeld();
       await remove(realScope, item);
     }
-    return { ...report, deleted: true, audit: { seq: entry.seq, hash: entry.hash } };
+    const heldFiles = heldReport(removeHeld(report.heldFiles.files, stillHeld));
+    return { ...report, heldFiles, deleted: true, audit: { seq: entry.seq, hash: entry.hash } };
   });
 }

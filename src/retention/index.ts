@@ -137,3 +137,11 @@ export { DEFAULT_LOCK_WAIT_MS, withFileLock, withRevisionLock } from "./store/pu
 export { revisionParentSegments } from "./store/publish.js";
 export { removeTree, StagingWriter } from "./store/staging-writer.js";
 export { verifyAllTrees, verifyTrees } from "./verify-many.js";
+export { checkSharedLayer, type LayerCheck } from "./layer-check.js";
+export {
+  FILES_STORE,
+  heldPath,
+  listHeldFiles,
+  type FilesOutcome,
+  type HeldEntry,
+} from "./store/shared-layer.js";

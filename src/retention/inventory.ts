@@ -16,6 +16,7 @@ import {
 } from "./store/layout.js";
 import { isManifestName } from "./store/manifest.js";
 import { removeTree } from "./store/staging-writer.js";
+import { listHeldFiles } from "./store/shared-layer.js";
 import { verifyTrees } from "./verify-many.js";
 
 /** What the store holds: retained revisions, and anything else found where revisions live. */
@@ -119,6 +120,10 @@ export function listStore(scope: string): StoreListing {
     const dir = join(realScope, ...components);
     for (const name of namesIn(dir)) if (name.startsWith(STAGING_PREFIX)) out.staging.push(join(dir, name));
   }
+  // A held file's replacement (store/shared-layer.ts) is staged beside it in the shared file layer.
+  const layer = listHeldFiles(realScope);
+  out.staging.push(...layer.staging);
+  out.unexpected.push(...layer.unexpected);
   // A leases directory being built (store/lease.ts) is staged directly in `.agents`.
   const agents = join(realScope, AGENTS_DIR);
   if (existsAsDirectory(agents))

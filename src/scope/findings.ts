@@ -17,6 +17,7 @@ import { OatsError, type ErrorCode, type ErrorKind } from "../core/index.js";
 
 export const FINDING_CLASSES = [
   "revisions",
+  "files",
   "records",
   "blobs",
   "instances",

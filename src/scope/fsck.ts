@@ -14,6 +14,7 @@ import {
 import { checkChains } from "./fsck-chains.js";
 import { checkLeases, checkPins, checkQuarantine, checkRunCopies, isRunCopy } from "./fsck-lifecycle.js";
 import { checkLegacyModes } from "./fsck-modes.js";
+import { checkLayer } from "./fsck-layer.js";
 import { checkRuns } from "./fsck-runs.js";
 import { checkBlobs, checkInstances, checkJobs, checkRecords, revisionKey } from "./fsck-stores.js";
 
@@ -33,6 +34,8 @@ import { checkBlobs, checkInstances, checkJobs, checkRecords, revisionKey } from
 
 export interface ScopeFsckCounts {
   readonly revisions: number;
+  /** Files of the shared file layer, each hashed once. */
+  readonly heldFiles: number;
   readonly records: number;
   readonly blobs: number;
   readonly instances: number;
@@ -99,6 +102,8 @@ export async function fsckScope(scope: string, options: ScopeFsckOptions = {}): 
     } as Finding);
   }
   await checkLegacyModes(outcomes, records, revisionFindings);
+  const layerFindings: Finding[] = [];
+  const layer = await checkLayer(realScope, listed ?? [], layerFindings);
   // A run copy is staging too, but only a gone dispatcher's is a leftover.
   const staging = retention?.staging ?? [];
   for (const path of staging)
@@ -120,8 +125,8 @@ export async function fsckScope(scope: string, options: ScopeFsckOptions = {}): 
   // The listing's refusal is the same one retention's fsck meets: report it once.
   const findings =
     retention === null
-      ? [...revisionFindings, ...storeFindings]
-      : [...listingFindings, ...revisionFindings, ...storeFindings];
+      ? [...revisionFindings, ...layerFindings, ...storeFindings]
+      : [...listingFindings, ...revisionFindings, ...layerFindings, ...storeFindings];
   for (const finding of findings) classes[finding.class].push(finding);
   const worst = mostSerious(FINDING_CLASSES.flatMap((cls) => classes[cls]));
   return {
@@ -129,7 +134,7 @@ export async function fsckScope(scope: string, options: ScopeFsckOptions = {}): 
     ok: worst === null,
     worst,
     exitCode: worst === null || worst.kind === "notice" ? 0 : ERROR_KINDS[worst.kind],
-    counts: { revisions: outcomes.length, ...counts },
+    counts: { revisions: outcomes.length, heldFiles: layer, ...counts },
     classes,
     outcomes,
     checkpoint,
@@ -143,7 +148,7 @@ async function checkStores(
   revisions: ReadonlySet<string>,
   findings: Finding[],
 ): Promise<{
-  counts: Omit<ScopeFsckCounts, "revisions">;
+  counts: Omit<ScopeFsckCounts, "revisions" | "heldFiles">;
   records: ReadonlyMap<string, ResolutionRecord | null>;
   checkpoint: LogAnchors;
 }> {

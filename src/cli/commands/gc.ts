@@ -70,6 +70,8 @@ export const gcCommand: CommandSpec = {
       `${report.deleted ? "freed" : "would free"} ${bytesText(report.bytes)} ` +
         `in ${report.collect.length} ` +
         `item${report.collect.length === 1 ? "" : "s"}${report.deleted ? "" : " (dry run: --delete deletes)"}`,
+      `shared files nothing links: ${report.heldFiles.files.length} ` +
+        `(${bytesText(report.heldFiles.bytes)}) ${report.deleted ? "removed" : "would be removed"}`,
     );
     return { result: report, lines, quietLines: report.collect.map((item) => item.ref) };
   },

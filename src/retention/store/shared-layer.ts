@@ -1,11 +1,11 @@
-import { chmodSync, linkSync, lstatSync, renameSync, unlinkSync } from "node:fs";
+import { chmodSync, linkSync, lstatSync, readdirSync, renameSync, unlinkSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { asStepError, errnoCode } from "../../core/index.js";
 import { hashFileHere, type FileHash } from "../parallel/file-hashes.js";
 import { hashFilesInLanes } from "../parallel/pool.js";
 import { ensureDirectory, ensureStoreAt } from "./components.js";
 import { faultPoint } from "./faults.js";
-import { AGENTS_DIR, stagingName } from "./layout.js";
+import { AGENTS_DIR, STAGING_PREFIX, stagingName } from "./layout.js";
 import type { ManifestRow } from "./manifest.js";
 import type { TreeListing } from "../digest/walk.js";
 import { perFileDurability, sealStagedTree } from "./staging-writer.js";
@@ -240,4 +240,45 @@ export async function shareAndSeal(
   const { files, touched } = await shareStagedTree(scope, staging, rows);
   await sealStagedTree(staging, stored, perFileDurability(stored), touched);
   return files;
+}
+
+/** One entry of the layer: a held file, or a staging name a replacement left (cleanup's). */
+export interface HeldEntry {
+  readonly path: string;
+  readonly sha256: string;
+  readonly exec: boolean;
+}
+
+/**
+ * Every held file of the scope's layer, in name order, and what else is
+ * there: staging names (a crashed replacement's) and names the layer never
+ * writes. Empty when the scope has no layer.
+ */
+export function listHeldFiles(scope: string): { held: HeldEntry[]; staging: string[]; unexpected: string[] } {
+  const out = { held: [] as HeldEntry[], staging: [] as string[], unexpected: [] as string[] };
+  const root = heldRoot(scope);
+  let prefixes: string[];
+  try {
+    prefixes = readdirSync(root).sort();
+  } catch {
+    return out;
+  }
+  for (const prefix of prefixes) {
+    const dir = join(root, prefix);
+    if (!/^[0-9a-f]{2}$/.test(prefix) || !lstatSync(dir).isDirectory()) {
+      out.unexpected.push(dir);
+      continue;
+    }
+    for (const name of readdirSync(dir).sort()) {
+      const path = join(dir, name);
+      if (name.startsWith(STAGING_PREFIX)) {
+        out.staging.push(path);
+        continue;
+      }
+      const parsed = parseHeldName(prefix, name);
+      if (parsed && lstatSync(path).isFile()) out.held.push({ path, ...parsed });
+      else out.unexpected.push(path);
+    }
+  }
+  return out;
 }
