@@ -11,13 +11,14 @@ import {
   chmodSync,
   cpSync,
   existsSync,
+  lstatSync,
   mkdirSync,
   readFileSync,
   readdirSync,
   unlinkSync,
   writeFileSync,
 } from "node:fs";
-import { basename, join } from "node:path";
+import { basename, dirname, join } from "node:path";
 import { describe, test } from "node:test";
 import {
   TREE_EXEC,
@@ -43,7 +44,21 @@ function tool(label: string): string {
   return dir;
 }
 
+/**
+ * Give `file` an inode of its own (same bytes and mode): a revision's files are links to held files that other
+ * revisions share, and a test that damages one revision must not damage the others through them.
+ */
+function unshare(file: string): void {
+  const bytes = readFileSync(file);
+  const mode = lstatSync(file).mode & 0o7777;
+  chmodSync(dirname(file), 0o755);
+  unlinkSync(file);
+  writeFileSync(file, bytes, { mode });
+  chmodSync(file, mode);
+}
+
 function damage(file: string, text = "tampered\n"): void {
+  unshare(file);
   chmodSync(file, 0o644);
   writeFileSync(file, text);
 }
@@ -476,6 +491,7 @@ describe("repair of a legacy-named capability holds its exec bits", () => {
         const { scope, dir } = await legacyScene({ record: true, manifest });
         // Undo the damage the scene made: only the mode differs now, which the legacy digest does not see.
         writeFileSync(join(dir, "oats.json"), readFileSync(join(FIXTURE_PAYLOAD, "oats.json")));
+        unshare(join(dir, "bin/hello.mjs"));
         chmodSync(join(dir, "bin/hello.mjs"), 0o644);
         const report = await fsckScope(scope);
         const found = report.classes.revisions.filter((finding) => finding.kind !== "notice");
