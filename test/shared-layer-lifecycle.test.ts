@@ -12,6 +12,7 @@ import {
   lstatSync,
   mkdirSync,
   readFileSync,
+  symlinkSync,
   unlinkSync,
   utimesSync,
   writeFileSync,
@@ -109,13 +110,12 @@ test("fsck reports a damaged held file once, however many revisions link it", as
   assert.equal(report.classes.revisions.filter((finding) => finding.code === "integrity-mismatch").length, 3);
 });
 
-test("fsck reports a writable held file, revision file and revision directory", async () => {
+test("fsck reports a writable held file, revision file and revision directory (never a symlink's own mode)", async () => {
   const scope = tempDir();
-  const a = await retainTree(scope, {
-    kind: "capture",
-    key: "a",
-    source: tree({ "sub/x.txt": "x\n", "y.txt": "y\n" }),
-  });
+  const source = tree({ "sub/x.txt": "x\n", "y.txt": "y\n" });
+  symlinkSync("sub/x.txt", join(source, "link"));
+  const a = await retainTree(scope, { kind: "capture", key: "a", source });
+  assert.equal((await fsckScope(scope)).ok, true, "a symlink's 0777 is not a writable entry");
   chmodSync(join(a.dir, "sub/x.txt"), 0o644); // the same inode as the held file
   chmodSync(join(a.dir, "sub"), 0o755);
   const report = await fsckScope(scope);

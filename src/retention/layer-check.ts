@@ -68,7 +68,8 @@ function checkRevision(
   let unshared = 0;
   let sealed = false;
   const visit = (path: string, rel: string, stats: Stats) => {
-    if ((stats.mode & 0o222) !== 0) writable.push({ path, mode: stats.mode & 0o7777 });
+    // A symlink's own mode (0777) means nothing.
+    if (!stats.isSymbolicLink() && (stats.mode & 0o222) !== 0) writable.push({ path, mode: stats.mode & 0o7777 });
     if (stats.isDirectory()) {
       let entries: string[];
       try {
