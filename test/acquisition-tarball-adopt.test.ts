@@ -88,11 +88,13 @@ describe("retainTarball adopts the extracted tree", () => {
       const receipt = await retainTarball(scope, tarball, { id: "demo.echo", lock });
       setFaultHook(null);
       assert.equal(receipt.status, "retained");
+      // Each file is then linked into the shared layer, and the sealed tree made durable again.
       assert.deepEqual(
-        steps,
-        ["adopt", "fsync", "verify-staged", "rename"],
+        steps.filter((step) => step !== "link"),
+        ["adopt", "fsync", "verify-staged", "fsync", "rename"],
         "the publication steps of an adopted tree",
       );
+      assert.equal(steps.filter((step) => step === "link").length, receipt.files!.stored);
       assert.equal(receipt.integrity.format, TREE_LEGACY);
       assert.equal(receipt.integrity.value, lock.capabilities["demo.echo"]!.integrity);
       const digests = await digestTree(payloadOf("echo"), [TREE_LEGACY, TREE_EXEC]);

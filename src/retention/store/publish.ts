@@ -32,7 +32,7 @@ import { kept, keptIfPresent, keptIfUnchanged } from "./kept.js";
 import type { Measure } from "../parallel/pool.js";
 import { withRevisionLock } from "./publish-lock.js";
 import { StagingWriter, makeDurable, perFileDurability, removeTree } from "./staging-writer.js";
-import { shareAndSeal, type FilesOutcome } from "./shared-layer.js";
+import { newTakeBack, shareAndSeal, takeBackShared, type FilesOutcome } from "./shared-layer.js";
 
 /**
  * Stage, verify, rename (contract section 5). The tree is copied into a
@@ -265,6 +265,7 @@ async function publishCopy(plan: PublishPlan, stored: TreeListing): Promise<Publ
 
   const { created, staging } = await createStaging(plan, parent, segments);
   const writer = new StagingWriter(staging, stored, { shared: true });
+  const taken = newTakeBack(plan.scope);
   try {
     writer.prepareDirectories();
     let copied: TreeDigests;
@@ -307,10 +308,11 @@ async function publishCopy(plan: PublishPlan, stored: TreeListing): Promise<Publ
       });
     }
     checkExpectedAlso(plan, staged);
-    const files = await shareAndSeal(plan.scope, staging, stored, manifest);
+    const files = await shareAndSeal(staging, stored, manifest, taken);
     return await commit(plan, parent, destination(measured), staging, staged, manifest, files);
   } catch (error) {
     await discardStaging(staging, error);
+    takeBackShared(taken);
     removeCreatedStore(created, root);
     throw error;
   }
@@ -355,6 +357,7 @@ export async function publishAdopted(plan: PublishPlan): Promise<PublishResult> 
   const moved = await adoptIntoStaging(plan, root, parent, segments);
   if (moved === "cross-device") return publishTree({ ...plan, early: null });
   const { created, staging } = moved;
+  const taken = newTakeBack(plan.scope);
   try {
     removeEmptyDirectories(staging, empty);
     const stored = withoutDirectories(plan.listing, empty);
@@ -369,10 +372,11 @@ export async function publishAdopted(plan: PublishPlan): Promise<PublishResult> 
       throw mismatch(plan, plan.expected, measured, { source: plan.listing.root.absolute, reason: "source-differs" });
     checkExpectedAlso(plan, staged);
     plan.checkStaged?.(staging);
-    const files = await shareAndSeal(plan.scope, staging, stored, manifest);
+    const files = await shareAndSeal(staging, stored, manifest, taken);
     return withLeftOut(await commit(plan, parent, destination(measured), staging, staged, manifest, files), empty);
   } catch (error) {
     await discardStaging(staging, error);
+    takeBackShared(taken);
     removeCreatedStore(created, root);
     throw error;
   }

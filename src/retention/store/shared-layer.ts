@@ -1,9 +1,9 @@
-import { chmodSync, linkSync, lstatSync, readdirSync, renameSync, unlinkSync } from "node:fs";
+import { chmodSync, linkSync, lstatSync, readdirSync, renameSync, rmdirSync, unlinkSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { asStepError, errnoCode } from "../../core/index.js";
 import { hashFileHere, type FileHash } from "../parallel/file-hashes.js";
 import { hashFilesInLanes } from "../parallel/pool.js";
-import { ensureDirectory, ensureStoreAt } from "./components.js";
+import { ensureDirectory, ensureStoreAt, removeCreatedStore } from "./components.js";
 import { faultPoint } from "./faults.js";
 import { AGENTS_DIR, STAGING_PREFIX, stagingName } from "./layout.js";
 import type { ManifestRow } from "./manifest.js";
@@ -137,6 +137,7 @@ export async function shareStagedTree(
   scope: string,
   staging: string,
   rows: readonly ManifestRow[],
+  taken: TakeBack = newTakeBack(scope),
 ): Promise<{ files: FilesOutcome; touched: string[] }> {
   const files: FilesOutcome = { linked: 0, stored: 0, copied: 0 };
   const fileRows = rows.filter((row): row is FileRow => row.type === "file");
@@ -147,7 +148,7 @@ export async function shareStagedTree(
     files.fallback ??= code;
   };
   try {
-    ensureStoreAt(scope, FILES_STORE, [HELD_ALGORITHM_DIR]);
+    taken.directories.push(...ensureStoreAt(scope, FILES_STORE, [HELD_ALGORITHM_DIR]));
   } catch (error) {
     const code = errnoCode(error) ?? "unavailable";
     for (const row of fileRows) modeOf(join(staging, row.path), row.exec);
@@ -181,8 +182,11 @@ export async function shareStagedTree(
       }
       modeOf(file, row.exec);
       const prefix = dirname(held);
-      ensureDirectory(prefix);
-      if (intern(file, held, damaged.has(held))) {
+      if (ensureDirectory(prefix)) taken.directories.push(prefix);
+      const replace = damaged.has(held);
+      if (intern(file, held, replace)) {
+        // A new held file goes again if the publication fails; a damaged one's replacement stays (it is sound).
+        if (!replace) taken.files.push(held);
         touched.add(prefix);
         good.add(held);
         files.stored += 1;
@@ -211,6 +215,49 @@ export async function shareStagedTree(
   return { files, touched: [...touched] };
 }
 
+/** What a publication added to the layer, taken back when it fails before its rename (takeBackShared). */
+export interface TakeBack {
+  readonly scope: string;
+  /** Held files it stored new. */
+  readonly files: string[];
+  /** Layer directories it created, parents first. */
+  readonly directories: string[];
+}
+
+export function newTakeBack(scope: string): TakeBack {
+  return { scope, files: [], directories: [] };
+}
+
+/**
+ * Undo a failed publication's additions to the layer, once its staging is
+ * removed: each held file it stored goes if nothing links it now (a link
+ * count of 1: another publisher may have linked it meanwhile, and then it
+ * stays), and the directories it created go when empty. Best effort: what
+ * is left is gc's to remove.
+ */
+export function takeBackShared(taken: TakeBack): void {
+  for (const held of taken.files) {
+    try {
+      if (lstatSync(held).nlink === 1) unlinkSync(held);
+    } catch {
+      // gone, or not ours to judge: gc's
+    }
+  }
+  const root = join(taken.scope, ...FILES_STORE);
+  const prefixes = taken.directories.filter((dir) => dir.startsWith(`${heldRoot(taken.scope)}/`));
+  for (const dir of [...new Set([...prefixes, ...taken.files.map((file) => dirname(file))])]) {
+    try {
+      rmdirSync(dir);
+    } catch {
+      // not empty, or gone
+    }
+  }
+  removeCreatedStore(
+    taken.directories.filter((dir) => !prefixes.includes(dir)),
+    root,
+  );
+}
+
 /** Give a staged file its held mode (0444, or 0555 with the exec bit) unless it has it. */
 function modeOf(file: string, exec: boolean): void {
   const mode = lstatSync(file).mode & 0o7777;
@@ -231,13 +278,13 @@ function isRegularFile(path: string): boolean {
  * measured), then make its directories read-only and the whole durable.
  */
 export async function shareAndSeal(
-  scope: string,
   staging: string,
   stored: TreeListing,
   manifest: { bytes(): Buffer },
+  taken: TakeBack,
 ): Promise<FilesOutcome> {
   const rows = (JSON.parse(manifest.bytes().toString("utf8")) as { rows: ManifestRow[] }).rows;
-  const { files, touched } = await shareStagedTree(scope, staging, rows);
+  const { files, touched } = await shareStagedTree(taken.scope, staging, rows, taken);
   await sealStagedTree(staging, stored, perFileDurability(stored), touched);
   return files;
 }
