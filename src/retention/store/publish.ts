@@ -187,9 +187,13 @@ export async function verifyRevision(
       { kind: plan.kind, key: plan.key, dir },
     );
   }
-  const digests = measure
-    ? await measure({ dir, formats: plan.formats, ...walkOptions(plan), ...(onShape ? { onShape } : {}) })
-    : await digestListing(await walkTree(dir, walkOptions(plan)), plan.formats, digestOptions(plan, "verify"));
+  const digests = await linksSettled(() =>
+    measure
+      ? measure({ dir, formats: plan.formats, ...walkOptions(plan), ...(onShape ? { onShape } : {}) })
+      : walkTree(dir, walkOptions(plan)).then((listing) =>
+          digestListing(listing, plan.formats, digestOptions(plan, "verify")),
+        ),
+  );
   const actual = digests[plan.nameFormat]!;
   if (actual !== expected) {
     const found = await treeDifferences(dir);
@@ -212,6 +216,30 @@ export async function verifyRevision(
     );
   }
   return digests;
+}
+
+/** Reads of a stored tree tried again when another publisher's link changed a shared file's ctime under them. */
+const LINK_RETRIES = 8;
+
+/**
+ * A read of a stored tree, tried again while it is refused only because a
+ * file's ctime changed as it was read. A store file is a hard link to a
+ * held file that other revisions share (shared-layer.ts), and a publisher
+ * that links it, or a gc that unlinks a revision's name for it, changes its
+ * ctime and link count, not its bytes; the read's verdict is the hash of
+ * what it read, so another attempt is sound. Anything else, and a ctime
+ * that keeps changing, is refused as before.
+ */
+export async function linksSettled<T>(read: () => Promise<T>): Promise<T> {
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await read();
+    } catch (error) {
+      const details = error instanceof OatsError ? (error.details as Record<string, unknown>) : null;
+      if (attempt >= LINK_RETRIES || details?.["reason"] !== "changed-while-reading" || details["changed"] !== "ctime")
+        throw error;
+    }
+  }
 }
 
 const walkOptions = (plan: Pick<PublishPlan, "maxDepth">): WalkOptions =>
@@ -423,12 +451,16 @@ async function verifyStaged(
   const manifest = new ManifestRecorder();
   try {
     faultPoint("verify-staged", staging);
-    const staged = await digestListing(await walkTree(staging, walkOptions(plan)), plan.formats, {
-      ...digestOptions(plan, "verify", totalBytes),
-      sink: manifest,
-      sinkOrder: "bytes",
+    let recorder = manifest;
+    const staged = await linksSettled(async () => {
+      recorder = new ManifestRecorder();
+      return digestListing(await walkTree(staging, walkOptions(plan)), plan.formats, {
+        ...digestOptions(plan, "verify", totalBytes),
+        sink: recorder,
+        sinkOrder: "bytes",
+      });
     });
-    return { staged, manifest };
+    return { staged, manifest: recorder };
   } catch (error) {
     throw asStepError("verify-staged", error, { staging });
   }
