@@ -6,6 +6,7 @@ import { trustAdd, trustLs, trustRm } from "./commands/trust.js";
 import { auditHead, auditShow, auditVerify } from "./commands/audit.js";
 import { capturePrepare } from "./commands/capture-prepare.js";
 import { cleanup } from "./commands/cleanup.js";
+import { dedupe } from "./commands/dedupe.js";
 import { completion } from "./commands/completion.js";
 import { digest } from "./commands/digest.js";
 import { doctor } from "./doctor.js";
@@ -53,6 +54,7 @@ export const COMMANDS: readonly CommandSpec[] = [
   ls,
   fsck,
   cleanup,
+  dedupe,
   prepare,
   resolutionShow,
   resolutionVerify,

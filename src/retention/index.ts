@@ -145,3 +145,4 @@ export {
   type FilesOutcome,
   type HeldEntry,
 } from "./store/shared-layer.js";
+export { dedupe, type DedupeOptions, type DedupeReport, type DedupeRevision } from "./dedupe.js";

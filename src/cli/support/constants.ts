@@ -32,6 +32,7 @@ export const COMMAND_NAMES = [
   "ls",
   "fsck",
   "cleanup",
+  "dedupe",
   "prepare",
   "resolution show",
   "resolution verify",
