@@ -98,7 +98,8 @@ test("50 near-identical revisions share their files: one inode per distinct cont
   assert.equal(shared.nlink, 51, "the held file and one link per revision");
   assert.equal(lstatSync(heldPath(scope, files["lib/m0.js"]!)).ino, shared.ino);
   assert.equal(lstatSync(heldPath(scope, files["bin/run"]!, true)).ino, lstatSync(join(dirs[7]!, "bin/run")).ino);
-  for (const dir of dirs.slice(0, 3)) await verifyTree(scope, { kind: "source", key: KEY, integrity: `oats.tree-exec.v1:${dir.slice(-71)}` });
+  for (const dir of dirs.slice(0, 3))
+    await verifyTree(scope, { kind: "source", key: KEY, integrity: `oats.tree-exec.v1:${dir.slice(-71)}` });
 });
 
 test("held files and revisions are read-only: files 0444, executables 0555, directories 0555", async () => {
