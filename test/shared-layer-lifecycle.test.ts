@@ -40,7 +40,7 @@ function tree(files: Record<string, string>): string {
 
 const OLD = new Date(Date.now() - 48 * 3600 * 1000);
 
-test("gc removes the held files no revision links, and keeps those another revision still links", async () => {
+test("gc removes the held files no revision links, and keeps those another " + "revision still links", async () => {
   const scope = tempDir();
   const a = await retainTree(scope, {
     kind: "capture",
@@ -110,25 +110,28 @@ test("fsck reports a damaged held file once, however many revisions link it", as
   assert.equal(report.classes.revisions.filter((finding) => finding.code === "integrity-mismatch").length, 3);
 });
 
-test("fsck reports a writable held file, revision file and revision directory (never a symlink's own mode)", async () => {
-  const scope = tempDir();
-  const source = tree({ "sub/x.txt": "x\n", "y.txt": "y\n" });
-  symlinkSync("sub/x.txt", join(source, "link"));
-  const a = await retainTree(scope, { kind: "capture", key: "a", source });
-  assert.equal((await fsckScope(scope)).ok, true, "a symlink's 0777 is not a writable entry");
-  chmodSync(join(a.dir, "sub/x.txt"), 0o644); // the same inode as the held file
-  chmodSync(join(a.dir, "sub"), 0o755);
-  const report = await fsckScope(scope);
-  const writable = report.classes.files
-    .filter((finding) => finding.details["reason"] === "writable")
-    .map((finding) => finding.path)
-    .sort();
-  assert.deepEqual(writable, [join(a.dir, "sub"), join(a.dir, "sub/x.txt"), heldPath(scope, "x\n")].sort());
-  assert.equal(report.ok, false);
-  assert.equal(report.classes.revisions.length, 0, "the bytes are intact");
-});
+test(
+  "fsck reports a writable held file, revision file and revision " + "directory (never a symlink's own mode)",
+  async () => {
+    const scope = tempDir();
+    const source = tree({ "sub/x.txt": "x\n", "y.txt": "y\n" });
+    symlinkSync("sub/x.txt", join(source, "link"));
+    const a = await retainTree(scope, { kind: "capture", key: "a", source });
+    assert.equal((await fsckScope(scope)).ok, true, "a symlink's 0777 is not a writable entry");
+    chmodSync(join(a.dir, "sub/x.txt"), 0o644); // the same inode as the held file
+    chmodSync(join(a.dir, "sub"), 0o755);
+    const report = await fsckScope(scope);
+    const writable = report.classes.files
+      .filter((finding) => finding.details["reason"] === "writable")
+      .map((finding) => finding.path)
+      .sort();
+    assert.deepEqual(writable, [join(a.dir, "sub"), join(a.dir, "sub/x.txt"), heldPath(scope, "x\n")].sort());
+    assert.equal(report.ok, false);
+    assert.equal(report.classes.revisions.length, 0, "the bytes are intact");
+  },
+);
 
-test("fsck reports a path that no longer links its held file, though its bytes are intact", async () => {
+test("fsck reports a path that no longer links its held file, though its " + "bytes are intact", async () => {
   const scope = tempDir();
   const a = await retainTree(scope, { kind: "capture", key: "a", source: tree({ "x.txt": "x\n", "y.txt": "y\n" }) });
   const path = join(a.dir, "x.txt");

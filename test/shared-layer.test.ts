@@ -102,7 +102,7 @@ test("50 near-identical revisions share their files: one inode per distinct cont
     await verifyTree(scope, { kind: "source", key: KEY, integrity: `oats.tree-exec.v1:${dir.slice(-71)}` });
 });
 
-test("held files and revisions are read-only: files 0444, executables 0555, directories 0555", async () => {
+test("held files and revisions are read-only: files 0444, executables 0555, " + "directories 0555", async () => {
   const scope = tempDir();
   const source = tree({ "a.txt": "a\n", "sub/deep/run.sh": "#!/bin/sh\n" }, ["sub/deep/run.sh"]);
   chmodSync(join(source, "a.txt"), 0o600);
@@ -120,86 +120,95 @@ test("held files and revisions are read-only: files 0444, executables 0555, dire
   assert.equal(lstatSync(join(source, "a.txt")).nlink, 1);
 });
 
-test("a damaged held file is never linked: it is reported, and replaced atomically by the verified source bytes", async () => {
-  const scope = tempDir();
-  const first = await retainTree(scope, { kind: "capture", key: "one", source: tree({ "x.txt": "shared\n" }) });
-  const held = heldPath(scope, "shared\n");
-  const damagedIno = lstatSync(held).ino;
-  chmodSync(held, 0o644);
-  writeFileSync(held, "rotten\n");
-  const second = await retainTree(scope, {
-    kind: "capture",
-    key: "two",
-    source: tree({ "x.txt": "shared\n", "y.txt": "other\n" }),
-  });
-  assert.deepEqual(second.files, {
-    linked: 0,
-    stored: 2,
-    copied: 0,
-    damaged: [{ held, expected: sha256("shared\n"), actual: sha256("rotten\n") }],
-  });
-  const stored = lstatSync(join(second.dir, "x.txt"));
-  assert.notEqual(stored.ino, damagedIno, "the damaged file was not linked");
-  assert.equal(lstatSync(held).ino, stored.ino, "the held name now has the verified bytes");
-  assert.equal(lstatSync(held).mode & 0o7777, 0o444);
-  assert.equal(readFileSync(held, "utf8"), "shared\n");
-  await verifyTree(scope, { kind: "capture", key: "two", integrity: second.integrity });
-  // The first revision still links the damaged inode: it is damaged, and verification says so.
-  assert.equal(lstatSync(join(first.dir, "x.txt")).ino, damagedIno);
-  await assert.rejects(verifyTree(scope, { kind: "capture", key: "one", integrity: first.integrity }), {
-    code: "integrity-mismatch",
-  });
-  // No staging name is left in the layer.
-  assert.ok(heldFiles(scope).every((path) => !path.includes(".staging-")));
-});
+test(
+  "a damaged held file is never linked: it is reported, and replaced " + "atomically by the verified source bytes",
+  async () => {
+    const scope = tempDir();
+    const first = await retainTree(scope, { kind: "capture", key: "one", source: tree({ "x.txt": "shared\n" }) });
+    const held = heldPath(scope, "shared\n");
+    const damagedIno = lstatSync(held).ino;
+    chmodSync(held, 0o644);
+    writeFileSync(held, "rotten\n");
+    const second = await retainTree(scope, {
+      kind: "capture",
+      key: "two",
+      source: tree({ "x.txt": "shared\n", "y.txt": "other\n" }),
+    });
+    assert.deepEqual(second.files, {
+      linked: 0,
+      stored: 2,
+      copied: 0,
+      damaged: [{ held, expected: sha256("shared\n"), actual: sha256("rotten\n") }],
+    });
+    const stored = lstatSync(join(second.dir, "x.txt"));
+    assert.notEqual(stored.ino, damagedIno, "the damaged file was not linked");
+    assert.equal(lstatSync(held).ino, stored.ino, "the held name now has the verified bytes");
+    assert.equal(lstatSync(held).mode & 0o7777, 0o444);
+    assert.equal(readFileSync(held, "utf8"), "shared\n");
+    await verifyTree(scope, { kind: "capture", key: "two", integrity: second.integrity });
+    // The first revision still links the damaged inode: it is damaged, and verification says so.
+    assert.equal(lstatSync(join(first.dir, "x.txt")).ino, damagedIno);
+    await assert.rejects(verifyTree(scope, { kind: "capture", key: "one", integrity: first.integrity }), {
+      code: "integrity-mismatch",
+    });
+    // No staging name is left in the layer.
+    assert.ok(heldFiles(scope).every((path) => !path.includes(".staging-")));
+  },
+);
 
-test("a held file at its link-count limit (EMLINK, real) leaves the file a private copy, and the receipt says so", async () => {
-  const scope = tempDir();
-  const first = await retainTree(scope, { kind: "capture", key: "one", source: tree({ "x.txt": "busy\n" }) });
-  const held = heldPath(scope, "busy\n");
-  // ext4 allows 65,000 links to an inode; take the rest.
-  const spare = join(scope, "spare-links");
-  mkdirSync(spare);
-  try {
-    for (let i = lstatSync(held).nlink; ; i++) linkSync(held, join(spare, `l${i}`));
-  } catch (error) {
-    assert.equal((error as NodeJS.ErrnoException).code, "EMLINK", "the filesystem has a link limit");
-  }
-  const second = await retainTree(scope, {
-    kind: "capture",
-    key: "two",
-    source: tree({ "x.txt": "busy\n", "y.txt": "free\n" }),
-  });
-  assert.deepEqual(second.files, { linked: 0, stored: 1, copied: 1, fallback: "EMLINK" });
-  const copy = lstatSync(join(second.dir, "x.txt"));
-  assert.notEqual(copy.ino, lstatSync(held).ino);
-  assert.equal(copy.nlink, 1);
-  assert.equal(copy.mode & 0o7777, 0o444, "a private copy is read-only too");
-  assert.equal(lstatSync(join(first.dir, "x.txt")).ino, lstatSync(held).ino);
-  await verifyTree(scope, { kind: "capture", key: "two", integrity: second.integrity });
-  rmSync(spare, { recursive: true, force: true });
-});
+test(
+  "a held file at its link-count limit (EMLINK, real) leaves the file a " + "private copy, and the receipt says so",
+  async () => {
+    const scope = tempDir();
+    const first = await retainTree(scope, { kind: "capture", key: "one", source: tree({ "x.txt": "busy\n" }) });
+    const held = heldPath(scope, "busy\n");
+    // ext4 allows 65,000 links to an inode; take the rest.
+    const spare = join(scope, "spare-links");
+    mkdirSync(spare);
+    try {
+      for (let i = lstatSync(held).nlink; ; i++) linkSync(held, join(spare, `l${i}`));
+    } catch (error) {
+      assert.equal((error as NodeJS.ErrnoException).code, "EMLINK", "the filesystem has a link limit");
+    }
+    const second = await retainTree(scope, {
+      kind: "capture",
+      key: "two",
+      source: tree({ "x.txt": "busy\n", "y.txt": "free\n" }),
+    });
+    assert.deepEqual(second.files, { linked: 0, stored: 1, copied: 1, fallback: "EMLINK" });
+    const copy = lstatSync(join(second.dir, "x.txt"));
+    assert.notEqual(copy.ino, lstatSync(held).ino);
+    assert.equal(copy.nlink, 1);
+    assert.equal(copy.mode & 0o7777, 0o444, "a private copy is read-only too");
+    assert.equal(lstatSync(join(first.dir, "x.txt")).ino, lstatSync(held).ino);
+    await verifyTree(scope, { kind: "capture", key: "two", integrity: second.integrity });
+    rmSync(spare, { recursive: true, force: true });
+  },
+);
 
-test("a layer on another filesystem (EXDEV, injected) leaves every file a private copy, and the receipt says so", async () => {
-  const scope = tempDir();
-  setFaultHook((step) => {
-    if (step === "link") throw Object.assign(new Error("cross-device link"), { code: "EXDEV" });
-  });
-  const receipt = await retainTree(scope, {
-    kind: "capture",
-    key: "xdev",
-    source: tree({ "a.txt": "a\n", "b.txt": "b\n", "c.txt": "a\n" }),
-  });
-  setFaultHook(null);
-  assert.deepEqual(receipt.files, { linked: 0, stored: 0, copied: 3, fallback: "EXDEV" });
-  for (const stats of regularFiles(receipt.dir).values()) {
-    assert.equal(stats.nlink, 1);
-    assert.equal(stats.mode & 0o7777, 0o444);
-  }
-  assert.deepEqual(heldFiles(scope), []);
-  assert.equal(
-    readdirSync(join(receipt.dir)).some((name) => name.startsWith(".staging-")),
-    false,
-  );
-  await verifyTree(scope, { kind: "capture", key: "xdev", integrity: receipt.integrity });
-});
+test(
+  "a layer on another filesystem (EXDEV, injected) leaves every file a " + "private copy, and the receipt says so",
+  async () => {
+    const scope = tempDir();
+    setFaultHook((step) => {
+      if (step === "link") throw Object.assign(new Error("cross-device link"), { code: "EXDEV" });
+    });
+    const receipt = await retainTree(scope, {
+      kind: "capture",
+      key: "xdev",
+      source: tree({ "a.txt": "a\n", "b.txt": "b\n", "c.txt": "a\n" }),
+    });
+    setFaultHook(null);
+    assert.deepEqual(receipt.files, { linked: 0, stored: 0, copied: 3, fallback: "EXDEV" });
+    for (const stats of regularFiles(receipt.dir).values()) {
+      assert.equal(stats.nlink, 1);
+      assert.equal(stats.mode & 0o7777, 0o444);
+    }
+    assert.deepEqual(heldFiles(scope), []);
+    assert.equal(
+      readdirSync(join(receipt.dir)).some((name) => name.startsWith(".staging-")),
+      false,
+    );
+    await verifyTree(scope, { kind: "capture", key: "xdev", integrity: receipt.integrity });
+  },
+);

@@ -21,7 +21,9 @@ export async function checkLayer(
       path: damaged.path,
       code: "integrity-mismatch",
       kind: "mismatch",
-      message: `held file does not hash to its name: expected ${damaged.expected}, found ${damaged.actual ?? "unreadable"}`,
+      message:
+        "held file does not hash to its name: " +
+        `expected ${damaged.expected}, found ${damaged.actual ?? "unreadable"}`,
       details: { ...damaged, reason: "damaged-held-file" },
     });
   for (const entry of layer.writable)

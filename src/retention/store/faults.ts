@@ -2,8 +2,9 @@
  * Fault injection for the publication steps. Production code calls
  * `faultPoint(step)` at each step whose failure cannot be produced on demand
  * (a full disk during copy, a failed move of an adopted tree, an fsync
- * error, a failed rename, a hard link the filesystem refuses (EXDEV, EMLINK), a run's record that cannot be written after its
- * footer was); tests install a hook that throws there. With
+ * error, a failed rename, a hard link the filesystem refuses (EXDEV), a
+ * run's record that cannot be written after its footer was); tests install
+ * a hook that throws there. With
  * no hook installed this is a no-op.
  */
 export type PublishStep = "copy" | "adopt" | "fsync" | "verify-staged" | "link" | "rename" | "cleanup" | "record";
