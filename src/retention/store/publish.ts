@@ -33,6 +33,7 @@ import type { Measure } from "../parallel/pool.js";
 import { withRevisionLock } from "./publish-lock.js";
 import { StagingWriter, makeDurable, perFileDurability, removeTree } from "./staging-writer.js";
 import { newTakeBack, shareAndSeal, takeBackShared, type FilesOutcome } from "./shared-layer.js";
+import { SharingWriter } from "./sharing-writer.js";
 
 /**
  * Stage, verify, rename (contract section 5). The tree is copied into a
@@ -293,6 +294,7 @@ async function publishCopy(plan: PublishPlan, stored: TreeListing): Promise<Publ
 
   const { created, staging } = await createStaging(plan, parent, segments);
   const writer = new StagingWriter(staging, stored, { shared: true });
+  const sharing = new SharingWriter(plan.scope, staging, writer);
   const taken = newTakeBack(plan.scope);
   try {
     writer.prepareDirectories();
@@ -311,7 +313,7 @@ async function publishCopy(plan: PublishPlan, stored: TreeListing): Promise<Publ
               },
             }
           : {}),
-        sink: writer,
+        sink: sharing,
         sinkOrder: FRAMINGS[plan.nameFormat].order,
       });
     } finally {
@@ -336,7 +338,7 @@ async function publishCopy(plan: PublishPlan, stored: TreeListing): Promise<Publ
       });
     }
     checkExpectedAlso(plan, staged);
-    const files = await shareAndSeal(staging, stored, manifest, taken);
+    const files = await shareAndSeal(staging, stored, manifest, taken, sharing);
     return await commit(plan, parent, destination(measured), staging, staged, manifest, files);
   } catch (error) {
     await discardStaging(staging, error);

@@ -64,11 +64,16 @@ export interface FilesOutcome {
 }
 
 /** Link errors after which a file stays a private copy: the layer cannot link it here. */
-const FALLBACK_CODES = new Set(["EXDEV", "EMLINK", "EPERM", "ENOTSUP", "EOPNOTSUPP", "EACCES", "EROFS"]);
+export const FALLBACK_CODES = new Set(["EXDEV", "EMLINK", "EPERM", "ENOTSUP", "EOPNOTSUPP", "EACCES", "EROFS"]);
 
 function link(from: string, to: string): void {
   faultPoint("link", to);
   linkSync(from, to);
+}
+
+/** Link a verified held file to a new name (a staging path nothing has written yet). */
+export function linkNew(held: string, target: string): void {
+  link(held, target);
 }
 
 /** Replace `target` by a hard link to `held`: linked beside it under a staging name, then renamed over it. */
@@ -138,9 +143,15 @@ export async function shareStagedTree(
   staging: string,
   rows: readonly ManifestRow[],
   taken: TakeBack = newTakeBack(scope),
+  already: { readonly linked: ReadonlySet<string>; readonly fallback: string | null } = {
+    linked: new Set(),
+    fallback: null,
+  },
 ): Promise<{ files: FilesOutcome; touched: string[] }> {
-  const files: FilesOutcome = { linked: 0, stored: 0, copied: 0 };
-  const fileRows = rows.filter((row): row is FileRow => row.type === "file");
+  const files: FilesOutcome = { linked: already.linked.size, stored: 0, copied: 0 };
+  if (already.fallback !== null) files.fallback = already.fallback;
+  // Files the copy pass linked from verified held files (sharing-writer.ts) are done.
+  const fileRows = rows.filter((row): row is FileRow => row.type === "file" && !already.linked.has(row.path));
   const touched = new Set<string>();
   if (fileRows.length === 0) return { files, touched: [] };
   const fallBack = (code: string) => {
@@ -282,9 +293,10 @@ export async function shareAndSeal(
   stored: TreeListing,
   manifest: { bytes(): Buffer },
   taken: TakeBack,
+  already?: { readonly linked: ReadonlySet<string>; readonly fallback: string | null },
 ): Promise<FilesOutcome> {
   const rows = (JSON.parse(manifest.bytes().toString("utf8")) as { rows: ManifestRow[] }).rows;
-  const { files, touched } = await shareStagedTree(taken.scope, staging, rows, taken);
+  const { files, touched } = await shareStagedTree(taken.scope, staging, rows, taken, already);
   await sealStagedTree(staging, stored, perFileDurability(stored), touched);
   return files;
 }
