@@ -15,6 +15,7 @@ import {
   mkdirSync,
   readFileSync,
   readdirSync,
+  realpathSync,
   rmSync,
   type Stats,
   writeFileSync,
@@ -23,6 +24,7 @@ import { join } from "node:path";
 import { afterEach, test } from "node:test";
 import { retainTree, verifyTree } from "../src/index.js";
 import { setFaultHook } from "../src/retention/store/faults.js";
+import { copyVerifiedTree, removeRunCopy } from "../src/captures/run-copy.js";
 import { tempDir } from "./helpers.js";
 
 afterEach(() => setFaultHook(null));
@@ -212,3 +214,31 @@ test(
     await verifyTree(scope, { kind: "capture", key: "xdev", integrity: receipt.integrity });
   },
 );
+
+test("a run copy of a shared revision is a private, writable copy: never a link into the layer", async () => {
+  const scope = tempDir();
+  const source = tree({ "bin/run": "#!/bin/sh\n", "data/a.txt": "a\n" }, ["bin/run"]);
+  const receipt = await retainTree(scope, { kind: "capture", key: "runnable", source });
+  const copy = await copyVerifiedTree(realpathSync(scope), {
+    kind: "capture",
+    key: "runnable",
+    integrity: `${receipt.integrity.format}:${receipt.integrity.value}`,
+  });
+  try {
+    const files = regularFiles(join(copy.dir, "tree"));
+    assert.deepEqual([...files.keys()].sort(), ["bin/run", "data/a.txt"]);
+    for (const [path, stats] of files) {
+      assert.equal(stats.nlink, 1, `${path} is not a link`);
+      assert.notEqual(stats.ino, lstatSync(join(receipt.dir, path)).ino);
+    }
+    // The modes a copy had before the layer: owner write back, group and other never.
+    assert.equal(files.get("bin/run")!.mode & 0o7777, 0o755);
+    assert.equal(files.get("data/a.txt")!.mode & 0o7777, 0o644);
+    assert.equal(lstatSync(join(copy.dir, "tree/data")).mode & 0o7777, 0o755);
+    // The store is untouched: still read-only, still one link per revision plus the held file.
+    assert.equal(lstatSync(join(receipt.dir, "data/a.txt")).nlink, 2);
+    assert.equal(lstatSync(join(receipt.dir, "data/a.txt")).mode & 0o7777, 0o444);
+  } finally {
+    await removeRunCopy(copy);
+  }
+});
