@@ -1,5 +1,5 @@
 import { lstatSync, readSync, closeSync, readdirSync } from "node:fs";
-import { rename } from "node:fs/promises";
+import { chmod, lstat, rename } from "node:fs/promises";
 import { basename, dirname, join, resolve } from "node:path";
 import { randomBytes } from "node:crypto";
 import { OatsError, asStepError, errnoCode } from "../core/index.js";
@@ -222,6 +222,24 @@ async function withSourceTree<T>(
   });
 }
 
+/**
+ * Rename a revision directory to another parent. A published revision is
+ * read-only (0555), and moving a directory to another parent rewrites its
+ * `..` entry, which takes write permission on it: it is given owner write
+ * for the move, and its own mode back after.
+ */
+async function moveDirectory(from: string, to: string): Promise<void> {
+  const mode = (await lstat(from)).mode & 0o7777;
+  if ((mode & 0o200) === 0) await chmod(from, mode | 0o200);
+  try {
+    await rename(from, to);
+  } catch (error) {
+    await chmod(from, mode).catch(() => undefined);
+    throw error;
+  }
+  await chmod(to, mode);
+}
+
 function quarantineName(ref: ArtifactRef): string {
   const stamp = new Date()
     .toISOString()
@@ -304,7 +322,7 @@ async function repairFrom(
         const quarantine = assertContained(root, join(root, quarantineName(ref)), `quarantine of ${text}`);
         await withRevisionLock(dirname(dir), basename(dir), waitMs, async () => {
           try {
-            await rename(dir, quarantine);
+            await moveDirectory(dir, quarantine);
           } catch (error) {
             throw asStepError("quarantine", error, { dir, quarantine });
           }
@@ -325,7 +343,7 @@ async function repairFrom(
               );
         } catch (error) {
           // Put the damaged tree back where it was, so a failed repair changes nothing.
-          await rename(quarantine, dir).catch(() => undefined);
+          await moveDirectory(quarantine, dir).catch(() => undefined);
           throw error;
         }
         const entry = await audit(realScope, {
