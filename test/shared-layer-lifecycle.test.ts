@@ -19,7 +19,8 @@ import {
 } from "node:fs";
 import { dirname, join } from "node:path";
 import { test } from "node:test";
-import { fsckScope, gc, retainTree, verifyTree } from "../src/index.js";
+import { cleanupStaging, fsckScope, gc, retainTree, verifyTree } from "../src/index.js";
+import { hostTag } from "../src/retention/store/layout.js";
 import { tempDir } from "./helpers.js";
 
 const sha256 = (bytes: Buffer | string) => createHash("sha256").update(bytes).digest("hex");
@@ -147,4 +148,19 @@ test("fsck reports a path that no longer links its held file, though its " + "by
   assert.equal(broken[0]!.details["held"], heldPath(scope, "x\n"));
   assert.equal(report.classes.revisions.length, 0, "the revision still verifies");
   assert.equal(report.ok, false);
+});
+
+test("a replacement staged in the layer by a crashed publisher is staging: fsck names it, cleanup removes it", async () => {
+  const scope = tempDir();
+  await retainTree(scope, { kind: "capture", key: "a", source: tree({ "x.txt": "x\n" }) });
+  const held = heldPath(scope, "x\n");
+  const crashed = join(dirname(held), `.staging-${hostTag()}-999999999-${"ab".repeat(6)}`);
+  writeFileSync(crashed, "x\n", { mode: 0o444 });
+  const report = await fsckScope(scope);
+  assert.ok(report.classes.staging.some((finding) => finding.path === crashed));
+  assert.equal(report.ok, true, "staging is a notice");
+  const cleaned = await cleanupStaging(scope);
+  assert.deepEqual(cleaned.removed, [crashed]);
+  assert.equal(existsSync(crashed), false);
+  assert.equal(existsSync(held), true, "the held file stays");
 });
