@@ -150,17 +150,20 @@ test("fsck reports a path that no longer links its held file, though its " + "by
   assert.equal(report.ok, false);
 });
 
-test("a replacement staged in the layer by a crashed publisher is staging: fsck names it, cleanup removes it", async () => {
-  const scope = tempDir();
-  await retainTree(scope, { kind: "capture", key: "a", source: tree({ "x.txt": "x\n" }) });
-  const held = heldPath(scope, "x\n");
-  const crashed = join(dirname(held), `.staging-${hostTag()}-999999999-${"ab".repeat(6)}`);
-  writeFileSync(crashed, "x\n", { mode: 0o444 });
-  const report = await fsckScope(scope);
-  assert.ok(report.classes.staging.some((finding) => finding.path === crashed));
-  assert.equal(report.ok, true, "staging is a notice");
-  const cleaned = await cleanupStaging(scope);
-  assert.deepEqual(cleaned.removed, [crashed]);
-  assert.equal(existsSync(crashed), false);
-  assert.equal(existsSync(held), true, "the held file stays");
-});
+test(
+  "a replacement staged in the layer by a crashed publisher is staging: fsck names it, " + "cleanup removes it",
+  async () => {
+    const scope = tempDir();
+    await retainTree(scope, { kind: "capture", key: "a", source: tree({ "x.txt": "x\n" }) });
+    const held = heldPath(scope, "x\n");
+    const crashed = join(dirname(held), `.staging-${hostTag()}-999999999-${"ab".repeat(6)}`);
+    writeFileSync(crashed, "x\n", { mode: 0o444 });
+    const report = await fsckScope(scope);
+    assert.ok(report.classes.staging.some((finding) => finding.path === crashed));
+    assert.equal(report.ok, true, "staging is a notice");
+    const cleaned = await cleanupStaging(scope);
+    assert.deepEqual(cleaned.removed, [crashed]);
+    assert.equal(existsSync(crashed), false);
+    assert.equal(existsSync(held), true, "the held file stays");
+  },
+);
