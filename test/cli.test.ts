@@ -106,6 +106,8 @@ describe("JSON envelope on success", () => {
       execIntegrity: { format: "oats.tree-exec.v1", value: EXEC },
       dir,
       status: "retained",
+      // Every file new to the scope's shared file layer.
+      files: { linked: 0, stored: 5, copied: 0 },
       pinned: true,
     });
 
