@@ -90,6 +90,12 @@ function directoriesOf(dir: string): string[] {
   return out;
 }
 
+/**
+ * List (the default) or, with `apply`, convert the revisions of `scope`
+ * whose regular files are not links into the shared file layer (stored
+ * before it). A conversion runs under a publisher's lease; each revision is
+ * verified in full first, and a damaged one is reported and left alone.
+ */
 export async function dedupe(scope: string, options: DedupeOptions = {}): Promise<DedupeReport> {
   const realScope = resolveScope(scope);
   const survey = (): { pending: { entry: RetainedEntry; files: number; bytes: number }[]; shared: number } => {
