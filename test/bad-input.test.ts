@@ -9,7 +9,9 @@ import { execFileSync } from "node:child_process";
 import {
   chmodSync,
   existsSync,
+  lstatSync,
   mkdirSync,
+  readdirSync,
   readFileSync,
   renameSync,
   rmSync,
@@ -128,6 +130,22 @@ async function populatedScope(): Promise<Populated> {
   return { scope, legacy, exec, capture };
 }
 
+/** Give every regular file under `dir` an inode of its own (same bytes and mode), and the directories owner write. */
+function unshareTree(dir: string): void {
+  chmodSync(dir, 0o755);
+  for (const name of readdirSync(dir)) {
+    const path = join(dir, name);
+    const stats = lstatSync(path);
+    if (stats.isDirectory()) unshareTree(path);
+    else if (stats.isFile()) {
+      const bytes = readFileSync(path);
+      unlinkSync(path);
+      writeFileSync(path, bytes, { mode: stats.mode & 0o7777 });
+      chmodSync(path, stats.mode & 0o7777);
+    }
+  }
+}
+
 const artifacts = (scope: string, kind = "capabilities") => join(scope, ".agents", kind, "artifacts");
 
 // ---------------------------------------------------------------------------
@@ -149,8 +167,9 @@ describe("baseline: the fixture retains and verifies", () => {
         .status,
       "kept",
     );
+    const { files: _files, ...published } = capture;
     assert.deepEqual(await retainTree(scope, { kind: "capture", key: "cap", source: fixtureCopy() }), {
-      ...capture,
+      ...published,
       status: "kept",
     });
     assert.equal((await verifyRetainedCapability(scope, ID, lock())).status, "verified");
@@ -468,7 +487,14 @@ describe("source trees", () => {
     symlinkSync("./bin/../oats.json", join(source, "odd-spelling.json"));
     const scope = tempDir("oats-scope-");
     const receipt = await retainCapabilityArtifact(scope, source, ID, await lockFor(source));
-    assert.deepEqual(snapshotTree(receipt.dir), snapshotTree(source));
+    // Bytes, exec bits and link text as the source has them; the store's modes are the shared layer's, read-only.
+    const readOnly = snapshotTree(source).map((row) => {
+      const [type, path, mode, rest] = row.split(" ");
+      if (type === "D") return `D ${path} 555`;
+      if (type === "F") return `F ${path} ${(Number.parseInt(mode!, 8) & 0o100) !== 0 ? "555" : "444"} ${rest}`;
+      return row;
+    });
+    assert.deepEqual(snapshotTree(receipt.dir), readOnly);
   });
 
   test("a missing source, or a file as source, is invalid-input", async () => {
@@ -849,6 +875,8 @@ describe("a damaged existing revision", () => {
     test(`tree-exec revision with ${name}: refused on retain and verify, never repaired`, async () => {
       const { scope, exec, capture } = await populatedScope();
       for (const receipt of [exec, capture]) {
+        // The two revisions share their files (the shared file layer): each is damaged in copies of its own.
+        unshareTree(receipt.dir);
         damage(receipt.dir);
         const actual = (await digestTree(receipt.dir, [TREE_EXEC]))[TREE_EXEC];
         assert.notEqual(actual, receipt.integrity.value);
