@@ -13,6 +13,7 @@ import {
   inspectStore,
   RUN_COPIES_STORE,
   parseArtifactRef,
+  type ArtifactRefInput,
   parseStagingName,
   retainedTreeDir,
   stagingName,
@@ -119,7 +120,7 @@ function createRunDirectory(realScope: string): string {
  */
 export async function copyVerifiedTree(
   realScope: string,
-  input: { kind?: unknown; key: unknown; integrity: unknown },
+  input: ArtifactRefInput,
 ): Promise<RunCopy> {
   const ref = parseArtifactRef(input);
   const format = ref.integrity.format === TREE_LEGACY ? TREE_LEGACY : TREE_EXEC;

@@ -17,6 +17,7 @@ import {
   readLockFile,
   parseLock,
   type OatsLock,
+  type OatsLockInput,
   checkProvenance,
   expectedProvenance,
   retainCapabilityArtifact,
@@ -69,7 +70,7 @@ export interface RepairOptions {
   /** A directory, an npm-style package tarball (gzip) or an oats bundle (tar). */
   readonly from: string;
   /** For a legacy-named capability: the oats lock (a path or a parsed lock) whose row names the revision. */
-  readonly lock?: unknown;
+  readonly lock?: string | OatsLockInput;
   readonly lockWaitMs?: number;
 }
 
@@ -230,7 +231,7 @@ function quarantineName(ref: ArtifactRef): string {
   return `${stamp}-${ref.kind}-${ref.key}-${ref.integrity.value.slice(7, 19)}-${randomBytes(4).toString("hex")}`;
 }
 
-function legacyLock(ref: ArtifactRef, lockInput: unknown): OatsLock {
+function legacyLock(ref: ArtifactRef, lockInput: string | OatsLockInput | undefined): OatsLock {
   if (lockInput === undefined) {
     throw new OatsError(
       "usage",

@@ -15,7 +15,7 @@ import { capabilityArtifactEntry } from "./artifact-entry.js";
 import { escapePointerSegment, findArgSecrets, findSecrets } from "./secrets.js";
 import { isAbsolute, join, resolve } from "node:path";
 import { z } from "zod";
-import { OatsError, bytesDigest, OPERATOR_MAX_DEPTH, parseJsonText } from "../core/index.js";
+import { type JsonValue, OatsError, bytesDigest, OPERATOR_MAX_DEPTH, parseJsonText } from "../core/index.js";
 import { checkReadiness, resolveEntrypoint } from "./read.js";
 import { INSTALLED_DIR, identifier, parseLegacyCommand, type ParsedEntrypoint } from "./legacy-command.js";
 import type { ResolutionRecord } from "./record.js";
@@ -175,7 +175,7 @@ function readInstanceFile(instanceHome: string): { path: string; bytes: Buffer; 
  * records it as unresolved instead of refusing the whole migration.
  */
 function looksSecret(value: unknown, key = ""): boolean {
-  return findSecrets(value, "", { key }).length > 0;
+  return findSecrets(value as JsonValue, "", { key }).length > 0;
 }
 
 function argsLookSecret(args: readonly string[]): boolean {
