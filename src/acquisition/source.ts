@@ -64,7 +64,7 @@ function checkIdentity(identity: unknown): string {
   );
 }
 
-function checkRevision(revision: unknown): string {
+function checkRevision(revision: string): string {
   return revision === "local" ? revision : assertFullCommit(revision);
 }
 

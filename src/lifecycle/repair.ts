@@ -252,7 +252,15 @@ function legacyLock(ref: ArtifactRef, lockInput: string | OatsLockInput | undefi
   return lock;
 }
 
-export async function repair(scope: string, refInput: unknown, options: RepairOptions): Promise<RepairResult> {
+/**
+ * Replace a damaged revision with bytes from `options.from` that hash to its own digest, in the order above:
+ * the damaged tree is quarantined, never deleted, and the repair audited. Refuses a malformed reference
+ * (`invalid-artifact-reference`), a revision not retained (`artifact-not-found`), an intact one (`invalid-input`,
+ * reason `not-damaged`), a replacement with other content (`integrity-mismatch`) and, for a legacy-named
+ * capability, a missing or mismatched lock (`usage`, `invalid-input`).
+ * @param refInput the revision, `<kind>:<key>@<integrity>`
+ */
+export async function repair(scope: string, refInput: string, options: RepairOptions): Promise<RepairResult> {
   if (typeof refInput !== "string")
     throw new OatsError("invalid-artifact-reference", "repair names <kind>:<key>@<integrity>", { ref: refInput });
   const parsed = parseExportRef(refInput);
