@@ -244,6 +244,14 @@ async function extractHashing(
   return sha512Text(hash);
 }
 
+/**
+ * Retain straight from an npm-style package tarball, in the order above: a capability by its lock row (`{id,
+ * lock}`), or a tree by `{kind, key, expect?}`. Refuses a bad request or tarball integrity (`invalid-input`)
+ * before anything is created, tarball bytes that differ from `tarballIntegrity` (`integrity-mismatch`), an unsafe
+ * entry (the refusals of {@link extractTar}), and then what the directory retains refuse.
+ * @param tarballPath a regular file, opened once and never through a symlink
+ * @returns the receipt, with the sha512 SRI of the tarball bytes
+ */
 export async function retainTarball(
   scope: string,
   tarballPath: string,
