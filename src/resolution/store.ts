@@ -272,6 +272,10 @@ function writeInstanceRefLeased(realScope: string, instance: string, resolution:
   return ref;
 }
 
+/**
+ * The resolution an instance currently runs: its instance reference, read and checked. `resolution-not-found` when
+ * the instance has none in this scope; a malformed name or reference is refused.
+ */
 export function readInstanceRef(scope: string, instance: string): InstanceRef {
   const realScope = resolveScope(scope);
   const path = instanceRefPath(realScope, instance);
