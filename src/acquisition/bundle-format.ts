@@ -82,7 +82,10 @@ export function parseExportRef(input: ExportRef): ParsedExportRef {
         { ref: input },
       );
     }
-    return { type: "artifact", ref: parseArtifactRef({ kind: match[1] as ArtifactKind, key: match[2]!, integrity: match[3]! }) };
+    return {
+      type: "artifact",
+      ref: parseArtifactRef({ kind: match[1] as ArtifactKind, key: match[2]!, integrity: match[3]! }),
+    };
   }
   if (typeof input !== "object" || input === null)
     throw new OatsError("invalid-artifact-reference", "an export reference is a string or {kind, key, integrity}", {

@@ -290,11 +290,7 @@ export function approve(
 }
 
 /** Revoke (the latest decision wins, so queued work is refused from now on); returns the entry as written. */
-export function revoke(
-  scope: string,
-  subject: ApprovalSubjectInput,
-  options: DecisionOptions,
-): Promise<ApprovalEntry> {
+export function revoke(scope: string, subject: ApprovalSubjectInput, options: DecisionOptions): Promise<ApprovalEntry> {
   return decide("revoke", scope, subject, options);
 }
 
@@ -326,10 +322,7 @@ function checkEntry(entry: ChainEntry): ApprovalEntry {
  * chain is broken, when a log no longer extends the operator's checkpoint,
  * or when the ledger and the audit log disagree about the decision.
  */
-export function approvalState(
-  scope: string,
-  subjectInput: ApprovalSubjectInput,
-): ApprovalState {
+export function approvalState(scope: string, subjectInput: ApprovalSubjectInput): ApprovalState {
   const subject = parseApprovalSubject(subjectInput);
   const check = latestDecision(scope, subject);
   if (check.state === "mismatch") throw mismatchError(subject, check);
@@ -343,10 +336,7 @@ export function approvalState(
  * as approvalState. An approval is relied on only when the operator's private state can anchor both logs:
  * otherwise `audit-unavailable`, reason `state-unsafe` (approval-check.ts, requireUsableState).
  */
-export function requireApproval(
-  scope: string,
-  subjectInput: ApprovalSubjectInput,
-): ApprovalEntry {
+export function requireApproval(scope: string, subjectInput: ApprovalSubjectInput): ApprovalEntry {
   const subject = parseApprovalSubject(subjectInput);
   requireUsableState(scope, `relying on the approval of ${subject.kind} ${subject.key}`);
   const state = approvalState(scope, subject);

@@ -108,7 +108,10 @@ export function compositionSubject(composition: CaptureComposition): Composition
  * `invalid-input`.
  * @param origin names where the composition came from in a refusal's message
  */
-export function parseComposition(value: CaptureComposition | JsonValue | undefined, origin: string): CaptureComposition {
+export function parseComposition(
+  value: CaptureComposition | JsonValue | undefined,
+  origin: string,
+): CaptureComposition {
   const parsed = compositionSchema.safeParse(value);
   if (!parsed.success) {
     throw new OatsError(

@@ -102,7 +102,11 @@ export async function checkApprovalTarget(
  * the logs cannot be read to tell, the revoke is let through: revoking is the
  * safe direction, and the ledger append refuses a broken chain itself.
  */
-export function checkRevokeTarget(scope: string, subjectInput: ApprovalSubjectInput, force: boolean): ApprovalEntry | null {
+export function checkRevokeTarget(
+  scope: string,
+  subjectInput: ApprovalSubjectInput,
+  force: boolean,
+): ApprovalEntry | null {
   const subject: ApprovalSubject = parseApprovalSubject(subjectInput);
   let entry: ApprovalEntry | null;
   try {

@@ -96,10 +96,7 @@ export interface ArtifactRefInput {
 export function parseArtifactRef(input: ArtifactRefInput): ArtifactRef {
   const kind = assertArtifactKind(input.kind ?? "capability");
   const key = assertArtifactKey(kind, input.key);
-  const integrity = parseTreeIntegrity(
-    input.integrity,
-    kind === "capability" ? [TREE_LEGACY, TREE_EXEC] : [TREE_EXEC],
-  );
+  const integrity = parseTreeIntegrity(input.integrity, kind === "capability" ? [TREE_LEGACY, TREE_EXEC] : [TREE_EXEC]);
   return { kind, key, integrity };
 }
 
