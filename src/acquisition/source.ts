@@ -69,7 +69,7 @@ function checkRevision(revision: string): string {
 }
 
 /**
- * Retain a source tree in the source store under the key of its qualified identity, as described above, and pin
+ * Retain a source tree in the source store under the key of its qualified identity (src/acquisition/source.ts), and pin
  * the identity. Refuses a malformed identity (`invalid-input`, reason `invalid-identity`), a revision that is
  * neither `local` nor a full commit id (`invalid-input`, reason `not-a-full-commit`) and a missing directory
  * (`invalid-input`, reason `source-missing`), before anything is written; then the refusals of retainTree.

@@ -245,10 +245,11 @@ async function extractHashing(
 }
 
 /**
- * Retain straight from an npm-style package tarball, in the order above: a capability by its lock row (`{id,
- * lock}`), or a tree by `{kind, key, expect?}`. Refuses a bad request or tarball integrity (`invalid-input`)
- * before anything is created, tarball bytes that differ from `tarballIntegrity` (`integrity-mismatch`), an unsafe
- * entry (the refusals of {@link extractTar}), and then what the directory retains refuse.
+ * Retain straight from an npm-style package tarball, in the order src/acquisition/tarball.ts gives: a capability by its
+ * lock row (`{id, lock}`), or a tree by `{kind, key, expect?}`. Refuses a bad request or tarball integrity
+ * (`invalid-input`) before anything is created, tarball bytes that differ from `tarballIntegrity`
+ * (`integrity-mismatch`), an unsafe entry (the refusals of {@link extractTar}), and then what the directory retains
+ * refuse.
  * @param tarballPath a regular file, opened once and never through a symlink
  * @returns the receipt, with the sha512 SRI of the tarball bytes
  */

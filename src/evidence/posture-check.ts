@@ -47,8 +47,8 @@ export function evidenceDestination(options: EvidencePostureOptions = {}): strin
 }
 
 /**
- * The posture check at dispatch, as described above: probe the configured far side, check that the outbox can be
- * written, and decide. Refuses a malformed destination (`usage`, `invalid-input`), an unwritable outbox
+ * The posture check at dispatch (src/evidence/posture-check.ts): probe the configured far side, check that the outbox
+ * can be written, and decide. Refuses a malformed destination (`usage`, `invalid-input`), an unwritable outbox
  * (`audit-unavailable`, reason `outbox-unwritable`) and, for confidential work, an unreachable far side
  * (`classification-refused`, reason `evidence-far-side-unreachable`).
  * @param level the run's effective classification level

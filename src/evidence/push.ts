@@ -150,7 +150,7 @@ export function checkReadBack(entry: OutboxEntry, to: string, back: Map<string, 
 }
 
 /**
- * Deliver the outbox to one far side in seq order, as described above: each run put, read back, compared and only
+ * Deliver the outbox to one far side in seq order (src/evidence/push.ts): each run put, read back, compared and only
  * then marked. An unreachable far side is `registry-refused` (oci://) or `artifact-not-found` (reason
  * `far-side-unreachable`), everything staying queued; a read-back that differs is `integrity-mismatch`.
  * @returns what was delivered, already delivered, still pending and refused

@@ -88,7 +88,7 @@ function approveLine(subject: CompositionSubject): string {
 }
 
 /**
- * Pull what an OCI reference names into the scope, as described above: every blob checked against its OCI digest
+ * Pull what an OCI reference names into the scope (src/fleet/pull.ts): every blob checked against its OCI digest
  * and size, every tree, record and blob against its oats digest, and nothing published unless all of it verifies.
  * Refuses a reference without a tag or digest (`invalid-artifact-reference`), a registry that cannot be used
  * (`registry-refused`), bytes other than the manifest's (`integrity-mismatch`) and an unsafe layer (the

@@ -219,7 +219,7 @@ const blobsOf = (manifest: OciManifest): string[] => [
 ];
 
 /**
- * Push resolutions and retained revisions to an OCI registry, as described above, uploading only the blobs it
+ * Push resolutions and retained revisions to an OCI registry (src/fleet/push.ts), uploading only the blobs it
  * lacks. Refuses an empty or malformed list of references (`invalid-input`, `invalid-artifact-reference`), one
  * not held here (`artifact-not-found`, `resolution-not-found`) and a registry that cannot be used
  * (`registry-refused`).

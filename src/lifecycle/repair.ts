@@ -253,11 +253,11 @@ function legacyLock(ref: ArtifactRef, lockInput: string | OatsLockInput | undefi
 }
 
 /**
- * Replace a damaged revision with bytes from `options.from` that hash to its own digest, in the order above:
- * the damaged tree is quarantined, never deleted, and the repair audited. Refuses a malformed reference
- * (`invalid-artifact-reference`), a revision not retained (`artifact-not-found`), an intact one (`invalid-input`,
- * reason `not-damaged`), a replacement with other content (`integrity-mismatch`) and, for a legacy-named
- * capability, a missing or mismatched lock (`usage`, `invalid-input`).
+ * Replace a damaged revision with bytes from `options.from` that hash to its own digest, in the order
+ * src/lifecycle/repair.ts gives: the damaged tree is quarantined, never deleted, and the repair audited. Refuses a
+ * malformed reference (`invalid-artifact-reference`), a revision not retained (`artifact-not-found`), an intact one
+ * (`invalid-input`, reason `not-damaged`), a replacement with other content (`integrity-mismatch`) and, for a
+ * legacy-named capability, a missing or mismatched lock (`usage`, `invalid-input`).
  * @param refInput the revision, `<kind>:<key>@<integrity>`
  */
 export async function repair(scope: string, refInput: string, options: RepairOptions): Promise<RepairResult> {

@@ -240,11 +240,10 @@ async function validate(realScope: string, plan: Plan): Promise<CheckedCapabilit
 }
 
 /**
- * Turn a plan into a complete resolution record and point its instance at it, in the order described above:
- * nothing is retained before the plan, its locks and every value bound for the record are checked
- * (`invalid-input`, `invalid-lock`, `secret-in-record`, ...), and the instance reference moves last. Runs under
- * a publish lease (store/lease.ts) from the first retain until the reference is moved: gc never takes what it
- * found.
+ * Turn a plan into a complete resolution record and point its instance at it, in the order src/resolution/prepare.ts
+ * gives: nothing is retained before the plan, its locks and every value bound for the record are checked
+ * (`invalid-input`, `invalid-lock`, `secret-in-record`, ...), and the instance reference moves last. Runs under a
+ * publish lease (store/lease.ts) from the first retain until the reference is moved: gc never takes what it found.
  * @param planInput the plan; relative paths resolve against `options.baseDir`
  */
 export function prepare(scope: string, planInput: PlanInput, options: PrepareOptions = {}): Promise<PrepareResult> {

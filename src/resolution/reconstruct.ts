@@ -227,9 +227,9 @@ function readLock(scope: string): { lock: OatsLock; path: string; digest: string
 }
 
 /**
- * Migrate an instance that predates resolution records into one, as described above: what can be established
- * exactly is retained and recorded, the rest recorded as unresolved, and the instance reference moved to the new
- * record unless that would replace a ready record with one that is not. Refuses a malformed instance.json, or
+ * Migrate an instance that predates resolution records into one (src/resolution/reconstruct.ts): what can be
+ * established exactly is retained and recorded, the rest recorded as unresolved, and the instance reference moved to
+ * the new record unless that would replace a ready record with one that is not. Refuses a malformed instance.json, or
  * one of another scope, with `invalid-input`.
  * @param instanceHome the directory holding the legacy `instance.json`
  */

@@ -69,8 +69,8 @@ export interface ScopeFsckOptions {
 }
 
 /**
- * Check everything the scope holds, as described above, and report the findings by class; nothing is repaired or
- * written, and a problem is a finding, not a refusal.
+ * Check everything the scope holds the way its readers check it (src/scope/fsck.ts), and report the findings by class;
+ * nothing is repaired or written, and a problem is a finding, not a refusal.
  */
 export async function fsckScope(scope: string, options: ScopeFsckOptions = {}): Promise<ScopeFsckReport> {
   const realScope = resolveScope(scope);
