@@ -158,12 +158,16 @@ export interface FsckReport {
   readonly orphanManifests: string[];
 }
 
-/** Verify every revision; report, never repair. */
+/**
+ * Verify every revision; report, never repair. `listing`: the store's
+ * listing when the caller has just made it (the scope's fsck does), so the
+ * store is listed once.
+ */
 export async function fsck(
   scope: string,
-  options: { onArtifact?: (done: number, total: number) => void } = {},
+  options: { onArtifact?: (done: number, total: number) => void; listing?: StoreListing } = {},
 ): Promise<FsckReport> {
-  const listing = listStore(scope);
+  const listing = options.listing ?? listStore(scope);
   // On every core; outcomes in store order, as a one-by-one loop would report them.
   const settled = await verifyTrees(
     scope,
