@@ -5,6 +5,7 @@ export {
   fsck,
   listRetained,
   listStore,
+  storeRevisions,
   type CleanupReport,
   type FsckOutcome,
   type FsckReport,
