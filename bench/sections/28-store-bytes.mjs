@@ -152,7 +152,9 @@ async function benchStoreBytes() {
   const floor = `${kib(floorKiB)} one tree + ${REVISIONS} files`;
   addRow({
     id: "28a",
-    what: `store bytes (du) of ${REVISIONS} revisions of node_modules, one file changed each, vs one tree + the changed files`,
+    what:
+      `store bytes (du) of ${REVISIONS} revisions of node_modules, one file changed each, ` +
+      `vs one tree + the changed files`,
     headline: true,
     ours: kib(oursKiB),
     baseline: floor,
@@ -216,7 +218,9 @@ async function benchStoreBytes() {
   );
   timeRow({
     id: "30",
-    what: `fsckScope of the ${REVISIONS} node_modules revisions of 28a vs fsckScope of one + hashing the ${REVISIONS} changed files`,
+    what:
+      `fsckScope of the ${REVISIONS} node_modules revisions of 28a vs fsckScope of one + ` +
+      `hashing the ${REVISIONS} changed files`,
     oursMs: median(times[`fsck ${REVISIONS}`]),
     baseMs: median(times["fsck 1 + files"]),
     goal: FSCK_GOAL,

@@ -87,7 +87,9 @@ async function benchOneChange() {
   const ours = median(times["one changed"]);
   timeRow({
     id: "29a",
-    what: `\`oats retain\` of the ${SMALL.files.toLocaleString("en-US")} small files, one file changed since the last retain, vs the first retain of the tree`,
+    what:
+      `\`oats retain\` of the ${SMALL.files.toLocaleString("en-US")} small files, one file changed ` +
+      `since the last retain, vs the first retain of the tree`,
     oursMs: ours,
     baseMs: median(times["first retain"]),
     goal: FIRST_GOAL,
