@@ -55,7 +55,9 @@ async function benchOneChange() {
   const changed = firstFile(source);
   const size = statSync(changed).size;
   const scope = join(base, "scope");
-  const fresh = join(base, "fresh");
+  // A fresh scope at a new path each round: the operator's chain state remembers a scope's audit log by its path
+  // (src/ledger/chain-state.ts), and `oats retain` pins, which audits.
+  const fresh = (round) => join(base, `fresh-${round + 1}`);
   mkdirSync(scope, { recursive: true });
   const retain = (into) => [CLI, "retain", "--scope", into, "--kind", "capture", "--id", "one-change", source];
   await run(process.execPath, retain(scope), { capture: false });
@@ -65,12 +67,12 @@ async function benchOneChange() {
       { name: "digest", run: () => run(process.execPath, [CLI, "digest", source], { capture: false }) },
       {
         name: "first retain",
-        prepare: async () => {
-          removeTree(fresh);
-          mkdirSync(fresh, { recursive: true });
+        prepare: async (round) => {
+          removeTree(fresh(round - 1));
+          mkdirSync(fresh(round), { recursive: true });
           await settle();
         },
-        run: () => run(process.execPath, retain(fresh), { capture: false }),
+        run: (round) => run(process.execPath, retain(fresh(round)), { capture: false }),
       },
       {
         name: "one changed",
