@@ -3,6 +3,7 @@ export { verifyRetainedCapability, verifyTree, type VerifyOptions } from "./veri
 export {
   cleanupStaging,
   fsck,
+  fsckListed,
   listRetained,
   listStore,
   storeRevisions,

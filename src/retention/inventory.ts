@@ -178,16 +178,20 @@ export interface FsckReport {
   readonly orphanManifests: string[];
 }
 
-/**
- * Verify every revision; report, never repair. `listing`: the store's
- * listing when the caller has just made it (the scope's fsck does), so the
- * store is listed once.
- */
+/** Verify every revision; report, never repair. */
 export async function fsck(
   scope: string,
-  options: { onArtifact?: (done: number, total: number) => void; listing?: StoreListing } = {},
+  options: { onArtifact?: (done: number, total: number) => void } = {},
 ): Promise<FsckReport> {
-  const listing = options.listing ?? listStore(scope);
+  return fsckListed(scope, listStore(scope), options);
+}
+
+/** fsck of the revisions of a listing the caller has just made (the scope's fsck: the store is listed once). */
+export async function fsckListed(
+  scope: string,
+  listing: StoreListing,
+  options: { onArtifact?: (done: number, total: number) => void } = {},
+): Promise<FsckReport> {
   // On every core; outcomes in store order, as a one-by-one loop would report them.
   const settled = await verifyTrees(
     scope,

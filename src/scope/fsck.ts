@@ -1,6 +1,6 @@
 import { ERROR_KINDS, OatsError } from "../core/index.js";
 import type { LogAnchors } from "../ledger/index.js";
-import { fsck as fsckRevisions, listStore, type FsckOutcome, resolveScope } from "../retention/index.js";
+import { fsck as fsckRevisions, fsckListed, listStore, type FsckOutcome, resolveScope } from "../retention/index.js";
 import {
   FINDING_CLASSES,
   findingOf,
@@ -89,7 +89,9 @@ export async function fsckScope(scope: string, options: ScopeFsckOptions = {}): 
   const [retention, { counts, records, checkpoint }] = await Promise.all([
     // One listing: when it was refused, retention's fsck lists again and meets (and reports) the same refusal.
     guardedAsync(revisionFindings, () =>
-      fsckRevisions(realScope, { onArtifact: options.onArtifact, ...(listing ? { listing } : {}) }),
+      listing
+        ? fsckListed(realScope, listing, { onArtifact: options.onArtifact })
+        : fsckRevisions(realScope, { onArtifact: options.onArtifact }),
     ),
     checkStores(realScope, revisions, storeFindings),
   ]);
