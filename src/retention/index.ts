@@ -3,8 +3,10 @@ export { verifyRetainedCapability, verifyTree, type VerifyOptions } from "./veri
 export {
   cleanupStaging,
   fsck,
+  fsckListed,
   listRetained,
   listStore,
+  storeRevisions,
   type CleanupReport,
   type FsckOutcome,
   type FsckReport,

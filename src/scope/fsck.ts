@@ -1,7 +1,6 @@
 import { ERROR_KINDS, OatsError } from "../core/index.js";
 import type { LogAnchors } from "../ledger/index.js";
-import type { ResolutionRecord } from "../resolution/index.js";
-import { fsck as fsckRevisions, listStore, type FsckOutcome, resolveScope } from "../retention/index.js";
+import { fsck as fsckRevisions, fsckListed, listStore, type FsckOutcome, resolveScope } from "../retention/index.js";
 import {
   FINDING_CLASSES,
   findingOf,
@@ -15,7 +14,14 @@ import { checkChains } from "./fsck-chains.js";
 import { checkLeases, checkPins, checkQuarantine, checkRunCopies, isRunCopy } from "./fsck-lifecycle.js";
 import { checkLegacyModes } from "./fsck-modes.js";
 import { checkRuns } from "./fsck-runs.js";
-import { checkBlobs, checkInstances, checkJobs, checkRecords, revisionKey } from "./fsck-stores.js";
+import {
+  checkBlobs,
+  checkInstances,
+  checkJobs,
+  checkRecords,
+  revisionKey,
+  type RecordsPresent,
+} from "./fsck-stores.js";
 
 /**
  * `oats fsck`: everything the scope holds, checked the way its readers check
@@ -76,8 +82,8 @@ export async function fsckScope(scope: string, options: ScopeFsckOptions = {}): 
   const realScope = resolveScope(scope);
   // What is retained, by reference; the revisions themselves are verified below.
   const listingFindings: Finding[] = [];
-  const listed = guarded(listingFindings, "revisions", "artifact stores", () => listStore(realScope).revisions);
-  const revisions = new Set((listed ?? []).map(revisionKey));
+  const listing = guarded(listingFindings, "revisions", "artifact stores", () => listStore(realScope));
+  const revisions = new Set((listing?.revisions ?? []).map(revisionKey));
 
   // Re-hashing the revisions waits on file reads most of the time; the other
   // checks are small reads and CPU work, so they run meanwhile (they yield
@@ -85,7 +91,12 @@ export async function fsckScope(scope: string, options: ScopeFsckOptions = {}): 
   const revisionFindings: Finding[] = [];
   const storeFindings: Finding[] = [];
   const [retention, { counts, records, checkpoint }] = await Promise.all([
-    guardedAsync(revisionFindings, () => fsckRevisions(realScope, { onArtifact: options.onArtifact })),
+    // One listing: when it was refused, retention's fsck lists again and meets (and reports) the same refusal.
+    guardedAsync(revisionFindings, () =>
+      listing
+        ? fsckListed(realScope, listing, { onArtifact: options.onArtifact })
+        : fsckRevisions(realScope, { onArtifact: options.onArtifact }),
+    ),
     checkStores(realScope, revisions, storeFindings),
   ]);
   const outcomes = retention?.outcomes ?? [];
@@ -148,7 +159,7 @@ async function checkStores(
   findings: Finding[],
 ): Promise<{
   counts: Omit<ScopeFsckCounts, "revisions">;
-  records: ReadonlyMap<string, ResolutionRecord | null>;
+  records: RecordsPresent;
   checkpoint: LogAnchors;
 }> {
   await yieldToIo();
