@@ -8,17 +8,18 @@ import {
   markDelivered,
   outboxEntries,
   outboxRoot,
-  readEntryFiles,
+  openEntryFiles,
   type DeliveryMark,
+  type OpenEntry,
   type OutboxEntry,
 } from "./outbox.js";
 import {
   EVIDENCE_FILES,
   transportFor,
-  type EvidenceFileName,
   type EvidenceTransport,
   type ProbeResult,
 } from "./transport.js";
+import { digestFarSideFile, farSideRunOf, type FarSideRun } from "./evidence-file.js";
 import { enqueueSealedRuns } from "./after-seal.js";
 import { readAnchoredAudit, type AnchoredAudit } from "./anchored-audit.js";
 import { checkDeliverable } from "./deliverable.js";
@@ -149,6 +150,62 @@ export function checkReadBack(entry: OutboxEntry, to: string, back: Map<string, 
   }
 }
 
+/**
+ * checkReadBack, streaming: every file the far side lists is hashed as it
+ * streams from the far side (stopping past the queued size) and compared
+ * with what was queued; a size the far side states that is not the queued
+ * one is a difference without reading a byte.
+ */
+export async function checkFarSide(entry: OutboxEntry, to: string, back: FarSideRun | null): Promise<void> {
+  const differences: string[] = [];
+  for (const file of entry.files) {
+    const there = back?.files.get(file.name);
+    if (there === undefined) {
+      differences.push(`${file.name}: missing`);
+      continue;
+    }
+    const streamed =
+      there.size === file.bytes ? await digestFarSideFile(there, file.bytes) : { digest: "-", bytes: there.size };
+    if (streamed.digest !== file.digest || streamed.bytes !== file.bytes)
+      differences.push(
+        `${file.name}: read back ${streamed.digest} (${streamed.bytes} bytes), ` +
+          `queued ${file.digest} (${file.bytes} bytes)`,
+      );
+  }
+  for (const name of back?.files.keys() ?? [])
+    if (!entry.files.some((file) => file.name === name)) differences.push(`${name}: unexpected`);
+  if (differences.length > 0) {
+    throw new OatsError(
+      "integrity-mismatch",
+      `run ${entry.runId} (outbox seq ${entry.seq}) did not read back intact ` +
+        `from ${to}: ${differences.join("; ")}; it stays queued`,
+      {
+        to,
+        seq: entry.seq,
+        runId: entry.runId,
+        differences,
+        reason: "read-back-mismatch",
+      },
+    );
+  }
+}
+
+/** Put an entry and read it back from the far side, streaming both ways (whole files from a readBack-only one). */
+async function deliverEntry(transport: EvidenceTransport, entry: OutboxEntry, opened: OpenEntry): Promise<void> {
+  await transport.put({ runId: entry.runId, seq: entry.seq, files: opened.files });
+  const to = transport.describe();
+  if (transport.openBack === undefined) {
+    const back = await transport.readBack(entry.runId);
+    return checkFarSide(entry, to, back === null ? null : farSideRunOf(back));
+  }
+  const back = await transport.openBack(entry.runId);
+  try {
+    await checkFarSide(entry, to, back);
+  } finally {
+    await back?.close();
+  }
+}
+
 export async function pushEvidence(scope: string, options: PushOptions): Promise<PushResult> {
   const realScope = resolveScope(scope);
   const transport = resolveTransport(
@@ -211,11 +268,12 @@ export async function pushEvidence(scope: string, options: PushOptions): Promise
           already += 1;
           continue;
         }
-        let files: Map<EvidenceFileName, Buffer>;
+        let opened: OpenEntry | null = null;
         try {
-          files = readEntryFiles(realScope, entry);
-          checkEntry(realScope, audit, entry, files);
+          opened = openEntryFiles(realScope, entry);
+          checkEntry(realScope, audit, entry, opened);
         } catch (error) {
+          await opened?.close();
           if (!isOatsError(error) || (error.kind !== "mismatch" && error.kind !== "invalid")) throw error;
           // Never delivered, never marked; reported. The run it stands for may still be in the scope: queued anew.
           refused.push({
@@ -235,8 +293,11 @@ export async function pushEvidence(scope: string, options: PushOptions): Promise
           if (again !== null) queue.splice(index + 1, 0, again);
           continue;
         }
-        await transport.put({ runId: entry.runId, seq: entry.seq, files });
-        checkReadBack(entry, to, await transport.readBack(entry.runId));
+        try {
+          await deliverEntry(transport, entry, opened!);
+        } finally {
+          await opened!.close();
+        }
         stillHeld();
         marks.set(entry.seq, markDelivered(realScope, entry, to));
         delivered.push({ seq: entry.seq, runId: entry.runId });
@@ -255,14 +316,9 @@ export async function pushEvidence(scope: string, options: PushOptions): Promise
   );
 }
 
-/** An entry held to the sealed run it claims to be (deliverable.ts), its files as read for delivery. */
-function checkEntry(
-  realScope: string,
-  audit: AnchoredAudit,
-  entry: OutboxEntry,
-  files: ReadonlyMap<EvidenceFileName, Buffer>,
-): void {
-  const log = files.get("log");
+/** An entry held to the sealed run it claims to be (deliverable.ts), its files as opened for delivery. */
+function checkEntry(realScope: string, audit: AnchoredAudit, entry: OutboxEntry, opened: OpenEntry): void {
+  const log = opened.files.get("log");
   const names = entry.files.map((file) => file.name).sort();
   if (names.length !== EVIDENCE_FILES.length || names.some((name, at) => name !== [...EVIDENCE_FILES].sort()[at]))
     throw new OatsError("integrity-mismatch", `outbox entry ${entry.seq} does not hold exactly the evidence files`, {
@@ -278,9 +334,9 @@ function checkEntry(
     {
       handle: entry.handle,
       runId: entry.runId,
-      recordBytes: files.get("record.json"),
-      log: log === undefined ? null : { digest: bytesDigest(log), bytes: log.length },
-      auditBytes: files.get("audit.jsonl"),
+      recordBytes: opened.recordBytes,
+      log: log === undefined ? null : { digest: log.digest, bytes: log.size },
+      auditBytes: opened.auditBytes,
     },
     `outbox entry ${entry.seq}`,
     { runDirectory: true },

@@ -14,8 +14,25 @@ import {
   unlinkSync,
 } from "node:fs";
 import { dirname } from "node:path";
-import { OatsError, errnoCode, bytesDigest } from "../core/index.js";
-import { inDirectory, readRegularFile, writeNewFileDurably, assertContained, stagingName } from "../retention/index.js";
+import { OatsError, errnoCode, bytesDigester } from "../core/index.js";
+import {
+  HeldFile,
+  inDirectory,
+  openNamedPath,
+  writeNewFileDurablyInPieces,
+  assertContained,
+  stagingName,
+  type ReadFailure,
+} from "../retention/index.js";
+import {
+  asEvidenceFile,
+  digestFarSideFile,
+  readFarSideFile,
+  READ_BACK_LIMIT,
+  type EvidenceFile,
+  type FarSideFile,
+  type FarSideRun,
+} from "./evidence-file.js";
 import { runHex } from "./run-id.js";
 import type { EvidenceBundle, EvidenceTransport, ProbeResult } from "./transport.js";
 
@@ -71,8 +88,52 @@ function nearestExisting(path: string): Stats | null {
   }
 }
 const DIRECTORY_FLAGS = constants.O_RDONLY | constants.O_DIRECTORY | constants.O_NOFOLLOW;
-/** A read-back file larger than this is refused rather than buffered. */
-const READ_LIMIT = 2 * 1024 * 1024 * 1024 - 1;
+
+/**
+ * Copy a file into the staging directory through a bounded buffer (O_EXCL|O_NOFOLLOW, fsync'd), hashing what is
+ * written: bytes that are not the digest the file was handed over with (its source changed meanwhile) are refused
+ * before anything is renamed into place.
+ */
+function copyInto(at: string, file: EvidenceFile, to: string, runId: string, name: string): void {
+  writeNewFileDurablyInPieces(at, 0o644, (write) => {
+    const digester = bytesDigester();
+    let bytes = 0;
+    file.pieces((piece) => {
+      digester.update(piece);
+      bytes += piece.length;
+      write(piece);
+    });
+    const digest = digester.digest();
+    if (digest !== file.digest || bytes !== file.size)
+      throw new OatsError("integrity-mismatch", `${name} of run ${runId} changed while it was copied to ${to}`, {
+        to,
+        runId,
+        file: name,
+        reason: "changed-while-sent",
+        expected: file.digest,
+        actual: digest,
+      });
+  });
+}
+
+/** A file of a run directory held open for reading back (never through a symlink, only a regular file). */
+function holdFarSideFile(
+  at: string,
+  refuse: (failure: ReadFailure, details: Record<string, unknown>) => OatsError,
+): { held: HeldFile; size: number } {
+  let opened: ReturnType<typeof openNamedPath>;
+  try {
+    opened = openNamedPath(at);
+  } catch (error) {
+    const code = errnoCode(error);
+    throw refuse(code === "ENOENT" ? "missing" : code === "ELOOP" ? "symlink" : "unreadable", { errno: code });
+  }
+  if (!opened.stats.isFile()) {
+    closeSync(opened.fd);
+    throw refuse("not-a-file", {});
+  }
+  return { held: new HeldFile(opened.fd, at), size: opened.stats.size };
+}
 
 /**
  * O_DIRECTORY|O_NOFOLLOW on a symlink fails with ENOTDIR on Linux (ELOOP
@@ -192,12 +253,17 @@ export function dirTransport(share: string, options: DirTransportOptions = {}): 
     return { state: "reachable", reason: null };
   };
 
-  /** Read the run directory through descriptors only; null when the share holds nothing for the id. */
-  const readBack = async (runId: string): Promise<Map<string, Buffer> | null> => {
+  /**
+   * Open the run directory through descriptors only and every file in it (O_NOFOLLOW, a regular file, held by its
+   * descriptor: read through it alone); null when the share holds nothing for the id.
+   */
+  const openBack = async (runId: string): Promise<FarSideRun | null> => {
     const hex = runHex(runId);
     let shareFd: number | null = null;
     let runsFd: number | null = null;
     let runFd: number | null = null;
+    const held: HeldFile[] = [];
+    let handed = false;
     try {
       shareFd = openShare();
       runsFd = openRuns(shareFd, false);
@@ -223,45 +289,81 @@ export function dirTransport(share: string, options: DirTransportOptions = {}): 
         throw error;
       }
       const dirPath = inDirectory(runsFd, `${share}/${RUNS_DIR}`, hex);
-      const files = new Map<string, Buffer>();
+      const files = new Map<string, FarSideFile>();
       for (const name of readdirSync(inDirectory(runFd, dirPath, "")).sort()) {
-        files.set(
-          name,
-          readRegularFile(inDirectory(runFd, dirPath, name), {
-            limit: READ_LIMIT,
-            refuse: (failure, details) =>
-              new OatsError("integrity-mismatch", `cannot read ${name} of run ${runId} back from ${to}: ${failure}`, {
-                to,
-                runId,
-                file: name,
-                reason: failure,
-                ...details,
-              }),
+        const file = holdFarSideFile(inDirectory(runFd, dirPath, name), (failure, details) =>
+          new OatsError("integrity-mismatch", `cannot read ${name} of run ${runId} back from ${to}: ${failure}`, {
+            to,
+            runId,
+            file: name,
+            reason: failure,
+            ...details,
           }),
         );
+        held.push(file.held);
+        files.set(name, { size: file.size, stream: async () => file.held.stream() });
       }
-      return files;
+      handed = true;
+      return { files, close: async () => void (await Promise.all(held.map((file) => file.close()))) };
     } catch (error) {
       if (error instanceof OatsError) throw error;
       throw shareError(share, "run directory", error, { runId });
     } finally {
+      if (!handed) await Promise.all(held.map((file) => file.close()));
       closeQuietly(runFd);
       closeQuietly(runsFd);
       closeQuietly(shareFd);
     }
   };
 
-  /** Same bytes already there: idempotent. Anything else: integrity-mismatch, nothing replaced. */
-  const compareExisting = async (bundle: EvidenceBundle): Promise<void> => {
-    const there = await readBack(bundle.runId);
-    const differences: string[] = [];
-    for (const [name, bytes] of bundle.files) {
-      const held = there?.get(name);
-      if (held === undefined) differences.push(`${name}: missing`);
-      else if (!held.equals(bytes)) differences.push(`${name}: ${bytesDigest(held)} is not ${bytesDigest(bytes)}`);
+  /** Every file of the run directory whole (at most READ_BACK_LIMIT bytes each). */
+  const readBack = async (runId: string): Promise<Map<string, Buffer> | null> => {
+    const there = await openBack(runId);
+    if (there === null) return null;
+    try {
+      const files = new Map<string, Buffer>();
+      for (const [name, file] of there.files) {
+        files.set(
+          name,
+          await readFarSideFile(file, READ_BACK_LIMIT, (size) =>
+            new OatsError("integrity-mismatch", `cannot read ${name} of run ${runId} back from ${to}: too-large`, {
+              to,
+              runId,
+              file: name,
+              reason: "too-large",
+              size,
+              limit: READ_BACK_LIMIT,
+            }),
+          ),
+        );
+      }
+      return files;
+    } finally {
+      await there.close();
     }
-    for (const name of there?.keys() ?? [])
-      if (!bundle.files.has(name as never)) differences.push(`${name}: unexpected`);
+  };
+
+  /** Same bytes already there (by digest, streamed): idempotent. Anything else: integrity-mismatch, nothing replaced. */
+  const compareExisting = async (bundle: EvidenceBundle): Promise<void> => {
+    const there = await openBack(bundle.runId);
+    const differences: string[] = [];
+    try {
+      for (const [name, given] of bundle.files) {
+        const file = asEvidenceFile(given);
+        const held = there?.files.get(name);
+        if (held === undefined) {
+          differences.push(`${name}: missing`);
+          continue;
+        }
+        const streamed = await digestFarSideFile(held, file.size);
+        if (streamed.digest !== file.digest || streamed.bytes !== file.size)
+          differences.push(`${name}: ${streamed.digest} is not ${file.digest}`);
+      }
+      for (const name of there?.files.keys() ?? [])
+        if (!bundle.files.has(name as never)) differences.push(`${name}: unexpected`);
+    } finally {
+      await there?.close();
+    }
     if (differences.length > 0) {
       throw new OatsError(
         "integrity-mismatch",
@@ -322,9 +424,9 @@ export function dirTransport(share: string, options: DirTransportOptions = {}): 
         throw error;
       }
       if (fstatSync(stagingFd).uid !== process.getuid?.()) throw replaced();
-      for (const [name, bytes] of bundle.files) {
+      for (const [name, given] of bundle.files) {
         written.push(name);
-        writeNewFileDurably(inDirectory(stagingFd, `${runsPath}/${staging}`, name), bytes, 0o644);
+        copyInto(inDirectory(stagingFd, `${runsPath}/${staging}`, name), asEvidenceFile(given), to, bundle.runId, name);
       }
       fsyncSync(stagingFd);
       try {
@@ -365,5 +467,5 @@ export function dirTransport(share: string, options: DirTransportOptions = {}): 
     }
   };
 
-  return { describe: () => to, probe, put, readBack };
+  return { describe: () => to, probe, put, readBack, openBack };
 }

@@ -104,6 +104,7 @@ export {
   readInPieces,
   readRegularFile,
   readRegularFileInPieces,
+  type ReadFailure,
   writeNewFileDurably,
   writeNewFileDurablyInPieces,
   writeRestSync,
