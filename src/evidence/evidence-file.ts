@@ -1,5 +1,5 @@
 import { Readable } from "node:stream";
-import { OatsError, bytesDigest, bytesDigester } from "../core/index.js";
+import { type OatsError, bytesDigest, bytesDigester } from "../core/index.js";
 import { HeldFile, openNamedPath, readInPieces, type ReadFailure } from "../retention/index.js";
 
 /**

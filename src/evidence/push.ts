@@ -13,12 +13,7 @@ import {
   type OpenEntry,
   type OutboxEntry,
 } from "./outbox.js";
-import {
-  EVIDENCE_FILES,
-  transportFor,
-  type EvidenceTransport,
-  type ProbeResult,
-} from "./transport.js";
+import { EVIDENCE_FILES, transportFor, type EvidenceTransport, type ProbeResult } from "./transport.js";
 import { digestFarSideFile, farSideRunOf, type FarSideRun } from "./evidence-file.js";
 import { enqueueSealedRuns } from "./after-seal.js";
 import { readAnchoredAudit, type AnchoredAudit } from "./anchored-audit.js";

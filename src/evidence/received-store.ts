@@ -1,6 +1,17 @@
-import { chmodSync, lstatSync, mkdirSync, readdirSync, renameSync, rmSync } from "node:fs";
+import {
+  chmodSync,
+  closeSync,
+  constants,
+  fsyncSync,
+  lstatSync,
+  mkdirSync,
+  openSync,
+  readdirSync,
+  renameSync,
+  rmSync,
+} from "node:fs";
 import { join } from "node:path";
-import { OatsError, bytesDigest, canonicalJson, errnoCode, canonicalJsonBytes } from "../core/index.js";
+import { OatsError, bytesDigest, bytesDigester, canonicalJson, errnoCode, canonicalJsonBytes } from "../core/index.js";
 import { audit, type AuditEntry } from "../ledger/index.js";
 import { readAnchoredAudit, type AnchoredAudit } from "./anchored-audit.js";
 import {
@@ -9,12 +20,23 @@ import {
   inspectStoreAt,
   resolveScope,
   readRegularFile,
+  readRegularFileInPieces,
+  removeCreatedStore,
   writeNewFileDurably,
+  writeRestSync,
   AGENTS_DIR,
   assertContained,
   stagingName,
 } from "../retention/index.js";
-import { checkReceivedRun, RECEIVED_FILES, type ReceivedRunCheck } from "./received-check.js";
+import { digestFarSideFile, farSideRunOf, readFarSideFile, type FarSideFile } from "./evidence-file.js";
+import {
+  checkReceivedHead,
+  checkReceivedNames,
+  receivedLogChecker,
+  RECEIVED_FILES,
+  type ReceivedHead,
+  type ReceivedRunCheck,
+} from "./received-check.js";
 import { runHex, runIdFromHex } from "./run-id.js";
 import { transportFor } from "./transport.js";
 
@@ -26,14 +48,19 @@ import { transportFor } from "./transport.js";
  *   .agents/received-runs/<run id>/audit.jsonl   the sending host's audit lines for the run
  *   .agents/received-runs/<run id>/origin.json   where it was pulled from (not evidence; not checked)
  *
- * Everything is read from the far side through the transport's readBack
- * (OCI and file digests checked there) and checked by checkReceivedRun
- * before anything in the scope is touched; then the run directory is built
- * as a dot-named staging directory (0700, every file O_EXCL|O_NOFOLLOW and
- * fsync'd), fsync'd and renamed into place, and the store root fsync'd. A
- * rename never replaces a non-empty directory, so a run already present is
- * compared instead: the same evidence bytes are `kept`, other bytes are
- * `integrity-mismatch` and nothing is replaced.
+ * Everything is read from the far side through the transport's openBack
+ * (OCI digests checked as the blobs stream). record.json and audit.jsonl
+ * are read whole (at most SMALL_FILE_LIMIT bytes each) and checked
+ * (received-check.ts) before anything in the scope is touched. The log is
+ * never held: it streams from the far side into the staging directory
+ * (0700, every file O_EXCL|O_NOFOLLOW and fsync'd) through the transport's
+ * bounded chunks, hashed and checked on the way, and only a log that is
+ * exactly the one the record seals is renamed into place with the rest;
+ * any refusal removes the staging directory and the store directories this
+ * pull created, so the scope is as it was. A rename never replaces a
+ * non-empty directory, so a run already present is compared instead (by
+ * digest, its log streamed): the same evidence bytes are `kept`, other bytes
+ * are `integrity-mismatch` and nothing is replaced.
  *
  * Every received run in place is then named by a `run-receive` audit entry of
  * this scope (its run id, where from, and the digest of each file), and
@@ -44,7 +71,13 @@ import { transportFor } from "./transport.js";
 
 export const RECEIVED_STORE: readonly string[] = [AGENTS_DIR, "received-runs"];
 const ORIGIN_FILE = "origin.json";
-const FILE_LIMIT = 2 * 1024 * 1024 * 1024 - 1;
+/** record.json and audit.jsonl, far side or at rest, are read whole up to this (a sealed record is at most 16 MiB). */
+const SMALL_FILE_LIMIT = 64 * 1024 * 1024;
+/**
+ * readReceivedFiles hands every file over whole (`oats run show` of a received run lists its lines): a log past this
+ * is refused there. Pulling and verifying stream the log and have no such bound.
+ */
+const WHOLE_FILE_LIMIT = 1024 * 1024 * 1024;
 const RUN_DIR = /^sha256-[0-9a-f]{64}$/;
 
 export interface ReceiveOptions {
@@ -76,21 +109,47 @@ function storeError(path: string, failure: string, details: Record<string, unkno
   });
 }
 
-/** The evidence files of a received run directory, read without following a symlink. */
-export function readReceivedFiles(dir: string): Map<string, Buffer> {
+/** The names of the evidence files of a received run directory (not origin.json), which must be a directory. */
+export function receivedFileNames(dir: string): string[] {
   const stats = lstatSync(dir);
   if (!stats.isDirectory()) throw storeError(dir, stats.isSymbolicLink() ? "symlink" : "not-a-directory");
+  return readdirSync(dir).filter((name) => name !== ORIGIN_FILE);
+}
+
+/** One small file of a received run (record.json, audit.jsonl), read whole without following a symlink. */
+export function readReceivedFile(dir: string, name: string, limit = SMALL_FILE_LIMIT): Buffer {
+  return readRegularFile(join(dir, name), {
+    limit,
+    refuse: (failure, details) => storeError(join(dir, name), failure, details),
+  });
+}
+
+/**
+ * A received run at rest checked as a pull checks it, its log streamed
+ * through a bounded buffer from a descriptor opened without following a
+ * symlink.
+ */
+export function checkReceivedAtRest(dir: string, runId: string, from: string): ReceivedRunCheck {
+  checkReceivedNames(runId, receivedFileNames(dir), from);
+  const head = checkReceivedHead(
+    runId,
+    readReceivedFile(dir, "record.json"),
+    readReceivedFile(dir, "audit.jsonl"),
+    from,
+  );
+  const checker = receivedLogChecker(head);
+  readRegularFileInPieces(
+    join(dir, "log"),
+    { limit: Number.MAX_SAFE_INTEGER, refuse: (failure, details) => storeError(join(dir, "log"), failure, details) },
+    (piece) => checker.update(piece),
+  );
+  return checker.finish();
+}
+
+/** The evidence files of a received run directory, each whole (at most WHOLE_FILE_LIMIT bytes). */
+export function readReceivedFiles(dir: string): Map<string, Buffer> {
   const files = new Map<string, Buffer>();
-  for (const name of readdirSync(dir)) {
-    if (name === ORIGIN_FILE) continue;
-    files.set(
-      name,
-      readRegularFile(join(dir, name), {
-        limit: FILE_LIMIT,
-        refuse: (failure, details) => storeError(join(dir, name), failure, details),
-      }),
-    );
-  }
+  for (const name of receivedFileNames(dir)) files.set(name, readReceivedFile(dir, name, WHOLE_FILE_LIMIT));
   return files;
 }
 
@@ -120,15 +179,6 @@ export function listReceivedIds(realScope: string): { ids: string[]; strays: str
   return { ids, strays };
 }
 
-function sameEvidence(existing: ReadonlyMap<string, Buffer>, check: ReceivedRunCheck): boolean {
-  return (
-    existing.size === RECEIVED_FILES.length &&
-    existing.get("record.json")?.equals(check.recordBytes) === true &&
-    existing.get("log")?.equals(check.logBytes) === true &&
-    existing.get("audit.jsonl")?.equals(check.auditBytes) === true
-  );
-}
-
 function writeNew(path: string, bytes: Buffer): void {
   writeNewFileDurably(path, bytes, 0o600);
 }
@@ -136,12 +186,12 @@ function writeNew(path: string, bytes: Buffer): void {
 /** The digest of each evidence file, as a run-receive audit entry names them. */
 export function receivedDigests(check: {
   readonly recordBytes: Buffer;
-  readonly logBytes: Buffer;
+  readonly log: { readonly digest: string };
   readonly auditBytes: Buffer;
 }): Record<string, string> {
   return {
     "audit.jsonl": bytesDigest(check.auditBytes),
-    log: bytesDigest(check.logBytes),
+    log: check.log.digest,
     "record.json": bytesDigest(check.recordBytes),
   };
 }
@@ -171,51 +221,112 @@ function hasReceipt(realScope: string, check: ReceivedRunCheck): boolean {
   }
 }
 
-/** Compare a run directory already in place with what was checked: kept, or integrity-mismatch. */
-function compareExisting(dir: string, check: ReceivedRunCheck, from: string): "kept" {
-  if (sameEvidence(readReceivedFiles(dir), check)) return "kept";
+/** Compare a run directory already in place with these digests (its log streamed): kept, or integrity-mismatch. */
+function compareExisting(dir: string, runId: string, digests: Record<string, string>, from: string): "kept" {
+  const names = receivedFileNames(dir).sort();
+  const same =
+    names.length === RECEIVED_FILES.length &&
+    names.every((name, index) => name === RECEIVED_FILES[index]) &&
+    bytesDigest(readReceivedFile(dir, "record.json")) === digests["record.json"] &&
+    bytesDigest(readReceivedFile(dir, "audit.jsonl")) === digests["audit.jsonl"] &&
+    digestAtRest(join(dir, "log")) === digests["log"];
+  if (same) return "kept";
   throw new OatsError(
     "integrity-mismatch",
-    `this scope already holds received run ${check.runId} with other content; nothing was replaced`,
-    { runId: check.runId, from, reason: "other-content" },
+    `this scope already holds received run ${runId} with other content; nothing was replaced`,
+    { runId, from, reason: "other-content" },
   );
 }
 
-/** Publish checked evidence into the scope (the only writing step). */
-export function publishReceived(realScope: string, check: ReceivedRunCheck, from: string): "written" | "kept" {
-  ensureStoreAt(realScope, RECEIVED_STORE);
+function digestAtRest(path: string): string {
+  const digester = bytesDigester();
+  readRegularFileInPieces(
+    path,
+    { limit: Number.MAX_SAFE_INTEGER, refuse: (failure, details) => storeError(path, failure, details) },
+    (piece) => digester.update(piece),
+  );
+  return digester.digest();
+}
+
+/**
+ * Stream the far side's log through the transport's chunks, checked as it passes, into `path` when given (a new
+ * file, O_EXCL|O_NOFOLLOW, fsync'd).
+ */
+async function receiveLog(path: string | null, head: ReceivedHead, log: FarSideFile): Promise<ReceivedRunCheck> {
+  const checker = receivedLogChecker(head);
+  const flags = constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL | constants.O_NOFOLLOW;
+  const fd = path === null ? null : openSync(path, flags, 0o600);
+  try {
+    // One byte past the record's size is enough to refuse it: a far side that streams on is not read further.
+    const streamed = await digestFarSideFile(log, head.record.log.bytes, (chunk) => {
+      checker.update(chunk);
+      if (fd !== null) writeRestSync(fd, chunk);
+    });
+    const check = checker.finish(streamed.bytes);
+    if (fd !== null) fsyncSync(fd);
+    return check;
+  } finally {
+    if (fd !== null) closeSync(fd);
+  }
+}
+
+/**
+ * Publish a received run into the scope (the only writing step): its log
+ * streamed from the far side into the staging directory, checked on the
+ * way; a run already in place is compared instead. Any refusal takes back
+ * what this call created.
+ */
+async function publishReceived(
+  realScope: string,
+  head: ReceivedHead,
+  log: FarSideFile,
+  from: string,
+): Promise<{ status: "written" | "kept"; check: ReceivedRunCheck }> {
   const root = receivedRoot(realScope);
-  const dir = assertContained(root, join(root, check.runId), `received run ${check.runId}`);
+  const dir = assertContained(root, join(root, head.runId), `received run ${head.runId}`);
+  let present = true;
   try {
     lstatSync(dir);
-    return compareExisting(dir, check, from);
   } catch (error) {
     if (errnoCode(error) !== "ENOENT") throw error;
+    present = false;
   }
+  if (present) {
+    // Checked whole before it is compared: a far side's damaged copy is refused as such, not as other content.
+    const check = await receiveLog(null, head, log);
+    return { status: compareExisting(dir, head.runId, receivedDigests(check), from), check };
+  }
+  const created = ensureStoreAt(realScope, RECEIVED_STORE);
   const staging = join(root, stagingName());
-  mkdirSync(staging, { mode: 0o700 });
+  let placed = false;
   try {
+    mkdirSync(staging, { mode: 0o700 });
     chmodSync(staging, 0o700);
-    writeNew(join(staging, "record.json"), check.recordBytes);
-    writeNew(join(staging, "log"), check.logBytes);
-    writeNew(join(staging, "audit.jsonl"), check.auditBytes);
+    writeNew(join(staging, "record.json"), head.recordBytes);
+    writeNew(join(staging, "audit.jsonl"), head.auditBytes);
+    const check = await receiveLog(join(staging, "log"), head, log);
     writeNew(
       join(staging, ORIGIN_FILE),
-      canonicalJsonBytes({ format: "oats.received-run.v1", from, runId: check.runId }),
+      canonicalJsonBytes({ format: "oats.received-run.v1", from, runId: head.runId }),
     );
     fsyncDirectory(staging);
     try {
       renameSync(staging, dir);
+      placed = true;
     } catch (error) {
       // Another puller won the race: its directory decides (same bytes kept, other bytes refused).
-      if (errnoCode(error) === "ENOTEMPTY" || errnoCode(error) === "EEXIST") return compareExisting(dir, check, from);
+      if (errnoCode(error) === "ENOTEMPTY" || errnoCode(error) === "EEXIST") {
+        placed = true;
+        return { status: compareExisting(dir, head.runId, receivedDigests(check), from), check };
+      }
       throw error;
     }
+    fsyncDirectory(root);
+    return { status: "written", check };
   } finally {
     rmSync(staging, { recursive: true, force: true });
+    if (!placed) removeCreatedStore(created, root);
   }
-  fsyncDirectory(root);
-  return "written";
 }
 
 /**
@@ -236,16 +347,44 @@ export async function receiveRun(
     ...(options.insecure === true ? { insecure: true } : {}),
   });
   const where = transport.describe();
-  const files = await transport.readBack(runId);
-  if (files === null)
+  const back =
+    transport.openBack !== undefined
+      ? await transport.openBack(runId)
+      : await transport.readBack(runId).then((files) => (files === null ? null : farSideRunOf(files)));
+  if (back === null)
     throw new OatsError("run-not-found", `${where} holds no run ${runId}`, {
       runId,
       from: where,
       reason: "run-not-found",
     });
-  const check = checkReceivedRun(runId, files, where);
+  let received: { status: "written" | "kept"; check: ReceivedRunCheck };
+  try {
+    checkReceivedNames(runId, [...back.files.keys()], where);
+    const small = (name: string) =>
+      readFarSideFile(
+        back.files.get(name)!,
+        SMALL_FILE_LIMIT,
+        (size) =>
+          new OatsError(
+            "invalid-artifact",
+            `run ${runId} from ${where}: ${name} is larger than ${SMALL_FILE_LIMIT} bytes`,
+            {
+              runId,
+              from: where,
+              file: name,
+              size,
+              limit: SMALL_FILE_LIMIT,
+              reason: "too-large",
+            },
+          ),
+      );
+    const head = checkReceivedHead(runId, await small("record.json"), await small("audit.jsonl"), where);
+    received = await publishReceived(realScope, head, back.files.get("log")!, where);
+  } finally {
+    await back.close();
+  }
+  const { status, check } = received;
   const { record } = check;
-  const status = publishReceived(realScope, check, where);
   // Written once the run is in place: a received run no entry names is never taken as received, so an entry that
   // cannot be written leaves nothing trusted behind (pull again once the audit log can take it). A run kept as it
   // was, with its entry already there, changes nothing.

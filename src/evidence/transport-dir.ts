@@ -291,14 +291,16 @@ export function dirTransport(share: string, options: DirTransportOptions = {}): 
       const dirPath = inDirectory(runsFd, `${share}/${RUNS_DIR}`, hex);
       const files = new Map<string, FarSideFile>();
       for (const name of readdirSync(inDirectory(runFd, dirPath, "")).sort()) {
-        const file = holdFarSideFile(inDirectory(runFd, dirPath, name), (failure, details) =>
-          new OatsError("integrity-mismatch", `cannot read ${name} of run ${runId} back from ${to}: ${failure}`, {
-            to,
-            runId,
-            file: name,
-            reason: failure,
-            ...details,
-          }),
+        const file = holdFarSideFile(
+          inDirectory(runFd, dirPath, name),
+          (failure, details) =>
+            new OatsError("integrity-mismatch", `cannot read ${name} of run ${runId} back from ${to}: ${failure}`, {
+              to,
+              runId,
+              file: name,
+              reason: failure,
+              ...details,
+            }),
         );
         held.push(file.held);
         files.set(name, { size: file.size, stream: async () => file.held.stream() });
@@ -325,15 +327,18 @@ export function dirTransport(share: string, options: DirTransportOptions = {}): 
       for (const [name, file] of there.files) {
         files.set(
           name,
-          await readFarSideFile(file, READ_BACK_LIMIT, (size) =>
-            new OatsError("integrity-mismatch", `cannot read ${name} of run ${runId} back from ${to}: too-large`, {
-              to,
-              runId,
-              file: name,
-              reason: "too-large",
-              size,
-              limit: READ_BACK_LIMIT,
-            }),
+          await readFarSideFile(
+            file,
+            READ_BACK_LIMIT,
+            (size) =>
+              new OatsError("integrity-mismatch", `cannot read ${name} of run ${runId} back from ${to}: too-large`, {
+                to,
+                runId,
+                file: name,
+                reason: "too-large",
+                size,
+                limit: READ_BACK_LIMIT,
+              }),
           ),
         );
       }
