@@ -1,6 +1,8 @@
 import { Readable } from "node:stream";
 import { type OatsError, bytesDigest, bytesDigester } from "../core/index.js";
-import { HeldFile, openNamedPath, readInPieces, type ReadFailure } from "../retention/index.js";
+import { read } from "node:fs";
+import { promisify } from "node:util";
+import { HeldFile, openNamedPath, type ReadFailure } from "../retention/index.js";
 
 /**
  * A run's files on their way to a far side and back, without holding a log
@@ -27,7 +29,7 @@ export interface EvidenceFile {
   /** oats.bytes.v1 (`sha256-<hex>`), computed before the file is handed over. */
   readonly digest: string;
   /** Every byte, a piece at a time through one reused buffer (a piece is valid only during its call). */
-  pieces(consume: (piece: Buffer) => void): void;
+  pieces(consume: (piece: Buffer) => void): Promise<void>;
   /** The bytes [start, end) as a stream, afresh at each call (an upload resumes from an offset). */
   open(start: number, end: number): Readable;
 }
@@ -38,6 +40,12 @@ export interface FarSideFile {
   readonly size: number;
   /** Its bytes; a transport that can check them on the way (a registry's blob digest) fails the stream otherwise. */
   stream(): Promise<Readable>;
+  /**
+   * A local far side's bytes (a share's file held by descriptor) without a stream: at most `limit` of them, a piece
+   * at a time through one reused buffer (a piece is valid only during its call); returns how many were read. Reading
+   * so leaves no garbage buffer behind for the collector, which is what keeps a push's peak RSS flat.
+   */
+  pieces?(limit: number, consume: (piece: Buffer) => void): Promise<number>;
 }
 
 /** What a far side holds for one run, open for reading; close releases what the transport holds open. */
@@ -51,13 +59,36 @@ export function bufferFile(bytes: Buffer): EvidenceFile {
   return {
     size: bytes.length,
     digest: bytesDigest(bytes),
-    pieces: (consume) => consume(bytes),
+    pieces: async (consume) => consume(bytes),
     open: (start, end) => Readable.from([bytes.subarray(start, end)]),
   };
 }
 
 export function asEvidenceFile(file: Buffer | EvidenceFile): EvidenceFile {
   return Buffer.isBuffer(file) ? bufferFile(file) : file;
+}
+
+const PIECE_BYTES = 256 * 1024;
+const readAt = promisify(read);
+
+/**
+ * The first `limit` bytes of an open file, from offset 0, handed to
+ * `consume` a piece at a time through one buffer reused for every piece (a
+ * piece is valid only during its call); returns how many were read, fewer
+ * when the file is shorter. Each read is asynchronous, so a log of
+ * gigabytes never holds the event loop (a lock being kept fresh, a signal),
+ * and no piece is left behind as garbage.
+ */
+export async function readPieces(fd: number, limit: number, consume: (piece: Buffer) => void): Promise<number> {
+  const buffer = Buffer.allocUnsafe(PIECE_BYTES);
+  let done = 0;
+  while (done < limit) {
+    const { bytesRead } = await readAt(fd, buffer, 0, Math.min(buffer.length, limit - done), done);
+    if (bytesRead === 0) break;
+    consume(buffer.subarray(0, bytesRead));
+    done += bytesRead;
+  }
+  return done;
 }
 
 /** A regular file held open by descriptor, hashed once through a bounded buffer; close releases it. */
@@ -73,10 +104,10 @@ export interface HeldEvidenceFile extends EvidenceFile {
  * when it no longer yields `size` bytes; the transport that copies it
  * hashes what it copies and holds it to `digest`.
  */
-export function holdEvidenceFile(
+export async function holdEvidenceFile(
   path: string,
   refuse: (failure: ReadFailure, details: Record<string, unknown>) => OatsError,
-): HeldEvidenceFile {
+): Promise<HeldEvidenceFile> {
   let opened: ReturnType<typeof openNamedPath>;
   try {
     opened = openNamedPath(path);
@@ -88,11 +119,11 @@ export function holdEvidenceFile(
   try {
     if (!opened.stats.isFile()) throw refuse("not-a-file", { path });
     const size = opened.stats.size;
-    const pieces = (consume: (piece: Buffer) => void): void => {
-      if (readInPieces(opened.fd, size, consume) !== size) throw refuse("changed", { path });
+    const pieces = async (consume: (piece: Buffer) => void): Promise<void> => {
+      if ((await readPieces(opened.fd, size, consume)) !== size) throw refuse("changed", { path });
     };
     const digester = bytesDigester();
-    pieces((piece) => digester.update(piece));
+    await pieces((piece) => digester.update(piece));
     return {
       size,
       digest: digester.digest(),
@@ -101,7 +132,7 @@ export function holdEvidenceFile(
       close: () => held.close(),
     };
   } catch (error) {
-    void held.close();
+    await held.close();
     throw error;
   }
 }
@@ -126,6 +157,18 @@ export async function digestFarSideFile(
 ): Promise<StreamedDigest> {
   const digester = bytesDigester();
   let bytes = 0;
+  if (file.pieces !== undefined) {
+    bytes = await file.pieces(expectedBytes === null ? Number.MAX_SAFE_INTEGER : expectedBytes + 1, (piece) => {
+      if (expectedBytes !== null && bytes + piece.length > expectedBytes) {
+        bytes += piece.length;
+        return;
+      }
+      bytes += piece.length;
+      digester.update(piece);
+      consume(piece);
+    });
+    return { digest: digester.digest(), bytes };
+  }
   const stream = await file.stream();
   try {
     for await (const chunk of stream as AsyncIterable<Buffer>) {

@@ -18,7 +18,6 @@ import {
   DEFAULT_LOCK_WAIT_MS,
   withFileLock,
 } from "../retention/index.js";
-import { bufferFile, holdEvidenceFile, type EvidenceFile, type HeldEvidenceFile } from "./evidence-file.js";
 import { checkSealedLog, readSealedRun, type SealedRun } from "./sealed-run.js";
 import { readAnchoredAudit, type AnchoredAudit } from "./anchored-audit.js";
 import { checkDeliverable } from "./deliverable.js";
@@ -50,13 +49,6 @@ export const OUTBOX_STORE: readonly string[] = [AGENTS_DIR, "outbox"];
 const ENTRY_FORMAT = "oats.outbox-entry.v1";
 export const DELIVERY_FORMAT = "oats.outbox-delivery.v1";
 const ENTRY_NAME = /^([0-9]{12})-([0-9a-f]{64})$/;
-/**
- * record.json and audit.jsonl of an entry are read whole, and no larger than
- * this: a sealed record is at most 16 MiB (sealed-run.ts) and the audit
- * lines of one run a few KiB. The log has no bound of its own: it is only
- * ever streamed.
- */
-const SMALL_FILE_LIMIT = 64 * 1024 * 1024;
 
 export interface OutboxFile {
   readonly name: EvidenceFileName;
@@ -159,7 +151,7 @@ export function outboxWritable(scope: string): { writable: true } | { writable: 
   }
 }
 
-function entryName(seq: number, runId: string): string {
+export function entryName(seq: number, runId: string): string {
   return `${String(seq).padStart(12, "0")}-${runHex(runId)}`;
 }
 
@@ -343,69 +335,6 @@ function readEntryManifest(entries: string, name: string): OutboxEntry {
     );
   }
   return result.data as OutboxEntry;
-}
-
-/** An entry's files opened for delivery: the log held open by descriptor, the small files in memory as well. */
-export interface OpenEntry {
-  readonly files: ReadonlyMap<EvidenceFileName, EvidenceFile>;
-  readonly recordBytes: Buffer | undefined;
-  readonly auditBytes: Buffer | undefined;
-  /** Release the log's descriptor (once every stream of it has stopped). */
-  close(): Promise<void>;
-}
-
-/**
- * An entry's files, each checked against the digest it was queued with
- * (`integrity-mismatch` otherwise). The log is opened once (O_NOFOLLOW, a
- * regular file), hashed through a bounded buffer and held open: what is
- * sent is read through that descriptor, and the transport holds its copy to
- * the digest checked here. record.json and audit.jsonl are read whole, at
- * most SMALL_FILE_LIMIT bytes each.
- */
-export function openEntryFiles(scope: string, entry: OutboxEntry): OpenEntry {
-  const dir = join(outboxRoot(scope), "entries", entryName(entry.seq, entry.runId));
-  const files = new Map<EvidenceFileName, EvidenceFile>();
-  const held: HeldEvidenceFile[] = [];
-  const small = new Map<EvidenceFileName, Buffer>();
-  try {
-    for (const file of entry.files) {
-      const refuse = (failure: string, details: Record<string, unknown>) =>
-        new OatsError("integrity-mismatch", `outbox entry ${entry.seq} (${entry.runId}): ${file.name} is ${failure}`, {
-          seq: entry.seq,
-          runId: entry.runId,
-          file: file.name,
-          reason: failure,
-          ...details,
-        });
-      let opened: EvidenceFile;
-      if (file.name === "log") {
-        const log = holdEvidenceFile(join(dir, file.name), refuse);
-        held.push(log);
-        opened = log;
-      } else {
-        const bytes = readRegularFile(join(dir, file.name), { limit: SMALL_FILE_LIMIT, refuse });
-        small.set(file.name, bytes);
-        opened = bufferFile(bytes);
-      }
-      if (opened.digest !== file.digest || opened.size !== file.bytes) {
-        throw new OatsError(
-          "integrity-mismatch",
-          `outbox entry ${entry.seq} (${entry.runId}): ${file.name} changed since it was queued`,
-          { seq: entry.seq, runId: entry.runId, file: file.name, expected: file.digest, actual: opened.digest },
-        );
-      }
-      files.set(file.name, opened);
-    }
-  } catch (error) {
-    for (const file of held) void file.close();
-    throw error;
-  }
-  return {
-    files,
-    recordBytes: small.get("record.json"),
-    auditBytes: small.get("audit.jsonl"),
-    close: async () => void (await Promise.all(held.map((file) => file.close()))),
-  };
 }
 
 /** Every queued entry in seq order (reading only; an absent outbox is empty). */

@@ -1,6 +1,6 @@
 import { readdirSync } from "node:fs";
 import { join } from "node:path";
-import { OatsError, errnoCode, bytesDigest, isOatsError } from "../core/index.js";
+import { OatsError, errnoCode, isOatsError } from "../core/index.js";
 import { readRegularFile, resolveScope, DEFAULT_LOCK_WAIT_MS, withFileLock } from "../retention/index.js";
 import {
   deliveryMarks,
@@ -8,13 +8,12 @@ import {
   markDelivered,
   outboxEntries,
   outboxRoot,
-  openEntryFiles,
   type DeliveryMark,
-  type OpenEntry,
   type OutboxEntry,
 } from "./outbox.js";
 import { EVIDENCE_FILES, transportFor, type EvidenceTransport, type ProbeResult } from "./transport.js";
-import { digestFarSideFile, farSideRunOf, type FarSideRun } from "./evidence-file.js";
+import { openEntryFiles, type OpenEntry } from "./outbox-open.js";
+import { deliverEntry } from "./read-back.js";
 import { enqueueSealedRuns } from "./after-seal.js";
 import { readAnchoredAudit, type AnchoredAudit } from "./anchored-audit.js";
 import { checkDeliverable } from "./deliverable.js";
@@ -115,92 +114,6 @@ function unreachable(transport: EvidenceTransport, probe: ProbeResult): OatsErro
   );
 }
 
-/** Compare what the far side returned with what was queued; a typed refusal naming every difference. */
-export function checkReadBack(entry: OutboxEntry, to: string, back: Map<string, Buffer> | null): void {
-  const differences: string[] = [];
-  for (const file of entry.files) {
-    const bytes = back?.get(file.name);
-    if (bytes === undefined) differences.push(`${file.name}: missing`);
-    else if (bytesDigest(bytes) !== file.digest)
-      differences.push(
-        `${file.name}: read back ${bytesDigest(bytes)} (${bytes.length} bytes), ` +
-          `queued ${file.digest} (${file.bytes} bytes)`,
-      );
-  }
-  for (const name of back?.keys() ?? [])
-    if (!entry.files.some((file) => file.name === name)) differences.push(`${name}: unexpected`);
-  if (differences.length > 0) {
-    throw new OatsError(
-      "integrity-mismatch",
-      `run ${entry.runId} (outbox seq ${entry.seq}) did not read back intact ` +
-        `from ${to}: ${differences.join("; ")}; it stays queued`,
-      {
-        to,
-        seq: entry.seq,
-        runId: entry.runId,
-        differences,
-        reason: "read-back-mismatch",
-      },
-    );
-  }
-}
-
-/**
- * checkReadBack, streaming: every file the far side lists is hashed as it
- * streams from the far side (stopping past the queued size) and compared
- * with what was queued; a size the far side states that is not the queued
- * one is a difference without reading a byte.
- */
-export async function checkFarSide(entry: OutboxEntry, to: string, back: FarSideRun | null): Promise<void> {
-  const differences: string[] = [];
-  for (const file of entry.files) {
-    const there = back?.files.get(file.name);
-    if (there === undefined) {
-      differences.push(`${file.name}: missing`);
-      continue;
-    }
-    const streamed =
-      there.size === file.bytes ? await digestFarSideFile(there, file.bytes) : { digest: "-", bytes: there.size };
-    if (streamed.digest !== file.digest || streamed.bytes !== file.bytes)
-      differences.push(
-        `${file.name}: read back ${streamed.digest} (${streamed.bytes} bytes), ` +
-          `queued ${file.digest} (${file.bytes} bytes)`,
-      );
-  }
-  for (const name of back?.files.keys() ?? [])
-    if (!entry.files.some((file) => file.name === name)) differences.push(`${name}: unexpected`);
-  if (differences.length > 0) {
-    throw new OatsError(
-      "integrity-mismatch",
-      `run ${entry.runId} (outbox seq ${entry.seq}) did not read back intact ` +
-        `from ${to}: ${differences.join("; ")}; it stays queued`,
-      {
-        to,
-        seq: entry.seq,
-        runId: entry.runId,
-        differences,
-        reason: "read-back-mismatch",
-      },
-    );
-  }
-}
-
-/** Put an entry and read it back from the far side, streaming both ways (whole files from a readBack-only one). */
-async function deliverEntry(transport: EvidenceTransport, entry: OutboxEntry, opened: OpenEntry): Promise<void> {
-  await transport.put({ runId: entry.runId, seq: entry.seq, files: opened.files });
-  const to = transport.describe();
-  if (transport.openBack === undefined) {
-    const back = await transport.readBack(entry.runId);
-    return checkFarSide(entry, to, back === null ? null : farSideRunOf(back));
-  }
-  const back = await transport.openBack(entry.runId);
-  try {
-    await checkFarSide(entry, to, back);
-  } finally {
-    await back?.close();
-  }
-}
-
 export async function pushEvidence(scope: string, options: PushOptions): Promise<PushResult> {
   const realScope = resolveScope(scope);
   const transport = resolveTransport(
@@ -265,7 +178,7 @@ export async function pushEvidence(scope: string, options: PushOptions): Promise
         }
         let opened: OpenEntry | null = null;
         try {
-          opened = openEntryFiles(realScope, entry);
+          opened = await openEntryFiles(realScope, entry);
           checkEntry(realScope, audit, entry, opened);
         } catch (error) {
           await opened?.close();

@@ -1,12 +1,12 @@
 import {
   closeSync,
   constants,
+  fsync,
   fstatSync,
   fsyncSync,
   lstatSync,
   mkdirSync,
   openSync,
-  readdirSync,
   renameSync,
   rmdirSync,
   type Stats,
@@ -14,26 +14,13 @@ import {
   unlinkSync,
 } from "node:fs";
 import { dirname } from "node:path";
+import { promisify } from "node:util";
 import { OatsError, errnoCode, bytesDigester } from "../core/index.js";
-import {
-  HeldFile,
-  inDirectory,
-  openNamedPath,
-  writeNewFileDurablyInPieces,
-  assertContained,
-  stagingName,
-  type ReadFailure,
-} from "../retention/index.js";
-import {
-  asEvidenceFile,
-  digestFarSideFile,
-  readFarSideFile,
-  READ_BACK_LIMIT,
-  type EvidenceFile,
-  type FarSideFile,
-  type FarSideRun,
-} from "./evidence-file.js";
+import { inDirectory, writeRestSync, assertContained, stagingName } from "../retention/index.js";
+import { asEvidenceFile, digestFarSideFile, type EvidenceFile, type FarSideRun } from "./evidence-file.js";
 import { runHex } from "./run-id.js";
+import { openShareRun, readShareRun } from "./transport-dir-read.js";
+import { DIRECTORY_FLAGS, RUNS_DIR, closeQuietly, openShareRoot, openShareRuns, shareError } from "./share-fs.js";
 import type { EvidenceBundle, EvidenceTransport, ProbeResult } from "./transport.js";
 
 /**
@@ -72,8 +59,6 @@ export interface DirTransportOptions {
   readonly allowSameFilesystem?: boolean;
 }
 
-const RUNS_DIR = "runs";
-
 /**
  * The stat of `path`, or of its nearest existing ancestor: the filesystem it is, or will be, on. A scope's first
  * dispatch probes the far side before its outbox exists; its filesystem is then the scope's.
@@ -87,21 +72,21 @@ function nearestExisting(path: string): Stats | null {
     }
   }
 }
-const DIRECTORY_FLAGS = constants.O_RDONLY | constants.O_DIRECTORY | constants.O_NOFOLLOW;
 
 /**
  * Copy a file into the staging directory through a bounded buffer (O_EXCL|O_NOFOLLOW, fsync'd), hashing what is
  * written: bytes that are not the digest the file was handed over with (its source changed meanwhile) are refused
  * before anything is renamed into place.
  */
-function copyInto(at: string, file: EvidenceFile, to: string, runId: string, name: string): void {
-  writeNewFileDurablyInPieces(at, 0o644, (write) => {
+async function copyInto(at: string, file: EvidenceFile, to: string, runId: string, name: string): Promise<void> {
+  const fd = openSync(at, constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL | constants.O_NOFOLLOW, 0o644);
+  try {
     const digester = bytesDigester();
     let bytes = 0;
-    file.pieces((piece) => {
+    await file.pieces((piece) => {
       digester.update(piece);
       bytes += piece.length;
-      write(piece);
+      writeRestSync(fd, piece);
     });
     const digest = digester.digest();
     if (digest !== file.digest || bytes !== file.size)
@@ -113,84 +98,10 @@ function copyInto(at: string, file: EvidenceFile, to: string, runId: string, nam
         expected: file.digest,
         actual: digest,
       });
-  });
-}
-
-/** A file of a run directory held open for reading back (never through a symlink, only a regular file). */
-function holdFarSideFile(
-  at: string,
-  refuse: (failure: ReadFailure, details: Record<string, unknown>) => OatsError,
-): { held: HeldFile; size: number } {
-  let opened: ReturnType<typeof openNamedPath>;
-  try {
-    opened = openNamedPath(at);
-  } catch (error) {
-    const code = errnoCode(error);
-    throw refuse(code === "ENOENT" ? "missing" : code === "ELOOP" ? "symlink" : "unreadable", { errno: code });
-  }
-  if (!opened.stats.isFile()) {
-    closeSync(opened.fd);
-    throw refuse("not-a-file", {});
-  }
-  return { held: new HeldFile(opened.fd, at), size: opened.stats.size };
-}
-
-/**
- * O_DIRECTORY|O_NOFOLLOW on a symlink fails with ENOTDIR on Linux (ELOOP
- * elsewhere): look at the name itself to say which it was.
- */
-function isSymlinkAt(at: string): boolean {
-  try {
-    return lstatSync(at).isSymbolicLink();
-  } catch {
-    return false;
-  }
-}
-
-function directoryErrno(error: unknown, at: string): string | undefined {
-  const errno = errnoCode(error);
-  return errno === "ENOTDIR" && isSymlinkAt(at) ? "ELOOP" : errno;
-}
-
-function shareError(
-  share: string,
-  what: string,
-  error: unknown,
-  details: Record<string, unknown> = {},
-  at?: string,
-): OatsError {
-  const errno = at === undefined ? errnoCode(error) : directoryErrno(error, at);
-  if (errno === "ELOOP") {
-    return new OatsError(
-      "invalid-artifact-store",
-      `the share's ${what} is a symlink, refusing to follow it: ${share}`,
-      { to: `dir:${share}`, component: what, reason: "symlink", ...details },
-    );
-  }
-  if (errno === "ENOTDIR") {
-    return new OatsError("invalid-artifact-store", `the share's ${what} is not a directory: ${share}`, {
-      to: `dir:${share}`,
-      component: what,
-      reason: "not-a-directory",
-      ...details,
-    });
-  }
-  if (error instanceof OatsError) return error;
-  return new OatsError(
-    "internal-error",
-    `writing to the share ${share} failed at ${what}: ${error instanceof Error ? error.message : String(error)}`,
-    { to: `dir:${share}`, component: what, ...(errno ? { errno } : {}), ...details },
-    { cause: error },
-  );
-}
-
-function closeQuietly(fd: number | null): void {
-  if (fd !== null) {
-    try {
-      closeSync(fd);
-    } catch {
-      // Already closed or never opened: nothing to release.
-    }
+    // In the thread pool: flushing gigabytes does not hold the event loop.
+    await promisify(fsync)(fd);
+  } finally {
+    closeSync(fd);
   }
 }
 
@@ -209,26 +120,8 @@ function assertRenamedOurs(ours: Stats, at: string, to: string, runId: string): 
 export function dirTransport(share: string, options: DirTransportOptions = {}): EvidenceTransport {
   const to = `dir:${share}`;
 
-  /** The share root: the operator's path, followed like any path the operator names. */
-  const openShare = (): number => openSync(share, constants.O_RDONLY | constants.O_DIRECTORY);
-
-  /** `runs/` inside the open share, created when `create`; null when absent and not created. */
-  const openRuns = (shareFd: number, create: boolean): number | null => {
-    const at = inDirectory(shareFd, share, RUNS_DIR);
-    if (create) {
-      try {
-        mkdirSync(at, { mode: 0o755 });
-      } catch (error) {
-        if (errnoCode(error) !== "EEXIST") throw shareError(share, RUNS_DIR, error);
-      }
-    }
-    try {
-      return openSync(at, DIRECTORY_FLAGS);
-    } catch (error) {
-      if (errnoCode(error) === "ENOENT" && !create) return null;
-      throw shareError(share, RUNS_DIR, error, {}, at);
-    }
-  };
+  const openShare = (): number => openShareRoot(share);
+  const openRuns = (shareFd: number, create: boolean): number | null => openShareRuns(share, shareFd, create);
 
   const probe = async (): Promise<ProbeResult> => {
     let stats;
@@ -253,100 +146,8 @@ export function dirTransport(share: string, options: DirTransportOptions = {}): 
     return { state: "reachable", reason: null };
   };
 
-  /**
-   * Open the run directory through descriptors only and every file in it (O_NOFOLLOW, a regular file, held by its
-   * descriptor: read through it alone); null when the share holds nothing for the id.
-   */
-  const openBack = async (runId: string): Promise<FarSideRun | null> => {
-    const hex = runHex(runId);
-    let shareFd: number | null = null;
-    let runsFd: number | null = null;
-    let runFd: number | null = null;
-    const held: HeldFile[] = [];
-    let handed = false;
-    try {
-      shareFd = openShare();
-      runsFd = openRuns(shareFd, false);
-      if (runsFd === null) return null;
-      assertContained(`${share}/${RUNS_DIR}`, `${share}/${RUNS_DIR}/${hex}`, `run ${runId}`);
-      try {
-        runFd = openSync(inDirectory(runsFd, `${share}/${RUNS_DIR}`, hex), DIRECTORY_FLAGS);
-      } catch (error) {
-        const errno = directoryErrno(error, inDirectory(runsFd, `${share}/${RUNS_DIR}`, hex));
-        if (errno === "ENOENT") return null;
-        if (errno === "ELOOP" || errno === "ENOTDIR") {
-          throw new OatsError(
-            "integrity-mismatch",
-            `the share holds something other than a run directory for ${runId}: ` +
-              `${errno === "ELOOP" ? "a symlink" : "not a directory"}`,
-            {
-              to,
-              runId,
-              reason: errno === "ELOOP" ? "symlink" : "not-a-directory",
-            },
-          );
-        }
-        throw error;
-      }
-      const dirPath = inDirectory(runsFd, `${share}/${RUNS_DIR}`, hex);
-      const files = new Map<string, FarSideFile>();
-      for (const name of readdirSync(inDirectory(runFd, dirPath, "")).sort()) {
-        const file = holdFarSideFile(
-          inDirectory(runFd, dirPath, name),
-          (failure, details) =>
-            new OatsError("integrity-mismatch", `cannot read ${name} of run ${runId} back from ${to}: ${failure}`, {
-              to,
-              runId,
-              file: name,
-              reason: failure,
-              ...details,
-            }),
-        );
-        held.push(file.held);
-        files.set(name, { size: file.size, stream: async () => file.held.stream() });
-      }
-      handed = true;
-      return { files, close: async () => void (await Promise.all(held.map((file) => file.close()))) };
-    } catch (error) {
-      if (error instanceof OatsError) throw error;
-      throw shareError(share, "run directory", error, { runId });
-    } finally {
-      if (!handed) await Promise.all(held.map((file) => file.close()));
-      closeQuietly(runFd);
-      closeQuietly(runsFd);
-      closeQuietly(shareFd);
-    }
-  };
-
-  /** Every file of the run directory whole (at most READ_BACK_LIMIT bytes each). */
-  const readBack = async (runId: string): Promise<Map<string, Buffer> | null> => {
-    const there = await openBack(runId);
-    if (there === null) return null;
-    try {
-      const files = new Map<string, Buffer>();
-      for (const [name, file] of there.files) {
-        files.set(
-          name,
-          await readFarSideFile(
-            file,
-            READ_BACK_LIMIT,
-            (size) =>
-              new OatsError("integrity-mismatch", `cannot read ${name} of run ${runId} back from ${to}: too-large`, {
-                to,
-                runId,
-                file: name,
-                reason: "too-large",
-                size,
-                limit: READ_BACK_LIMIT,
-              }),
-          ),
-        );
-      }
-      return files;
-    } finally {
-      await there.close();
-    }
-  };
+  const openBack = (runId: string): Promise<FarSideRun | null> => openShareRun(share, runId);
+  const readBack = (runId: string): Promise<Map<string, Buffer> | null> => readShareRun(share, runId);
 
   /** Same bytes already there (by digest, streamed): idempotent. Anything else: integrity-mismatch, nothing replaced. */
   const compareExisting = async (bundle: EvidenceBundle): Promise<void> => {
@@ -431,7 +232,13 @@ export function dirTransport(share: string, options: DirTransportOptions = {}): 
       if (fstatSync(stagingFd).uid !== process.getuid?.()) throw replaced();
       for (const [name, given] of bundle.files) {
         written.push(name);
-        copyInto(inDirectory(stagingFd, `${runsPath}/${staging}`, name), asEvidenceFile(given), to, bundle.runId, name);
+        await copyInto(
+          inDirectory(stagingFd, `${runsPath}/${staging}`, name),
+          asEvidenceFile(given),
+          to,
+          bundle.runId,
+          name,
+        );
       }
       fsyncSync(stagingFd);
       try {
