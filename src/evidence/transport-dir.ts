@@ -149,7 +149,7 @@ export function dirTransport(share: string, options: DirTransportOptions = {}): 
   const openBack = (runId: string): Promise<FarSideRun | null> => openShareRun(share, runId);
   const readBack = (runId: string): Promise<Map<string, Buffer> | null> => readShareRun(share, runId);
 
-  /** Same bytes already there (by digest, streamed): idempotent. Anything else: integrity-mismatch, nothing replaced. */
+  /** Same bytes already there (by digest, streamed): idempotent. Else integrity-mismatch, nothing replaced. */
   const compareExisting = async (bundle: EvidenceBundle): Promise<void> => {
     const there = await openBack(bundle.runId);
     const differences: string[] = [];
