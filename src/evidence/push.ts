@@ -22,12 +22,13 @@ import { readRecord, runsRoot } from "./run-store.js";
 
 /**
  * Delivery of the outbox to one far side, in seq order. For each entry the
- * destination has no mark for: read the queued files (each checked against
- * its queued digest) and hold them to the sealed run they claim to be
- * (deliverable.ts: the anchored audit log, the private start record, the
- * run directory), put them, read them back from the far side, compare the
- * digest of every file read back (and that nothing is missing or extra),
- * and only then write the mark. An entry that is not a sealed run of this
+ * destination has no mark for: open the queued files (outbox-open.ts: each
+ * checked against its queued digest, the log hashed as it streams and held
+ * open) and hold them to the sealed run they claim to be (deliverable.ts:
+ * the anchored audit log, the private start record, the run directory), put
+ * them, read them back from the far side as they stream, compare the digest
+ * of every file read back (and that nothing is missing or extra;
+ * read-back.ts), and only then write the mark. An entry that is not a sealed run of this
  * scope is refused (`refused` in the result), never delivered or marked,
  * and the sealed run of its handle is queued anew. The first failure of the
  * far side stops the push, so a later entry is never delivered before an
