@@ -91,6 +91,7 @@ export {
   type StartRecord,
 } from "./start-record.js";
 export { checkRunDir, readControl, readRecord, runsRoot, strayNames } from "./run-store.js";
+export { type EvidenceFile, type FarSideFile, type FarSideRun, READ_BACK_LIMIT } from "./evidence-file.js";
 export {
   EVIDENCE_FILES,
   type EvidenceBundle,

@@ -83,6 +83,7 @@ export { defaultEvidence, type EvidenceFacts, type EvidenceJudge } from "./run-s
 export type { RunState } from "./run-standing.js";
 export { CANCEL_FILE, findRun, RUNS_STORE } from "./run-store.js";
 export { dirTransport, type DirTransportOptions } from "./transport-dir.js";
+export { type EvidenceFile, type FarSideFile, type FarSideRun, READ_BACK_LIMIT } from "./evidence-file.js";
 export {
   EVIDENCE_FILES,
   type EvidenceBundle,

@@ -30,8 +30,6 @@ import { ociTransport } from "./transport-oci.js";
 export const EVIDENCE_FILES = ["record.json", "log", "audit.jsonl"] as const;
 export type EvidenceFileName = (typeof EVIDENCE_FILES)[number];
 
-export { READ_BACK_LIMIT } from "./evidence-file.js";
-
 export interface EvidenceBundle {
   /** `oats.json.v1:<hex>`: the sealed record's digest. */
   readonly runId: string;
