@@ -65,6 +65,7 @@ export function formatLogLine(line: LogLine): string {
   return `${line.at} ${line.stream} ${line.text}\n`;
 }
 
+/** How a run log's footer writes an exit: `code <n>`, `signal <NAME>`, or `unknown`. */
 export function exitText(exit: RunExit | null): string {
   if (exit === null || (exit.code === null && exit.signal === null)) return "unknown";
   return exit.signal !== null ? `signal ${exit.signal}` : `code ${exit.code}`;

@@ -115,6 +115,12 @@ function unreachable(transport: EvidenceTransport, probe: ProbeResult): OatsErro
   );
 }
 
+/**
+ * Deliver the outbox to one far side in seq order (src/evidence/push.ts): each run put, read back, compared and only
+ * then marked. An unreachable far side is `registry-refused` (oci://) or `artifact-not-found` (reason
+ * `far-side-unreachable`), everything staying queued; a read-back that differs is `integrity-mismatch`.
+ * @returns what was delivered, already delivered, still pending and refused
+ */
 export async function pushEvidence(scope: string, options: PushOptions): Promise<PushResult> {
   const realScope = resolveScope(scope);
   const transport = resolveTransport(

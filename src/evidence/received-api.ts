@@ -95,6 +95,11 @@ export function receiptFor(audit: AnchoredAudit, check: ReceivedRunCheck): Audit
   return entry;
 }
 
+/**
+ * Every run received into this scope by `oats pull`, each with its record's summary, or with the error that keeps
+ * it from being read (a run with no run-receive entry in the audit log is not a received run). Never throws for one
+ * bad run.
+ */
 export function listReceivedRuns(scope: string): ReceivedSummary[] {
   const realScope = resolveScope(scope);
   const audit = lazyAnchoredAudit(realScope);
@@ -158,6 +163,10 @@ export function findReceived(realScope: string, ref: string): { runId: string; d
   return runId === undefined ? null : { runId, dir: join(receivedRoot(realScope), runId) };
 }
 
+/**
+ * A received run's record and log lines, as {@link findReceived} found it; a run without its record is refused
+ * (`invalid-artifact-store`). Reading checks no digest: `verifyReceivedRun` does.
+ */
 export function readReceivedRun(_realScope: string, found: { runId: string; dir: string }): ReceivedRun {
   const record = recordOf(found.dir, found.runId);
   const log = readReceivedFiles(found.dir).get("log") ?? Buffer.alloc(0);

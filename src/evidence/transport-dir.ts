@@ -117,6 +117,12 @@ function assertRenamedOurs(ours: Stats, at: string, to: string, runId: string): 
   );
 }
 
+/**
+ * The `dir:` transport to a share, with the layout and guarantees of src/evidence/transport-dir.ts. Nothing is touched
+ * until it is used; a share on the filesystem of `options.localPath` probes as unreachable (`same-filesystem`) unless
+ * `options.allowSameFilesystem`.
+ * @param share the share's absolute path
+ */
 export function dirTransport(share: string, options: DirTransportOptions = {}): EvidenceTransport {
   const to = `dir:${share}`;
 

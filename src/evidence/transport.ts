@@ -128,7 +128,7 @@ function invalidDestination(text: string, reason: string): OatsError {
  * unknown scheme is `usage`; a malformed destination of a known scheme is
  * `invalid-input`. Nothing is touched on disk or on the network.
  */
-export function transportFor(to: unknown, context: TransportContext = {}): EvidenceTransport {
+export function transportFor(to: string, context: TransportContext = {}): EvidenceTransport {
   const parsed = DESTINATION.safeParse(to);
   if (!parsed.success) throw invalidDestination(String(to), parsed.error.issues[0]?.message ?? "not a string");
   const text = parsed.data;

@@ -17,6 +17,7 @@ export {
   storeRoot,
   parseArtifactRef,
   type ArtifactRef,
+  type ArtifactRefInput,
 } from "./store/layout.js";
 export type { ArtifactReceipt } from "./receipt.js";
 export {
@@ -54,7 +55,14 @@ export {
   type TreeFormat,
 } from "./digest/integrity.js";
 export { ARTIFACT_KINDS, IDENTIFIER_PATTERN, type ArtifactKind } from "./store/ids.js";
-export { parseLock, readLockFile, type OatsLock, type CapabilityRow, type PackageRow } from "./oats-lock.js";
+export {
+  parseLock,
+  readLockFile,
+  type OatsLock,
+  type OatsLockInput,
+  type CapabilityRow,
+  type PackageRow,
+} from "./oats-lock.js";
 export { PROVENANCE_FILE } from "./provenance.js";
 export { sourceIdentityKey, pinSourceIdentity, readSourceIdentity } from "./source-identity.js";
 export { revisionSize, formatBytes, type RevisionSize } from "./revision-size.js";

@@ -90,6 +90,10 @@ function scanRevisions(
   }
 }
 
+/**
+ * Every retained revision of the scope, by kind, key and integrity, and what else the stores hold: staging
+ * leftovers, unexpected entries and orphaned manifests. A listing only: nothing is verified.
+ */
 export function listStore(scope: string): StoreListing {
   const realScope = resolveScope(scope);
   const out: StoreListing = { revisions: [], staging: [], unexpected: [], orphanManifests: [] };

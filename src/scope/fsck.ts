@@ -68,6 +68,10 @@ export interface ScopeFsckOptions {
   readonly onArtifact?: (done: number, total: number) => void;
 }
 
+/**
+ * Check everything the scope holds the way its readers check it (src/scope/fsck.ts), and report the findings by class;
+ * nothing is repaired or written, and a problem is a finding, not a refusal.
+ */
 export async function fsckScope(scope: string, options: ScopeFsckOptions = {}): Promise<ScopeFsckReport> {
   const realScope = resolveScope(scope);
   // What is retained, by reference; the revisions themselves are verified below.
