@@ -42,14 +42,15 @@ export async function makeSealedRun(
   mkdirSync(dir, { recursive: true, mode: 0o700 });
   chmodSync(join(scope, ".agents", "runs"), 0o700);
   const written = options.writeLog?.(join(dir, "log"));
-  const log =
-    options.logBytes ??
-    (written ? Buffer.alloc(0) : undefined) ??
-    Buffer.from(
-      `${lines.map((text, n) => `2026-12-01T03:40:0${n}.00000${index % 10}Z out ${text}\n`).join("")}# ` +
-        `exit: code 0\n# RESULT: OK\n`,
-      "utf8",
-    );
+  // A log written by writeLog is on disk only: the record seals what writeLog says of it.
+  const log = written
+    ? Buffer.alloc(0)
+    : (options.logBytes ??
+      Buffer.from(
+        `${lines.map((text, n) => `2026-12-01T03:40:0${n}.00000${index % 10}Z out ${text}\n`).join("")}# ` +
+          `exit: code 0\n# RESULT: OK\n`,
+        "utf8",
+      ));
   const record: RunRecord = {
     format: "oats.run.v1",
     handle,
