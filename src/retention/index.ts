@@ -114,6 +114,7 @@ export {
   readInPieces,
   readRegularFile,
   readRegularFileInPieces,
+  type ReadFailure,
   writeNewFileDurably,
   writeNewFileDurablyInPieces,
   writeRestSync,
