@@ -14,7 +14,8 @@
  *   --only LIST    comma-separated subset of the parts the files in bench/sections/ export:
  *
  * big,small,retain,fsync,fsync-big,rss,start,alt,resolution,dispatch,tarball,bundle,approvals,extract-depth,fsck,
- *                  gc,verify-tools,digest-tools,retain-tools,kept,retain-small,bundle-ratio,lanes,redact,evidence,fleet
+ *                  gc,verify-tools,digest-tools,retain-tools,kept,retain-small,bundle-ratio,lanes,redact,evidence,
+ *                  fleet,evidence-stream
  *   --json FILE    also write the results as JSON
  *
  * Every figure is a ratio against a baseline measured in the same run, on the

@@ -264,7 +264,11 @@ describe("archive limits: name bytes, depth, header bytes (a 128 MB heap)", () =
       const run = smallHeapOats(scope, ["retain", tarball, "--id", "demo.deep", "--max-depth", "300"]);
       assert.equal(run.status, 0, JSON.stringify(run.envelope));
       const integrity = run.envelope.result!.integrity as { format: string; value: string };
-      const ref = { kind: "capability", key: "demo.deep", integrity: `${integrity.format}:${integrity.value}` };
+      const ref = {
+        kind: "capability" as const,
+        key: "demo.deep",
+        integrity: `${integrity.format}:${integrity.value}`,
+      };
       await verifyTree(scope, ref, { maxDepth: 300 });
       await assert.rejects(verifyTree(scope, ref), refusal("invalid-artifact", { reason: "too-deep", limit: 256 }));
     },
@@ -297,7 +301,11 @@ describe("tree walk depth: retain, digest and verify of a directory 3,000 levels
         const receipt = await retainTree(scope, { kind: "capability", key: "demo.deep", source: shallow });
         rmSync(receipt.dir, { recursive: true });
         renameSync(deep, receipt.dir);
-        const ref = { kind: "capability", key: "demo.deep", integrity: `${TREE_EXEC}:${receipt.integrity.value}` };
+        const ref = {
+          kind: "capability" as const,
+          key: "demo.deep",
+          integrity: `${TREE_EXEC}:${receipt.integrity.value}`,
+        };
         try {
           await assert.rejects(verifyTree(scope, ref), refusal("invalid-artifact", { reason: "too-deep", limit: 256 }));
           const run = smallHeapOats(scope, ["verify", "demo.deep", "--integrity", ref.integrity]);

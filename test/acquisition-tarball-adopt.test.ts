@@ -19,15 +19,16 @@ import { TREE_EXEC, TREE_LEGACY, digestTree, verifyTree } from "../src/retention
 import { setFaultHook, type PublishStep } from "../src/retention/store/faults.js";
 import { FIXTURES, snapshotTree, tempDir } from "./helpers.js";
 import { refusal } from "./support/refusals.js";
+import type { JsonValue } from "../src/core/index.js";
 
 const PACKAGES = join(FIXTURES, "packages");
 const payloadOf = (name: string) => join(PACKAGES, name, "payload");
 
-interface LockObject {
+type LockObject = {
   lockfileVersion: number;
-  packages: Record<string, Record<string, unknown>>;
-  capabilities: Record<string, Record<string, unknown>>;
-}
+  packages: Record<string, Record<string, JsonValue>>;
+  capabilities: Record<string, Record<string, JsonValue>>;
+};
 const lockOf = (name: string) => JSON.parse(readFileSync(join(PACKAGES, name, "oats-lock.json"), "utf8")) as LockObject;
 
 /** A package tarball of `payload` (entries under package/, symlinks kept). */
@@ -197,7 +198,7 @@ describe("retainTarball adopts the extracted tree", () => {
         JSON.stringify({ ...JSON.parse(readFileSync(provenancePath, "utf8")), commit: "0".repeat(40) }, null, 2),
       );
       const lock = lockOf("echo");
-      lock.capabilities["demo.echo"]!.integrity = (await digestTree(payload, [TREE_LEGACY]))[TREE_LEGACY];
+      lock.capabilities["demo.echo"]!.integrity = (await digestTree(payload, [TREE_LEGACY]))[TREE_LEGACY]!;
       const scope = tempDir("oats-adopt-scope-");
       const steps = hookSteps();
       await assert.rejects(retainTarball(scope, await tarPack(payload), { id: "demo.echo", lock }), {

@@ -32,6 +32,7 @@ import ssri from "ssri";
 import { c as tarCreate } from "tar";
 import { retainTarball, type RetainTarballRequest } from "../src/acquisition/index.js";
 import type { OatsError } from "../src/core/errors.js";
+import type { JsonValue } from "../src/core/index.js";
 import {
   TREE_EXEC,
   TREE_LEGACY,
@@ -51,11 +52,11 @@ const PACKAGES = join(FIXTURES, "packages");
 const payloadOf = (name: string) => join(PACKAGES, name, "payload");
 const lockOf = (name: string) => JSON.parse(readFileSync(join(PACKAGES, name, "oats-lock.json"), "utf8")) as LockObject;
 
-interface LockObject {
+type LockObject = {
   lockfileVersion: number;
-  packages: Record<string, Record<string, unknown>>;
-  capabilities: Record<string, Record<string, unknown>>;
-}
+  packages: Record<string, Record<string, JsonValue>>;
+  capabilities: Record<string, Record<string, JsonValue>>;
+};
 
 const sha512Of = (bytes: Buffer) => ssri.fromData(bytes, { algorithms: ["sha512"] }).toString();
 
@@ -311,7 +312,7 @@ describe("retainTarball: npm-packed and tar-built package tarballs", () => {
       cpSync(payloadOf("clock"), packedTree, { recursive: true, verbatimSymlinks: true });
       unlinkSync(join(packedTree, "bin/time.mjs"));
       const lock = lockOf("clock");
-      lock.capabilities["demo.clock"]!.integrity = (await digestTree(packedTree, [TREE_LEGACY]))[TREE_LEGACY];
+      lock.capabilities["demo.clock"]!.integrity = (await digestTree(packedTree, [TREE_LEGACY]))[TREE_LEGACY]!;
       const scope = tempDir("oats-scope-");
       const receipt = await retainTarball(scope, tarball, { id: "demo.clock", lock });
       assert.equal(receipt.status, "retained");
@@ -335,7 +336,7 @@ describe("retainTarball: npm-packed and tar-built package tarballs", () => {
         ),
       );
       const lock = lockOf("echo");
-      lock.capabilities["demo.echo"]!.integrity = (await digestTree(payload, [TREE_LEGACY]))[TREE_LEGACY];
+      lock.capabilities["demo.echo"]!.integrity = (await digestTree(payload, [TREE_LEGACY]))[TREE_LEGACY]!;
       await refusesUnchanged(await tarPack(payload), { id: "demo.echo", lock }, "provenance-mismatch", {
         field: "source",
       });

@@ -311,7 +311,7 @@ describe("cross-check: dispatch", () => {
   async function queued(): Promise<{
     scope: string;
     marker: string;
-    subject: { kind: string; key: string; integrity: string };
+    subject: { kind: "composition"; key: string; integrity: string };
   }> {
     const scope = tempDir("oats-cross-dispatch-");
     const tool = join(scope, "home", "tool");

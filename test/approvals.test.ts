@@ -3,7 +3,15 @@ import { existsSync, readFileSync, writeFileSync } from "node:fs";
 import { hostname, userInfo } from "node:os";
 import { join } from "node:path";
 import { describe, test } from "node:test";
-import { approvalState, approve, listApprovals, requireApproval, revoke } from "../src/captures/approvals.js";
+import {
+  type ApprovalSubjectInput,
+  approvalState,
+  approve,
+  listApprovals,
+  requireApproval,
+  revoke,
+} from "../src/captures/approvals.js";
+import type { IntegrityInput } from "../src/retention/index.js";
 import { verifyChain, CHAIN_LOGS } from "../src/ledger/chain-log.js";
 import { currentPrincipal } from "../src/captures/classification.js";
 import type { OatsError } from "../src/core/errors.js";
@@ -136,7 +144,7 @@ describe("approvals ledger", () => {
         { kind: "capture", key: "nightly-report", integrity: execB },
         { kind: "capture", key: "weekly-report", integrity: execA },
         { kind: "capability", key: "nightly-report", integrity: execA },
-      ]) {
+      ] as const) {
         assert.deepEqual(approvalState(scope, other), { approved: false, entry: null }, JSON.stringify(other));
         assert.throws(() => requireApproval(scope, other), refusal("approval-required"));
       }
@@ -149,7 +157,7 @@ describe("approvals ledger", () => {
       "invalid-artifact-reference explains why and nothing is appended",
     async () => {
       const scope = tempDir("oats-approvals-");
-      const cases: Array<[unknown, RegExp]> = [
+      const cases: Array<[IntegrityInput, RegExp]> = [
         [`oats.tree-legacy.v0:${A}`, /exec bits/],
         [A, /exec bits/],
         [{ format: "oats.tree-legacy.v0", value: A }, /exec bits/],
@@ -180,6 +188,7 @@ describe("approvals ledger", () => {
       "invalid-artifact-reference and nothing is appended",
     async () => {
       const scope = tempDir("oats-approvals-");
+      // Malformed on purpose (an unknown kind among them): the refusal is what is tested.
       for (const subject of [
         { kind: "package", key: "nightly-report", integrity: execA },
         { kind: "capture", key: "Bad Key", integrity: execA },
@@ -188,7 +197,7 @@ describe("approvals ledger", () => {
         { kind: "capture", key: "nightly-report", integrity: execA.toUpperCase() },
       ]) {
         await assert.rejects(
-          approve(scope, subject, { reason: "ok" }),
+          approve(scope, subject as ApprovalSubjectInput, { reason: "ok" }),
           refusal("invalid-artifact-reference"),
           JSON.stringify(subject),
         );

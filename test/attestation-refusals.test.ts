@@ -35,6 +35,7 @@ import {
   canonicalJsonBytes,
   compositionOf,
   compositionSubject,
+  type CompositionSubject,
   discardDispatchPlan,
   resolveQueuedCapture,
   readAudit,
@@ -54,7 +55,7 @@ import { NO_REGISTRY, registryBinary, startRegistry, type Registry } from "./sup
 
 let fixture: EvidenceFixture;
 let approvalId: string;
-let composition: { kind: string; key: string; integrity: string };
+let composition: CompositionSubject;
 let tree: { kind: string; key: string; integrity: string };
 
 const refused = (reason: string) => (error: unknown) => {

@@ -25,6 +25,7 @@ import { dirname, join } from "node:path";
 import { describe, test } from "node:test";
 import assert from "node:assert/strict";
 import type { OatsError } from "../src/core/errors.js";
+import type { JsonValue } from "../src/core/index.js";
 import {
   TREE_EXEC,
   TREE_LEGACY,
@@ -87,12 +88,12 @@ function refusedSync(action: () => unknown, code: string, details: Details = {})
 // ---------------------------------------------------------------------------
 // Locks and sources
 
-interface LockObject {
-  lockfileVersion: unknown;
-  packages: Record<string, Record<string, unknown>>;
-  capabilities: Record<string, Record<string, unknown>>;
-  [key: string]: unknown;
-}
+type LockObject = {
+  lockfileVersion?: JsonValue;
+  packages: Record<string, Record<string, JsonValue>>;
+  capabilities: Record<string, Record<string, JsonValue>>;
+  [key: string]: JsonValue | undefined;
+};
 
 const lock = (): LockObject => fixtureLock() as LockObject;
 
@@ -284,7 +285,8 @@ describe("integrities", () => {
       const { scope, capture } = await populatedScope();
       const value = capture.integrity.value;
       const hex = value.slice("sha256-".length);
-      const bad: unknown[] = [
+      // Malformed on purpose, some of them not even of IntegrityInput's shape: the refusal is what is tested.
+      const bad = [
         `${TREE_EXEC}:sha256-${hex.slice(0, 16)}`, // a true prefix of the stored revision
         `${TREE_EXEC}:sha256-${hex.slice(0, 63)}`,
         `${TREE_EXEC}:sha256-${hex.toUpperCase()}`,
@@ -301,7 +303,7 @@ describe("integrities", () => {
       for (const integrity of bad) {
         await refusedUnchanged(
           scope,
-          () => verifyTree(scope, { kind: "capture", key: "cap", integrity }),
+          () => verifyTree(scope, { kind: "capture", key: "cap", integrity: integrity as IntegrityInput }),
           "invalid-artifact-reference",
         );
         await refusedOnFreshScope(
@@ -629,7 +631,7 @@ describe("the scope and the store's own components", () => {
         else writeFileSync(path, "not a directory\n");
         const details = { path, reason: replacement === "symlink" ? "symlink" : "not-a-directory" };
 
-        const execRef = { kind: "capability", key: ID, integrity: exec.integrity };
+        const execRef = { kind: "capability" as const, key: ID, integrity: exec.integrity };
         await refusedUnchanged(
           scope,
           () => retainTree(scope, { kind: "capability", key: ID, source: fixtureCopy(), expect: exec.integrity }),
@@ -977,7 +979,7 @@ describe("a damaged existing revision", () => {
 // ---------------------------------------------------------------------------
 
 describe("lock refusals (invalid-lock)", () => {
-  const MUTATIONS: [string, (lock: LockObject) => unknown][] = [
+  const MUTATIONS: [string, (lock: LockObject) => JsonValue][] = [
     ["an unknown key at the root", (l) => ({ ...l, extra: true })],
     ["an unknown key in a capability row", (l) => ((l.capabilities[ID]!.sha = "x"), l)],
     ["an unknown key in a package row", (l) => ((l.packages[PKG]!.registry = "x"), l)],

@@ -28,7 +28,7 @@ import { prepareCapture, type PrepareCaptureResult } from "../src/captures/prepa
 import { QUEUE_DIR, addJob, listJobs, readJob } from "../src/captures/queue.js";
 import { parseCaptureSpec, readCaptureSpecFile } from "../src/captures/spec.js";
 import { OatsError } from "../src/core/errors.js";
-import { canonicalJsonBytes } from "../src/core/canonical-json.js";
+import { canonicalJsonBytes, type JsonValue } from "../src/core/canonical-json.js";
 import { prepare } from "../src/resolution/prepare.js";
 import { listResolutionIds, readRecordBytes, resolutionPath } from "../src/resolution/store.js";
 import { FIXTURE_LOCK, FIXTURE_PAYLOAD, fixtureCopy, snapshotTree, tempDir } from "./helpers.js";
@@ -200,7 +200,7 @@ credentials: [API_TOKEN]
   );
 
   const base = baseSpec();
-  const cases: Array<[when: string, value: unknown, pointer: string, mentions?: string]> = [
+  const cases: Array<[when: string, value: JsonValue, pointer: string, mentions?: string]> = [
     ["an unknown top-level field", { ...base, colour: "blue" }, "/", "colour"],
     [
       "an unknown executable field",

@@ -13,7 +13,7 @@ import {
   type ChainLog,
 } from "../src/ledger/chain-log.js";
 import type { OatsError } from "../src/core/errors.js";
-import { canonicalJson } from "../src/core/canonical-json.js";
+import { canonicalJson, type JsonObject } from "../src/core/canonical-json.js";
 import { REPO, tempDir } from "./helpers.js";
 import { refusal } from "./support/refusals.js";
 
@@ -95,7 +95,7 @@ describe("chain log: appending", () => {
       await assert.rejects(appendEntry(scope, AUDIT, { seq: 7 }), refusal("invalid-input"));
       await assert.rejects(appendEntry(scope, AUDIT, { hash: "x" }), refusal("invalid-input"));
       await assert.rejects(
-        appendEntry(scope, AUDIT, JSON.parse('{"a":{"__proto__":{"polluted":true}}}') as Record<string, unknown>),
+        appendEntry(scope, AUDIT, JSON.parse('{"a":{"__proto__":{"polluted":true}}}') as JsonObject),
         refusal("invalid-input"),
       );
       await assert.rejects(appendEntry(scope, AUDIT, { n: Number.NaN }), refusal("invalid-input"));

@@ -7,6 +7,7 @@ import { ManifestBuilder, manifestPath } from "../src/retention/store/manifest.j
 import { digestListing } from "../src/retention/digest/tree.js";
 import { walkTree } from "../src/retention/digest/walk.js";
 import { canonicalJsonBytes } from "../src/core/canonical-json.js";
+import type { ArtifactRefInput } from "../src/retention/index.js";
 import { fixtureCopy, runOats, tempDir } from "./helpers.js";
 import { expectRefusal } from "./support/refusals.js";
 
@@ -23,7 +24,7 @@ async function retained() {
 }
 
 /** The integrity-mismatch with which verification refuses a damaged revision. */
-const mismatchOf = (scope: string, receipt: { kind: string; key: string; integrity: unknown }) =>
+const mismatchOf = (scope: string, receipt: ArtifactRefInput) =>
   expectRefusal(verifyTree(scope, receipt), "integrity-mismatch");
 
 const damages: [string, (dir: string) => void, { path: string; change: string }][] = [

@@ -15,7 +15,7 @@ import { refusal } from "./support/refusals.js";
  * can write the share and plants symlinks to redirect our writes.
  */
 
-function bundle(seed: string, seq = 1): EvidenceBundle {
+function bundle(seed: string, seq = 1): EvidenceBundle & { files: ReadonlyMap<EvidenceFileName, Buffer> } {
   const files = new Map<EvidenceFileName, Buffer>(
     EVIDENCE_FILES.map((name) => [name, Buffer.from(`${name} of ${seed}\n`)]),
   );

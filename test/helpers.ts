@@ -21,6 +21,7 @@ import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { after, before } from "node:test";
 import { setTimeout as sleep } from "node:timers/promises";
+import type { JsonValue } from "../src/core/index.js";
 import { nativeReadsAvailable, nativeReadsStatus } from "../src/engine/native-reads.js";
 
 export const REPO = resolve(import.meta.dirname, "..");
@@ -205,8 +206,9 @@ export function fixtureCopy(): string {
   return dir;
 }
 
-export function fixtureLock(): unknown {
-  return JSON.parse(readFileSync(FIXTURE_LOCK, "utf8"));
+/** The fixture capability's lock, as the JSON document an oats.lock file holds. */
+export function fixtureLock(): JsonValue {
+  return JSON.parse(readFileSync(FIXTURE_LOCK, "utf8")) as JsonValue;
 }
 
 /**

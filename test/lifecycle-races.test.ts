@@ -41,6 +41,7 @@ import { FIXTURE_LOCK, FIXTURE_PAYLOAD, REPO, tempDir } from "./helpers.js";
 import { startWorkers } from "./support/workers.js";
 import { evidenceFixture, type ScriptOptions } from "./support/evidence-fixture.js";
 import { runDir } from "./support/evidence-run.js";
+import type { IntegrityInput } from "../src/retention/index.js";
 
 const CHILD = join(REPO, "test/support/race-child.ts");
 
@@ -209,7 +210,7 @@ describe("gc against every publisher and dispatcher (real processes)", () => {
     const bundle = join(tempDir("oats-race-bundle-"), "b.tar");
     await exportBundle(elsewhere, [exported.id], bundle);
     const mended = tree("mended", 50);
-    let mendedRevision: { dir: string; integrity: unknown } = { dir: "", integrity: null };
+    let mendedRevision: { dir: string; integrity: IntegrityInput } = { dir: "", integrity: "" };
 
     const whole = (id: string, what: string) => void assertWhole(scope, id, what);
     const sides: Side[] = [

@@ -66,8 +66,9 @@ function listingProblems(paths: readonly string[]): string[] {
   return problems;
 }
 
-/** The budget: the tarball, what it unpacks to, and how many files. Past it, look at what grew before raising it. */
-const BUDGET = { size: 1_500_000, unpackedSize: 4_500_000, entryCount: 900 };
+/** The budget: the tarball, what it unpacks to, and how many files. Past it, look at what grew before raising it
+ * (the TSDoc of every public function ships in the declarations and docs/api.md). */
+const BUDGET = { size: 1_500_000, unpackedSize: 5_500_000, entryCount: 900 };
 
 type Manifest = Record<string, unknown>;
 

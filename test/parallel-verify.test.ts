@@ -83,7 +83,7 @@ async function scopeWithRevisions(count: number) {
       key: `k${i}`,
       source: makeTree({ "x.txt": `tree ${i}`, [`d/f${i}.txt`]: "y".repeat(i * 100) }),
     });
-    refs.push({ kind: "capture", key: `k${i}`, integrity: receipt.integrity, dir: receipt.dir });
+    refs.push({ kind: "capture" as const, key: `k${i}`, integrity: receipt.integrity, dir: receipt.dir });
   }
   return { scope, refs };
 }

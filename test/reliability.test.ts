@@ -301,7 +301,7 @@ test(
       writeSync(big, block);
     }
     closeSync(big);
-    const integrity = { format: TREE_EXEC, value: (await digestTree(source, [TREE_EXEC]))[TREE_EXEC]! };
+    const integrity = { format: TREE_EXEC, value: (await digestTree(source, [TREE_EXEC]))[TREE_EXEC]! } as const;
     const parent = join(storeRoot(scope, "capture"), "bulk", "tree-exec-v1");
 
     const child = startChild({ scope, source, key: "bulk", kind: "capture", mode: "tree" });

@@ -39,6 +39,7 @@ import {
 import { setPrepareHook } from "../src/resolution/prepare.js";
 import { FIXTURE_LOCK, FIXTURE_PAYLOAD, REPO, fixtureCopy, fixtureLock, snapshotTree, tempDir } from "./helpers.js";
 import { expectRefusal, refusal } from "./support/refusals.js";
+import type { JsonValue } from "../src/core/index.js";
 
 const CHILD = join(REPO, "test/support/prepare-child.ts");
 const HELLO = "demo.hello";
@@ -822,7 +823,7 @@ describe("plans: parsed strictly, paths against the plan file", () => {
       ],
     ];
     for (const [name, value] of bad) {
-      assert.throws(() => parsePlan(value, "/tmp"), refusal("invalid-input"), name);
+      assert.throws(() => parsePlan(value as JsonValue, "/tmp"), refusal("invalid-input"), name);
     }
     assert.throws(
       () =>

@@ -7,6 +7,7 @@ import { retainCapabilityArtifact, retainTree } from "../src/index.js";
 import { setFaultHook } from "../src/retention/store/faults.js";
 import { fixtureCopy, fixtureLock, snapshotTree, tempDir } from "./helpers.js";
 import { refusal } from "./support/refusals.js";
+import type { JsonValue } from "../src/core/index.js";
 
 /**
  * A refusal found only after staging began (the tree is not what the lock
@@ -14,7 +15,7 @@ import { refusal } from "./support/refusals.js";
  * and .gitignore this call created are taken back.
  */
 
-function lockWithIntegrity(integrity: string): unknown {
+function lockWithIntegrity(integrity: string): JsonValue {
   const lock = fixtureLock() as { capabilities: Record<string, { integrity: string }> };
   lock.capabilities["demo.hello"]!.integrity = integrity;
   return lock;

@@ -45,6 +45,7 @@ import { setFaultHook } from "../src/retention/store/faults.js";
 import { hostTag } from "../src/retention/store/layout.js";
 import { FIXTURE_LOCK, fixtureCopy, fixtureLock, snapshotTree, tempDir } from "./helpers.js";
 import { ofKind, refusal } from "./support/refusals.js";
+import type { ArtifactKind, IntegrityInput } from "../src/retention/index.js";
 
 const CAPABILITY = "demo.hello";
 const LOCK_INTEGRITY = (fixtureLock() as any).capabilities[CAPABILITY].integrity as string;
@@ -192,7 +193,8 @@ test(
     assert.equal(existsSync(scope), false, "computing a path creates nothing");
     assert.deepEqual(readdirSync(parent), []);
 
-    for (const id of ["../x", "X", "a/b", "", "a".repeat(215), ".hidden", "__proto__", "a b", 42, null]) {
+    // Malformed on purpose, a number and null among them: the refusal is what is tested.
+    for (const id of ["../x", "X", "a/b", "", "a".repeat(215), ".hidden", "__proto__", "a b", 42, null] as string[]) {
       assert.throws(
         () => retainedCapabilityDir(scope, id, value),
         refusal("invalid-artifact-reference", ofKind("invalid")),
@@ -216,7 +218,7 @@ test(
       { format: TREE_EXEC },
       { format: TREE_EXEC, value, extra: 1 },
       `oats.json.v1:${value}`,
-    ]) {
+    ] as IntegrityInput[]) {
       assert.throws(
         () => retainedCapabilityDir(scope, CAPABILITY, integrity),
         refusal("invalid-artifact-reference", ofKind("invalid")),
@@ -233,7 +235,7 @@ test(
       refusal("invalid-artifact-reference", ofKind("invalid")),
     );
     assert.throws(
-      () => retainedTreeDir(scope, { kind: "blob", key: "x", integrity: `${TREE_EXEC}:${value}` }),
+      () => retainedTreeDir(scope, { kind: "blob" as ArtifactKind, key: "x", integrity: `${TREE_EXEC}:${value}` }),
       refusal("invalid-artifact-reference", ofKind("invalid")),
     );
     assert.equal(existsSync(scope), false);

@@ -29,7 +29,7 @@ import { haveTool } from "../tools.mjs";
 
 const fleet = await import(join(DIST, "fleet", "index.js")).catch(() => null);
 
-function registryBinary() {
+export function registryBinary() {
   for (const name of ["docker-registry", "registry"]) {
     const found = spawnSync("sh", ["-c", 'command -v "$1"', "sh", name], { encoding: "utf8" });
     if (found.status === 0 && found.stdout.trim()) return found.stdout.trim();
@@ -49,7 +49,7 @@ function freePort() {
 }
 
 /** docker-registry on 127.0.0.1 with its storage under the bench's work dir; resolves once it listens. */
-async function startRegistry(binary, dir) {
+export async function startRegistry(binary, dir) {
   const root = join(dir, "storage");
   mkdirSync(root, { recursive: true });
   const port = await freePort();

@@ -13,6 +13,7 @@ import {
   type Integrity,
   parseArtifactRef,
   type ArtifactRef,
+  type ArtifactRefInput,
 } from "../retention/index.js";
 
 /**
@@ -56,7 +57,7 @@ export function bundleBlobPath(digest: string): string {
 
 // ------------------------------------------------------------------ refs
 
-export type ExportRef = string | { readonly kind?: unknown; readonly key: unknown; readonly integrity: unknown };
+export type ExportRef = string | ArtifactRefInput;
 
 export type ParsedExportRef =
   | { readonly type: "artifact"; readonly ref: ArtifactRef }
@@ -81,7 +82,10 @@ export function parseExportRef(input: ExportRef): ParsedExportRef {
         { ref: input },
       );
     }
-    return { type: "artifact", ref: parseArtifactRef({ kind: match[1], key: match[2], integrity: match[3] }) };
+    return {
+      type: "artifact",
+      ref: parseArtifactRef({ kind: match[1] as ArtifactKind, key: match[2]!, integrity: match[3]! }),
+    };
   }
   if (typeof input !== "object" || input === null)
     throw new OatsError("invalid-artifact-reference", "an export reference is a string or {kind, key, integrity}", {

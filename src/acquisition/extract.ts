@@ -101,6 +101,14 @@ export interface ExtractResult {
 const FILE_TYPES = new Set(["File", "OldFile", "ContiguousFile"]);
 const SPECIAL_TYPES = new Set(["CharacterDevice", "BlockDevice", "FIFO"]);
 
+/**
+ * Extract a tar stream (gzip or not) into `dest`, an empty staging directory the caller owns and removes, by the rules
+ * of this module (src/acquisition/extract.ts). Refuses an entry that would land outside the tree
+ * (`artifact-not-contained`), an entry type or name the rules forbid or a limit exceeded (`invalid-artifact`), a
+ * corrupt archive (`invalid-input`) and bad limits (`invalid-input`, reason `invalid-limit`); an abort through
+ * `options.signal` is an interruption.
+ * @returns how many entries and files were written, and their bytes
+ */
 export function extractTar(input: Readable, dest: string, options: ExtractOptions): Promise<ExtractResult> {
   const origin = options.origin;
   const prefix = options.prefix ?? null;

@@ -35,8 +35,12 @@ import { OatsError, errnoCode } from "../core/index.js";
 
 export const FULL_COMMIT_PATTERN = /^[0-9a-f]{40}$/;
 
-/** Refuse anything that is not a full lowercase 40-hex commit id, before it can reach git. */
-export function assertFullCommit(revision: unknown): string {
+/**
+ * Refuse anything that is not a full lowercase 40-hex commit id, before it can reach git (`invalid-input`,
+ * reason `not-a-full-commit`: refs, abbreviations and options included).
+ * @returns the commit id, unchanged
+ */
+export function assertFullCommit(revision: string): string {
   if (typeof revision === "string" && FULL_COMMIT_PATTERN.test(revision)) return revision;
   throw new OatsError(
     "invalid-input",

@@ -64,10 +64,17 @@ function checkIdentity(identity: unknown): string {
   );
 }
 
-function checkRevision(revision: unknown): string {
+function checkRevision(revision: string): string {
   return revision === "local" ? revision : assertFullCommit(revision);
 }
 
+/**
+ * Retain a source tree in the source store under the key of its qualified identity (src/acquisition/source.ts), and pin
+ * the identity. Refuses a malformed identity (`invalid-input`, reason `invalid-identity`), a revision that is
+ * neither `local` nor a full commit id (`invalid-input`, reason `not-a-full-commit`) and a missing directory
+ * (`invalid-input`, reason `source-missing`), before anything is written; then the refusals of retainTree.
+ * @returns the receipt, with the identity and revision (and for a commit, the commit and its tree id)
+ */
 export async function retainSource(
   scope: string,
   request: SourceRequest,

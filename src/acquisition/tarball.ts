@@ -22,7 +22,7 @@ import {
   revisionParentSegments,
   type HeldFile,
 } from "../retention/index.js";
-import type { ArtifactReceipt, IntegrityInput } from "../retention/index.js";
+import type { ArtifactReceipt, IntegrityInput, OatsLockInput } from "../retention/index.js";
 import { openArchive } from "./archive-file.js";
 import { extractLimits, extractTar, type ExtractLimits } from "./extract.js";
 import { withExtractionDir } from "./staging.js";
@@ -61,7 +61,8 @@ import { withExtractionDir } from "./staging.js";
 export interface TarballCapabilityRequest {
   /** The capability id; retained at its lock row's integrity with its provenance checked. */
   readonly id: string;
-  readonly lock: unknown;
+  /** The lock whose rows name the capability's integrity and provenance. */
+  readonly lock: OatsLockInput;
 }
 
 export interface TarballTreeRequest {
@@ -74,7 +75,7 @@ export interface TarballTreeRequest {
 
 export type RetainTarballRequest = (TarballCapabilityRequest | TarballTreeRequest) & {
   /** An SRI string (sha512, sha384 or sha256), e.g. a package-lock.json `integrity`. */
-  readonly tarballIntegrity?: unknown;
+  readonly tarballIntegrity?: string;
   readonly limits?: Partial<ExtractLimits>;
 };
 
@@ -92,9 +93,12 @@ function invalidIntegrity(value: unknown, message: string): OatsError {
   });
 }
 
-/** An SRI string of sha256/384/512 hashes with digests of the right length; sha1 and md5 are too weak to check a
- * tarball by. */
-export function parseTarballIntegrity(value: unknown): string {
+/**
+ * An SRI string of sha256/384/512 hashes with digests of the right length, its tokens joined by one space;
+ * anything else, sha1 and md5 included (too weak to check a tarball by), is refused with `invalid-input`,
+ * reason `invalid-tarball-integrity`.
+ */
+export function parseTarballIntegrity(value: string): string {
   if (typeof value !== "string" || value.trim() === "")
     throw invalidIntegrity(value, "expected an SRI string such as sha512-<base64>");
   const tokens = value.trim().split(/\s+/);
@@ -116,7 +120,7 @@ type Plan =
   | {
       readonly mode: "capability";
       readonly id: string;
-      readonly lock: unknown;
+      readonly lock: OatsLockInput;
       readonly kind: "capability";
       readonly key: string;
       readonly format: TreeFormat;
@@ -240,6 +244,15 @@ async function extractHashing(
   return sha512Text(hash);
 }
 
+/**
+ * Retain straight from an npm-style package tarball, in the order src/acquisition/tarball.ts gives: a capability by its
+ * lock row (`{id, lock}`), or a tree by `{kind, key, expect?}`. Refuses a bad request or tarball integrity
+ * (`invalid-input`) before anything is created, tarball bytes that differ from `tarballIntegrity`
+ * (`integrity-mismatch`), an unsafe entry (the refusals of {@link extractTar}), and then what the directory retains
+ * refuse.
+ * @param tarballPath a regular file, opened once and never through a symlink
+ * @returns the receipt, with the sha512 SRI of the tarball bytes
+ */
 export async function retainTarball(
   scope: string,
   tarballPath: string,

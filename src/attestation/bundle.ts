@@ -20,6 +20,10 @@ export const BUNDLE_MEDIA_TYPE = "application/vnd.dev.sigstore.bundle.v0.3+json"
 /** The bundle is the envelope and a few hundred bytes more. */
 export const MAX_BUNDLE_BYTES = MAX_ENVELOPE_BYTES + 4096;
 
+/**
+ * The Sigstore bundle (v0.3, public-key verification material, no transparency log entry) that carries a signed
+ * envelope, as canonical JSON bytes: a pure function of the envelope.
+ */
 export function bundleOf(envelope: Envelope): Buffer {
   const signature = envelope.signatures[0]!;
   return canonicalJsonBytes({

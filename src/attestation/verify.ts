@@ -46,6 +46,14 @@ export interface VerifyOptions {
   readonly origin?: string;
 }
 
+/**
+ * Verify a DSSE envelope's bytes against the scope's trust: its signature with the key a trust entry holds (the
+ * one `options.trustName` names, or any with the envelope's key id), and its statement's predicate type. Every
+ * refusal is `attestation-refused` with a reason (`too-large`, `envelope-invalid`, `signature-invalid`, a key not
+ * trusted, ...).
+ * @returns the attestation: its id (the bytes' digest), envelope, statement, key id and the trust entry that
+ *   verified it
+ */
 export function verifyEnvelopeBytes(
   bytes: Buffer,
   trust: TrustStore,

@@ -1,4 +1,4 @@
-import { OatsError, isOatsError, STORED_MAX_DEPTH, parseJsonText } from "../core/index.js";
+import { type JsonValue, OatsError, isOatsError, STORED_MAX_DEPTH, parseJsonText } from "../core/index.js";
 import {
   audit,
   audited,
@@ -70,6 +70,16 @@ export interface ApprovalSubject {
   integrity: string;
 }
 
+/**
+ * A subject as a caller holds one, before {@link parseApprovalSubject} checks it: the integrity may be the text
+ * form or `{format, value}`.
+ */
+export interface ApprovalSubjectInput {
+  readonly kind: ArtifactKind | typeof COMPOSITION_KIND;
+  readonly key: string;
+  readonly integrity: IntegrityInput;
+}
+
 export interface ApprovalEntry extends ChainEntry {
   action: ApprovalAction;
   subject: ApprovalSubject;
@@ -110,7 +120,7 @@ function isRecord(value: unknown): value is Record<string, unknown> {
  * Check and normalise a subject `{kind, key, integrity}`; integrity may be the
  * text form or `{format, value}`. Refusals are `invalid-artifact-reference`.
  */
-export function parseApprovalSubject(input: unknown): ApprovalSubject {
+export function parseApprovalSubject(input: ApprovalSubjectInput): ApprovalSubject {
   if (!isRecord(input)) {
     throw new OatsError(
       "invalid-artifact-reference",
@@ -120,7 +130,7 @@ export function parseApprovalSubject(input: unknown): ApprovalSubject {
   }
   if (input.kind === COMPOSITION_KIND) {
     const key = assertArtifactKey("capture", input.key);
-    const integrity = parseIntegrity(input.integrity as IntegrityInput);
+    const integrity = parseIntegrity(input.integrity);
     if (integrity.format !== JSON_V1) {
       throw new OatsError(
         "invalid-artifact-reference",
@@ -140,7 +150,7 @@ export function parseApprovalSubject(input: unknown): ApprovalSubject {
   }
   const kind = assertArtifactKind(input.kind);
   const key = assertArtifactKey(kind, input.key);
-  const integrity = parseIntegrity(input.integrity as IntegrityInput);
+  const integrity = parseIntegrity(input.integrity);
   if (integrity.format !== TREE_EXEC) {
     const text = integrityText(integrity);
     const why =
@@ -202,7 +212,7 @@ function pinnedComposition(scope: string, subject: ApprovalSubject): CaptureComp
       ? new OatsError("invalid-input", `the blob of composition ${subject.integrity} is not JSON`, { subject })
       : new OatsError("invalid-input", `the blob of composition ${subject.integrity}: ${message}`, { subject, reason }),
   );
-  const composition = parseComposition(value, `composition ${subject.integrity}`);
+  const composition = parseComposition(value as JsonValue, `composition ${subject.integrity}`);
   const named = compositionSubject(composition);
   if (named.key !== subject.key || named.integrity !== subject.integrity) {
     throw new OatsError(
@@ -223,7 +233,7 @@ function pinnedComposition(scope: string, subject: ApprovalSubject): CaptureComp
 async function decide(
   action: ApprovalAction,
   scope: string,
-  subjectInput: unknown,
+  subjectInput: ApprovalSubjectInput,
   options: DecisionOptions,
 ): Promise<ApprovalEntry> {
   const auditSubject = isRecord(subjectInput)
@@ -273,18 +283,14 @@ async function decide(
 /** Approve one exact composition (or oats.tree-exec.v1 digest of one artifact); returns the entry as written. */
 export function approve(
   scope: string,
-  subject: ApprovalSubject | { kind: unknown; key: unknown; integrity: unknown },
+  subject: ApprovalSubjectInput,
   options: DecisionOptions,
 ): Promise<ApprovalEntry> {
   return decide("approve", scope, subject, options);
 }
 
 /** Revoke (the latest decision wins, so queued work is refused from now on); returns the entry as written. */
-export function revoke(
-  scope: string,
-  subject: ApprovalSubject | { kind: unknown; key: unknown; integrity: unknown },
-  options: DecisionOptions,
-): Promise<ApprovalEntry> {
+export function revoke(scope: string, subject: ApprovalSubjectInput, options: DecisionOptions): Promise<ApprovalEntry> {
   return decide("revoke", scope, subject, options);
 }
 
@@ -316,10 +322,7 @@ function checkEntry(entry: ChainEntry): ApprovalEntry {
  * chain is broken, when a log no longer extends the operator's checkpoint,
  * or when the ledger and the audit log disagree about the decision.
  */
-export function approvalState(
-  scope: string,
-  subjectInput: ApprovalSubject | { kind: unknown; key: unknown; integrity: unknown },
-): ApprovalState {
+export function approvalState(scope: string, subjectInput: ApprovalSubjectInput): ApprovalState {
   const subject = parseApprovalSubject(subjectInput);
   const check = latestDecision(scope, subject);
   if (check.state === "mismatch") throw mismatchError(subject, check);
@@ -333,10 +336,7 @@ export function approvalState(
  * as approvalState. An approval is relied on only when the operator's private state can anchor both logs:
  * otherwise `audit-unavailable`, reason `state-unsafe` (approval-check.ts, requireUsableState).
  */
-export function requireApproval(
-  scope: string,
-  subjectInput: ApprovalSubject | { kind: unknown; key: unknown; integrity: unknown },
-): ApprovalEntry {
+export function requireApproval(scope: string, subjectInput: ApprovalSubjectInput): ApprovalEntry {
   const subject = parseApprovalSubject(subjectInput);
   requireUsableState(scope, `relying on the approval of ${subject.kind} ${subject.key}`);
   const state = approvalState(scope, subject);

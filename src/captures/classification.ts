@@ -31,6 +31,7 @@ export const DEFAULT_FALLBACK: Level = "confidential";
 /** Largest classification config read from disk. */
 export const MAX_CLASSIFICATION_CONFIG_BYTES = 1024 * 1024;
 
+/** Whether a value is one of the classification levels (`public`, `internal`, `confidential`). */
 export function isLevel(value: unknown): value is Level {
   return typeof value === "string" && (LEVELS as readonly string[]).includes(value);
 }

@@ -1,5 +1,5 @@
 import { z } from "zod";
-import { OatsError, jsonDigest } from "../core/index.js";
+import { type JsonValue, OatsError, jsonDigest } from "../core/index.js";
 import { JSON_V1, integrityText } from "../retention/index.js";
 import type { ResolutionRecord } from "../resolution/index.js";
 import { LEVELS } from "./classification.js";
@@ -103,8 +103,15 @@ export function compositionSubject(composition: CaptureComposition): Composition
   return { kind: COMPOSITION_KIND, key: composition.capture, integrity: `${JSON_V1}:${jsonDigest(composition)}` };
 }
 
-/** A composition read back (from its pinned blob or a ledger entry); anything else is `invalid-input`. */
-export function parseComposition(value: unknown, origin: string): CaptureComposition {
+/**
+ * A composition read back (from its pinned blob or a ledger entry); anything else, a missing one included, is
+ * `invalid-input`.
+ * @param origin names where the composition came from in a refusal's message
+ */
+export function parseComposition(
+  value: CaptureComposition | JsonValue | undefined,
+  origin: string,
+): CaptureComposition {
   const parsed = compositionSchema.safeParse(value);
   if (!parsed.success) {
     throw new OatsError(

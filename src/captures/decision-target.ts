@@ -9,7 +9,13 @@ import {
   retainedTreeDir,
   verifyTree,
 } from "../retention/index.js";
-import { approvalState, parseApprovalSubject, type ApprovalEntry, type ApprovalSubject } from "./approvals.js";
+import {
+  approvalState,
+  parseApprovalSubject,
+  type ApprovalEntry,
+  type ApprovalSubject,
+  type ApprovalSubjectInput,
+} from "./approvals.js";
 import { COMPOSITION_KIND } from "./composition.js";
 
 /**
@@ -38,7 +44,7 @@ function isDirectory(path: string): boolean {
 }
 
 /** Where a tree subject is retained; a composition is never a tree (`retained: null`, nothing elsewhere). */
-export async function approvalTarget(scope: string, subjectInput: unknown): Promise<ApprovalTarget> {
+export async function approvalTarget(scope: string, subjectInput: ApprovalSubjectInput): Promise<ApprovalTarget> {
   const subject = parseApprovalSubject(subjectInput);
   if (subject.kind === COMPOSITION_KIND) return { retained: null, elsewhere: [] };
   const integrity = parseIntegrity(subject.integrity);
@@ -69,7 +75,7 @@ export async function approvalTarget(scope: string, subjectInput: unknown): Prom
 /** Refuse approving a tree retained nowhere here (`artifact-not-found`, reason `not-retained`) unless forced. */
 export async function checkApprovalTarget(
   scope: string,
-  subjectInput: unknown,
+  subjectInput: ApprovalSubjectInput,
   force: boolean,
 ): Promise<ApprovalTarget> {
   const subject = parseApprovalSubject(subjectInput);
@@ -96,7 +102,11 @@ export async function checkApprovalTarget(
  * the logs cannot be read to tell, the revoke is let through: revoking is the
  * safe direction, and the ledger append refuses a broken chain itself.
  */
-export function checkRevokeTarget(scope: string, subjectInput: unknown, force: boolean): ApprovalEntry | null {
+export function checkRevokeTarget(
+  scope: string,
+  subjectInput: ApprovalSubjectInput,
+  force: boolean,
+): ApprovalEntry | null {
   const subject: ApprovalSubject = parseApprovalSubject(subjectInput);
   let entry: ApprovalEntry | null;
   try {

@@ -302,6 +302,13 @@ function requireCompositionApproval(
   }
 }
 
+/**
+ * The dispatch plan of a queued capture, or a typed refusal before anything runs, by the checks of
+ * src/captures/dispatch.ts, every refusal audited: `resolution-incomplete`, `integrity-mismatch`, `approval-required`,
+ * `classification-refused`, `audit-unavailable`, `invalid-input`, and `usage` (reason `no-posture-check`) for an exec'd
+ * dispatch without a posture check.
+ * @param jobId the queued job's id
+ */
 export async function resolveQueuedCapture(
   scope: string,
   jobId: string,

@@ -37,6 +37,11 @@ export type Posture =
       readonly reason: "outbox-unwritable" | "far-side-unreachable";
     };
 
+/**
+ * Decide whether a run may start, and how its evidence travels, from the classification level, the far side's
+ * state and whether the outbox can be written (pure). An unwritable outbox stops every tier; an unreachable far
+ * side stops confidential work and buffers the rest.
+ */
 export function evidencePosture(input: PostureInput): Posture {
   if (!input.outboxWritable) return { proceed: false, buffered: false, posture: null, reason: "outbox-unwritable" };
   switch (input.farSide) {

@@ -1,6 +1,6 @@
 import { statSync } from "node:fs";
 import { join, resolve } from "node:path";
-import { OatsError, errnoCode, canonicalJsonBytes } from "../core/index.js";
+import { type JsonObject, OatsError, errnoCode, canonicalJsonBytes } from "../core/index.js";
 import {
   capabilityRows,
   readLockFile,
@@ -69,7 +69,7 @@ import { checkLoaderEnvironment } from "./loader-paths.js";
 
 export interface PrepareCaptureOptions extends RetainOptions {
   /** Recorded in the audit entry, e.g. `{tick: job}` when a prepare-on-tick job re-prepares. */
-  readonly auditDetails?: Record<string, unknown>;
+  readonly auditDetails?: JsonObject;
 }
 
 export interface PrepareCaptureResult {

@@ -21,6 +21,7 @@ export {
   type ApprovalState,
   approvalState,
   type ApprovalSubject,
+  type ApprovalSubjectInput,
   approve,
   type DecisionOptions,
   latestApprovedFor,
@@ -103,6 +104,7 @@ export { requireSignedApproval, type SignedApproval } from "./signed-approval.js
 export {
   type CaptureProfile,
   type CaptureSpec,
+  type CaptureSpecInput,
   evidencePolicy,
   type LoadedCaptureSpec,
   MAX_PROFILE_BYTES,

@@ -13,6 +13,7 @@ import {
   inspectStore,
   RUN_COPIES_STORE,
   parseArtifactRef,
+  type ArtifactRefInput,
   parseStagingName,
   retainedTreeDir,
   stagingName,
@@ -117,10 +118,7 @@ function createRunDirectory(realScope: string): string {
  * Copy the retained tree `ref` names into a new run directory while hashing
  * it; refuse (and remove the copy) unless it hashes to `ref.integrity`.
  */
-export async function copyVerifiedTree(
-  realScope: string,
-  input: { kind?: unknown; key: unknown; integrity: unknown },
-): Promise<RunCopy> {
+export async function copyVerifiedTree(realScope: string, input: ArtifactRefInput): Promise<RunCopy> {
   const ref = parseArtifactRef(input);
   const format = ref.integrity.format === TREE_LEGACY ? TREE_LEGACY : TREE_EXEC;
   const source = retainedTreeDir(realScope, ref);

@@ -87,6 +87,13 @@ function checkSubjects(
     );
 }
 
+/**
+ * The latest signed approval of a composition by the trust `trustName` (purpose `approvals`), read from the
+ * scope's attestation store and verified. Refuses with `attestation-refused` a removed trust (`trust-removed`), an
+ * unknown one (`trust-unknown`), one for another purpose (`key-not-trusted`) and statements that do not verify or
+ * name another composition (`subject-mismatch`); with `approval-required` a composition revoked here (a local
+ * revocation wins) or one with no approval signed by that key (reason `no-signed-approval`).
+ */
 export function requireSignedApproval(
   realScope: string,
   trustName: string,

@@ -1,6 +1,6 @@
 import { extname, isAbsolute, resolve } from "node:path";
 import { z } from "zod";
-import { OatsError } from "../core/index.js";
+import { type JsonValue, OatsError } from "../core/index.js";
 import {
   decodeUtf8,
   parseByExtension,
@@ -195,6 +195,10 @@ export interface ProfileEvidencePolicy {
   readonly redact: readonly RedactPattern[];
 }
 
+/**
+ * What a pinned profile asks of a run: the evidence classes it requires (the default set when it names none,
+ * or when there is no profile) and its redaction patterns.
+ */
 export function evidencePolicy(profile: CaptureProfile | null): ProfileEvidencePolicy {
   return {
     required:
@@ -211,8 +215,15 @@ export function parseCaptureProfileBytes(bytes: Buffer, origin: string): Capture
   return parseWith(profileSchema, value, origin, { profile: origin });
 }
 
-/** Validate a spec value; relative paths resolve against `baseDir`. */
-export function parseCaptureSpec(value: unknown, baseDir: string, origin = "capture spec"): CaptureSpec {
+/** A capture spec as a caller holds one: a {@link CaptureSpec} built in code, or the JSON document of a spec file. */
+export type CaptureSpecInput = CaptureSpec | JsonValue;
+
+/**
+ * Validate a spec value; relative paths resolve against `baseDir`. A malformed spec or a `__proto__` key is
+ * refused with `invalid-input`, the first problem's JSON pointer in `details.pointer`.
+ * @param origin names the spec in a refusal's message
+ */
+export function parseCaptureSpec(value: CaptureSpecInput, baseDir: string, origin = "capture spec"): CaptureSpec {
   const spec = parseWith(specSchema, value, origin, { spec: origin });
   const at = (path: string) => (isAbsolute(path) ? resolve(path) : resolve(baseDir, path));
   const { tree, dir, lock } = spec.executable;
@@ -242,7 +253,7 @@ export function readCaptureSpecFile(path: string): LoadedCaptureSpec {
   }
   const bytes = readOperatorFile(absolute, MAX_SPEC_BYTES, origin, { spec: path });
   const value = parseByExtension(decodeUtf8(bytes, origin, { spec: path }), extension, origin, { spec: path });
-  return { spec: parseCaptureSpec(value, resolve(absolute, ".."), origin), path: absolute, bytes };
+  return { spec: parseCaptureSpec(value as JsonValue, resolve(absolute, ".."), origin), path: absolute, bytes };
 }
 
 /** Read and validate a capture profile; returns the exact bytes to pin. */

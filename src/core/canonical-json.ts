@@ -9,6 +9,18 @@ import { OatsError } from "./errors.js";
  *   non-finite numbers, lone surrogates, cycles and non-plain objects refused.
  */
 
+/**
+ * A JSON document as a caller holds it, parsed from text or built in code: what the validating
+ * parsers take (a plan, a capture spec, a lock, a resolution record). An object member may be
+ * `undefined`, as an optional field left out is; the parsers still check every value they are given.
+ */
+export type JsonValue = null | boolean | number | string | readonly JsonValue[] | JsonObject;
+
+/** A JSON object: {@link JsonValue} members by name. */
+export interface JsonObject {
+  readonly [key: string]: JsonValue | undefined;
+}
+
 /** The keys and indexes from the root to the value being encoded; a pointer is only spelled out for a refusal. */
 type Trail = (string | number)[];
 

@@ -60,6 +60,11 @@ export type ErrorCode = keyof typeof ERROR_CODES;
 
 export type ErrorDetails = Record<string, unknown>;
 
+/**
+ * Every refusal oats makes: a stable `code` from {@link ERROR_CODES}, the `kind` that code belongs to (which sets
+ * the CLI's exit code, `exitCode`), a message for people and `details` for programs. Its JSON form
+ * (`toJSON`) is what the CLI prints in its error envelope.
+ */
 export class OatsError extends Error {
   readonly code: ErrorCode;
   readonly kind: ErrorKind;
@@ -82,6 +87,7 @@ export class OatsError extends Error {
   }
 }
 
+/** Whether something thrown is an {@link OatsError} (a typed refusal), rather than any other error. */
 export function isOatsError(error: unknown): error is OatsError {
   return error instanceof OatsError;
 }

@@ -5,6 +5,8 @@ export {
   canonicalJsonBytes,
   compareUtf8,
   jsonDigest,
+  type JsonObject,
+  type JsonValue,
 } from "./canonical-json.js";
 export {
   asStepError,

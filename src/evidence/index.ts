@@ -47,7 +47,8 @@ export {
   type ReadRun,
   type RunVerdict,
 } from "./run-api.js";
-export { receiveRun, RECEIVED_STORE, type ReceiveOptions, type ReceiveReport } from "./received-store.js";
+export { RECEIVED_STORE } from "./received-store.js";
+export { receiveRun, type ReceiveOptions, type ReceiveReport } from "./received-pull.js";
 export { checkReceivedRun, type ReceivedRunCheck } from "./received-check.js";
 export {
   listReceivedRuns,
@@ -69,8 +70,8 @@ export {
   outboxWritable,
 } from "./outbox.js";
 export { checkEvidencePosture, evidenceDestination, type EvidencePostureOptions } from "./posture-check.js";
+export { checkReadBack } from "./read-back.js";
 export {
-  checkReadBack,
   listOutbox,
   type OutboxListing,
   pushEvidence,
@@ -90,6 +91,7 @@ export {
   type StartRecord,
 } from "./start-record.js";
 export { checkRunDir, readControl, readRecord, runsRoot, strayNames } from "./run-store.js";
+export { type EvidenceFile, type FarSideFile, type FarSideRun, READ_BACK_LIMIT } from "./evidence-file.js";
 export {
   EVIDENCE_FILES,
   type EvidenceBundle,

@@ -49,7 +49,6 @@ export const OUTBOX_STORE: readonly string[] = [AGENTS_DIR, "outbox"];
 const ENTRY_FORMAT = "oats.outbox-entry.v1";
 export const DELIVERY_FORMAT = "oats.outbox-delivery.v1";
 const ENTRY_NAME = /^([0-9]{12})-([0-9a-f]{64})$/;
-const ENTRY_LIMIT = 2 * 1024 * 1024 * 1024 - 1;
 
 export interface OutboxFile {
   readonly name: EvidenceFileName;
@@ -152,7 +151,7 @@ export function outboxWritable(scope: string): { writable: true } | { writable: 
   }
 }
 
-function entryName(seq: number, runId: string): string {
+export function entryName(seq: number, runId: string): string {
   return `${String(seq).padStart(12, "0")}-${runHex(runId)}`;
 }
 
@@ -336,34 +335,6 @@ function readEntryManifest(entries: string, name: string): OutboxEntry {
     );
   }
   return result.data as OutboxEntry;
-}
-
-/** An entry's files, each checked against the digest it was queued with (`integrity-mismatch` otherwise). */
-export function readEntryFiles(scope: string, entry: OutboxEntry): Map<EvidenceFileName, Buffer> {
-  const dir = join(outboxRoot(scope), "entries", entryName(entry.seq, entry.runId));
-  const files = new Map<EvidenceFileName, Buffer>();
-  for (const file of entry.files) {
-    const bytes = readRegularFile(join(dir, file.name), {
-      limit: ENTRY_LIMIT,
-      refuse: (failure, details) =>
-        new OatsError("integrity-mismatch", `outbox entry ${entry.seq} (${entry.runId}): ${file.name} is ${failure}`, {
-          seq: entry.seq,
-          runId: entry.runId,
-          file: file.name,
-          reason: failure,
-          ...details,
-        }),
-    });
-    if (bytesDigest(bytes) !== file.digest) {
-      throw new OatsError(
-        "integrity-mismatch",
-        `outbox entry ${entry.seq} (${entry.runId}): ${file.name} changed since it was queued`,
-        { seq: entry.seq, runId: entry.runId, file: file.name, expected: file.digest, actual: bytesDigest(bytes) },
-      );
-    }
-    files.set(file.name, bytes);
-  }
-  return files;
 }
 
 /** Every queued entry in seq order (reading only; an absent outbox is empty). */

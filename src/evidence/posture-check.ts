@@ -35,6 +35,10 @@ export interface EvidencePostureOptions {
   readonly allowSameFilesystem?: boolean;
 }
 
+/**
+ * Where evidence goes, first match wins: `options.to`, then `OATS_EVIDENCE_TO` in `options.env` (default: this
+ * process's environment), else null (no far side). Nothing is parsed or probed here.
+ */
 export function evidenceDestination(options: EvidencePostureOptions = {}): string | EvidenceTransport | null {
   if (options.to !== undefined && options.to !== null) return options.to;
   const env = options.env ?? process.env;
@@ -42,6 +46,13 @@ export function evidenceDestination(options: EvidencePostureOptions = {}): strin
   return typeof configured === "string" && configured !== "" ? configured : null;
 }
 
+/**
+ * The posture check at dispatch (src/evidence/posture-check.ts): probe the configured far side, check that the outbox
+ * can be written, and decide. Refuses a malformed destination (`usage`, `invalid-input`), an unwritable outbox
+ * (`audit-unavailable`, reason `outbox-unwritable`) and, for confidential work, an unreachable far side
+ * (`classification-refused`, reason `evidence-far-side-unreachable`).
+ * @param level the run's effective classification level
+ */
 export async function checkEvidencePosture(
   scope: string,
   level: Level,

@@ -38,8 +38,8 @@ export {
   type EvidencePostureOptions,
   planQueuedRun,
 } from "./posture-check.js";
+export { checkReadBack } from "./read-back.js";
 export {
-  checkReadBack,
   listOutbox,
   type OutboxListing,
   pushEvidence,
@@ -57,7 +57,8 @@ export {
   verifyReceivedRun,
 } from "./received-api.js";
 export { checkReceivedRun, type ReceivedRunCheck } from "./received-check.js";
-export { RECEIVED_STORE, type ReceiveOptions, type ReceiveReport, receiveRun } from "./received-store.js";
+export { RECEIVED_STORE } from "./received-store.js";
+export { type ReceiveOptions, type ReceiveReport, receiveRun } from "./received-pull.js";
 export {
   cancelRun,
   listRuns,
@@ -82,6 +83,7 @@ export { defaultEvidence, type EvidenceFacts, type EvidenceJudge } from "./run-s
 export type { RunState } from "./run-standing.js";
 export { CANCEL_FILE, findRun, RUNS_STORE } from "./run-store.js";
 export { dirTransport, type DirTransportOptions } from "./transport-dir.js";
+export { type EvidenceFile, type FarSideFile, type FarSideRun, READ_BACK_LIMIT } from "./evidence-file.js";
 export {
   EVIDENCE_FILES,
   type EvidenceBundle,

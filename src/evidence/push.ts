@@ -1,6 +1,6 @@
 import { readdirSync } from "node:fs";
 import { join } from "node:path";
-import { OatsError, errnoCode, bytesDigest, isOatsError } from "../core/index.js";
+import { OatsError, errnoCode, isOatsError } from "../core/index.js";
 import { readRegularFile, resolveScope, DEFAULT_LOCK_WAIT_MS, withFileLock } from "../retention/index.js";
 import {
   deliveryMarks,
@@ -8,17 +8,12 @@ import {
   markDelivered,
   outboxEntries,
   outboxRoot,
-  readEntryFiles,
   type DeliveryMark,
   type OutboxEntry,
 } from "./outbox.js";
-import {
-  EVIDENCE_FILES,
-  transportFor,
-  type EvidenceFileName,
-  type EvidenceTransport,
-  type ProbeResult,
-} from "./transport.js";
+import { EVIDENCE_FILES, transportFor, type EvidenceTransport, type ProbeResult } from "./transport.js";
+import { openEntryFiles, type OpenEntry } from "./outbox-open.js";
+import { deliverEntry } from "./read-back.js";
 import { enqueueSealedRuns } from "./after-seal.js";
 import { readAnchoredAudit, type AnchoredAudit } from "./anchored-audit.js";
 import { checkDeliverable } from "./deliverable.js";
@@ -27,12 +22,13 @@ import { readRecord, runsRoot } from "./run-store.js";
 
 /**
  * Delivery of the outbox to one far side, in seq order. For each entry the
- * destination has no mark for: read the queued files (each checked against
- * its queued digest) and hold them to the sealed run they claim to be
- * (deliverable.ts: the anchored audit log, the private start record, the
- * run directory), put them, read them back from the far side, compare the
- * digest of every file read back (and that nothing is missing or extra),
- * and only then write the mark. An entry that is not a sealed run of this
+ * destination has no mark for: open the queued files (outbox-open.ts: each
+ * checked against its queued digest, the log hashed as it streams and held
+ * open) and hold them to the sealed run they claim to be (deliverable.ts:
+ * the anchored audit log, the private start record, the run directory), put
+ * them, read them back from the far side as they stream, compare the digest
+ * of every file read back (and that nothing is missing or extra;
+ * read-back.ts), and only then write the mark. An entry that is not a sealed run of this
  * scope is refused (`refused` in the result), never delivered or marked,
  * and the sealed run of its handle is queued anew. The first failure of the
  * far side stops the push, so a later entry is never delivered before an
@@ -119,36 +115,12 @@ function unreachable(transport: EvidenceTransport, probe: ProbeResult): OatsErro
   );
 }
 
-/** Compare what the far side returned with what was queued; a typed refusal naming every difference. */
-export function checkReadBack(entry: OutboxEntry, to: string, back: Map<string, Buffer> | null): void {
-  const differences: string[] = [];
-  for (const file of entry.files) {
-    const bytes = back?.get(file.name);
-    if (bytes === undefined) differences.push(`${file.name}: missing`);
-    else if (bytesDigest(bytes) !== file.digest)
-      differences.push(
-        `${file.name}: read back ${bytesDigest(bytes)} (${bytes.length} bytes), ` +
-          `queued ${file.digest} (${file.bytes} bytes)`,
-      );
-  }
-  for (const name of back?.keys() ?? [])
-    if (!entry.files.some((file) => file.name === name)) differences.push(`${name}: unexpected`);
-  if (differences.length > 0) {
-    throw new OatsError(
-      "integrity-mismatch",
-      `run ${entry.runId} (outbox seq ${entry.seq}) did not read back intact ` +
-        `from ${to}: ${differences.join("; ")}; it stays queued`,
-      {
-        to,
-        seq: entry.seq,
-        runId: entry.runId,
-        differences,
-        reason: "read-back-mismatch",
-      },
-    );
-  }
-}
-
+/**
+ * Deliver the outbox to one far side in seq order (src/evidence/push.ts): each run put, read back, compared and only
+ * then marked. An unreachable far side is `registry-refused` (oci://) or `artifact-not-found` (reason
+ * `far-side-unreachable`), everything staying queued; a read-back that differs is `integrity-mismatch`.
+ * @returns what was delivered, already delivered, still pending and refused
+ */
 export async function pushEvidence(scope: string, options: PushOptions): Promise<PushResult> {
   const realScope = resolveScope(scope);
   const transport = resolveTransport(
@@ -211,11 +183,12 @@ export async function pushEvidence(scope: string, options: PushOptions): Promise
           already += 1;
           continue;
         }
-        let files: Map<EvidenceFileName, Buffer>;
+        let opened: OpenEntry | null = null;
         try {
-          files = readEntryFiles(realScope, entry);
-          checkEntry(realScope, audit, entry, files);
+          opened = await openEntryFiles(realScope, entry);
+          checkEntry(realScope, audit, entry, opened);
         } catch (error) {
+          await opened?.close();
           if (!isOatsError(error) || (error.kind !== "mismatch" && error.kind !== "invalid")) throw error;
           // Never delivered, never marked; reported. The run it stands for may still be in the scope: queued anew.
           refused.push({
@@ -235,8 +208,11 @@ export async function pushEvidence(scope: string, options: PushOptions): Promise
           if (again !== null) queue.splice(index + 1, 0, again);
           continue;
         }
-        await transport.put({ runId: entry.runId, seq: entry.seq, files });
-        checkReadBack(entry, to, await transport.readBack(entry.runId));
+        try {
+          await deliverEntry(transport, entry, opened!);
+        } finally {
+          await opened!.close();
+        }
         stillHeld();
         marks.set(entry.seq, markDelivered(realScope, entry, to));
         delivered.push({ seq: entry.seq, runId: entry.runId });
@@ -255,14 +231,9 @@ export async function pushEvidence(scope: string, options: PushOptions): Promise
   );
 }
 
-/** An entry held to the sealed run it claims to be (deliverable.ts), its files as read for delivery. */
-function checkEntry(
-  realScope: string,
-  audit: AnchoredAudit,
-  entry: OutboxEntry,
-  files: ReadonlyMap<EvidenceFileName, Buffer>,
-): void {
-  const log = files.get("log");
+/** An entry held to the sealed run it claims to be (deliverable.ts), its files as opened for delivery. */
+function checkEntry(realScope: string, audit: AnchoredAudit, entry: OutboxEntry, opened: OpenEntry): void {
+  const log = opened.files.get("log");
   const names = entry.files.map((file) => file.name).sort();
   if (names.length !== EVIDENCE_FILES.length || names.some((name, at) => name !== [...EVIDENCE_FILES].sort()[at]))
     throw new OatsError("integrity-mismatch", `outbox entry ${entry.seq} does not hold exactly the evidence files`, {
@@ -278,9 +249,9 @@ function checkEntry(
     {
       handle: entry.handle,
       runId: entry.runId,
-      recordBytes: files.get("record.json"),
-      log: log === undefined ? null : { digest: bytesDigest(log), bytes: log.length },
-      auditBytes: files.get("audit.jsonl"),
+      recordBytes: opened.recordBytes,
+      log: log === undefined ? null : { digest: log.digest, bytes: log.size },
+      auditBytes: opened.auditBytes,
     },
     `outbox entry ${entry.seq}`,
     { runDirectory: true },

@@ -1,5 +1,5 @@
-import { OatsError, bytesDigest, canonicalJson } from "../core/index.js";
-import { parseLog } from "./log-format.js";
+import { OatsError, bytesDigester, canonicalJson } from "../core/index.js";
+import { LogChecker, type CheckedLog } from "./log-format.js";
 import { parseRunRecord, type RunRecord } from "./run-record.js";
 import { runHex, runIdFromHex } from "./run-id.js";
 
@@ -23,14 +23,20 @@ import { runHex, runIdFromHex } from "./run-id.js";
 export const RECEIVED_FILES = ["audit.jsonl", "log", "record.json"] as const;
 const AUDIT_LIMIT_LINES = 4096;
 
-export interface ReceivedRunCheck {
+/** Everything of a received run but its log, checked: what the log is then held to. */
+export interface ReceivedHead {
   readonly runId: string;
+  readonly from: string;
   readonly record: RunRecord;
   readonly recordBytes: Buffer;
-  readonly logBytes: Buffer;
   readonly auditBytes: Buffer;
   readonly auditLines: number;
   readonly audit: { readonly start: number; readonly end: number };
+}
+
+export interface ReceivedRunCheck extends ReceivedHead {
+  /** The log's oats.bytes.v1 digest and size, as read (and as the record seals them). */
+  readonly log: { readonly digest: string; readonly bytes: number };
 }
 
 interface AuditLine {
@@ -93,50 +99,95 @@ function parseAuditLines(bytes: Buffer, runId: string, from: string): AuditLine[
   });
 }
 
-/** Check a received run's files against its id; a typed refusal names the first check that failed. */
-export function checkReceivedRun(runId: string, files: ReadonlyMap<string, Buffer>, from: string): ReceivedRunCheck {
+/** The file names a far side holds for a run must be exactly the evidence files. */
+export function checkReceivedNames(runId: string, names: readonly string[], from: string): void {
   const id = runIdFromHex(runHex(runId));
-  const names = [...files.keys()].sort();
-  if (names.length !== RECEIVED_FILES.length || names.some((name, index) => name !== RECEIVED_FILES[index])) {
+  const sorted = [...names].sort();
+  if (sorted.length !== RECEIVED_FILES.length || sorted.some((name, index) => name !== RECEIVED_FILES[index])) {
     throw refused(
       id,
       from,
       "files",
-      `the far side holds ${JSON.stringify(names)}, not exactly ${JSON.stringify(RECEIVED_FILES)}`,
+      `the far side holds ${JSON.stringify(sorted)}, not exactly ${JSON.stringify(RECEIVED_FILES)}`,
       "invalid-artifact",
-      { files: names.slice(0, 16) },
+      { files: sorted.slice(0, 16) },
     );
   }
-  const recordBytes = files.get("record.json")!;
-  const logBytes = files.get("log")!;
-  const auditBytes = files.get("audit.jsonl")!;
+}
+
+/** Check a received run's files against its id; a typed refusal names the first check that failed. */
+export function checkReceivedRun(runId: string, files: ReadonlyMap<string, Buffer>, from: string): ReceivedRunCheck {
+  checkReceivedNames(runId, [...files.keys()], from);
+  const head = checkReceivedHead(runId, files.get("record.json")!, files.get("audit.jsonl")!, from);
+  const log = receivedLogChecker(head);
+  log.update(files.get("log")!);
+  return log.finish();
+}
+
+/**
+ * The log of a received run checked as it streams: `update` with every
+ * piece, then `finish`, which holds the digest and size to the record
+ * (integrity-mismatch) and then the lines and footer (parseLog's checks).
+ */
+export function receivedLogChecker(head: ReceivedHead): {
+  update(piece: Buffer): void;
+  /** `streamed`: how many bytes the source gave, when it gave more than were handed to `update`. */
+  finish(streamed?: number): ReceivedRunCheck;
+} {
+  const digester = bytesDigester();
+  const lines = new LogChecker();
+  let bytes = 0;
+  return {
+    update(piece) {
+      digester.update(piece);
+      bytes += piece.length;
+      lines.update(piece);
+    },
+    finish(streamed = bytes) {
+      const digest = digester.digest();
+      checkReceivedLog(head, { digest, bytes: Math.max(bytes, streamed) }, () => lines.result());
+      return { ...head, log: { digest, bytes } };
+    },
+  };
+}
+
+function checkReceivedLog(
+  head: ReceivedHead,
+  log: { readonly digest: string; readonly bytes: number },
+  parsed: () => CheckedLog,
+): void {
+  const { runId: id, from, record } = head;
+  if (log.digest !== record.log.digest || log.bytes !== record.log.bytes) {
+    throw refused(
+      id,
+      from,
+      "log",
+      `the log hashes to ${log.digest} (${log.bytes} bytes), the record ` +
+        `says ${record.log.digest} (${record.log.bytes} bytes)`,
+      "integrity-mismatch",
+      { expected: record.log.digest, actual: log.digest },
+    );
+  }
+  const checked = parsed();
+  if (
+    checked.lines !== record.log.lines ||
+    checked.result !== record.result ||
+    checked.exit?.code !== record.exit.code ||
+    checked.exit?.signal !== record.exit.signal
+  ) {
+    throw refused(id, from, "log", "the log's lines or footer disagree with the record");
+  }
+}
+
+/** Everything but the log: record.json canonical and hashing to the run id, the audit lines naming the run. */
+export function checkReceivedHead(runId: string, recordBytes: Buffer, auditBytes: Buffer, from: string): ReceivedHead {
+  const id = runIdFromHex(runHex(runId));
   const { record, id: recordId } = parseRunRecord(recordBytes, `run ${id} record.json from ${from}`);
   if (recordId !== id)
     throw refused(id, from, "record", `record.json hashes to ${recordId}`, "integrity-mismatch", {
       expected: id,
       actual: recordId,
     });
-  const logDigest = bytesDigest(logBytes);
-  if (logDigest !== record.log.digest || logBytes.length !== record.log.bytes) {
-    throw refused(
-      id,
-      from,
-      "log",
-      `the log hashes to ${logDigest} (${logBytes.length} bytes), the record ` +
-        `says ${record.log.digest} (${record.log.bytes} bytes)`,
-      "integrity-mismatch",
-      { expected: record.log.digest, actual: logDigest },
-    );
-  }
-  const parsed = parseLog(logBytes.toString("utf8"));
-  if (
-    parsed.lines.length !== record.log.lines ||
-    parsed.result !== record.result ||
-    parsed.exit?.code !== record.exit.code ||
-    parsed.exit?.signal !== record.exit.signal
-  ) {
-    throw refused(id, from, "log", "the log's lines or footer disagree with the record");
-  }
   const entries = parseAuditLines(auditBytes, id, from);
   const at = (ref: { seq: number; hash: string }) =>
     entries.find((entry) => entry.seq === ref.seq && entry.hash === ref.hash);
@@ -171,9 +222,9 @@ export function checkReceivedRun(runId: string, files: ReadonlyMap<string, Buffe
   }
   return {
     runId: id,
+    from,
     record,
     recordBytes,
-    logBytes,
     auditBytes,
     auditLines: entries.length,
     audit: { start: start.seq, end: end.seq },

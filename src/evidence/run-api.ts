@@ -86,6 +86,10 @@ export function stateOf(
   return standingOf(realScope, handle, dir, audit);
 }
 
+/**
+ * Every run of this scope by handle, with where it stands (open, sealed, ...) and its record's summary once sealed;
+ * a run that cannot be read is listed with its error, never skipped or thrown.
+ */
 export function listRuns(scope: string): RunSummary[] {
   const realScope = resolveScope(scope);
   const audit = lazyAnchoredAudit(realScope);
@@ -138,6 +142,11 @@ export function listRuns(scope: string): RunSummary[] {
   });
 }
 
+/**
+ * One run, its state, record (once sealed) and log lines (an open log's whole lines only).
+ * @param ref a handle, a run id or a unique prefix of either; `run-not-found` when none matches, `invalid-input`
+ *   (reason `ambiguous-run`) when a prefix names several
+ */
 export function readRun(scope: string, ref: string): ReadRun {
   const realScope = resolveScope(scope);
   const { handle, dir } = findRun(realScope, ref);

@@ -70,6 +70,12 @@ export interface RunOutcome {
   readonly attestation?: string | null;
 }
 
+/**
+ * Run a dispatch plan as a run, in the phases of src/evidence/run-exec.ts: open it (a refusal to start is audited), run
+ * the child with its output captured in the log, seal the run and hand it on. The plan is consumed whatever happens:
+ * its lease is released and its run copy removed (kept with `options.keep`).
+ * @returns the exit code to exit with, the result, the sealed record and any warnings
+ */
 export async function runDispatchPlanWithEvidence(
   scope: string,
   plan: DispatchPlan,

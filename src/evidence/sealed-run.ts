@@ -26,7 +26,8 @@ import { bytesDigestHex, runHex, runIdFromHex } from "./run-id.js";
  */
 
 const RECORD_LIMIT = 16 * 1024 * 1024;
-const LOG_LIMIT = 2 * 1024 * 1024 * 1024 - 1;
+/** None: the log is only ever read in pieces through one reused buffer (checkSealedLog), never held whole. */
+const LOG_LIMIT = Number.MAX_SAFE_INTEGER;
 
 interface AuditRef {
   readonly seq: number;

@@ -1,12 +1,12 @@
 import {
   closeSync,
   constants,
+  fsync,
   fstatSync,
   fsyncSync,
   lstatSync,
   mkdirSync,
   openSync,
-  readdirSync,
   renameSync,
   rmdirSync,
   type Stats,
@@ -14,9 +14,13 @@ import {
   unlinkSync,
 } from "node:fs";
 import { dirname } from "node:path";
-import { OatsError, errnoCode, bytesDigest } from "../core/index.js";
-import { inDirectory, readRegularFile, writeNewFileDurably, assertContained, stagingName } from "../retention/index.js";
+import { promisify } from "node:util";
+import { OatsError, errnoCode, bytesDigester } from "../core/index.js";
+import { inDirectory, writeRestSync, assertContained, stagingName } from "../retention/index.js";
+import { asEvidenceFile, digestFarSideFile, type EvidenceFile, type FarSideRun } from "./evidence-file.js";
 import { runHex } from "./run-id.js";
+import { openShareRun, readShareRun } from "./transport-dir-read.js";
+import { DIRECTORY_FLAGS, RUNS_DIR, closeQuietly, openShareRoot, openShareRuns, shareError } from "./share-fs.js";
 import type { EvidenceBundle, EvidenceTransport, ProbeResult } from "./transport.js";
 
 /**
@@ -55,8 +59,6 @@ export interface DirTransportOptions {
   readonly allowSameFilesystem?: boolean;
 }
 
-const RUNS_DIR = "runs";
-
 /**
  * The stat of `path`, or of its nearest existing ancestor: the filesystem it is, or will be, on. A scope's first
  * dispatch probes the far side before its outbox exists; its filesystem is then the scope's.
@@ -70,66 +72,36 @@ function nearestExisting(path: string): Stats | null {
     }
   }
 }
-const DIRECTORY_FLAGS = constants.O_RDONLY | constants.O_DIRECTORY | constants.O_NOFOLLOW;
-/** A read-back file larger than this is refused rather than buffered. */
-const READ_LIMIT = 2 * 1024 * 1024 * 1024 - 1;
 
 /**
- * O_DIRECTORY|O_NOFOLLOW on a symlink fails with ENOTDIR on Linux (ELOOP
- * elsewhere): look at the name itself to say which it was.
+ * Copy a file into the staging directory through a bounded buffer (O_EXCL|O_NOFOLLOW, fsync'd), hashing what is
+ * written: bytes that are not the digest the file was handed over with (its source changed meanwhile) are refused
+ * before anything is renamed into place.
  */
-function isSymlinkAt(at: string): boolean {
+async function copyInto(at: string, file: EvidenceFile, to: string, runId: string, name: string): Promise<void> {
+  const fd = openSync(at, constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL | constants.O_NOFOLLOW, 0o644);
   try {
-    return lstatSync(at).isSymbolicLink();
-  } catch {
-    return false;
-  }
-}
-
-function directoryErrno(error: unknown, at: string): string | undefined {
-  const errno = errnoCode(error);
-  return errno === "ENOTDIR" && isSymlinkAt(at) ? "ELOOP" : errno;
-}
-
-function shareError(
-  share: string,
-  what: string,
-  error: unknown,
-  details: Record<string, unknown> = {},
-  at?: string,
-): OatsError {
-  const errno = at === undefined ? errnoCode(error) : directoryErrno(error, at);
-  if (errno === "ELOOP") {
-    return new OatsError(
-      "invalid-artifact-store",
-      `the share's ${what} is a symlink, refusing to follow it: ${share}`,
-      { to: `dir:${share}`, component: what, reason: "symlink", ...details },
-    );
-  }
-  if (errno === "ENOTDIR") {
-    return new OatsError("invalid-artifact-store", `the share's ${what} is not a directory: ${share}`, {
-      to: `dir:${share}`,
-      component: what,
-      reason: "not-a-directory",
-      ...details,
+    const digester = bytesDigester();
+    let bytes = 0;
+    await file.pieces((piece) => {
+      digester.update(piece);
+      bytes += piece.length;
+      writeRestSync(fd, piece);
     });
-  }
-  if (error instanceof OatsError) return error;
-  return new OatsError(
-    "internal-error",
-    `writing to the share ${share} failed at ${what}: ${error instanceof Error ? error.message : String(error)}`,
-    { to: `dir:${share}`, component: what, ...(errno ? { errno } : {}), ...details },
-    { cause: error },
-  );
-}
-
-function closeQuietly(fd: number | null): void {
-  if (fd !== null) {
-    try {
-      closeSync(fd);
-    } catch {
-      // Already closed or never opened: nothing to release.
-    }
+    const digest = digester.digest();
+    if (digest !== file.digest || bytes !== file.size)
+      throw new OatsError("integrity-mismatch", `${name} of run ${runId} changed while it was copied to ${to}`, {
+        to,
+        runId,
+        file: name,
+        reason: "changed-while-sent",
+        expected: file.digest,
+        actual: digest,
+      });
+    // In the thread pool: flushing gigabytes does not hold the event loop.
+    await promisify(fsync)(fd);
+  } finally {
+    closeSync(fd);
   }
 }
 
@@ -145,29 +117,17 @@ function assertRenamedOurs(ours: Stats, at: string, to: string, runId: string): 
   );
 }
 
+/**
+ * The `dir:` transport to a share, with the layout and guarantees of src/evidence/transport-dir.ts. Nothing is touched
+ * until it is used; a share on the filesystem of `options.localPath` probes as unreachable (`same-filesystem`) unless
+ * `options.allowSameFilesystem`.
+ * @param share the share's absolute path
+ */
 export function dirTransport(share: string, options: DirTransportOptions = {}): EvidenceTransport {
   const to = `dir:${share}`;
 
-  /** The share root: the operator's path, followed like any path the operator names. */
-  const openShare = (): number => openSync(share, constants.O_RDONLY | constants.O_DIRECTORY);
-
-  /** `runs/` inside the open share, created when `create`; null when absent and not created. */
-  const openRuns = (shareFd: number, create: boolean): number | null => {
-    const at = inDirectory(shareFd, share, RUNS_DIR);
-    if (create) {
-      try {
-        mkdirSync(at, { mode: 0o755 });
-      } catch (error) {
-        if (errnoCode(error) !== "EEXIST") throw shareError(share, RUNS_DIR, error);
-      }
-    }
-    try {
-      return openSync(at, DIRECTORY_FLAGS);
-    } catch (error) {
-      if (errnoCode(error) === "ENOENT" && !create) return null;
-      throw shareError(share, RUNS_DIR, error, {}, at);
-    }
-  };
+  const openShare = (): number => openShareRoot(share);
+  const openRuns = (shareFd: number, create: boolean): number | null => openShareRuns(share, shareFd, create);
 
   const probe = async (): Promise<ProbeResult> => {
     let stats;
@@ -192,76 +152,30 @@ export function dirTransport(share: string, options: DirTransportOptions = {}): 
     return { state: "reachable", reason: null };
   };
 
-  /** Read the run directory through descriptors only; null when the share holds nothing for the id. */
-  const readBack = async (runId: string): Promise<Map<string, Buffer> | null> => {
-    const hex = runHex(runId);
-    let shareFd: number | null = null;
-    let runsFd: number | null = null;
-    let runFd: number | null = null;
-    try {
-      shareFd = openShare();
-      runsFd = openRuns(shareFd, false);
-      if (runsFd === null) return null;
-      assertContained(`${share}/${RUNS_DIR}`, `${share}/${RUNS_DIR}/${hex}`, `run ${runId}`);
-      try {
-        runFd = openSync(inDirectory(runsFd, `${share}/${RUNS_DIR}`, hex), DIRECTORY_FLAGS);
-      } catch (error) {
-        const errno = directoryErrno(error, inDirectory(runsFd, `${share}/${RUNS_DIR}`, hex));
-        if (errno === "ENOENT") return null;
-        if (errno === "ELOOP" || errno === "ENOTDIR") {
-          throw new OatsError(
-            "integrity-mismatch",
-            `the share holds something other than a run directory for ${runId}: ` +
-              `${errno === "ELOOP" ? "a symlink" : "not a directory"}`,
-            {
-              to,
-              runId,
-              reason: errno === "ELOOP" ? "symlink" : "not-a-directory",
-            },
-          );
-        }
-        throw error;
-      }
-      const dirPath = inDirectory(runsFd, `${share}/${RUNS_DIR}`, hex);
-      const files = new Map<string, Buffer>();
-      for (const name of readdirSync(inDirectory(runFd, dirPath, "")).sort()) {
-        files.set(
-          name,
-          readRegularFile(inDirectory(runFd, dirPath, name), {
-            limit: READ_LIMIT,
-            refuse: (failure, details) =>
-              new OatsError("integrity-mismatch", `cannot read ${name} of run ${runId} back from ${to}: ${failure}`, {
-                to,
-                runId,
-                file: name,
-                reason: failure,
-                ...details,
-              }),
-          }),
-        );
-      }
-      return files;
-    } catch (error) {
-      if (error instanceof OatsError) throw error;
-      throw shareError(share, "run directory", error, { runId });
-    } finally {
-      closeQuietly(runFd);
-      closeQuietly(runsFd);
-      closeQuietly(shareFd);
-    }
-  };
+  const openBack = (runId: string): Promise<FarSideRun | null> => openShareRun(share, runId);
+  const readBack = (runId: string): Promise<Map<string, Buffer> | null> => readShareRun(share, runId);
 
-  /** Same bytes already there: idempotent. Anything else: integrity-mismatch, nothing replaced. */
+  /** Same bytes already there (by digest, streamed): idempotent. Else integrity-mismatch, nothing replaced. */
   const compareExisting = async (bundle: EvidenceBundle): Promise<void> => {
-    const there = await readBack(bundle.runId);
+    const there = await openBack(bundle.runId);
     const differences: string[] = [];
-    for (const [name, bytes] of bundle.files) {
-      const held = there?.get(name);
-      if (held === undefined) differences.push(`${name}: missing`);
-      else if (!held.equals(bytes)) differences.push(`${name}: ${bytesDigest(held)} is not ${bytesDigest(bytes)}`);
+    try {
+      for (const [name, given] of bundle.files) {
+        const file = asEvidenceFile(given);
+        const held = there?.files.get(name);
+        if (held === undefined) {
+          differences.push(`${name}: missing`);
+          continue;
+        }
+        const streamed = await digestFarSideFile(held, file.size);
+        if (streamed.digest !== file.digest || streamed.bytes !== file.size)
+          differences.push(`${name}: ${streamed.digest} is not ${file.digest}`);
+      }
+      for (const name of there?.files.keys() ?? [])
+        if (!bundle.files.has(name as never)) differences.push(`${name}: unexpected`);
+    } finally {
+      await there?.close();
     }
-    for (const name of there?.keys() ?? [])
-      if (!bundle.files.has(name as never)) differences.push(`${name}: unexpected`);
     if (differences.length > 0) {
       throw new OatsError(
         "integrity-mismatch",
@@ -322,9 +236,15 @@ export function dirTransport(share: string, options: DirTransportOptions = {}): 
         throw error;
       }
       if (fstatSync(stagingFd).uid !== process.getuid?.()) throw replaced();
-      for (const [name, bytes] of bundle.files) {
+      for (const [name, given] of bundle.files) {
         written.push(name);
-        writeNewFileDurably(inDirectory(stagingFd, `${runsPath}/${staging}`, name), bytes, 0o644);
+        await copyInto(
+          inDirectory(stagingFd, `${runsPath}/${staging}`, name),
+          asEvidenceFile(given),
+          to,
+          bundle.runId,
+          name,
+        );
       }
       fsyncSync(stagingFd);
       try {
@@ -365,5 +285,5 @@ export function dirTransport(share: string, options: DirTransportOptions = {}): 
     }
   };
 
-  return { describe: () => to, probe, put, readBack };
+  return { describe: () => to, probe, put, readBack, openBack };
 }

@@ -7,6 +7,14 @@ import {
   formatOciReference,
   type SessionOptions,
 } from "../oci/index.js";
+import {
+  asEvidenceFile,
+  readFarSideFile,
+  READ_BACK_LIMIT,
+  type EvidenceFile,
+  type FarSideFile,
+  type FarSideRun,
+} from "./evidence-file.js";
 import { runHex } from "./run-id.js";
 import type { EvidenceBundle, EvidenceTransport, ProbeResult } from "./transport.js";
 
@@ -19,6 +27,13 @@ import type { EvidenceBundle, EvidenceTransport, ProbeResult } from "./transport
  *             annotation dev.oats.run.id = the run id
  *   layers    one per file (record.json, log, audit.jsonl), its name in
  *             org.opencontainers.image.title
+ *
+ * Each layer goes up from a stream of its file (evidence-file.ts), its
+ * digest computed beforehand by the outbox's streaming read: monolithic up
+ * to the client's chunk size, chunked PATCHes above it, so a log of any
+ * size is never held in memory; the registry checks the digest it was
+ * given. Reading back streams each blob, hashed by the client as it
+ * passes.
  *
  * The manifest's bytes depend only on the run id and the files, so putting
  * the same run twice writes nothing new, and a tag that already names
@@ -40,8 +55,6 @@ const FILE_MEDIA_TYPES: Record<string, string> = {
   "audit.jsonl": "application/vnd.oats.run.audit.v1+jsonl",
 };
 const FILE_NAME = /^[a-z0-9][a-z0-9._-]{0,63}$/;
-/** A read-back file larger than this is refused rather than buffered (the dir: transport's bound). */
-const READ_LIMIT = 2 * 1024 * 1024 * 1024 - 1;
 
 export function runTag(runId: string): string {
   return `run-${runHex(runId)}`;
@@ -49,21 +62,26 @@ export function runTag(runId: string): string {
 
 interface Layer {
   readonly name: string;
-  readonly bytes: Buffer;
+  readonly file: EvidenceFile;
+  /** The OCI digest (`sha256:<hex>`) of the file: its oats.bytes.v1 digest, spelled as OCI spells it. */
   readonly digest: string;
 }
 
 /** The artifact's manifest bytes: fixed key order, layers by file name. */
-export function runManifest(runId: string, files: ReadonlyMap<string, Buffer>): { bytes: Buffer; layers: Layer[] } {
+export function runManifest(
+  runId: string,
+  files: ReadonlyMap<string, Buffer | EvidenceFile>,
+): { bytes: Buffer; layers: Layer[] } {
   const layers = [...files.entries()]
-    .map(([name, bytes]) => {
+    .map(([name, given]) => {
       if (!FILE_NAME.test(name))
         throw new OatsError(
           "invalid-input",
           `an evidence file name must be plain: ${JSON.stringify(name.slice(0, 100))}`,
           { name: name.slice(0, 100) },
         );
-      return { name, bytes, digest: sha256Digest(bytes) };
+      const file = asEvidenceFile(given);
+      return { name, file, digest: `sha256:${file.digest.slice("sha256-".length)}` };
     })
     .sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
   const manifest = {
@@ -78,7 +96,7 @@ export function runManifest(runId: string, files: ReadonlyMap<string, Buffer>): 
     layers: layers.map((layer) => ({
       mediaType: FILE_MEDIA_TYPES[layer.name] ?? "application/octet-stream",
       digest: layer.digest,
-      size: layer.bytes.length,
+      size: layer.file.size,
       annotations: { [TITLE]: layer.name },
     })),
     annotations: { [RUN_ID_ANNOTATION]: runId },
@@ -121,7 +139,8 @@ function readLayers(bytes: Buffer, runId: string, to: string): Array<{ name: str
     seen.add(name);
     if (typeof layer.digest !== "string" || !/^sha256:[a-f0-9]{64}$/.test(layer.digest))
       throw bad(`has a layer ${name} without a sha256 digest`);
-    if (!Number.isSafeInteger(layer.size) || (layer.size as number) < 0 || (layer.size as number) > READ_LIMIT)
+    // No bound of its own: a reader streams the blob and stops at the size it expects (the queued one, the record's).
+    if (!Number.isSafeInteger(layer.size) || (layer.size as number) < 0)
       throw bad(`has a layer ${name} with an unusable size`);
     return { name, digest: layer.digest, size: layer.size as number };
   });
@@ -178,18 +197,25 @@ export class OciEvidenceTransport implements EvidenceTransport {
         { to: this.#to, runId: bundle.runId, expected: digest, actual: existing, reason: "other-content" },
       );
     }
-    const blobs = [{ bytes: EMPTY_CONFIG.bytes, digest: sha256Digest(EMPTY_CONFIG.bytes) }, ...layers];
+    const blobs = [
+      bufferSource(EMPTY_CONFIG.bytes, sha256Digest(EMPTY_CONFIG.bytes)),
+      ...layers.map((layer) => ({
+        digest: layer.digest,
+        size: layer.file.size,
+        open: (start: number, end: number) => layer.file.open(start, end),
+      })),
+    ];
     const ensureBlobs = async () => {
       for (const blob of blobs) {
-        if ((await this.client.headBlob(blob.digest)) === null)
-          await this.client.putBlob(bufferSource(blob.bytes, blob.digest));
+        if ((await this.client.headBlob(blob.digest)) === null) await this.client.putBlob(blob);
       }
     };
     await ensureBlobs();
     if (existing === null) await this.client.putManifestEnsuring(tag, bytes, OCI_MANIFEST, ensureBlobs);
   }
 
-  async readBack(runId: string): Promise<Map<string, Buffer> | null> {
+  /** The run's layers as the registry's manifest names them, each streamed from the registry on demand. */
+  async openBack(runId: string): Promise<FarSideRun | null> {
     let manifest;
     try {
       manifest = await this.client.getManifest(runTag(runId), { accept: [OCI_MANIFEST] });
@@ -197,9 +223,39 @@ export class OciEvidenceTransport implements EvidenceTransport {
       if (isCode(error, "artifact-not-found")) return null;
       throw error;
     }
-    const files = new Map<string, Buffer>();
+    const files = new Map<string, FarSideFile>();
     for (const layer of readLayers(manifest.bytes, runId, this.#to)) {
-      files.set(layer.name, await this.client.getBlobBytes(layer.digest, { size: layer.size, maxBytes: READ_LIMIT }));
+      files.set(layer.name, {
+        size: layer.size,
+        // The client hashes the blob as it streams and fails the stream unless it is exactly the layer's digest.
+        stream: () => this.client.getBlob(layer.digest, { size: layer.size, maxBytes: layer.size }),
+      });
+    }
+    return { files, close: async () => undefined };
+  }
+
+  /** Every layer whole (at most READ_BACK_LIMIT bytes each). */
+  async readBack(runId: string): Promise<Map<string, Buffer> | null> {
+    const there = await this.openBack(runId);
+    if (there === null) return null;
+    const files = new Map<string, Buffer>();
+    for (const [name, file] of there.files) {
+      files.set(
+        name,
+        await readFarSideFile(
+          file,
+          READ_BACK_LIMIT,
+          (size) =>
+            new OatsError("invalid-artifact", `the run artifact for ${runId} at ${this.#to} has a layer too large`, {
+              to: this.#to,
+              runId,
+              file: name,
+              reason: "too-large",
+              size,
+              limit: READ_BACK_LIMIT,
+            }),
+        ),
+      );
     }
     return files;
   }

@@ -1,6 +1,7 @@
 import { isAbsolute, normalize } from "node:path";
 import { z } from "zod";
 import { OatsError } from "../core/index.js";
+import type { EvidenceFile, FarSideRun } from "./evidence-file.js";
 import { dirTransport, type DirTransportOptions } from "./transport-dir.js";
 import { ociTransport } from "./transport-oci.js";
 
@@ -11,6 +12,13 @@ import { ociTransport } from "./transport-oci.js";
  * the far side itself (never from a local copy or a cache of what was put):
  * the outbox compares the digest of every file it returns with the digest it
  * queued, and only then marks the entry delivered.
+ *
+ * Both directions stream (evidence-file.ts): put is handed each file as an
+ * EvidenceFile (size and digest known, bytes read on demand through a
+ * bounded buffer), and `openBack` lists what the far side holds with a
+ * stream of each file, which the outbox hashes as it passes. A transport
+ * that offers only `readBack` (whole files in memory) still works: the
+ * outbox then reads its buffers, bounded by READ_BACK_LIMIT.
  *
  * A new transport implements this interface and registers its scheme in
  * SCHEMES (as the OCI registry transport does: `oci://`, and
@@ -27,7 +35,8 @@ export interface EvidenceBundle {
   readonly runId: string;
   /** The outbox position, for transports that want to keep order visible on their side. */
   readonly seq: number;
-  readonly files: ReadonlyMap<EvidenceFileName, Buffer>;
+  /** Each file in memory, or streamed from where it is held (the outbox hands over its log so). */
+  readonly files: ReadonlyMap<EvidenceFileName, Buffer | EvidenceFile>;
 }
 
 export interface ProbeResult {
@@ -52,8 +61,16 @@ export interface EvidenceTransport {
    * there is replaced.
    */
   put(bundle: EvidenceBundle): Promise<void>;
-  /** Every file the far side holds for the run id (null when it holds nothing), read from the far side. */
+  /**
+   * Every file the far side holds for the run id (null when it holds nothing), read from the far side, each
+   * whole (at most READ_BACK_LIMIT bytes).
+   */
   readBack(runId: string): Promise<Map<string, Buffer> | null>;
+  /**
+   * The same, streaming: every file the far side holds for the run id with its stated size and a stream of its
+   * bytes read from the far side (null when it holds nothing). The caller closes what it opened.
+   */
+  openBack?(runId: string): Promise<FarSideRun | null>;
 }
 
 export interface TransportContext {
@@ -111,7 +128,7 @@ function invalidDestination(text: string, reason: string): OatsError {
  * unknown scheme is `usage`; a malformed destination of a known scheme is
  * `invalid-input`. Nothing is touched on disk or on the network.
  */
-export function transportFor(to: unknown, context: TransportContext = {}): EvidenceTransport {
+export function transportFor(to: string, context: TransportContext = {}): EvidenceTransport {
   const parsed = DESTINATION.safeParse(to);
   if (!parsed.success) throw invalidDestination(String(to), parsed.error.issues[0]?.message ?? "not a string");
   const text = parsed.data;

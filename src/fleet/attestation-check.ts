@@ -218,6 +218,14 @@ export function attestationBytes(realScope: string, ref: string): { bytes: Buffe
   return { bytes: readAttestation(realScope, id).bytes, origin: `attestation ${id}` };
 }
 
+/**
+ * Verify an attestation (src/fleet/attestation-check.ts): its signature with a key this scope trusts for its kind of
+ * statement, then every subject it names against what the scope holds. Refuses with `attestation-refused`: a signature
+ * or key that does not verify, a subject not held (`subject-not-held`) or held with another digest
+ * (`subject-mismatch`).
+ * @param ref an attestation id, or a unique prefix of one, in the scope's store; or the path (with a `/`, or ending in
+ *   `.json`) of a file holding an envelope or a Sigstore bundle
+ */
 export async function verifyAttestation(scope: string, ref: string): Promise<AttestationVerdict> {
   const realScope = resolveScope(scope);
   const { bytes, origin } = attestationBytes(realScope, ref);

@@ -87,6 +87,15 @@ function approveLine(subject: CompositionSubject): string {
   return `oats approve ${subject.kind} ${subject.key} ${subject.integrity} --reason "<why>"`;
 }
 
+/**
+ * Pull what an OCI reference names into the scope (src/fleet/pull.ts): every blob checked against its OCI digest
+ * and size, every tree, record and blob against its oats digest, and nothing published unless all of it verifies.
+ * Refuses a reference without a tag or digest (`invalid-artifact-reference`), a registry that cannot be used
+ * (`registry-refused`), bytes other than the manifest's (`integrity-mismatch`) and an unsafe layer (the
+ * extractor's refusals). Pull never approves.
+ * @param reference `oci://host/repository:tag` or `oci://host/repository@sha256:<hex>`
+ * @returns what was imported, with the `oats approve` line of each capture it brought
+ */
 export async function pullFromRegistry(
   scope: string,
   reference: string,

@@ -218,6 +218,14 @@ const blobsOf = (manifest: OciManifest): string[] => [
   ...manifest.layers.map((layer) => layer.digest),
 ];
 
+/**
+ * Push resolutions and retained revisions to an OCI registry (src/fleet/push.ts), uploading only the blobs it
+ * lacks. Refuses an empty or malformed list of references (`invalid-input`, `invalid-artifact-reference`), one
+ * not held here (`artifact-not-found`, `resolution-not-found`) and a registry that cannot be used
+ * (`registry-refused`).
+ * @param refs resolution ids and `<kind>:<key>@<integrity>` references
+ * @param to `oci://host/repository[:tag]`
+ */
 export async function pushToRegistry(
   scope: string,
   refs: readonly ExportRef[],

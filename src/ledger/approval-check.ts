@@ -71,6 +71,7 @@ function side(entry: ChainEntry | null): Record<string, unknown> | null {
   };
 }
 
+/** One sentence saying why the approvals ledger and the audit log disagree, for a cross-check reason. */
 export function crossCheckReasonText(reason: CrossCheckReason): string {
   return WHY[reason];
 }

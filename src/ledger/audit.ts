@@ -1,4 +1,4 @@
-import { isOatsError, OatsError } from "../core/index.js";
+import { isOatsError, type JsonObject, OatsError } from "../core/index.js";
 import {
   CHAIN_LOGS,
   appendEntry,
@@ -56,7 +56,7 @@ export interface AuditRecord {
   readonly action: AuditAction;
   readonly subject: AuditSubject | null;
   readonly outcome: AuditOutcome;
-  readonly details?: Record<string, unknown>;
+  readonly details?: JsonObject;
 }
 
 export interface AuditEntry extends ChainEntry {
@@ -82,15 +82,19 @@ export async function audit(scope: string, record: AuditRecord, options: AppendO
 /**
  * Record a refusal of `action`, then return the error to throw. The error is
  * never replaced: if the audit log is unavailable too, `details.audit` says so.
+ * @param error what was thrown: an OatsError is recorded by its code and kind and gets `details.audit` (the
+ *   entry's seq and hash); anything else is recorded as `internal-error`
+ * @param extra more details for the audit entry, beside the refusal
+ * @returns `error` itself
  */
-export async function auditRefusal(
+export async function auditRefusal<Thrown>(
   scope: string,
   action: AuditAction,
   subject: AuditSubject | null,
-  error: unknown,
-  extra: Record<string, unknown> = {},
+  error: Thrown,
+  extra: JsonObject = {},
   options: AppendOptions = {},
-): Promise<unknown> {
+): Promise<Thrown> {
   const refusal = isOatsError(error)
     ? { code: error.code, kind: error.kind, message: error.message }
     : { code: "internal-error", kind: "internal", message: error instanceof Error ? error.message : String(error) };

@@ -1,7 +1,7 @@
 import { closeSync, constants, fstatSync, fsyncSync, ftruncateSync, openSync, writeSync } from "node:fs";
 import { withFileLock, ensureStoreAt, fsyncDirectory, inspectStoreAt, resolveScope } from "../retention/index.js";
 import { join } from "node:path";
-import { OatsError, errnoCode, isOatsError, canonicalJson, jsonDigest } from "../core/index.js";
+import { type JsonObject, OatsError, errnoCode, isOatsError, canonicalJson, jsonDigest } from "../core/index.js";
 import {
   GENESIS_PREV,
   isPlainRecord,
@@ -108,7 +108,7 @@ function withLogLock<T>(root: string, file: string, waitMs: number, body: (still
   );
 }
 
-function checkBody(body: Record<string, unknown>): void {
+function checkBody(body: JsonObject): void {
   if (!isPlainRecord(body)) throw new OatsError("invalid-input", "a chain log entry body must be a plain object", {});
   for (const key of Object.keys(body)) {
     if (RESERVED.has(key)) throw new OatsError("invalid-input", `a chain log entry body may not set "${key}"`, { key });
@@ -132,7 +132,7 @@ function checkBody(body: Record<string, unknown>): void {
 export async function appendEntry(
   scope: string,
   log: ChainLog,
-  body: Record<string, unknown>,
+  body: JsonObject,
   options: AppendOptions = {},
 ): Promise<ChainEntry> {
   checkLog(log);

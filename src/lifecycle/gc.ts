@@ -8,7 +8,7 @@ import { listResolutionIds, recordReader, resolutionPath } from "../resolution/i
 import {
   integrityText,
   type Integrity,
-  listStore,
+  storeRevisions,
   BLOBS_DIR,
   blobPath,
   readBlob,
@@ -144,11 +144,16 @@ async function plan(realScope: string, options: GcOptions, dryRun: boolean): Pro
     else damaged.push({ ...item, damaged: damage });
   };
 
-  const listing = listStore(realScope).revisions;
+  // A source's qualified identity is pinned as the blob named by its key (source-identity.ts):
+  // it stays while any revision of that source stays.
+  const identityBlobs = new Set<string>();
   const keptDirs = new Set<string>();
-  for (const entry of listing) {
+  // One revision at a time, as the store walk reaches it: no list of the scope's revisions is held.
+  for (const entry of storeRevisions(realScope)) {
+    const identity = entry.kind === "source" ? `sha256-${entry.key}` : null;
     if (reachable.revisions.has(entry.dir)) {
       keptDirs.add(entry.dir);
+      if (identity) identityBlobs.add(identity);
       continue;
     }
     const ageMs = ageOf(entry.dir, now);
@@ -164,6 +169,7 @@ async function plan(realScope: string, options: GcOptions, dryRun: boolean): Pro
     };
     if (ageMs < graceMs) {
       young.push(item);
+      if (identity) identityBlobs.add(identity);
       continue;
     }
     let damage: { code: string; message: string } | null = null;
@@ -173,6 +179,8 @@ async function plan(realScope: string, options: GcOptions, dryRun: boolean): Pro
       damage = damageOf(error);
     }
     sort({ ...item, bytes: pathBytes(entry.dir) + fileSize(manifestPath(entry.dir)) }, damage);
+    // Kept unless sort() collected it: damaged and not included.
+    if (identity && damage && !options.includeDamaged) identityBlobs.add(identity);
   }
   let keptTrees = keptDirs.size;
   for (const [legacy, exec] of reachable.copies) if (keptDirs.has(legacy) && keptDirs.has(exec)) keptTrees -= 1;
@@ -199,15 +207,6 @@ async function plan(realScope: string, options: GcOptions, dryRun: boolean): Pro
     }
     sort(item, damage);
   }
-
-  // A source's qualified identity is pinned as the blob named by its key (source-identity.ts):
-  // it stays while any revision of that source stays.
-  const collected = new Set(collect.filter((item) => item.type === "revision").map((item) => item.path));
-  const identityBlobs = new Set(
-    listing
-      .filter((entry) => entry.kind === "source" && !collected.has(entry.dir))
-      .map((entry) => `sha256-${entry.key}`),
-  );
 
   let keptBlobs = 0;
   if (inspectStoreAt(realScope, BLOBS_DIR).complete) {

@@ -72,12 +72,16 @@ function toPinRef(parsed: ParsedExportRef): PinRef {
   };
 }
 
+/** The text form of a pin reference, as {@link parsePinRef} reads it: `<kind>:<key>@<integrity>` or a resolution id. */
 export function pinRefText(ref: PinRef): string {
   return ref.type === "resolution" ? ref.id : `${ref.kind}:${ref.key}@${integrityText(ref.integrity)}`;
 }
 
-/** Parse `<kind>:<key>@<integrity>` or a resolution id into a pin reference. */
-export function parsePinRef(input: unknown): PinRef {
+/**
+ * Parse `<kind>:<key>@<integrity>` or a resolution id into a pin reference; anything else is refused with
+ * `invalid-artifact-reference`.
+ */
+export function parsePinRef(input: string): PinRef {
   if (typeof input !== "string")
     throw new OatsError("invalid-artifact-reference", "a pin names <kind>:<key>@<integrity> or a resolution id", {
       ref: input,
@@ -119,8 +123,13 @@ function assertPresent(realScope: string, ref: PinRef): void {
     throw new OatsError("invalid-artifact", `retained revision is not a real directory: ${dir}`, { dir });
 }
 
-/** Pin a reference: a root for gc until unpinned. */
-export async function pin(scope: string, input: unknown): Promise<PinResult> {
+/**
+ * Pin a reference: a root for gc until unpinned. Refuses a malformed reference (`invalid-artifact-reference`)
+ * and one not present in the scope (`artifact-not-found`, `resolution-not-found`); pinning a pinned reference
+ * keeps the pin.
+ * @param input `<kind>:<key>@<integrity>` or a resolution id
+ */
+export async function pin(scope: string, input: string): Promise<PinResult> {
   const ref = parsePinRef(input);
   const realScope = resolveScope(scope);
   const path = pinPath(realScope, ref);
@@ -158,8 +167,12 @@ export async function pin(scope: string, input: unknown): Promise<PinResult> {
   });
 }
 
-/** Remove a pin; refused (missing) when the reference is not pinned. */
-export async function unpin(scope: string, input: unknown): Promise<PinResult> {
+/**
+ * Remove a pin; refused with `invalid-artifact-reference` for a malformed reference, and with
+ * `artifact-not-found` (`resolution-not-found` for a resolution id) when the reference is not pinned.
+ * @param input `<kind>:<key>@<integrity>` or a resolution id
+ */
+export async function unpin(scope: string, input: string): Promise<PinResult> {
   const ref = parsePinRef(input);
   const realScope = resolveScope(scope);
   const path = pinPath(realScope, ref);

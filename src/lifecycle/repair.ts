@@ -17,6 +17,7 @@ import {
   readLockFile,
   parseLock,
   type OatsLock,
+  type OatsLockInput,
   checkProvenance,
   expectedProvenance,
   retainCapabilityArtifact,
@@ -69,7 +70,7 @@ export interface RepairOptions {
   /** A directory, an npm-style package tarball (gzip) or an oats bundle (tar). */
   readonly from: string;
   /** For a legacy-named capability: the oats lock (a path or a parsed lock) whose row names the revision. */
-  readonly lock?: unknown;
+  readonly lock?: string | OatsLockInput;
   readonly lockWaitMs?: number;
 }
 
@@ -248,7 +249,7 @@ function quarantineName(ref: ArtifactRef): string {
   return `${stamp}-${ref.kind}-${ref.key}-${ref.integrity.value.slice(7, 19)}-${randomBytes(4).toString("hex")}`;
 }
 
-function legacyLock(ref: ArtifactRef, lockInput: unknown): OatsLock {
+function legacyLock(ref: ArtifactRef, lockInput: string | OatsLockInput | undefined): OatsLock {
   if (lockInput === undefined) {
     throw new OatsError(
       "usage",
@@ -269,7 +270,15 @@ function legacyLock(ref: ArtifactRef, lockInput: unknown): OatsLock {
   return lock;
 }
 
-export async function repair(scope: string, refInput: unknown, options: RepairOptions): Promise<RepairResult> {
+/**
+ * Replace a damaged revision with bytes from `options.from` that hash to its own digest, in the order
+ * src/lifecycle/repair.ts gives: the damaged tree is quarantined, never deleted, and the repair audited. Refuses a
+ * malformed reference (`invalid-artifact-reference`), a revision not retained (`artifact-not-found`), an intact one
+ * (`invalid-input`, reason `not-damaged`), a replacement with other content (`integrity-mismatch`) and, for a
+ * legacy-named capability, a missing or mismatched lock (`usage`, `invalid-input`).
+ * @param refInput the revision, `<kind>:<key>@<integrity>`
+ */
+export async function repair(scope: string, refInput: string, options: RepairOptions): Promise<RepairResult> {
   if (typeof refInput !== "string")
     throw new OatsError("invalid-artifact-reference", "repair names <kind>:<key>@<integrity>", { ref: refInput });
   const parsed = parseExportRef(refInput);

@@ -100,6 +100,11 @@ function runRoots(realScope: string, roots: RootSet): number {
   return runs;
 }
 
+/**
+ * gc's roots: the records named by instance references, queued jobs, pins and runs, and the pinned revisions.
+ * A root that cannot be read refuses the whole collection with its own error, so gc deletes nothing.
+ * @param realScope the scope, already resolved
+ */
 export function collectRoots(realScope: string): RootSet {
   const roots: RootSet = {
     records: new Map(),
@@ -157,6 +162,11 @@ export function recordClosure(realScope: string, record: ResolutionRecord, into:
   if (composition) into.blobs.add(composition);
 }
 
+/**
+ * Everything the roots reach: their records, the revisions and blobs those records name, and the pinned
+ * revisions. A root naming a record the scope lacks is added to `roots.missing`; any other unreadable record
+ * refuses with its own error.
+ */
 export function reachableFrom(realScope: string, roots: RootSet): Reachable {
   const reachable: Reachable = { revisions: new Set(), records: new Set(), blobs: new Set(), copies: new Map() };
   for (const ref of roots.artifacts) reachable.revisions.add(retainedTreeDir(realScope, ref));

@@ -10,6 +10,7 @@ export {
 export { readCanonicalJson } from "./canonical-read.js";
 export {
   writeResolution,
+  type ResolutionRecordInput,
   readRecordBytes,
   listResolutionIds,
   parseResolutionId,
@@ -46,7 +47,7 @@ export {
   type SecretFinding,
   type FindSecretsOptions,
 } from "./secrets.js";
-export { parsePlan, readPlanFile, parsePlanText, type Plan, type PlanCapability } from "./plan.js";
+export { parsePlan, readPlanFile, parsePlanText, type Plan, type PlanCapability, type PlanInput } from "./plan.js";
 export { prepare, type PrepareOptions, type PrepareResult, type PrepareStep } from "./prepare.js";
 export { capabilityArtifactEntry } from "./artifact-entry.js";
 export {

@@ -1,7 +1,7 @@
 import { extname, isAbsolute, resolve } from "node:path";
 import { parseByExtension, readOperatorFile, refuseProtoKeys } from "./operator-input.js";
 import { z } from "zod";
-import { OatsError } from "../core/index.js";
+import { type JsonValue, OatsError } from "../core/index.js";
 import { identifierSchema } from "../retention/index.js";
 import { ENTRYPOINT_ROLES, entrypointPathSchema, resolutionRecordSchema, sourceIdentitySchema } from "./record.js";
 
@@ -85,11 +85,15 @@ function invalid(message: string, details: Record<string, unknown> = {}): OatsEr
   return new OatsError("invalid-input", message, details);
 }
 
+/** A plan as a caller holds one: a {@link Plan} built in code, or the JSON document of a plan file. */
+export type PlanInput = Plan | JsonValue;
+
 /**
  * Validate a plan value and resolve its paths against `baseDir`. Idempotent:
- * a parsed plan (absolute paths) parses to itself.
+ * a parsed plan (absolute paths) parses to itself. Refuses a malformed plan or a `__proto__` key with
+ * `invalid-input`, the first problem's JSON pointer in `details.pointer`.
  */
-export function parsePlan(value: unknown, baseDir: string): Plan {
+export function parsePlan(value: PlanInput, baseDir: string): Plan {
   refuseProtoKeys(value, "plan");
   const parsed = planSchema.safeParse(value);
   if (!parsed.success) {
@@ -193,5 +197,5 @@ export function readPlanFile(path: string): Plan {
     if (error instanceof OatsError) throw error;
     throw invalid(`plan ${path} is not UTF-8`, { plan: path });
   }
-  return parsePlan(parsePlanText(text, extension, `plan ${path}`), resolve(absolute, ".."));
+  return parsePlan(parsePlanText(text, extension, `plan ${path}`) as JsonValue, resolve(absolute, ".."));
 }

@@ -1,6 +1,6 @@
 import { stat } from "node:fs/promises";
 import { capabilityArtifactEntry } from "./artifact-entry.js";
-import { OatsError, errnoCode, canonicalJsonBytes } from "../core/index.js";
+import { type JsonValue, OatsError, errnoCode, canonicalJsonBytes } from "../core/index.js";
 import {
   capabilityRows,
   readLockFile,
@@ -14,7 +14,7 @@ import {
   resolveScope,
   withPublishLease,
 } from "../retention/index.js";
-import { parsePlan, SOURCE_ENTRYPOINT, type Plan } from "./plan.js";
+import { parsePlan, type PlanInput, SOURCE_ENTRYPOINT, type Plan } from "./plan.js";
 import { resolveEntrypoint } from "./read.js";
 import type { ArtifactRefRecord, ResolutionRecord } from "./record.js";
 import { escapePointerSegment, findArgSecrets, findSecrets, secretRefusal, type SecretFinding } from "./secrets.js";
@@ -98,16 +98,16 @@ export function planSecretFindings(plan: Plan, capabilities: readonly CheckedCap
       continue;
     }
     const at = `/config/${escapePointerSegment(entry.pointer)}`;
-    findings.push(...findSecrets(entry.value, `${at}/value`, { key }));
+    findings.push(...findSecrets(entry.value as JsonValue, `${at}/value`, { key }));
     for (const [index, constraint] of (entry.constraints ?? []).entries()) {
-      findings.push(...findSecrets(constraint.value, `${at}/constraints/${index}/value`, { key }));
+      findings.push(...findSecrets(constraint.value as JsonValue, `${at}/constraints/${index}/value`, { key }));
     }
     for (const [index, considered] of (entry.considered ?? []).entries()) {
-      findings.push(...findSecrets(considered.value, `${at}/considered/${index}/value`, { key }));
+      findings.push(...findSecrets(considered.value as JsonValue, `${at}/considered/${index}/value`, { key }));
     }
     findings.push(...findSecrets(entry.origin, `${at}/origin`));
   }
-  findings.push(...findSecrets(plan.bindings ?? {}, "/bindings"));
+  findings.push(...findSecrets((plan.bindings ?? {}) as JsonValue, "/bindings"));
   findings.push(...findSecrets(plan.messaging ?? null, "/messaging"));
   for (const [name, entrypoint] of Object.entries(plan.entrypoints)) {
     if (findSecrets(name, "").length > 0) {
@@ -239,13 +239,18 @@ async function validate(realScope: string, plan: Plan): Promise<CheckedCapabilit
   return capabilities;
 }
 
-/** Under a publish lease (store/lease.ts) from the first retain until the reference is moved: gc never takes what it
- * found. */
-export function prepare(scope: string, planInput: unknown, options: PrepareOptions = {}): Promise<PrepareResult> {
+/**
+ * Turn a plan into a complete resolution record and point its instance at it, in the order src/resolution/prepare.ts
+ * gives: nothing is retained before the plan, its locks and every value bound for the record are checked
+ * (`invalid-input`, `invalid-lock`, `secret-in-record`, ...), and the instance reference moves last. Runs under a
+ * publish lease (store/lease.ts) from the first retain until the reference is moved: gc never takes what it found.
+ * @param planInput the plan; relative paths resolve against `options.baseDir`
+ */
+export function prepare(scope: string, planInput: PlanInput, options: PrepareOptions = {}): Promise<PrepareResult> {
   return withPublishLease(resolveScope(scope), () => prepareLeased(scope, planInput, options));
 }
 
-async function prepareLeased(scope: string, planInput: unknown, options: PrepareOptions): Promise<PrepareResult> {
+async function prepareLeased(scope: string, planInput: PlanInput, options: PrepareOptions): Promise<PrepareResult> {
   const plan = parsePlan(planInput, options.baseDir ?? process.cwd());
   const realScope = resolveScope(scope);
   const capabilities = await validate(realScope, plan);

@@ -13,7 +13,7 @@ export {
   OatsError,
 } from "../core/index.js";
 export { LEGACY_LAUNCHERS, parseLegacyCommand, splitCommand } from "./legacy-command.js";
-export { parsePlan, parsePlanText, type Plan, type PlanCapability, readPlanFile } from "./plan.js";
+export { parsePlan, parsePlanText, type Plan, type PlanCapability, type PlanInput, readPlanFile } from "./plan.js";
 export { prepare, type PrepareOptions, type PrepareResult, type PrepareStep } from "./prepare.js";
 export {
   checkReadiness,
@@ -54,6 +54,7 @@ export {
   readInstanceRef,
   resolutionPath,
   writeInstanceRef,
+  type ResolutionRecordInput,
   writeResolution,
   type WrittenRecord,
 } from "./store.js";

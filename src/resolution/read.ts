@@ -172,6 +172,11 @@ export function resolveEntrypointIn(
   return target;
 }
 
+/**
+ * A stored record by id, with every entry point resolved to its path inside its retained tree. With
+ * `options.verify` every artifact the record references is re-hashed first (`integrity-mismatch`,
+ * `artifact-not-found`). Refuses an unknown id (`resolution-not-found`) and a record that is not its id's bytes.
+ */
 export async function readResolution(
   scope: string,
   id: string,

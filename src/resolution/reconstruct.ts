@@ -15,7 +15,7 @@ import { capabilityArtifactEntry } from "./artifact-entry.js";
 import { escapePointerSegment, findArgSecrets, findSecrets } from "./secrets.js";
 import { isAbsolute, join, resolve } from "node:path";
 import { z } from "zod";
-import { OatsError, bytesDigest, OPERATOR_MAX_DEPTH, parseJsonText } from "../core/index.js";
+import { type JsonValue, OatsError, bytesDigest, OPERATOR_MAX_DEPTH, parseJsonText } from "../core/index.js";
 import { checkReadiness, resolveEntrypoint } from "./read.js";
 import { INSTALLED_DIR, identifier, parseLegacyCommand, type ParsedEntrypoint } from "./legacy-command.js";
 import type { ResolutionRecord } from "./record.js";
@@ -175,7 +175,7 @@ function readInstanceFile(instanceHome: string): { path: string; bytes: Buffer; 
  * records it as unresolved instead of refusing the whole migration.
  */
 function looksSecret(value: unknown, key = ""): boolean {
-  return findSecrets(value, "", { key }).length > 0;
+  return findSecrets(value as JsonValue, "", { key }).length > 0;
 }
 
 function argsLookSecret(args: readonly string[]): boolean {
@@ -226,6 +226,13 @@ function readLock(scope: string): { lock: OatsLock; path: string; digest: string
   }
 }
 
+/**
+ * Migrate an instance that predates resolution records into one (src/resolution/reconstruct.ts): what can be
+ * established exactly is retained and recorded, the rest recorded as unresolved, and the instance reference moved to
+ * the new record unless that would replace a ready record with one that is not. Refuses a malformed instance.json, or
+ * one of another scope, with `invalid-input`.
+ * @param instanceHome the directory holding the legacy `instance.json`
+ */
 export async function reconstruct(scope: string, instanceHome: string): Promise<ReconstructResult> {
   const realScope = resolveScope(scope);
   const { path: instancePath, bytes: instanceBytes, instance } = readInstanceFile(instanceHome);

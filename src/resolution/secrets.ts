@@ -1,4 +1,4 @@
-import { OatsError } from "../core/index.js";
+import { type JsonValue, OatsError } from "../core/index.js";
 import { credentialRefSchema } from "./record.js";
 
 /**
@@ -92,7 +92,14 @@ export interface FindSecretsOptions {
   readonly key?: string;
 }
 
-export function findSecrets(value: unknown, pointerPrefix = "", options: FindSecretsOptions = {}): SecretFinding[] {
+/**
+ * Every place in a value bound for a resolution record that looks like a secret: a string shaped like a
+ * token or private key, a key so shaped, or a literal under a secret-named key (`password`, `api_key`)
+ * that is not a credential reference. Findings carry a JSON pointer and a kind, never the value.
+ * @param pointerPrefix the pointer of `value` in the record, prefixed to every finding's pointer
+ * @returns the findings, empty when there are none
+ */
+export function findSecrets(value: JsonValue, pointerPrefix = "", options: FindSecretsOptions = {}): SecretFinding[] {
   const findings: SecretFinding[] = [];
   const walk = (node: unknown, pointer: string, underSecretName: boolean, inRef: boolean): void => {
     if (typeof node === "string") {
@@ -166,7 +173,11 @@ export function secretRefusal(findings: readonly SecretFinding[]): OatsError {
   );
 }
 
-export function assertNoSecrets(value: unknown, pointerPrefix = "", options: FindSecretsOptions = {}): void {
+/**
+ * {@link findSecrets}, refusing with `secret-in-record` (pointers and kinds in `details`, never a value)
+ * when it finds any.
+ */
+export function assertNoSecrets(value: JsonValue, pointerPrefix = "", options: FindSecretsOptions = {}): void {
   const findings = findSecrets(value, pointerPrefix, options);
   if (findings.length > 0) throw secretRefusal(findings);
 }

@@ -13,7 +13,7 @@ import {
   withPublishLeaseSync,
 } from "../retention/index.js";
 import { join } from "node:path";
-import { OatsError, asStepError, errnoCode, bytesDigest, canonicalJsonBytes } from "../core/index.js";
+import { type JsonValue, OatsError, asStepError, errnoCode, bytesDigest, canonicalJsonBytes } from "../core/index.js";
 import { refuseProtoKeys } from "./operator-input.js";
 import { readCanonicalJson, readCanonicalJsonForSchema, withoutPrototypes } from "./canonical-read.js";
 import { resolutionRecordSchema, type ResolutionRecord } from "./record.js";
@@ -35,10 +35,18 @@ export const INSTANCE_REFS_DIR = [".agents", "refs", "instances"] as const;
 /** Records are read whole; anything larger is not a record. */
 export const MAX_RECORD_BYTES = 16 << 20;
 
-export function parseResolutionId(input: unknown): string {
+/**
+ * A resolution id: `sha256-<64 lowercase hex>`, optionally written `oats.json.v1:sha256-...` (the prefix is
+ * dropped). Anything else is refused with `invalid-input`.
+ */
+export function parseResolutionId(input: string): string {
   return parseDigestName(input, JSON_V1, "resolution id", "id");
 }
 
+/**
+ * Where the record with this id lives: `<scope>/.agents/resolutions/<id>.json` (lexical: nothing is read).
+ * Refuses a malformed id with `invalid-input`.
+ */
 export function resolutionPath(scope: string, id: string): string {
   const root = join(scope, ...RESOLUTIONS_DIR);
   return assertContained(root, join(root, `${parseResolutionId(id)}.json`), `resolution ${id}`);
@@ -90,13 +98,20 @@ export interface WrittenRecord {
   readonly status: "written" | "kept";
 }
 
-/** Publish a record; the schema is checked first, so nothing invalid is ever written. */
-export function writeResolution(scope: string, input: unknown): WrittenRecord {
+/** A resolution record as a caller holds one: a {@link ResolutionRecord} built in code, or a record's JSON document. */
+export type ResolutionRecordInput = ResolutionRecord | JsonValue;
+
+/**
+ * Publish a record under its id; the schema is checked first, so nothing invalid is ever written
+ * (`invalid-resolution`). A record already stored with the same bytes is kept; one with other bytes under
+ * the same name is refused (`integrity-mismatch`) and left alone.
+ */
+export function writeResolution(scope: string, input: ResolutionRecordInput): WrittenRecord {
   const realScope = resolveScope(scope);
   return withPublishLeaseSync(realScope, () => writeResolutionLeased(realScope, input));
 }
 
-function writeResolutionLeased(realScope: string, input: unknown): WrittenRecord {
+function writeResolutionLeased(realScope: string, input: ResolutionRecordInput): WrittenRecord {
   // zod drops a `__proto__` key silently (an entry point or binding would vanish): refuse it instead.
   refuseProtoKeys(input, "resolution record", "invalid-resolution");
   const record = parseRecord(input, "resolution record");
@@ -257,6 +272,10 @@ function writeInstanceRefLeased(realScope: string, instance: string, resolution:
   return ref;
 }
 
+/**
+ * The resolution an instance currently runs: its instance reference, read and checked. `resolution-not-found` when
+ * the instance has none in this scope; a malformed name or reference is refused.
+ */
 export function readInstanceRef(scope: string, instance: string): InstanceRef {
   const realScope = resolveScope(scope);
   const path = instanceRefPath(realScope, instance);

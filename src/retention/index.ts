@@ -3,8 +3,10 @@ export { verifyRetainedCapability, verifyTree, type VerifyOptions } from "./veri
 export {
   cleanupStaging,
   fsck,
+  fsckListed,
   listRetained,
   listStore,
+  storeRevisions,
   type CleanupReport,
   type FsckOutcome,
   type FsckReport,
@@ -17,6 +19,7 @@ export {
   storeRoot,
   parseArtifactRef,
   type ArtifactRef,
+  type ArtifactRefInput,
 } from "./store/layout.js";
 export type { ArtifactReceipt } from "./receipt.js";
 export {
@@ -54,7 +57,14 @@ export {
   type TreeFormat,
 } from "./digest/integrity.js";
 export { ARTIFACT_KINDS, IDENTIFIER_PATTERN, type ArtifactKind } from "./store/ids.js";
-export { parseLock, readLockFile, type OatsLock, type CapabilityRow, type PackageRow } from "./oats-lock.js";
+export {
+  parseLock,
+  readLockFile,
+  type OatsLock,
+  type OatsLockInput,
+  type CapabilityRow,
+  type PackageRow,
+} from "./oats-lock.js";
 export { PROVENANCE_FILE } from "./provenance.js";
 export { sourceIdentityKey, pinSourceIdentity, readSourceIdentity } from "./source-identity.js";
 export { revisionSize, formatBytes, type RevisionSize } from "./revision-size.js";
@@ -104,6 +114,7 @@ export {
   readInPieces,
   readRegularFile,
   readRegularFileInPieces,
+  type ReadFailure,
   writeNewFileDurably,
   writeNewFileDurablyInPieces,
   writeRestSync,

@@ -64,14 +64,17 @@ function existsAsDirectory(path: string): boolean {
   }
 }
 
-function scanRevisions(
+/** What a store walk meets beside revisions. */
+export type StoreLeftovers = Omit<StoreListing, "revisions">;
+
+function* scanRevisions(
   parent: string,
   kind: ArtifactKind,
   key: string,
   format: Integrity["format"],
-  out: StoreListing,
+  out: StoreLeftovers,
   allowExecDir: boolean,
-): void {
+): Generator<RetainedEntry> {
   for (const name of namesIn(parent)) {
     const path = join(parent, name);
     if (name.startsWith(STAGING_PREFIX)) {
@@ -82,18 +85,30 @@ function scanRevisions(
       else if (!existsAsDirectory(join(parent, revision))) out.orphanManifests.push(path);
     } else if (name.startsWith(".lock-")) {
     } else if (allowExecDir && name === EXEC_REVISIONS_DIR && isRealDirectory(path)) {
-      scanRevisions(path, kind, key, TREE_EXEC, out, false);
+      yield* scanRevisions(path, kind, key, TREE_EXEC, out, false);
     } else if (REVISION_NAME.test(name) && isRealDirectory(path)) {
-      out.revisions.push({ kind, key, integrity: { format, value: name }, dir: path });
+      yield { kind, key, integrity: { format, value: name }, dir: path };
     } else {
       out.unexpected.push(path);
     }
   }
 }
 
-export function listStore(scope: string): StoreListing {
-  const realScope = resolveScope(scope);
-  const out: StoreListing = { revisions: [], staging: [], unexpected: [], orphanManifests: [] };
+/**
+ * The retained revisions one at a time, in store order (listStore's), each
+ * key's directory listed when the walk reaches it: a reader that needs one
+ * revision at a time (gc) holds no list of them. Staging, unexpected
+ * entries and orphan manifests of the artifact stores go to `out` as they
+ * are met.
+ */
+export function storeRevisions(
+  scope: string,
+  out: StoreLeftovers = { staging: [], unexpected: [], orphanManifests: [] },
+): Generator<RetainedEntry> {
+  return revisionsIn(resolveScope(scope), out);
+}
+
+function* revisionsIn(realScope: string, out: StoreLeftovers): Generator<RetainedEntry> {
   for (const kind of ARTIFACT_KINDS) {
     const { root, complete } = inspectStore(realScope, kind);
     if (!complete) continue;
@@ -110,10 +125,19 @@ export function listStore(scope: string): StoreListing {
         continue;
       }
       // Only capabilities have lock-named (legacy) revisions directly under the key.
-      if (kind === "capability") scanRevisions(path, kind, key, TREE_LEGACY, out, true);
-      else scanRevisions(path, kind, key, TREE_EXEC, out, true);
+      yield* scanRevisions(path, kind, key, kind === "capability" ? TREE_LEGACY : TREE_EXEC, out, true);
     }
   }
+}
+
+/**
+ * Every retained revision of the scope, by kind, key and integrity, and what else the stores hold: staging
+ * leftovers, unexpected entries and orphaned manifests. A listing only: nothing is verified.
+ */
+export function listStore(scope: string): StoreListing {
+  const realScope = resolveScope(scope);
+  const out: StoreListing = { revisions: [], staging: [], unexpected: [], orphanManifests: [] };
+  for (const entry of revisionsIn(realScope, out)) out.revisions.push(entry);
   // Records, instance refs and blobs are published from staged files beside them.
   for (const components of FILE_STORES) {
     if (!inspectStoreAt(realScope, components).complete) continue;
@@ -168,7 +192,15 @@ export async function fsck(
   scope: string,
   options: { onArtifact?: (done: number, total: number) => void } = {},
 ): Promise<FsckReport> {
-  const listing = listStore(scope);
+  return fsckListed(scope, listStore(scope), options);
+}
+
+/** fsck of the revisions of a listing the caller has just made (the scope's fsck: the store is listed once). */
+export async function fsckListed(
+  scope: string,
+  listing: StoreListing,
+  options: { onArtifact?: (done: number, total: number) => void } = {},
+): Promise<FsckReport> {
   // On every core; outcomes in store order, as a one-by-one loop would report them.
   const settled = await verifyTrees(
     scope,

@@ -1,5 +1,5 @@
 import { z } from "zod";
-import { OatsError, OPERATOR_MAX_DEPTH, parseJsonText } from "../core/index.js";
+import { type JsonValue, OatsError, OPERATOR_MAX_DEPTH, parseJsonText } from "../core/index.js";
 import { IDENTIFIER_MAX_LENGTH, IDENTIFIER_PATTERN } from "./store/ids.js";
 import { readRegularFile } from "./store/files.js";
 
@@ -135,8 +135,15 @@ export interface OatsLock {
   readonly capabilities: ReadonlyMap<string, CapabilityRow>;
 }
 
-/** Accepts a parsed lock object (or one already read as an OatsLock) and returns the strict form. */
-export function parseLock(input: unknown, origin = "lock"): OatsLock {
+/** A lock as a caller holds one: the JSON document of an oats.lock file, or an {@link OatsLock} already read. */
+export type OatsLockInput = JsonValue | OatsLock;
+
+/**
+ * The strict form of a lock: an {@link OatsLock} is returned as it is; a JSON document is checked
+ * against lock v2 and refused with `invalid-lock` (the first problem's path in `details.path`).
+ * @param origin names the lock in a refusal's message
+ */
+export function parseLock(input: OatsLockInput, origin = "lock"): OatsLock {
   if (isParsedLock(input)) return input;
   const parsed = lockSchema.safeParse(input);
   if (!parsed.success) {
@@ -201,7 +208,7 @@ export function parseLockText(text: string, path: string): OatsLock {
       ? new OatsError("invalid-lock", `lock file ${path} is not JSON: ${message}`, { lock: path })
       : new OatsError("invalid-lock", `lock file ${path}: ${message}`, { lock: path, reason, ...details }),
   );
-  return parseLock(json, path);
+  return parseLock(json as JsonValue, path);
 }
 
 export function capabilityRows(

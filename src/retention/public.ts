@@ -46,7 +46,14 @@ export {
   listRetained,
   listStore,
 } from "./inventory.js";
-export { type CapabilityRow, type OatsLock, type PackageRow, parseLock, readLockFile } from "./oats-lock.js";
+export {
+  type CapabilityRow,
+  type OatsLock,
+  type OatsLockInput,
+  type PackageRow,
+  parseLock,
+  readLockFile,
+} from "./oats-lock.js";
 export { PROVENANCE_FILE } from "./provenance.js";
 export type { ArtifactReceipt } from "./receipt.js";
 export type { LeftOut } from "./store/empty-directories.js";
@@ -63,6 +70,7 @@ export {
 } from "./store/blobs.js";
 export {
   type ArtifactRef,
+  type ArtifactRefInput,
   parseArtifactRef,
   retainedCapabilityDir,
   retainedTreeDir,

@@ -6,7 +6,7 @@ import { throwIfAborted } from "./digest/progress.js";
 import { walkTree } from "./digest/walk.js";
 import { assertArtifactKey, assertArtifactKind, assertIdentifier, type ArtifactKind } from "./store/ids.js";
 import { type IntegrityInput, TREE_EXEC, TREE_LEGACY, parseTreeIntegrity } from "./digest/integrity.js";
-import { capabilityRows, parseLock } from "./oats-lock.js";
+import { capabilityRows, type OatsLockInput, parseLock } from "./oats-lock.js";
 import { checkProvenance, expectedProvenance } from "./provenance.js";
 import { receipt, type ArtifactReceipt } from "./receipt.js";
 import { checkSourceOutsideStore, checkSymlinks } from "./source-check.js";
@@ -93,7 +93,7 @@ export function retainCapabilityArtifact(
   scope: string,
   sourceDir: string,
   capabilityId: string,
-  lock: unknown,
+  lock: OatsLockInput,
   options: RetainOptions = {},
 ): Promise<ArtifactReceipt> {
   return withPublishLease(scope, () => capabilityArtifact("copy", scope, sourceDir, capabilityId, lock, options));
@@ -111,7 +111,7 @@ export function adoptCapabilityArtifact(
   scope: string,
   extractedDir: string,
   capabilityId: string,
-  lock: unknown,
+  lock: OatsLockInput,
   options: RetainOptions = {},
 ): Promise<ArtifactReceipt> {
   return withPublishLease(scope, () => capabilityArtifact("adopt", scope, extractedDir, capabilityId, lock, options));
@@ -122,7 +122,7 @@ async function capabilityArtifact(
   scope: string,
   sourceDir: string,
   capabilityId: string,
-  lock: unknown,
+  lock: OatsLockInput,
   options: RetainOptions,
 ): Promise<ArtifactReceipt> {
   const id = assertIdentifier(capabilityId, "capability id");

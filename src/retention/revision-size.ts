@@ -12,6 +12,10 @@ export interface RevisionSize {
   readonly bytes: number;
 }
 
+/**
+ * How many regular files a revision directory holds and their bytes, by lstat, never following a link: a listing,
+ * not a verification.
+ */
 export function revisionSize(dir: string): RevisionSize {
   let files = 0;
   let bytes = 0;

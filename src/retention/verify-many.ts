@@ -1,5 +1,6 @@
 import { settleInLanes, type Settled } from "./parallel/pool.js";
 import type { ArtifactReceipt } from "./receipt.js";
+import type { ArtifactRefInput } from "./store/layout.js";
 import { verifyTreeWith, type VerifyOptions } from "./verify.js";
 
 /**
@@ -9,12 +10,10 @@ import { verifyTreeWith, type VerifyOptions } from "./verify.js";
  * thread and worker threads. Outcomes are in the order of `refs`.
  */
 
-type Ref = { kind?: unknown; key: unknown; integrity: unknown };
-
 /** Every ref verified, failures included, in the order given; `onVerified` counts them as they finish. */
 export function verifyTrees(
   scope: string,
-  refs: readonly Ref[],
+  refs: readonly ArtifactRefInput[],
   options: VerifyOptions & { onVerified?: (done: number, total: number) => void; callerBusy?: boolean } = {},
 ): Promise<Settled<ArtifactReceipt>[]> {
   const { onVerified, callerBusy, ...verify } = options;
@@ -37,7 +36,7 @@ export function verifyTrees(
  */
 export async function verifyAllTrees(
   scope: string,
-  refs: readonly Ref[],
+  refs: readonly ArtifactRefInput[],
   options: VerifyOptions = {},
 ): Promise<ArtifactReceipt[]> {
   const outcomes = await verifyTrees(scope, refs, options);

@@ -3,11 +3,11 @@ import { OatsError, isOatsError } from "../core/index.js";
 import type { ProgressListener } from "./digest/tree.js";
 import { assertIdentifier } from "./store/ids.js";
 import { TREE_EXEC, TREE_LEGACY, integrityText, parseTreeIntegrity } from "./digest/integrity.js";
-import { capabilityRows, parseLock } from "./oats-lock.js";
+import { capabilityRows, type OatsLockInput, parseLock } from "./oats-lock.js";
 import { checkProvenance, expectedProvenance } from "./provenance.js";
 import { receipt, type ArtifactReceipt } from "./receipt.js";
 import { inspectStore, resolveScope } from "./store/components.js";
-import { type ArtifactRef, parseArtifactRef, retainedTreeDir } from "./store/layout.js";
+import { type ArtifactRef, type ArtifactRefInput, parseArtifactRef, retainedTreeDir } from "./store/layout.js";
 import { revisionParentSegments, verifyRevision } from "./store/publish.js";
 import type { Measure } from "./parallel/pool.js";
 
@@ -23,10 +23,14 @@ export interface VerifyOptions {
   readonly maxDepth?: number;
 }
 
-/** Verify any retained tree named by `{kind, key, integrity}`. */
+/**
+ * Verify any retained tree named by `{kind, key, integrity}` by rehashing the stored revision. Refuses a
+ * bad reference (`invalid-artifact-reference`), a revision not retained (`artifact-not-found`) and one whose
+ * content no longer has its digest (`integrity-mismatch`, with the expected and actual digests).
+ */
 export function verifyTree(
   scope: string,
-  ref: { kind?: unknown; key: unknown; integrity: unknown },
+  ref: ArtifactRefInput,
   options: VerifyOptions = {},
 ): Promise<ArtifactReceipt> {
   return verifyTreeWith(scope, ref, options);
@@ -35,7 +39,7 @@ export function verifyTree(
 /** verifyTree with the walk and hash run by `measure` (a worker lane of parallel/pool.ts); verifyTrees uses it. */
 export async function verifyTreeWith(
   scope: string,
-  ref: { kind?: unknown; key: unknown; integrity: unknown },
+  ref: ArtifactRefInput,
   options: VerifyOptions,
   measure?: Measure,
 ): Promise<ArtifactReceipt> {
@@ -82,7 +86,7 @@ export async function verifyTreeWith(
 export async function verifyRetainedCapability(
   scope: string,
   capabilityId: string,
-  lock: unknown,
+  lock: OatsLockInput,
   options: VerifyOptions = {},
 ): Promise<ArtifactReceipt> {
   const id = assertIdentifier(capabilityId, "capability id");

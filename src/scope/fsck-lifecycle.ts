@@ -2,10 +2,9 @@ import { lstatSync } from "node:fs";
 import { basename, dirname, join } from "node:path";
 import { OatsError } from "../core/index.js";
 import { PINS_DIR, pinRefText, readPin, QUARANTINE_DIR } from "../lifecycle/index.js";
-import type { ResolutionRecord } from "../resolution/index.js";
 import { stagingAbandoned, listLeases, RUN_COPIES_STORE, STAGING_PREFIX } from "../retention/index.js";
 import { findingOf, guarded, notice, type Finding } from "./findings.js";
-import { revisionKey, storeNames } from "./fsck-stores.js";
+import { revisionKey, storeNames, type RecordsPresent } from "./fsck-stores.js";
 
 /**
  * What the lifecycle commands leave in a scope: pins (gc roots), publisher
@@ -22,7 +21,7 @@ import { revisionKey, storeNames } from "./fsck-stores.js";
 export function checkPins(
   scope: string,
   revisions: ReadonlySet<string>,
-  records: ReadonlyMap<string, ResolutionRecord | null>,
+  records: RecordsPresent,
   findings: Finding[],
 ): number {
   let checked = 0;

@@ -1,7 +1,7 @@
 import { OatsError } from "../core/index.js";
-import type { ResolutionRecord } from "../resolution/index.js";
-import { TREE_EXEC, TREE_LEGACY, integrityText, modeDifference, type FsckOutcome } from "../retention/index.js";
+import { TREE_LEGACY, integrityText, modeDifference, type FsckOutcome } from "../retention/index.js";
 import { findingOf, type Finding } from "./findings.js";
+import type { RecordsPresent } from "./fsck-stores.js";
 
 /**
  * The exec bits of legacy-named revisions (oats.tree-legacy.v0), which their
@@ -20,7 +20,7 @@ import { findingOf, type Finding } from "./findings.js";
  */
 export async function checkLegacyModes(
   outcomes: readonly FsckOutcome[],
-  records: ReadonlyMap<string, ResolutionRecord | null>,
+  records: RecordsPresent,
   findings: Finding[],
 ): Promise<void> {
   const legacy = outcomes.filter((outcome) => outcome.ok && outcome.integrity.format === TREE_LEGACY);
@@ -29,11 +29,10 @@ export async function checkLegacyModes(
   const named = new Map<string, { id: string; exec: string }[]>();
   for (const [id, record] of records) {
     if (record === null) continue;
-    for (const entry of Object.values(record.artifacts)) {
-      if (!entry.legacyIntegrity || entry.artifact.integrity.format !== TREE_EXEC) continue;
-      const at = `${entry.artifact.key}\0${entry.legacyIntegrity.value}`;
+    for (const entry of record.legacy) {
+      const at = `${entry.key}\0${entry.legacy}`;
       const list = named.get(at) ?? [];
-      list.push({ id, exec: entry.artifact.integrity.value });
+      list.push({ id, exec: entry.exec });
       named.set(at, list);
     }
   }

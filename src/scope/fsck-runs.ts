@@ -1,7 +1,6 @@
 import { join } from "node:path";
 import { OatsError } from "../core/index.js";
 import { readAudit, type AuditEntry } from "../ledger/index.js";
-import type { ResolutionRecord } from "../resolution/index.js";
 import {
   foreignRun,
   lazyAnchoredAudit,
@@ -16,6 +15,7 @@ import {
   verifyReceivedRun,
 } from "../evidence/index.js";
 import { findingOf, guarded, notice, type Finding } from "./findings.js";
+import type { RecordsPresent } from "./fsck-stores.js";
 
 /**
  * Run evidence (`.agents/runs/`): every sealed run is verified as `oats run
@@ -33,11 +33,7 @@ import { findingOf, guarded, notice, type Finding } from "./findings.js";
  * record is gone lost it some other way (`resolution-not-found`, a missing
  * finding). Nothing is written to the scope.
  */
-export function checkRuns(
-  realScope: string,
-  records: ReadonlyMap<string, ResolutionRecord | null>,
-  findings: Finding[],
-): number {
+export function checkRuns(realScope: string, records: RecordsPresent, findings: Finding[]): number {
   let checked = 0;
   guarded(findings, "runs", RUNS_STORE.join("/"), () => {
     const handles = listHandles(realScope);

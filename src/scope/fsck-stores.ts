@@ -12,7 +12,14 @@ import {
   resolutionPath,
 } from "../resolution/index.js";
 import type { ResolutionRecord } from "../resolution/index.js";
-import { IDENTIFIER_PATTERN, BLOBS_DIR, readBlob, inspectStoreAt, STAGING_PREFIX } from "../retention/index.js";
+import {
+  IDENTIFIER_PATTERN,
+  BLOBS_DIR,
+  readBlob,
+  inspectStoreAt,
+  STAGING_PREFIX,
+  TREE_EXEC,
+} from "../retention/index.js";
 import { findingOf, guarded, notice, type Finding } from "./findings.js";
 
 /**
@@ -73,10 +80,32 @@ export function checkBlobs(scope: string, findings: Finding[]): BlobsChecked {
   return { checked, present };
 }
 
+/**
+ * What the checks after a record's own need of it: its kind and subject (instance refs and jobs must name a record of
+ * theirs) and the legacy-named copies it names (fsck-modes.ts). Not the record: a scope's records are not held whole.
+ */
+export interface RecordSummary {
+  readonly kind: ResolutionRecord["kind"];
+  readonly subject: ResolutionRecord["subject"];
+  /** Each artifact named by its exec digest beside a legacy-named copy: its key and both digests. */
+  readonly legacy: readonly { key: string; legacy: string; exec: string }[];
+}
+
+/** Every record present, with its summary when it reads cleanly, null when it is damaged. */
+export type RecordsPresent = ReadonlyMap<string, RecordSummary | null>;
+
+export function summaryOf(record: ResolutionRecord): RecordSummary {
+  const legacy: { key: string; legacy: string; exec: string }[] = [];
+  for (const entry of Object.values(record.artifacts)) {
+    if (!entry.legacyIntegrity || entry.artifact.integrity.format !== TREE_EXEC) continue;
+    legacy.push({ key: entry.artifact.key, legacy: entry.legacyIntegrity.value, exec: entry.artifact.integrity.value });
+  }
+  return { kind: record.kind, subject: record.subject, legacy };
+}
+
 export interface RecordsChecked {
   readonly checked: number;
-  /** Every record present, with its content when it reads cleanly, null when it is damaged. */
-  readonly present: Map<string, ResolutionRecord | null>;
+  readonly present: RecordsPresent;
 }
 
 /** Each record as its reader checks it (digest, canonical bytes, schema), then every reference it makes. */
@@ -87,7 +116,7 @@ export async function checkRecords(
   findings: Finding[],
   pause: () => Promise<void> = async () => {},
 ): Promise<RecordsChecked> {
-  const present = new Map<string, ResolutionRecord | null>();
+  const present = new Map<string, RecordSummary | null>();
   const ids: string[] = [];
   /** Entry points (revision and path) already resolved cleanly. */
   const resolved = new Set<string>();
@@ -105,7 +134,7 @@ export async function checkRecords(
   for (const [index, id] of ids.entries()) {
     if (index % 16 === 15) await pause();
     const record = guarded(findings, "records", id, () => read!(id).record);
-    present.set(id, record);
+    present.set(id, record === null ? null : summaryOf(record));
     if (record !== null) await checkReferences(scope, id, record, revisions, blobs, resolved, findings);
   }
   return { checked: ids.length, present };
@@ -166,11 +195,7 @@ async function checkReferences(
 }
 
 /** Every instance ref reads, and names a record of that instance that the scope holds. */
-export function checkInstances(
-  scope: string,
-  records: ReadonlyMap<string, ResolutionRecord | null>,
-  findings: Finding[],
-): number {
+export function checkInstances(scope: string, records: RecordsPresent, findings: Finding[]): number {
   let checked = 0;
   guarded(findings, "instances", INSTANCE_REFS_DIR.join("/"), () => {
     const { dir, names } = storeNames(scope, INSTANCE_REFS_DIR);
@@ -212,11 +237,7 @@ export function checkInstances(
 }
 
 /** Every queued job reads, and names a capture record the scope holds. */
-export function checkJobs(
-  scope: string,
-  records: ReadonlyMap<string, ResolutionRecord | null>,
-  findings: Finding[],
-): number {
+export function checkJobs(scope: string, records: RecordsPresent, findings: Finding[]): number {
   let checked = 0;
   guarded(findings, "jobs", QUEUE_DIR.join("/"), () => {
     const { dir, names } = storeNames(scope, QUEUE_DIR);

@@ -1,7 +1,6 @@
 import { ERROR_KINDS, OatsError } from "../core/index.js";
 import type { LogAnchors } from "../ledger/index.js";
-import type { ResolutionRecord } from "../resolution/index.js";
-import { fsck as fsckRevisions, listStore, type FsckOutcome, resolveScope } from "../retention/index.js";
+import { fsck as fsckRevisions, fsckListed, listStore, type FsckOutcome, resolveScope } from "../retention/index.js";
 import {
   FINDING_CLASSES,
   findingOf,
@@ -16,7 +15,14 @@ import { checkLeases, checkPins, checkQuarantine, checkRunCopies, isRunCopy } fr
 import { checkLegacyModes } from "./fsck-modes.js";
 import { checkLayer } from "./fsck-layer.js";
 import { checkRuns } from "./fsck-runs.js";
-import { checkBlobs, checkInstances, checkJobs, checkRecords, revisionKey } from "./fsck-stores.js";
+import {
+  checkBlobs,
+  checkInstances,
+  checkJobs,
+  checkRecords,
+  revisionKey,
+  type RecordsPresent,
+} from "./fsck-stores.js";
 
 /**
  * `oats fsck`: everything the scope holds, checked the way its readers check
@@ -71,12 +77,16 @@ export interface ScopeFsckOptions {
   readonly onArtifact?: (done: number, total: number) => void;
 }
 
+/**
+ * Check everything the scope holds the way its readers check it (src/scope/fsck.ts), and report the findings by class;
+ * nothing is repaired or written, and a problem is a finding, not a refusal.
+ */
 export async function fsckScope(scope: string, options: ScopeFsckOptions = {}): Promise<ScopeFsckReport> {
   const realScope = resolveScope(scope);
   // What is retained, by reference; the revisions themselves are verified below.
   const listingFindings: Finding[] = [];
-  const listed = guarded(listingFindings, "revisions", "artifact stores", () => listStore(realScope).revisions);
-  const revisions = new Set((listed ?? []).map(revisionKey));
+  const listing = guarded(listingFindings, "revisions", "artifact stores", () => listStore(realScope));
+  const revisions = new Set((listing?.revisions ?? []).map(revisionKey));
 
   // Re-hashing the revisions waits on file reads most of the time; the other
   // checks are small reads and CPU work, so they run meanwhile (they yield
@@ -84,7 +94,12 @@ export async function fsckScope(scope: string, options: ScopeFsckOptions = {}): 
   const revisionFindings: Finding[] = [];
   const storeFindings: Finding[] = [];
   const [retention, { counts, records, checkpoint }] = await Promise.all([
-    guardedAsync(revisionFindings, () => fsckRevisions(realScope, { onArtifact: options.onArtifact })),
+    // One listing: when it was refused, retention's fsck lists again and meets (and reports) the same refusal.
+    guardedAsync(revisionFindings, () =>
+      listing
+        ? fsckListed(realScope, listing, { onArtifact: options.onArtifact })
+        : fsckRevisions(realScope, { onArtifact: options.onArtifact }),
+    ),
     checkStores(realScope, revisions, storeFindings),
   ]);
   const outcomes = retention?.outcomes ?? [];
@@ -103,7 +118,7 @@ export async function fsckScope(scope: string, options: ScopeFsckOptions = {}): 
   }
   await checkLegacyModes(outcomes, records, revisionFindings);
   const layerFindings: Finding[] = [];
-  const layer = await checkLayer(realScope, listed ?? [], layerFindings);
+  const layer = await checkLayer(realScope, listing?.revisions ?? [], layerFindings);
   // A run copy is staging too, but only a gone dispatcher's is a leftover.
   const staging = retention?.staging ?? [];
   for (const path of staging)
@@ -149,7 +164,7 @@ async function checkStores(
   findings: Finding[],
 ): Promise<{
   counts: Omit<ScopeFsckCounts, "revisions" | "heldFiles">;
-  records: ReadonlyMap<string, ResolutionRecord | null>;
+  records: RecordsPresent;
   checkpoint: LogAnchors;
 }> {
   await yieldToIo();

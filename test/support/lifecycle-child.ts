@@ -13,11 +13,12 @@
 import { gc, prepare, retainTree } from "../../src/index.js";
 import { waitForGo } from "./go.js";
 import { reportFailure } from "./child-outcome.js";
+import type { JsonValue } from "../../src/core/index.js";
 
 const request = JSON.parse(process.argv[2] ?? "{}") as {
   op: "gc" | "prepare" | "retain";
   scope: string;
-  plan?: unknown;
+  plan?: JsonValue;
   source?: string;
   key?: string;
   delayMs?: number;
@@ -34,7 +35,7 @@ try {
     const receipt = await retainTree(request.scope, { kind: "capture", key: request.key!, source: request.source! });
     process.stdout.write(`${JSON.stringify({ ok: true, status: receipt.status, dir: receipt.dir })}\n`);
   } else {
-    const result = await prepare(request.scope, request.plan);
+    const result = await prepare(request.scope, request.plan!);
     process.stdout.write(`${JSON.stringify({ ok: true, id: result.id, status: result.status })}\n`);
   }
 } catch (error) {

@@ -17,10 +17,11 @@ import { prepare } from "../../src/index.js";
 import { waitForGo } from "./go.js";
 import { setPrepareHook, type PrepareStep } from "../../src/resolution/prepare.js";
 import { reportFailure } from "./child-outcome.js";
+import type { JsonValue } from "../../src/core/index.js";
 
 interface Request {
   scope: string;
-  plan: unknown;
+  plan: JsonValue;
   baseDir?: string;
   waitForGo?: boolean;
   blockAt?: PrepareStep;

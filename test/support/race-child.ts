@@ -40,12 +40,13 @@ import {
 } from "../../src/index.js";
 import { errorPayload } from "./child-outcome.js";
 import { serveRequests } from "./workers.js";
+import type { JsonValue } from "../../src/core/index.js";
 
 interface Request {
   op: string;
   scope: string;
   delayMs?: number;
-  plan?: unknown;
+  plan?: JsonValue;
   spec?: string;
   key?: string;
   source?: string;
@@ -66,7 +67,7 @@ async function run(request: Request): Promise<Record<string, unknown>> {
       return { deleted: report.collect.map((item) => item.ref), missing: report.roots.missing };
     }
     case "prepare":
-      return { id: (await prepare(scope, request.plan)).id };
+      return { id: (await prepare(scope, request.plan!)).id };
     case "capture-prepare":
       return { id: (await prepareCapture(scope, request.spec!)).id };
     case "retain":
@@ -81,9 +82,9 @@ async function run(request: Request): Promise<Record<string, unknown>> {
       await addJob(scope, { job: request.job!, resolution: request.resolution! }, { replace: true });
       return {};
     case "pin":
-      return { status: (await pin(scope, request.ref)).status };
+      return { status: (await pin(scope, request.ref!)).status };
     case "repair":
-      return { dir: (await repair(scope, request.ref, { from: request.from! })).dir };
+      return { dir: (await repair(scope, request.ref!, { from: request.from! })).dir };
     case "put-blob":
       return { digest: putBlob(scope, Buffer.from(request.text!)).digest };
     case "dispatch": {

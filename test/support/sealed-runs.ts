@@ -13,7 +13,13 @@ import { sealRecord, type RunRecord } from "../../src/evidence/run-record.js";
  */
 export async function makeSealedRun(
   scope: string,
-  options: { index?: number; lines?: string[]; logBytes?: Buffer } = {},
+  options: {
+    index?: number;
+    lines?: string[];
+    logBytes?: Buffer;
+    /** Write the log at this path instead (a large one, in pieces); says what it wrote. */
+    writeLog?: (path: string) => { digest: string; bytes: number; lines: number };
+  } = {},
 ) {
   const index = options.index ?? 1;
   const handle = `20261201T0340${String(index % 60).padStart(2, "0")}Z-${(0x1000_0000 + index).toString(16).slice(-8)}`;
@@ -32,13 +38,19 @@ export async function makeSealedRun(
     details: { dispatchAudit: { seq: dispatch.seq, hash: dispatch.hash } },
   });
   const lines = options.lines ?? [`line one of run ${index}`, `line two of run ${index}`];
-  const log =
-    options.logBytes ??
-    Buffer.from(
-      `${lines.map((text, n) => `2026-12-01T03:40:0${n}.00000${index % 10}Z out ${text}\n`).join("")}# ` +
-        `exit: code 0\n# RESULT: OK\n`,
-      "utf8",
-    );
+  const dir = join(scope, ".agents", "runs", handle);
+  mkdirSync(dir, { recursive: true, mode: 0o700 });
+  chmodSync(join(scope, ".agents", "runs"), 0o700);
+  const written = options.writeLog?.(join(dir, "log"));
+  // A log written by writeLog is on disk only: the record seals what writeLog says of it.
+  const log = written
+    ? Buffer.alloc(0)
+    : (options.logBytes ??
+      Buffer.from(
+        `${lines.map((text, n) => `2026-12-01T03:40:0${n}.00000${index % 10}Z out ${text}\n`).join("")}# ` +
+          `exit: code 0\n# RESULT: OK\n`,
+        "utf8",
+      ));
   const record: RunRecord = {
     format: "oats.run.v1",
     handle,
@@ -56,16 +68,13 @@ export async function makeSealedRun(
     endedAt: "2026-12-01T03:40:02.000000Z",
     exit: { code: 0, signal: null },
     result: "OK",
-    log: { digest: bytesDigest(log), lines: lines.length, bytes: log.length },
+    log: written ?? { digest: bytesDigest(log), lines: lines.length, bytes: log.length },
     redactions: [],
     evidence: { required: ["log"], captured: ["log"], gaps: [], status: "complete" },
     delivery: { posture: "none", to: null },
   };
   const { bytes: recordBytes, id: runId } = sealRecord(record);
-  const dir = join(scope, ".agents", "runs", handle);
-  mkdirSync(dir, { recursive: true, mode: 0o700 });
-  chmodSync(join(scope, ".agents", "runs"), 0o700);
-  writeFileSync(join(dir, "log"), log);
+  if (!written) writeFileSync(join(dir, "log"), log);
   writeFileSync(join(dir, "record.json"), recordBytes);
   const end = await audit(scope, {
     action: "run-end",

@@ -27,7 +27,11 @@ export function shareTempDir(prefix: string): string {
  * on the same filesystem, and `mounted` says so: callers then pass
  * allowSameFilesystem and report the skipped detail by name.
  */
-export function makeShare(options: { open?: boolean } = {}): { base: string; share: string; mounted: boolean } {
+export function makeShare(options: { open?: boolean; size?: string } = {}): {
+  base: string;
+  share: string;
+  mounted: boolean;
+} {
   const base = shareTempDir("oats-share-");
   // Reachable by another user (nobody) for the attack tests; nothing secret lives here.
   // Like /tmp when open: another user (nobody) may make its own things beside the share.
@@ -38,7 +42,7 @@ export function makeShare(options: { open?: boolean } = {}): { base: string; sha
     "-t",
     "tmpfs",
     "-o",
-    `size=64m,mode=${options.open ? "0777" : "0755"}`,
+    `size=${options.size ?? "64m"},mode=${options.open ? "0777" : "0755"}`,
     "tmpfs",
     mountPoint,
   ]);

@@ -1,4 +1,4 @@
-import type { ApprovalAttestation, ApprovalEntry } from "../../captures/index.js";
+import type { ApprovalAttestation, ApprovalEntry, ApprovalSubjectInput } from "../../captures/index.js";
 import type { CommandSpec } from "../support/context.js";
 import { loadCapturesLibrary, requiredText, subjectText } from "./captures-shared.js";
 
@@ -43,7 +43,8 @@ function decision(action: "approve" | "revoke"): CommandSpec {
       const reason = requiredText("--reason", options["reason"]);
       const force = options["force"] === true;
       const library = await loadCapturesLibrary();
-      const subject = { kind, key, integrity };
+      // Operands as typed: the library checks every field of the subject.
+      const subject = { kind, key, integrity } as ApprovalSubjectInput;
       // A typo guard, before anything is written: the decision itself is the library's.
       const target = action === "approve" ? await library.checkApprovalTarget(context.scope, subject, force) : null;
       const previous = action === "revoke" ? library.checkRevokeTarget(context.scope, subject, force) : null;

@@ -15,7 +15,7 @@ export const path: CommandSpec = {
     const flags = parseFlags(pathFlags, options);
     const library = await loadLibrary();
     const { key, identity } = artifactKey(library, flags.kind, id!);
-    const ref = library.parseArtifactRef({ kind: flags.kind, key, integrity });
+    const ref = library.parseArtifactRef({ kind: flags.kind, key, integrity: integrity! });
     const dir = library.retainedTreeDir(context.scope, ref);
     return {
       result: {

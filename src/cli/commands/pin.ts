@@ -15,7 +15,7 @@ export const pinCommand: CommandSpec = {
   },
   async run(context, operands) {
     const library = await loadLifecycleLibrary();
-    const result = await library.pin(context.scope, operands[0]);
+    const result = await library.pin(context.scope, operands[0]!);
     return {
       result,
       lines: [`${result.status === "kept" ? "already pinned" : "pinned"} ${result.text}`],
@@ -33,7 +33,7 @@ export const unpinCommand: CommandSpec = {
   },
   async run(context, operands) {
     const library = await loadLifecycleLibrary();
-    const result = await library.unpin(context.scope, operands[0]);
+    const result = await library.unpin(context.scope, operands[0]!);
     return { result, lines: [`unpinned ${result.text}`], quietLines: [result.text] };
   },
 };

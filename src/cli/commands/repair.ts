@@ -22,7 +22,7 @@ export const repairCommand: CommandSpec = {
   },
   async run(context, operands, options) {
     const library = await loadLifecycleLibrary();
-    const result = await library.repair(context.scope, operands[0], {
+    const result = await library.repair(context.scope, operands[0]!, {
       from: String(options["from"]),
       ...(options["lock"] === undefined ? {} : { lock: String(options["lock"]) }),
     });

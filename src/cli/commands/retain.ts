@@ -87,7 +87,7 @@ export const retain: CommandSpec = {
     async function retainOperand(): Promise<{ outcome: CommandOutcome; receipt: ArtifactReceipt }> {
       if (tarball) {
         const { retainTarball } = await import("../../acquisition/tarball.js");
-        const extra = tarballIntegrity === undefined ? {} : { tarballIntegrity };
+        const extra = tarballIntegrity === undefined ? {} : { tarballIntegrity: tarballIntegrity as string };
         const { key, identity } =
           flags.lock === undefined
             ? artifactKey(library, flags.kind, flags.id)

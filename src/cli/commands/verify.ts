@@ -26,7 +26,7 @@ function execNamedHint(
     error.details["reason"] === "scope-missing"
   )
     return error;
-  const exec = { format: library.TREE_EXEC, value: integrity };
+  const exec = { format: library.TREE_EXEC, value: integrity } as const;
   let dir: string;
   try {
     dir = library.retainedTreeDir(scope, { kind: kind as "capability", key, integrity: exec });
@@ -75,7 +75,7 @@ export const verify: CommandSpec = {
         return receiptOutcome(
           await library.verifyTree(
             context.scope,
-            { kind: flags.kind, key, integrity: flags.integrity },
+            { kind: flags.kind, key, integrity: flags.integrity! },
             { onProgress: progress.update },
           ),
           identity,

@@ -41,6 +41,7 @@ export function parseDigestName(input: unknown, format: DigestFormat, what: stri
   return text;
 }
 
+/** The text form of an integrity, `<format>:sha256-<64 hex>`, which {@link parseIntegrity} reads back. */
 export function integrityText(integrity: Integrity): string {
   return `${integrity.format}:${integrity.value}`;
 }

@@ -35,8 +35,11 @@ export const BLOBS_DIR = [".agents", "blobs"] as const;
 /** Pinned configuration is small; a blob is read whole and refused beyond this. */
 export const MAX_BLOB_BYTES = 16 << 20;
 
-/** `sha256-<64 lowercase hex>` (an `oats.bytes.v1:` prefix is accepted and dropped). */
-export function parseBlobDigest(input: unknown): string {
+/**
+ * A blob's digest name: `sha256-<64 lowercase hex>` (an `oats.bytes.v1:` prefix is accepted and dropped).
+ * Anything else is refused with `invalid-input`.
+ */
+export function parseBlobDigest(input: string): string {
   return parseDigestName(input, BYTES_V1, "blob digest", "digest");
 }
 

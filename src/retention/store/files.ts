@@ -119,15 +119,19 @@ export class HeldFile {
     readonly path: string,
   ) {}
 
-  /** The whole file, from its first byte. */
-  stream(): Readable {
+  /** The file from `start` (default its first byte) up to, not including, `end` (default its last byte). */
+  stream(start = 0, end = Number.POSITIVE_INFINITY): Readable {
     const fd = this.fd;
-    let position = 0;
+    let position = start;
     let pending: Promise<void> | null = null;
     const stream = new Readable({
       highWaterMark: 256 * 1024,
       read(size) {
-        const buffer = Buffer.allocUnsafe(Math.min(Math.max(size, 64 * 1024), 1 << 20));
+        if (position >= end) {
+          stream.push(null);
+          return;
+        }
+        const buffer = Buffer.allocUnsafe(Math.min(Math.max(size, 64 * 1024), 1 << 20, end - position));
         pending = new Promise((settle) => {
           read(fd, buffer, 0, buffer.length, position, (error, bytesRead) => {
             pending = null;

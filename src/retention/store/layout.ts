@@ -62,6 +62,12 @@ export function storeComponents(kind: ArtifactKind): string[] {
   return [AGENTS_DIR, KIND_DIRS[kind], "artifacts"];
 }
 
+/**
+ * The directory that holds every retained revision of one kind in a scope (lexical: nothing is read).
+ * @param scope the scope directory
+ * @param kind which store: capability, source or capture
+ * @returns the absolute path `<scope>/.agents/<kind's store>/artifacts`
+ */
 export function storeRoot(scope: string, kind: ArtifactKind): string {
   return resolve(scope, ...storeComponents(kind));
 }
@@ -72,14 +78,25 @@ export interface ArtifactRef {
   readonly integrity: Integrity;
 }
 
-/** Validate a reference: kind, key grammar, and an integrity that can name a stored revision. */
-export function parseArtifactRef(input: { kind?: unknown; key: unknown; integrity: unknown }): ArtifactRef {
+/**
+ * A reference to a retained revision as a caller holds one: the kind (a capability when left out), the
+ * key, and the integrity in any form {@link IntegrityInput} names.
+ */
+export interface ArtifactRefInput {
+  readonly kind?: ArtifactKind | undefined;
+  readonly key: string;
+  readonly integrity: IntegrityInput;
+}
+
+/**
+ * Validate a reference: kind, key grammar, and an integrity that can name a stored revision of that kind.
+ * Refuses a bad kind, key or integrity with `invalid-artifact-reference`; every field is checked at run
+ * time, whatever its declared type.
+ */
+export function parseArtifactRef(input: ArtifactRefInput): ArtifactRef {
   const kind = assertArtifactKind(input.kind ?? "capability");
   const key = assertArtifactKey(kind, input.key);
-  const integrity = parseTreeIntegrity(
-    input.integrity as IntegrityInput,
-    kind === "capability" ? [TREE_LEGACY, TREE_EXEC] : [TREE_EXEC],
-  );
+  const integrity = parseTreeIntegrity(input.integrity, kind === "capability" ? [TREE_LEGACY, TREE_EXEC] : [TREE_EXEC]);
   return { kind, key, integrity };
 }
 
@@ -105,14 +122,14 @@ export function revisionParentDir(scope: string, ref: Pick<ArtifactRef, "kind" |
 }
 
 /** The revision directory for a reference: `<key>/sha256-<hex>` or `<key>/tree-exec-v1/sha256-<hex>`. */
-export function retainedTreeDir(scope: string, input: { kind?: unknown; key: unknown; integrity: unknown }): string {
+export function retainedTreeDir(scope: string, input: ArtifactRefInput): string {
   const ref = parseArtifactRef(input);
   const dir = resolve(revisionParentDir(scope, ref), `sha256-${digestHex(ref.integrity)}`);
   return assertContained(storeRoot(scope, ref.kind), dir, `artifact ${ref.key} ${integrityText(ref.integrity)}`);
 }
 
 /** The capability revision named by an integrity (bare sha256-<hex> means oats.tree-legacy.v0). */
-export function retainedCapabilityDir(scope: string, capabilityId: unknown, integrity: unknown): string {
+export function retainedCapabilityDir(scope: string, capabilityId: string, integrity: IntegrityInput): string {
   return retainedTreeDir(scope, { kind: "capability", key: capabilityId, integrity });
 }
 
