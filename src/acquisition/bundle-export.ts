@@ -21,6 +21,7 @@ import {
   noteRemoved,
   throwIfAborted,
   type ProgressListener,
+  linksSettled,
 } from "../retention/index.js";
 import { referencedArtifacts, encodeRecord, readRecordBytes } from "../resolution/index.js";
 import { TarWriter, TreeSink } from "./tar-writer.js";
@@ -147,6 +148,16 @@ export async function exportBundle(
   refs: readonly ExportRef[],
   outPath: string,
   options: ExportOptions = {},
+): Promise<ExportReport> {
+  // Another publisher linking a file a tree shares changes its ctime, not its bytes: export again.
+  return linksSettled(() => exportOnce(scope, refs, outPath, options));
+}
+
+async function exportOnce(
+  scope: string,
+  refs: readonly ExportRef[],
+  outPath: string,
+  options: ExportOptions,
 ): Promise<ExportReport> {
   // 1. Validate every operand before anything is read or written.
   if (!Array.isArray(refs) || refs.length === 0)

@@ -23,6 +23,8 @@ import {
   removeTree,
   emptyDirectories,
   withoutDirectories,
+  linksSettled,
+  type ArtifactRef,
 } from "../retention/index.js";
 
 /**
@@ -147,6 +149,16 @@ export async function copyVerifiedTree(realScope: string, input: ArtifactRefInpu
     );
   }
 
+  // Another publisher linking a file this revision shares changes its ctime, not its bytes: copy again.
+  return linksSettled(() => copyOnce(realScope, ref, format, source));
+}
+
+async function copyOnce(
+  realScope: string,
+  ref: ArtifactRef,
+  format: typeof TREE_LEGACY | typeof TREE_EXEC,
+  source: string,
+): Promise<RunCopy> {
   const dir = createRunDirectory(realScope);
   let writer: StagingWriter | null = null;
   try {

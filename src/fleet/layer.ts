@@ -10,6 +10,7 @@ import {
   type Integrity,
   retainedTreeDir,
   verifyTree,
+  linksSettled,
 } from "../retention/index.js";
 import type { FileConsumer, FileInfo, FileEntry, SymlinkEntry, ArtifactKind } from "../retention/index.js";
 import type { TreeLayer } from "./mapping.js";
@@ -123,7 +124,8 @@ async function generateLayer(
 
 /** The first pass: the layer's OCI digest and size, from a tar generated into a hash only. */
 export async function hashTreeLayer(realScope: string, ref: TreeRef): Promise<TreeLayer> {
-  const { digest, size } = await generateLayer(realScope, ref, () => {}, true);
+  // Another publisher linking a file the tree shares changes its ctime, not its bytes: hash again.
+  const { digest, size } = await linksSettled(() => generateLayer(realScope, ref, () => {}, true));
   return { kind: ref.kind, key: ref.key, integrity: integrityText(ref.integrity), digest, size };
 }
 

@@ -145,7 +145,7 @@ export {
   type ManifestRow,
 } from "./store/manifest.js";
 export { DEFAULT_LOCK_WAIT_MS, withFileLock, withRevisionLock } from "./store/publish-lock.js";
-export { revisionParentSegments } from "./store/publish.js";
+export { linksSettled, revisionParentSegments } from "./store/publish.js";
 export { removeTree, StagingWriter } from "./store/staging-writer.js";
 export { verifyAllTrees, verifyTrees } from "./verify-many.js";
 export { checkSharedLayer, type LayerCheck } from "./layer-check.js";
