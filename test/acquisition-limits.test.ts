@@ -327,7 +327,7 @@ describe("positive control: a real package tree under the default limits", () =>
   test(
     "Given this project's node_modules as a package tarball, When it is " +
       "retained under the default limits, Then it is admitted and hashes as " +
-      "the directory does; the adopted root is 0755 like a copied one",
+      "the directory does; the adopted root is 0555 like a copied one",
     async () => {
       const nodeModules = join(REPO, "node_modules");
       const tarball = join(tempDir("oats-nm-"), "node_modules.tgz");
@@ -358,7 +358,7 @@ describe("positive control: a real package tree under the default limits", () =>
         source: nodeModules,
       });
       assert.equal(copied.integrity.value, expected);
-      assert.equal(lstatSync(adopted.dir).mode & 0o7777, 0o755, "adopted root");
+      assert.equal(lstatSync(adopted.dir).mode & 0o7777, 0o555, "adopted root: read-only, as every published revision");
       assert.equal(lstatSync(adopted.dir).mode & 0o7777, lstatSync(copied.dir).mode & 0o7777);
       assertNoStaging(scope);
     },
