@@ -34,6 +34,7 @@ import { withRevisionLock } from "./publish-lock.js";
 import { StagingWriter, makeDurable, perFileDurability, removeTree } from "./staging-writer.js";
 import { newTakeBack, shareAndSeal, takeBackShared, type FilesOutcome } from "./shared-layer.js";
 import { SharingWriter } from "./sharing-writer.js";
+import { stagedByStructure } from "./staged-check.js";
 
 /**
  * Stage, verify, rename (contract section 5). The tree is copied into a
@@ -294,7 +295,9 @@ async function publishCopy(plan: PublishPlan, stored: TreeListing): Promise<Publ
 
   const { created, staging } = await createStaging(plan, parent, segments);
   const writer = new StagingWriter(staging, stored, { shared: true });
-  const sharing = new SharingWriter(plan.scope, staging, writer);
+  // The pass measures the manifest itself when the staged tree may be checked by structure (staged-check.ts).
+  const recorded = byStructure(plan) ? new ManifestRecorder() : null;
+  const sharing = new SharingWriter(plan.scope, staging, writer, recorded);
   const taken = newTakeBack(plan.scope);
   try {
     writer.prepareDirectories();
@@ -316,6 +319,7 @@ async function publishCopy(plan: PublishPlan, stored: TreeListing): Promise<Publ
         sink: sharing,
         sinkOrder: FRAMINGS[plan.nameFormat].order,
       });
+      await sharing.finish();
     } finally {
       writer.abort();
     }
@@ -326,11 +330,10 @@ async function publishCopy(plan: PublishPlan, stored: TreeListing): Promise<Publ
     announce(plan, "sync");
     await writer.flush();
 
-    const { staged, manifest } = await verifyStaged(
-      plan,
-      staging,
-      copiedBytes === undefined ? undefined : copiedBytes * plan.formats.length,
-    );
+    const { staged, manifest } =
+      recorded && (await checkedByStructure(plan, staging, stored, sharing))
+        ? { staged: copied, manifest: recorded }
+        : await verifyStaged(plan, staging, copiedBytes === undefined ? undefined : copiedBytes * plan.formats.length);
     if (staged[plan.nameFormat] !== measured) {
       throw mismatch(plan, measured, staged[plan.nameFormat]!, {
         step: "verify-staged",
@@ -345,6 +348,43 @@ async function publishCopy(plan: PublishPlan, stored: TreeListing): Promise<Publ
     takeBackShared(taken);
     removeCreatedStore(created, root);
     throw error;
+  } finally {
+    await sharing.close();
+  }
+}
+
+/**
+ * Whether a copy's read-back may check linked files by structure: the pass
+ * measures everything the read-back would (one format, the name's, whose
+ * order is the manifest's), and nothing else is expected of the tree.
+ */
+function byStructure(plan: PublishPlan): boolean {
+  return (
+    plan.formats.length === 1 &&
+    plan.formats[0] === plan.nameFormat &&
+    FRAMINGS[plan.nameFormat].order === "bytes" &&
+    plan.expectedAlso === undefined
+  );
+}
+
+/**
+ * The read-back of a staged tree the pass linked files into, by structure
+ * (staged-check.ts); false when it does not hold (or nothing was linked),
+ * and the tree is then read back in full (verifyStaged).
+ */
+async function checkedByStructure(
+  plan: PublishPlan,
+  staging: string,
+  stored: TreeListing,
+  sharing: SharingWriter,
+): Promise<boolean> {
+  if (sharing.linked.size === 0) return false;
+  announce(plan, "verify");
+  try {
+    faultPoint("verify-staged", staging);
+    return await stagedByStructure(staging, stored, sharing.linked, sharing.written, walkOptions(plan));
+  } catch (error) {
+    throw asStepError("verify-staged", error, { staging });
   }
 }
 
