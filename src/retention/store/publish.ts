@@ -40,8 +40,9 @@ import { stagedByStructure } from "./staged-check.js";
  * Stage, verify, rename (contract section 5). The tree is copied into a
  * dot-prefixed staging directory beside its destination while it is hashed;
  * the digest is compared with what was expected; the staged copy is checked
- * (provenance), made durable, read back and verified again; only then is it
- * renamed into place, under a lock, and the parent fsync'd. A destination
+ * (provenance), made durable, read back and verified again (files linked
+ * from held files hashed in this publication by structure: staged-check.ts);
+ * only then is it renamed into place, under a lock, and the parent fsync'd. A destination
  * that already exists is verified and reused, never replaced or repaired.
  * Any failure removes the staging directory; a crash leaves only staging,
  * which no reader selects.
