@@ -157,3 +157,14 @@ export {
   type HeldEntry,
 } from "./store/shared-layer.js";
 export { dedupe, type DedupeOptions, type DedupeReport, type DedupeRevision } from "./dedupe.js";
+export { privateDir, readPrivateFile, writePrivateFile } from "./store/private-state.js";
+export {
+  isPrivateDirectory,
+  operatorStateDir,
+  scopeState,
+  scopeStateDir,
+  stateRoot,
+  type ScopeState,
+  type StateProblem,
+  type StateProblemReason,
+} from "./store/state-location.js";
