@@ -1,7 +1,9 @@
 import { lstatSync, readdirSync, type Stats } from "node:fs";
 import { join } from "node:path";
+import { anchoredRevision, anchoredRows, confirmUnlinked, type AnchoredRevision } from "./anchored-check.js";
 import type { RetainedEntry } from "./inventory.js";
 import { hashFilesInLanes } from "./parallel/pool.js";
+import { manifestAnchorDir } from "./store/manifest-anchor.js";
 import { readManifestRows, type ManifestRow } from "./store/manifest.js";
 import { heldPath, listHeldFiles, type HeldEntry } from "./store/shared-layer.js";
 
@@ -19,6 +21,10 @@ import { heldPath, listHeldFiles, type HeldEntry } from "./store/shared-layer.js
  *   (by the revision's manifest), but the path is another inode;
  * - revisions whose files are not links into the layer (stored before the
  *   layer, or copied where a link failed): counted, for `oats dedupe`.
+ *
+ * The same walk matches each revision with an anchored manifest against its
+ * rows (anchored-check.ts); `anchored` lists the revisions that matched, which
+ * fsck then need not re-hash.
  */
 
 export interface LayerCheck {
@@ -30,39 +36,70 @@ export interface LayerCheck {
   readonly brokenLinks: { revision: string; path: string; held: string }[];
   /** Revisions with regular files that are not links into the layer, and how many. */
   readonly unshared: { revision: string; files: number }[];
+  /** Revisions (dirs) whose structure and files matched their anchored manifest: verified without their bytes. */
+  readonly anchored: ReadonlySet<string>;
+}
+
+export interface LayerCheckOptions {
+  /** Match revisions against their anchored manifests (the operator's private state), for `anchored`. */
+  readonly anchored?: boolean;
 }
 
 const key = (stats: Stats) => `${stats.dev}:${stats.ino}`;
 
-export async function checkSharedLayer(scope: string, revisions: readonly RetainedEntry[]): Promise<LayerCheck> {
+export async function checkSharedLayer(
+  scope: string,
+  revisions: readonly RetainedEntry[],
+  options: LayerCheckOptions = {},
+): Promise<LayerCheck> {
   const { held } = listHeldFiles(scope);
   const hashes = await hashFilesInLanes(held.map((entry) => entry.path));
-  const report: LayerCheck = { held: held.length, damaged: [], writable: [], brokenLinks: [], unshared: [] };
+  const report = { held: held.length, damaged: [], writable: [], brokenLinks: [], unshared: [] } as Omit<
+    LayerCheck,
+    "anchored"
+  >;
   const byInode = new Map<string, HeldEntry>();
+  // Held files that hashed to their name, with its exec bit: what an anchored revision's file may link.
+  const sound = new Map<string, HeldEntry>();
   const names = new Set<string>();
   for (const [index, entry] of held.entries()) {
     const found = hashes[index]!;
     names.add(entry.path);
-    if (found === null || found.sha256 !== entry.sha256 || ((found.mode & 0o100) !== 0) !== entry.exec)
-      report.damaged.push({ path: entry.path, expected: entry.sha256, actual: found?.sha256 ?? null });
+    const damaged = found === null || found.sha256 !== entry.sha256 || ((found.mode & 0o100) !== 0) !== entry.exec;
+    if (damaged) report.damaged.push({ path: entry.path, expected: entry.sha256, actual: found?.sha256 ?? null });
     if (found !== null) {
       byInode.set(`${found.dev}:${found.ino}`, entry);
+      if (!damaged) sound.set(`${found.dev}:${found.ino}`, entry);
       if ((found.mode & 0o222) !== 0) report.writable.push({ path: entry.path, mode: found.mode });
     }
   }
-  for (const revision of revisions) checkRevision(scope, revision.dir, byInode, names, report);
-  return report;
+  const anchors = options.anchored ? manifestAnchorDir(scope) : null;
+  const matched = new Map<string, AnchoredRevision>();
+  for (const revision of revisions) {
+    const rows = anchoredRows(anchors, scope, revision);
+    const match = rows ? anchoredRevision(rows) : null;
+    checkRevision(scope, revision.dir, { byInode, sound, names }, report, rows, match);
+    if (match?.complete()) matched.set(revision.dir, match);
+  }
+  return { ...report, anchored: await confirmUnlinked(matched) };
+}
+
+interface HeldIndex {
+  readonly byInode: ReadonlyMap<string, HeldEntry>;
+  readonly sound: ReadonlyMap<string, HeldEntry>;
+  readonly names: ReadonlySet<string>;
 }
 
 function checkRevision(
   scope: string,
   dir: string,
-  byInode: ReadonlyMap<string, HeldEntry>,
-  names: ReadonlySet<string>,
-  report: LayerCheck,
+  index: HeldIndex,
+  report: Omit<LayerCheck, "anchored">,
+  anchoredRows: readonly ManifestRow[] | null,
+  match: AnchoredRevision | null,
 ): void {
   const rows = new Map<string, Extract<ManifestRow, { type: "file" }>>();
-  for (const row of readManifestRows(dir) ?? []) if (row.type === "file") rows.set(row.path, row);
+  for (const row of anchoredRows ?? readManifestRows(dir) ?? []) if (row.type === "file") rows.set(row.path, row);
   const writable: { path: string; mode: number }[] = [];
   let linked = 0;
   let unshared = 0;
@@ -70,6 +107,11 @@ function checkRevision(
   const visit = (path: string, rel: string, stats: Stats) => {
     // A symlink's own mode (0777) means nothing.
     if (!stats.isSymbolicLink() && (stats.mode & 0o222) !== 0) writable.push({ path, mode: stats.mode & 0o7777 });
+    if (match)
+      match.entry(path, rel, stats, (row) => {
+        const held = index.sound.get(key(stats));
+        return row.type === "file" && held !== undefined && held.path === heldPath(scope, row.sha256, row.exec);
+      });
     if (stats.isDirectory()) {
       let entries: string[];
       try {
@@ -90,12 +132,13 @@ function checkRevision(
     if (!stats.isFile()) return;
     const row = rows.get(rel);
     const expected = row ? heldPath(scope, row.sha256, row.exec) : null;
-    const linksTo = byInode.get(key(stats));
+    const linksTo = index.byInode.get(key(stats));
     if (linksTo && (expected === null || linksTo.path === expected)) {
       linked += 1;
       return;
     }
-    if (expected !== null && names.has(expected)) report.brokenLinks.push({ revision: dir, path: rel, held: expected });
+    if (expected !== null && index.names.has(expected))
+      report.brokenLinks.push({ revision: dir, path: rel, held: expected });
     else unshared += 1;
   };
   try {

@@ -68,8 +68,17 @@ export function readPrivateFile(path: string, limit: number): Buffer | null {
   }
 }
 
-/** Replace `<dir>/<name>` whole and durably: a fresh file (0600, fsync'd), renamed, the directory fsync'd. */
-export function writePrivateFile(dir: string, name: string, bytes: Buffer): void {
+/**
+ * Replace `<dir>/<name>` whole and durably: a fresh file (0600, fsync'd), renamed, the directory fsync'd. With
+ * `durable: false` (a record whose loss costs only work) nothing is fsync'd.
+ */
+export function writePrivateFile(
+  dir: string,
+  name: string,
+  bytes: Buffer,
+  options: { readonly durable?: boolean } = {},
+): void {
+  const durable = options.durable ?? true;
   const temporary = join(dir, `.${name}.${process.pid}.${randomBytes(6).toString("hex")}.tmp`);
   try {
     const fd = openSync(
@@ -80,12 +89,12 @@ export function writePrivateFile(dir: string, name: string, bytes: Buffer): void
     try {
       let written = 0;
       while (written < bytes.length) written += writeSync(fd, bytes, written, bytes.length - written);
-      fsyncSync(fd);
+      if (durable) fsyncSync(fd);
     } finally {
       closeSync(fd);
     }
     renameSync(temporary, join(dir, name));
-    fsyncDirectory(dir);
+    if (durable) fsyncDirectory(dir);
   } catch (error) {
     try {
       unlinkSync(temporary);
