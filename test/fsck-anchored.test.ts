@@ -257,16 +257,13 @@ describe("fsck of revisions with anchored manifests", () => {
     },
   );
 
-  test(
-    "Given a record that is not the manifest's (another revision's), Then the revision is re-hashed",
-    async () => {
-      const { scope, dirs } = await revisions(2);
-      writeFileSync(recordOf(scope, dirs[1]!), readFileSync(recordOf(scope, dirs[0]!)));
-      const report = await fsckScope(scope);
-      assert.equal(report.ok, true, JSON.stringify(report.worst));
-      assert.deepEqual(anchored(report, dirs), [true, false]);
-    },
-  );
+  test("Given a record that is not the manifest's (another revision's), Then the revision is re-hashed", async () => {
+    const { scope, dirs } = await revisions(2);
+    writeFileSync(recordOf(scope, dirs[1]!), readFileSync(recordOf(scope, dirs[0]!)));
+    const report = await fsckScope(scope);
+    assert.equal(report.ok, true, JSON.stringify(report.worst));
+    assert.deepEqual(anchored(report, dirs), [true, false]);
+  });
 
   test("Given a publication whose staged copy fails its verifying read, Then no record is written", async () => {
     const base = tempDir("oats-anchored-");
