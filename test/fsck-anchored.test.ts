@@ -16,7 +16,6 @@ import { createHash } from "node:crypto";
 import {
   chmodSync,
   existsSync,
-  linkSync,
   mkdirSync,
   readFileSync,
   readdirSync,
