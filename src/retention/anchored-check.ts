@@ -1,4 +1,4 @@
-import { readlinkSync, type Stats } from "node:fs";
+import { readlinkSync } from "node:fs";
 import type { RetainedEntry } from "./inventory.js";
 import { TREE_EXEC } from "./digest/integrity.js";
 import { hashFilesInLanes } from "./parallel/pool.js";
@@ -6,6 +6,7 @@ import { inspectStore } from "./store/components.js";
 import { anchoredManifest, manifestSha256 } from "./store/manifest-anchor.js";
 import { parseManifestBytes, readManifestBytes, type ManifestRow } from "./store/manifest.js";
 import { revisionParentSegments } from "./store/publish.js";
+import type { EntryStats } from "./revision-walk.js";
 
 /**
  * fsck's fast path for a revision named by its oats.tree-exec.v1 digest D:
@@ -30,7 +31,7 @@ export interface AnchoredRevision {
   /** Paths of the regular files that are not links to a held file that matched, each with its row. */
   readonly unlinked: { path: string; row: Extract<ManifestRow, { type: "file" }> }[];
   /** Called for the revision's root (rel "") and each entry below it, as the walk lstats them. */
-  entry(path: string, rel: string, stats: Stats, heldMatches: (row: ManifestRow) => boolean): void;
+  entry(path: string, rel: string, stats: EntryStats, heldMatches: (row: ManifestRow) => boolean): void;
   /** Whether every entry matched and every row was met. */
   complete(): boolean;
 }

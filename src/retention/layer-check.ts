@@ -1,8 +1,7 @@
-import { lstatSync, readdirSync, type Stats } from "node:fs";
-import { join } from "node:path";
 import { anchoredRevision, anchoredRows, confirmUnlinked, type AnchoredRevision } from "./anchored-check.js";
 import type { RetainedEntry } from "./inventory.js";
 import { hashFilesInLanes } from "./parallel/pool.js";
+import { HeldInodes, HeldLink, walkRevision, type EntryStats, type HeldStats } from "./revision-walk.js";
 import { manifestAnchorDir } from "./store/manifest-anchor.js";
 import { readManifestRows, type ManifestRow } from "./store/manifest.js";
 import { heldPath, listHeldFiles, type HeldEntry } from "./store/shared-layer.js";
@@ -45,8 +44,6 @@ export interface LayerCheckOptions {
   readonly anchored?: boolean;
 }
 
-const key = (stats: Stats) => `${stats.dev}:${stats.ino}`;
-
 export async function checkSharedLayer(
   scope: string,
   revisions: readonly RetainedEntry[],
@@ -58,9 +55,7 @@ export async function checkSharedLayer(
     LayerCheck,
     "anchored"
   >;
-  const byInode = new Map<string, HeldEntry>();
-  // Held files that hashed to their name, with its exec bit: what an anchored revision's file may link.
-  const sound = new Map<string, HeldEntry>();
+  const inodes = new HeldInodes<HeldInode>();
   const names = new Set<string>();
   for (const [index, entry] of held.entries()) {
     const found = hashes[index]!;
@@ -68,8 +63,7 @@ export async function checkSharedLayer(
     const damaged = found === null || found.sha256 !== entry.sha256 || ((found.mode & 0o100) !== 0) !== entry.exec;
     if (damaged) report.damaged.push({ path: entry.path, expected: entry.sha256, actual: found?.sha256 ?? null });
     if (found !== null) {
-      byInode.set(`${found.dev}:${found.ino}`, entry);
-      if (!damaged) sound.set(`${found.dev}:${found.ino}`, entry);
+      inodes.set({ entry, stats: found, sound: !damaged });
       if ((found.mode & 0o222) !== 0) report.writable.push({ path: entry.path, mode: found.mode });
     }
   }
@@ -78,16 +72,23 @@ export async function checkSharedLayer(
   for (const revision of revisions) {
     const rows = anchoredRows(anchors, scope, revision);
     const match = rows ? anchoredRevision(rows) : null;
-    checkRevision(scope, revision.dir, { byInode, sound, names }, report, rows, match);
+    checkRevision(scope, revision.dir, { inodes, names }, report, rows, match);
     if (match?.complete()) matched.set(revision.dir, match);
   }
   return { ...report, anchored: await confirmUnlinked(matched) };
 }
 
 interface HeldIndex {
-  readonly byInode: ReadonlyMap<string, HeldEntry>;
-  readonly sound: ReadonlyMap<string, HeldEntry>;
+  readonly inodes: HeldInodes<HeldInode>;
   readonly names: ReadonlySet<string>;
+}
+
+/** A held file hashed in this check: its name's claim, its fstat, and whether it hashed to that claim (then an
+ * anchored revision's file may link it). */
+interface HeldInode {
+  readonly entry: HeldEntry;
+  readonly stats: HeldStats;
+  readonly sound: boolean;
 }
 
 function checkRevision(
@@ -103,51 +104,34 @@ function checkRevision(
   const writable: { path: string; mode: number }[] = [];
   let linked = 0;
   let unshared = 0;
-  let sealed = false;
-  const visit = (path: string, rel: string, stats: Stats) => {
+  const visit = (path: string, rel: string, stats: EntryStats) => {
     // A symlink's own mode (0777) means nothing.
     if (!stats.isSymbolicLink() && (stats.mode & 0o222) !== 0) writable.push({ path, mode: stats.mode & 0o7777 });
+    const inode = !stats.isFile()
+      ? undefined
+      : stats instanceof HeldLink
+        ? (stats.held as HeldInode)
+        : index.inodes.get(stats.dev, stats.ino);
     if (match)
       match.entry(path, rel, stats, (row) => {
-        const held = index.sound.get(key(stats));
-        return row.type === "file" && held !== undefined && held.path === heldPath(scope, row.sha256, row.exec);
+        const held = inode?.sound ? inode.entry : undefined;
+        return row.type === "file" && held !== undefined && held.sha256 === row.sha256 && held.exec === row.exec;
       });
-    if (stats.isDirectory()) {
-      let entries: string[];
-      try {
-        entries = readdirSync(path);
-      } catch {
-        return; // verification reports a tree it cannot read
-      }
-      for (const name of entries) {
-        const child = join(path, name);
-        try {
-          visit(child, rel ? `${rel}/${name}` : name, lstatSync(child));
-        } catch {
-          // gone meanwhile: verification reports it
-        }
-      }
-      return;
-    }
     if (!stats.isFile()) return;
     const row = rows.get(rel);
-    const expected = row ? heldPath(scope, row.sha256, row.exec) : null;
-    const linksTo = index.byInode.get(key(stats));
-    if (linksTo && (expected === null || linksTo.path === expected)) {
+    const linksTo = inode?.entry;
+    if (linksTo && (row === undefined || (linksTo.sha256 === row.sha256 && linksTo.exec === row.exec))) {
       linked += 1;
       return;
     }
+    const expected = row ? heldPath(scope, row.sha256, row.exec) : null;
     if (expected !== null && index.names.has(expected))
       report.brokenLinks.push({ revision: dir, path: rel, held: expected });
     else unshared += 1;
   };
-  try {
-    const root = lstatSync(dir);
-    sealed = (root.mode & 0o222) === 0;
-    visit(dir, "", root);
-  } catch {
-    return;
-  }
+  const root = walkRevision(dir, index.inodes, visit);
+  if (root === null) return;
+  const sealed = (root.mode & 0o222) === 0;
   // A revision published before the layer keeps its own modes; only a shared (or sealed) one is held to read-only.
   if (linked > 0 || sealed) report.writable.push(...writable);
   if (unshared > 0) report.unshared.push({ revision: dir, files: unshared });
