@@ -27,6 +27,7 @@ import {
 import { basename, dirname, join } from "node:path";
 import { afterEach, describe, test } from "node:test";
 import { fsckScope, retainTree, type ScopeFsckReport } from "../src/index.js";
+import { setNativeReads } from "../src/engine/native-reads.js";
 import { setFaultHook } from "../src/retention/store/faults.js";
 import { tempDir } from "./helpers.js";
 
@@ -34,7 +35,10 @@ const NOBODY = { uid: 65534, gid: 65534 };
 const asRoot = process.getuid?.() === 0;
 const KEY = "b".repeat(64);
 
-afterEach(() => setFaultHook(null));
+afterEach(() => {
+  setFaultHook(null);
+  setNativeReads(true);
+});
 
 const sha256 = (bytes: Buffer | string) => createHash("sha256").update(bytes).digest("hex");
 
@@ -160,6 +164,21 @@ describe("fsck of revisions with anchored manifests", () => {
       assert.equal(report.classes.files.filter((finding) => finding.kind !== "notice").length, 0);
     },
   );
+
+  test("Given no native addon (every entry lstat'd, no d_ino), Then the fast path and its refusal are the same", async () => {
+    const { scope, dirs } = await revisions(2);
+    setNativeReads(false);
+    const clean = await fsckScope(scope);
+    assert.equal(clean.ok, true, JSON.stringify(clean.worst));
+    assert.deepEqual(anchored(clean, dirs), [true, true]);
+    swap(scope, dirs[1]!, "lib/a.js", heldPath(scope, FILES["lib/b.js"]!), true);
+    const report = await fsckScope(scope);
+    assert.deepEqual(
+      revisionFindings(report).map((finding) => [finding.code, finding.path]),
+      [["integrity-mismatch", dirs[1]]],
+    );
+    assert.deepEqual(anchored(report, dirs), [true, false]);
+  });
 
   test("Given a swapped file and the manifest left alone, Then fsck reports the revision and the broken link", async () => {
     const { scope, dirs } = await revisions(1);
