@@ -99,8 +99,9 @@ function checkRevision(
   anchoredRows: readonly ManifestRow[] | null,
   match: AnchoredRevision | null,
 ): void {
-  const rows = new Map<string, Extract<ManifestRow, { type: "file" }>>();
-  for (const row of anchoredRows ?? readManifestRows(dir) ?? []) if (row.type === "file") rows.set(row.path, row);
+  // An anchored revision's rows are the matcher's; any other's are read here.
+  const rows: ReadonlyMap<string, ManifestRow> =
+    match?.rows ?? new Map((anchoredRows ?? readManifestRows(dir) ?? []).map((row) => [row.path, row]));
   const writable: { path: string; mode: number }[] = [];
   let linked = 0;
   let unshared = 0;
@@ -118,7 +119,8 @@ function checkRevision(
         return row.type === "file" && held !== undefined && held.sha256 === row.sha256 && held.exec === row.exec;
       });
     if (!stats.isFile()) return;
-    const row = rows.get(rel);
+    const found = rows.get(rel);
+    const row = found?.type === "file" ? found : undefined;
     const linksTo = inode?.entry;
     if (linksTo && (row === undefined || (linksTo.sha256 === row.sha256 && linksTo.exec === row.exec))) {
       linked += 1;
