@@ -1,7 +1,8 @@
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
 import { bytesDigest } from "../src/core/index.js";
-import { farSideRunOf } from "../src/evidence/evidence-file.js";
+import { Readable } from "node:stream";
+import { farSideRunOf, READ_BACK_LIMIT, readFarSideRun, type FarSideRun } from "../src/evidence/evidence-file.js";
 import type { OutboxEntry } from "../src/evidence/outbox.js";
 import { checkFarSide } from "../src/evidence/read-back.js";
 import { checkReadBack } from "../src/index.js";
@@ -76,5 +77,55 @@ describe("read-back check", () => {
       "run.json: missing",
       "extra: unexpected",
     ]);
+  });
+});
+
+/** A far-side run of one file that states `size` and streams `pieces`; `closed` counts its closes. */
+function oneFileRun(size: number, pieces: Iterable<Buffer>): FarSideRun & { closed: number } {
+  const run = {
+    closed: 0,
+    files: new Map([["log", { size, stream: async () => Readable.from(pieces) }]]),
+    close: async () => void (run.closed += 1),
+  };
+  return run;
+}
+
+describe("a transport's readBack whole (readFarSideRun)", () => {
+  const where = { to: "dir:/far", runId: entry.runId };
+  const tooLarge = (name: string) => ({ code: "invalid-artifact" as const, message: `${name} is too large` });
+
+  test("every file whole, and the run closed", async () => {
+    const there = oneFileRun(log.length, [log]);
+    const files = await readFarSideRun(there, where, tooLarge);
+    assert.deepEqual([...files.entries()], [["log", log]]);
+    assert.equal(there.closed, 1);
+  });
+
+  test("a file that states more than READ_BACK_LIMIT is refused unread, with the transport's code and words", async () => {
+    const there = oneFileRun(READ_BACK_LIMIT + 1, [log]);
+    await assert.rejects(
+      readFarSideRun(there, where, tooLarge),
+      refusal("invalid-artifact", {
+        ...where,
+        file: "log",
+        reason: "too-large",
+        size: READ_BACK_LIMIT + 1,
+        limit: READ_BACK_LIMIT,
+      }),
+    );
+    assert.equal(there.closed, 1);
+  });
+
+  test("a file that streams past READ_BACK_LIMIT is refused as it passes it", async () => {
+    const MiB = Buffer.alloc(1024 * 1024);
+    // The same MiB over and over (nothing near the limit is held), then one byte more.
+    const there = oneFileRun(1, [...Array.from({ length: READ_BACK_LIMIT / MiB.length }, () => MiB), Buffer.alloc(1)]);
+    await assert.rejects(
+      readFarSideRun(there, where, tooLarge),
+      refusal("invalid-artifact", { file: "log", reason: "too-large", size: READ_BACK_LIMIT + 1 }, (error) =>
+        assert.equal(error.message, "log is too large"),
+      ),
+    );
+    assert.equal(there.closed, 1);
   });
 });
