@@ -101,7 +101,7 @@ describe("a transport's readBack whole (readFarSideRun)", () => {
     assert.equal(there.closed, 1);
   });
 
-  test("a file that states more than READ_BACK_LIMIT is refused unread, with the transport's code and words", async () => {
+  test("a file that states more than READ_BACK_LIMIT is refused unread, in the transport's words", async () => {
     const there = oneFileRun(READ_BACK_LIMIT + 1, [log]);
     await assert.rejects(
       readFarSideRun(there, where, tooLarge),
