@@ -8,7 +8,20 @@
  * whether or not oats grants itself that write first.
  */
 import assert from "node:assert/strict";
-import { chmodSync, chownSync, lstatSync, mkdirSync, readFileSync, unlinkSync, writeFileSync } from "node:fs";
+import { spawnSync } from "node:child_process";
+import { createHash } from "node:crypto";
+import { hostname } from "node:os";
+import {
+  chmodSync,
+  chownSync,
+  existsSync,
+  lstatSync,
+  mkdirSync,
+  readFileSync,
+  readdirSync,
+  unlinkSync,
+  writeFileSync,
+} from "node:fs";
 import { dirname, join } from "node:path";
 import { describe, test } from "node:test";
 import { NOBODY, asOperator, giveToNobody, operatorHome, operatorSkip } from "./support/operator.js";
@@ -84,4 +97,50 @@ describe("a non-root operator", () => {
       assert.equal(verified.status, 0, verified.stdout + verified.stderr);
     },
   );
+
+  test(
+    "Given a revision nothing keeps in a scope nobody owns, When nobody runs gc --delete, Then its read-only tree " +
+      "is gone",
+    (t) => {
+      const skip = operatorSkip();
+      if (skip !== null) return t.skip(skip);
+      const { home } = operatorHome();
+      const { dir } = retained(home, operatorTree(home, "stale"), "stale", "--no-pin");
+      assert.equal(mode(dir), 0o555);
+      assert.equal(mode(join(dir, "bin")), 0o555);
+      const run = asOperator(home, ["gc", "--delete", "--grace", "0"]);
+      assert.equal(run.status, 0, run.stdout + run.stderr);
+      assert.equal(run.envelope.result!["deleted"], true, run.stdout);
+      assert.ok(
+        (run.envelope.result!["collect"] as { path: string }[]).some((item) => item.path === dir),
+        run.stdout,
+      );
+      assert.equal(existsSync(dir), false, "the revision is removed");
+      // Nothing is left staged beside it (gc removes the revision's parents once they are empty).
+      const left = existsSync(dirname(dir)) ? readdirSync(dirname(dir)) : [];
+      assert.deepEqual(
+        left.filter((name) => name.startsWith(".staging-")),
+        [],
+      );
+    },
+  );
+
+  test("Given a crashed retain's read-only staging in a scope nobody owns, When nobody runs cleanup, Then it is removed", (t) => {
+    const skip = operatorSkip();
+    if (skip !== null) return t.skip(skip);
+    const { home } = operatorHome();
+    const { dir } = retained(home, operatorTree(home, "crashed"), "crashed");
+    // The staging a publisher of this host left when it died: its pid is no process's (past any pid_max).
+    const host = createHash("sha256").update(hostname()).digest("hex").slice(0, 8);
+    const staging = join(dirname(dir), `.staging-${host}-2147483646-${"0a".repeat(6)}`);
+    const copied = spawnSync("cp", ["-a", dir, staging], { uid: NOBODY, gid: NOBODY, encoding: "utf8" });
+    assert.equal(copied.status, 0, copied.stderr);
+    assert.equal(mode(staging), 0o555);
+    assert.equal(mode(join(staging, "bin")), 0o555);
+    const run = asOperator(home, ["cleanup"]);
+    assert.equal(run.status, 0, run.stdout + run.stderr);
+    assert.deepEqual(run.envelope.result!["removed"], [staging]);
+    assert.equal(existsSync(staging), false, "the staging is removed");
+    assert.equal(mode(dir), 0o555, "the revision beside it is untouched");
+  });
 });
