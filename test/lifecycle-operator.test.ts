@@ -125,22 +125,26 @@ describe("a non-root operator", () => {
     },
   );
 
-  test("Given a crashed retain's read-only staging in a scope nobody owns, When nobody runs cleanup, Then it is removed", (t) => {
-    const skip = operatorSkip();
-    if (skip !== null) return t.skip(skip);
-    const { home } = operatorHome();
-    const { dir } = retained(home, operatorTree(home, "crashed"), "crashed");
-    // The staging a publisher of this host left when it died: its pid is no process's (past any pid_max).
-    const host = createHash("sha256").update(hostname()).digest("hex").slice(0, 8);
-    const staging = join(dirname(dir), `.staging-${host}-2147483646-${"0a".repeat(6)}`);
-    const copied = spawnSync("cp", ["-a", dir, staging], { uid: NOBODY, gid: NOBODY, encoding: "utf8" });
-    assert.equal(copied.status, 0, copied.stderr);
-    assert.equal(mode(staging), 0o555);
-    assert.equal(mode(join(staging, "bin")), 0o555);
-    const run = asOperator(home, ["cleanup"]);
-    assert.equal(run.status, 0, run.stdout + run.stderr);
-    assert.deepEqual(run.envelope.result!["removed"], [staging]);
-    assert.equal(existsSync(staging), false, "the staging is removed");
-    assert.equal(mode(dir), 0o555, "the revision beside it is untouched");
-  });
+  test(
+    "Given a crashed retain's read-only staging in a scope nobody owns, When nobody runs cleanup, " +
+      "Then the staging is removed",
+    (t) => {
+      const skip = operatorSkip();
+      if (skip !== null) return t.skip(skip);
+      const { home } = operatorHome();
+      const { dir } = retained(home, operatorTree(home, "crashed"), "crashed");
+      // The staging a publisher of this host left when it died: its pid is no process's (past any pid_max).
+      const host = createHash("sha256").update(hostname()).digest("hex").slice(0, 8);
+      const staging = join(dirname(dir), `.staging-${host}-2147483646-${"0a".repeat(6)}`);
+      const copied = spawnSync("cp", ["-a", dir, staging], { uid: NOBODY, gid: NOBODY, encoding: "utf8" });
+      assert.equal(copied.status, 0, copied.stderr);
+      assert.equal(mode(staging), 0o555);
+      assert.equal(mode(join(staging, "bin")), 0o555);
+      const run = asOperator(home, ["cleanup"]);
+      assert.equal(run.status, 0, run.stdout + run.stderr);
+      assert.deepEqual(run.envelope.result!["removed"], [staging]);
+      assert.equal(existsSync(staging), false, "the staging is removed");
+      assert.equal(mode(dir), 0o555, "the revision beside it is untouched");
+    },
+  );
 });
