@@ -24,6 +24,7 @@ import {
 } from "node:fs";
 import { dirname, join } from "node:path";
 import { describe, test } from "node:test";
+import { FIXTURE_LOCK, FIXTURE_PAYLOAD } from "./helpers.js";
 import { NOBODY, asOperator, giveToNobody, operatorHome, operatorSkip } from "./support/operator.js";
 
 const mode = (path: string) => lstatSync(path).mode & 0o7777;
@@ -94,6 +95,33 @@ describe("a non-root operator", () => {
       assert.equal(readFileSync(join(dir, "data.txt"), "utf8"), "nightly\n");
       assert.equal(mode(dir), 0o555, "the replacement is read-only");
       const verified = asOperator(home, verify);
+      assert.equal(verified.status, 0, verified.stdout + verified.stderr);
+    },
+  );
+
+  test(
+    "Given a damaged read-only legacy-named capability in a scope nobody owns, When nobody repairs it with its " +
+      "lock, Then it is quarantined and replaced",
+    (t) => {
+      const skip = operatorSkip();
+      if (skip !== null) return t.skip(skip);
+      const { home } = operatorHome();
+      const kept = asOperator(home, ["retain", FIXTURE_PAYLOAD, "--id", "demo.hello", "--lock", FIXTURE_LOCK]);
+      assert.equal(kept.status, 0, kept.stdout + kept.stderr);
+      const dir = kept.envelope.result!["dir"] as string;
+      const ref = `capability:demo.hello@${kept.envelope.result!["integrity"]["value"]}`;
+      assert.equal(mode(dir), 0o555);
+      const intact = readFileSync(join(dir, "oats.json"));
+      damage(join(dir, "oats.json"));
+
+      const run = asOperator(home, ["repair", ref, "--from", FIXTURE_PAYLOAD, "--lock", FIXTURE_LOCK]);
+      assert.equal(run.status, 0, run.stdout + run.stderr);
+      const quarantine = run.envelope.result!["quarantine"] as string;
+      assert.equal(readFileSync(join(quarantine, "oats.json"), "utf8"), "tampered\n");
+      assert.equal(mode(quarantine), 0o555);
+      assert.deepEqual(readFileSync(join(dir, "oats.json")), intact);
+      assert.equal(mode(dir), 0o555);
+      const verified = asOperator(home, ["verify", "demo.hello", "--lock", FIXTURE_LOCK]);
       assert.equal(verified.status, 0, verified.stdout + verified.stderr);
     },
   );
