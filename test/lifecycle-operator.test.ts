@@ -48,7 +48,7 @@ function retained(
 ): { dir: string; ref: string; verify: string[] } {
   const run = asOperator(home, ["retain", source, "--kind", "capture", "--id", name, ...flags]);
   assert.equal(run.status, 0, run.stdout + run.stderr);
-  const result = run.envelope.result!;
+  const result = run.envelope.result;
   const integrity = `oats.tree-exec.v1:${result["execIntegrity"]["value"]}`;
   return {
     dir: result["dir"],
@@ -88,8 +88,8 @@ describe("a non-root operator", () => {
 
       const run = asOperator(home, ["repair", ref, "--from", source]);
       assert.equal(run.status, 0, run.stdout + run.stderr);
-      assert.equal(run.envelope.result!["status"], "repaired");
-      const quarantine = run.envelope.result!["quarantine"] as string;
+      assert.equal(run.envelope.result["status"], "repaired");
+      const quarantine = run.envelope.result["quarantine"] as string;
       assert.equal(readFileSync(join(quarantine, "data.txt"), "utf8"), "tampered\n", "the damaged bytes are kept");
       assert.equal(mode(quarantine), 0o555, "the quarantined tree keeps its mode");
       assert.equal(readFileSync(join(dir, "data.txt"), "utf8"), "nightly\n");
@@ -108,15 +108,15 @@ describe("a non-root operator", () => {
       const { home } = operatorHome();
       const kept = asOperator(home, ["retain", FIXTURE_PAYLOAD, "--id", "demo.hello", "--lock", FIXTURE_LOCK]);
       assert.equal(kept.status, 0, kept.stdout + kept.stderr);
-      const dir = kept.envelope.result!["dir"] as string;
-      const ref = `capability:demo.hello@${kept.envelope.result!["integrity"]["value"]}`;
+      const dir = kept.envelope.result["dir"] as string;
+      const ref = `capability:demo.hello@${kept.envelope.result["integrity"]["value"]}`;
       assert.equal(mode(dir), 0o555);
       const intact = readFileSync(join(dir, "oats.json"));
       damage(join(dir, "oats.json"));
 
       const run = asOperator(home, ["repair", ref, "--from", FIXTURE_PAYLOAD, "--lock", FIXTURE_LOCK]);
       assert.equal(run.status, 0, run.stdout + run.stderr);
-      const quarantine = run.envelope.result!["quarantine"] as string;
+      const quarantine = run.envelope.result["quarantine"] as string;
       assert.equal(readFileSync(join(quarantine, "oats.json"), "utf8"), "tampered\n");
       assert.equal(mode(quarantine), 0o555);
       assert.deepEqual(readFileSync(join(dir, "oats.json")), intact);
@@ -138,9 +138,9 @@ describe("a non-root operator", () => {
       assert.equal(mode(join(dir, "bin")), 0o555);
       const run = asOperator(home, ["gc", "--delete", "--grace", "0"]);
       assert.equal(run.status, 0, run.stdout + run.stderr);
-      assert.equal(run.envelope.result!["deleted"], true, run.stdout);
+      assert.equal(run.envelope.result["deleted"], true, run.stdout);
       assert.ok(
-        (run.envelope.result!["collect"] as { path: string }[]).some((item) => item.path === dir),
+        (run.envelope.result["collect"] as { path: string }[]).some((item) => item.path === dir),
         run.stdout,
       );
       assert.equal(existsSync(dir), false, "the revision is removed");
@@ -170,7 +170,7 @@ describe("a non-root operator", () => {
       assert.equal(mode(join(staging, "bin")), 0o555);
       const run = asOperator(home, ["cleanup"]);
       assert.equal(run.status, 0, run.stdout + run.stderr);
-      assert.deepEqual(run.envelope.result!["removed"], [staging]);
+      assert.deepEqual(run.envelope.result["removed"], [staging]);
       assert.equal(existsSync(staging), false, "the staging is removed");
       assert.equal(mode(dir), 0o555, "the revision beside it is untouched");
     },

@@ -51,11 +51,11 @@ export function asOperator(home: string, args: string[]) {
     },
   );
   const line = run.stdout.trim().split("\n").at(-1) ?? "";
-  let envelope: { ok: boolean; result?: Record<string, any>; error?: Record<string, any> };
+  let envelope: { ok: boolean; result: Record<string, any>; error?: Record<string, any> };
   try {
     envelope = JSON.parse(line);
   } catch {
-    envelope = { ok: false, error: { code: "no-envelope", message: run.stdout } };
+    envelope = { ok: false, result: {}, error: { code: "no-envelope", message: run.stdout } };
   }
   return { status: run.status, stderr: run.stderr, stdout: run.stdout, envelope };
 }
