@@ -12,10 +12,11 @@ import {
 import { noteRemoved, throwIfAborted, type ProgressPhase } from "../digest/progress.js";
 import { walkTree, type TreeListing, type WalkOptions } from "../digest/walk.js";
 import type { ArtifactKind } from "./ids.js";
-import { TREE_LEGACY, type TreeFormat } from "../digest/integrity.js";
+import { TREE_EXEC, TREE_LEGACY, type TreeFormat } from "../digest/integrity.js";
 import { ensureStore, fsyncDirectory, removeCreatedStore } from "./components.js";
 import { faultPoint } from "./faults.js";
 import { treeDifferences, writeManifest } from "./manifest.js";
+import { anchorManifest } from "./manifest-anchor.js";
 import { ManifestRecorder } from "./manifest-encoding.js";
 import { adoptedAsVerified, type AdoptVerified } from "./adopted-read.js";
 import {
@@ -521,20 +522,26 @@ async function commit(
   files: FilesOutcome,
 ): Promise<PublishResult> {
   const measured = staged[plan.nameFormat]!;
+  const manifestBytes = manifest.bytes();
   announce(plan, "publish");
   const outcome = await withRevisionLock(parent, `sha256-${measured.slice(7)}`, plan.lockWaitMs, async () => {
     if (await exists(dir)) return "lost-race" as const;
     try {
       faultPoint("rename", dir);
       await rename(staging, dir);
-      writeManifest(dir, manifest);
+      writeManifest(dir, { bytes: () => manifestBytes });
       fsyncDirectory(parent);
     } catch (error) {
       throw asStepError("rename", error, { from: staging, to: dir });
     }
     return "renamed" as const;
   });
-  if (outcome === "renamed") return { dir, digests: staged, status: "retained", files };
+  if (outcome === "renamed") {
+    // The manifest was measured in the read that verified these bytes (verify-staged, in full or by structure:
+    // staged-check.ts, or the caller's read).
+    if (plan.nameFormat === TREE_EXEC) anchorManifest(plan.scope, measured, manifestBytes);
+    return { dir, digests: staged, status: "retained", files };
+  }
   await discardStaging(staging);
   return (await kept(plan, dir, measured))!;
 }
