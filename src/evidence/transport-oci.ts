@@ -203,6 +203,7 @@ export class OciEvidenceTransport implements EvidenceTransport {
         digest: layer.digest,
         size: layer.file.size,
         open: (start: number, end: number) => layer.file.open(start, end),
+        ...(layer.file.readAt ? { readAt: layer.file.readAt.bind(layer.file) } : {}),
       })),
     ];
     const ensureBlobs = async () => {

@@ -19,12 +19,72 @@ export interface Exchange {
   readonly url: URL;
   readonly headers?: Record<string, string>;
   /** Made afresh for each send, so a request can be repeated after an auth challenge. */
-  readonly body?: () => Buffer | Readable;
+  readonly body?: () => Buffer | Readable | PiecesBody;
   /** Sending it again changes nothing (GET and HEAD always are; a manifest PUT says so): a transient answer is then
    * asked again. */
   readonly repeatable?: boolean;
   /** Abandons this exchange (with the session's signal, if any): see TransportOptions.signal. */
   readonly signal?: AbortSignal;
+}
+
+/**
+ * A body of a known length written a piece at a time: `write` hands each
+ * piece to `put` and waits for it before making the next, so one buffer can
+ * be filled again for every piece (put resolves once the socket is done
+ * with the piece's bytes). A large upload then leaves no garbage buffer per
+ * piece behind for the collector. `put` rejects once the exchange has
+ * failed or ended; `write` then stops.
+ */
+export interface PiecesBody {
+  readonly length: number;
+  write(put: (piece: Buffer) => Promise<void>): Promise<void>;
+}
+
+function isPiecesBody(body: unknown): body is PiecesBody {
+  return typeof body === "object" && body !== null && !Buffer.isBuffer(body) && !(body instanceof Readable);
+}
+
+/** A failure of the body's own source (not of the network), as the caller's typed refusal. */
+function sourceFailure(error: Error): OatsError {
+  return error instanceof OatsError
+    ? error
+    : new OatsError("internal-error", `reading the upload source failed: ${error.message}`, {
+        step: "upload-source",
+        errno: errnoCode(error),
+      });
+}
+
+/** Write a PiecesBody into `request`, then end it; `failed` is told when the source (not the socket) fails. */
+function writePieces(request: http.ClientRequest, body: PiecesBody, failed: (error: Error) => void): void {
+  let stop: (error: Error) => void = () => undefined;
+  const stopped = new Promise<never>((_resolve, reject) => {
+    stop = reject;
+  });
+  stopped.catch(() => undefined);
+  let over = false;
+  const end = (): void => {
+    over = true;
+    stop(new Error("the exchange is over"));
+  };
+  request.once("close", end);
+  request.once("error", end);
+  const put = (piece: Buffer): Promise<void> =>
+    over
+      ? stopped
+      : Promise.race([
+          new Promise<void>((resolve, reject) =>
+            request.write(piece, (error) => (error ? reject(error) : resolve())),
+          ),
+          stopped,
+        ]);
+  body.write(put).then(
+    () => {
+      if (!over) request.end();
+    },
+    (error: Error) => {
+      if (!over) failed(error);
+    },
+  );
 }
 
 export interface TransportOptions {
@@ -140,7 +200,7 @@ export function send(exchange: Exchange, options: TransportOptions = {}): Promis
   const secure = url.protocol === "https:";
   const body = exchange.body?.();
   const headers: Record<string, string> = { "user-agent": "oats-retention", ...exchange.headers };
-  if (Buffer.isBuffer(body)) headers["content-length"] = String(body.length);
+  if (Buffer.isBuffer(body) || isPiecesBody(body)) headers["content-length"] = String(body.length);
   else if (
     body === undefined &&
     (exchange.method === "PUT" || exchange.method === "POST" || exchange.method === "PATCH")
@@ -189,22 +249,18 @@ export function send(exchange: Exchange, options: TransportOptions = {}): Promis
       request.destroy(Object.assign(new Error("idle timeout"), { code: "ETIMEDOUT" })),
     );
     request.on("error", fail);
+    const sourceFailed = (error: Error): void => {
+      request.destroy();
+      if (!settled) {
+        settled = true;
+        reject(sourceFailure(error));
+      }
+    };
     if (body instanceof Readable) {
-      body.on("error", (error) => {
-        request.destroy();
-        if (!settled) {
-          settled = true;
-          reject(
-            error instanceof OatsError
-              ? error
-              : new OatsError("internal-error", `reading the upload source failed: ${error.message}`, {
-                  step: "upload-source",
-                  errno: errnoCode(error),
-                }),
-          );
-        }
-      });
+      body.on("error", sourceFailed);
       body.pipe(request);
+    } else if (isPiecesBody(body)) {
+      writePieces(request, body, sourceFailed);
     } else {
       request.end(body);
     }

@@ -1,9 +1,11 @@
-import { createReadStream } from "node:fs";
+import { closeSync, read } from "node:fs";
 import type { IncomingMessage } from "node:http";
 import { Readable } from "node:stream";
-import { OatsError } from "../core/index.js";
+import { promisify } from "node:util";
+import { OatsError, errnoCode } from "../core/index.js";
+import { HeldFile, openNamedPath } from "../retention/index.js";
 import { checkDigest } from "./blobs.js";
-import { drain, isConnectionLost, readBody, registryErrorCodes, registryRefusal } from "./http.js";
+import { drain, isConnectionLost, readBody, registryErrorCodes, registryRefusal, type PiecesBody } from "./http.js";
 import type { RegistrySession } from "./session.js";
 
 /**
@@ -15,6 +17,12 @@ import type { RegistrySession } from "./session.js";
  * is gone or its state is ambiguous, the upload restarts from a new POST.
  * The registry's answer (Docker-Content-Digest, Location) must name the
  * digest we sent, or the upload is an integrity-mismatch.
+ *
+ * A source that can read at an offset (`readAt`: a file held by
+ * descriptor) goes up through one buffer per request, filled again only
+ * once the socket has taken its bytes (http.ts, PiecesBody): a blob of
+ * gigabytes leaves no buffer per piece behind for the collector. Any other
+ * source goes up as the stream `open` makes.
  */
 
 export interface BlobSource {
@@ -22,18 +30,86 @@ export interface BlobSource {
   readonly size: number;
   /** The bytes [start, end) afresh; called again for each retry. */
   open(start: number, end: number): Readable;
+  /** Up to `into.length` bytes from `position` into `into`: how many (0 past the end); the same bytes at each call. */
+  readAt?(into: Buffer, position: number): Promise<number>;
 }
 
 export function bufferSource(bytes: Buffer, digest: string): BlobSource {
-  return { digest, size: bytes.length, open: (start, end) => Readable.from([bytes.subarray(start, end)]) };
+  return {
+    digest,
+    size: bytes.length,
+    open: (start, end) => Readable.from([bytes.subarray(start, end)]),
+    readAt: async (into, position) => (position >= bytes.length ? 0 : bytes.copy(into, 0, position)),
+  };
 }
 
-export function fileSource(path: string, digest: string, size: number): BlobSource {
+/** A file source; close releases its descriptor once no upload uses it. */
+export interface FileBlobSource extends BlobSource {
+  close(): Promise<void>;
+}
+
+const readFd = promisify(read);
+
+/**
+ * The file at `path` as a blob source: opened once, here (no symlink
+ * followed, a regular file of `size` bytes, or `invalid-input`), and from
+ * then on read only through that descriptor, a retry included. Whatever
+ * the path names later (a file renamed over it between two attempts),
+ * what goes up is the file that was opened and checked.
+ */
+export function fileSource(path: string, digest: string, size: number): FileBlobSource {
+  let opened: ReturnType<typeof openNamedPath>;
+  try {
+    opened = openNamedPath(path);
+  } catch (error) {
+    throw new OatsError("invalid-input", `the blob file ${path} cannot be opened`, { path, errno: errnoCode(error) });
+  }
+  if (!opened.stats.isFile() || opened.stats.size !== size) {
+    closeSync(opened.fd);
+    throw new OatsError("invalid-input", `the blob file ${path} is not a regular file of ${size} bytes`, {
+      path,
+      size,
+      actual: opened.stats.isFile() ? opened.stats.size : null,
+    });
+  }
+  const { fd } = opened;
+  const held = new HeldFile(fd, path);
   return {
     digest,
     size,
-    open: (start, end) => (end > start ? createReadStream(path, { start, end: end - 1 }) : Readable.from([])),
+    open: (start, end) => held.stream(start, end),
+    readAt: async (into, position) =>
+      position >= size ? 0 : (await readFd(fd, into, 0, Math.min(into.length, size - position), position)).bytesRead,
+    close: () => held.close(),
   };
+}
+
+/** Bytes per piece of a PiecesBody: one buffer of this size per request. */
+const PIECE_BYTES = 256 * 1024;
+
+/** The bytes [start, end) of `source` as a request body: through one buffer when the source reads at an offset. */
+function bodyOf(source: BlobSource, start: number, end: number): () => Readable | PiecesBody {
+  const readAt = source.readAt?.bind(source);
+  if (readAt === undefined) return () => source.open(start, end);
+  return () => ({
+    length: end - start,
+    write: async (put) => {
+      const buffer = Buffer.allocUnsafe(Math.min(PIECE_BYTES, Math.max(1, end - start)));
+      for (let at = start; at < end; ) {
+        const got = await readAt(buffer.subarray(0, Math.min(buffer.length, end - at)), at);
+        if (got <= 0) {
+          throw new OatsError("integrity-mismatch", `the source of blob ${source.digest} ended at ${at} bytes`, {
+            expected: source.digest,
+            expectedSize: source.size,
+            actualSize: at,
+            reason: "source-changed",
+          });
+        }
+        await put(buffer.subarray(0, got));
+        at += got;
+      }
+    },
+  });
 }
 
 export interface UploadOptions {
@@ -126,7 +202,7 @@ async function finish(session: RegistrySession, location: URL, source: BlobSourc
     headers: withBody
       ? { "content-type": "application/octet-stream", "content-length": String(source.size - from) }
       : {},
-    ...(withBody ? { body: () => source.open(from, source.size) } : {}),
+    ...(withBody ? { body: bodyOf(source, from, source.size) } : {}),
   });
   const body = await readBody(response, 65536, () => session.unexpected(response, "PUT of a blob"));
   if (response.statusCode !== 201) {
@@ -158,7 +234,7 @@ async function patch(
       "content-range": `${start}-${end - 1}`,
       "content-length": String(end - start),
     },
-    body: () => source.open(start, end),
+    body: bodyOf(source, start, end),
   });
   const body = await readBody(response, 65536, () => session.unexpected(response, "PATCH of a blob"));
   if (response.statusCode !== 202) throw session.unexpected(response, "PATCH of a blob", registryErrorCodes(body));
