@@ -106,8 +106,8 @@ function readPlain(
       const part = piece.subarray(0, length - seen);
       seen += part.length;
       hash.update(part);
-      if (handed < limit) {
-        const given = part.subarray(0, limit - handed);
+      const given = part.subarray(0, Math.max(0, limit - handed));
+      if (given.length > 0) {
         handed += given.length;
         consume(given);
       }
