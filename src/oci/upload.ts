@@ -84,32 +84,72 @@ export function fileSource(path: string, digest: string, size: number): FileBlob
   };
 }
 
-/** Bytes per piece of a PiecesBody: one buffer of this size per request. */
-const PIECE_BYTES = 256 * 1024;
+/** Bytes per piece of a PiecesBody (fewer, larger pieces: fewer objects for the collector). */
+const PIECE_BYTES = 1024 * 1024;
 
-/** The bytes [start, end) of `source` as a request body: through one buffer when the source reads at an offset. */
-function bodyOf(source: BlobSource, start: number, end: number): () => Readable | PiecesBody {
-  const readAt = source.readAt?.bind(source);
-  if (readAt === undefined) return () => source.open(start, end);
-  return () => ({
-    length: end - start,
-    write: async (put) => {
-      const buffer = Buffer.allocUnsafe(Math.min(PIECE_BYTES, Math.max(1, end - start)));
-      for (let at = start; at < end; ) {
-        const got = await readAt(buffer.subarray(0, Math.min(buffer.length, end - at)), at);
+/**
+ * The bodies of one blob's requests, all through one buffer: a body waits
+ * until the one before it has stopped (its exchange ended or failed, so its
+ * last read has landed) before it fills the buffer, so a retry never
+ * shares it with the attempt it replaces.
+ */
+class PiecesWriter {
+  #buffer: Buffer | null = null;
+  #idle: Promise<void> = Promise.resolve();
+
+  constructor(readonly source: BlobSource & Required<Pick<BlobSource, "readAt">>) {}
+
+  /** The bytes [start, end) as a request body. */
+  body(start: number, end: number): PiecesBody {
+    return { length: end - start, write: (put) => this.#write(start, end, put) };
+  }
+
+  async #write(start: number, end: number, put: (piece: Buffer) => Promise<void>): Promise<void> {
+    const before = this.#idle;
+    let stopped: () => void = () => undefined;
+    this.#idle = new Promise((resolve) => {
+      stopped = resolve;
+    });
+    try {
+      await before;
+      this.#buffer ??= Buffer.allocUnsafe(2 * Math.min(PIECE_BYTES, Math.max(1, this.source.size)));
+      // Two halves: the next piece is read into one while the socket takes the other.
+      const half = this.#buffer.length / 2;
+      const halves = [this.#buffer.subarray(0, half), this.#buffer.subarray(half)] as const;
+      const readInto = (which: 0 | 1, at: number): Promise<number> =>
+        this.source.readAt(halves[which].subarray(0, Math.min(half, end - at)), at);
+      let which: 0 | 1 = 0;
+      let reading: Promise<number> | null = start < end ? readInto(0, start) : null;
+      for (let at = start; reading !== null; which = which === 0 ? 1 : 0) {
+        const got = await reading;
         if (got <= 0) {
-          throw new OatsError("integrity-mismatch", `the source of blob ${source.digest} ended at ${at} bytes`, {
-            expected: source.digest,
-            expectedSize: source.size,
+          throw new OatsError("integrity-mismatch", `the source of blob ${this.source.digest} ended at ${at} bytes`, {
+            expected: this.source.digest,
+            expectedSize: this.source.size,
             actualSize: at,
             reason: "source-changed",
           });
         }
-        await put(buffer.subarray(0, got));
+        const piece = halves[which].subarray(0, got);
         at += got;
+        reading = at < end ? readInto(which === 0 ? 1 : 0, at) : null;
+        try {
+          await put(piece);
+        } catch (error) {
+          // The other half's read lands before this body counts as stopped.
+          await reading?.catch(() => undefined);
+          throw error;
+        }
       }
-    },
-  });
+    } finally {
+      stopped();
+    }
+  }
+}
+
+/** The bytes [start, end) of `source` as a request body: through the writer's buffer when there is one. */
+function bodyOf(source: BlobSource, writer: PiecesWriter | null, start: number, end: number): () => Readable | PiecesBody {
+  return writer === null ? () => source.open(start, end) : () => writer.body(start, end);
 }
 
 export interface UploadOptions {
@@ -192,7 +232,13 @@ function checkAnswer(session: RegistrySession, response: IncomingMessage, digest
   }
 }
 
-async function finish(session: RegistrySession, location: URL, source: BlobSource, from: number | null): Promise<void> {
+async function finish(
+  session: RegistrySession,
+  location: URL,
+  source: BlobSource,
+  writer: PiecesWriter | null,
+  from: number | null,
+): Promise<void> {
   const url = new URL(location);
   url.searchParams.set("digest", source.digest);
   const withBody = from !== null && from < source.size;
@@ -202,7 +248,7 @@ async function finish(session: RegistrySession, location: URL, source: BlobSourc
     headers: withBody
       ? { "content-type": "application/octet-stream", "content-length": String(source.size - from) }
       : {},
-    ...(withBody ? { body: bodyOf(source, from, source.size) } : {}),
+    ...(withBody ? { body: bodyOf(source, writer, from, source.size) } : {}),
   });
   const body = await readBody(response, 65536, () => session.unexpected(response, "PUT of a blob"));
   if (response.statusCode !== 201) {
@@ -223,6 +269,7 @@ async function patch(
   session: RegistrySession,
   location: URL,
   source: BlobSource,
+  writer: PiecesWriter | null,
   start: number,
   end: number,
 ): Promise<URL> {
@@ -234,7 +281,7 @@ async function patch(
       "content-range": `${start}-${end - 1}`,
       "content-length": String(end - start),
     },
-    body: bodyOf(source, start, end),
+    body: bodyOf(source, writer, start, end),
   });
   const body = await readBody(response, 65536, () => session.unexpected(response, "PATCH of a blob"));
   if (response.statusCode !== 202) throw session.unexpected(response, "PATCH of a blob", registryErrorCodes(body));
@@ -260,6 +307,8 @@ export async function putBlob(
   const chunkSize = Math.max(1, options.chunkSize ?? DEFAULT_CHUNK);
   const chunked = options.chunked === true || source.size > chunkSize;
   let retries = options.retries ?? 5;
+  const readAt = source.readAt;
+  const writer = readAt === undefined ? null : new PiecesWriter({ ...source, readAt: readAt.bind(source) });
   let resumed = 0;
   let restarted = 0;
   let location: URL | null = null;
@@ -271,15 +320,15 @@ export async function putBlob(
     try {
       location ??= await openSession(session);
       if (!chunked) {
-        await finish(session, location, source, 0);
+        await finish(session, location, source, writer, 0);
       } else {
         while (offset < source.size) {
           const end = Math.min(source.size, offset + chunkSize);
-          location = await patch(session, location, source, offset, end);
+          location = await patch(session, location, source, writer, offset, end);
           offset = end;
           resuming = false;
         }
-        await finish(session, location, source, null);
+        await finish(session, location, source, writer, null);
       }
       return { digest: source.digest, size: source.size, resumed, restarted };
     } catch (error) {
