@@ -24,7 +24,7 @@ import type { RegistrySession } from "./session.js";
  * returns).
  */
 
-const READ_BYTES = 262144;
+const READ_BYTES = 256 * 1024;
 const HEAD_LIMIT = 64 * 1024;
 
 export interface BlobPiecesOptions extends BlobReadOptions {
