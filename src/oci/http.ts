@@ -56,33 +56,36 @@ function sourceFailure(error: Error): OatsError {
 
 /** Write a PiecesBody into `request`, then end it; `failed` is told when the source (not the socket) fails. */
 function writePieces(request: http.ClientRequest, body: PiecesBody, failed: (error: Error) => void): void {
-  let stop: (error: Error) => void = () => undefined;
-  const stopped = new Promise<never>((_resolve, reject) => {
-    stop = reject;
-  });
-  stopped.catch(() => undefined);
-  let over = false;
+  const over = new Error("the exchange is over");
+  let ended = false;
+  // The one write in flight, to be failed when the exchange ends under it.
+  let pending: ((error: Error | null | undefined) => void) | null = null;
   const end = (): void => {
-    over = true;
-    stop(new Error("the exchange is over"));
+    ended = true;
+    pending?.(over);
   };
   request.once("close", end);
   request.once("error", end);
   const put = (piece: Buffer): Promise<void> =>
-    over
-      ? stopped
-      : Promise.race([
-          new Promise<void>((resolve, reject) =>
-            request.write(piece, (error) => (error ? reject(error) : resolve())),
-          ),
-          stopped,
-        ]);
+    new Promise<void>((resolve, reject) => {
+      if (ended) return reject(over);
+      const settle = (error: Error | null | undefined): void => {
+        if (pending !== settle) return;
+        pending = null;
+        if (!error) return resolve();
+        // A failed write is the exchange's failure (classified by its 'error'), never the source's.
+        if (error !== over) request.destroy(error);
+        reject(over);
+      };
+      pending = settle;
+      request.write(piece, settle);
+    });
   body.write(put).then(
     () => {
-      if (!over) request.end();
+      if (!ended) request.end();
     },
     (error: Error) => {
-      if (!over) failed(error);
+      if (!ended && error !== over) failed(error);
     },
   );
 }
