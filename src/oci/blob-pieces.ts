@@ -125,7 +125,10 @@ function readPlain(
       } else if (handed >= limit) settle(null, handed);
     };
     const take = (chunk: Buffer): void => {
-      if (head === null) return body(chunk);
+      if (head === null) {
+        body(chunk);
+        return;
+      }
       // Only the head is copied (it is small); the body is read in place.
       head = Buffer.concat([head, chunk]);
       const end = head.indexOf("\r\n\r\n");
@@ -135,7 +138,10 @@ function readPlain(
       }
       const parsed = parseHead(head.subarray(0, end));
       const plain = parsed === null ? null : plainLength(parsed, options, maxBytes);
-      if (plain === null) return settle(null);
+      if (plain === null) {
+        settle(null);
+        return;
+      }
       const rest = head.subarray(end + 4);
       head = null;
       length = plain;

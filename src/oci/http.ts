@@ -68,11 +68,17 @@ function writePieces(request: http.ClientRequest, body: PiecesBody, failed: (err
   request.once("error", end);
   const put = (piece: Buffer): Promise<void> =>
     new Promise<void>((resolve, reject) => {
-      if (ended) return reject(over);
+      if (ended) {
+        reject(over);
+        return;
+      }
       const settle = (error: Error | null | undefined): void => {
         if (pending !== settle) return;
         pending = null;
-        if (!error) return resolve();
+        if (!error) {
+          resolve();
+          return;
+        }
         // A failed write is the exchange's failure (classified by its 'error'), never the source's.
         if (error !== over) request.destroy(error);
         reject(over);

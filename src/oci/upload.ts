@@ -148,7 +148,12 @@ class PiecesWriter {
 }
 
 /** The bytes [start, end) of `source` as a request body: through the writer's buffer when there is one. */
-function bodyOf(source: BlobSource, writer: PiecesWriter | null, start: number, end: number): () => Readable | PiecesBody {
+function bodyOf(
+  source: BlobSource,
+  writer: PiecesWriter | null,
+  start: number,
+  end: number,
+): () => Readable | PiecesBody {
   return writer === null ? () => source.open(start, end) : () => writer.body(start, end);
 }
 
