@@ -72,7 +72,7 @@ export function asEvidenceFile(file: Buffer | EvidenceFile): EvidenceFile {
   return Buffer.isBuffer(file) ? bufferFile(file) : file;
 }
 
-const PIECE_BYTES = 256 * 1024;
+const PIECE_BYTES = 1024 * 1024;
 const readAt = promisify(read);
 
 /**
