@@ -2,6 +2,7 @@ import assert from "node:assert/strict";
 import { createHash, randomBytes } from "node:crypto";
 import { writeFileSync } from "node:fs";
 import { after, before, test } from "node:test";
+import { OatsError } from "../src/core/index.js";
 import { bufferSource, OciClient } from "../src/oci/index.js";
 import { startFakeRegistry } from "./support/fake-registry.js";
 import { NO_REGISTRY, registryBinary, sha256, startRegistry, type Registry } from "./support/registry.js";
@@ -98,4 +99,44 @@ test("a TLS registry whose certificate is not trusted is registry-refused (tls) 
   if (!HAVE) return t.skip(NO_REGISTRY);
   const client = new OciClient(tls.ref("oats/pieces-tls"));
   await assert.rejects(readAll(client, sha256(Buffer.from("x"))), refusal("registry-refused", { reason: "tls" }));
+});
+
+test("a blob being read in pieces stops at once when its signal is aborted, with the signal's reason", async (t) => {
+  const good = randomBytes(64 * 1024);
+  const digest = `sha256:${createHash("sha256").update(good).digest("hex")}`;
+  // Half the blob, then nothing: a registry that stalls mid-body.
+  const fake = await startFakeRegistry((_request, response) => {
+    response.writeHead(200, { "content-length": String(good.length) });
+    response.write(good.subarray(0, good.length / 2));
+  });
+  t.after(() => fake.close());
+  const stop = new AbortController();
+  const why = new OatsError("invalid-artifact", "the consumer refused it", { reason: "test" });
+  const client = new OciClient(`http://${fake.host}/oats/stall`);
+  const started = Date.now();
+  let seen = 0;
+  await assert.rejects(
+    client.readBlobPieces(digest, { signal: stop.signal }, (piece) => {
+      seen += piece.length;
+      stop.abort(why);
+    }),
+    (error: unknown) => error === why,
+  );
+  assert.ok(seen > 0 && Date.now() - started < 5_000);
+  assert.equal(fake.requests.length, 1);
+});
+
+test("a connection cut mid-blob is registry-refused (connection-lost), not a short blob", async (t) => {
+  const good = randomBytes(64 * 1024);
+  const digest = `sha256:${createHash("sha256").update(good).digest("hex")}`;
+  const fake = await startFakeRegistry((_request, response) => {
+    response.writeHead(200, { "content-length": String(good.length) });
+    response.write(good.subarray(0, 1000), () => response.socket?.destroy());
+  });
+  t.after(() => fake.close());
+  const client = new OciClient(`http://${fake.host}/oats/cut`);
+  await assert.rejects(
+    client.readBlobPieces(digest, {}, () => undefined),
+    refusal("registry-refused", { reason: "connection-lost" }),
+  );
 });

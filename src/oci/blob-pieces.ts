@@ -63,6 +63,86 @@ function plainLength(head: Head, options: BlobPiecesOptions, maxBytes: number): 
   return length;
 }
 
+/** What a plain answer gave so far: more to read, the bytes handed over (done), or not plain (read it otherwise). */
+type Taken = "more" | "not-plain" | { handed: number };
+
+/**
+ * The answer to one plain GET, fed the socket's reads in order: its head
+ * (copied, it is small) and then its body, read in place, hashed and handed
+ * on up to `limit`. At the body's end the hash must be the digest.
+ */
+class PlainAnswer {
+  readonly #hash = createHash("sha256");
+  #head: Buffer | null = Buffer.alloc(0);
+  #length = 0;
+  #seen = 0;
+  #handed = 0;
+
+  constructor(
+    readonly digest: string,
+    readonly host: string,
+    readonly options: BlobPiecesOptions,
+    readonly consume: (piece: Buffer) => void,
+  ) {}
+
+  take(chunk: Buffer): Taken {
+    if (this.#head === null) return this.#body(chunk);
+    this.#head = Buffer.concat([this.#head, chunk]);
+    const end = this.#head.indexOf("\r\n\r\n");
+    if (end < 0) return this.#head.length > HEAD_LIMIT ? "not-plain" : "more";
+    const parsed = parseHead(this.#head.subarray(0, end));
+    const plain = parsed === null ? null : plainLength(parsed, this.options, this.options.maxBytes ?? 64 * 1024 ** 3);
+    if (plain === null) return "not-plain";
+    const rest = this.#head.subarray(end + 4);
+    this.#head = null;
+    this.#length = plain;
+    // An empty blob is complete at its head.
+    return rest.length > 0 || plain === 0 ? this.#body(rest) : "more";
+  }
+
+  #body(piece: Buffer): Taken {
+    const limit = this.options.limit ?? Number.MAX_SAFE_INTEGER;
+    const part = piece.subarray(0, this.#length - this.#seen);
+    this.#seen += part.length;
+    this.#hash.update(part);
+    const given = part.subarray(0, Math.max(0, limit - this.#handed));
+    if (given.length > 0) {
+      this.#handed += given.length;
+      this.consume(given);
+    }
+    if (this.#seen === this.#length) {
+      const actual = `sha256:${this.#hash.digest("hex")}`;
+      if (actual !== this.digest)
+        throw new OatsError("integrity-mismatch", `blob ${this.digest} from ${this.host} hashes to ${actual}`, {
+          expected: this.digest,
+          actual,
+          host: this.host,
+        });
+      return { handed: this.#handed };
+    }
+    return this.#handed >= limit ? { handed: this.#handed } : "more";
+  }
+}
+
+/** A socket to the URL's host whose reads all land in `onread`'s buffer: TLS for https (never relaxed). */
+function connect(url: URL, onread: { buffer: Buffer; callback: (bytes: number, buffer: Uint8Array) => boolean }) {
+  const secure = url.protocol === "https:";
+  const host = url.hostname.replace(/^\[(.*)\]$/, "$1");
+  const port = Number(url.port) || (secure ? 443 : 80);
+  const socket = secure
+    ? tls.connect({
+        host,
+        port,
+        // Node's default: system CAs plus its bundle; never relaxed here.
+        rejectUnauthorized: true,
+        ...(net.isIP(host) ? {} : { servername: host }),
+        // Taken by tls.connect as by net.connect; @types/node lists it only for the latter.
+        ...({ onread } as object),
+      })
+    : net.connect({ host, port, onread });
+  return { socket, connected: secure ? "secureConnect" : "connect" };
+}
+
 /**
  * One GET of the blob on its own socket, its body read into one buffer.
  * Resolves with the bytes handed to `consume`, or null when the answer is
@@ -78,20 +158,15 @@ function readPlain(
   checkOrigin(url);
   const signal = eitherSignal(session.signal, options.signal);
   if (signal?.aborted) return Promise.reject(abortedError(signal));
-  const maxBytes = options.maxBytes ?? 64 * 1024 ** 3;
-  const limit = options.limit ?? Number.MAX_SAFE_INTEGER;
   const authorization = session.authorizationFor(url);
   const request = Buffer.from(
     `GET ${url.pathname}${url.search} HTTP/1.1\r\nHost: ${url.host}\r\nUser-Agent: oats-retention\r\n` +
       `Accept: */*\r\nConnection: close\r\n${authorization ? `Authorization: ${authorization}\r\n` : ""}\r\n`,
     "latin1",
   );
+  const answer = new PlainAnswer(digest, session.host, options, consume);
+  const lost = (why: string, code: string) => classifyNetworkError(Object.assign(new Error(why), { code }), url);
   return new Promise((resolve, reject) => {
-    const hash = createHash("sha256");
-    let head: Buffer | null = Buffer.alloc(0);
-    let length = 0;
-    let seen = 0;
-    let handed = 0;
     let settled = false;
     const settle = (error: unknown, value: number | null = null): void => {
       if (settled) return;
@@ -102,87 +177,24 @@ function readPlain(
       else resolve(value);
     };
     const onAbort = (): void => settle(abortedError(signal!));
-    const body = (piece: Buffer): void => {
-      const part = piece.subarray(0, length - seen);
-      seen += part.length;
-      hash.update(part);
-      const given = part.subarray(0, Math.max(0, limit - handed));
-      if (given.length > 0) {
-        handed += given.length;
-        consume(given);
+    const buffer = Buffer.allocUnsafe(READ_BYTES);
+    const callback = (bytes: number): boolean => {
+      if (settled) return false;
+      try {
+        const taken = answer.take(buffer.subarray(0, bytes));
+        if (taken === "not-plain") settle(null);
+        else if (taken !== "more") settle(null, taken.handed);
+      } catch (error) {
+        settle(error);
       }
-      if (seen === length) {
-        const actual = `sha256:${hash.digest("hex")}`;
-        if (actual !== digest)
-          settle(
-            new OatsError("integrity-mismatch", `blob ${digest} from ${session.host} hashes to ${actual}`, {
-              expected: digest,
-              actual,
-              host: session.host,
-            }),
-          );
-        else settle(null, handed);
-      } else if (handed >= limit) settle(null, handed);
+      return !settled;
     };
-    const take = (chunk: Buffer): void => {
-      if (head === null) {
-        body(chunk);
-        return;
-      }
-      // Only the head is copied (it is small); the body is read in place.
-      head = Buffer.concat([head, chunk]);
-      const end = head.indexOf("\r\n\r\n");
-      if (end < 0) {
-        if (head.length > HEAD_LIMIT) settle(null);
-        return;
-      }
-      const parsed = parseHead(head.subarray(0, end));
-      const plain = parsed === null ? null : plainLength(parsed, options, maxBytes);
-      if (plain === null) {
-        settle(null);
-        return;
-      }
-      const rest = head.subarray(end + 4);
-      head = null;
-      length = plain;
-      // An empty blob is complete at its head.
-      if (rest.length > 0 || length === 0) body(rest);
-    };
-    const onread = {
-      buffer: Buffer.allocUnsafe(READ_BYTES),
-      callback: (bytes: number, buffer: Uint8Array): boolean => {
-        if (settled) return false;
-        try {
-          take(Buffer.from(buffer.buffer, buffer.byteOffset, bytes));
-        } catch (error) {
-          settle(error);
-        }
-        return !settled;
-      },
-    };
-    const secure = url.protocol === "https:";
-    const host = url.hostname.replace(/^\[(.*)\]$/, "$1");
-    const port = Number(url.port) || (secure ? 443 : 80);
-    const socket = secure
-      ? tls.connect({
-          host,
-          port,
-          // Node's default: system CAs plus its bundle; never relaxed here.
-          rejectUnauthorized: true,
-          ...(net.isIP(host) ? {} : { servername: host }),
-          // Taken by tls.connect as by net.connect; @types/node lists it only for the latter.
-          ...({ onread } as object),
-        })
-      : net.connect({ host, port, onread });
+    const { socket, connected } = connect(url, { buffer, callback });
     signal?.addEventListener("abort", onAbort, { once: true });
-    socket.once(secure ? "secureConnect" : "connect", () => socket.write(request));
-    socket.setTimeout(session.idleTimeoutMs, () =>
-      settle(classifyNetworkError(Object.assign(new Error("idle timeout"), { code: "ETIMEDOUT" }), url)),
-    );
+    socket.once(connected, () => socket.write(request));
+    socket.setTimeout(session.idleTimeoutMs, () => settle(lost("idle timeout", "ETIMEDOUT")));
     socket.on("error", (error) => settle(signal?.aborted ? abortedError(signal) : classifyNetworkError(error, url)));
-    socket.once("close", () =>
-      settle(classifyNetworkError(Object.assign(new Error("socket hang up"), { code: "ECONNRESET" }), url)),
-    );
+    socket.once("close", () => settle(lost("socket hang up", "ECONNRESET")));
   });
 }
 
