@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { randomBytes } from "node:crypto";
-import { mkdtempSync, readFileSync, renameSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
+import { mkdtempSync, readFileSync, renameSync, rmSync, symlinkSync, truncateSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, test } from "node:test";
@@ -136,4 +136,22 @@ test("a file source is refused unless the path is a regular file of the size giv
   assert.throws(() => fileSource(dir, digest, 3), refusal("invalid-input"));
   assert.throws(() => fileSource(join(dir, "missing"), digest, 3), refusal("invalid-input"));
   await fileSource(join(dir, "blob"), digest, 3).close();
+});
+
+test("a file source that shrinks before it goes up is integrity-mismatch (source-changed), nothing stored", async (t) => {
+  if (!HAVE) return t.skip(NO_REGISTRY);
+  const dir = mkdtempSync(join(tmpdir(), "oats-file-source-"));
+  t.after(() => rmSync(dir, { recursive: true, force: true }));
+  const path = join(dir, "blob");
+  const bytes = randomBytes(3 * 1024 * 1024);
+  writeFileSync(path, bytes);
+  const source = fileSource(path, sha256(bytes), bytes.length);
+  t.after(() => source.close());
+  truncateSync(path, 1024 * 1024 + 5);
+  const client = new OciClient(registry.ref("oats/file-shrunk"));
+  await assert.rejects(
+    client.putBlob(source, { chunkSize: 1024 * 1024 }),
+    refusal("integrity-mismatch", { reason: "source-changed" }),
+  );
+  assert.equal(await client.headBlob(sha256(bytes)), null);
 });

@@ -133,6 +133,8 @@ class PiecesWriter {
         const piece = halves[which].subarray(0, got);
         at += got;
         reading = at < end ? readInto(which === 0 ? 1 : 0, at) : null;
+        // Handled now (awaited next turn): a read failing while the socket takes this piece is no stray rejection.
+        reading?.catch(() => undefined);
         try {
           await put(piece);
         } catch (error) {
