@@ -72,6 +72,8 @@ export function asEvidenceFile(file: Buffer | EvidenceFile): EvidenceFile {
   return Buffer.isBuffer(file) ? bufferFile(file) : file;
 }
 
+/** Few, large pieces: every piece costs a few small objects, and a log of gigabytes in 256 KiB pieces made enough of
+ * them to grow the young generation of a push to a registry by 16 MiB (docs/design/performance.md, row 32b). */
 const PIECE_BYTES = 1024 * 1024;
 const readAt = promisify(read);
 
