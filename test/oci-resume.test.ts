@@ -138,7 +138,7 @@ test("a file source is refused unless the path is a regular file of the size giv
   await fileSource(join(dir, "blob"), digest, 3).close();
 });
 
-test("a file source that shrinks before it goes up is integrity-mismatch (source-changed), nothing stored", async (t) => {
+test("a file source that shrinks before it goes up is integrity-mismatch (source-changed)", async (t) => {
   if (!HAVE) return t.skip(NO_REGISTRY);
   const dir = mkdtempSync(join(tmpdir(), "oats-file-source-"));
   t.after(() => rmSync(dir, { recursive: true, force: true }));
