@@ -140,3 +140,32 @@ test("a connection cut mid-blob is registry-refused (connection-lost), not a sho
     refusal("registry-refused", { reason: "connection-lost" }),
   );
 });
+
+test("after a challenge the plain GET carries the session's Authorization, and only to the registry", async (t) => {
+  const good = randomBytes(100 * 1024);
+  const digest = `sha256:${createHash("sha256").update(good).digest("hex")}`;
+  const expected = `Basic ${Buffer.from("reader:pa55").toString("base64")}`;
+  const fake = await startFakeRegistry((request, response) => {
+    if (request.headers.authorization !== expected) {
+      response.writeHead(401, { "www-authenticate": 'Basic realm="test"', "content-length": "0" });
+      response.end();
+      return;
+    }
+    response.writeHead(200, { "content-length": String(good.length) });
+    response.end(good);
+  });
+  t.after(() => fake.close());
+  const client = new OciClient(`http://${fake.host}/oats/auth`, {
+    credentials: { username: "reader", password: "pa55", source: "test" },
+  });
+  assert.ok((await readAll(client, digest)).bytes.equals(good));
+  assert.ok((await readAll(client, digest)).bytes.equals(good));
+  const seen = fake.requests.map((request) => [request.headers.authorization === expected, request.headers.connection]);
+  // The first plain GET (no Authorization yet), the ordinary client's challenge and answer, then a plain GET with it.
+  assert.deepEqual(seen, [
+    [false, "close"],
+    [false, "keep-alive"],
+    [true, "keep-alive"],
+    [true, "close"],
+  ]);
+});
