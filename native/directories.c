@@ -12,11 +12,12 @@
  *     for a descriptor openDirectoryAt gave: Node must not close what it did
  *     not open (in a worker thread it warns, and it would close it again
  *     when the worker ends).
- *   listDirectory(fd) -> { names, types }, or -errno
+ *   listDirectory(fd) -> { names, types, inodes }, or -errno
  *     every entry of the open directory but . and .., from its start: the
- *     names' bytes in one Buffer, each followed by a NUL, and their d_types
- *     (a Uint8Array); an entry the filesystem types DT_UNKNOWN is typed by
- *     fstatat(fd, name, AT_SYMLINK_NOFOLLOW).
+ *     names' bytes in one Buffer, each followed by a NUL, their d_types
+ *     (a Uint8Array) and their d_inos (a Float64Array; -1 for one past
+ *     2^53, which a double cannot hold exactly); an entry the filesystem
+ *     types DT_UNKNOWN is typed by fstatat(fd, name, AT_SYMLINK_NOFOLLOW).
  *
  * The same calls the JavaScript walk makes through
  * /proc/<pid>/fd/<dir>/<name> paths, readdir and fstat, without the procfs
@@ -119,7 +120,8 @@ napi_value list_directory(napi_env env, napi_callback_info info) {
   size_t names_capacity = 16 << 10, names_length = 0, types_capacity = 256, count = 0;
   char *names = malloc(names_capacity);
   unsigned char *types = malloc(types_capacity);
-  int error = buffer == NULL || names == NULL || types == NULL ? ENOMEM : 0;
+  double *inodes = malloc(types_capacity * sizeof(double));
+  int error = buffer == NULL || names == NULL || types == NULL || inodes == NULL ? ENOMEM : 0;
   while (error == 0) {
     long got = syscall(SYS_getdents64, fd, buffer, LISTING_BYTES);
     if (got < 0) error = errno;
@@ -135,27 +137,38 @@ napi_value list_directory(napi_env env, napi_callback_info info) {
         char *more_names = realloc(names, grown_names);
         if (more_names != NULL) names = more_names, names_capacity = grown_names;
         unsigned char *more_types = count == types_capacity ? realloc(types, types_capacity * 2) : types;
-        if (more_types != NULL && count == types_capacity) types = more_types, types_capacity *= 2;
-        if (more_names == NULL || more_types == NULL) {
+        if (more_types != NULL) types = more_types;
+        double *more_inodes = count == types_capacity ? realloc(inodes, types_capacity * 2 * sizeof(double)) : inodes;
+        if (more_inodes != NULL) inodes = more_inodes;
+        if (more_types != NULL && more_inodes != NULL && count == types_capacity) types_capacity *= 2;
+        if (more_names == NULL || more_types == NULL || more_inodes == NULL) {
           error = ENOMEM;
           break;
         }
       }
       memcpy(names + names_length, name, length + 1);
       names_length += length + 1;
+      inodes[count] = entry->d_ino < ((uint64_t)1 << 53) ? (double)entry->d_ino : -1;
       types[count++] = entry->d_type == DT_UNKNOWN ? type_of(fd, name) : entry->d_type;
     }
   }
   free(buffer);
-  napi_value joined, array_buffer, typed, result;
-  void *data;
+  napi_value joined, array_buffer, typed, inode_buffer, inode_array, result;
+  void *data, *inode_data;
   if (error == 0 && (napi_create_buffer_copy(env, names_length, names, NULL, &joined) != napi_ok || napi_create_arraybuffer(env, count, &data, &array_buffer) != napi_ok ||
-                     napi_create_typedarray(env, napi_uint8_array, count, array_buffer, 0, &typed) != napi_ok || napi_create_object(env, &result) != napi_ok ||
-                     napi_set_named_property(env, result, "names", joined) != napi_ok || napi_set_named_property(env, result, "types", typed) != napi_ok))
+                     napi_create_typedarray(env, napi_uint8_array, count, array_buffer, 0, &typed) != napi_ok ||
+                     napi_create_arraybuffer(env, count * sizeof(double), &inode_data, &inode_buffer) != napi_ok ||
+                     napi_create_typedarray(env, napi_float64_array, count, inode_buffer, 0, &inode_array) != napi_ok || napi_create_object(env, &result) != napi_ok ||
+                     napi_set_named_property(env, result, "names", joined) != napi_ok || napi_set_named_property(env, result, "types", typed) != napi_ok ||
+                     napi_set_named_property(env, result, "inodes", inode_array) != napi_ok))
     error = ENOMEM;
-  if (error == 0 && count > 0) memcpy(data, types, count);
+  if (error == 0 && count > 0) {
+    memcpy(data, types, count);
+    memcpy(inode_data, inodes, count * sizeof(double));
+  }
   free(names);
   free(types);
+  free(inodes);
   return error == 0 ? result : number(env, -error);
 }
 

@@ -31,6 +31,7 @@ import { addJob } from "../src/captures/queue.js";
 import { resolutionRecordSchema } from "../src/resolution/record.js";
 import { jsonDigest } from "../src/core/canonical-json.js";
 import { REPO, runJson, runOats, tempDir } from "./helpers.js";
+import { asOperator } from "./support/operator.js";
 import { refusal } from "./support/refusals.js";
 
 const IS_ROOT = process.geteuid?.() === 0;
@@ -354,25 +355,7 @@ describe("privileged: an ordinary account, for real", {
       for (const path of ["", "tool", "tool/bin", "tool/bin/run", "scope", "state", "class.yaml", "spec.yaml"])
         chownSync(join(home, path), NOBODY, NOBODY);
       if ((statSync(REPO).mode & 0o005) !== 0o005) throw new Error(`${REPO} must be readable by nobody for this test`);
-      const asNobody = (args: string[]) => {
-        const run = spawnSync(
-          process.execPath,
-          [join(REPO, "dist/cli/bin.js"), "--scope", join(home, "scope"), "--json", ...args],
-          {
-            cwd: home,
-            uid: NOBODY,
-            gid: NOBODY,
-            env: { PATH: process.env["PATH"], HOME: home, OATS_STATE_DIR: join(home, "state") },
-            encoding: "utf8",
-          },
-        );
-        const line = run.stdout.trim().split("\n").at(-1) ?? "";
-        return {
-          status: run.status,
-          stderr: run.stderr,
-          envelope: JSON.parse(line) as { ok: boolean; result: Record<string, any> },
-        };
-      };
+      const asNobody = (args: string[]) => asOperator(home, args);
       const prepared = asNobody(["capture", "prepare", "spec.yaml"]);
       assert.equal(prepared.status, 0, prepared.stderr);
       assert.equal(Object.hasOwn(prepared.envelope.result["composition"]["value"], "privileged"), false);

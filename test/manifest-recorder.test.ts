@@ -5,11 +5,11 @@ import { chmodSync, mkdirSync, readFileSync, symlinkSync, writeFileSync } from "
 import { join } from "node:path";
 import { test } from "node:test";
 import { retainTree } from "../src/index.js";
-import { canonicalJsonBytes } from "../src/core/canonical-json.js";
+import { canonicalJson, canonicalJsonBytes } from "../src/core/canonical-json.js";
 import { digestListing } from "../src/retention/digest/tree.js";
 import type { SymlinkEntry } from "../src/engine/index.js";
 import { walkTree } from "../src/retention/digest/walk.js";
-import { ManifestRecorder } from "../src/retention/store/manifest-encoding.js";
+import { ManifestRecorder, encodeManifestRow } from "../src/retention/store/manifest-encoding.js";
 import { ManifestBuilder, manifestPath } from "../src/retention/store/manifest.js";
 import { tempDir } from "./helpers.js";
 
@@ -94,5 +94,22 @@ test(
       { path: "link", target: "data.txt", type: "symlink" },
       { exec: true, path: "run.sh", sha256: sha("#!/bin/sh\necho hi\n"), size: 18, type: "file" },
     ]);
+  },
+);
+
+test(
+  "Given rows with escapes, multi-byte names and both exec bits, When each is encoded, Then it is canonicalJson's " +
+    "text, and a lone surrogate is refused as canonicalJson refuses it",
+  () => {
+    const rows = [
+      { path: 'a/"q"\\-\u2028-\u{1F600}-\t.txt', type: "file", exec: true, size: 0, sha256: "0".repeat(64) },
+      { path: "é/ß", type: "file", exec: false, size: 123456789, sha256: "f".repeat(64) },
+      { path: "l\u007f\u0001", type: "symlink", target: '../\u{10FFFF}"\\/x' },
+    ] as const;
+    for (const row of rows) assert.equal(`${encodeManifestRow(row)}\n`, canonicalJson(row));
+    assert.throws(() => encodeManifestRow({ path: "bad-\ud800", type: "file", exec: false, size: 1, sha256: "0" }), {
+      code: "invalid-input",
+    });
+    assert.throws(() => encodeManifestRow({ path: "x", type: "symlink", target: "\udc00" }), { code: "invalid-input" });
   },
 );

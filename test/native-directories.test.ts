@@ -1,6 +1,16 @@
 import assert from "node:assert/strict";
 import { execFileSync, spawnSync } from "node:child_process";
-import { closeSync, constants, mkdirSync, openSync, readdirSync, statSync, symlinkSync, writeFileSync } from "node:fs";
+import {
+  closeSync,
+  constants,
+  lstatSync,
+  mkdirSync,
+  openSync,
+  readdirSync,
+  statSync,
+  symlinkSync,
+  writeFileSync,
+} from "node:fs";
 import { join } from "node:path";
 import { afterEach, test } from "node:test";
 import { OatsError } from "../src/core/errors.js";
@@ -186,6 +196,10 @@ test("Given a directory listed natively, When listed, Then every entry but . " +
       );
       for (const entry of expected)
         assert.equal(byName[entry.name], entry.isDirectory() ? 4 : entry.isSymbolicLink() ? 10 : 8, entry.name);
+      // Each entry's d_ino is its st_ino (fsck's layer walk takes a link to a held file by it: revision-walk.ts).
+      assert.equal(listed.inodes.length, names.length);
+      for (const [at, name] of names.entries())
+        assert.equal(listed.inodes[at], lstatSync(join(root, name)).ino, `${name}: d_ino`);
     }
   } finally {
     closeSync(fd);

@@ -21,6 +21,6 @@ export { readLeavesInOrder, type FileConsumer, type FileInfo, type ReadOptions }
 export type { DirectoryEntry, FileEntry, LeafEntry, SymlinkEntry, TreeEntry } from "./entries.js";
 export { changedOrUnreadable } from "./refusals.js";
 export { DIRECTORY_FDS, inDirectory, listingPath, openChildDirectory, openRoot } from "./directories.js";
-export { closeOpened, listNatively, type Listed, type OpenedDirectory } from "./native-directories.js";
+export { closeOpened, listNatively, listWithInodes, type Listed, type OpenedDirectory } from "./native-directories.js";
 export { prefetchMode, warmDirectories, type Prefetcher } from "./prefetch.js";
 export { nativeReadsStatus, type NativeReadsStatus } from "./native-reads.js";

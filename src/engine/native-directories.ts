@@ -66,11 +66,21 @@ class NativeEntry implements Listed {
  * ENOENT: the tree changed while it was read.
  */
 export function listNatively(fd: number): Listed[] | null {
+  return listWithInodes(fd)?.entries ?? null;
+}
+
+/**
+ * listNatively, with each entry's inode number as the directory gives it
+ * (d_ino; -1 past 2^53), or null without the addon. On the filesystems
+ * oats stores on (ext4, xfs, btrfs, tmpfs) it is the entry's st_ino; a
+ * caller that must be sure compares it only with inodes it fstat'd itself.
+ */
+export function listWithInodes(fd: number): { entries: Listed[]; inodes: Float64Array } | null {
   const native = nativeReads();
   if (native === null) return null;
   const listed = native.listDirectory(fd);
   if (typeof listed === "number") throw nativeError(-listed, STEP_READ);
-  const { names, types } = listed;
+  const { names, types, inodes } = listed;
   const entries: Listed[] = new Array(types.length);
   let start = 0;
   for (let index = 0; index < types.length; index++) {
@@ -82,7 +92,7 @@ export function listNatively(fd: number): Listed[] | null {
     entries[index] = new NativeEntry(names.toString("utf8", start, end), types[index]!);
     start = end + 1;
   }
-  return entries;
+  return { entries, inodes };
 }
 
 const stat = new Float64Array(4);

@@ -60,9 +60,9 @@ export interface NativeAddon {
   openDirectoryAt(parentFd: number, name: string, stat: Float64Array): number;
   /** Closes a descriptor openDirectoryAt gave (Node must not close what it did not open): 0 or -errno. */
   closeDirectory(fd: number): number;
-  /** The entries of an open directory but . and ..: their names' bytes, each followed by a NUL, and their d_types; or
-   * -errno. */
-  listDirectory(fd: number): { names: Buffer; types: Uint8Array } | number;
+  /** The entries of an open directory but . and ..: their names' bytes, each followed by a NUL, their d_types and
+   * their d_inos (-1 past 2^53); or -errno. */
+  listDirectory(fd: number): { names: Buffer; types: Uint8Array; inodes: Float64Array } | number;
   /** Leaf i's path is paths[ends[i - 1], ends[i]), empty for a leaf that is not a file. */
   startPrefetch(
     paths: Buffer,

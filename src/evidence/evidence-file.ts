@@ -1,5 +1,5 @@
 import { Readable } from "node:stream";
-import { type OatsError, bytesDigest, bytesDigester } from "../core/index.js";
+import { type ErrorCode, OatsError, bytesDigest, bytesDigester } from "../core/index.js";
 import { read } from "node:fs";
 import { promisify } from "node:util";
 import { HeldFile, openNamedPath, type ReadFailure } from "../retention/index.js";
@@ -223,4 +223,36 @@ export function farSideRunOf(files: ReadonlyMap<string, Buffer>): FarSideRun {
     { size: bytes.length, stream: async () => Readable.from([bytes]) },
   ]);
   return { files: new Map(entries), close: async () => undefined };
+}
+
+/**
+ * A transport's readBack from its openBack: every file of the far-side run
+ * whole (at most READ_BACK_LIMIT bytes each), then the run closed. A file
+ * past the limit is refused with the code and message `tooLarge` gives it,
+ * reason `too-large` and the details every transport gives it.
+ */
+export async function readFarSideRun(
+  there: FarSideRun,
+  where: { readonly to: string; readonly runId: string },
+  tooLarge: (name: string) => { readonly code: ErrorCode; readonly message: string },
+): Promise<Map<string, Buffer>> {
+  try {
+    const files = new Map<string, Buffer>();
+    for (const [name, file] of there.files) {
+      const refuse = (size: number) => {
+        const { code, message } = tooLarge(name);
+        return new OatsError(code, message, {
+          ...where,
+          file: name,
+          reason: "too-large",
+          size,
+          limit: READ_BACK_LIMIT,
+        });
+      };
+      files.set(name, await readFarSideFile(file, READ_BACK_LIMIT, refuse));
+    }
+    return files;
+  } finally {
+    await there.close();
+  }
 }

@@ -1,6 +1,6 @@
 import { OatsError, bytesDigest } from "../core/index.js";
 import { digestFarSideFile, farSideRunOf, type FarSideRun } from "./evidence-file.js";
-import type { OutboxEntry } from "./outbox.js";
+import type { OutboxEntry, OutboxFile } from "./outbox.js";
 import type { OpenEntry } from "./outbox-open.js";
 import type { EvidenceTransport } from "./transport.js";
 
@@ -18,27 +18,9 @@ export function checkReadBack(entry: OutboxEntry, to: string, back: Map<string, 
     const bytes = back?.get(file.name);
     if (bytes === undefined) differences.push(`${file.name}: missing`);
     else if (bytesDigest(bytes) !== file.digest)
-      differences.push(
-        `${file.name}: read back ${bytesDigest(bytes)} (${bytes.length} bytes), ` +
-          `queued ${file.digest} (${file.bytes} bytes)`,
-      );
+      differences.push(readBackDifference(file, bytesDigest(bytes), bytes.length));
   }
-  for (const name of back?.keys() ?? [])
-    if (!entry.files.some((file) => file.name === name)) differences.push(`${name}: unexpected`);
-  if (differences.length > 0) {
-    throw new OatsError(
-      "integrity-mismatch",
-      `run ${entry.runId} (outbox seq ${entry.seq}) did not read back intact ` +
-        `from ${to}: ${differences.join("; ")}; it stays queued`,
-      {
-        to,
-        seq: entry.seq,
-        runId: entry.runId,
-        differences,
-        reason: "read-back-mismatch",
-      },
-    );
-  }
+  refuseDifferences(entry, to, differences, back?.keys() ?? []);
 }
 
 /**
@@ -58,27 +40,33 @@ export async function checkFarSide(entry: OutboxEntry, to: string, back: FarSide
     const streamed =
       there.size === file.bytes ? await digestFarSideFile(there, file.bytes) : { digest: "-", bytes: there.size };
     if (streamed.digest !== file.digest || streamed.bytes !== file.bytes)
-      differences.push(
-        `${file.name}: read back ${streamed.digest} (${streamed.bytes} bytes), ` +
-          `queued ${file.digest} (${file.bytes} bytes)`,
-      );
+      differences.push(readBackDifference(file, streamed.digest, streamed.bytes));
   }
-  for (const name of back?.files.keys() ?? [])
+  refuseDifferences(entry, to, differences, back?.files.keys() ?? []);
+}
+
+function readBackDifference(file: OutboxFile, digest: string, bytes: number): string {
+  return `${file.name}: read back ${digest} (${bytes} bytes), queued ${file.digest} (${file.bytes} bytes)`;
+}
+
+/**
+ * The refusal of both checks: `differences` found among the queued files,
+ * and every name the far side lists that was not queued (`unexpected`).
+ */
+function refuseDifferences(entry: OutboxEntry, to: string, differences: string[], listed: Iterable<string>): void {
+  for (const name of listed)
     if (!entry.files.some((file) => file.name === name)) differences.push(`${name}: unexpected`);
-  if (differences.length > 0) {
-    throw new OatsError(
-      "integrity-mismatch",
-      `run ${entry.runId} (outbox seq ${entry.seq}) did not read back intact ` +
-        `from ${to}: ${differences.join("; ")}; it stays queued`,
-      {
-        to,
-        seq: entry.seq,
-        runId: entry.runId,
-        differences,
-        reason: "read-back-mismatch",
-      },
-    );
-  }
+  if (differences.length > 0) throw readBackMismatch(entry, to, differences);
+}
+
+/** The typed refusal of a read-back that is not what was queued (reason `read-back-mismatch`). */
+function readBackMismatch(entry: OutboxEntry, to: string, differences: string[]): OatsError {
+  return new OatsError(
+    "integrity-mismatch",
+    `run ${entry.runId} (outbox seq ${entry.seq}) did not read back intact ` +
+      `from ${to}: ${differences.join("; ")}; it stays queued`,
+    { to, seq: entry.seq, runId: entry.runId, differences, reason: "read-back-mismatch" },
+  );
 }
 
 /** Put an entry and read it back from the far side, streaming both ways (whole files from a readBack-only one). */

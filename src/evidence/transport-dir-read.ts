@@ -1,7 +1,7 @@
 import { closeSync, openSync, readdirSync } from "node:fs";
 import { OatsError, errnoCode } from "../core/index.js";
 import { HeldFile, inDirectory, openNamedPath, assertContained, type ReadFailure } from "../retention/index.js";
-import { readFarSideFile, readPieces, READ_BACK_LIMIT, type FarSideFile, type FarSideRun } from "./evidence-file.js";
+import { readFarSideRun, readPieces, type FarSideFile, type FarSideRun } from "./evidence-file.js";
 import { runHex } from "./run-id.js";
 import {
   DIRECTORY_FLAGS,
@@ -109,28 +109,8 @@ export async function readShareRun(share: string, runId: string): Promise<Map<st
   const to = `dir:${share}`;
   const there = await openShareRun(share, runId);
   if (there === null) return null;
-  try {
-    const files = new Map<string, Buffer>();
-    for (const [name, file] of there.files) {
-      files.set(
-        name,
-        await readFarSideFile(
-          file,
-          READ_BACK_LIMIT,
-          (size) =>
-            new OatsError("integrity-mismatch", `cannot read ${name} of run ${runId} back from ${to}: too-large`, {
-              to,
-              runId,
-              file: name,
-              reason: "too-large",
-              size,
-              limit: READ_BACK_LIMIT,
-            }),
-        ),
-      );
-    }
-    return files;
-  } finally {
-    await there.close();
-  }
+  return readFarSideRun(there, { to, runId }, (name) => ({
+    code: "integrity-mismatch",
+    message: `cannot read ${name} of run ${runId} back from ${to}: too-large`,
+  }));
 }

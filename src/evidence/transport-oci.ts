@@ -9,8 +9,7 @@ import {
 } from "../oci/index.js";
 import {
   asEvidenceFile,
-  readFarSideFile,
-  READ_BACK_LIMIT,
+  readFarSideRun,
   type EvidenceFile,
   type FarSideFile,
   type FarSideRun,
@@ -244,26 +243,10 @@ export class OciEvidenceTransport implements EvidenceTransport {
   async readBack(runId: string): Promise<Map<string, Buffer> | null> {
     const there = await this.openBack(runId);
     if (there === null) return null;
-    const files = new Map<string, Buffer>();
-    for (const [name, file] of there.files) {
-      files.set(
-        name,
-        await readFarSideFile(
-          file,
-          READ_BACK_LIMIT,
-          (size) =>
-            new OatsError("invalid-artifact", `the run artifact for ${runId} at ${this.#to} has a layer too large`, {
-              to: this.#to,
-              runId,
-              file: name,
-              reason: "too-large",
-              size,
-              limit: READ_BACK_LIMIT,
-            }),
-        ),
-      );
-    }
-    return files;
+    return readFarSideRun(there, { to: this.#to, runId }, () => ({
+      code: "invalid-artifact",
+      message: `the run artifact for ${runId} at ${this.#to} has a layer too large`,
+    }));
   }
 }
 

@@ -52,7 +52,7 @@ export {
   type StateProblemReason,
   stateRoot,
 } from "./chain-state.js";
-export { privateDir, readPrivateFile, writePrivateFile } from "./private-state.js";
+export { privateDir, readPrivateFile, writePrivateFile } from "../retention/index.js";
 export {
   assertInitialUserNamespace,
   currentPrincipal,

@@ -1,12 +1,11 @@
-import { createHash } from "node:crypto";
-import { closeSync, constants, fstatSync, lstatSync, openSync, readdirSync } from "node:fs";
+import { lstatSync, readdirSync } from "node:fs";
 import { join } from "node:path";
 import { OatsError } from "../core/index.js";
 import { listResolutionIds, recordReader } from "../resolution/index.js";
 import {
   DEFAULT_MAX_DEPTH,
   TREE_EXEC,
-  readInPieces,
+  hashFilesInLanes,
   readManifestRows,
   rowsDifference,
   type ArtifactRef,
@@ -47,7 +46,7 @@ export interface ModeEvidence {
 }
 
 /** What the store knows about the exec bits of the legacy revision `ref` at `dir` (read before it is moved). */
-export function modeEvidence(realScope: string, ref: ArtifactRef, dir: string): ModeEvidence {
+export async function modeEvidence(realScope: string, ref: ArtifactRef, dir: string): Promise<ModeEvidence> {
   const records: { id: string; exec: string }[] = [];
   const read = recordReader(realScope);
   for (const id of listResolutionIds(realScope)) {
@@ -67,33 +66,16 @@ export function modeEvidence(realScope: string, ref: ArtifactRef, dir: string): 
         records.push({ id, exec: entry.artifact.integrity.value });
     }
   }
-  return { records, manifest: readManifestRows(dir), damaged: damagedLeaves(dir) };
+  return { records, manifest: readManifestRows(dir), damaged: await damagedLeaves(dir) };
 }
 
-/** The SHA-256 of a regular file, read through one descriptor (never a symlink, never blocking on a FIFO). */
-function fileSha256(path: string): string | null {
-  let fd: number;
-  try {
-    fd = openSync(path, constants.O_RDONLY | constants.O_NOFOLLOW | constants.O_NONBLOCK);
-  } catch {
-    return null;
-  }
-  try {
-    const stats = fstatSync(fd);
-    if (!stats.isFile()) return null;
-    const hash = createHash("sha256");
-    if (readInPieces(fd, stats.size, (piece) => hash.update(piece)) !== stats.size) return null;
-    return hash.digest("hex");
-  } catch {
-    return null;
-  } finally {
-    closeSync(fd);
-  }
-}
-
-/** The regular files of the damaged tree (the store's own, written by oats), as far as they can be listed. */
-function damagedLeaves(dir: string): Map<string, { exec: boolean; sha256: string | null }> {
-  const leaves = new Map<string, { exec: boolean; sha256: string | null }>();
+/**
+ * The regular files of the damaged tree (the store's own, written by oats), as far as they can be listed, each
+ * hashed as the shared file layer hashes its held files (hashFilesInLanes: through one descriptor, never a symlink,
+ * never blocking on a FIFO; null when it cannot be read).
+ */
+async function damagedLeaves(dir: string): Promise<Map<string, { exec: boolean; sha256: string | null }>> {
+  const leaves: { path: string; absolute: string; exec: boolean }[] = [];
   const walk = (absolute: string, path: string, depth: number): void => {
     if (depth > DEFAULT_MAX_DEPTH) return;
     let names: string[];
@@ -112,11 +94,12 @@ function damagedLeaves(dir: string): Map<string, { exec: boolean; sha256: string
       }
       if (stats.isDirectory()) walk(join(absolute, name), childPath, depth + 1);
       else if (stats.isFile())
-        leaves.set(childPath, { exec: (stats.mode & 0o100) !== 0, sha256: fileSha256(join(absolute, name)) });
+        leaves.push({ path: childPath, absolute: join(absolute, name), exec: (stats.mode & 0o100) !== 0 });
     }
   };
   walk(dir, "", 1);
-  return leaves;
+  const hashes = await hashFilesInLanes(leaves.map((leaf) => leaf.absolute));
+  return new Map(leaves.map((leaf, i) => [leaf.path, { exec: leaf.exec, sha256: hashes[i]?.sha256 ?? null }]));
 }
 
 function differ(

@@ -322,7 +322,7 @@ async function repairFrom(
     audited(realScope, "repair", { ref: text }, async () => {
       const damage = await damageOf(realScope, ref, dir, text);
       // What the store knows of a legacy revision's exec bits, read while the damaged tree is still in place.
-      const evidence: ModeEvidence | null = legacy ? modeEvidence(realScope, ref, dir) : null;
+      const evidence: ModeEvidence | null = legacy ? await modeEvidence(realScope, ref, dir) : null;
       return withSourceTree(realScope, ref, from, source, async (sourceDir, measured) => {
         if (lock) checkProvenance(sourceDir, expectedProvenance(ref.key, capabilityRows(lock, ref.key)));
         const expectExec = evidence === null ? null : checkReplacementModes(ref, text, from, measured, evidence);

@@ -1,16 +1,12 @@
-import { join } from "node:path";
 import type { TreeListing } from "./digest/walk.js";
 import { assertArtifactKey, assertArtifactKind, type ArtifactKind } from "./store/ids.js";
 import { type IntegrityInput, TREE_EXEC, parseTreeIntegrity } from "./digest/integrity.js";
-import { receipt, type ArtifactReceipt } from "./receipt.js";
-import { checkSourceOutsideStore } from "./source-check.js";
+import { publishedReceipt, type ArtifactReceipt } from "./receipt.js";
 import type { AdoptVerified } from "./store/adopted-read.js";
-import { inspectStore, resolveScope } from "./store/components.js";
-import { storeRoot } from "./store/layout.js";
+import { resolveScope } from "./store/components.js";
 import { withPublishLease } from "./store/lease.js";
-import { DEFAULT_LOCK_WAIT_MS } from "./store/publish-lock.js";
 import { publishAdopted, revisionParentSegments } from "./store/publish.js";
-import type { RetainOptions } from "./retain.js";
+import { checkOutsideStore, planOptions, type RetainOptions } from "./retain.js";
 
 /** A tree the caller walked, checked (symlinks inside it) and read in full in a directory only it can write to. */
 export interface VerifiedTree extends AdoptVerified {
@@ -37,11 +33,7 @@ export function adoptVerifiedTree(
     const expected = parseTreeIntegrity(request.expect, [TREE_EXEC]);
     const realScope = resolveScope(scope);
     const segments = revisionParentSegments(key, TREE_EXEC);
-    inspectStore(realScope, kind, segments);
-    await checkSourceOutsideStore(verified.listing.root.absolute, [
-      storeRoot(realScope, kind),
-      join(storeRoot(realScope, kind), ...segments),
-    ]);
+    await checkOutsideStore(realScope, kind, segments, verified.listing.root.absolute);
     const published = await publishAdopted({
       scope: realScope,
       kind,
@@ -50,20 +42,9 @@ export function adoptVerifiedTree(
       nameFormat: TREE_EXEC,
       expected: expected.value,
       formats: [TREE_EXEC],
-      lockWaitMs: options.lockWaitMs ?? DEFAULT_LOCK_WAIT_MS,
       verified: { digests: verified.digests, manifest: verified.manifest },
-      ...(options.signal ? { signal: options.signal } : {}),
-      ...(options.maxDepth === undefined ? {} : { maxDepth: options.maxDepth }),
+      ...planOptions(options),
     });
-    return receipt(
-      kind,
-      key,
-      TREE_EXEC,
-      published.digests,
-      published.dir,
-      published.status,
-      published.leftOut,
-      published.files,
-    );
+    return publishedReceipt(kind, key, TREE_EXEC, published);
   });
 }

@@ -85,7 +85,7 @@ export {
 export { DIGEST_VALUE_PATTERN, digestHex, parseDigestName, parseTreeIntegrity } from "./digest/integrity.js";
 export { namesIn, stagingAbandoned } from "./inventory.js";
 export { capabilityRows, lockDocumentSchema, MAX_LOCK_BYTES, parseLockText } from "./oats-lock.js";
-export { settleInLanes } from "./parallel/pool.js";
+export { hashFilesInLanes, settleInLanes } from "./parallel/pool.js";
 export {
   EMIT_EVERY_FILES,
   isInterrupted,
@@ -157,3 +157,14 @@ export {
   type HeldEntry,
 } from "./store/shared-layer.js";
 export { dedupe, type DedupeOptions, type DedupeReport, type DedupeRevision } from "./dedupe.js";
+export { privateDir, readPrivateFile, writePrivateFile } from "./store/private-state.js";
+export {
+  isPrivateDirectory,
+  operatorStateDir,
+  scopeState,
+  scopeStateDir,
+  stateRoot,
+  type ScopeState,
+  type StateProblem,
+  type StateProblemReason,
+} from "./store/state-location.js";

@@ -174,6 +174,8 @@ export interface FsckOutcome extends RetainedEntry {
   readonly ok: boolean;
   /** For a revision that verifies: its oats.tree-exec.v1 digest (measured with its name's format). */
   readonly execIntegrity?: Integrity;
+  /** Verified against its anchored manifest (anchored-check.ts), its bytes not read again. */
+  readonly anchored?: true;
   readonly error?: { code: string; kind: string; message: string; details: Record<string, unknown> };
 }
 
@@ -195,21 +197,36 @@ export async function fsck(
   return fsckListed(scope, listStore(scope), options);
 }
 
-/** fsck of the revisions of a listing the caller has just made (the scope's fsck: the store is listed once). */
+/**
+ * fsck of the revisions of a listing the caller has just made (the scope's fsck: the store is listed once).
+ * `anchored`: revision dirs the caller verified against their anchored manifests (checkSharedLayer), reported ok
+ * without a re-hash; every other revision is re-hashed.
+ */
 export async function fsckListed(
   scope: string,
   listing: StoreListing,
-  options: { onArtifact?: (done: number, total: number) => void } = {},
+  options: { onArtifact?: (done: number, total: number) => void; anchored?: ReadonlySet<string> } = {},
 ): Promise<FsckReport> {
+  const anchored = options.anchored ?? new Set<string>();
+  const rehash = listing.revisions.filter((entry) => !anchored.has(entry.dir));
+  const total = listing.revisions.length;
+  const skipped = total - rehash.length;
+  const onArtifact = options.onArtifact;
+  if (onArtifact) for (let done = 1; done <= skipped; done++) onArtifact(done, total);
   // On every core; outcomes in store order, as a one-by-one loop would report them.
   const settled = await verifyTrees(
     scope,
-    listing.revisions,
-    options.onArtifact ? { onVerified: options.onArtifact } : {},
+    rehash,
+    onArtifact ? { onVerified: (done) => onArtifact(skipped + done, total) } : {},
   );
   const outcomes: FsckOutcome[] = [];
-  for (const [index, entry] of listing.revisions.entries()) {
-    const outcome = settled[index]!;
+  let next = 0;
+  for (const entry of listing.revisions) {
+    if (anchored.has(entry.dir)) {
+      outcomes.push({ ...entry, ok: true, execIntegrity: entry.integrity, anchored: true });
+      continue;
+    }
+    const outcome = settled[next++]!;
     if (outcome.ok) {
       outcomes.push({ ...entry, ok: true, execIntegrity: outcome.value.execIntegrity });
       continue;

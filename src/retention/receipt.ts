@@ -3,6 +3,7 @@ import type { ArtifactKind } from "./store/ids.js";
 import { TREE_EXEC, type Integrity, type TreeFormat } from "./digest/integrity.js";
 import type { LeftOut } from "./store/empty-directories.js";
 import type { FilesOutcome } from "./store/shared-layer.js";
+import type { PublishResult } from "./store/publish.js";
 
 /** What every retention and verification call returns. */
 export interface ArtifactReceipt {
@@ -49,4 +50,15 @@ export function receipt(
     ...(left ? { leftOut: left } : {}),
     ...(files ? { files } : {}),
   };
+}
+
+/** The receipt of a revision a retain published or kept, named in `nameFormat`. */
+export function publishedReceipt(
+  kind: ArtifactKind,
+  key: string,
+  nameFormat: TreeFormat,
+  published: PublishResult,
+): ArtifactReceipt {
+  const { digests, dir, status, leftOut, files } = published;
+  return receipt(kind, key, nameFormat, digests, dir, status, leftOut, files);
 }

@@ -8,14 +8,14 @@ import { assertArtifactKey, assertArtifactKind, assertIdentifier, type ArtifactK
 import { type IntegrityInput, TREE_EXEC, TREE_LEGACY, parseTreeIntegrity } from "./digest/integrity.js";
 import { capabilityRows, type OatsLockInput, parseLock } from "./oats-lock.js";
 import { checkProvenance, expectedProvenance } from "./provenance.js";
-import { receipt, type ArtifactReceipt } from "./receipt.js";
+import { publishedReceipt, type ArtifactReceipt } from "./receipt.js";
 import { checkSourceOutsideStore, checkSymlinks } from "./source-check.js";
 import { inspectStore, resolveScope } from "./store/components.js";
 import { startEarlyCheck, type EarlyCheck } from "./store/kept-early.js";
 import { storeRoot } from "./store/layout.js";
 import { DEFAULT_LOCK_WAIT_MS } from "./store/publish-lock.js";
 import { withPublishLease } from "./store/lease.js";
-import { publishAdopted, publishTree, revisionParentSegments } from "./store/publish.js";
+import { publishAdopted, publishTree, revisionParentSegments, type PublishPlan } from "./store/publish.js";
 
 export interface RetainOptions {
   /** How long to wait for another publisher's lock before refusing with `busy`. */
@@ -53,6 +53,32 @@ async function sourceRoot(dir: string): Promise<string> {
   return resolved;
 }
 
+/**
+ * The store as it must be before a tree is published into it (store/components.ts), and the tree at `root` neither
+ * in it nor above the revisions' parent `segments`.
+ */
+export async function checkOutsideStore(
+  scope: string,
+  kind: ArtifactKind,
+  segments: readonly string[],
+  root: string,
+): Promise<void> {
+  inspectStore(scope, kind, [...segments]);
+  await checkSourceOutsideStore(root, [storeRoot(scope, kind), join(storeRoot(scope, kind), ...segments)]);
+}
+
+/** The part of a publish plan that the caller's options give. */
+export function planOptions(
+  options: RetainOptions,
+): Pick<PublishPlan, "lockWaitMs" | "onProgress" | "signal" | "maxDepth"> {
+  return {
+    lockWaitMs: options.lockWaitMs ?? DEFAULT_LOCK_WAIT_MS,
+    ...(options.onProgress ? { onProgress: options.onProgress } : {}),
+    ...(options.signal ? { signal: options.signal } : {}),
+    ...depth(options),
+  };
+}
+
 /** Everything a source must pass before the store is touched. */
 async function checkedSource(
   scope: string,
@@ -62,9 +88,8 @@ async function checkedSource(
   segments: string[],
   maxDepth: number | undefined,
 ) {
-  inspectStore(scope, kind, segments);
   const root = await sourceRoot(source);
-  await checkSourceOutsideStore(root, [storeRoot(scope, kind), join(storeRoot(scope, kind), ...segments)]);
+  await checkOutsideStore(scope, kind, segments, root);
   const listing = await walkTree(root, maxDepth === undefined ? {} : { maxDepth });
   await checkSymlinks(root, listing);
   return listing;
@@ -192,21 +217,9 @@ async function capabilityPublished(
     checkExisting: checkStaged,
     ...(options.expectExec === undefined ? {} : { expectedAlso: { [TREE_EXEC]: options.expectExec } }),
     early,
-    lockWaitMs: options.lockWaitMs ?? DEFAULT_LOCK_WAIT_MS,
-    ...(options.onProgress ? { onProgress: options.onProgress } : {}),
-    ...(options.signal ? { signal: options.signal } : {}),
-    ...(options.maxDepth === undefined ? {} : { maxDepth: options.maxDepth }),
+    ...planOptions(options),
   });
-  return receipt(
-    "capability",
-    id,
-    TREE_LEGACY,
-    published.digests,
-    published.dir,
-    published.status,
-    published.leftOut,
-    published.files,
-  );
+  return publishedReceipt("capability", id, TREE_LEGACY, published);
 }
 
 export interface RetainTreeRequest {
@@ -294,19 +307,7 @@ async function treePublished(
     ...(expected ? { expected } : {}),
     formats: [TREE_EXEC],
     early,
-    lockWaitMs: options.lockWaitMs ?? DEFAULT_LOCK_WAIT_MS,
-    ...(options.onProgress ? { onProgress: options.onProgress } : {}),
-    ...(options.signal ? { signal: options.signal } : {}),
-    ...(options.maxDepth === undefined ? {} : { maxDepth: options.maxDepth }),
+    ...planOptions(options),
   });
-  return receipt(
-    kind,
-    key,
-    TREE_EXEC,
-    published.digests,
-    published.dir,
-    published.status,
-    published.leftOut,
-    published.files,
-  );
+  return publishedReceipt(kind, key, TREE_EXEC, published);
 }

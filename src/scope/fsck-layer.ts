@@ -6,14 +6,15 @@ import { notice, type Finding } from "./findings.js";
  * held file once, whatever links it; a writable held file or shared
  * revision entry; a path that no longer links its held file; and, as
  * notices, revisions not yet shared (`oats dedupe` converts them). Returns
- * the number of held files hashed.
+ * the number of held files hashed and the revisions that matched their
+ * anchored manifests (verified without re-hashing them).
  */
 export async function checkLayer(
   scope: string,
   revisions: readonly RetainedEntry[],
   findings: Finding[],
-): Promise<number> {
-  const layer = await checkSharedLayer(scope, revisions);
+): Promise<{ held: number; anchored: ReadonlySet<string> }> {
+  const layer = await checkSharedLayer(scope, revisions, { anchored: true });
   for (const damaged of layer.damaged)
     findings.push({
       class: "files",
@@ -54,5 +55,5 @@ export async function checkLayer(
         `${entry.files} file${entry.files === 1 ? " is" : "s are"} not yet shared; \`oats dedupe --apply\` links them`,
       ),
     );
-  return layer.held;
+  return { held: layer.held, anchored: layer.anchored };
 }

@@ -31,9 +31,12 @@ import {
  * the cross-check records what it verified in the operator's private state,
  * as every reader of the logs does).
  *
- * Revisions are re-hashed once each (retention's fsck); every other check
+ * Each held file of the shared layer is hashed once; a revision whose
+ * manifest is anchored in the operator's private state is verified by its
+ * structure against that manifest (retention's anchored-check.ts), and every
+ * other revision is re-hashed once (retention's fsck); every other check
  * reads small files, so the whole scope costs little more than verifying its
- * revisions (bench/sections/10-fsck.mjs). A reference is checked for
+ * distinct bytes (bench/sections/10-fsck.mjs, 28-store-bytes.mjs). A reference is checked for
  * presence, not re-verified: a damaged revision or blob is reported once,
  * under its own class.
  */
@@ -88,18 +91,25 @@ export async function fsckScope(scope: string, options: ScopeFsckOptions = {}): 
   const listing = guarded(listingFindings, "revisions", "artifact stores", () => listStore(realScope));
   const revisions = new Set((listing?.revisions ?? []).map(revisionKey));
 
-  // Re-hashing the revisions waits on file reads most of the time; the other
-  // checks are small reads and CPU work, so they run meanwhile (they yield
-  // between records), each into its own list so the report's order is fixed.
+  // The shared file layer first: each held file hashed once, and each revision's structure walked, which verifies
+  // a revision with an anchored manifest without its bytes (retention's checkSharedLayer); the others are re-hashed.
+  // Both wait on file reads most of the time; the other checks are small reads and CPU work, so they run meanwhile
+  // (they yield between records), each into its own list so the report's order is fixed.
   const revisionFindings: Finding[] = [];
   const storeFindings: Finding[] = [];
-  const [retention, { counts, records, checkpoint }] = await Promise.all([
+  const layerFindings: Finding[] = [];
+  const checkRevisions = async () => {
+    const layer = await checkLayer(realScope, listing?.revisions ?? [], layerFindings);
     // One listing: when it was refused, retention's fsck lists again and meets (and reports) the same refusal.
-    guardedAsync(revisionFindings, () =>
+    const retention = await guardedAsync(revisionFindings, () =>
       listing
-        ? fsckListed(realScope, listing, { onArtifact: options.onArtifact })
+        ? fsckListed(realScope, listing, { onArtifact: options.onArtifact, anchored: layer.anchored })
         : fsckRevisions(realScope, { onArtifact: options.onArtifact }),
-    ),
+    );
+    return { layer, retention };
+  };
+  const [{ layer, retention }, { counts, records, checkpoint }] = await Promise.all([
+    checkRevisions(),
     checkStores(realScope, revisions, storeFindings),
   ]);
   const outcomes = retention?.outcomes ?? [];
@@ -117,8 +127,6 @@ export async function fsckScope(scope: string, options: ScopeFsckOptions = {}): 
     } as Finding);
   }
   await checkLegacyModes(outcomes, records, revisionFindings);
-  const layerFindings: Finding[] = [];
-  const layer = await checkLayer(realScope, listing?.revisions ?? [], layerFindings);
   // A run copy is staging too, but only a gone dispatcher's is a leftover.
   const staging = retention?.staging ?? [];
   for (const path of staging)
@@ -149,7 +157,7 @@ export async function fsckScope(scope: string, options: ScopeFsckOptions = {}): 
     ok: worst === null,
     worst,
     exitCode: worst === null || worst.kind === "notice" ? 0 : ERROR_KINDS[worst.kind],
-    counts: { revisions: outcomes.length, heldFiles: layer, ...counts },
+    counts: { revisions: outcomes.length, heldFiles: layer.held, ...counts },
     classes,
     outcomes,
     checkpoint,

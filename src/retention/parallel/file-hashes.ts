@@ -17,6 +17,8 @@ export interface FileHash {
   readonly mode: number;
   /** Hard links to the inode. */
   readonly nlink: number;
+  /** The modification time the read's fstat saw (a write moves it; a link does not). */
+  readonly mtimeMs: number;
 }
 
 const buffer = Buffer.allocUnsafe(256 * 1024);
@@ -46,6 +48,7 @@ export function hashFileHere(path: string): FileHash | null {
       ino: stats.ino,
       mode: stats.mode & 0o7777,
       nlink: stats.nlink,
+      mtimeMs: stats.mtimeMs,
     };
   } catch {
     return null;

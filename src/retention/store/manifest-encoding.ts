@@ -11,8 +11,31 @@ import { ManifestRowSink } from "./manifest-rows.js";
 const HEAD = '{"rows":[';
 const TAIL = '],"schemaVersion":1}\n';
 
-/** One row's canonical JSON, without the document's closing newline. */
+const LONE_SURROGATE = /\p{Surrogate}/u;
+
+/**
+ * One row's canonical JSON, without the document's closing newline. A row
+ * has a fixed shape, so its members are spelled in canonical order (keys by
+ * UTF-8 bytes) here, with JSON.stringify for the strings, as canonicalJson
+ * writes them; a row whose strings canonicalJson would refuse (a lone
+ * surrogate) goes to it, to be refused there. Encoding each row through
+ * canonicalJson cost some 15 us a row, a third of a second for 20,000 files.
+ */
 export function encodeManifestRow(row: ManifestRow): string {
+  if (
+    row.type === "file" &&
+    Number.isSafeInteger(row.size) &&
+    row.size >= 0 &&
+    typeof row.exec === "boolean" &&
+    !LONE_SURROGATE.test(row.path) &&
+    !LONE_SURROGATE.test(row.sha256)
+  )
+    return (
+      `{"exec":${row.exec ? "true" : "false"},"path":${JSON.stringify(row.path)},` +
+      `"sha256":${JSON.stringify(row.sha256)},"size":${row.size},"type":"file"}`
+    );
+  if (row.type === "symlink" && !LONE_SURROGATE.test(row.path) && !LONE_SURROGATE.test(row.target))
+    return `{"path":${JSON.stringify(row.path)},"target":${JSON.stringify(row.target)},"type":"symlink"}`;
   const text = canonicalJson(row);
   return text.slice(0, text.length - 1);
 }
@@ -32,6 +55,11 @@ export class ManifestRecorder extends ManifestRowSink {
   private block = Buffer.allocUnsafe(CHUNK_BYTES);
   private used = 0;
   private rows = 0;
+
+  /** A row measured elsewhere (a copy pass that hashed each file itself: sharing-writer.ts). */
+  record(row: ManifestRow): void {
+    this.add(row);
+  }
 
   protected add(row: ManifestRow): void {
     this.append(this.rows === 0 ? encodeManifestRow(row) : `,${encodeManifestRow(row)}`);

@@ -117,9 +117,13 @@ export function manifestBytes(rows: readonly ManifestRow[]): Buffer {
 
 /** The rows of a revision's manifest, or null when it has none that reads (a manifest is diagnostic). */
 export function readManifestRows(revisionDir: string): ManifestRow[] | null {
+  const bytes = readManifestBytes(revisionDir);
+  return bytes ? parseManifestBytes(bytes) : null;
+}
+
+/** The rows of a manifest document, or null when it does not parse as one. */
+export function parseManifestBytes(bytes: Buffer): ManifestRow[] | null {
   try {
-    const bytes = readManifestBytes(revisionDir);
-    if (!bytes) return null;
     const parsed = manifestSchema.safeParse(JSON.parse(bytes.toString("utf8")));
     return parsed.success ? parsed.data.rows : null;
   } catch {

@@ -12,10 +12,11 @@ import {
 import { noteRemoved, throwIfAborted, type ProgressPhase } from "../digest/progress.js";
 import { walkTree, type TreeListing, type WalkOptions } from "../digest/walk.js";
 import type { ArtifactKind } from "./ids.js";
-import { TREE_LEGACY, type TreeFormat } from "../digest/integrity.js";
+import { TREE_EXEC, TREE_LEGACY, type TreeFormat } from "../digest/integrity.js";
 import { ensureStore, fsyncDirectory, removeCreatedStore } from "./components.js";
 import { faultPoint } from "./faults.js";
 import { treeDifferences, writeManifest } from "./manifest.js";
+import { anchorManifest } from "./manifest-anchor.js";
 import { ManifestRecorder } from "./manifest-encoding.js";
 import { adoptedAsVerified, type AdoptVerified } from "./adopted-read.js";
 import {
@@ -34,13 +35,15 @@ import { withRevisionLock } from "./publish-lock.js";
 import { StagingWriter, makeDurable, perFileDurability, removeTree } from "./staging-writer.js";
 import { newTakeBack, shareAndSeal, takeBackShared, type FilesOutcome } from "./shared-layer.js";
 import { SharingWriter } from "./sharing-writer.js";
+import { stagedByStructure } from "./staged-check.js";
 
 /**
  * Stage, verify, rename (contract section 5). The tree is copied into a
  * dot-prefixed staging directory beside its destination while it is hashed;
  * the digest is compared with what was expected; the staged copy is checked
- * (provenance), made durable, read back and verified again; only then is it
- * renamed into place, under a lock, and the parent fsync'd. A destination
+ * (provenance), made durable, read back and verified again (files linked
+ * from held files hashed in this publication by structure: staged-check.ts);
+ * only then is it renamed into place, under a lock, and the parent fsync'd. A destination
  * that already exists is verified and reused, never replaced or repaired.
  * Any failure removes the staging directory; a crash leaves only staging,
  * which no reader selects.
@@ -294,7 +297,9 @@ async function publishCopy(plan: PublishPlan, stored: TreeListing): Promise<Publ
 
   const { created, staging } = await createStaging(plan, parent, segments);
   const writer = new StagingWriter(staging, stored, { shared: true });
-  const sharing = new SharingWriter(plan.scope, staging, writer);
+  // The pass measures the manifest itself when the staged tree may be checked by structure (staged-check.ts).
+  const recorded = byStructure(plan) ? new ManifestRecorder() : null;
+  const sharing = new SharingWriter(plan.scope, staging, writer, recorded);
   const taken = newTakeBack(plan.scope);
   try {
     writer.prepareDirectories();
@@ -316,6 +321,7 @@ async function publishCopy(plan: PublishPlan, stored: TreeListing): Promise<Publ
         sink: sharing,
         sinkOrder: FRAMINGS[plan.nameFormat].order,
       });
+      await sharing.finish();
     } finally {
       writer.abort();
     }
@@ -326,11 +332,10 @@ async function publishCopy(plan: PublishPlan, stored: TreeListing): Promise<Publ
     announce(plan, "sync");
     await writer.flush();
 
-    const { staged, manifest } = await verifyStaged(
-      plan,
-      staging,
-      copiedBytes === undefined ? undefined : copiedBytes * plan.formats.length,
-    );
+    const { staged, manifest } =
+      recorded && (await checkedByStructure(plan, staging, stored, sharing))
+        ? { staged: copied, manifest: recorded }
+        : await verifyStaged(plan, staging, copiedBytes === undefined ? undefined : copiedBytes * plan.formats.length);
     if (staged[plan.nameFormat] !== measured) {
       throw mismatch(plan, measured, staged[plan.nameFormat]!, {
         step: "verify-staged",
@@ -345,6 +350,43 @@ async function publishCopy(plan: PublishPlan, stored: TreeListing): Promise<Publ
     takeBackShared(taken);
     removeCreatedStore(created, root);
     throw error;
+  } finally {
+    await sharing.close();
+  }
+}
+
+/**
+ * Whether a copy's read-back may check linked files by structure: the pass
+ * measures everything the read-back would (one format, the name's, whose
+ * order is the manifest's), and nothing else is expected of the tree.
+ */
+function byStructure(plan: PublishPlan): boolean {
+  return (
+    plan.formats.length === 1 &&
+    plan.formats[0] === plan.nameFormat &&
+    FRAMINGS[plan.nameFormat].order === "bytes" &&
+    plan.expectedAlso === undefined
+  );
+}
+
+/**
+ * The read-back of a staged tree the pass linked files into, by structure
+ * (staged-check.ts); false when it does not hold (or nothing was linked),
+ * and the tree is then read back in full (verifyStaged).
+ */
+async function checkedByStructure(
+  plan: PublishPlan,
+  staging: string,
+  stored: TreeListing,
+  sharing: SharingWriter,
+): Promise<boolean> {
+  if (sharing.linked.size === 0) return false;
+  announce(plan, "verify");
+  try {
+    faultPoint("verify-staged", staging);
+    return await stagedByStructure(staging, stored, sharing.linked, sharing.written, walkOptions(plan));
+  } catch (error) {
+    throw asStepError("verify-staged", error, { staging });
   }
 }
 
@@ -480,20 +522,26 @@ async function commit(
   files: FilesOutcome,
 ): Promise<PublishResult> {
   const measured = staged[plan.nameFormat]!;
+  const manifestBytes = manifest.bytes();
   announce(plan, "publish");
   const outcome = await withRevisionLock(parent, `sha256-${measured.slice(7)}`, plan.lockWaitMs, async () => {
     if (await exists(dir)) return "lost-race" as const;
     try {
       faultPoint("rename", dir);
       await rename(staging, dir);
-      writeManifest(dir, manifest);
+      writeManifest(dir, { bytes: () => manifestBytes });
       fsyncDirectory(parent);
     } catch (error) {
       throw asStepError("rename", error, { from: staging, to: dir });
     }
     return "renamed" as const;
   });
-  if (outcome === "renamed") return { dir, digests: staged, status: "retained", files };
+  if (outcome === "renamed") {
+    // The manifest was measured in the read that verified these bytes (verify-staged, in full or by structure:
+    // staged-check.ts, or the caller's read).
+    if (plan.nameFormat === TREE_EXEC) anchorManifest(plan.scope, measured, manifestBytes);
+    return { dir, digests: staged, status: "retained", files };
+  }
   await discardStaging(staging);
   return (await kept(plan, dir, measured))!;
 }

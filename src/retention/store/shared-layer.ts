@@ -129,6 +129,12 @@ function verifies(found: FileHash | null, row: FileRow): boolean {
 
 type FileRow = Extract<ManifestRow, { type: "file" }>;
 
+/** What the copy pass already did (sharing-writer.ts): the paths it linked, and the first link it could not make. */
+export interface AlreadyShared {
+  readonly linked: { readonly size: number; has(path: string): boolean };
+  readonly fallback: string | null;
+}
+
 /**
  * Share a verified staged tree's regular files through the layer (the
  * staging is this publication's own, its directories still writable): a
@@ -143,10 +149,7 @@ export async function shareStagedTree(
   staging: string,
   rows: readonly ManifestRow[],
   taken: TakeBack = newTakeBack(scope),
-  already: { readonly linked: ReadonlySet<string>; readonly fallback: string | null } = {
-    linked: new Set(),
-    fallback: null,
-  },
+  already: AlreadyShared = { linked: new Set(), fallback: null },
 ): Promise<{ files: FilesOutcome; touched: string[] }> {
   const files: FilesOutcome = { linked: already.linked.size, stored: 0, copied: 0 };
   if (already.fallback !== null) files.fallback = already.fallback;
@@ -293,7 +296,7 @@ export async function shareAndSeal(
   stored: TreeListing,
   manifest: { bytes(): Buffer },
   taken: TakeBack,
-  already?: { readonly linked: ReadonlySet<string>; readonly fallback: string | null },
+  already?: AlreadyShared,
 ): Promise<FilesOutcome> {
   const rows = (JSON.parse(manifest.bytes().toString("utf8")) as { rows: ManifestRow[] }).rows;
   const { files, touched } = await shareStagedTree(taken.scope, staging, rows, taken, already);

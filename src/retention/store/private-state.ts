@@ -12,15 +12,16 @@ import {
   writeSync,
 } from "node:fs";
 import { join } from "node:path";
-import { errnoCode } from "../core/index.js";
-import { isPrivateDirectory, scopeStateDir } from "./chain-state.js";
-import { fsyncDirectory } from "../retention/index.js";
+import { errnoCode } from "../../core/index.js";
+import { fsyncDirectory } from "./components.js";
+import { isPrivateDirectory, scopeStateDir } from "./state-location.js";
 
 /**
  * Files kept in the operator's private state, outside the scope
- * (`scopeStateDir`, chain-state.ts): what only this account's oats wrote
+ * (`scopeStateDir`, state-location.ts): what only this account's oats wrote
  * and a writer of the scope must not be able to forge (the start records
- * and delivered marks of run evidence, the jobs this account queued).
+ * and delivered marks of run evidence, the jobs this account queued, the
+ * anchored revision manifests).
  * Every directory below the scope's state directory is created 0700 and
  * used only while it is a real directory of this account that no one else
  * can write; a file is read only when it is a regular file of this account
@@ -67,8 +68,17 @@ export function readPrivateFile(path: string, limit: number): Buffer | null {
   }
 }
 
-/** Replace `<dir>/<name>` whole and durably: a fresh file (0600, fsync'd), renamed, the directory fsync'd. */
-export function writePrivateFile(dir: string, name: string, bytes: Buffer): void {
+/**
+ * Replace `<dir>/<name>` whole and durably: a fresh file (0600, fsync'd), renamed, the directory fsync'd. With
+ * `durable: false` (a record whose loss costs only work) nothing is fsync'd.
+ */
+export function writePrivateFile(
+  dir: string,
+  name: string,
+  bytes: Buffer,
+  options: { readonly durable?: boolean } = {},
+): void {
+  const durable = options.durable ?? true;
   const temporary = join(dir, `.${name}.${process.pid}.${randomBytes(6).toString("hex")}.tmp`);
   try {
     const fd = openSync(
@@ -79,12 +89,12 @@ export function writePrivateFile(dir: string, name: string, bytes: Buffer): void
     try {
       let written = 0;
       while (written < bytes.length) written += writeSync(fd, bytes, written, bytes.length - written);
-      fsyncSync(fd);
+      if (durable) fsyncSync(fd);
     } finally {
       closeSync(fd);
     }
     renameSync(temporary, join(dir, name));
-    fsyncDirectory(dir);
+    if (durable) fsyncDirectory(dir);
   } catch (error) {
     try {
       unlinkSync(temporary);
