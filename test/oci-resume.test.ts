@@ -1,7 +1,11 @@
 import assert from "node:assert/strict";
 import { randomBytes } from "node:crypto";
+import { mkdtempSync, readFileSync, renameSync, rmSync, symlinkSync, truncateSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { after, before, test } from "node:test";
-import { bufferSource, OciClient } from "../src/oci/index.js";
+import { bufferSource, fileSource, OciClient } from "../src/oci/index.js";
+import { refusal } from "./support/refusals.js";
 import { startFaultProxy } from "./support/fault-proxy.js";
 import { NO_REGISTRY, registryBinary, sha256, startRegistry, type Registry } from "./support/registry.js";
 
@@ -90,4 +94,64 @@ test("with no retries left a lost connection is a typed refusal, and nothing is 
     return (error as { code?: string }).code === "registry-refused" && details["reason"] === "connection-lost";
   });
   assert.equal(await new OciClient(registry.ref("oats/noretry")).headBlob(digest), null);
+});
+
+for (const [name, cutAfter, options] of [
+  ["a monolithic upload", 200 * 1024, {}],
+  ["a chunked upload", 1024 * 1024 + 600, { chunkSize: 1024 * 1024 }],
+] as const) {
+  test(`a file source cut mid-upload and swapped at its path goes on with the file it opened (${name})`, async (t) => {
+    if (!HAVE) return t.skip(NO_REGISTRY);
+    const dir = mkdtempSync(join(tmpdir(), "oats-file-source-"));
+    t.after(() => rmSync(dir, { recursive: true, force: true }));
+    const path = join(dir, "blob");
+    const bytes = randomBytes(3 * 1024 * 1024 + 17);
+    writeFileSync(path, bytes);
+    const other = join(dir, "other");
+    writeFileSync(other, randomBytes(bytes.length));
+    // The path names another file of the same size from the moment the first attempt is cut.
+    const proxy = await startFaultProxy(registry.port, cutAfter, () => renameSync(other, path));
+    t.after(() => proxy.close());
+    const digest = sha256(bytes);
+    const source = fileSource(path, digest, bytes.length);
+    t.after(() => source.close());
+    const repository = `oats/file-swap-${options.chunkSize ? "chunked" : "whole"}`;
+    const client = new OciClient(`http://127.0.0.1:${proxy.port}/${repository}`);
+    const result = await client.putBlob(source, options);
+    assert.equal(proxy.cuts, 1, "the proxy did cut the connection");
+    assert.ok(result.resumed + result.restarted >= 1, JSON.stringify(result));
+    assert.ok(!readFileSync(path).equals(bytes), "the path now names the other file");
+    assert.ok((await read(new OciClient(registry.ref(repository)), digest)).equals(bytes));
+  });
+}
+
+test("a file source is refused unless the path is a regular file of the size given", async (t) => {
+  const dir = mkdtempSync(join(tmpdir(), "oats-file-source-"));
+  t.after(() => rmSync(dir, { recursive: true, force: true }));
+  writeFileSync(join(dir, "blob"), "abc");
+  symlinkSync(join(dir, "blob"), join(dir, "link"));
+  const digest = sha256(Buffer.from("abc"));
+  assert.throws(() => fileSource(join(dir, "blob"), digest, 4), refusal("invalid-input"));
+  assert.throws(() => fileSource(join(dir, "link"), digest, 3), refusal("invalid-input"));
+  assert.throws(() => fileSource(dir, digest, 3), refusal("invalid-input"));
+  assert.throws(() => fileSource(join(dir, "missing"), digest, 3), refusal("invalid-input"));
+  await fileSource(join(dir, "blob"), digest, 3).close();
+});
+
+test("a file source that shrinks before it goes up is integrity-mismatch (source-changed)", async (t) => {
+  if (!HAVE) return t.skip(NO_REGISTRY);
+  const dir = mkdtempSync(join(tmpdir(), "oats-file-source-"));
+  t.after(() => rmSync(dir, { recursive: true, force: true }));
+  const path = join(dir, "blob");
+  const bytes = randomBytes(3 * 1024 * 1024);
+  writeFileSync(path, bytes);
+  const source = fileSource(path, sha256(bytes), bytes.length);
+  t.after(() => source.close());
+  truncateSync(path, 1024 * 1024 + 5);
+  const client = new OciClient(registry.ref("oats/file-shrunk"));
+  await assert.rejects(
+    client.putBlob(source, { chunkSize: 1024 * 1024 }),
+    refusal("integrity-mismatch", { reason: "source-changed" }),
+  );
+  assert.equal(await client.headBlob(sha256(bytes)), null);
 });

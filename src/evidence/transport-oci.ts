@@ -32,7 +32,9 @@ import type { EvidenceBundle, EvidenceTransport, ProbeResult } from "./transport
  * to the client's chunk size, chunked PATCHes above it, so a log of any
  * size is never held in memory; the registry checks the digest it was
  * given. Reading back streams each blob, hashed by the client as it
- * passes.
+ * passes; a push's read-back and a pull take it a piece at a time through
+ * one reused buffer (oci/blob-pieces.ts), so a log of gigabytes leaves no
+ * garbage buffer per piece behind either way.
  *
  * The manifest's bytes depend only on the run id and the files, so putting
  * the same run twice writes nothing new, and a tag that already names
@@ -202,6 +204,7 @@ export class OciEvidenceTransport implements EvidenceTransport {
         digest: layer.digest,
         size: layer.file.size,
         open: (start: number, end: number) => layer.file.open(start, end),
+        ...(layer.file.readAt ? { readAt: layer.file.readAt.bind(layer.file) } : {}),
       })),
     ];
     const ensureBlobs = async () => {
@@ -228,6 +231,9 @@ export class OciEvidenceTransport implements EvidenceTransport {
         size: layer.size,
         // The client hashes the blob as it streams and fails the stream unless it is exactly the layer's digest.
         stream: () => this.client.getBlob(layer.digest, { size: layer.size, maxBytes: layer.size }),
+        // The same, through one reused buffer (oci/blob-pieces.ts): what a push's read-back and a pull use.
+        pieces: (limit, consume) =>
+          this.client.readBlobPieces(layer.digest, { size: layer.size, maxBytes: layer.size, limit }, consume),
       });
     }
     return { files, close: async () => undefined };

@@ -19,12 +19,81 @@ export interface Exchange {
   readonly url: URL;
   readonly headers?: Record<string, string>;
   /** Made afresh for each send, so a request can be repeated after an auth challenge. */
-  readonly body?: () => Buffer | Readable;
+  readonly body?: () => Buffer | Readable | PiecesBody;
   /** Sending it again changes nothing (GET and HEAD always are; a manifest PUT says so): a transient answer is then
    * asked again. */
   readonly repeatable?: boolean;
   /** Abandons this exchange (with the session's signal, if any): see TransportOptions.signal. */
   readonly signal?: AbortSignal;
+}
+
+/**
+ * A body of a known length written a piece at a time: `write` hands each
+ * piece to `put` and waits for it before making the next, so one buffer can
+ * be filled again for every piece (put resolves once the socket is done
+ * with the piece's bytes). A large upload then leaves no garbage buffer per
+ * piece behind for the collector. `put` rejects once the exchange has
+ * failed or ended; `write` then stops.
+ */
+export interface PiecesBody {
+  readonly length: number;
+  write(put: (piece: Buffer) => Promise<void>): Promise<void>;
+}
+
+function isPiecesBody(body: unknown): body is PiecesBody {
+  return typeof body === "object" && body !== null && !Buffer.isBuffer(body) && !(body instanceof Readable);
+}
+
+/** A failure of the body's own source (not of the network), as the caller's typed refusal. */
+function sourceFailure(error: Error): OatsError {
+  return error instanceof OatsError
+    ? error
+    : new OatsError("internal-error", `reading the upload source failed: ${error.message}`, {
+        step: "upload-source",
+        errno: errnoCode(error),
+      });
+}
+
+/** Write a PiecesBody into `request`, then end it; `failed` is told when the source (not the socket) fails. */
+function writePieces(request: http.ClientRequest, body: PiecesBody, failed: (error: Error) => void): void {
+  const over = new Error("the exchange is over");
+  let ended = false;
+  // The one write in flight, to be failed when the exchange ends under it.
+  let pending: ((error: Error | null | undefined) => void) | null = null;
+  const end = (): void => {
+    ended = true;
+    pending?.(over);
+  };
+  request.once("close", end);
+  request.once("error", end);
+  const put = (piece: Buffer): Promise<void> =>
+    new Promise<void>((resolve, reject) => {
+      if (ended) {
+        reject(over);
+        return;
+      }
+      const settle = (error: Error | null | undefined): void => {
+        if (pending !== settle) return;
+        pending = null;
+        if (!error) {
+          resolve();
+          return;
+        }
+        // A failed write is the exchange's failure (classified by its 'error'), never the source's.
+        if (error !== over) request.destroy(error);
+        reject(over);
+      };
+      pending = settle;
+      request.write(piece, settle);
+    });
+  body.write(put).then(
+    () => {
+      if (!ended) request.end();
+    },
+    (error: Error) => {
+      if (!ended && error !== over) failed(error);
+    },
+  );
 }
 
 export interface TransportOptions {
@@ -140,7 +209,7 @@ export function send(exchange: Exchange, options: TransportOptions = {}): Promis
   const secure = url.protocol === "https:";
   const body = exchange.body?.();
   const headers: Record<string, string> = { "user-agent": "oats-retention", ...exchange.headers };
-  if (Buffer.isBuffer(body)) headers["content-length"] = String(body.length);
+  if (Buffer.isBuffer(body) || isPiecesBody(body)) headers["content-length"] = String(body.length);
   else if (
     body === undefined &&
     (exchange.method === "PUT" || exchange.method === "POST" || exchange.method === "PATCH")
@@ -189,22 +258,18 @@ export function send(exchange: Exchange, options: TransportOptions = {}): Promis
       request.destroy(Object.assign(new Error("idle timeout"), { code: "ETIMEDOUT" })),
     );
     request.on("error", fail);
+    const sourceFailed = (error: Error): void => {
+      request.destroy();
+      if (!settled) {
+        settled = true;
+        reject(sourceFailure(error));
+      }
+    };
     if (body instanceof Readable) {
-      body.on("error", (error) => {
-        request.destroy();
-        if (!settled) {
-          settled = true;
-          reject(
-            error instanceof OatsError
-              ? error
-              : new OatsError("internal-error", `reading the upload source failed: ${error.message}`, {
-                  step: "upload-source",
-                  errno: errnoCode(error),
-                }),
-          );
-        }
-      });
+      body.on("error", sourceFailed);
       body.pipe(request);
+    } else if (isPiecesBody(body)) {
+      writePieces(request, body, sourceFailed);
     } else {
       request.end(body);
     }

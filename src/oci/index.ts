@@ -1,6 +1,7 @@
 import type { Readable } from "node:stream";
 import { drain } from "./http.js";
 import { getBlob, getBlobBytes, headBlob, type BlobReadOptions } from "./blobs.js";
+import { readBlobPieces, type BlobPiecesOptions } from "./blob-pieces.js";
 import {
   getManifest,
   listTags,
@@ -52,6 +53,11 @@ export class OciClient {
     return getBlob(this.session, digest, options);
   }
 
+  /** The blob a piece at a time through one reused buffer (blob-pieces.ts); fails unless it is exactly `digest`. */
+  readBlobPieces(digest: string, options: BlobPiecesOptions, consume: (piece: Buffer) => void): Promise<number> {
+    return readBlobPieces(this.session, digest, options, consume);
+  }
+
   getBlobBytes(digest: string, options: BlobReadOptions & { maxBytes: number }): Promise<Buffer> {
     return getBlobBytes(this.session, digest, options);
   }
@@ -91,6 +97,7 @@ export class OciClient {
 }
 
 export { sha256Digest, type BlobReadOptions } from "./blobs.js";
+export { readBlobPieces, type BlobPiecesOptions } from "./blob-pieces.js";
 export { resolveCredentials, normalizeAuthKey, type Credentials, type CredentialOptions } from "./credentials.js";
 export { isConnectionLost, registryRefusal } from "./http.js";
 export { MAX_MANIFEST_BYTES, OCI_INDEX, OCI_MANIFEST, type Manifest, type ManifestReadOptions } from "./manifests.js";

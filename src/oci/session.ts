@@ -67,6 +67,16 @@ export class RegistrySession {
     return this.#options.signal;
   }
 
+  /** Milliseconds without socket activity before an exchange is abandoned (TransportOptions.idleTimeoutMs). */
+  get idleTimeoutMs(): number {
+    return this.#options.idleTimeoutMs ?? 60_000;
+  }
+
+  /** The Authorization header a request to `url` carries: the session's, only to the registry's own origin. */
+  authorizationFor(url: URL): string | null {
+    return url.origin === this.origin ? this.#authorization : null;
+  }
+
   /** `/v2/<repository>/<rest>` on the registry. */
   url(rest: string): URL {
     return new URL(`/v2/${this.reference.repository}/${rest}`, this.base);

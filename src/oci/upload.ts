@@ -1,9 +1,11 @@
-import { createReadStream } from "node:fs";
+import { closeSync, read } from "node:fs";
 import type { IncomingMessage } from "node:http";
 import { Readable } from "node:stream";
-import { OatsError } from "../core/index.js";
+import { promisify } from "node:util";
+import { OatsError, errnoCode } from "../core/index.js";
+import { HeldFile, openNamedPath } from "../retention/index.js";
 import { checkDigest } from "./blobs.js";
-import { drain, isConnectionLost, readBody, registryErrorCodes, registryRefusal } from "./http.js";
+import { drain, isConnectionLost, readBody, registryErrorCodes, registryRefusal, type PiecesBody } from "./http.js";
 import type { RegistrySession } from "./session.js";
 
 /**
@@ -15,6 +17,12 @@ import type { RegistrySession } from "./session.js";
  * is gone or its state is ambiguous, the upload restarts from a new POST.
  * The registry's answer (Docker-Content-Digest, Location) must name the
  * digest we sent, or the upload is an integrity-mismatch.
+ *
+ * A source that can read at an offset (`readAt`: a file held by
+ * descriptor) goes up through one buffer per request, filled again only
+ * once the socket has taken its bytes (http.ts, PiecesBody): a blob of
+ * gigabytes leaves no buffer per piece behind for the collector. Any other
+ * source goes up as the stream `open` makes.
  */
 
 export interface BlobSource {
@@ -22,18 +30,133 @@ export interface BlobSource {
   readonly size: number;
   /** The bytes [start, end) afresh; called again for each retry. */
   open(start: number, end: number): Readable;
+  /** Up to `into.length` bytes from `position` into `into`: how many (0 past the end); the same bytes at each call. */
+  readAt?(into: Buffer, position: number): Promise<number>;
 }
 
 export function bufferSource(bytes: Buffer, digest: string): BlobSource {
-  return { digest, size: bytes.length, open: (start, end) => Readable.from([bytes.subarray(start, end)]) };
+  return {
+    digest,
+    size: bytes.length,
+    open: (start, end) => Readable.from([bytes.subarray(start, end)]),
+    readAt: async (into, position) => (position >= bytes.length ? 0 : bytes.copy(into, 0, position)),
+  };
 }
 
-export function fileSource(path: string, digest: string, size: number): BlobSource {
+/** A file source; close releases its descriptor once no upload uses it. */
+export interface FileBlobSource extends BlobSource {
+  close(): Promise<void>;
+}
+
+const readFd = promisify(read);
+
+/**
+ * The file at `path` as a blob source: opened once, here (no symlink
+ * followed, a regular file of `size` bytes, or `invalid-input`), and from
+ * then on read only through that descriptor, a retry included. Whatever
+ * the path names later (a file renamed over it between two attempts),
+ * what goes up is the file that was opened and checked.
+ */
+export function fileSource(path: string, digest: string, size: number): FileBlobSource {
+  let opened: ReturnType<typeof openNamedPath>;
+  try {
+    opened = openNamedPath(path);
+  } catch (error) {
+    throw new OatsError("invalid-input", `the blob file ${path} cannot be opened`, { path, errno: errnoCode(error) });
+  }
+  if (!opened.stats.isFile() || opened.stats.size !== size) {
+    closeSync(opened.fd);
+    throw new OatsError("invalid-input", `the blob file ${path} is not a regular file of ${size} bytes`, {
+      path,
+      size,
+      actual: opened.stats.isFile() ? opened.stats.size : null,
+    });
+  }
+  const { fd } = opened;
+  const held = new HeldFile(fd, path);
   return {
     digest,
     size,
-    open: (start, end) => (end > start ? createReadStream(path, { start, end: end - 1 }) : Readable.from([])),
+    open: (start, end) => held.stream(start, end),
+    readAt: async (into, position) =>
+      position >= size ? 0 : (await readFd(fd, into, 0, Math.min(into.length, size - position), position)).bytesRead,
+    close: () => held.close(),
   };
+}
+
+/** Bytes per piece of a PiecesBody (fewer, larger pieces: fewer objects for the collector). */
+const PIECE_BYTES = 1024 * 1024;
+
+/**
+ * The bodies of one blob's requests, all through one buffer: a body waits
+ * until the one before it has stopped (its exchange ended or failed, so its
+ * last read has landed) before it fills the buffer, so a retry never
+ * shares it with the attempt it replaces.
+ */
+class PiecesWriter {
+  #buffer: Buffer | null = null;
+  #idle: Promise<void> = Promise.resolve();
+
+  constructor(readonly source: BlobSource & Required<Pick<BlobSource, "readAt">>) {}
+
+  /** The bytes [start, end) as a request body. */
+  body(start: number, end: number): PiecesBody {
+    return { length: end - start, write: (put) => this.#write(start, end, put) };
+  }
+
+  async #write(start: number, end: number, put: (piece: Buffer) => Promise<void>): Promise<void> {
+    const before = this.#idle;
+    let stopped: () => void = () => undefined;
+    this.#idle = new Promise((resolve) => {
+      stopped = resolve;
+    });
+    try {
+      await before;
+      this.#buffer ??= Buffer.allocUnsafe(2 * Math.min(PIECE_BYTES, Math.max(1, this.source.size)));
+      // Two halves: the next piece is read into one while the socket takes the other.
+      const half = this.#buffer.length / 2;
+      const halves = [this.#buffer.subarray(0, half), this.#buffer.subarray(half)] as const;
+      const readInto = (which: 0 | 1, at: number): Promise<number> =>
+        this.source.readAt(halves[which].subarray(0, Math.min(half, end - at)), at);
+      let which: 0 | 1 = 0;
+      let reading: Promise<number> | null = start < end ? readInto(0, start) : null;
+      for (let at = start; reading !== null; which = which === 0 ? 1 : 0) {
+        const got = await reading;
+        if (got <= 0) {
+          throw new OatsError("integrity-mismatch", `the source of blob ${this.source.digest} ended at ${at} bytes`, {
+            expected: this.source.digest,
+            expectedSize: this.source.size,
+            actualSize: at,
+            reason: "source-changed",
+          });
+        }
+        const piece = halves[which].subarray(0, got);
+        at += got;
+        reading = at < end ? readInto(which === 0 ? 1 : 0, at) : null;
+        // Handled now (awaited next turn): a read failing while the socket takes this piece is no stray rejection.
+        reading?.catch(() => undefined);
+        try {
+          await put(piece);
+        } catch (error) {
+          // The other half's read lands before this body counts as stopped.
+          await reading?.catch(() => undefined);
+          throw error;
+        }
+      }
+    } finally {
+      stopped();
+    }
+  }
+}
+
+/** The bytes [start, end) of `source` as a request body: through the writer's buffer when there is one. */
+function bodyOf(
+  source: BlobSource,
+  writer: PiecesWriter | null,
+  start: number,
+  end: number,
+): () => Readable | PiecesBody {
+  return writer === null ? () => source.open(start, end) : () => writer.body(start, end);
 }
 
 export interface UploadOptions {
@@ -116,7 +239,13 @@ function checkAnswer(session: RegistrySession, response: IncomingMessage, digest
   }
 }
 
-async function finish(session: RegistrySession, location: URL, source: BlobSource, from: number | null): Promise<void> {
+async function finish(
+  session: RegistrySession,
+  location: URL,
+  source: BlobSource,
+  writer: PiecesWriter | null,
+  from: number | null,
+): Promise<void> {
   const url = new URL(location);
   url.searchParams.set("digest", source.digest);
   const withBody = from !== null && from < source.size;
@@ -126,7 +255,7 @@ async function finish(session: RegistrySession, location: URL, source: BlobSourc
     headers: withBody
       ? { "content-type": "application/octet-stream", "content-length": String(source.size - from) }
       : {},
-    ...(withBody ? { body: () => source.open(from, source.size) } : {}),
+    ...(withBody ? { body: bodyOf(source, writer, from, source.size) } : {}),
   });
   const body = await readBody(response, 65536, () => session.unexpected(response, "PUT of a blob"));
   if (response.statusCode !== 201) {
@@ -147,6 +276,7 @@ async function patch(
   session: RegistrySession,
   location: URL,
   source: BlobSource,
+  writer: PiecesWriter | null,
   start: number,
   end: number,
 ): Promise<URL> {
@@ -158,7 +288,7 @@ async function patch(
       "content-range": `${start}-${end - 1}`,
       "content-length": String(end - start),
     },
-    body: () => source.open(start, end),
+    body: bodyOf(source, writer, start, end),
   });
   const body = await readBody(response, 65536, () => session.unexpected(response, "PATCH of a blob"));
   if (response.statusCode !== 202) throw session.unexpected(response, "PATCH of a blob", registryErrorCodes(body));
@@ -184,6 +314,8 @@ export async function putBlob(
   const chunkSize = Math.max(1, options.chunkSize ?? DEFAULT_CHUNK);
   const chunked = options.chunked === true || source.size > chunkSize;
   let retries = options.retries ?? 5;
+  const readAt = source.readAt;
+  const writer = readAt === undefined ? null : new PiecesWriter({ ...source, readAt: readAt.bind(source) });
   let resumed = 0;
   let restarted = 0;
   let location: URL | null = null;
@@ -195,15 +327,15 @@ export async function putBlob(
     try {
       location ??= await openSession(session);
       if (!chunked) {
-        await finish(session, location, source, 0);
+        await finish(session, location, source, writer, 0);
       } else {
         while (offset < source.size) {
           const end = Math.min(source.size, offset + chunkSize);
-          location = await patch(session, location, source, offset, end);
+          location = await patch(session, location, source, writer, offset, end);
           offset = end;
           resuming = false;
         }
-        await finish(session, location, source, null);
+        await finish(session, location, source, writer, null);
       }
       return { digest: source.digest, size: source.size, resumed, restarted };
     } catch (error) {

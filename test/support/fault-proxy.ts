@@ -19,6 +19,8 @@ export interface FaultProxy {
 export async function startFaultProxy(
   targetPort: number,
   cutAfter: number | { request: string; nth: number },
+  /** Called once, as the connection is cut (before the client can see it). */
+  onCut: () => void = () => undefined,
 ): Promise<FaultProxy> {
   let forwarded = 0;
   let cuts = 0;
@@ -29,6 +31,7 @@ export async function startFaultProxy(
     sockets.add(client);
     sockets.add(upstream);
     const cut = (): void => {
+      onCut();
       client.resetAndDestroy();
       upstream.destroy();
     };
