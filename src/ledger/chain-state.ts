@@ -1,7 +1,8 @@
-import { createHash, randomBytes } from "node:crypto";
-import { closeSync, constants, openSync, readFileSync, readSync, renameSync, unlinkSync, writeSync } from "node:fs";
+import { createHash } from "node:crypto";
+import { closeSync, constants, openSync, readFileSync, readSync, unlinkSync } from "node:fs";
 import { join } from "node:path";
 import { isPlainRecord } from "./chain-line.js";
+import { writePrivateFile } from "../retention/index.js";
 
 export {
   isPrivateDirectory,
@@ -94,27 +95,10 @@ function readPrivate(path: string): Buffer | null {
 /** Write via a fresh temporary file and rename. Not fsync'd: losing it only costs a rescan. Failure is silent for the
  * same reason. */
 function writePrivate(dir: string, name: string, bytes: Buffer): boolean {
-  const temporary = join(dir, `.${name}.${process.pid}.${randomBytes(6).toString("hex")}.tmp`);
   try {
-    const fd = openSync(
-      temporary,
-      constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL | constants.O_NOFOLLOW,
-      0o600,
-    );
-    try {
-      let written = 0;
-      while (written < bytes.length) written += writeSync(fd, bytes, written, bytes.length - written);
-    } finally {
-      closeSync(fd);
-    }
-    renameSync(temporary, join(dir, name));
+    writePrivateFile(dir, name, bytes, { durable: false });
     return true;
   } catch {
-    try {
-      unlinkSync(temporary);
-    } catch {
-      // nothing to take back
-    }
     return false;
   }
 }
